@@ -1,0 +1,70 @@
+"""chatmem: conversation memory for AI chat apps, in the browser (Pyodide +
+IndexedDB) and on CPython (memory or SQLite), behind one async API.
+
+    mem = await chatmem.open("my-app")
+    s = await mem.sessions.create(title="Hello")
+    await mem.messages.append(s.session_id, "user", "Hi!")
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .cache import LRUCache
+from .contextstore import (
+    ContextStore,
+    IndexedDBContextStore,
+    InMemoryContextStore,
+    MemoryContextStore,
+    SQLiteContextStore,
+)
+from .errors import (
+    ChatmemError,
+    MessageNotFound,
+    NotFound,
+    SessionNotFound,
+    StorageError,
+    ValidationError,
+)
+from .ids import Clock, IdGenerator, new_id, system_clock
+from .memory import IN_BROWSER, Memory, open
+from .messages import Messages
+from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
+from .session import Session
+from .sessions import Sessions
+from .stores import MemoryStore, Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "open",
+    "Memory",
+    "IN_BROWSER",
+    "Sessions",
+    "Messages",
+    "Session",
+    "SessionMeta",
+    "ChatMessage",
+    "Message",
+    "ContextStore",
+    "MemoryContextStore",
+    "InMemoryContextStore",
+    "SQLiteContextStore",
+    "IndexedDBContextStore",
+    "Store",
+    "MemoryStore",
+    "LRUCache",
+    "Clock",
+    "IdGenerator",
+    "new_id",
+    "system_clock",
+    "extract_text",
+    "estimate_tokens",
+    "errors",
+    "ChatmemError",
+    "NotFound",
+    "SessionNotFound",
+    "MessageNotFound",
+    "ValidationError",
+    "StorageError",
+]

@@ -1,0 +1,62 @@
+"""What the API objects of one ``Memory`` share: the store, the clock, the id
+generator and the caches, with the one place that keeps the caches coherent."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .cache import LRUCache
+from .ids import Clock, IdGenerator
+from .stores.base import Store
+
+__all__ = ["Core"]
+
+PageKey = tuple[str, int, int | None, bool]
+
+
+@dataclass
+class Core:
+    store: Store
+    clock: Clock
+    ids: IdGenerator
+    meta_cache: LRUCache[str, dict[str, Any]]
+    page_cache: LRUCache[PageKey, list[dict[str, Any]]]
+    #: called with (kind, session_id, payload) after every acknowledged write
+    listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
+
+    def now(self) -> int:
+        return self.clock()
+
+    # ------------------------------------------------------------------ cache
+    def cached_meta(self, session_id: str) -> dict[str, Any] | None:
+        rec = self.meta_cache.get(session_id)
+        return copy.deepcopy(rec) if rec is not None else None
+
+    def remember_meta(self, rec: dict[str, Any]) -> None:
+        self.meta_cache.set(rec["sessionId"], copy.deepcopy(rec))
+
+    def cached_page(self, key: PageKey) -> list[dict[str, Any]] | None:
+        page = self.page_cache.get(key)
+        return copy.deepcopy(page) if page is not None else None
+
+    def remember_page(self, key: PageKey, page: list[dict[str, Any]]) -> None:
+        self.page_cache.set(key, copy.deepcopy(page))
+
+    def invalidate(self, session_id: str | None = None) -> None:
+        """Forget what is cached about one session (or everything)."""
+        if session_id is None:
+            self.meta_cache.clear()
+            self.page_cache.clear()
+            return
+        self.meta_cache.discard(session_id)
+        self.page_cache.discard_where(lambda k: k[0] == session_id)
+
+    def changed(self, kind: str, session_id: str, payload: Any = None) -> None:
+        """Report an acknowledged write: drop stale pages, tell listeners."""
+        self.page_cache.discard_where(lambda k: k[0] == session_id)
+        if kind == "session-deleted":
+            self.meta_cache.discard(session_id)
+        for fn in list(self.listeners):
+            fn(kind, session_id, payload)

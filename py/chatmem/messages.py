@@ -1,0 +1,171 @@
+"""``mem.messages``: append, read, page, count and stream messages.
+
+``append`` and ``append_many`` are one store transaction each: the ``seq`` is
+assigned inside it, the session's ``updated_at`` and ``message_count`` move in
+the same transaction, and when the call returns the messages are durable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Iterable, Mapping
+
+from .core import Core
+from .sessions import DEFAULT_TITLE
+from .errors import MessageNotFound, SessionNotFound, ValidationError
+from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+
+__all__ = ["Messages"]
+
+
+def _check_page(offset: Any, limit: Any) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValidationError("offset must be an int >= 0", field="offset")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValidationError("limit must be an int >= 0 or None", field="limit")
+
+
+class Messages:
+    def __init__(self, core: Core):
+        self._core = core
+
+    def build_record(
+        self, role: Any, content: Any, fields: Mapping[str, Any], *, index: int | None = None, now: int
+    ) -> dict[str, Any]:
+        """Validate one message and turn it into a record without ``seq`` or session."""
+        validate_message_fields(role, content, fields, index=index)
+        token_count = fields.get("token_count")
+        if token_count is None:
+            token_count = estimate_tokens(extract_text(content))
+        return {
+            "id": fields.get("id") or self._core.ids(),
+            "sessionId": None,
+            "seq": None,
+            "role": role,
+            "content": content,
+            "createdAt": fields.get("created_at", now),
+            "provider": fields.get("provider"),
+            "model": fields.get("model"),
+            "slices": fields.get("slices"),
+            "tool_results": fields.get("tool_results"),
+            "categorization": fields.get("categorization"),
+            "toolCalls": fields.get("tool_calls"),
+            "toolCallId": fields.get("tool_call_id"),
+            "name": fields.get("name"),
+            "metadata": fields.get("metadata"),
+            "tokenCount": token_count,
+        }
+
+    async def _write(
+        self, session_id: str, records: list[dict[str, Any]], now: int, create: dict[str, Any] | None
+    ) -> list[ChatMessage]:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValidationError("session_id must be a non-empty string", field="session_id")
+        stored, sess = await self._core.store.append_messages(session_id, records, now, create)
+        self._core.remember_meta(sess)
+        self._core.changed("messages-appended", session_id, stored)
+        return [ChatMessage.from_record(r) for r in stored]
+
+    async def append(
+        self, session_id: str, role: str, content: str | list[dict[str, Any]], **fields: Any
+    ) -> ChatMessage:
+        """Append one message; its ``seq`` is the session's next position.
+
+        ``fields`` are the model's optional fields (``id``, ``created_at``,
+        ``provider``, ``model``, ``slices``, ``tool_results``,
+        ``categorization``, ``tool_calls``, ``tool_call_id``, ``name``,
+        ``metadata``, ``token_count``). Durable when it returns.
+        """
+        now = self._core.now()
+        rec = self.build_record(role, content, fields, now=now)
+        (msg,) = await self._write(session_id, [rec], now, None)
+        return msg
+
+    async def add(
+        self, session_id: str, role: str, content: str | list[dict[str, Any]], **fields: Any
+    ) -> ChatMessage:
+        """Like ``append``, but creates a session with this id first when there is none
+        (in the same transaction): the ``ContextStore.add_message`` semantics."""
+        now = self._core.now()
+        rec = self.build_record(role, content, fields, now=now)
+        create = SessionMeta(session_id=session_id, title=DEFAULT_TITLE, created_at=now, updated_at=now)
+        (msg,) = await self._write(session_id, [rec], now, create.to_record())
+        return msg
+
+    async def append_many(
+        self, session_id: str, items: Iterable[Mapping[str, Any]]
+    ) -> list[ChatMessage]:
+        """Append a batch in one transaction: all of it or, on any error, none of it."""
+        now = self._core.now()
+        records = []
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise ValidationError(f"item {i}: must be a dict", index=i)
+            fields = {k: v for k, v in item.items() if k not in ("role", "content")}
+            if "role" not in item or "content" not in item:
+                raise ValidationError(f"item {i}: needs 'role' and 'content'", index=i,
+                                      field="role" if "role" not in item else "content")
+            rec = self.build_record(item["role"], item["content"], fields, index=i, now=now)
+            if rec["id"] in seen:
+                raise ValidationError(f"item {i}: duplicate id {rec['id']!r} in batch", field="id", index=i)
+            seen.add(rec["id"])
+            records.append(rec)
+        if not records:
+            if not await self._core.store.get_session(session_id):
+                raise SessionNotFound(session_id)
+            return []
+        return await self._write(session_id, records, now, None)
+
+    async def get(self, message_id: str) -> ChatMessage:
+        if not isinstance(message_id, str):
+            raise ValidationError("message_id must be a string", field="message_id")
+        rec = await self._core.store.get_message(message_id)
+        if rec is None:
+            raise MessageNotFound(message_id)
+        return ChatMessage.from_record(rec)
+
+    async def list(
+        self, session_id: str, *, limit: int | None = 50, offset: int = 0, newest_first: bool = False
+    ) -> list[ChatMessage]:
+        """A page of the session's messages in ``seq`` order (reversed if ``newest_first``)."""
+        return [ChatMessage.from_record(r) for r in await self.records(session_id, limit, offset, newest_first)]
+
+    async def records(
+        self, session_id: str, limit: int | None = 50, offset: int = 0, newest_first: bool = False
+    ) -> list[dict[str, Any]]:
+        """Like ``list`` but the stored records, served from the page cache when fresh."""
+        _check_page(offset, limit)
+        key = (session_id, offset, limit, newest_first)
+        page = self._core.cached_page(key)
+        if page is None:
+            if self._core.cached_meta(session_id) is None and not await self._core.store.get_session(
+                session_id
+            ):
+                raise SessionNotFound(session_id)
+            page = await self._core.store.list_messages(session_id, offset, limit, newest_first)
+            self._core.remember_page(key, page)
+        return page
+
+    async def count(self, session_id: str) -> int:
+        meta = self._core.cached_meta(session_id)
+        if meta is None:
+            meta = await self._core.store.get_session(session_id)
+            if meta is None:
+                raise SessionNotFound(session_id)
+            self._core.remember_meta(meta)
+        return int(meta.get("messageCount", 0))
+
+    async def stream(self, session_id: str, *, batch_size: int = 50) -> AsyncIterator[ChatMessage]:
+        """Yield the session's messages in order, reading ``batch_size`` at a time."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValidationError("batch_size must be an int >= 1", field="batch_size")
+        if not await self._core.store.get_session(session_id):
+            raise SessionNotFound(session_id)
+        offset = 0
+        while True:
+            batch = await self._core.store.list_messages(session_id, offset, batch_size, False)
+            for rec in batch:
+                yield ChatMessage.from_record(rec)
+            if len(batch) < batch_size:
+                return
+            offset += len(batch)

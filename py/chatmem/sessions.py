@@ -1,0 +1,247 @@
+"""``mem.sessions``: create, read, list, update, archive, delete and fork sessions.
+
+Every method that returns has completed its store transaction: the change is
+durable (IndexedDB: committed; SQLite: committed; memory: in process only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .core import Core
+from .errors import SessionNotFound, ValidationError
+from .models import SessionMeta
+
+__all__ = ["Sessions", "DEFAULT_TITLE"]
+
+DEFAULT_TITLE = "New Conversation"
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def _check_str(value: Any, name: str, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string, got {type(value).__name__}", field=name)
+
+
+def _check_tags(tags: Any) -> list[str]:
+    if isinstance(tags, str) or not isinstance(tags, Iterable):
+        raise ValidationError("tags must be a list of strings", field="tags")
+    out = list(tags)
+    if not all(isinstance(t, str) for t in out):
+        raise ValidationError("tags must be a list of strings", field="tags")
+    return list(dict.fromkeys(out))
+
+
+def _check_bool(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name} must be a bool, got {type(value).__name__}", field=name)
+
+
+def _check_int(value: Any, name: str, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValidationError(f"{name} must be an int >= {minimum}, got {value!r}", field=name)
+
+
+class Sessions:
+    def __init__(self, core: Core):
+        self._core = core
+
+    async def _record(self, session_id: str) -> dict[str, Any]:
+        _check_str(session_id, "session_id")
+        rec = self._core.cached_meta(session_id)
+        if rec is None:
+            rec = await self._core.store.get_session(session_id)
+            if rec is None:
+                raise SessionNotFound(session_id)
+            self._core.remember_meta(rec)
+        return rec
+
+    async def create(
+        self,
+        *,
+        title: str | None = None,
+        character_id: str = "default",
+        user_id: str = "local",
+        tags: Iterable[str] = (),
+        session_id: str | None = None,
+        created_at: int | None = None,
+    ) -> SessionMeta:
+        """Create an empty session. Durable when it returns."""
+        _check_str(title, "title", optional=True)
+        _check_str(character_id, "character_id")
+        _check_str(user_id, "user_id")
+        tag_list = _check_tags(tags)
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise ValidationError("session_id must be a non-empty string", field="session_id")
+        if created_at is not None:
+            _check_int(created_at, "created_at")
+        now = created_at if created_at is not None else self._core.now()
+        meta = SessionMeta(
+            session_id=session_id or self._core.ids(),
+            title=title if title is not None else DEFAULT_TITLE,
+            created_at=now,
+            updated_at=now,
+            user_id=user_id,
+            character_id=character_id,
+            tags=tag_list,
+        )
+        rec = meta.to_record()
+        await self._core.store.create_session(rec, [])
+        self._core.remember_meta(dict(rec, nextSeq=0))
+        self._core.changed("session-created", meta.session_id, rec)
+        return meta
+
+    async def get(self, session_id: str) -> SessionMeta:
+        """The session's metadata; ``SessionNotFound`` if there is none."""
+        return SessionMeta.from_record(await self._record(session_id))
+
+    async def exists(self, session_id: str) -> bool:
+        try:
+            await self._record(session_id)
+        except SessionNotFound:
+            return False
+        return True
+
+    async def list(
+        self,
+        *,
+        limit: int | None = 20,
+        offset: int = 0,
+        user_id: str | None = None,
+        character_id: str | None = None,
+        archived: bool | None = False,
+        pinned_first: bool = True,
+        tag: str | None = None,
+    ) -> list[SessionMeta]:
+        """Sessions, newest ``updated_at`` first (pinned on top when ``pinned_first``).
+
+        ``archived=False`` lists the unarchived, ``True`` only the archived,
+        ``None`` both. ``tag`` keeps only sessions carrying that tag.
+        """
+        if limit is not None:
+            _check_int(limit, "limit")
+        _check_int(offset, "offset")
+        if archived is not None:
+            _check_bool(archived, "archived")
+        recs = await self._core.store.all_sessions()
+        out = [
+            SessionMeta.from_record(r)
+            for r in recs
+            if (user_id is None or r.get("userId") == user_id)
+            and (character_id is None or r.get("characterId") == character_id)
+            and (archived is None or bool(r.get("archived")) == archived)
+            and (tag is None or tag in (r.get("tags") or []))
+        ]
+        out.sort(key=lambda m: (m.updated_at, m.session_id), reverse=True)
+        if pinned_first:
+            out.sort(key=lambda m: not m.pinned)  # stable: keeps recency within each group
+        return out[offset:] if limit is None else out[offset : offset + limit]
+
+    async def update(
+        self,
+        session_id: str,
+        *,
+        title: str = UNSET,
+        pinned: bool = UNSET,
+        archived: bool = UNSET,
+        tags: Iterable[str] = UNSET,
+    ) -> SessionMeta:
+        """Change metadata. ``updated_at`` (last activity) is left as it is."""
+        changes: dict[str, Any] = {}
+        if title is not UNSET:
+            _check_str(title, "title")
+            changes["title"] = title
+        if pinned is not UNSET:
+            _check_bool(pinned, "pinned")
+            changes["pinned"] = pinned
+        if archived is not UNSET:
+            _check_bool(archived, "archived")
+            changes["archived"] = archived
+        if tags is not UNSET:
+            changes["tags"] = _check_tags(tags)
+        _check_str(session_id, "session_id")
+        if not changes:
+            return await self.get(session_id)
+        rec = await self._core.store.update_session(session_id, changes)
+        self._core.remember_meta(rec)
+        self._core.changed("session-updated", session_id, changes)
+        return SessionMeta.from_record(rec)
+
+    async def archive(self, session_id: str) -> SessionMeta:
+        return await self.update(session_id, archived=True)
+
+    async def unarchive(self, session_id: str) -> SessionMeta:
+        return await self.update(session_id, archived=False)
+
+    async def pin(self, session_id: str, pinned: bool = True) -> SessionMeta:
+        return await self.update(session_id, pinned=pinned)
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the session and all its messages. ``SessionNotFound`` if absent."""
+        _check_str(session_id, "session_id")
+        if not await self._core.store.delete_session(session_id):
+            raise SessionNotFound(session_id)
+        self._core.invalidate(session_id)
+        self._core.changed("session-deleted", session_id)
+
+    async def clear(self, session_id: str) -> SessionMeta:
+        """Delete every message of the session and keep the session itself."""
+        _check_str(session_id, "session_id")
+        rec = await self._core.store.clear_session(session_id, self._core.now())
+        self._core.invalidate(session_id)
+        self._core.remember_meta(rec)
+        self._core.changed("session-cleared", session_id)
+        return SessionMeta.from_record(rec)
+
+    async def fork(
+        self, session_id: str, *, at_index: int | None = None, reason: str | None = None
+    ) -> SessionMeta:
+        """A new session holding copies of messages ``0 .. at_index-1`` (all when None).
+
+        The parent is left untouched; the fork records ``parent_id``,
+        ``fork_index`` and ``fork_reason``. Durable when it returns.
+        """
+        _check_str(reason, "reason", optional=True)
+        parent = await self.get(session_id)
+        count = await self._core.store.count_messages(session_id)
+        if at_index is None:
+            at_index = count
+        _check_int(at_index, "at_index")
+        if at_index > count:
+            raise ValidationError(
+                f"at_index {at_index} is past the end of the session ({count} messages)",
+                field="at_index",
+            )
+        source = await self._core.store.list_messages(session_id, 0, at_index, False)
+        now = self._core.now()
+        fork_id = self._core.ids()
+        copies = []
+        for i, m in enumerate(source):
+            copies.append(dict(m, id=self._core.ids(), sessionId=fork_id, seq=i))
+        meta = SessionMeta(
+            session_id=fork_id,
+            title=parent.title,
+            created_at=now,
+            updated_at=now,
+            user_id=parent.user_id,
+            character_id=parent.character_id,
+            tags=list(parent.tags),
+            parent_id=parent.session_id,
+            fork_index=at_index,
+            fork_reason=reason,
+            message_count=len(copies),
+        )
+        await self._core.store.create_session(meta.to_record(), copies)
+        self._core.changed("session-created", fork_id, meta.to_record())
+        if copies:
+            self._core.changed("messages-appended", fork_id, copies)
+        return meta

@@ -1,0 +1,10 @@
+"""Durable stores behind ``Memory``: memory, SQLite (CPython) and IndexedDB (Pyodide).
+
+Each implements ``Store`` (see ``base``); every write method is one atomic
+transaction, and records are the plain dicts of ``chatmem.models``.
+"""
+
+from .base import Store
+from .memory import MemoryStore
+
+__all__ = ["Store", "MemoryStore"]

@@ -1,0 +1,273 @@
+"""SQLite store (standard-library ``sqlite3``): one connection, guarded by an
+``asyncio.Lock``, each call run in a worker thread so the event loop never
+blocks on disk. Each write method is one ``BEGIN IMMEDIATE`` transaction.
+
+Durability: ``relaxed`` (WAL, ``synchronous=NORMAL``: survives a process crash)
+or ``strict`` (``synchronous=FULL``: survives a power cut too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from typing import Any, Callable, TypeVar
+
+from ..errors import (
+    ConstraintViolation,
+    DatabaseClosed,
+    DuplicateId,
+    QuotaExceeded,
+    SessionNotFound,
+    StorageError,
+    ValidationError,
+    VersionConflict,
+)
+
+__all__ = ["SQLiteStore", "SCHEMA_VERSION"]
+
+T = TypeVar("T")
+
+#: each entry migrates from version i to i+1; never drops data
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX sessions_updated ON sessions(updated_at);
+    CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        record TEXT NOT NULL,
+        UNIQUE (session_id, seq)
+    );
+    CREATE INDEX messages_created ON messages(created_at);
+    CREATE TABLE outbox (
+        key INTEGER PRIMARY KEY AUTOINCREMENT,
+        op_id TEXT UNIQUE NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE TABLE dead_letter (op_id TEXT PRIMARY KEY, record TEXT NOT NULL);
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _translate(e: sqlite3.Error) -> StorageError:
+    """The one place sqlite3 errors become chatmem errors."""
+    msg = str(e)
+    err: StorageError
+    if isinstance(e, sqlite3.IntegrityError):
+        err = DuplicateId(msg) if "UNIQUE" in msg or "PRIMARY KEY" in msg else ConstraintViolation(msg)
+    elif "database or disk is full" in msg:
+        err = QuotaExceeded(msg)
+    elif isinstance(e, sqlite3.ProgrammingError) and "closed" in msg:
+        err = DatabaseClosed(msg)
+    else:
+        err = StorageError(msg)
+    err.dom_name = type(e).__name__
+    return err
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+class SQLiteStore:
+    kind = "sqlite"
+
+    def __init__(self, path: str, *, durability: str = "relaxed"):
+        if durability not in ("relaxed", "strict"):
+            raise ValidationError("durability must be 'relaxed' or 'strict'", field="durability")
+        self.path = path
+        self.durability = durability
+        self._lock = asyncio.Lock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL" if path != ":memory:" else "PRAGMA journal_mode=MEMORY")
+            self._db.execute("PRAGMA synchronous=" + ("FULL" if durability == "strict" else "NORMAL"))
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.Error as e:
+            raise _translate(e) from e
+
+    def _migrate(self) -> None:
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise VersionConflict(
+                f"{self.path} has schema version {version}; this chatmem knows {SCHEMA_VERSION}"
+            )
+        for v in range(version, SCHEMA_VERSION):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for stmt in MIGRATIONS[v].split(";"):
+                    if stmt.strip():
+                        self._db.execute(stmt)
+                self._db.execute(f"PRAGMA user_version={v + 1}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        async with self._lock:
+            return await asyncio.to_thread(self._call, fn, write)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        db = self._db
+        try:
+            if not write:
+                return fn(db)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+        except sqlite3.Error as e:
+            raise _translate(e) from e
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _put_session(db: sqlite3.Connection, rec: dict[str, Any], insert: bool) -> None:
+        verb = "INSERT" if insert else "REPLACE"
+        db.execute(
+            f"{verb} INTO sessions (id, created_at, updated_at, record) VALUES (?, ?, ?, ?)",
+            (rec["sessionId"], rec["createdAt"], rec["updatedAt"], _dumps(rec)),
+        )
+
+    @staticmethod
+    def _put_messages(db: sqlite3.Connection, recs: list[dict[str, Any]]) -> None:
+        db.executemany(
+            "INSERT INTO messages (id, session_id, seq, created_at, role, record) VALUES (?,?,?,?,?,?)",
+            [(r["id"], r["sessionId"], r["seq"], r["createdAt"], r["role"], _dumps(r)) for r in recs],
+        )
+
+    @staticmethod
+    def _session(db: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+        row = db.execute("SELECT record FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # ------------------------------------------------------------------ sessions
+    async def create_session(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        rec = dict(record, nextSeq=len(messages), messageCount=len(messages))
+
+        def tx(db: sqlite3.Connection) -> None:
+            self._put_session(db, rec, insert=True)
+            self._put_messages(db, messages)
+
+        await self._run(tx, write=True)
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._run(lambda db: self._session(db, session_id))
+
+    async def all_sessions(self) -> list[dict[str, Any]]:
+        rows = await self._run(lambda db: db.execute("SELECT record FROM sessions").fetchall())
+        return [json.loads(r[0]) for r in rows]
+
+    async def update_session(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        def tx(db: sqlite3.Connection) -> dict[str, Any]:
+            rec = self._session(db, session_id)
+            if rec is None:
+                raise SessionNotFound(session_id)
+            rec.update(changes)
+            self._put_session(db, rec, insert=False)
+            return rec
+
+        return await self._run(tx, write=True)
+
+    async def delete_session(self, session_id: str) -> bool:
+        def tx(db: sqlite3.Connection) -> bool:
+            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+        return await self._run(tx, write=True)
+
+    async def clear_session(self, session_id: str, now: int) -> dict[str, Any]:
+        def tx(db: sqlite3.Connection) -> dict[str, Any]:
+            rec = self._session(db, session_id)
+            if rec is None:
+                raise SessionNotFound(session_id)
+            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            rec.update(messageCount=0, nextSeq=0, updatedAt=now)
+            self._put_session(db, rec, insert=False)
+            return rec
+
+        return await self._run(tx, write=True)
+
+    # ------------------------------------------------------------------ messages
+    async def append_messages(
+        self,
+        session_id: str,
+        records: list[dict[str, Any]],
+        now: int,
+        create: dict[str, Any] | None = None,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        def tx(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            sess = self._session(db, session_id)
+            insert = sess is None
+            if sess is None:
+                if create is None:
+                    raise SessionNotFound(session_id)
+                sess = dict(create, nextSeq=0, messageCount=0)
+            seq = sess.get("nextSeq", sess.get("messageCount", 0))
+            out = []
+            for r in records:
+                out.append(dict(r, seq=seq, sessionId=session_id))
+                seq += 1
+            sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
+            self._put_session(db, sess, insert=insert)
+            self._put_messages(db, out)
+            return out, sess
+
+        return await self._run(tx, write=True)
+
+    async def get_message(self, message_id: str) -> dict[str, Any] | None:
+        row = await self._run(
+            lambda db: db.execute("SELECT record FROM messages WHERE id = ?", (message_id,)).fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    async def list_messages(
+        self, session_id: str, offset: int, limit: int | None, newest_first: bool
+    ) -> list[dict[str, Any]]:
+        order = "DESC" if newest_first else "ASC"
+        rows = await self._run(
+            lambda db: db.execute(
+                f"SELECT record FROM messages WHERE session_id = ? ORDER BY seq {order} LIMIT ? OFFSET ?",
+                (session_id, -1 if limit is None else limit, offset),
+            ).fetchall()
+        )
+        return [json.loads(r[0]) for r in rows]
+
+    async def count_messages(self, session_id: str) -> int:
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        )
+        return int(row[0])
+
+    # ------------------------------------------------------------------ kv
+    async def kv_get(self, key: str) -> Any:
+        row = await self._run(lambda db: db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    async def kv_set(self, key: str, value: Any) -> None:
+        await self._run(
+            lambda db: db.execute("REPLACE INTO kv (key, value) VALUES (?, ?)", (key, _dumps(value))),
+            write=True,
+        )
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._db.close()
