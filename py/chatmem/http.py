@@ -1,0 +1,207 @@
+"""The HTTP boundary: one small ``Transport`` protocol, so that the embedder,
+the chat provider and sync never care whether they run on CPython (standard
+library ``urllib`` in a worker thread) or in Pyodide (the browser's ``fetch``,
+provided by the browser adapter). Tests inject ``MockTransport(handler)`` for
+pure logic and use real servers on 127.0.0.1 for protocol behaviour.
+
+Transport errors are ``TransportError`` (no response at all: refused, reset,
+DNS, offline) and ``TransportTimeout``; any HTTP status is a response, not an
+error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+
+from .errors import ChatmemError
+
+__all__ = [
+    "HTTPResponse",
+    "Transport",
+    "TransportError",
+    "TransportTimeout",
+    "UrllibTransport",
+    "MockTransport",
+    "default_transport",
+]
+
+
+class TransportError(ChatmemError):
+    """No HTTP response: connection refused or reset, DNS failure, offline."""
+
+
+class TransportTimeout(TransportError):
+    """No (complete) response within the timeout."""
+
+
+@dataclass
+class HTTPResponse:
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8")) if self.body else None
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for k, v in self.headers.items():
+            if k.lower() == name:
+                return v
+        return None
+
+
+class Transport(Protocol):
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> HTTPResponse: ...
+
+    def stream_lines(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> AsyncIterator[HTTPResponse | str]:
+        """Yield the ``HTTPResponse`` (status and headers, empty body) first, then
+        each line of the body as it arrives (for server-sent events)."""
+        ...
+
+
+class UrllibTransport:
+    """CPython transport: ``urllib.request`` run in a worker thread."""
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> HTTPResponse:
+        return await asyncio.to_thread(self._request, method, url, headers or {}, body, timeout)
+
+    @staticmethod
+    def _open(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float | None) -> Any:
+        req = urllib.request.Request(url, data=body, method=method, headers=headers)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout)
+        except urllib.error.HTTPError as e:
+            return e
+        except TimeoutError as e:
+            raise TransportTimeout(f"{method} {url}: timed out") from e
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, TimeoutError):
+                raise TransportTimeout(f"{method} {url}: timed out") from e
+            raise TransportError(f"{method} {url}: {e.reason}") from e
+        except (ConnectionError, OSError) as e:
+            raise TransportError(f"{method} {url}: {e}") from e
+
+    def _request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float | None
+    ) -> HTTPResponse:
+        resp = self._open(method, url, headers, body, timeout)
+        try:
+            data = resp.read()
+        except TimeoutError as e:
+            raise TransportTimeout(f"{method} {url}: timed out reading the body") from e
+        except (ConnectionError, OSError) as e:
+            raise TransportError(f"{method} {url}: {e}") from e
+        finally:
+            resp.close()
+        return HTTPResponse(resp.status if hasattr(resp, "status") else resp.code, dict(resp.headers), data)
+
+    async def stream_lines(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> AsyncIterator[HTTPResponse | str]:
+        resp = await asyncio.to_thread(self._open, method, url, headers or {}, body, timeout)
+        try:
+            yield HTTPResponse(resp.status if hasattr(resp, "status") else resp.code, dict(resp.headers))
+            while True:
+                try:
+                    line = await asyncio.to_thread(resp.readline)
+                except TimeoutError as e:
+                    raise TransportTimeout(f"{method} {url}: timed out mid-stream") from e
+                except (ConnectionError, OSError) as e:
+                    raise TransportError(f"{method} {url}: {e}") from e
+                if not line:
+                    return
+                yield line.decode("utf-8").rstrip("\r\n")
+        finally:
+            await asyncio.to_thread(resp.close)
+
+
+Handler = Callable[[str, str, dict[str, str], bytes | None], Awaitable[HTTPResponse] | HTTPResponse]
+
+
+class MockTransport:
+    """A transport that answers with ``handler(method, url, headers, body)``; for unit tests."""
+
+    def __init__(self, handler: Handler):
+        self.handler = handler
+        self.calls: list[tuple[str, str, dict[str, str], bytes | None]] = []
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> HTTPResponse:
+        self.calls.append((method, url, headers or {}, body))
+        out = self.handler(method, url, headers or {}, body)
+        if asyncio.iscoroutine(out) or isinstance(out, Awaitable):
+            out = await out
+        assert isinstance(out, HTTPResponse)
+        return out
+
+    async def stream_lines(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> AsyncIterator[HTTPResponse | str]:
+        resp = await self.request(method, url, headers=headers, body=body, timeout=timeout)
+        yield HTTPResponse(resp.status, resp.headers)
+        for line in resp.body.decode("utf-8").split("\n"):
+            yield line
+
+
+def default_transport() -> Transport:
+    """``fetch`` in the browser, ``urllib`` on CPython."""
+    import sys
+
+    if sys.platform == "emscripten":
+        from . import _browser
+
+        return _browser.FetchTransport()
+    return UrllibTransport()
