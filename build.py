@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Build, serve, test and benchmark chatmem. Standard library only.
+
+    python build.py build            # npm ci, wheel, runtime files -> dist/
+    python build.py serve [--port N] # build if needed, serve dist/ on 127.0.0.1
+    python build.py test [pytest args...]   # install test deps, build, run pytest
+    python build.py bench [args...]  # install deps, build, run the benchmarks
+
+``dist/`` is a complete static site: copy it to any static host to deploy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import socketserver
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+DIST = ROOT / "dist"
+CACHE = ROOT / ".build"
+VENV = ROOT / ".venv"
+NODE = ROOT / "node_modules"
+
+#: pure-Python wheels the page loads, pinned; fetched from PyPI for Python 3.14
+PAGE_WHEELS = {"micropip": "0.11.1"}
+PYODIDE_PY = "3.14"
+
+MIME = {
+    ".wasm": "application/wasm",
+    ".mjs": "text/javascript",
+    ".js": "text/javascript",
+    ".json": "application/json",
+    ".whl": "application/zip",
+    ".zip": "application/zip",
+    ".webmanifest": "application/manifest+json",
+    ".svg": "image/svg+xml",
+    ".css": "text/css",
+    ".html": "text/html",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[build] {msg}", flush=True)
+
+
+def run(cmd: list[str], **kw: object) -> None:
+    log(" ".join(str(c) for c in cmd))
+    subprocess.run(cmd, check=True, cwd=kw.pop("cwd", ROOT), **kw)  # type: ignore[arg-type]
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- build steps
+
+
+def npm_ci() -> None:
+    stamp = NODE / ".chatmem-lock-sha"
+    lock_sha = sha256(ROOT / "package-lock.json")
+    if stamp.exists() and stamp.read_text() == lock_sha:
+        return
+    npm = shutil.which("npm")
+    if not npm:
+        sys.exit("npm is needed: install Node.js and npm (e.g. apt-get install -y nodejs npm)")
+    run([npm, "ci", "--no-audit", "--no-fund"])
+    stamp.write_text(lock_sha)
+
+
+def build_chatmem_wheel() -> Path:
+    out = CACHE / "wheel"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)])
+    (wheel,) = out.glob("chatmem-*.whl")
+    return wheel
+
+
+def page_wheels() -> list[Path]:
+    out = CACHE / "page-wheels"
+    out.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for name, version in PAGE_WHEELS.items():
+        found = list(out.glob(f"{name}-{version}-*.whl"))
+        if not found:
+            run([
+                sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                "--python-version", PYODIDE_PY, "--implementation", "py", "--abi", "none",
+                "--platform", "any", "-q", "-d", str(out), f"{name}=={version}",
+            ])
+            found = list(out.glob(f"{name}-{version}-*.whl"))
+        wheels.append(found[0])
+    return wheels
+
+
+def copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+
+
+def write_pyodide(dist: Path, wheels: list[Path]) -> None:
+    """The Pyodide core plus a lock file that lists exactly the wheels served, with their hashes."""
+    src = NODE / "pyodide"
+    for name in ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip"):
+        copy(src / name, dist / "pyodide" / name)
+    lock = json.loads((src / "pyodide-lock.json").read_text())
+    packages = {}
+    for wheel in wheels:
+        name = wheel.name.split("-")[0].lower()
+        entry = dict(lock["packages"][name])
+        entry.update(file_name=wheel.name, sha256=sha256(wheel))
+        packages[name] = entry
+        copy(wheel, dist / "pyodide" / wheel.name)
+    lock["packages"] = packages
+    (dist / "pyodide" / "pyodide-lock.json").write_text(json.dumps(lock, indent=1))
+
+
+def write_duckdb(dist: Path) -> None:
+    """One DuckDB-Wasm engine (eh: Chromium has wasm exceptions) and its worker, plus its imports."""
+    src = NODE / "@duckdb" / "duckdb-wasm" / "dist"
+    for name in ("duckdb-browser.mjs", "duckdb-eh.wasm", "duckdb-browser-eh.worker.js"):
+        copy(src / name, dist / "duckdb" / name)
+
+
+def write_vendor(dist: Path) -> None:
+    idb = NODE / "idb" / "build"
+    copy(idb / "index.js", dist / "vendor" / "idb" / "index.js")
+    for lic in NODE.glob("idb/LICENSE*"):
+        copy(lic, dist / "vendor" / "idb" / lic.name)
+
+
+def inputs_digest() -> str:
+    h = hashlib.sha256()
+    paths = [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__)]
+    for base in (ROOT / "py", ROOT / "web"):
+        paths += sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for p in paths:
+        h.update(str(p.relative_to(ROOT)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def build() -> Path:
+    npm_ci()
+    digest = inputs_digest()
+    wheel = build_chatmem_wheel()
+    extra = page_wheels()
+    tmp = ROOT / "dist.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ROOT / "web", tmp)
+    write_pyodide(tmp, extra)
+    write_duckdb(tmp)
+    write_vendor(tmp)
+    copy(wheel, tmp / "wheels" / wheel.name)
+    files = sorted(str(p.relative_to(tmp)).replace(os.sep, "/") for p in tmp.rglob("*") if p.is_file())
+    info = {
+        "version": digest[:16],
+        "wheel": f"wheels/{wheel.name}",
+        "wheel_sha256": sha256(wheel),
+        "files": files,
+    }
+    (tmp / "build-info.json").write_text(json.dumps(info, indent=1))
+    (tmp / ".build-digest").write_text(digest)
+    shutil.rmtree(DIST, ignore_errors=True)
+    tmp.rename(DIST)
+    size = sum(p.stat().st_size for p in DIST.rglob("*") if p.is_file())
+    log(f"dist/ written: {len(files)} files, {size / 1e6:.1f} MB")
+    return DIST
+
+
+def build_if_needed() -> Path:
+    stamp = DIST / ".build-digest"
+    if stamp.exists() and (NODE / ".chatmem-lock-sha").exists() and stamp.read_text() == inputs_digest():
+        log("dist/ is up to date")
+        return DIST
+    return build()
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME}
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        if os.environ.get("CHATMEM_SERVE_LOG"):
+            super().log_message(format, *args)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_server(directory: Path = DIST, port: int = 8000, host: str = "127.0.0.1") -> Server:
+    handler = functools.partial(Handler, directory=str(directory))
+    return Server((host, port), handler)
+
+
+def serve_in_thread(directory: Path = DIST, port: int = 0) -> tuple[Server, str]:
+    """Start a server on 127.0.0.1 in a daemon thread; returns it and its base URL."""
+    srv = make_server(directory, port)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/"
+
+
+def serve(port: int) -> None:
+    build_if_needed()
+    srv = make_server(DIST, port)
+    log(f"serving dist/ on http://127.0.0.1:{port}/  (Ctrl+C to stop)")
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+# ---------------------------------------------------------------------------- test / bench
+
+
+def venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def ensure_test_env(extras: str = "test") -> Path:
+    py = venv_python()
+    if not py.exists():
+        run([sys.executable, "-m", "venv", str(VENV)])
+    stamp = VENV / f".chatmem-{extras}"
+    want = sha256(ROOT / "pyproject.toml")
+    if not stamp.exists() or stamp.read_text() != want:
+        run([str(py), "-m", "pip", "install", "-q", "-e", f"{ROOT}[{extras}]"])
+        stamp.write_text(want)
+    if not Path("/usr/bin/chromium").exists():
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        run(sudo + ["apt-get", "update", "-q"], env=env)
+        run(sudo + ["apt-get", "install", "-y", "-q", "chromium"], env=env)
+    return py
+
+
+def test(args: list[str]) -> int:
+    py = ensure_test_env("test")
+    build_if_needed()
+    env = dict(os.environ, CHATMEM_DIST=str(DIST))
+    return subprocess.call([str(py), "-m", "pytest", *args], cwd=ROOT, env=env)
+
+
+def bench(args: list[str]) -> int:
+    py = ensure_test_env("test,bench")
+    build_if_needed()
+    env = dict(os.environ, CHATMEM_DIST=str(DIST))
+    return subprocess.call([str(py), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT, env=env)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build", help="write the static site to dist/")
+    sp = sub.add_parser("serve", help="build if needed, then serve dist/ on 127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000)
+    sub.add_parser("test", help="install test deps, build, run pytest (extra args go to pytest)")
+    sub.add_parser("bench", help="install deps, build, run the benchmarks (extra args go to bench/run.py)")
+    args, rest = ap.parse_known_args()
+    if args.cmd == "build":
+        build()
+        return 0
+    if args.cmd == "serve":
+        serve(args.port)
+        return 0
+    if args.cmd == "test":
+        return test(rest)
+    if args.cmd == "bench":
+        return bench(rest)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

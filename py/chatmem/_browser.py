@@ -1,0 +1,187 @@
+"""The browser adapter: the only module that imports ``js`` / ``pyodide``.
+
+It reaches the JS bridge (``web/js/bridge.js``), which the page registers as
+the JS module ``chatmem_bridge`` (``pyodide.registerJsModule``). Everything
+crosses as JSON text; bridge failures come back as ``{"name", "message"}``
+and are turned into typed errors here (``errors.translate_dom_error``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, AsyncIterator, Callable
+
+import js  # type: ignore[import-not-found]
+from pyodide.code import eval_code_async  # type: ignore[import-not-found]
+from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
+
+from .errors import SessionNotFound, StorageError, UnsupportedEnvironment, translate_dom_error
+from .http import HTTPResponse, TransportError, TransportTimeout
+
+__all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
+           "request_persistence"]
+
+
+def _bridge() -> Any:
+    try:
+        import chatmem_bridge  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise UnsupportedEnvironment(
+            "the chatmem JS bridge is not registered: import web/js/bridge.js and call "
+            "pyodide.registerJsModule('chatmem_bridge', bridge) before opening"
+        ) from e
+    return chatmem_bridge
+
+
+def _error(err: dict[str, Any]) -> Exception:
+    name, message = err.get("name", "Error"), err.get("message", "")
+    if name == "SessionNotFound":
+        return SessionNotFound(message)
+    return translate_dom_error(name, message)
+
+
+class BridgeDB:
+    """One open IndexedDB database; ``call`` runs one bridge method = one transaction."""
+
+    def __init__(self, handle: Any, name: str):
+        self._handle = handle
+        self.name = name
+        self._proxies: list[Any] = []
+
+    async def call(self, method: str, **args: Any) -> Any:
+        raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
+        envelope = json.loads(raw)
+        if envelope["ok"]:
+            return envelope["value"]
+        err = envelope["error"]
+        exc = _error(err)
+        cause = StorageError(f"{err.get('name')}: {err.get('message')}")
+        raise exc from cause
+
+    def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``fn(notice)`` when another tab writes to this database."""
+        proxy = create_proxy(lambda raw: fn(json.loads(raw)))
+        self._proxies.append(proxy)
+        self._handle.subscribe(proxy)
+
+    async def close(self) -> None:
+        await self._handle.call("close", "{}")
+        for p in self._proxies:
+            p.destroy()
+        self._proxies.clear()
+
+
+async def open_database(name: str, durability: str = "relaxed") -> BridgeDB:
+    res = await _bridge().openEnvelope(name, durability)
+    if not res.ok:
+        raise _error(json.loads(res.error))
+    return BridgeDB(res.db, name)
+
+
+async def drop_database(name: str) -> None:
+    await _bridge().drop(name)
+
+
+async def storage_estimate() -> dict[str, Any]:
+    return json.loads(await _bridge().storageEstimate())  # type: ignore[no-any-return]
+
+
+async def request_persistence() -> bool:
+    return bool(await _bridge().requestPersistence())
+
+
+# ---------------------------------------------------------------------------- the page's test hook
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if hasattr(value, "to_py"):
+        return value.to_py()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+async def run_code(code: str) -> str:
+    """Run async Python (top-level await allowed) in a fresh namespace; JSON of the last expression."""
+    ns: dict[str, Any] = {"__name__": "__main__"}
+    result = await eval_code_async(code, ns)
+    return json.dumps(result, default=_jsonable)
+
+
+# ---------------------------------------------------------------------------- fetch transport
+
+
+class FetchTransport:
+    """``chatmem.http.Transport`` over the browser's ``fetch``."""
+
+    async def _fetch(
+        self, method: str, url: str, headers: dict[str, str] | None, body: bytes | None,
+        timeout: float | None,
+    ) -> Any:
+        controller = js.AbortController.new()
+        timer = None
+        if timeout is not None:
+            timer = js.setTimeout(create_proxy(lambda: controller.abort()), int(timeout * 1000))
+        init: dict[str, Any] = {"method": method, "headers": headers or {}, "signal": controller.signal}
+        if body is not None:
+            init["body"] = js.Uint8Array.new(to_js(body))
+        try:
+            resp = await js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
+        except Exception as e:  # JsException: TypeError (network) or AbortError (timeout)
+            if "AbortError" in str(e):
+                raise TransportTimeout(f"{method} {url}: timed out") from e
+            raise TransportError(f"{method} {url}: {e}") from e
+        return resp, timer, controller
+
+    @staticmethod
+    def _headers(resp: Any) -> dict[str, str]:
+        return {k: v for k, v in resp.headers.entries()}
+
+    async def request(
+        self, method: str, url: str, *, headers: dict[str, str] | None = None,
+        body: bytes | None = None, timeout: float | None = 30.0,
+    ) -> HTTPResponse:
+        resp, timer, _ = await self._fetch(method, url, headers, body, timeout)
+        try:
+            data = (await resp.arrayBuffer()).to_bytes()
+        except Exception as e:
+            raise (TransportTimeout if "AbortError" in str(e) else TransportError)(f"{method} {url}: {e}") from e
+        finally:
+            if timer is not None:
+                js.clearTimeout(timer)
+        return HTTPResponse(int(resp.status), self._headers(resp), bytes(data))
+
+    async def stream_lines(
+        self, method: str, url: str, *, headers: dict[str, str] | None = None,
+        body: bytes | None = None, timeout: float | None = 30.0,
+    ) -> AsyncIterator[HTTPResponse | str]:
+        resp, timer, controller = await self._fetch(method, url, headers, body, timeout)
+        reader = resp.body.getReader()
+        decoder = js.TextDecoder.new()
+        buf = ""
+        try:
+            yield HTTPResponse(int(resp.status), self._headers(resp))
+            while True:
+                try:
+                    chunk = await reader.read()
+                except Exception as e:
+                    raise (TransportTimeout if "AbortError" in str(e) else TransportError)(
+                        f"{method} {url}: {e}") from e
+                if chunk.done:
+                    break
+                buf += decoder.decode(chunk.value, to_js({"stream": True}, dict_converter=js.Object.fromEntries))
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    yield line.rstrip("\r")
+            if buf:
+                yield buf.rstrip("\r")
+        finally:
+            if timer is not None:
+                js.clearTimeout(timer)
+            try:
+                controller.abort()
+            except Exception:
+                pass

@@ -1,0 +1,89 @@
+"""IndexedDB store (Pyodide only), through the JS bridge.
+
+Each method is one bridge call, and one bridge call is one IndexedDB
+transaction that has *completed* when the call returns: the write survives a
+reload and a browser restart. ``seq`` is assigned inside the transaction, so
+appends from several tabs never collide. Writes from other tabs arrive as
+BroadcastChannel notices; ``subscribe`` forwards them (the ``Memory`` drops
+its cached view of those sessions).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .. import _browser
+
+__all__ = ["IndexedDBStore"]
+
+
+class IndexedDBStore:
+    kind = "indexeddb"
+
+    def __init__(self, db: _browser.BridgeDB, durability: str):
+        self._db = db
+        self.name = db.name
+        self.durability = durability
+
+    @classmethod
+    async def open(cls, name: str, *, durability: str = "relaxed") -> IndexedDBStore:
+        return cls(await _browser.open_database(name, durability), durability)
+
+    def subscribe(self, fn: Callable[[str], None]) -> None:
+        def on_notice(notice: dict[str, Any]) -> None:
+            for sid in notice.get("sessions", []):
+                fn(sid)
+
+        self._db.subscribe(on_notice)
+
+    async def create_session(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        await self._db.call("createSession", record=record, messages=messages)
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._db.call("getSession", sessionId=session_id)  # type: ignore[no-any-return]
+
+    async def all_sessions(self) -> list[dict[str, Any]]:
+        return await self._db.call("allSessions")  # type: ignore[no-any-return]
+
+    async def update_session(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return await self._db.call("updateSession", sessionId=session_id, changes=changes)  # type: ignore[no-any-return]
+
+    async def delete_session(self, session_id: str) -> bool:
+        return bool(await self._db.call("deleteSession", sessionId=session_id))
+
+    async def clear_session(self, session_id: str, now: int) -> dict[str, Any]:
+        return await self._db.call("clearSession", sessionId=session_id, now=now)  # type: ignore[no-any-return]
+
+    async def append_messages(
+        self,
+        session_id: str,
+        records: list[dict[str, Any]],
+        now: int,
+        create: dict[str, Any] | None = None,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        out, sess = await self._db.call(
+            "appendMessages", sessionId=session_id, records=records, now=now, create=create
+        )
+        return out, sess
+
+    async def get_message(self, message_id: str) -> dict[str, Any] | None:
+        return await self._db.call("getMessage", messageId=message_id)  # type: ignore[no-any-return]
+
+    async def list_messages(
+        self, session_id: str, offset: int, limit: int | None, newest_first: bool
+    ) -> list[dict[str, Any]]:
+        return await self._db.call(  # type: ignore[no-any-return]
+            "listMessages", sessionId=session_id, offset=offset, limit=limit, newestFirst=newest_first
+        )
+
+    async def count_messages(self, session_id: str) -> int:
+        return int(await self._db.call("countMessages", sessionId=session_id))
+
+    async def kv_get(self, key: str) -> Any:
+        return await self._db.call("kvGet", key=key)
+
+    async def kv_set(self, key: str, value: Any) -> None:
+        await self._db.call("kvSet", key=key, value=value)
+
+    async def close(self) -> None:
+        await self._db.close()

@@ -1,0 +1,308 @@
+// chatmem's bridge to the browser: IndexedDB transactions (through `idb`).
+//
+// Python (chatmem/_browser.py) is the only caller. Rules:
+// - One call = one IndexedDB transaction. Python never awaits inside one:
+//   every call carries its whole batch, and resolves only once the
+//   transaction has completed (`tx.done`), so an acknowledged write is durable.
+// - Arguments and results cross as JSON text; the result is an envelope
+//   {"ok": true, "value": ...} or {"ok": false, "error": {"name", "message"}}
+//   with the real DOMException name, which Python maps to a typed error.
+// - Writes post a notice on a BroadcastChannel so other tabs drop stale caches.
+
+import { openDB, deleteDB } from "idb";
+
+const SCHEMA = [
+  // v1: the storage model of DESIGN.md section 3
+  (db) => {
+    const sessions = db.createObjectStore("sessions", { keyPath: "sessionId" });
+    for (const k of ["userId", "characterId", "updatedAt", "createdAt"]) sessions.createIndex(k, k);
+    const messages = db.createObjectStore("messages", { keyPath: "id" });
+    messages.createIndex("sessionSeq", ["sessionId", "seq"], { unique: true });
+    messages.createIndex("createdAt", "createdAt");
+    messages.createIndex("role", "role");
+    const outbox = db.createObjectStore("outbox", { keyPath: "key", autoIncrement: true });
+    outbox.createIndex("opId", "opId", { unique: true });
+    db.createObjectStore("dead_letter", { keyPath: "opId" });
+    db.createObjectStore("kv");
+  },
+];
+export const SCHEMA_VERSION = SCHEMA.length;
+const BLOCKED_TIMEOUT_MS = 5000;
+
+class BridgeError extends Error {
+  constructor(name, message) {
+    super(message);
+    this.name = name;
+  }
+}
+
+function sessionRange(sessionId) {
+  return IDBKeyRange.bound([sessionId, -Infinity], [sessionId, Infinity]);
+}
+
+async function settle(promises) {
+  // Wait for every request and the transaction; the first failure wins.
+  await Promise.all(promises);
+}
+
+class Database {
+  constructor(name, db, durability) {
+    this.name = name;
+    this.db = db;
+    this.durability = durability;
+    this.closed = false;
+    this.closedReason = null;
+    this.listeners = [];
+    this.channel = typeof BroadcastChannel === "function" ? new BroadcastChannel(`chatmem:${name}`) : null;
+    if (this.channel) {
+      this.channel.onmessage = (ev) => {
+        for (const fn of this.listeners) {
+          try { fn(JSON.stringify(ev.data)); } catch (e) { console.error(e); }
+        }
+      };
+    }
+  }
+
+  tx(stores, mode = "readonly") {
+    if (this.closed) throw new BridgeError("DatabaseClosed", this.closedReason || "the database is closed");
+    return mode === "readwrite"
+      ? this.db.transaction(stores, mode, { durability: this.durability })
+      : this.db.transaction(stores, mode);
+  }
+
+  notify(kind, sessionIds) {
+    if (this.channel) this.channel.postMessage({ kind, sessions: sessionIds });
+  }
+
+  // ------------------------------------------------------------------ sessions
+  async createSession({ record, messages }) {
+    const tx = this.tx(["sessions", "messages"], "readwrite");
+    const rec = { ...record, nextSeq: messages.length, messageCount: messages.length };
+    const ps = [tx.objectStore("sessions").add(rec)];
+    for (const m of messages) ps.push(tx.objectStore("messages").add(m));
+    ps.push(tx.done);
+    await settle(ps).catch(duplicateId);
+    this.notify("session", [record.sessionId]);
+    return null;
+  }
+
+  async getSession({ sessionId }) {
+    return (await this.db.get("sessions", sessionId)) ?? null;
+  }
+
+  async allSessions() {
+    return await this.tx(["sessions"]).objectStore("sessions").getAll();
+  }
+
+  async updateSession({ sessionId, changes }) {
+    const tx = this.tx(["sessions"], "readwrite");
+    const store = tx.objectStore("sessions");
+    const rec = await store.get(sessionId);
+    if (!rec) {
+      tx.abort();
+      await tx.done.catch(() => {});
+      throw new BridgeError("SessionNotFound", sessionId);
+    }
+    Object.assign(rec, changes);
+    await settle([store.put(rec), tx.done]);
+    this.notify("session", [sessionId]);
+    return rec;
+  }
+
+  async deleteSession({ sessionId }) {
+    const tx = this.tx(["sessions", "messages"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    const existed = (await sessions.count(sessionId)) > 0;
+    const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
+    const ps = keys.map((k) => tx.objectStore("messages").delete(k));
+    ps.push(sessions.delete(sessionId), tx.done);
+    await settle(ps);
+    this.notify("session", [sessionId]);
+    return existed;
+  }
+
+  async clearSession({ sessionId, now }) {
+    const tx = this.tx(["sessions", "messages"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    const rec = await sessions.get(sessionId);
+    if (!rec) {
+      tx.abort();
+      await tx.done.catch(() => {});
+      throw new BridgeError("SessionNotFound", sessionId);
+    }
+    const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
+    const ps = keys.map((k) => tx.objectStore("messages").delete(k));
+    Object.assign(rec, { messageCount: 0, nextSeq: 0, updatedAt: now });
+    ps.push(sessions.put(rec), tx.done);
+    await settle(ps);
+    this.notify("session", [sessionId]);
+    return rec;
+  }
+
+  // ------------------------------------------------------------------ messages
+  async appendMessages({ sessionId, records, now, create }) {
+    // seq is read and assigned inside this readwrite transaction: IndexedDB
+    // serialises overlapping readwrite transactions, so two tabs never share one.
+    const tx = this.tx(["sessions", "messages"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    let sess = await sessions.get(sessionId);
+    if (!sess) {
+      if (!create) {
+        tx.abort();
+        await tx.done.catch(() => {});
+        throw new BridgeError("SessionNotFound", sessionId);
+      }
+      sess = { ...create, nextSeq: 0, messageCount: 0 };
+    }
+    let seq = sess.nextSeq ?? sess.messageCount ?? 0;
+    const out = records.map((r) => ({ ...r, sessionId, seq: seq++ }));
+    sess.nextSeq = seq;
+    sess.messageCount = (sess.messageCount ?? 0) + out.length;
+    sess.updatedAt = now;
+    const messages = tx.objectStore("messages");
+    const ps = out.map((m) => messages.add(m));
+    ps.push(sessions.put(sess), tx.done);
+    await settle(ps).catch(duplicateId);
+    this.notify("messages", [sessionId]);
+    return [out, sess];
+  }
+
+  async getMessage({ messageId }) {
+    return (await this.db.get("messages", messageId)) ?? null;
+  }
+
+  async listMessages({ sessionId, offset, limit, newestFirst }) {
+    const tx = this.tx(["sessions", "messages"]);
+    const index = tx.objectStore("messages").index("sessionSeq");
+    const sess = await tx.objectStore("sessions").get(sessionId);
+    if (!sess) return [];
+    const count = sess.messageCount ?? 0;
+    const want = limit === null ? Infinity : limit;
+    if (sess.nextSeq === count) {
+      // dense seq 0..count-1: the page is a key range, no cursor walk
+      let lo, hi;
+      if (newestFirst) {
+        hi = count - 1 - offset;
+        lo = Math.max(0, hi - want + 1);
+      } else {
+        lo = offset;
+        hi = Math.min(count - 1, offset + want - 1);
+      }
+      if (hi < lo || hi < 0) return [];
+      const page = await index.getAll(IDBKeyRange.bound([sessionId, lo], [sessionId, hi]));
+      return newestFirst ? page.reverse() : page;
+    }
+    const out = [];
+    let cursor = await index.openCursor(sessionRange(sessionId), newestFirst ? "prev" : "next");
+    if (cursor && offset > 0) cursor = await cursor.advance(offset);
+    while (cursor && out.length < want) {
+      out.push(cursor.value);
+      cursor = await cursor.continue();
+    }
+    return out;
+  }
+
+  async countMessages({ sessionId }) {
+    return await this.tx(["messages"]).objectStore("messages").index("sessionSeq").count(sessionRange(sessionId));
+  }
+
+  // ------------------------------------------------------------------ kv
+  async kvGet({ key }) {
+    return (await this.db.get("kv", key)) ?? null;
+  }
+
+  async kvSet({ key, value }) {
+    const tx = this.tx(["kv"], "readwrite");
+    await settle([tx.objectStore("kv").put(value, key), tx.done]);
+    return null;
+  }
+
+  async close() {
+    this.closed = true;
+    this.closedReason = "closed";
+    if (this.channel) this.channel.close();
+    this.db.close();
+    return null;
+  }
+
+  // ------------------------------------------------------------------ the one entry point
+  async call(method, argsJson) {
+    try {
+      if (method.startsWith("_") || typeof this[method] !== "function" || method === "call") {
+        throw new BridgeError("NotSupportedError", `unknown bridge method ${method}`);
+      }
+      const value = await this[method](argsJson ? JSON.parse(argsJson) : {});
+      return JSON.stringify({ ok: true, value });
+    } catch (e) {
+      return JSON.stringify({ ok: false, error: { name: e?.name || "Error", message: e?.message || String(e) } });
+    }
+  }
+
+  subscribe(fn) {
+    this.listeners.push(fn);
+  }
+}
+
+function duplicateId(e) {
+  // the only ConstraintError an add can raise here is a key that exists
+  if (e?.name === "ConstraintError") throw new BridgeError("DuplicateId", e.message);
+  throw e;
+}
+
+/** Open (creating or migrating) the database `name`. Resolves to a Database. */
+export async function open(name, durability = "relaxed") {
+  let blockedTimer = null;
+  let rejectBlocked;
+  const blocked = new Promise((_, reject) => (rejectBlocked = reject));
+  const opening = openDB(name, SCHEMA_VERSION, {
+    upgrade(db, oldVersion) {
+      for (let v = oldVersion; v < SCHEMA_VERSION; v++) SCHEMA[v](db);
+    },
+    blocked() {
+      blockedTimer = setTimeout(
+        () => rejectBlocked(new BridgeError("UpgradeBlocked", "another tab keeps an older version open; close it or reload it")),
+        BLOCKED_TIMEOUT_MS,
+      );
+    },
+    blocking() {
+      // another tab upgrades: let it, and tell this page to reload
+      wrapper.closed = true;
+      wrapper.closedReason = "the database was upgraded in another tab: reload this page";
+      wrapper.db.close();
+      globalThis.dispatchEvent?.(new CustomEvent("chatmem:versionchange", { detail: { name } }));
+    },
+  });
+  let db;
+  try {
+    db = await Promise.race([opening, blocked]);
+  } catch (e) {
+    throw e;
+  } finally {
+    clearTimeout(blockedTimer);
+  }
+  const wrapper = new Database(name, db, durability === "strict" ? "strict" : "relaxed");
+  return wrapper;
+}
+
+/** Open and answer with a JSON envelope (never rejects): {"ok", "value"|"error"}. */
+export async function openEnvelope(name, durability) {
+  try {
+    return { ok: true, db: await open(name, durability), error: null };
+  } catch (e) {
+    return { ok: false, db: null, error: JSON.stringify({ name: e?.name || "Error", message: e?.message || String(e) }) };
+  }
+}
+
+export async function drop(name) {
+  await deleteDB(name);
+}
+
+export async function storageEstimate() {
+  const est = (await navigator.storage?.estimate?.()) || {};
+  const persisted = (await navigator.storage?.persisted?.()) || false;
+  return JSON.stringify({ usage: est.usage ?? null, quota: est.quota ?? null, persisted });
+}
+
+export async function requestPersistence() {
+  return (await navigator.storage?.persist?.()) || false;
+}
