@@ -1,0 +1,226 @@
+"""IndexedDB behaviour in real Chromium: durability across reloads and
+restarts, several tabs at once, streaming, upgrades, and no stray requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import CHROMIUM, CHROMIUM_ARGS, Page, unique_name
+
+pytestmark = pytest.mark.browser
+
+
+def start(page: Page, code: str) -> None:
+    """Start runPython(code) without waiting; collect with ``finish``."""
+    page.page.evaluate("code => { window.__job = window.chatmem.runPython(code); }", code)
+
+
+def finish(page: Page) -> Any:
+    return page.page.evaluate("window.__job")
+
+
+def test_thousand_messages_survive_reload(new_page: Any) -> None:
+    """1,000 appended messages are all there, in order with dense seq, after a reload."""
+    db = unique_name("reload")
+    p = new_page()
+    sid = p.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+s = await mem.sessions.create(title="durable")
+for i in range(1000):
+    await mem.messages.append(s.session_id, "user" if i % 2 == 0 else "assistant", f"message {{i}}")
+s.session_id
+""")
+    p.reload()
+    out = p.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+msgs = await mem.messages.list({sid!r}, limit=None)
+meta = await mem.sessions.get({sid!r})
+[[m.seq for m in msgs], [m.content for m in msgs][:3], meta.message_count, meta.title]
+""")
+    seqs, first, count, title = out
+    assert seqs == list(range(1000))
+    assert first == ["message 0", "message 1", "message 2"]
+    assert count == 1000 and title == "durable"
+
+
+def test_data_survives_browser_restart(playwright_instance: Any, site: str, profile_dir: Path) -> None:
+    """Closing and relaunching Chromium on the same profile keeps every message."""
+    db = unique_name("restart")
+
+    def session(code: str) -> Any:
+        ctx = playwright_instance.chromium.launch_persistent_context(
+            str(profile_dir), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = Page(ctx.pages[0] if ctx.pages else ctx.new_page(), site).boot()
+            return page.py(code)
+        finally:
+            ctx.close()
+
+    sid = session(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+s = await mem.sessions.create(title="restart me")
+await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"m{{i}}"}} for i in range(300)])
+await mem.messages.append(s.session_id, "assistant", "the last word")
+s.session_id
+""")
+    out = session(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+msgs = await mem.messages.list({sid!r}, limit=None)
+[len(msgs), [m.seq for m in msgs] == list(range(301)), msgs[-1].content, (await mem.sessions.get({sid!r})).title]
+""")
+    assert out == [301, True, "the last word", "restart me"]
+
+
+def test_two_tabs_append_to_one_session(new_page: Any) -> None:
+    """Two pages appending 200 messages each at once: 400 messages, seq 0..399 each once."""
+    db = unique_name("tabs")
+    a, b = new_page(), new_page()
+    sid = a.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+(await mem.sessions.create(title="shared")).session_id
+""")
+    writer = """
+import chatmem
+mem = await chatmem.open({db!r})
+for i in range(200):
+    await mem.messages.append({sid!r}, "user", "{tab}-" + str(i))
+"done"
+"""
+    start(a, writer.format(db=db, sid=sid, tab="A"))
+    start(b, writer.format(db=db, sid=sid, tab="B"))
+    assert finish(a) == "done" and finish(b) == "done"
+    seqs, contents, count = a.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+msgs = await mem.messages.list({sid!r}, limit=None)
+[[m.seq for m in msgs], [m.content for m in msgs], (await mem.sessions.get({sid!r})).message_count]
+""")
+    assert sorted(seqs) == list(range(400)) and seqs == list(range(400))
+    assert count == 400
+    assert sorted(contents) == sorted([f"A-{i}" for i in range(200)] + [f"B-{i}" for i in range(200)])
+    # each tab's own messages stay in the order it wrote them
+    assert [c for c in contents if c.startswith("A-")] == [f"A-{i}" for i in range(200)]
+
+
+def test_write_in_one_tab_reaches_cached_reader_in_another(new_page: Any) -> None:
+    """A tab that cached a page of messages sees another tab's append (BroadcastChannel)."""
+    db = unique_name("coherent")
+    a, b = new_page(), new_page()
+    sid = a.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+s = await mem.sessions.create()
+await mem.messages.append(s.session_id, "user", "one")
+s.session_id
+""")
+    # tab A keeps its Memory open in a module global so its cache lives on
+    a.py(f"""
+import chatmem, builtins
+builtins._mem = await chatmem.open({db!r})
+len(await builtins._mem.messages.list({sid!r}))
+""")
+    b.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+await mem.messages.append({sid!r}, "user", "two")
+""")
+    a.page.wait_for_timeout(200)
+    out = a.py(f"""
+import builtins
+[[m.content for m in await builtins._mem.messages.list({sid!r})], await builtins._mem.messages.count({sid!r})]
+""")
+    assert out == [["one", "two"], 2]
+
+
+def test_stream_five_thousand_in_batches(page: Page) -> None:
+    """stream() over 5,000 messages yields them in order, reading batch by batch."""
+    db = unique_name("stream")
+    out = page.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+s = await mem.sessions.create()
+await mem.messages.append_many(s.session_id, [{{"role": "user", "content": str(i)}} for i in range(5000)])
+calls = []
+orig = mem.store.list_messages
+async def counting(*a, **k):
+    page = await orig(*a, **k)
+    calls.append(len(page))
+    return page
+mem.store.list_messages = counting
+seqs = [m.seq async for m in mem.messages.stream(s.session_id, batch_size=100)]
+[seqs == list(range(5000)), max(calls), len(calls)]
+""")
+    assert out == [True, 100, 51]
+
+
+def test_upgrade_in_another_tab_closes_old_connection(new_page: Any) -> None:
+    """When another tab opens a newer schema, this tab's connection closes and says to reload."""
+    db = unique_name("upgrade")
+    a = new_page()
+    a.py(f"""
+import chatmem, builtins
+builtins._old = await chatmem.open({db!r})
+(await builtins._old.sessions.create()).session_id
+""")
+    a.page.evaluate("() => { window.__vc = null; addEventListener('chatmem:versionchange', e => window.__vc = e.detail.name); }")
+    b = new_page()
+    version = b.page.evaluate(f"""async () => {{
+        const {{ SCHEMA_VERSION }} = window.chatmem.bridge;
+        return await new Promise((resolve, reject) => {{
+            const req = indexedDB.open({db!r}, SCHEMA_VERSION + 1);
+            req.onsuccess = () => {{ const v = req.result.version; req.result.close(); resolve(v); }};
+            req.onerror = () => reject(req.error);
+            req.onblocked = () => reject(new Error('blocked'));
+        }});
+    }}""")
+    assert version >= 2
+    assert a.page.evaluate("window.__vc") == db
+    err = a.py("""
+import builtins
+from chatmem import errors
+try:
+    await builtins._old.sessions.list()
+    out = "no error"
+except errors.DatabaseClosed as e:
+    out = "closed: " + str(e)
+out
+""")
+    assert err.startswith("closed:") and "reload" in err
+
+
+def test_storage_errors_are_typed(page: Page) -> None:
+    """The bridge's DOMException names arrive as typed StorageErrors with the original as cause."""
+    out = page.py("""
+from chatmem import errors
+e = errors.translate_dom_error("QuotaExceededError", "full")
+[type(e).__name__, isinstance(e, errors.StorageError), e.dom_name,
+ type(errors.translate_dom_error("ConstraintError", "")).__name__,
+ type(errors.translate_dom_error("AbortError", "")).__name__,
+ type(errors.translate_dom_error("VersionError", "")).__name__]
+""")
+    assert out == ["QuotaExceeded", True, "QuotaExceededError", "ConstraintViolation",
+                   "TransactionAborted", "VersionConflict"]
+
+
+def test_no_request_leaves_loopback(context: Any, site: str, requests_seen: Any) -> None:
+    """Booting and using the page asks nothing of any host but 127.0.0.1."""
+    p = Page(context.new_page(), site).boot()
+    p.py("""
+import chatmem
+mem = await chatmem.open("no-network")
+s = await mem.sessions.create()
+await mem.messages.append(s.session_id, "user", "hello")
+await mem.messages.count(s.session_id)
+""")
+    p.page.close()
+    assert len(requests_seen.urls) > 5
+    assert requests_seen.outside(site) == []
+    assert any(u.endswith(".wasm") for u in requests_seen.urls)

@@ -1,0 +1,156 @@
+"""Shared fixtures: fresh stores on CPython, and one served site + one booted
+Chromium page for the browser tests (each test uses its own database name)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # build.py: the static server
+sys.path.insert(0, str(ROOT / "tests"))
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # nothing but loopback resolves: proves the page needs no other host
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def unique_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------------------- the site
+
+
+@pytest.fixture(scope="session")
+def dist() -> Path:
+    path = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
+    if not (path / "index.html").exists():
+        import build
+
+        build.build()
+    return path
+
+
+@pytest.fixture(scope="session")
+def site(dist: Path) -> Iterator[str]:
+    import build
+
+    srv, url = build.serve_in_thread(dist, 0)
+    yield url
+    srv.shutdown()
+
+
+class Requests:
+    """Every URL the browser asked for."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+
+    def outside(self, base: str) -> list[str]:
+        return [u for u in self.urls if not (u.startswith(base) or u.startswith("data:") or u.startswith("blob:"))]
+
+
+@pytest.fixture(scope="session")
+def requests_seen() -> Requests:
+    return Requests()
+
+
+@pytest.fixture(scope="session")
+def playwright_instance() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_instance: Any) -> Iterator[Any]:
+    b = playwright_instance.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def context(browser: Any, requests_seen: Requests) -> Iterator[Any]:
+    ctx = browser.new_context()
+    ctx.on("request", lambda req: requests_seen.urls.append(req.url))
+    yield ctx
+    ctx.close()
+
+
+class Page:
+    """A booted chatmem page: ``py(code)`` runs async Python in it."""
+
+    def __init__(self, page: Any, url: str):
+        self.page = page
+        self.url = url
+        self.errors: list[str] = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def boot(self) -> Page:
+        self.page.goto(self.url)
+        self.page.evaluate("window.chatmem.ready")
+        return self
+
+    def reload(self) -> Page:
+        self.page.reload()
+        self.page.evaluate("window.chatmem.ready")
+        return self
+
+    def py(self, code: str, timeout: float = 120_000) -> Any:
+        self.page.set_default_timeout(timeout)
+        return self.page.evaluate("code => window.chatmem.runPython(code)", code)
+
+
+_page_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def page(context: Any, site: str) -> Page:
+    """One booted page shared by the browser tests (state is per database name)."""
+    return Page(context.new_page(), site).boot()
+
+
+@pytest.fixture
+def new_page(context: Any, site: str) -> Iterator[Any]:
+    """A factory of extra booted pages in the shared context (same origin, same IndexedDB)."""
+    pages: list[Page] = []
+
+    def make() -> Page:
+        p = Page(context.new_page(), site).boot()
+        pages.append(p)
+        return p
+
+    yield make
+    for p in pages:
+        p.page.close()
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "profile"
+    d.mkdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

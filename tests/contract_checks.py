@@ -1,0 +1,374 @@
+"""The store contract: one table of checks, run against every store.
+
+Plain async functions (no pytest import) so the same file runs on CPython
+(memory, SQLite) and in Pyodide in Chromium (IndexedDB). Each check gets
+``make(**kwargs)``, an async factory of a *fresh* ``Memory`` (kwargs go to
+``chatmem.open``), and raises ``AssertionError`` on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import chatmem
+from chatmem import errors
+
+Make = Callable[..., Awaitable[chatmem.Memory]]
+CHECKS: dict[str, Callable[[Make], Awaitable[None]]] = {}
+
+
+def check(fn: Callable[[Make], Awaitable[None]]) -> Callable[[Make], Awaitable[None]]:
+    CHECKS[fn.__name__.removeprefix("check_")] = fn
+    return fn
+
+
+class TickClock:
+    """A clock that moves 1 ms per reading, from a fixed start."""
+
+    def __init__(self, start: int = 1_700_000_000_000):
+        self.t = start
+
+    def __call__(self) -> int:
+        self.t += 1
+        return self.t
+
+
+async def raises(exc: type[BaseException], aw: Awaitable[Any]) -> BaseException:
+    try:
+        await aw
+    except exc as e:
+        return e
+    raise AssertionError(f"expected {exc.__name__}")
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+@check
+async def check_session_create_get(make: Make) -> None:
+    """create() returns defaults; get() returns the same; unknown id is SessionNotFound."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="Hello", character_id="airi", tags=["a", "b"])
+        assert s.title == "Hello" and s.character_id == "airi" and s.user_id == "local"
+        assert s.tags == ["a", "b"] and not s.pinned and not s.archived and s.message_count == 0
+        assert isinstance(s.created_at, int) and s.created_at == s.updated_at
+        got = await mem.sessions.get(s.session_id)
+        assert got == s
+        d = await mem.sessions.create()
+        assert d.title == "New Conversation" and d.character_id == "default"
+        assert d.session_id > s.session_id, "ids sort by creation time"
+        await raises(errors.SessionNotFound, mem.sessions.get("nope"))
+
+
+@check
+async def check_session_list_order_and_filters(make: Make) -> None:
+    """list(): newest updated first, pinned first, archived views, user/character filters, paging."""
+    async with await make(clock=TickClock()) as mem:
+        a = await mem.sessions.create(title="a", user_id="u1", character_id="c1")
+        b = await mem.sessions.create(title="b", user_id="u2", character_id="c1")
+        c = await mem.sessions.create(title="c", user_id="u1", character_id="c2")
+        await mem.messages.append(a.session_id, "user", "bump a")  # a is now the newest
+        ids = [m.session_id for m in await mem.sessions.list()]
+        assert ids == [a.session_id, c.session_id, b.session_id], ids
+        await mem.sessions.update(b.session_id, pinned=True)
+        ids = [m.session_id for m in await mem.sessions.list()]
+        assert ids == [b.session_id, a.session_id, c.session_id], ids
+        ids = [m.session_id for m in await mem.sessions.list(pinned_first=False)]
+        assert ids == [a.session_id, c.session_id, b.session_id], ids
+        await mem.sessions.archive(c.session_id)
+        assert [m.session_id for m in await mem.sessions.list()] == [b.session_id, a.session_id]
+        assert [m.session_id for m in await mem.sessions.list(archived=True)] == [c.session_id]
+        assert len(await mem.sessions.list(archived=None)) == 3
+        assert {m.session_id for m in await mem.sessions.list(user_id="u1", archived=None)} == {
+            a.session_id, c.session_id}
+        assert [m.session_id for m in await mem.sessions.list(character_id="c1")] == [
+            b.session_id, a.session_id]
+        assert [m.session_id for m in await mem.sessions.list(limit=1, offset=1)] == [a.session_id]
+        await mem.sessions.unarchive(c.session_id)
+        assert len(await mem.sessions.list()) == 3
+
+
+@check
+async def check_session_update(make: Make) -> None:
+    """update() changes only what it is given; bad types are ValidationError; unknown id fails."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="old")
+        u = await mem.sessions.update(s.session_id, title="new", tags=["x"])
+        assert u.title == "new" and u.tags == ["x"] and not u.pinned
+        assert (await mem.sessions.get(s.session_id)).title == "new"
+        await raises(errors.ValidationError, mem.sessions.update(s.session_id, pinned="yes"))
+        await raises(errors.ValidationError, mem.sessions.update(s.session_id, tags="notalist"))
+        assert (await mem.sessions.get(s.session_id)).pinned is False
+        await raises(errors.SessionNotFound, mem.sessions.update("missing", title="x"))
+
+
+@check
+async def check_session_delete_takes_messages(make: Make) -> None:
+    """delete() removes the session and its messages."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        m = await mem.messages.append(s.session_id, "user", "hi")
+        keep = await mem.sessions.create()
+        await mem.messages.append(keep.session_id, "user", "stay")
+        await mem.sessions.delete(s.session_id)
+        await raises(errors.SessionNotFound, mem.sessions.get(s.session_id))
+        await raises(errors.MessageNotFound, mem.messages.get(m.id))
+        await raises(errors.SessionNotFound, mem.sessions.delete(s.session_id))
+        assert await mem.messages.count(keep.session_id) == 1
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+@check
+async def check_append_and_read(make: Make) -> None:
+    """append() assigns dense seq, bumps the session; get/list/count/paging agree."""
+    async with await make(clock=TickClock()) as mem:
+        s = await mem.sessions.create()
+        msgs = []
+        for i in range(12):
+            role = "user" if i % 2 == 0 else "assistant"
+            msgs.append(await mem.messages.append(s.session_id, role, f"message {i}", provider="p", model="m"))
+        assert [m.seq for m in msgs] == list(range(12))
+        meta = await mem.sessions.get(s.session_id)
+        assert meta.message_count == 12 and meta.updated_at == msgs[-1].created_at > meta.created_at
+        assert await mem.messages.count(s.session_id) == 12
+        got = await mem.messages.get(msgs[3].id)
+        assert got == msgs[3] and got.content == "message 3" and got.provider == "p"
+        assert [m.seq for m in await mem.messages.list(s.session_id, limit=5, offset=2)] == [2, 3, 4, 5, 6]
+        assert [m.seq for m in await mem.messages.list(s.session_id, limit=3, newest_first=True)] == [11, 10, 9]
+        assert [m.seq for m in await mem.messages.list(s.session_id, limit=3, offset=10, newest_first=True)] == [1, 0]
+        assert len(await mem.messages.list(s.session_id, limit=None)) == 12
+        assert await mem.messages.list(s.session_id, offset=50) == []
+        await raises(errors.SessionNotFound, mem.messages.append("nope", "user", "x"))
+        await raises(errors.MessageNotFound, mem.messages.get("nope"))
+
+
+@check
+async def check_rich_fields_roundtrip(make: Make) -> None:
+    """Content parts, slices, tool results, categorization and tool calls come back intact."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        parts = [{"type": "text", "text": "look ✨ 日本語"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+        call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        a = await mem.messages.append(
+            s.session_id, "assistant", parts,
+            slices=[{"type": "text", "text": "t"}, {"type": "tool-call", "toolCall": call}],
+            tool_results=[{"id": "call_1", "result": "ok"}],
+            categorization={"speech": "hi", "reasoning": "because"},
+            tool_calls=[call], metadata={"k": [1, 2]},
+        )
+        t = await mem.messages.append(s.session_id, "tool", "ok", tool_call_id="call_1", name="f")
+        b = await mem.messages.get(a.id)
+        assert b.content == parts and b.slices[1]["toolCall"]["id"] == "call_1"
+        assert b.tool_results == [{"id": "call_1", "result": "ok"}]
+        assert b.categorization == {"speech": "hi", "reasoning": "because"}
+        assert b.tool_calls == [call] and b.metadata == {"k": [1, 2]}
+        assert b.text == "look ✨ 日本語" and b.token_count == chatmem.estimate_tokens("look ✨ 日本語")
+        assert (await mem.messages.get(t.id)).tool_call_id == "call_1"
+
+
+@check
+async def check_bad_input_writes_nothing(make: Make) -> None:
+    """Bad role, content, unknown field or wrong types raise ValidationError; nothing is written."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "user", "ok")
+        before = await mem.sessions.get(s.session_id)
+        bad: list[tuple[str, Any, dict[str, Any]]] = [
+            ("robot", "x", {}),
+            ("user", 42, {}),
+            ("user", [{"text": "no type"}], {}),
+            ("user", "x", {"colour": "red"}),
+            ("user", "x", {"provider": 3}),
+            ("user", "x", {"created_at": "yesterday"}),
+            ("assistant", "x", {"slices": [{"type": "bogus"}]}),
+            ("assistant", "x", {"categorization": {"speech": 1}}),
+            ("assistant", "x", {"tool_results": [{"result": "no id"}]}),
+        ]
+        for role, content, fields in bad:
+            e = await raises(errors.ValidationError, mem.messages.append(s.session_id, role, content, **fields))
+            assert str(e)
+        e = await raises(errors.ValidationError, mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": "fine"}, {"role": "user", "content": None}]))
+        assert e.index == 1 and e.field == "content"
+        assert await mem.messages.count(s.session_id) == 1
+        assert len(await mem.messages.list(s.session_id)) == 1
+        after = await mem.sessions.get(s.session_id)
+        assert after == before
+        await raises(errors.ValidationError, mem.sessions.create(title=5))
+        assert len(await mem.sessions.list(archived=None)) == 1
+
+
+@check
+async def check_failed_batch_leaves_nothing(make: Make) -> None:
+    """A batch that fails midway (a duplicate id) writes none of its messages."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        first = await mem.messages.append(s.session_id, "user", "first", id="fixed-id")
+        await raises(errors.DuplicateId, mem.messages.append(s.session_id, "user", "again", id="fixed-id"))
+        batch = [{"role": "user", "content": f"b{i}"} for i in range(20)]
+        batch[13]["id"] = "fixed-id"
+        await raises(errors.DuplicateId, mem.messages.append_many(s.session_id, batch))
+        assert await mem.messages.count(s.session_id) == 1
+        assert [m.id for m in await mem.messages.list(s.session_id)] == [first.id]
+        nxt = await mem.messages.append(s.session_id, "user", "next")
+        assert nxt.seq == 1, "a failed batch consumes no seq"
+        other = await mem.sessions.create()
+        await raises(errors.DuplicateId, mem.messages.append(other.session_id, "user", "x", id="fixed-id"))
+
+
+@check
+async def check_append_many(make: Make) -> None:
+    """append_many() writes a batch in order with consecutive seq."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "system", "sys")
+        out = await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"u{i}", "model": "m"} for i in range(100)])
+        assert [m.seq for m in out] == list(range(1, 101))
+        assert [m.content for m in await mem.messages.list(s.session_id, limit=3, offset=1)] == ["u0", "u1", "u2"]
+        assert (await mem.sessions.get(s.session_id)).message_count == 101
+        assert await mem.messages.append_many(s.session_id, []) == []
+
+
+@check
+async def check_concurrent_appends(make: Make) -> None:
+    """Many tasks appending at once: every message kept, seq dense and unique."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+
+        async def writer(w: int) -> None:
+            for i in range(10):
+                await mem.messages.append(s.session_id, "user", f"w{w}-{i}")
+
+        await asyncio.gather(*(writer(w) for w in range(20)))
+        msgs = await mem.messages.list(s.session_id, limit=None)
+        assert sorted(m.seq for m in msgs) == list(range(200))
+        assert len({m.content for m in msgs}) == 200
+        assert (await mem.sessions.get(s.session_id)).message_count == 200
+
+
+@check
+async def check_fork(make: Make) -> None:
+    """A fork at index 10 of 30 holds exactly the first 10; the parent is untouched."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="root", tags=["t"])
+        src = await mem.messages.append_many(s.session_id, [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(30)])
+        f = await mem.sessions.fork(s.session_id, at_index=10, reason="try another way")
+        assert f.parent_id == s.session_id and f.fork_index == 10 and f.fork_reason == "try another way"
+        assert f.message_count == 10 and f.title == "root" and f.tags == ["t"]
+        copied = await mem.messages.list(f.session_id, limit=None)
+        assert [m.content for m in copied] == [f"m{i}" for i in range(10)]
+        assert [m.seq for m in copied] == list(range(10))
+        assert [m.role for m in copied] == [m.role for m in src[:10]]
+        assert not {m.id for m in copied} & {m.id for m in src}
+        assert await mem.messages.count(s.session_id) == 30
+        assert (await mem.sessions.get(s.session_id)).parent_id is None
+        whole = await mem.sessions.fork(s.session_id)
+        assert whole.message_count == 30 and whole.fork_index == 30
+        empty = await mem.sessions.fork(s.session_id, at_index=0)
+        assert empty.message_count == 0
+        await raises(errors.ValidationError, mem.sessions.fork(s.session_id, at_index=31))
+        await raises(errors.ValidationError, mem.sessions.fork(s.session_id, at_index=-1))
+        await raises(errors.SessionNotFound, mem.sessions.fork("missing"))
+        n = await mem.messages.append(f.session_id, "user", "new branch")
+        assert n.seq == 10 and await mem.messages.count(s.session_id) == 30
+
+
+@check
+async def check_stream(make: Make) -> None:
+    """stream() yields every message in order, batch by batch."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": str(i)} for i in range(523)])
+        seen = [m.seq async for m in mem.messages.stream(s.session_id, batch_size=50)]
+        assert seen == list(range(523))
+        seen = [m.content async for m in mem.messages.stream(s.session_id, batch_size=1000)]
+        assert seen == [str(i) for i in range(523)]
+        e = await mem.sessions.create()
+        assert [m async for m in mem.messages.stream(e.session_id)] == []
+
+
+@check
+async def check_clear_session(make: Make) -> None:
+    """sessions.clear() drops the messages, keeps the session, and seq starts again."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="keep me")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": "x"}] * 5)
+        cleared = await mem.sessions.clear(s.session_id)
+        assert cleared.message_count == 0 and cleared.title == "keep me"
+        assert await mem.messages.list(s.session_id) == []
+        assert (await mem.messages.append(s.session_id, "user", "again")).seq == 0
+
+
+@check
+async def check_session_handle(make: Make) -> None:
+    """mem.session(id): append, messages() and AIR's history() dicts."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        h = mem.session(s.session_id)
+        await h.append("user", "hello", provider="openai", model="gpt-4o")
+        await h.append("assistant", "hi!")
+        hist = await h.history()
+        assert [x["role"] for x in hist] == ["user", "assistant"]
+        assert set(hist[0]) == {"role", "content", "provider", "model", "created_at"}
+        assert hist[0]["provider"] == "openai" and hist[0]["model"] == "gpt-4o"
+        assert [m.content for m in await h.messages()] == ["hello", "hi!"]
+
+
+# ---------------------------------------------------------------------------- AIR's ContextStore
+
+
+@check
+async def check_context_store_contract(make: Make) -> None:
+    """AIR's six methods over the same data as the Memory API."""
+    async with await make() as mem:
+        cs = mem.context_store
+        assert isinstance(cs, chatmem.ContextStore)
+        await cs.add_message("s1", "user", "hello", provider="openai", model="gpt-4o")
+        await cs.add_message("s1", "assistant", "hi there")
+        await cs.add_message("s2", "user", "other")
+        msgs = await cs.get_messages("s1")
+        assert msgs == [chatmem.Message("user", "hello"), chatmem.Message("assistant", "hi there")]
+        hist = await cs.get_history("s1")
+        assert hist[0]["provider"] == "openai" and hist[0]["model"] == "gpt-4o"
+        assert isinstance(hist[0]["created_at"], int)
+        assert set(hist[1]) == {"role", "content", "provider", "model", "created_at"}
+        assert await cs.list_sessions() == ["s1", "s2"]
+        assert (await mem.sessions.get("s1")).message_count == 2
+        await cs.clear_session("s1")
+        assert await cs.get_messages("s1") == []
+        assert await cs.list_sessions() == ["s1", "s2"]
+        await cs.delete_session("s2")
+        assert await cs.list_sessions() == ["s1"]
+        assert await cs.get_history("never") == []
+        await cs.delete_session("never")  # no error: nothing to delete
+        try:
+            await cs.add_message("s1", "wizard", "x")
+        except errors.ValidationError:
+            pass
+        else:
+            raise AssertionError("bad role accepted")
+        assert await cs.get_messages("s1") == []
+
+
+@check
+async def check_cache_is_coherent(make: Make) -> None:
+    """Reads served from the LRU cache reflect every write made through the API."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "user", "a")
+        assert len(await mem.messages.list(s.session_id)) == 1
+        assert len(await mem.messages.list(s.session_id)) == 1  # cached
+        await mem.messages.append(s.session_id, "user", "b")
+        assert [m.content for m in await mem.messages.list(s.session_id)] == ["a", "b"]
+        assert await mem.messages.count(s.session_id) == 2
+        await mem.sessions.update(s.session_id, title="t2")
+        assert (await mem.sessions.get(s.session_id)).title == "t2"
+        await mem.sessions.delete(s.session_id)
+        await raises(errors.SessionNotFound, mem.messages.list(s.session_id))
+        meta_cache, page_cache = mem.cache
+        assert meta_cache.hits + page_cache.hits > 0
