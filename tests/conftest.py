@@ -4,6 +4,7 @@ Chromium page for the browser tests (each test uses its own database name)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import os
 import shutil
@@ -33,7 +34,21 @@ CHROMIUM_ARGS = [
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    """Run a coroutine to completion on a fresh event loop in its own thread
+    (safe even while Playwright's sync API holds a loop in this thread)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+BROWSER_FIXTURES = {"page", "new_page", "context", "browser", "playwright_instance", "site"}
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Browser tests run after every CPython test (one browser, booted once)."""
+    for item in items:
+        if BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
 def unique_name(prefix: str = "t") -> str:
