@@ -116,7 +116,7 @@ class _Writer:
         return self.add("]}")
 
     def end(self) -> str:
-        self.add("]}")
+        self.parts.append("]}")
         return self.flush()
 
 
