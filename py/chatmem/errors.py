@@ -4,6 +4,7 @@
 
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
+    │   └── ImportFormatError      an import file is malformed; names the path to the bad field
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ChatmemError",
     "ValidationError",
+    "ImportFormatError",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
@@ -57,6 +59,30 @@ class ValidationError(ChatmemError, ValueError):
         super().__init__(message)
         self.field = field
         self.index = index
+
+
+class ImportFormatError(ValidationError):
+    """An import file (JSON text, export or foreign format) cannot be imported.
+
+    ``path`` locates the problem in the input, e.g.
+    ``sessions[3].messages[17].role``; ``session_index`` / ``message_index``
+    are set when the problem is inside one session / message. ``field`` is the
+    last path component when it names a field.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        field: str | None = None,
+        session_index: int | None = None,
+        message_index: int | None = None,
+    ):
+        super().__init__(f"{path}: {message}" if path else message, field=field, index=message_index)
+        self.path = path
+        self.session_index = session_index
+        self.message_index = message_index
 
 
 class NotFound(ChatmemError, LookupError):

@@ -1,0 +1,101 @@
+"""Import adapters: one module per format, each with ``detect(data) -> bool`` and
+``to_normalized(data, *, ids=None) -> NormalizedImport``.
+
+``detect_format`` names the format of some input; ``convert`` turns it into a
+validated ``NormalizedImport``; ``prepare_import`` is the one call an importer
+needs (parse, detect, convert, and re-key unless ids are preserved). Pure:
+nothing here reads or writes a store.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from ...errors import ImportFormatError
+from ...ids import IdGenerator
+from ..normalized import NormalizedImport, assign_new_ids
+from ..source import describe, load_json
+from ..validate import validate_normalized
+from . import airi, chatgpt, chatmem, claude
+
+__all__ = ["ADAPTERS", "FORMATS", "detect_format", "convert", "prepare_import"]
+
+#: detection order matters: the most specific shapes first
+ADAPTERS: dict[str, ModuleType] = {
+    chatmem.NAME: chatmem,
+    airi.NAME: airi,
+    chatgpt.NAME: chatgpt,
+    claude.NAME: claude,
+}
+FORMATS: tuple[str, ...] = tuple(ADAPTERS)
+
+
+def detect_format(data: Any) -> str:
+    """The name of ``data``'s format (one of ``FORMATS``); ``ImportFormatError`` if none fits.
+
+    ``data`` may be a dict, a list, or JSON text (``str`` / ``bytes``).
+    """
+    data = load_json(data)
+    for name, module in ADAPTERS.items():
+        if module.detect(data):
+            return name
+    if isinstance(data, list) and not data:
+        raise ImportFormatError("nothing to import: the input is an empty array")
+    if isinstance(data, dict):
+        keys = ", ".join(sorted(data)[:8]) or "none"
+        shape = f"an object with keys: {keys}"
+    elif isinstance(data, list):
+        shape = f"an array whose first item is {describe(data[0])}"
+    else:
+        shape = describe(data)
+    raise ImportFormatError(
+        f"unknown import format ({shape}); expected one of {list(FORMATS)}: a chatmem export "
+        "(version/exportedAt/sessions), an AIRI export (format 'chat-sessions-index:v1'), "
+        "ChatGPT's conversations.json (objects with 'mapping') or Claude's (objects with "
+        "'chat_messages')"
+    )
+
+
+def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = None) -> NormalizedImport:
+    """Validated ``NormalizedImport`` from ``data`` in ``format`` (detected when None).
+
+    Ids: a chatmem export keeps its own; every other format gets fresh ids
+    from ``ids``. Raises ``ImportFormatError`` (a ``ValidationError``) naming
+    the path of the first bad value; nothing is returned unless all of it is valid.
+    """
+    data = load_json(data)
+    if format is None:
+        format = detect_format(data)
+    module = ADAPTERS.get(format)
+    if module is None:
+        raise ImportFormatError(f"unknown import format {format!r}; expected one of {list(FORMATS)}",
+                                path="format", field="format")
+    if format != chatmem.NAME and not module.detect(data):
+        raise ImportFormatError(f"the input is not in the {format!r} format")
+    normalized: NormalizedImport = module.to_normalized(data, ids=ids)
+    if format != chatmem.NAME:
+        # what an adapter made must pass the same checks as a chatmem export
+        normalized = validate_normalized(normalized)
+    return normalized
+
+
+def prepare_import(
+    data: Any,
+    *,
+    format: str | None = None,
+    preserve_ids: bool = False,
+    ids: IdGenerator | None = None,
+) -> tuple[str, NormalizedImport]:
+    """``(format name, records to write)`` for an import.
+
+    With ``preserve_ids=False`` a chatmem export is re-keyed with fresh
+    session and message ids (fork links between imported sessions kept);
+    foreign formats always get fresh ids.
+    """
+    data = load_json(data)
+    name = format or detect_format(data)
+    normalized = convert(data, name, ids=ids)
+    if name == chatmem.NAME and not preserve_ids:
+        normalized = assign_new_ids(normalized, ids)
+    return name, normalized

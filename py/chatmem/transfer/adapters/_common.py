@@ -1,0 +1,93 @@
+"""Small helpers the foreign-format adapters share: time conversion, errors, line assembly."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Mapping
+
+from ...errors import ImportFormatError
+from ..normalized import NormalizedImport, RecordBuilder
+from ._tree import Line
+
+__all__ = ["seconds_to_ms", "iso_to_ms", "fail", "assemble_lines", "UNTITLED"]
+
+UNTITLED = "Untitled"
+_MS = timedelta(milliseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def fail(path: str, message: str, field: str | None = None) -> ImportFormatError:
+    return ImportFormatError(message, path=path, field=field)
+
+
+def seconds_to_ms(value: Any, path: str) -> int | None:
+    """Unix seconds (int or float, as ChatGPT writes them) to integer ms; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise fail(path, f"must be a number of seconds since the epoch, got {value!r}")
+    if value < 0:
+        raise fail(path, f"must not be negative, got {value!r}")
+    return int(round(value * 1000))
+
+
+def iso_to_ms(value: Any, path: str) -> int | None:
+    """An ISO-8601 timestamp (``2024-10-29T15:59:18.774635+00:00`` or ``...Z``) to ms; None stays None.
+
+    A timestamp without a zone is taken as UTC.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise fail(path, f"must be an ISO-8601 timestamp string, got {value!r}")
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise fail(path, f"is not an ISO-8601 timestamp: {value!r}") from e
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    ms = (dt - _EPOCH) // _MS
+    if ms < 0:
+        raise fail(path, f"is before 1970: {value!r}")
+    return int(ms)
+
+
+
+
+def assemble_lines(
+    lines: list[Line],
+    records: Mapping[str, dict[str, Any] | None],
+    make_meta: Callable[[str | None, int | None, int], dict[str, Any]],
+    builder: RecordBuilder,
+) -> NormalizedImport:
+    """Sessions for a tree split into lines: the main line, then one fork per other line.
+
+    ``records`` maps a node id to its message record (None for nodes that are
+    not imported: roots, hidden or empty ones). A fork holds copies (fresh
+    ids) of its parent line's messages before the branch point, then its own;
+    its ``forkIndex`` is the number of those copies. ``make_meta(parent_id,
+    fork_index, first_own_created_at)`` makes each session record.
+    """
+    out: NormalizedImport = []
+    session_ids: list[str] = []  # per line: the session holding it (a skipped line: its parent's)
+    for line in lines:
+        shared = [records[n] for n in line.nodes[: line.own_from] if records.get(n) is not None]
+        own = [records[n] for n in line.nodes[line.own_from :] if records.get(n) is not None]
+        msgs = [builder.copy_message(m) for m in shared if m is not None] + [m for m in own if m]
+        if line.parent is not None and not own:
+            # a branch of hidden or empty nodes only: nothing to keep; its own
+            # branches fork from the same messages as it, so from its parent
+            session_ids.append(session_ids[line.parent])
+            continue
+        first = own[0]["createdAt"] if own and own[0] is not None else 0
+        if line.parent is None:
+            meta = make_meta(None, None, first)
+        else:
+            meta = make_meta(session_ids[line.parent], len(shared), first)
+        session_ids.append(meta["sessionId"])
+        out.append(builder.finish(meta, msgs))
+    return out
