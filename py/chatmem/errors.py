@@ -4,6 +4,7 @@
 
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
+    │   └── ContextOverflow        even the system prompt + newest user message exceed the budget
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ChatmemError",
     "ValidationError",
+    "ContextOverflow",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
@@ -57,6 +59,21 @@ class ValidationError(ChatmemError, ValueError):
         super().__init__(message)
         self.field = field
         self.index = index
+
+
+class ContextOverflow(ValidationError):
+    """The token budget cannot hold even the mandatory part of a window (the
+    system prompt and the newest user message). ``needed`` and ``budget`` are
+    token counts; ``budget`` is ``max_tokens - reserve_tokens``."""
+
+    def __init__(self, needed: int, budget: int):
+        super().__init__(
+            f"context overflow: the system prompt and the newest user message need {needed} tokens,"
+            f" the budget is {budget} (max_tokens - reserve_tokens)",
+            field="max_tokens",
+        )
+        self.needed = needed
+        self.budget = budget
 
 
 class NotFound(ChatmemError, LookupError):
