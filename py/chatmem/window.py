@@ -17,7 +17,9 @@ Guarantees (each one tested by property tests in ``tests/unit/test_window.py``):
 * messages keep their relative order.
 
 How the budget is spent, in this order of precedence (so, when space is
-short, the parts are given up from the bottom of this list upwards):
+short, the parts are given up from the bottom of this list upwards; a part
+that does not fit is skipped, and a later, smaller part may still use what
+is left):
 
 1. system prompt and newest user message (mandatory);
 2. the context message (live module state: small, and about *now*);
@@ -181,7 +183,7 @@ class _Walk:
         self.u = u
         self.i = len(msgs) - 1
         self.used = 0  # tokens of kept messages other than the newest user message
-        self.kept: set[int] = set()
+        self.kept: set[int] = {u} if u is not None else set()
         #: tool messages seen but not yet claimed: (index, call id, tokens)
         self.pending: list[tuple[int, str | None, int]] = []
         self._cache: dict[int, ChatMessage] = {}
@@ -356,8 +358,6 @@ def fit_window(
         admitted = [a for a in admitted if a not in dup]
         ret_t -= sum(t for _, t in dup)
         walk.extend(left - ret_t)
-    if u is not None:
-        walk.kept.add(u)
 
     # assemble
     kept = sorted(walk.kept)
