@@ -6,8 +6,9 @@ A ``ContextManager`` holds ``ContextMessage``s keyed by ``source_type``
 live context is process memory, rebuilt by the providers before each turn.
 
 * ``replace-self``: the message replaces every entry held for its source type.
-* ``append-self``: the message is appended to the entries of its source type;
-  at most ``append_cap`` are kept per source type (the oldest go first).
+* ``append-self``: the message is appended to the entries of its source type
+  (after a ``replace-self`` entry too); at most ``append_cap`` are kept per
+  source type (the oldest go first).
 
 ``snapshot()`` is the original's ``getContextsSnapshot()``: a dict keyed by
 source type whose value is the content dict when the last update of that
@@ -37,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from enum import Enum
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
 
 from .errors import ValidationError
 from .ids import Clock

@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any, AsyncIterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from .errors import ChatmemError, ValidationError
-from .models import ChatMessage, extract_text
+from .models import ChatMessage
 
 __all__ = [
     "SUMMARY_PREFIX",

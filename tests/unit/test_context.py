@@ -246,3 +246,10 @@ def test_register_requires_provide():
     """Registering an object without provide() is refused."""
     with pytest.raises(ValidationError):
         ContextManager(FakeClock()).register(object())  # type: ignore[arg-type]
+
+
+def test_public_names_exist():
+    """Every name in chatmem.context.__all__ is defined (the export list cannot rot)."""
+    import chatmem.context as mod
+
+    assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -220,3 +220,10 @@ def test_message_policy_summarizes_and_the_window_uses_the_summary():
 def test_message_plan_default_is_empty():
     """An empty MessagePlan is falsy."""
     assert not MessagePlan()
+
+
+def test_public_names_exist():
+    """Every name in chatmem.retention.__all__ is defined (the export list cannot rot)."""
+    import chatmem.retention as mod
+
+    assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -148,3 +148,10 @@ def test_summary_message_helpers():
     assert not is_summary_message(msg(2, "system", "You are nice."))
     assert summary_text(stored) == "abc"
     assert build_summary_prompt([msg(0, "tool", "42")]) == "Summarize this conversation concisely:\ntool: 42"
+
+
+def test_public_names_exist():
+    """Every name in chatmem.summarize.__all__ is defined (the export list cannot rot)."""
+    import chatmem.summarize as mod
+
+    assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

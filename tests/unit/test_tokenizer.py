@@ -49,3 +49,10 @@ def test_estimate_tokenizer_satisfies_the_protocol():
     """EstimateTokenizer is a Tokenizer named 'estimate'."""
     tk = EstimateTokenizer()
     assert isinstance(tk, Tokenizer) and tk.name == "estimate"
+
+
+def test_public_names_exist():
+    """Every name in chatmem.tokenizer.__all__ is defined (the export list cannot rot)."""
+    import chatmem.tokenizer as mod
+
+    assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

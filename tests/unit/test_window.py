@@ -348,3 +348,10 @@ def test_ten_thousand_messages_under_an_8k_budget_is_fast():
         best = min(best, time.perf_counter() - t0)
     assert res.tokens <= 8192 and res.dropped_count > 9000
     assert best < 0.010, f"best of 5 took {best * 1000:.2f} ms"
+
+
+def test_public_names_exist():
+    """Every name in chatmem.window.__all__ is defined (the export list cannot rot)."""
+    import chatmem.window as mod
+
+    assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)
