@@ -94,6 +94,14 @@ def check_invariants(res, msgs: list[ChatMessage], system: str, budget: int, ret
     rindex = {m.id: i for i, m in enumerate(retrieved)}
     sent = [rindex[r] for r in res.retrieved_ids]
     assert sent == sorted(sent)
+    # tool pairs intact among retrieved messages too
+    rowner = _owner(retrieved)
+    sent_set = set(sent)
+    for t, a in rowner.items():
+        assert (t in sent_set) == (a in sent_set), f"retrieved tool {t} separated from its call {a}"
+    for i in sent_set:
+        if retrieved[i].role == "tool":
+            assert i in rowner, "orphan retrieved tool message sent"
 
 
 @st.composite
