@@ -4,7 +4,8 @@
 
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
-    │   └── ImportFormatError      an import file is malformed; names the path to the bad field
+    │   ├── ImportFormatError      an import file is malformed; names the path to the bad field
+    │   └── ContextOverflow        even the system prompt + newest user message exceed the budget
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
@@ -28,6 +29,7 @@ __all__ = [
     "ChatmemError",
     "ValidationError",
     "ImportFormatError",
+    "ContextOverflow",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
@@ -83,6 +85,21 @@ class ImportFormatError(ValidationError):
         self.path = path
         self.session_index = session_index
         self.message_index = message_index
+
+
+class ContextOverflow(ValidationError):
+    """The token budget cannot hold even the mandatory part of a window (the
+    system prompt and the newest user message). ``needed`` and ``budget`` are
+    token counts; ``budget`` is ``max_tokens - reserve_tokens``."""
+
+    def __init__(self, needed: int, budget: int):
+        super().__init__(
+            f"context overflow: the system prompt and the newest user message need {needed} tokens,"
+            f" the budget is {budget} (max_tokens - reserve_tokens)",
+            field="max_tokens",
+        )
+        self.needed = needed
+        self.budget = budget
 
 
 class NotFound(ChatmemError, LookupError):

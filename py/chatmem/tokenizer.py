@@ -1,0 +1,92 @@
+"""Token counting behind one small protocol.
+
+The default, ``EstimateTokenizer``, is the original's estimate
+(``ceil(len(text) / 4)``, ``chatmem.models.estimate_tokens``), which is also
+what the store records as each message's ``token_count`` at write time. So
+the default tokenizer trusts a stored ``ChatMessage.token_count`` and never
+recounts the text of a stored message; any other tokenizer recounts.
+
+``count_message`` adds a fixed per-message overhead (default 4 tokens, after
+OpenAI's guidance that each message costs about 3-4 tokens of framing: role,
+separators) plus the tokens of any ``tool_calls`` (their compact JSON) and
+``name``/``tool_call_id``. The overhead is configurable per tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from .errors import ValidationError
+from .models import ChatMessage, estimate_tokens, extract_text
+
+__all__ = ["Tokenizer", "EstimateTokenizer", "DEFAULT_MESSAGE_OVERHEAD", "message_extra_text"]
+
+#: tokens of framing counted once per message (role, separators)
+DEFAULT_MESSAGE_OVERHEAD = 4
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+    def count_message(self, message: ChatMessage | Mapping[str, Any]) -> int: ...
+
+
+def message_extra_text(message: ChatMessage | Mapping[str, Any]) -> str:
+    """Text beyond the content that a provider still sends: tool calls (as
+    compact JSON), ``tool_call_id`` and ``name``. Empty for a plain message."""
+    if isinstance(message, ChatMessage):
+        calls, call_id, name = message.tool_calls, message.tool_call_id, message.name
+    else:
+        calls = message.get("tool_calls", message.get("toolCalls"))
+        call_id = message.get("tool_call_id", message.get("toolCallId"))
+        name = message.get("name")
+    if not (calls or call_id or name):
+        return ""
+    parts = []
+    if calls:
+        parts.append(json.dumps(calls, separators=(",", ":"), ensure_ascii=False))
+    if call_id:
+        parts.append(call_id)
+    if name:
+        parts.append(name)
+    return "\n".join(parts)
+
+
+class EstimateTokenizer:
+    """``ceil(len(text) / 4)`` per text, plus ``message_overhead`` per message.
+
+    For a ``ChatMessage`` the stored ``token_count`` stands for its content
+    (``trust_stored=True``, the default): it was computed with this same
+    estimate at write time, or given by the caller (e.g. from a provider's
+    usage report) and then is the better number.
+    """
+
+    name = "estimate"
+
+    def __init__(self, message_overhead: int = DEFAULT_MESSAGE_OVERHEAD, *, trust_stored: bool = True):
+        if isinstance(message_overhead, bool) or not isinstance(message_overhead, int) or message_overhead < 0:
+            raise ValidationError("message_overhead must be an int >= 0", field="message_overhead")
+        self.message_overhead = message_overhead
+        self.trust_stored = trust_stored
+
+    def __repr__(self) -> str:
+        return f"EstimateTokenizer(message_overhead={self.message_overhead})"
+
+    def count(self, text: str) -> int:
+        return estimate_tokens(text)
+
+    def count_message(self, message: ChatMessage | Mapping[str, Any]) -> int:
+        if isinstance(message, ChatMessage):
+            content = message.token_count if self.trust_stored else estimate_tokens(message.text)
+            extra = message_extra_text(message) if (message.tool_calls or message.tool_call_id or message.name) else ""
+        elif self.trust_stored and isinstance(message.get("tokenCount"), int):  # a stored record
+            content = message["tokenCount"]
+            extra = message_extra_text(message)
+        else:
+            content = estimate_tokens(extract_text(message.get("content")))
+            extra = message_extra_text(message)
+        return self.message_overhead + content + (estimate_tokens(extra) if extra else 0)
