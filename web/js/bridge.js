@@ -21,8 +21,9 @@ const SCHEMA = [
     messages.createIndex("createdAt", "createdAt");
     messages.createIndex("role", "role");
     const outbox = db.createObjectStore("outbox", { keyPath: "key", autoIncrement: true });
-    outbox.createIndex("opId", "opId", { unique: true });
-    db.createObjectStore("dead_letter", { keyPath: "opId" });
+    outbox.createIndex("op_id", "op_id", { unique: true });
+    outbox.createIndex("session_id", "session_id");
+    db.createObjectStore("dead_letter", { keyPath: "op_id" });
     db.createObjectStore("kv");
   },
 ];
@@ -38,6 +39,24 @@ class BridgeError extends Error {
 
 function sessionRange(sessionId) {
   return IDBKeyRange.bound([sessionId, -Infinity], [sessionId, Infinity]);
+}
+
+// Outbox operations enqueued in the same transaction as the change they describe;
+// a message op without data gets the stored record.
+function enqueue(tx, ops, records = []) {
+  if (!ops || ops.length === 0) return [];
+  const byId = new Map(records.map((r) => [r.id, r]));
+  const outbox = tx.objectStore("outbox");
+  return ops.map((op) => {
+    if (op.data == null && op.resource === "message" && op.type !== "delete") op = { ...op, data: byId.get(op.id) ?? null };
+    return outbox.add(op);
+  });
+}
+
+function nextSeqAfter(messages) {
+  let max = -1;
+  for (const m of messages) if (m.seq > max) max = m.seq;
+  return max + 1;
 }
 
 async function settle(promises) {
@@ -63,10 +82,10 @@ class Database {
     }
   }
 
-  tx(stores, mode = "readonly") {
+  tx(stores, mode = "readonly", durability = this.durability) {
     if (this.closed) throw new BridgeError("DatabaseClosed", this.closedReason || "the database is closed");
     return mode === "readwrite"
-      ? this.db.transaction(stores, mode, { durability: this.durability })
+      ? this.db.transaction(stores, mode, { durability })
       : this.db.transaction(stores, mode);
   }
 
@@ -75,12 +94,12 @@ class Database {
   }
 
   // ------------------------------------------------------------------ sessions
-  async createSession({ record, messages }) {
-    const tx = this.tx(["sessions", "messages"], "readwrite");
-    const rec = { ...record, nextSeq: messages.length, messageCount: messages.length };
+  async createSession({ record, messages, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const rec = { ...record, nextSeq: nextSeqAfter(messages), messageCount: messages.length };
     const ps = [tx.objectStore("sessions").add(rec)];
     for (const m of messages) ps.push(tx.objectStore("messages").add(m));
-    ps.push(tx.done);
+    ps.push(...enqueue(tx, ops, messages), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("session", [record.sessionId]);
     return null;
@@ -94,8 +113,8 @@ class Database {
     return await this.tx(["sessions"]).objectStore("sessions").getAll();
   }
 
-  async updateSession({ sessionId, changes }) {
-    const tx = this.tx(["sessions"], "readwrite");
+  async updateSession({ sessionId, changes, ops }) {
+    const tx = this.tx(["sessions", "outbox"], "readwrite");
     const store = tx.objectStore("sessions");
     const rec = await store.get(sessionId);
     if (!rec) {
@@ -104,25 +123,26 @@ class Database {
       throw new BridgeError("SessionNotFound", sessionId);
     }
     Object.assign(rec, changes);
-    await settle([store.put(rec), tx.done]);
+    await settle([store.put(rec), ...enqueue(tx, ops), tx.done]);
     this.notify("session", [sessionId]);
     return rec;
   }
 
-  async deleteSession({ sessionId }) {
-    const tx = this.tx(["sessions", "messages"], "readwrite");
+  async deleteSession({ sessionId, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const existed = (await sessions.count(sessionId)) > 0;
     const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     ps.push(sessions.delete(sessionId), tx.done);
+    if (existed) ps.push(...enqueue(tx, ops));
     await settle(ps);
     this.notify("session", [sessionId]);
     return existed;
   }
 
-  async clearSession({ sessionId, now }) {
-    const tx = this.tx(["sessions", "messages"], "readwrite");
+  async clearSession({ sessionId, now, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const rec = await sessions.get(sessionId);
     if (!rec) {
@@ -133,17 +153,17 @@ class Database {
     const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     Object.assign(rec, { messageCount: 0, nextSeq: 0, updatedAt: now });
-    ps.push(sessions.put(rec), tx.done);
+    ps.push(sessions.put(rec), ...enqueue(tx, ops), tx.done);
     await settle(ps);
     this.notify("session", [sessionId]);
     return rec;
   }
 
   // ------------------------------------------------------------------ messages
-  async appendMessages({ sessionId, records, now, create }) {
+  async appendMessages({ sessionId, records, now, create, ops }) {
     // seq is read and assigned inside this readwrite transaction: IndexedDB
     // serialises overlapping readwrite transactions, so two tabs never share one.
-    const tx = this.tx(["sessions", "messages"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
     const sessions = tx.objectStore("sessions");
     let sess = await sessions.get(sessionId);
     if (!sess) {
@@ -161,10 +181,57 @@ class Database {
     sess.updatedAt = now;
     const messages = tx.objectStore("messages");
     const ps = out.map((m) => messages.add(m));
-    ps.push(sessions.put(sess), tx.done);
+    ps.push(sessions.put(sess), ...enqueue(tx, ops, out), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("messages", [sessionId]);
     return [out, sess];
+  }
+
+  async deleteMessages({ sessionId, messageIds, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    const messages = tx.objectStore("messages");
+    const sess = await sessions.get(sessionId);
+    if (!sess) {
+      tx.abort();
+      await tx.done.catch(() => {});
+      throw new BridgeError("SessionNotFound", sessionId);
+    }
+    const ps = [];
+    for (const id of messageIds) {
+      const m = await messages.get(id);
+      if (m && m.sessionId === sessionId) ps.push(messages.delete(id));
+    }
+    sess.messageCount = (sess.messageCount ?? 0) - ps.length;
+    ps.push(sessions.put(sess), ...enqueue(tx, ops), tx.done);
+    await settle(ps);
+    this.notify("messages", [sessionId]);
+    return sess;
+  }
+
+  async importSessions({ items, replace, ops }) {
+    // strict durability: an import is a large, deliberate write
+    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite", "strict");
+    const sessions = tx.objectStore("sessions");
+    const messages = tx.objectStore("messages");
+    const ps = [];
+    const all = [];
+    for (const [record, msgs] of items) {
+      if (replace) {
+        const keys = await messages.index("sessionSeq").getAllKeys(sessionRange(record.sessionId));
+        for (const k of keys) ps.push(messages.delete(k));
+        ps.push(sessions.delete(record.sessionId));
+      }
+      ps.push(sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length }));
+      for (const m of msgs) {
+        ps.push(messages.add(m));
+        all.push(m);
+      }
+    }
+    ps.push(...enqueue(tx, ops, all), tx.done);
+    await settle(ps).catch(duplicateId);
+    this.notify("session", items.map(([r]) => r.sessionId));
+    return null;
   }
 
   async getMessage({ messageId }) {
@@ -215,6 +282,97 @@ class Database {
     const tx = this.tx(["kv"], "readwrite");
     await settle([tx.objectStore("kv").put(value, key), tx.done]);
     return null;
+  }
+
+  // ------------------------------------------------------------------ outbox
+  async outboxPut({ ops }) {
+    const tx = this.tx(["outbox"], "readwrite");
+    await settle([...enqueue(tx, ops), tx.done]);
+    return null;
+  }
+
+  async outboxList({ limit }) {
+    return await this.tx(["outbox"]).objectStore("outbox").getAll(null, limit ?? undefined);
+  }
+
+  async outboxUpdate({ ops }) {
+    const tx = this.tx(["outbox"], "readwrite");
+    const index = tx.objectStore("outbox").index("op_id");
+    const ps = [];
+    for (const op of ops) {
+      const key = await index.getKey(op.op_id);
+      if (key !== undefined) ps.push(tx.objectStore("outbox").put({ ...op, key }));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return null;
+  }
+
+  async outboxAck({ opIds }) {
+    const tx = this.tx(["outbox"], "readwrite");
+    const index = tx.objectStore("outbox").index("op_id");
+    const ps = [];
+    for (const id of opIds) {
+      const key = await index.getKey(id);
+      if (key !== undefined) ps.push(tx.objectStore("outbox").delete(key));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return null;
+  }
+
+  async outboxToDead({ entries }) {
+    const tx = this.tx(["outbox", "dead_letter"], "readwrite");
+    const index = tx.objectStore("outbox").index("op_id");
+    const ps = [];
+    for (const e of entries) {
+      const key = await index.getKey(e.op_id);
+      if (key !== undefined) ps.push(tx.objectStore("outbox").delete(key));
+      const { key: _drop, ...rest } = e;
+      ps.push(tx.objectStore("dead_letter").put(rest));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return null;
+  }
+
+  async deadList() {
+    return await this.tx(["dead_letter"]).objectStore("dead_letter").getAll();
+  }
+
+  async deadReplay({ opIds }) {
+    const tx = this.tx(["outbox", "dead_letter"], "readwrite");
+    const dead = tx.objectStore("dead_letter");
+    const all = await dead.getAll();
+    const wanted = opIds === null ? all : all.filter((e) => opIds.includes(e.op_id));
+    const ps = [];
+    for (const e of wanted) {
+      const { reason: _r, response: _p, key: _k, ...op } = e;
+      ps.push(dead.delete(e.op_id), tx.objectStore("outbox").add({ ...op, attempts: 0, next_attempt_at: 0, last_error: null }));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return wanted.length;
+  }
+
+  async deadDiscard({ opIds }) {
+    const tx = this.tx(["dead_letter"], "readwrite");
+    const dead = tx.objectStore("dead_letter");
+    const keys = opIds === null ? await dead.getAllKeys() : opIds;
+    let n = 0;
+    const ps = [];
+    for (const k of keys) {
+      if ((await dead.count(k)) > 0) n++;
+      ps.push(dead.delete(k));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return n;
+  }
+
+  async outboxCounts() {
+    const tx = this.tx(["outbox", "dead_letter"]);
+    return [await tx.objectStore("outbox").count(), await tx.objectStore("dead_letter").count()];
   }
 
   async close() {

@@ -7,16 +7,43 @@ Records are the JSON-ready dicts of ``chatmem.models`` (``SessionMeta.to_record`
 
 Every write method is one atomic transaction: when it returns, the write is
 durable (as durable as the store is); when it raises, nothing was written.
+Every write method takes ``ops``: sync operations to enqueue in the ``outbox``
+*in the same transaction* (an op whose ``data`` is ``None`` and whose
+``resource`` is ``"message"`` gets the stored message record as its data).
+
+Outbox records: ``{op_id, type, resource, id, session_id, data, timestamp,
+hlc, attempts, next_attempt_at, last_error}``, kept in FIFO order; dead
+letters add ``reason`` and ``response``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, runtime_checkable
 
-__all__ = ["Store", "SESSION_PRIVATE_FIELDS"]
+__all__ = ["Store", "SESSION_PRIVATE_FIELDS", "fill_ops", "next_seq_after"]
 
 #: record fields that belong to the store, not to the user-visible model
 SESSION_PRIVATE_FIELDS = ("nextSeq",)
+
+Ops = list[dict[str, Any]] | None
+
+
+def fill_ops(ops: Ops, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give message ops without data the stored record they describe."""
+    if not ops:
+        return []
+    by_id = {r["id"]: r for r in records}
+    out = []
+    for op in ops:
+        if op.get("data") is None and op["resource"] == "message" and op["type"] != "delete":
+            op = dict(op, data=by_id.get(op["id"]))
+        out.append(op)
+    return out
+
+
+def next_seq_after(messages: list[dict[str, Any]]) -> int:
+    """The ``nextSeq`` of a session holding ``messages`` (seq may have gaps)."""
+    return max((int(m["seq"]) for m in messages), default=-1) + 1
 
 
 @runtime_checkable
@@ -24,7 +51,9 @@ class Store(Protocol):
     #: short name shown in errors and benchmarks: "memory", "sqlite", "indexeddb"
     kind: str
 
-    async def create_session(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    async def create_session(
+        self, record: dict[str, Any], messages: list[dict[str, Any]], ops: Ops = None
+    ) -> None:
         """Insert a new session and (optionally) its first messages, whose ``seq`` are set.
 
         Raises ``DuplicateId`` if the session id or a message id exists.
@@ -37,15 +66,17 @@ class Store(Protocol):
         """Every session record, in no particular order."""
         ...
 
-    async def update_session(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_session(
+        self, session_id: str, changes: dict[str, Any], ops: Ops = None
+    ) -> dict[str, Any]:
         """Merge ``changes`` into the record; return the new record. ``SessionNotFound`` if absent."""
         ...
 
-    async def delete_session(self, session_id: str) -> bool:
-        """Delete the session and its messages; False if it did not exist."""
+    async def delete_session(self, session_id: str, ops: Ops = None) -> bool:
+        """Delete the session and its messages; False if it did not exist (then nothing is enqueued)."""
         ...
 
-    async def clear_session(self, session_id: str, now: int) -> dict[str, Any]:
+    async def clear_session(self, session_id: str, now: int, ops: Ops = None) -> dict[str, Any]:
         """Delete the session's messages and reset its counters; keep the session."""
         ...
 
@@ -55,6 +86,7 @@ class Store(Protocol):
         records: list[dict[str, Any]],
         now: int,
         create: dict[str, Any] | None = None,
+        ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Assign ``seq`` inside the transaction, insert all records, bump the session.
 
@@ -62,6 +94,22 @@ class Store(Protocol):
         ``len(records)``. If the session does not exist, it is created from
         ``create`` when given, else ``SessionNotFound``. Returns the stored
         message records and the new session record.
+        """
+        ...
+
+    async def delete_messages(
+        self, session_id: str, message_ids: list[str], ops: Ops = None
+    ) -> dict[str, Any]:
+        """Delete some messages of a session (their ``seq`` are not reused); returns the session."""
+        ...
+
+    async def import_sessions(
+        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
+    ) -> None:
+        """Write whole sessions (records with ``seq`` set) in one transaction.
+
+        ``replace``: a session whose id exists is replaced with its messages
+        (restoring a backup); otherwise an existing id is ``DuplicateId``.
         """
         ...
 
@@ -78,5 +126,36 @@ class Store(Protocol):
     async def kv_get(self, key: str) -> Any: ...
 
     async def kv_set(self, key: str, value: Any) -> None: ...
+
+    # ------------------------------------------------------------------ outbox
+    async def outbox_put(self, ops: list[dict[str, Any]]) -> None: ...
+
+    async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Pending operations, oldest first."""
+        ...
+
+    async def outbox_update(self, ops: list[dict[str, Any]]) -> None:
+        """Rewrite pending operations (attempts, next attempt, last error) by ``op_id``."""
+        ...
+
+    async def outbox_ack(self, op_ids: list[str]) -> None:
+        """Remove acknowledged operations."""
+        ...
+
+    async def outbox_to_dead(self, entries: list[dict[str, Any]]) -> None:
+        """Move operations from the outbox to ``dead_letter`` (entries carry ``reason``/``response``)."""
+        ...
+
+    async def dead_list(self) -> list[dict[str, Any]]: ...
+
+    async def dead_replay(self, op_ids: list[str] | None) -> int:
+        """Move dead letters (all when None) back to the end of the outbox, attempts reset."""
+        ...
+
+    async def dead_discard(self, op_ids: list[str] | None) -> int: ...
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        """(pending operations, dead letters)."""
+        ...
 
     async def close(self) -> None: ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import _browser
+from .base import Ops
 
 __all__ = ["IndexedDBStore"]
 
@@ -36,8 +37,10 @@ class IndexedDBStore:
 
         self._db.subscribe(on_notice)
 
-    async def create_session(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        await self._db.call("createSession", record=record, messages=messages)
+    async def create_session(
+        self, record: dict[str, Any], messages: list[dict[str, Any]], ops: Ops = None
+    ) -> None:
+        await self._db.call("createSession", record=record, messages=messages, ops=ops)
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         return await self._db.call("getSession", sessionId=session_id)  # type: ignore[no-any-return]
@@ -45,14 +48,14 @@ class IndexedDBStore:
     async def all_sessions(self) -> list[dict[str, Any]]:
         return await self._db.call("allSessions")  # type: ignore[no-any-return]
 
-    async def update_session(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        return await self._db.call("updateSession", sessionId=session_id, changes=changes)  # type: ignore[no-any-return]
+    async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
+        return await self._db.call("updateSession", sessionId=session_id, changes=changes, ops=ops)  # type: ignore[no-any-return]
 
-    async def delete_session(self, session_id: str) -> bool:
-        return bool(await self._db.call("deleteSession", sessionId=session_id))
+    async def delete_session(self, session_id: str, ops: Ops = None) -> bool:
+        return bool(await self._db.call("deleteSession", sessionId=session_id, ops=ops))
 
-    async def clear_session(self, session_id: str, now: int) -> dict[str, Any]:
-        return await self._db.call("clearSession", sessionId=session_id, now=now)  # type: ignore[no-any-return]
+    async def clear_session(self, session_id: str, now: int, ops: Ops = None) -> dict[str, Any]:
+        return await self._db.call("clearSession", sessionId=session_id, now=now, ops=ops)  # type: ignore[no-any-return]
 
     async def append_messages(
         self,
@@ -60,11 +63,21 @@ class IndexedDBStore:
         records: list[dict[str, Any]],
         now: int,
         create: dict[str, Any] | None = None,
+        ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         out, sess = await self._db.call(
-            "appendMessages", sessionId=session_id, records=records, now=now, create=create
+            "appendMessages", sessionId=session_id, records=records, now=now, create=create, ops=ops
         )
         return out, sess
+
+    async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
+        return await self._db.call(  # type: ignore[no-any-return]
+            "deleteMessages", sessionId=session_id, messageIds=message_ids, ops=ops)
+
+    async def import_sessions(
+        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
+    ) -> None:
+        await self._db.call("importSessions", items=items, replace=replace, ops=ops)
 
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         return await self._db.call("getMessage", messageId=message_id)  # type: ignore[no-any-return]
@@ -84,6 +97,34 @@ class IndexedDBStore:
 
     async def kv_set(self, key: str, value: Any) -> None:
         await self._db.call("kvSet", key=key, value=value)
+
+    async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
+        await self._db.call("outboxPut", ops=ops)
+
+    async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return await self._db.call("outboxList", limit=limit)  # type: ignore[no-any-return]
+
+    async def outbox_update(self, ops: list[dict[str, Any]]) -> None:
+        await self._db.call("outboxUpdate", ops=ops)
+
+    async def outbox_ack(self, op_ids: list[str]) -> None:
+        await self._db.call("outboxAck", opIds=op_ids)
+
+    async def outbox_to_dead(self, entries: list[dict[str, Any]]) -> None:
+        await self._db.call("outboxToDead", entries=entries)
+
+    async def dead_list(self) -> list[dict[str, Any]]:
+        return await self._db.call("deadList")  # type: ignore[no-any-return]
+
+    async def dead_replay(self, op_ids: list[str] | None) -> int:
+        return int(await self._db.call("deadReplay", opIds=op_ids))
+
+    async def dead_discard(self, op_ids: list[str] | None) -> int:
+        return int(await self._db.call("deadDiscard", opIds=op_ids))
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        a, b = await self._db.call("outboxCounts")
+        return int(a), int(b)
 
     async def close(self) -> None:
         await self._db.close()

@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from ..errors import DuplicateId, SessionNotFound
+from .base import Ops, fill_ops, next_seq_after
 
 __all__ = ["MemoryStore"]
 
@@ -20,19 +21,28 @@ class MemoryStore:
         self._messages: dict[str, dict[str, Any]] = {}
         self._by_session: dict[str, list[dict[str, Any]]] = {}
         self._kv: dict[str, Any] = {}
+        self._outbox: dict[str, dict[str, Any]] = {}  # insertion order = FIFO
+        self._dead: dict[str, dict[str, Any]] = {}
+
+    def _enqueue(self, ops: Ops, records: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        for op in fill_ops(ops, records):
+            self._outbox[op["op_id"]] = copy.deepcopy(op)
 
     # ------------------------------------------------------------------ sessions
-    async def create_session(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    async def create_session(
+        self, record: dict[str, Any], messages: list[dict[str, Any]], ops: Ops = None
+    ) -> None:
         sid = record["sessionId"]
         if sid in self._sessions:
             raise DuplicateId(f"session id exists: {sid!r}")
         self._check_new_ids(messages)
         rec = copy.deepcopy(record)
-        rec["nextSeq"] = len(messages)
+        rec["nextSeq"] = next_seq_after(messages)
         rec["messageCount"] = len(messages)
         self._sessions[sid] = rec
         self._by_session[sid] = []
         self._insert(messages)
+        self._enqueue(ops, messages)
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         rec = self._sessions.get(session_id)
@@ -41,21 +51,28 @@ class MemoryStore:
     async def all_sessions(self) -> list[dict[str, Any]]:
         return [copy.deepcopy(r) for r in self._sessions.values()]
 
-    async def update_session(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
         rec = self._sessions.get(session_id)
         if rec is None:
             raise SessionNotFound(session_id)
         rec.update(copy.deepcopy(changes))
+        self._enqueue(ops)
         return copy.deepcopy(rec)
 
-    async def delete_session(self, session_id: str) -> bool:
+    def _drop_session(self, session_id: str) -> bool:
         if self._sessions.pop(session_id, None) is None:
             return False
         for m in self._by_session.pop(session_id, []):
             self._messages.pop(m["id"], None)
         return True
 
-    async def clear_session(self, session_id: str, now: int) -> dict[str, Any]:
+    async def delete_session(self, session_id: str, ops: Ops = None) -> bool:
+        if not self._drop_session(session_id):
+            return False
+        self._enqueue(ops)
+        return True
+
+    async def clear_session(self, session_id: str, now: int, ops: Ops = None) -> dict[str, Any]:
         rec = self._sessions.get(session_id)
         if rec is None:
             raise SessionNotFound(session_id)
@@ -63,7 +80,35 @@ class MemoryStore:
             self._messages.pop(m["id"], None)
         self._by_session[session_id] = []
         rec.update(messageCount=0, nextSeq=0, updatedAt=now)
+        self._enqueue(ops)
         return copy.deepcopy(rec)
+
+    async def import_sessions(
+        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
+    ) -> None:
+        replaced = {r["sessionId"] for r, _ in items if replace and r["sessionId"] in self._sessions}
+        replaced_msgs = {m["id"] for sid in replaced for m in self._by_session.get(sid, [])}
+        seen: set[str] = set()
+        for rec, msgs in items:
+            sid = rec["sessionId"]
+            if (sid in self._sessions and sid not in replaced) or sid in seen:
+                raise DuplicateId(f"session id exists: {sid!r}")
+            seen.add(sid)
+        ids: set[str] = set()
+        for _, msgs in items:
+            for m in msgs:
+                if (m["id"] in self._messages and m["id"] not in replaced_msgs) or m["id"] in ids:
+                    raise DuplicateId(f"message id exists: {m['id']!r}")
+                ids.add(m["id"])
+        for sid in replaced:
+            self._drop_session(sid)
+        for rec, msgs in items:
+            sess = copy.deepcopy(rec)
+            sess.update(nextSeq=next_seq_after(msgs), messageCount=len(msgs))
+            self._sessions[sess["sessionId"]] = sess
+            self._by_session[sess["sessionId"]] = []
+            self._insert(msgs)
+        self._enqueue(ops, [m for _, msgs in items for m in msgs])
 
     # ------------------------------------------------------------------ messages
     def _check_new_ids(self, messages: list[dict[str, Any]]) -> None:
@@ -86,6 +131,7 @@ class MemoryStore:
         records: list[dict[str, Any]],
         now: int,
         create: dict[str, Any] | None = None,
+        ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         sess = self._sessions.get(session_id)
         if sess is None and create is None:
@@ -105,7 +151,20 @@ class MemoryStore:
             out.append(rec)
         self._insert(out)
         sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
+        self._enqueue(ops, out)
         return copy.deepcopy(out), copy.deepcopy(sess)
+
+    async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
+        sess = self._sessions.get(session_id)
+        if sess is None:
+            raise SessionNotFound(session_id)
+        gone = {mid for mid in message_ids if self._messages.get(mid, {}).get("sessionId") == session_id}
+        for mid in gone:
+            del self._messages[mid]
+        self._by_session[session_id] = [m for m in self._by_session[session_id] if m["id"] not in gone]
+        sess["messageCount"] = len(self._by_session[session_id])
+        self._enqueue(ops)
+        return copy.deepcopy(sess)
 
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         rec = self._messages.get(message_id)
@@ -132,6 +191,50 @@ class MemoryStore:
 
     async def kv_set(self, key: str, value: Any) -> None:
         self._kv[key] = copy.deepcopy(value)
+
+    # ------------------------------------------------------------------ outbox
+    async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
+        self._enqueue(ops)
+
+    async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
+        ops = list(self._outbox.values())
+        return copy.deepcopy(ops if limit is None else ops[:limit])
+
+    async def outbox_update(self, ops: list[dict[str, Any]]) -> None:
+        for op in ops:
+            if op["op_id"] in self._outbox:
+                self._outbox[op["op_id"]] = copy.deepcopy(op)
+
+    async def outbox_ack(self, op_ids: list[str]) -> None:
+        for oid in op_ids:
+            self._outbox.pop(oid, None)
+
+    async def outbox_to_dead(self, entries: list[dict[str, Any]]) -> None:
+        for e in entries:
+            self._outbox.pop(e["op_id"], None)
+            self._dead[e["op_id"]] = copy.deepcopy(e)
+
+    async def dead_list(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self._dead.values()))
+
+    async def dead_replay(self, op_ids: list[str] | None) -> int:
+        ids = list(self._dead) if op_ids is None else [i for i in op_ids if i in self._dead]
+        for oid in ids:
+            e = self._dead.pop(oid)
+            for k in ("reason", "response"):
+                e.pop(k, None)
+            e.update(attempts=0, next_attempt_at=0, last_error=None)
+            self._outbox[oid] = e
+        return len(ids)
+
+    async def dead_discard(self, op_ids: list[str] | None) -> int:
+        ids = list(self._dead) if op_ids is None else [i for i in op_ids if i in self._dead]
+        for oid in ids:
+            del self._dead[oid]
+        return len(ids)
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        return len(self._outbox), len(self._dead)
 
     async def close(self) -> None:
         pass

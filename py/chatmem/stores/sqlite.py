@@ -13,6 +13,7 @@ import json
 import sqlite3
 from typing import Any, Callable, TypeVar
 
+from .base import Ops, fill_ops, next_seq_after
 from ..errors import (
     ConstraintViolation,
     DatabaseClosed,
@@ -153,17 +154,34 @@ class SQLiteStore:
         )
 
     @staticmethod
+    def _enqueue(db: sqlite3.Connection, ops: Ops, records: list[dict[str, Any]] | None = None) -> None:
+        filled = fill_ops(ops, records or [])
+        if filled:
+            db.executemany(
+                "INSERT INTO outbox (op_id, record) VALUES (?, ?)",
+                [(op["op_id"], _dumps(op)) for op in filled],
+            )
+
+    @staticmethod
+    def _drop_session(db: sqlite3.Connection, session_id: str) -> bool:
+        db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+        return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+    @staticmethod
     def _session(db: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
         row = db.execute("SELECT record FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
     # ------------------------------------------------------------------ sessions
-    async def create_session(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        rec = dict(record, nextSeq=len(messages), messageCount=len(messages))
+    async def create_session(
+        self, record: dict[str, Any], messages: list[dict[str, Any]], ops: Ops = None
+    ) -> None:
+        rec = dict(record, nextSeq=next_seq_after(messages), messageCount=len(messages))
 
         def tx(db: sqlite3.Connection) -> None:
             self._put_session(db, rec, insert=True)
             self._put_messages(db, messages)
+            self._enqueue(db, ops, messages)
 
         await self._run(tx, write=True)
 
@@ -174,25 +192,28 @@ class SQLiteStore:
         rows = await self._run(lambda db: db.execute("SELECT record FROM sessions").fetchall())
         return [json.loads(r[0]) for r in rows]
 
-    async def update_session(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
         def tx(db: sqlite3.Connection) -> dict[str, Any]:
             rec = self._session(db, session_id)
             if rec is None:
                 raise SessionNotFound(session_id)
             rec.update(changes)
             self._put_session(db, rec, insert=False)
+            self._enqueue(db, ops)
             return rec
 
         return await self._run(tx, write=True)
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, ops: Ops = None) -> bool:
         def tx(db: sqlite3.Connection) -> bool:
-            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+            if not self._drop_session(db, session_id):
+                return False
+            self._enqueue(db, ops)
+            return True
 
         return await self._run(tx, write=True)
 
-    async def clear_session(self, session_id: str, now: int) -> dict[str, Any]:
+    async def clear_session(self, session_id: str, now: int, ops: Ops = None) -> dict[str, Any]:
         def tx(db: sqlite3.Connection) -> dict[str, Any]:
             rec = self._session(db, session_id)
             if rec is None:
@@ -200,6 +221,7 @@ class SQLiteStore:
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             rec.update(messageCount=0, nextSeq=0, updatedAt=now)
             self._put_session(db, rec, insert=False)
+            self._enqueue(db, ops)
             return rec
 
         return await self._run(tx, write=True)
@@ -211,6 +233,7 @@ class SQLiteStore:
         records: list[dict[str, Any]],
         now: int,
         create: dict[str, Any] | None = None,
+        ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         def tx(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             sess = self._session(db, session_id)
@@ -227,9 +250,43 @@ class SQLiteStore:
             sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
             self._put_session(db, sess, insert=insert)
             self._put_messages(db, out)
+            self._enqueue(db, ops, out)
             return out, sess
 
         return await self._run(tx, write=True)
+
+    async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
+        def tx(db: sqlite3.Connection) -> dict[str, Any]:
+            sess = self._session(db, session_id)
+            if sess is None:
+                raise SessionNotFound(session_id)
+            db.executemany(
+                "DELETE FROM messages WHERE id = ? AND session_id = ?",
+                [(mid, session_id) for mid in message_ids],
+            )
+            (count,) = db.execute(
+                "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            sess["messageCount"] = count
+            self._put_session(db, sess, insert=False)
+            self._enqueue(db, ops)
+            return sess
+
+        return await self._run(tx, write=True)
+
+    async def import_sessions(
+        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
+    ) -> None:
+        def tx(db: sqlite3.Connection) -> None:
+            for rec, msgs in items:
+                if replace:
+                    self._drop_session(db, rec["sessionId"])
+                sess = dict(rec, nextSeq=next_seq_after(msgs), messageCount=len(msgs))
+                self._put_session(db, sess, insert=True)
+                self._put_messages(db, msgs)
+            self._enqueue(db, ops, [m for _, msgs in items for m in msgs])
+
+        await self._run(tx, write=True)
 
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         row = await self._run(
@@ -267,6 +324,83 @@ class SQLiteStore:
             lambda db: db.execute("REPLACE INTO kv (key, value) VALUES (?, ?)", (key, _dumps(value))),
             write=True,
         )
+
+    # ------------------------------------------------------------------ outbox
+    async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
+        await self._run(lambda db: self._enqueue(db, ops), write=True)
+
+    async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT record FROM outbox ORDER BY key LIMIT ?", (-1 if limit is None else limit,)
+            ).fetchall()
+        )
+        return [json.loads(r[0]) for r in rows]
+
+    async def outbox_update(self, ops: list[dict[str, Any]]) -> None:
+        await self._run(
+            lambda db: db.executemany(
+                "UPDATE outbox SET record = ? WHERE op_id = ?", [(_dumps(op), op["op_id"]) for op in ops]
+            ),
+            write=True,
+        )
+
+    async def outbox_ack(self, op_ids: list[str]) -> None:
+        await self._run(
+            lambda db: db.executemany("DELETE FROM outbox WHERE op_id = ?", [(i,) for i in op_ids]),
+            write=True,
+        )
+
+    async def outbox_to_dead(self, entries: list[dict[str, Any]]) -> None:
+        def tx(db: sqlite3.Connection) -> None:
+            db.executemany("DELETE FROM outbox WHERE op_id = ?", [(e["op_id"],) for e in entries])
+            db.executemany(
+                "REPLACE INTO dead_letter (op_id, record) VALUES (?, ?)",
+                [(e["op_id"], _dumps(e)) for e in entries],
+            )
+
+        await self._run(tx, write=True)
+
+    async def dead_list(self) -> list[dict[str, Any]]:
+        rows = await self._run(lambda db: db.execute("SELECT record FROM dead_letter ORDER BY rowid").fetchall())
+        return [json.loads(r[0]) for r in rows]
+
+    def _dead_ids(self, db: sqlite3.Connection, op_ids: list[str] | None) -> list[str]:
+        rows = db.execute("SELECT op_id FROM dead_letter ORDER BY rowid").fetchall()
+        have = [r[0] for r in rows]
+        return have if op_ids is None else [i for i in have if i in set(op_ids)]
+
+    async def dead_replay(self, op_ids: list[str] | None) -> int:
+        def tx(db: sqlite3.Connection) -> int:
+            ids = self._dead_ids(db, op_ids)
+            for oid in ids:
+                (raw,) = db.execute("SELECT record FROM dead_letter WHERE op_id = ?", (oid,)).fetchone()
+                e = json.loads(raw)
+                for k in ("reason", "response"):
+                    e.pop(k, None)
+                e.update(attempts=0, next_attempt_at=0, last_error=None)
+                db.execute("DELETE FROM dead_letter WHERE op_id = ?", (oid,))
+                db.execute("DELETE FROM outbox WHERE op_id = ?", (oid,))
+                db.execute("INSERT INTO outbox (op_id, record) VALUES (?, ?)", (oid, _dumps(e)))
+            return len(ids)
+
+        return await self._run(tx, write=True)
+
+    async def dead_discard(self, op_ids: list[str] | None) -> int:
+        def tx(db: sqlite3.Connection) -> int:
+            ids = self._dead_ids(db, op_ids)
+            db.executemany("DELETE FROM dead_letter WHERE op_id = ?", [(i,) for i in ids])
+            return len(ids)
+
+        return await self._run(tx, write=True)
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        def q(db: sqlite3.Connection) -> tuple[int, int]:
+            (a,) = db.execute("SELECT count(*) FROM outbox").fetchone()
+            (b,) = db.execute("SELECT count(*) FROM dead_letter").fetchone()
+            return int(a), int(b)
+
+        return await self._run(q)
 
     async def close(self) -> None:
         async with self._lock:
