@@ -118,6 +118,9 @@ def create_app(
                 allow_methods=["GET", "POST", "OPTIONS"],
                 allow_headers=["Authorization", "Content-Type"],
                 expose_headers=["Retry-After"],
+                # a page on a public origin may reach a server on localhost (Chrome's
+                # Private Network Access); every data route still needs the key
+                allow_private_network=True,
                 max_age=600,
             )
         ],
