@@ -6,7 +6,8 @@ import http.client
 import json
 import socket
 import urllib.parse
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,18 +23,36 @@ def hlc(ms: int, counter: int = 0, device: str = "dev-A") -> str:
     return f"{ms:013d}-{counter:04d}-{device}"
 
 
-def sop(op_id: str, sid: str, data: dict[str, Any] | None, h: str, type: str = "create") -> dict[str, Any]:
+def sop(
+    op_id: str, sid: str, data: dict[str, Any] | None, h: str, type: str = "create"
+) -> dict[str, Any]:
     return {
-        "op_id": op_id, "type": type, "resource": "session", "id": sid, "data": data,
-        "timestamp": 1, "hlc": h, "attempts": 0,
+        "op_id": op_id,
+        "type": type,
+        "resource": "session",
+        "id": sid,
+        "data": data,
+        "timestamp": 1,
+        "hlc": h,
+        "attempts": 0,
     }
 
 
-def mop(op_id: str, mid: str, sid: str, h: str, text: str = "hi", type: str = "create") -> dict[str, Any]:
-    data = None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text}
+def mop(
+    op_id: str, mid: str, sid: str, h: str, text: str = "hi", type: str = "create"
+) -> dict[str, Any]:
+    data = (
+        None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text}
+    )
     return {
-        "op_id": op_id, "type": type, "resource": "message", "id": mid, "data": data,
-        "timestamp": 1, "hlc": h, "attempts": 0,
+        "op_id": op_id,
+        "type": type,
+        "resource": "message",
+        "id": mid,
+        "data": data,
+        "timestamp": 1,
+        "hlc": h,
+        "attempts": 0,
     }
 
 
@@ -70,7 +89,9 @@ def call(
     return resp.status, hdrs, decoded
 
 
-def push(srv: SyncServer, ops: list[dict[str, Any]], key: str = KEY, device: str = "dev-A") -> dict[str, Any]:
+def push(
+    srv: SyncServer, ops: list[dict[str, Any]], key: str = KEY, device: str = "dev-A"
+) -> dict[str, Any]:
     status, _, body = call(srv, "POST", "/v1/push", {"device_id": device, "ops": ops}, key=key)
     assert status == 200, body
     return body
@@ -116,8 +137,13 @@ def test_push_applies_and_the_feed_returns_the_record(srv: SyncServer) -> None:
     assert answer["cursor"] == "1"
     changes = all_changes(srv)
     assert changes == [
-        {"resource": "session", "id": "s1", "data": {"sessionId": "s1", "title": "Trip"},
-         "deleted": False, "hlc": hlc(10)}
+        {
+            "resource": "session",
+            "id": "s1",
+            "data": {"sessionId": "s1", "title": "Trip"},
+            "deleted": False,
+            "hlc": hlc(10),
+        }
     ]
 
 
@@ -202,8 +228,10 @@ def test_too_many_ops_is_a_413(srv: SyncServer) -> None:
 @pytest.mark.parametrize("key", [None, "wrong-key", ""])
 def test_missing_or_unknown_key_is_a_401(srv: SyncServer, key: str | None) -> None:
     """Push and changes need a known key; the answer asks for a Bearer token."""
-    for method, path, body in (("POST", "/v1/push", {"device_id": "d", "ops": []}),
-                               ("GET", "/v1/changes", None)):
+    for method, path, body in (
+        ("POST", "/v1/push", {"device_id": "d", "ops": []}),
+        ("GET", "/v1/changes", None),
+    ):
         status, headers, _ = call(srv, method, path, body, key=key)
         assert status == 401
         assert headers["www-authenticate"].startswith("Bearer")
@@ -244,7 +272,9 @@ def test_session_title_last_writer_wins_by_hlc(srv: SyncServer) -> None:
     """The later HLC wins whatever the arrival order; fields merge independently."""
     push(srv, [sop("c", "s1", {"title": "start", "pinned": False}, hlc(10, device="dev-A"))])
     later = sop("a", "s1", {"title": "from A (later)"}, hlc(30, device="dev-A"), "update")
-    earlier = sop("b", "s1", {"title": "from B (earlier)", "pinned": True}, hlc(20, device="dev-B"), "update")
+    earlier = sop(
+        "b", "s1", {"title": "from B (earlier)", "pinned": True}, hlc(20, device="dev-B"), "update"
+    )
     assert statuses(push(srv, [later], device="dev-A")) == ["applied"]
     answer = push(srv, [earlier], device="dev-B")
     assert statuses(answer) == ["applied"]
@@ -271,9 +301,12 @@ def test_equal_wall_time_breaks_ties_by_counter_then_device(srv: SyncServer) -> 
 
 def test_session_delete_tombstones_it_and_its_messages(srv: SyncServer) -> None:
     """A session delete leaves tombstones for it and every message; later edits cannot revive it."""
-    push(srv, [sop("c", "s1", {"title": "A"}, hlc(1))]
-         + [mop(f"m{i}", f"m{i}", "s1", hlc(2 + i)) for i in range(3)]
-         + [sop("c2", "s2", {"title": "other"}, hlc(5)), mop("n", "n1", "s2", hlc(6))])
+    push(
+        srv,
+        [sop("c", "s1", {"title": "A"}, hlc(1))]
+        + [mop(f"m{i}", f"m{i}", "s1", hlc(2 + i)) for i in range(3)]
+        + [sop("c2", "s2", {"title": "other"}, hlc(5)), mop("n", "n1", "s2", hlc(6))],
+    )
     assert statuses(push(srv, [sop("d", "s1", None, hlc(10), "delete")])) == ["applied"]
     st = state(srv)
     for rid in ("s1",):
@@ -282,14 +315,19 @@ def test_session_delete_tombstones_it_and_its_messages(srv: SyncServer) -> None:
         assert st[("message", f"m{i}")]["deleted"] is True
     assert st[("session", "s2")]["deleted"] is False and st[("message", "n1")]["deleted"] is False
     # a concurrent edit (even with a later HLC) and a late message do not revive it
-    answer = push(srv, [sop("u", "s1", {"title": "edited"}, hlc(20), "update"),
-                        mop("late", "m9", "s1", hlc(21))])
+    answer = push(
+        srv,
+        [sop("u", "s1", {"title": "edited"}, hlc(20), "update"), mop("late", "m9", "s1", hlc(21))],
+    )
     assert statuses(answer) == ["applied", "applied"]
     assert all("superseded" in r["reason"] for r in answer["results"])
     st = state(srv)
     assert st[("session", "s1")]["deleted"] is True and ("message", "m9") not in st
     # deleting again is acknowledged and changes nothing
-    assert push(srv, [sop("d2", "s1", None, hlc(30), "delete")])["results"][0]["reason"] == "already deleted"
+    assert (
+        push(srv, [sop("d2", "s1", None, hlc(30), "delete")])["results"][0]["reason"]
+        == "already deleted"
+    )
 
 
 def test_create_newer_than_the_tombstone_revives_a_session(srv: SyncServer) -> None:
@@ -308,11 +346,23 @@ def test_create_newer_than_the_tombstone_revives_a_session(srv: SyncServer) -> N
 
 def test_message_delete_is_a_tombstone(srv: SyncServer) -> None:
     """Deleting one message leaves a tombstone; its session and siblings stay."""
-    push(srv, [sop("c", "s1", {"title": "A"}, hlc(1)), mop("a", "m1", "s1", hlc(2)), mop("b", "m2", "s1", hlc(3))])
+    push(
+        srv,
+        [
+            sop("c", "s1", {"title": "A"}, hlc(1)),
+            mop("a", "m1", "s1", hlc(2)),
+            mop("b", "m2", "s1", hlc(3)),
+        ],
+    )
     push(srv, [mop("d", "m1", "s1", hlc(4), type="delete")])
     st = state(srv)
-    assert st[("message", "m1")] == {"resource": "message", "id": "m1", "data": None,
-                                     "deleted": True, "hlc": hlc(4)}
+    assert st[("message", "m1")] == {
+        "resource": "message",
+        "id": "m1",
+        "data": None,
+        "deleted": True,
+        "hlc": hlc(4),
+    }
     assert st[("message", "m2")]["deleted"] is False and st[("session", "s1")]["deleted"] is False
 
 
@@ -334,21 +384,34 @@ def test_each_key_has_its_own_data_space(srv: SyncServer) -> None:
 
 def test_cors_preflight_and_headers_on_answers(srv: SyncServer) -> None:
     """A page on another origin may send Authorization + JSON, and can read 401s and faults."""
-    status, headers, _ = call(srv, "OPTIONS", "/v1/push", key=None, headers={
-        "Origin": "https://app.example",
-        "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization, content-type",
-    })
+    status, headers, _ = call(
+        srv,
+        "OPTIONS",
+        "/v1/push",
+        key=None,
+        headers={
+            "Origin": "https://app.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
     assert status == 200
     assert headers["access-control-allow-origin"] in ("*", "https://app.example")
     allowed = headers["access-control-allow-headers"].lower()
     assert "authorization" in allowed and "content-type" in allowed
     assert "POST" in headers["access-control-allow-methods"]
-    status, headers, _ = call(srv, "GET", "/v1/changes", key="bad", headers={"Origin": "https://app.example"})
+    status, headers, _ = call(
+        srv, "GET", "/v1/changes", key="bad", headers={"Origin": "https://app.example"}
+    )
     assert status == 401 and headers["access-control-allow-origin"] in ("*", "https://app.example")
     srv.faults.rate_limit(1, retry_after=3)
-    status, headers, _ = call(srv, "POST", "/v1/push", {"device_id": "d", "ops": []},
-                              headers={"Origin": "https://app.example"})
+    status, headers, _ = call(
+        srv,
+        "POST",
+        "/v1/push",
+        {"device_id": "d", "ops": []},
+        headers={"Origin": "https://app.example"},
+    )
     assert status == 429 and headers["access-control-allow-origin"] == "https://app.example"
     assert "retry-after" in headers["access-control-expose-headers"].lower()
 
@@ -376,7 +439,12 @@ def test_fault_plan_drop_closes_the_connection(srv: SyncServer) -> None:
     """drop: no HTTP answer at all; the push was not applied."""
     srv.faults.drop()
     with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
-        call(srv, "POST", "/v1/push", {"device_id": "d", "ops": [sop("o1", "s1", {"title": "A"}, hlc(1))]})
+        call(
+            srv,
+            "POST",
+            "/v1/push",
+            {"device_id": "d", "ops": [sop("o1", "s1", {"title": "A"}, hlc(1))]},
+        )
     assert all_changes(srv) == []
 
 
@@ -411,9 +479,11 @@ def test_faults_touch_only_their_path(srv: SyncServer) -> None:
 
 def test_random_faults_are_reproducible() -> None:
     """The same seed fires the same faults."""
+
     def run() -> list[str | None]:
         plan = FaultPlan().random(0.5, seed=3)
         return [f.describe() if (f := plan.take("/v1/push")) else None for _ in range(20)]
+
     first = run()
     assert first == run()
     assert 0 < sum(x is not None for x in first) < 20

@@ -17,13 +17,23 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m chatmem.server", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m chatmem.server", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8787)
-    p.add_argument("--db", default="sync.db", help="SQLite file (':memory:' for a throwaway server)")
+    p.add_argument(
+        "--db", default="sync.db", help="SQLite file (':memory:' for a throwaway server)"
+    )
     p.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY")
-    p.add_argument("--cors-origin", action="append", default=[], dest="cors_origins",
-                   metavar="ORIGIN", help="allowed page origin (repeatable; default: any)")
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        dest="cors_origins",
+        metavar="ORIGIN",
+        help="allowed page origin (repeatable; default: any)",
+    )
     p.add_argument("--faults", default="", help="fault plan for testing, e.g. '500x3,429:2,drop'")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
@@ -44,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         cors_origins=args.cors_origins or ("*",),
         log_level=args.log_level,
     )
-    print(f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db})", file=sys.stderr)
+    print(
+        f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db})", file=sys.stderr
+    )
     try:
         server.serve_forever()
     finally:

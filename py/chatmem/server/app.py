@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 import hmac
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -85,9 +85,9 @@ def create_app(
             payload = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError):
             return _error(400, "body is not valid JSON")
-        if isinstance(payload, dict) and isinstance(payload.get("ops"), list):
-            if len(payload["ops"]) > MAX_OPS_PER_PUSH:
-                return _error(413, f"at most {MAX_OPS_PER_PUSH} operations per push")
+        ops = payload.get("ops") if isinstance(payload, dict) else None
+        if isinstance(ops, list) and len(ops) > MAX_OPS_PER_PUSH:
+            return _error(413, f"at most {MAX_OPS_PER_PUSH} operations per push")
         try:
             answer = await run_in_threadpool(service.push, space, payload)
         except ValidationError as e:
@@ -191,7 +191,10 @@ class FaultMiddleware:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             raise ConnectionAbortedError("fault injection: connection dropped")
         body = json.dumps({"error": f"injected fault: HTTP {fault.status}"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
         headers += self._cors(scope)
         if fault.retry_after is not None:
             headers.append((b"retry-after", fault.retry_after.encode("latin-1")))

@@ -43,7 +43,9 @@ class Fault:
     path: str = "/v1/push"
 
     def describe(self) -> str:
-        what = {"status": str(self.status), "delay": f"delay:{self.seconds}", "drop": "drop"}[self.kind]
+        what = {"status": str(self.status), "delay": f"delay:{self.seconds}", "drop": "drop"}[
+            self.kind
+        ]
         return ("after:" if self.after else "") + what
 
 
@@ -68,7 +70,12 @@ class FaultPlan:
         return self
 
     def fail(
-        self, times: int = 1, status: int = 500, *, path: str = "/v1/push", after: bool = False,
+        self,
+        times: int = 1,
+        status: int = 500,
+        *,
+        path: str = "/v1/push",
+        after: bool = False,
         retry_after: str | None = None,
     ) -> FaultPlan:
         """Answer the next ``times`` matching requests with ``status``."""
@@ -93,7 +100,11 @@ class FaultPlan:
         rate: float,
         *,
         seed: int | None = None,
-        kinds: tuple[Fault, ...] = (Fault("status", 500), Fault("delay", seconds=2.0), Fault("drop")),
+        kinds: tuple[Fault, ...] = (
+            Fault("status", 500),
+            Fault("delay", seconds=2.0),
+            Fault("drop"),
+        ),
         after_ratio: float = 0.5,
         path: str = "/v1/push",
     ) -> FaultPlan:
@@ -135,13 +146,17 @@ class FaultPlan:
                     del self._queue[i]
                     self.fired.append((path, f.describe()))
                     return f
-            if self._rate and self._random_kinds and self._matches(self._random_path, path):
-                if self._rng.random() < self._rate:
-                    base = self._rng.choice(self._random_kinds)
-                    after = self._rng.random() < self._random_after
-                    f = Fault(base.kind, base.status, base.retry_after, base.seconds, after, path)
-                    self.fired.append((path, f.describe()))
-                    return f
+            if (
+                self._rate
+                and self._random_kinds
+                and self._matches(self._random_path, path)
+                and self._rng.random() < self._rate
+            ):
+                base = self._rng.choice(self._random_kinds)
+                after = self._rng.random() < self._random_after
+                f = Fault(base.kind, base.status, base.retry_after, base.seconds, after, path)
+                self.fired.append((path, f.describe()))
+                return f
         return None
 
     # ------------------------------------------------------------------ parsing
@@ -162,7 +177,7 @@ class FaultPlan:
                     plan.random(float(parts[1]), seed=int(parts[2]) if len(parts) > 2 else None)
                     continue
                 after = raw.startswith("after:")
-                item = raw[len("after:"):] if after else raw
+                item = raw[len("after:") :] if after else raw
                 times = 1
                 if "x" in item:
                     item, n = item.rsplit("x", 1)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 import uvicorn
 
@@ -75,7 +75,9 @@ class SyncServer:
 
     def start(self, timeout: float = 10.0) -> SyncServer:
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
+            target=self._server.run,
+            kwargs={"sockets": [self._sock]},
+            daemon=True,
             name=f"chatmem-sync-server:{self.port}",
         )
         self._thread.start()

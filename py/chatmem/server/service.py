@@ -24,7 +24,8 @@ operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ValidationError
 from ..ids import Clock, system_clock
@@ -83,7 +84,9 @@ class SyncService:
             op_id = op.get("op_id") if isinstance(op, dict) else None
             if not isinstance(op_id, str) or not op_id or len(op_id) > MAX_ID_LENGTH:
                 raise ValidationError(
-                    f"ops[{i}] must be an object with a non-empty string op_id", field="op_id", index=i
+                    f"ops[{i}] must be an object with a non-empty string op_id",
+                    field="op_id",
+                    index=i,
                 )
         return device_id, ops
 
@@ -179,7 +182,9 @@ class SyncService:
         )
         return _applied(op_id, "re-created after a delete" if cur is not None else None)
 
-    def _delete(self, txn: SpaceTransaction, op: Mapping[str, Any], cur: StoredRecord | None) -> Result:
+    def _delete(
+        self, txn: SpaceTransaction, op: Mapping[str, Any], cur: StoredRecord | None
+    ) -> Result:
         op_id, rid, h, resource = op["op_id"], op["id"], op["hlc"], op["resource"]
         if cur is not None and cur.deleted:
             return _applied(op_id, "already deleted")

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 __all__ = ["StoredRecord", "SpaceTransaction", "SyncStorage", "SQLiteSyncStorage"]
 
@@ -219,7 +220,9 @@ class SQLiteSyncStorage:
 
     def cursor(self, space: str) -> int:
         with self._lock:
-            row = self._conn.execute("SELECT last_seq FROM spaces WHERE space = ?", (space,)).fetchone()
+            row = self._conn.execute(
+                "SELECT last_seq FROM spaces WHERE space = ?", (space,)
+            ).fetchone()
         return row[0] if row else 0
 
     def applied_op_count(self, space: str) -> int:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import ValidationError
 
@@ -100,9 +101,7 @@ class SyncConfig:
         if not isinstance(self.api_key, str):
             raise ValidationError("api_key must be a string", field="api_key")
         if self.api_key and not all(0x21 <= ord(c) <= 0x7E for c in self.api_key):
-            raise ValidationError(
-                "api_key must be printable ASCII without spaces", field="api_key"
-            )
+            raise ValidationError("api_key must be printable ASCII without spaces", field="api_key")
         if not isinstance(self.endpoint, str):
             raise ValidationError("endpoint must be a string", field="endpoint")
         if self.endpoint:

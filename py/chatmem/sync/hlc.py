@@ -114,8 +114,9 @@ class HybridLogicalClock:
         return format_hlc(wall, counter, self.device_id)
 
     def _observe(self, remote: HLCParts) -> None:
-        if (remote.wall_ms, remote.counter) > (self._wall, self._counter):
-            self._wall, self._counter = remote.wall_ms, remote.counter
+        self._wall, self._counter = max(
+            (self._wall, self._counter), (remote.wall_ms, remote.counter)
+        )
 
     def now(self) -> str:
         """A new HLC, strictly after every HLC this clock produced or received."""

@@ -18,7 +18,8 @@ reference server (per operation of a push) check that shape.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError
 from .hlc import parse_hlc
@@ -62,7 +63,9 @@ def _fail(msg: str, field: str) -> ValidationError:
 
 def _check_id(value: Any, name: str) -> None:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
-        raise _fail(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters", name)
+        raise _fail(
+            f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters", name
+        )
 
 
 def validate_op(op: Any) -> SyncOp:

@@ -29,8 +29,9 @@ import http.client
 import json
 import socket
 import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from ..errors import (
     SyncAuthError,
@@ -241,7 +242,9 @@ class SyncClient:
             return resp.json()
         except (ValueError, UnicodeDecodeError) as e:
             raise SyncTransientError(
-                f"{what}: the answer is not JSON", status=resp.status, response=_excerpt(resp, secret)
+                f"{what}: the answer is not JSON",
+                status=resp.status,
+                response=_excerpt(resp, secret),
             ) from e
 
     async def push(self, ops: Sequence[Mapping[str, Any]]) -> PushResponse:
@@ -287,7 +290,11 @@ class SyncClient:
 
     async def changes(self, since: str | None = None, limit: int = 100) -> ChangesPage:
         """One page of the change feed after ``since`` (None: from the beginning)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHANGES_LIMIT:
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_CHANGES_LIMIT
+        ):
             raise ValidationError(f"limit must be an int in 1..{MAX_CHANGES_LIMIT}", field="limit")
         if since is not None and not isinstance(since, str):
             raise ValidationError("since must be a cursor string or None", field="since")

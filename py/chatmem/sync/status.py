@@ -18,8 +18,9 @@ States:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, cast
+from typing import Any, Literal, cast
 
 from ..errors import ValidationError
 
