@@ -112,6 +112,16 @@ def test_hlc_update_moves_past_a_remote_clock() -> None:
     assert c.update(format_hlc(10, 0, "dev-C")) > before
 
 
+@pytest.mark.parametrize("local, remote, expected", [(3, 7, 8), (9, 2, 10), (5, 5, 6)])
+def test_hlc_update_in_the_same_millisecond_counts_past_both(
+    local: int, remote: int, expected: int
+) -> None:
+    """Local and remote at the same wall time: the counter goes past the larger of the two."""
+    c = HybridLogicalClock("dev-A", lambda: 5000, last=format_hlc(5000, local, "dev-A"))
+    merged = c.update(format_hlc(5000, remote, "dev-B"))
+    assert parse_hlc(merged)[:2] == (5000, expected)
+
+
 def test_hlc_counter_overflow_borrows_the_next_millisecond() -> None:
     """More than 10,000 events in one ms stay ordered and fixed-width."""
     c = HybridLogicalClock("d", lambda: 7, last=format_hlc(7, 9999, "d"))

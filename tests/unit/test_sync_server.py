@@ -530,3 +530,10 @@ def test_command_line_needs_a_key(capsys: Any, monkeypatch: Any) -> None:
         server_main(["--port", "0", "--db", ":memory:"])
     assert e.value.code == 2
     assert "--api-key" in capsys.readouterr().err
+
+
+def test_oversized_body_is_a_413(srv: SyncServer) -> None:
+    """A body over 16 MiB is refused before it is parsed."""
+    raw = b'{"device_id": "d", "ops": [], "pad": "' + b"x" * (16 * 1024 * 1024 + 1) + b'"}'
+    status, _, _ = call(srv, "POST", "/v1/push", raw=raw)
+    assert status == 413

@@ -74,6 +74,7 @@ class SyncServer:
         return space_for_key(api_key)
 
     def start(self, timeout: float = 10.0) -> SyncServer:
+        self.faults.stopping.clear()
         self._thread = threading.Thread(
             target=self._server.run,
             kwargs={"sockets": [self._sock]},

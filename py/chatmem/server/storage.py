@@ -54,7 +54,13 @@ class SpaceTransaction(Protocol):
     def get(self, resource: str, record_id: str) -> StoredRecord | None: ...
 
     def put(self, record: StoredRecord) -> int:
-        """Insert or replace the record under a new, higher ``seq``; return that seq."""
+        """Insert or replace the record under a new, higher ``seq``; return that seq.
+
+        Seqs of one space must become visible in order: a reader must never see
+        seq N+1 committed while N is still uncommitted (else a pull could skip
+        N). The SQLite implementation serializes a space's transactions; a
+        concurrent database must do the same (e.g. lock the space's row).
+        """
         ...
 
     def live_messages(self, session_id: str) -> list[StoredRecord]:
