@@ -17,10 +17,15 @@
     │   ├── VersionConflict        (DOMException VersionError: the database is newer)
     │   ├── UpgradeBlocked         another tab holds an old version open
     │   └── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    ├── SyncError                  a sync request did not succeed (messages never hold the api key)
+    │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
+    │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
+    │   ├── SyncAuthError          401/403: pause sync until the key is fixed; dead-letter nothing
+    │   └── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
-``stores.sqlite`` for sqlite3), always with the original kept as ``__cause__``.
+``stores.sqlite`` for sqlite3, ``sync.protocol`` for HTTP statuses of the sync server), always with the original kept as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ __all__ = [
     "VersionConflict",
     "UpgradeBlocked",
     "DatabaseClosed",
+    "SyncError",
+    "SyncOffline",
+    "SyncTransientError",
+    "SyncAuthError",
+    "SyncPermanentError",
     "UnsupportedEnvironment",
     "translate_dom_error",
 ]
@@ -151,6 +161,44 @@ class UpgradeBlocked(StorageError):
 
 class DatabaseClosed(StorageError):
     """The connection is closed (by ``close()``, or by an upgrade in another tab: reload)."""
+
+
+class SyncError(ChatmemError):
+    """A sync request did not succeed.
+
+    ``status`` is the HTTP status (None when there was no response),
+    ``response`` an excerpt of the answer's body (for the dead letter),
+    ``retry_after_ms`` the wait the server asked for (429/503 ``Retry-After``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        response: str | None = None,
+        retry_after_ms: int | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.response = response
+        self.retry_after_ms = retry_after_ms
+
+
+class SyncOffline(SyncError):
+    """No network, or the server could not be reached at all: wait; not a failed attempt."""
+
+
+class SyncTransientError(SyncError):
+    """Timeout, dropped connection, 5xx, 429, or an unreadable answer: retry with backoff."""
+
+
+class SyncAuthError(SyncError):
+    """The server refused the api key (401/403): pause sync until the config changes."""
+
+
+class SyncPermanentError(SyncError):
+    """The server refused the request itself (400/404/409/413/422, other 4xx)."""
 
 
 class UnsupportedEnvironment(ChatmemError, RuntimeError):

@@ -1,0 +1,249 @@
+"""The sync rules, independent of HTTP and of the database.
+
+``SyncService.push`` applies one push in one storage transaction; per
+operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
+(also in ``PROTOCOL.md``):
+
+- an ``op_id`` is applied at most once per space; a repeat answers
+  ``duplicate``. Rejected operations are not remembered, so a replay is
+  judged again.
+- sessions merge **per field, last writer wins by HLC**: a field takes the
+  value of the write with the greatest HLC that set it. A ``create`` of a
+  session the server already holds merges the same way.
+- **delete wins**: a delete tombstones the record (and a session's
+  messages), whatever edits were concurrent with it. An ``update`` never
+  revives a tombstone; only a ``create`` with an HLC after the tombstone's
+  does (restoring a backup). An operation that loses is still ``applied``
+  (acknowledged, with a ``reason`` saying it was superseded).
+- messages are immutable: a create of a message that exists with the same
+  data is ``applied`` (no change); with different data it is ``rejected``.
+  The server keeps messages whose session it has not seen (the client
+  orders a session's operations; it does not check foreign keys).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ValidationError
+from ..ids import Clock, system_clock
+from ..sync.hlc import validate_device_id
+from ..sync.ops import MAX_ID_LENGTH, validate_op
+from .storage import SpaceTransaction, StoredRecord, SyncStorage
+
+__all__ = ["SyncService", "parse_cursor", "MAX_OPS_PER_PUSH", "MAX_CHANGES_LIMIT"]
+
+MAX_OPS_PER_PUSH = 1000
+MAX_CHANGES_LIMIT = 1000
+DEFAULT_CHANGES_LIMIT = 100
+
+Result = dict[str, Any]
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_cursor(value: str | None) -> int:
+    """A cursor is the decimal feed position; empty or absent means "from the start"."""
+    if value is None or value == "":
+        return 0
+    if not value.isdigit() or len(value) > 18:
+        raise ValidationError(f"bad cursor {value!r}", field="since")
+    return int(value)
+
+
+def _applied(op_id: str, reason: str | None = None) -> Result:
+    out: Result = {"op_id": op_id, "status": "applied"}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def _rejected(op_id: str, reason: str) -> Result:
+    return {"op_id": op_id, "status": "rejected", "reason": reason}
+
+
+class SyncService:
+    def __init__(self, storage: SyncStorage, clock: Clock = system_clock):
+        self.storage = storage
+        self.clock = clock
+
+    # ------------------------------------------------------------------ push
+    def check_push(self, payload: Any) -> tuple[str, list[Any]]:
+        """The batch-level shape check (a failure is a 400 for the whole request)."""
+        if not isinstance(payload, dict):
+            raise ValidationError("body must be a JSON object", field="body")
+        device_id = validate_device_id(payload.get("device_id"))
+        ops = payload.get("ops")
+        if not isinstance(ops, list):
+            raise ValidationError("ops must be a list", field="ops")
+        for i, op in enumerate(ops):
+            op_id = op.get("op_id") if isinstance(op, dict) else None
+            if not isinstance(op_id, str) or not op_id or len(op_id) > MAX_ID_LENGTH:
+                raise ValidationError(
+                    f"ops[{i}] must be an object with a non-empty string op_id",
+                    field="op_id",
+                    index=i,
+                )
+        return device_id, ops
+
+    def push(self, space: str, payload: Any) -> dict[str, Any]:
+        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch."""
+        device_id, ops = self.check_push(payload)
+        now = self.clock()
+        results: list[Result] = []
+        with self.storage.transaction(space) as txn:
+            for op in ops:
+                op_id = op["op_id"]
+                if txn.op_seen(op_id):
+                    results.append({"op_id": op_id, "status": "duplicate"})
+                    continue
+                try:
+                    validate_op(op)
+                except ValidationError as e:
+                    results.append(_rejected(op_id, f"invalid {e.field}: {e}"))
+                    continue
+                result = self._apply(txn, op)
+                if result["status"] == "applied":
+                    txn.remember_op(op_id, device_id, now)
+                results.append(result)
+            cursor = txn.cursor()
+        return {"results": results, "cursor": str(cursor)}
+
+    def _apply(self, txn: SpaceTransaction, op: Mapping[str, Any]) -> Result:
+        if op["resource"] == "session":
+            return self._apply_session(txn, op)
+        return self._apply_message(txn, op)
+
+    def _apply_session(self, txn: SpaceTransaction, op: Mapping[str, Any]) -> Result:
+        op_id, sid, h, kind = op["op_id"], op["id"], op["hlc"], op["type"]
+        cur = txn.get("session", sid)
+        if kind == "delete":
+            return self._delete(txn, op, cur)
+        data = {k: v for k, v in op["data"].items() if k != "sessionId"}
+        if cur is None or (cur.deleted and kind == "create" and h > cur.hlc):
+            rec = StoredRecord(
+                resource="session",
+                id=sid,
+                data={"sessionId": sid, **data},
+                deleted=False,
+                hlc=h,
+                birth_hlc=h,
+                field_hlc={k: h for k in data},
+            )
+            if cur is None and kind == "update":
+                return _rejected(op_id, f"session {sid!r} does not exist on the server")
+            txn.put(rec)
+            return _applied(op_id, "re-created after a delete" if cur is not None else None)
+        if cur.deleted:
+            return _applied(op_id, "superseded: the session was deleted")
+        assert cur.data is not None
+        newer = [k for k in data if h > cur.field_hlc.get(k, "")]
+        for k in newer:
+            cur.data[k] = data[k]
+            cur.field_hlc[k] = h
+        if not newer:
+            return _applied(op_id, "superseded: no field newer than the stored ones")
+        cur.hlc = max(cur.hlc, h)
+        txn.put(cur)
+        return _applied(op_id)
+
+    def _apply_message(self, txn: SpaceTransaction, op: Mapping[str, Any]) -> Result:
+        op_id, mid, h, kind = op["op_id"], op["id"], op["hlc"], op["type"]
+        cur = txn.get("message", mid)
+        if kind == "delete":
+            return self._delete(txn, op, cur)
+        data = {**op["data"], "id": mid}
+        sid = data["sessionId"]
+        session = txn.get("session", sid)
+        if session is not None and session.deleted:
+            return _applied(op_id, "superseded: its session was deleted")
+        if cur is not None and not cur.deleted:
+            if cur.session_id == sid and _canonical(cur.data) == _canonical(data):
+                return _applied(op_id, "already stored")
+            return _rejected(
+                op_id, f"message {mid!r} exists with different data (messages are immutable)"
+            )
+        if cur is not None and h <= cur.hlc:
+            return _applied(op_id, "superseded: the message was deleted")
+        txn.put(
+            StoredRecord(
+                resource="message",
+                id=mid,
+                data=data,
+                deleted=False,
+                hlc=h,
+                birth_hlc=h,
+                session_id=sid,
+            )
+        )
+        return _applied(op_id, "re-created after a delete" if cur is not None else None)
+
+    def _delete(
+        self, txn: SpaceTransaction, op: Mapping[str, Any], cur: StoredRecord | None
+    ) -> Result:
+        op_id, rid, h, resource = op["op_id"], op["id"], op["hlc"], op["resource"]
+        if cur is not None and cur.deleted:
+            return _applied(op_id, "already deleted")
+        if cur is not None and h <= cur.birth_hlc:
+            return _applied(op_id, "superseded: re-created after this delete")
+        sid: str | None = None
+        if resource == "message":
+            given = op.get("data") or {}
+            sid = cur.session_id if cur is not None else given.get("sessionId")
+            sid = sid if isinstance(sid, str) else None
+        tomb_hlc = max(h, cur.hlc) if cur is not None else h
+        txn.put(
+            StoredRecord(
+                resource=resource,
+                id=rid,
+                data=None,
+                deleted=True,
+                hlc=tomb_hlc,
+                birth_hlc=cur.birth_hlc if cur is not None else h,
+                session_id=sid,
+            )
+        )
+        if resource == "session":
+            for msg in txn.live_messages(rid):
+                msg.data, msg.deleted, msg.hlc = None, True, max(msg.hlc, tomb_hlc)
+                txn.put(msg)
+        return _applied(op_id)
+
+    # ------------------------------------------------------------------ changes
+    def changes(self, space: str, since: str | None, limit: str | int | None) -> dict[str, Any]:
+        """One page of the change feed; ``ValidationError`` for a bad cursor or limit."""
+        start = parse_cursor(since)
+        if limit is None or limit == "":
+            n = DEFAULT_CHANGES_LIMIT
+        elif isinstance(limit, int) or (isinstance(limit, str) and limit.isdigit()):
+            n = int(limit)
+        else:
+            raise ValidationError(f"bad limit {limit!r}", field="limit")
+        if n < 1:
+            raise ValidationError("limit must be at least 1", field="limit")
+        n = min(n, MAX_CHANGES_LIMIT)
+        if start > self.storage.cursor(space):
+            raise ValidationError(
+                "cursor is ahead of this server's feed (was its data reset?): pull from the start",
+                field="since",
+            )
+        rows = self.storage.changes(space, start, n + 1)
+        page, more = rows[:n], len(rows) > n
+        return {
+            "changes": [
+                {
+                    "resource": r.resource,
+                    "id": r.id,
+                    "data": r.data,
+                    "deleted": r.deleted,
+                    "hlc": r.hlc,
+                }
+                for r in page
+            ],
+            "cursor": str(page[-1].seq if page else start),
+            "more": more,
+        }

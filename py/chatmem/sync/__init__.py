@@ -1,0 +1,50 @@
+"""Cloud sync, the pure parts: hybrid logical clocks, operations, config,
+backoff, status and the protocol client. Nothing here touches a store; the
+outbox (enqueue in the change's transaction, leases, dead letters, the drain
+loop) builds on these.
+"""
+
+from __future__ import annotations
+
+from .backoff import BackoffPolicy, backoff_delay, parse_retry_after, retry_delay
+from .config import SyncConfig, normalize_endpoint
+from .hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
+from .ops import SyncOp, make_op, op_session_id, validate_op
+from .protocol import (
+    Change,
+    ChangesPage,
+    OpResult,
+    PushResponse,
+    SyncClient,
+    error_for_status,
+    error_for_transport,
+)
+from .status import SYNC_STATES, SyncState, SyncStatus
+
+__all__ = [
+    "BackoffPolicy",
+    "backoff_delay",
+    "parse_retry_after",
+    "retry_delay",
+    "SyncConfig",
+    "normalize_endpoint",
+    "HybridLogicalClock",
+    "compare_hlc",
+    "format_hlc",
+    "is_hlc",
+    "parse_hlc",
+    "SyncOp",
+    "make_op",
+    "op_session_id",
+    "validate_op",
+    "Change",
+    "ChangesPage",
+    "OpResult",
+    "PushResponse",
+    "SyncClient",
+    "error_for_status",
+    "error_for_transport",
+    "SYNC_STATES",
+    "SyncState",
+    "SyncStatus",
+]

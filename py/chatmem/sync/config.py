@@ -1,0 +1,170 @@
+"""``SyncConfig``: where and how to sync, as in the original design (plus limits).
+
+Durations are integer milliseconds, like the original's ``syncInterval``.
+The ``api_key`` is a secret: it is not in ``repr()``, not in
+``to_public_dict()`` (what the UI and exports see), never in a URL. Only
+``to_storage_dict()`` holds it, for the local settings store.
+
+Validation (``validate()``, also run by ``from_dict``) raises
+``ValidationError`` naming the field: the endpoint must be ``https://``,
+except ``http://`` to ``localhost`` / ``127.0.0.1`` / ``[::1]``; it carries no
+credentials, query or fragment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ValidationError
+
+__all__ = ["SyncConfig", "LOCAL_HOSTS", "normalize_endpoint"]
+
+LOCAL_HOSTS: frozenset[str] = frozenset({"localhost", "127.0.0.1", "::1"})
+
+# camelCase (the original's names) -> field name
+_ALIASES = {
+    "apiKey": "api_key",
+    "autoSync": "auto_sync",
+    "syncInterval": "sync_interval",
+    "maxRetries": "max_retries",
+    "batchSize": "batch_size",
+    "backoffBase": "backoff_base",
+    "backoffMax": "backoff_max",
+}
+_CAMEL = {v: k for k, v in _ALIASES.items()}
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """Check an endpoint URL and return it without a trailing slash.
+
+    ``ValidationError(field="endpoint")`` unless it is https, or http to a
+    loopback host; user info, query and fragment are refused.
+    """
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise ValidationError("endpoint must be a non-empty URL", field="endpoint")
+    try:
+        parts = urllib.parse.urlsplit(endpoint.strip())
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as e:
+        raise ValidationError(f"endpoint is not a valid URL: {e}", field="endpoint") from e
+    if parts.scheme not in ("https", "http") or not host:
+        raise ValidationError("endpoint must be an https:// URL", field="endpoint")
+    if parts.scheme == "http" and host not in LOCAL_HOSTS:
+        raise ValidationError(
+            "endpoint must use https (http is allowed only for localhost / 127.0.0.1)",
+            field="endpoint",
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ValidationError(
+            "endpoint must not contain credentials; set api_key instead", field="endpoint"
+        )
+    if parts.query or parts.fragment:
+        raise ValidationError("endpoint must not have a query or fragment", field="endpoint")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _int(value: Any, name: str, minimum: int, maximum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValidationError(f"{name} must be an int >= {minimum}", field=name)
+    if maximum is not None and value > maximum:
+        raise ValidationError(f"{name} must be at most {maximum}", field=name)
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    enabled: bool = False
+    endpoint: str = ""
+    api_key: str = field(default="", repr=False)
+    auto_sync: bool = False
+    #: ms between automatic sync runs
+    sync_interval: int = 60_000
+    #: retries after the first failed attempt before an operation is dead-lettered
+    max_retries: int = 3
+    #: operations per push request
+    batch_size: int = 100
+    #: ms to wait for one HTTP request
+    timeout: int = 30_000
+    #: ms of the first backoff delay; doubles per retry up to ``backoff_max``
+    backoff_base: int = 1_000
+    backoff_max: int = 60_000
+
+    def validate(self) -> SyncConfig:
+        """Return self if valid, else raise ``ValidationError`` naming the field."""
+        for name in ("enabled", "auto_sync"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError(f"{name} must be a bool", field=name)
+        if not isinstance(self.api_key, str):
+            raise ValidationError("api_key must be a string", field="api_key")
+        if self.api_key and not all(0x21 <= ord(c) <= 0x7E for c in self.api_key):
+            raise ValidationError("api_key must be printable ASCII without spaces", field="api_key")
+        if not isinstance(self.endpoint, str):
+            raise ValidationError("endpoint must be a string", field="endpoint")
+        if self.endpoint:
+            normalize_endpoint(self.endpoint)
+        if self.enabled:
+            if not self.endpoint:
+                raise ValidationError("sync is enabled but endpoint is empty", field="endpoint")
+            if not self.api_key:
+                raise ValidationError("sync is enabled but api_key is empty", field="api_key")
+        _int(self.sync_interval, "sync_interval", 1_000)
+        _int(self.max_retries, "max_retries", 0, 100)
+        _int(self.batch_size, "batch_size", 1, 1_000)
+        _int(self.timeout, "timeout", 100)
+        _int(self.backoff_base, "backoff_base", 0)
+        _int(self.backoff_max, "backoff_max", self.backoff_base)
+        return self
+
+    def __post_init__(self) -> None:
+        if isinstance(self.endpoint, str) and self.endpoint:
+            object.__setattr__(self, "endpoint", normalize_endpoint(self.endpoint))
+        self.validate()
+
+    @property
+    def timeout_seconds(self) -> float:
+        return self.timeout / 1000
+
+    def url(self, path: str) -> str:
+        """``endpoint`` joined with an API path such as ``/v1/push``."""
+        return self.endpoint + "/" + path.lstrip("/")
+
+    def replace(self, **changes: Any) -> SyncConfig:
+        """A copy with ``changes`` (field names or the original's camelCase), validated."""
+        return dataclasses.replace(self, **{_ALIASES.get(k, k): v for k, v in changes.items()})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SyncConfig:
+        """Build from snake_case or the original's camelCase keys; unknown keys are refused."""
+        if not isinstance(data, Mapping):
+            raise ValidationError("sync config must be an object", field="config")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "hasApiKey":
+                continue  # present in public dicts; carries no value
+            name = _ALIASES.get(key, key)
+            if name not in names:
+                raise ValidationError(f"unknown sync config field {key!r}", field=str(key))
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    def to_public_dict(self) -> dict[str, Any]:
+        """camelCase settings without the key (``hasApiKey`` says whether one is set)."""
+        out = {
+            _CAMEL.get(f.name, f.name): getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "api_key"
+        }
+        out["hasApiKey"] = bool(self.api_key)
+        return out
+
+    def to_storage_dict(self) -> dict[str, Any]:
+        """Everything, the key included: only for the local settings store, never for export."""
+        out = self.to_public_dict()
+        del out["hasApiKey"]
+        out["apiKey"] = self.api_key
+        return out

@@ -1,0 +1,73 @@
+"""``SyncStatus``: what ``mem.sync.status()`` answers, and what other tabs see.
+
+A snapshot, not live state: the drain loop builds a new one after each step
+(``dataclasses.replace``) and may store ``to_dict()`` in the ``kv`` store so
+tabs that do not hold the drain lock can show it.
+
+States:
+
+- ``idle``: nothing in flight (there may be pending operations waiting for
+  their next attempt or the next interval);
+- ``syncing``: a push or pull is in flight;
+- ``offline``: no network / server unreachable: waiting, nothing counted as a failure;
+- ``paused-auth``: the server refused the key (401/403); nothing is sent until
+  the config changes;
+- ``error``: the last run failed (transient errors being retried, or an
+  unexpected failure); ``last_error`` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from ..errors import ValidationError
+
+__all__ = ["SyncState", "SYNC_STATES", "SyncStatus"]
+
+SyncState = Literal["idle", "syncing", "offline", "paused-auth", "error"]
+SYNC_STATES: frozenset[str] = frozenset({"idle", "syncing", "offline", "paused-auth", "error"})
+
+
+@dataclass(frozen=True)
+class SyncStatus:
+    state: SyncState = "idle"
+    #: operations in the outbox (in flight included)
+    pending: int = 0
+    #: operations in the dead-letter store
+    dead_letters: int = 0
+    #: ms since the epoch of the last run that reached the server and succeeded
+    last_success: int | None = None
+    #: human-readable reason of the last failure (never contains the api key)
+    last_error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in SYNC_STATES:
+            raise ValidationError(
+                f"state must be one of {sorted(SYNC_STATES)}, got {self.state!r}", field="state"
+            )
+        for name in ("pending", "dead_letters"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValidationError(f"{name} must be a non-negative int", field=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """camelCase, JSON-ready (for the UI and other tabs)."""
+        return {
+            "state": self.state,
+            "pending": self.pending,
+            "deadLetters": self.dead_letters,
+            "lastSuccess": self.last_success,
+            "lastError": self.last_error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SyncStatus:
+        return cls(
+            state=cast(SyncState, d.get("state", "idle")),
+            pending=int(d.get("pending", 0)),
+            dead_letters=int(d.get("deadLetters", d.get("dead_letters", 0))),
+            last_success=d.get("lastSuccess", d.get("last_success")),
+            last_error=d.get("lastError", d.get("last_error")),
+        )
