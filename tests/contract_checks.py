@@ -372,3 +372,33 @@ async def check_cache_is_coherent(make: Make) -> None:
         await raises(errors.SessionNotFound, mem.messages.list(s.session_id))
         meta_cache, page_cache = mem.cache
         assert meta_cache.hits + page_cache.hits > 0
+
+
+# ---------------------------------------------------------------------------- the outbox
+
+
+@check
+async def check_every_change_enqueues_an_op(make: Make) -> None:
+    """Each change puts one sync op in the outbox, in its own transaction; a failed write puts none."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="t")
+        m = await mem.messages.append(s.session_id, "user", "hi")
+        await mem.sessions.update(s.session_id, title="t2")
+        await raises(errors.DuplicateId, mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": "x"}, {"role": "user", "content": "y", "id": m.id}]))
+        await mem.messages.add(s.session_id, "assistant", "again")  # session exists: no session create
+        await mem.messages.add("fresh", "user", "creates fresh")
+        await mem.sessions.delete(s.session_id)
+        ops = await mem.store.outbox_list()
+        kinds = [(o["type"], o["resource"]) for o in ops]
+        assert kinds == [
+            ("create", "session"), ("create", "message"), ("update", "session"),
+            ("create", "message"), ("create", "session"), ("create", "message"), ("delete", "session"),
+        ], kinds
+        assert ops[1]["data"]["id"] == m.id and ops[1]["data"]["seq"] == 0 and ops[1]["data"]["content"] == "hi"
+        assert ops[2]["data"] == {"title": "t2"}
+        assert all(set(o) >= {"op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts"} for o in ops)
+        assert len({o["op_id"] for o in ops}) == len(ops)
+        hlcs = [o["hlc"] for o in ops]
+        assert hlcs == sorted(hlcs), "HLCs grow"
+        assert await mem.store.outbox_counts() == (7, 0)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from .cache import LRUCache
 from .ids import Clock, IdGenerator
+from .outbox import Outbox
 from .stores.base import Store
 
 __all__ = ["Core"]
@@ -23,6 +24,7 @@ class Core:
     ids: IdGenerator
     meta_cache: LRUCache[str, dict[str, Any]]
     page_cache: LRUCache[PageKey, list[dict[str, Any]]]
+    outbox: Outbox
     #: called with (kind, session_id, payload) after every acknowledged write
     listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
 

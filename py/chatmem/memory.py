@@ -16,6 +16,7 @@ from .core import Core
 from .errors import UnsupportedEnvironment, ValidationError
 from .ids import Clock, IdGenerator, system_clock
 from .messages import Messages
+from .outbox import Outbox
 from .session import Session
 from .sessions import Sessions
 from .stores.base import Store
@@ -50,10 +51,12 @@ class Memory:
         self.name = name or store.kind
         self.store = store
         self.clock = clock
+        ids = IdGenerator(clock)
         self._core = Core(
             store=store,
             clock=clock,
-            ids=IdGenerator(clock),
+            ids=ids,
+            outbox=Outbox(store, ids, clock),
             meta_cache=LRUCache(cache_size, cache_ttl, clock),
             page_cache=LRUCache(cache_size, cache_ttl, clock),
         )

@@ -60,7 +60,9 @@ class Messages:
     ) -> list[ChatMessage]:
         if not isinstance(session_id, str) or not session_id:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
-        stored, sess = await self._core.store.append_messages(session_id, records, now, create)
+        ops = [dict(op, only_if_created=True) for op in await self._core.outbox.session_created(create)] if create else []
+        ops += await self._core.outbox.messages_created(session_id, records)
+        stored, sess = await self._core.store.append_messages(session_id, records, now, create, ops)
         self._core.remember_meta(sess)
         self._core.changed("messages-appended", session_id, stored)
         return [ChatMessage.from_record(r) for r in stored]

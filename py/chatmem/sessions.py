@@ -95,7 +95,8 @@ class Sessions:
             tags=tag_list,
         )
         rec = meta.to_record()
-        await self._core.store.create_session(rec, [])
+        ops = await self._core.outbox.session_created(rec)
+        await self._core.store.create_session(rec, [], ops)
         self._core.remember_meta(dict(rec, nextSeq=0))
         self._core.changed("session-created", meta.session_id, rec)
         return meta
@@ -171,7 +172,8 @@ class Sessions:
         _check_str(session_id, "session_id")
         if not changes:
             return await self.get(session_id)
-        rec = await self._core.store.update_session(session_id, changes)
+        ops = [await self._core.outbox.op("update", "session", session_id, session_id, changes)]
+        rec = await self._core.store.update_session(session_id, changes, ops)
         self._core.remember_meta(rec)
         self._core.changed("session-updated", session_id, changes)
         return SessionMeta.from_record(rec)
@@ -188,7 +190,8 @@ class Sessions:
     async def delete(self, session_id: str) -> None:
         """Delete the session and all its messages. ``SessionNotFound`` if absent."""
         _check_str(session_id, "session_id")
-        if not await self._core.store.delete_session(session_id):
+        ops = [await self._core.outbox.op("delete", "session", session_id, session_id, None)]
+        if not await self._core.store.delete_session(session_id, ops):
             raise SessionNotFound(session_id)
         self._core.invalidate(session_id)
         self._core.changed("session-deleted", session_id)
@@ -196,7 +199,9 @@ class Sessions:
     async def clear(self, session_id: str) -> SessionMeta:
         """Delete every message of the session and keep the session itself."""
         _check_str(session_id, "session_id")
-        rec = await self._core.store.clear_session(session_id, self._core.now())
+        gone = [m["id"] for m in await self._core.store.list_messages(session_id, 0, None, False)]
+        ops = await self._core.outbox.messages_deleted(session_id, gone)
+        rec = await self._core.store.clear_session(session_id, self._core.now(), ops)
         self._core.invalidate(session_id)
         self._core.remember_meta(rec)
         self._core.changed("session-cleared", session_id)
@@ -240,7 +245,9 @@ class Sessions:
             fork_reason=reason,
             message_count=len(copies),
         )
-        await self._core.store.create_session(meta.to_record(), copies)
+        ops = await self._core.outbox.session_created(meta.to_record())
+        ops += await self._core.outbox.messages_created(fork_id, copies, with_data=True)
+        await self._core.store.create_session(meta.to_record(), copies, ops)
         self._core.changed("session-created", fork_id, meta.to_record())
         if copies:
             self._core.changed("messages-appended", fork_id, copies)

@@ -43,11 +43,11 @@ function sessionRange(sessionId) {
 
 // Outbox operations enqueued in the same transaction as the change they describe;
 // a message op without data gets the stored record.
-function enqueue(tx, ops, records = []) {
+function enqueue(tx, ops, records = [], created = true) {
   if (!ops || ops.length === 0) return [];
   const byId = new Map(records.map((r) => [r.id, r]));
   const outbox = tx.objectStore("outbox");
-  return ops.map((op) => {
+  return ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => {
     if (op.data == null && op.resource === "message" && op.type !== "delete") op = { ...op, data: byId.get(op.id) ?? null };
     return outbox.add(op);
   });
@@ -166,6 +166,7 @@ class Database {
     const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
     const sessions = tx.objectStore("sessions");
     let sess = await sessions.get(sessionId);
+    const created = !sess;
     if (!sess) {
       if (!create) {
         tx.abort();
@@ -181,7 +182,7 @@ class Database {
     sess.updatedAt = now;
     const messages = tx.objectStore("messages");
     const ps = out.map((m) => messages.add(m));
-    ps.push(sessions.put(sess), ...enqueue(tx, ops, out), tx.done);
+    ps.push(sessions.put(sess), ...enqueue(tx, ops, out, created), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("messages", [sessionId]);
     return [out, sess];

@@ -28,13 +28,18 @@ SESSION_PRIVATE_FIELDS = ("nextSeq",)
 Ops = list[dict[str, Any]] | None
 
 
-def fill_ops(ops: Ops, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give message ops without data the stored record they describe."""
+def fill_ops(ops: Ops, records: Iterable[dict[str, Any]], created: bool = True) -> list[dict[str, Any]]:
+    """Give message ops without data the stored record they describe.
+
+    Ops marked ``only_if_created`` are dropped unless the write created the session.
+    """
     if not ops:
         return []
     by_id = {r["id"]: r for r in records}
     out = []
     for op in ops:
+        if op.pop("only_if_created", False) and not created:
+            continue
         if op.get("data") is None and op["resource"] == "message" and op["type"] != "delete":
             op = dict(op, data=by_id.get(op["id"]))
         out.append(op)

@@ -24,8 +24,8 @@ class MemoryStore:
         self._outbox: dict[str, dict[str, Any]] = {}  # insertion order = FIFO
         self._dead: dict[str, dict[str, Any]] = {}
 
-    def _enqueue(self, ops: Ops, records: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
-        for op in fill_ops(ops, records):
+    def _enqueue(self, ops: Ops, records: list[dict[str, Any]] = (), created: bool = True) -> None:  # type: ignore[assignment]
+        for op in fill_ops(ops, records, created):
             self._outbox[op["op_id"]] = copy.deepcopy(op)
 
     # ------------------------------------------------------------------ sessions
@@ -137,6 +137,7 @@ class MemoryStore:
         if sess is None and create is None:
             raise SessionNotFound(session_id)
         self._check_new_ids(records)
+        created = sess is None
         if sess is None:
             assert create is not None
             sess = copy.deepcopy(create)
@@ -151,7 +152,7 @@ class MemoryStore:
             out.append(rec)
         self._insert(out)
         sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
-        self._enqueue(ops, out)
+        self._enqueue(ops, out, created)
         return copy.deepcopy(out), copy.deepcopy(sess)
 
     async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:

@@ -154,8 +154,10 @@ class SQLiteStore:
         )
 
     @staticmethod
-    def _enqueue(db: sqlite3.Connection, ops: Ops, records: list[dict[str, Any]] | None = None) -> None:
-        filled = fill_ops(ops, records or [])
+    def _enqueue(
+        db: sqlite3.Connection, ops: Ops, records: list[dict[str, Any]] | None = None, created: bool = True
+    ) -> None:
+        filled = fill_ops(ops, records or [], created)
         if filled:
             db.executemany(
                 "INSERT INTO outbox (op_id, record) VALUES (?, ?)",
@@ -250,7 +252,7 @@ class SQLiteStore:
             sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
             self._put_session(db, sess, insert=insert)
             self._put_messages(db, out)
-            self._enqueue(db, ops, out)
+            self._enqueue(db, ops, out, created=insert)
             return out, sess
 
         return await self._run(tx, write=True)

@@ -1,0 +1,76 @@
+"""Sync operations for every change, made before the write and handed to the
+store, which enqueues them in the *same* transaction as the change.
+
+``Outbox`` knows this device's id (kept in the store's kv under
+``sync.device_id``) and its hybrid logical clock; it never talks to a server
+(that is ``chatmem.sync``'s drain loop).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .ids import Clock, IdGenerator
+from .stores.base import Store
+from .sync.hlc import HybridLogicalClock
+
+__all__ = ["Outbox", "DEVICE_KEY"]
+
+DEVICE_KEY = "sync.device_id"
+
+
+class Outbox:
+    def __init__(self, store: Store, ids: IdGenerator, clock: Clock):
+        self._store = store
+        self._ids = ids
+        self._clock = clock
+        self.hlc: HybridLogicalClock | None = None
+
+    async def device_id(self) -> str:
+        return (await self._hlc()).device_id
+
+    async def _hlc(self) -> HybridLogicalClock:
+        if self.hlc is None:
+            device = await self._store.kv_get(DEVICE_KEY)
+            if not device:
+                device = "d" + self._ids()
+                await self._store.kv_set(DEVICE_KEY, device)
+            self.hlc = HybridLogicalClock(device, self._clock)
+        return self.hlc
+
+    async def op(
+        self, type_: str, resource: str, id_: str, session_id: str, data: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """One operation; ``data=None`` on a message create means "the stored record"."""
+        hlc = await self._hlc()
+        return {
+            "op_id": self._ids(),
+            "type": type_,
+            "resource": resource,
+            "id": id_,
+            "session_id": session_id,
+            "data": data,
+            "timestamp": self._clock(),
+            "hlc": hlc.now(),
+            "attempts": 0,
+            "next_attempt_at": 0,
+            "last_error": None,
+        }
+
+    async def session_created(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        data = {k: v for k, v in record.items() if k not in ("nextSeq",)}
+        return [await self.op("create", "session", record["sessionId"], record["sessionId"], data)]
+
+    async def messages_created(
+        self, session_id: str, records: Iterable[dict[str, Any]], with_data: bool = False
+    ) -> list[dict[str, Any]]:
+        return [
+            await self.op("create", "message", r["id"], session_id, r if with_data else None)
+            for r in records
+        ]
+
+    async def messages_deleted(self, session_id: str, message_ids: Iterable[str]) -> list[dict[str, Any]]:
+        return [
+            await self.op("delete", "message", mid, session_id, {"sessionId": session_id})
+            for mid in message_ids
+        ]
