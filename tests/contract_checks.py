@@ -402,3 +402,106 @@ async def check_every_change_enqueues_an_op(make: Make) -> None:
         hlcs = [o["hlc"] for o in ops]
         assert hlcs == sorted(hlcs), "HLCs grow"
         assert await mem.store.outbox_counts() == (7, 0)
+
+
+# ---------------------------------------------------------------------------- export / import
+
+
+async def _sample(mem: chatmem.Memory) -> list[str]:
+    a = await mem.sessions.create(title="Trip ✈ 東京", character_id="airi", tags=["travel"])
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    await mem.messages.append_many(a.session_id, [
+        {"role": "system", "content": "be kind"},
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}], "provider": "openai", "model": "gpt-4o"},
+        {"role": "assistant", "content": "", "tool_calls": [call],
+         "slices": [{"type": "tool-call", "toolCall": call}], "categorization": {"speech": "s", "reasoning": "r"}},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1", "tool_results": [{"id": "c1", "result": "sunny"}]},
+    ])
+    await mem.sessions.update(a.session_id, pinned=True)
+    f = await mem.sessions.fork(a.session_id, at_index=2, reason="what if")
+    b = await mem.sessions.create(title="empty")
+    return [a.session_id, f.session_id, b.session_id]
+
+
+@check
+async def check_export_import_export_identity(make: Make) -> None:
+    """export → import(preserve_ids=True) → export is identical but for exportedAt; a second import changes nothing."""
+    from chatmem.transfer import canonical_dumps
+
+    async with await make() as src:
+        await _sample(src)
+        first = await src.export()
+    assert first["version"] == "1.0.0" and len(first["sessions"]) == 3
+    async with await make() as dst:
+        report = await dst.import_sessions(canonical_dumps(first), preserve_ids=True)
+        assert report.sessions_imported == 3 and report.messages_imported == 6 and report.format == "chatmem"
+        second = await dst.export()
+        first["exportedAt"] = second["exportedAt"] = 0
+        assert canonical_dumps(second) == canonical_dumps(first)
+        pending = (await dst.store.outbox_counts())[0]
+        again = await dst.import_sessions(first, preserve_ids=True)
+        assert again.sessions_imported == 0 and again.sessions_skipped == 3
+        third = await dst.export()
+        third["exportedAt"] = 0
+        assert canonical_dumps(third) == canonical_dumps(first)
+        assert (await dst.store.outbox_counts())[0] == pending, "an idempotent re-import enqueues nothing"
+
+
+@check
+async def check_import_creates_new_sessions_by_default(make: Make) -> None:
+    """A default import creates new sessions (fresh ids) and keeps the fork link between them."""
+    async with await make() as src:
+        ids = await _sample(src)
+        data = await src.export([ids[0], ids[1]])
+        partial = await src.export([ids[2]])
+    assert [s["meta"]["sessionId"] for s in partial["sessions"]] == [ids[2]]
+    async with await make() as dst:
+        r1 = await dst.import_sessions(data)
+        r2 = await dst.import_sessions(data)
+        assert r1.sessions_imported == r2.sessions_imported == 2
+        assert not set(r1.session_ids) & set(ids) and not set(r1.session_ids) & set(r2.session_ids)
+        metas = {m.session_id: m for m in await dst.sessions.list(limit=None)}
+        assert len(metas) == 4
+        fork = metas[r1.session_ids[1]]
+        assert fork.parent_id == r1.session_ids[0] and fork.fork_index == 2
+        msgs = await dst.messages.list(r1.session_ids[0])
+        assert [m.role for m in msgs] == ["system", "user", "assistant", "tool"]
+        assert msgs[2].tool_calls[0]["id"] == "c1" and msgs[3].tool_call_id == "c1"
+
+
+@check
+async def check_bad_imports_write_nothing(make: Make) -> None:
+    """Malformed JSON, a wrong version, one bad message among 1,000, an unknown format: a clear error, nothing written."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        good = await mem.export()
+        msgs = [{"id": f"m{i}", "sessionId": "S", "seq": i, "role": "user", "content": f"x{i}",
+                 "createdAt": 1} for i in range(1000)]
+        msgs[617]["role"] = "robot"
+        one_bad = {"version": "1.0.0", "exportedAt": 1, "sessions": [
+            {"meta": dict(good["sessions"][0]["meta"], sessionId="S"), "messages": msgs}]}
+        cases = [
+            ("{not json", "JSON"),
+            (dict(good, version="9.9.9"), "version"),
+            (one_bad, "messages[617].role"),
+            ({"hello": "world"}, "format"),
+        ]
+        for data, needle in cases:
+            e = await raises(errors.ValidationError, mem.import_sessions(data, preserve_ids=True))
+            assert needle.lower() in str(e).lower(), (needle, str(e))
+        assert [m.session_id for m in await mem.sessions.list(limit=None)] == [s.session_id]
+        assert (await mem.store.outbox_counts())[0] == 1
+
+
+@check
+async def check_export_iter_streams_the_same_text(make: Make) -> None:
+    """export_iter() chunks join to the canonical JSON of export() (same exportedAt)."""
+    from chatmem.transfer import canonical_dumps
+
+    async with await make(clock=lambda: 1_700_000_000_000) as mem:
+        ids = await _sample(mem)
+        await mem.messages.append_many(ids[2], [{"role": "user", "content": "y" * 50} for _ in range(120)])
+        chunks = [c async for c in mem.export_iter(batch_size=7)]
+        whole = await mem.export()
+        assert "".join(chunks) == canonical_dumps(whole)
+        assert len(whole["sessions"][2]["messages"]) == 120

@@ -38,9 +38,10 @@ def test_contract(backend: str, name: str, tmp_path: Path, request: pytest.Fixtu
         load_checks_into(page)
         db = unique_name(name)
         result = page.py(
-            "import chatmem, contract_checks, traceback\n"
+            "import chatmem, contract_checks, traceback, itertools\n"
+            "counter = itertools.count()\n"
             "async def make(**kw):\n"
-            f"    return await chatmem.open({db!r}, **kw)\n"
+            f"    return await chatmem.open({db!r} + '-' + str(next(counter)), **kw)\n"
             "try:\n"
             f"    await contract_checks.CHECKS[{name!r}](make)\n"
             "    out = 'ok'\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import Any
+from typing import Any, AsyncIterator, Iterable
 
 from .cache import LRUCache
 from .contextstore import ContextStore, MemoryContextStore
@@ -21,6 +21,7 @@ from .session import Session
 from .sessions import Sessions
 from .stores.base import Store
 from .stores.memory import MemoryStore
+from .transfer.io import ImportReport, Transfer
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
 
@@ -63,6 +64,7 @@ class Memory:
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(self)
+        self._transfer = Transfer(self._core)
         self._closed = False
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
@@ -77,6 +79,26 @@ class Memory:
         if not isinstance(session_id, str) or not session_id:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
         return Session(self, session_id)
+
+    # ------------------------------------------------------------------ export / import
+    async def export(self, session_ids: Iterable[str] | None = None) -> dict[str, Any]:
+        """Every session (or those named) with its messages, in the original's export shape."""
+        return await self._transfer.export(session_ids)
+
+    def export_iter(self, session_ids: Iterable[str] | None = None, *, batch_size: int = 500) -> AsyncIterator[str]:
+        """The export as JSON text chunks, read page by page (never the whole history in memory)."""
+        return self._transfer.export_iter(session_ids, batch_size=batch_size)
+
+    async def import_sessions(
+        self, data: Any, *, preserve_ids: bool = False, format: str | None = None
+    ) -> ImportReport:
+        """Validate the whole input, then write it in one transaction (all or nothing).
+
+        ``data``: a dict, a list, or JSON text (``str``/``bytes``) in the chatmem,
+        AIRI (``chat-sessions-index:v1``), ChatGPT or Claude format (auto-detected,
+        or named by ``format``). ``preserve_ids=True`` restores a backup, idempotently.
+        """
+        return await self._transfer.import_sessions(data, preserve_ids=preserve_ids, format=format)
 
     def on_change(self, fn: Any) -> None:
         """Call ``fn(kind, session_id, payload)`` after every acknowledged write in this process."""

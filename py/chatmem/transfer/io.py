@@ -1,0 +1,128 @@
+"""Export and import against a store: ``mem.export``, ``mem.export_iter`` and
+``mem.import_sessions``.
+
+An import is validated whole before anything is written, then written in one
+store transaction (IndexedDB: ``strict`` durability), with its sync operations
+in the same transaction. ``preserve_ids=True`` restores a backup: a session
+whose stored copy is identical is skipped, one that differs is replaced, so
+importing the same file twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable
+
+from ..errors import SessionNotFound, ValidationError
+from .adapters import prepare_import
+from .export_format import aiter_export_json, build_export, message_record, session_record
+from .normalized import NormalizedImport
+
+if TYPE_CHECKING:
+    from ..core import Core
+
+__all__ = ["Transfer", "ImportReport"]
+
+
+@dataclass
+class ImportReport:
+    """What an import wrote. Durable when returned."""
+
+    format: str
+    sessions_imported: int = 0
+    messages_imported: int = 0
+    sessions_skipped: int = 0
+    sessions_replaced: int = 0
+    session_ids: list[str] = field(default_factory=list)
+
+
+class Transfer:
+    def __init__(self, core: Core):
+        self._core = core
+
+    async def _metas(self, session_ids: Iterable[str] | None) -> list[dict[str, Any]]:
+        if session_ids is None:
+            recs = await self._core.store.all_sessions()
+        else:
+            if isinstance(session_ids, str):
+                raise ValidationError("session_ids must be a list of ids", field="session_ids")
+            recs = []
+            for sid in session_ids:
+                rec = await self._core.store.get_session(sid)
+                if rec is None:
+                    raise SessionNotFound(sid)
+                recs.append(rec)
+        recs.sort(key=lambda r: (r["createdAt"], r["sessionId"]))
+        return recs
+
+    async def export(self, session_ids: Iterable[str] | None = None) -> dict[str, Any]:
+        """The original's ``ChatSessionsExport`` (version "1.0.0") as a dict."""
+        pairs = []
+        for meta in await self._metas(session_ids):
+            msgs = await self._core.store.list_messages(meta["sessionId"], 0, None, False)
+            pairs.append((meta, msgs))
+        return build_export(pairs, self._core.now())
+
+    async def export_iter(
+        self, session_ids: Iterable[str] | None = None, *, batch_size: int = 500
+    ) -> AsyncIterator[str]:
+        """The same export as JSON text chunks, reading messages page by page.
+
+        ``"".join(chunks)`` is the canonical JSON of ``export()`` (same ``exportedAt``).
+        """
+        metas = await self._metas(session_ids)
+        store = self._core.store
+
+        async def pages(sid: str) -> AsyncIterator[dict[str, Any]]:
+            offset = 0
+            while True:
+                page = await store.list_messages(sid, offset, batch_size, False)
+                for m in page:
+                    yield m
+                if len(page) < batch_size:
+                    return
+                offset += len(page)
+
+        async for chunk in aiter_export_json(self._core.now(), ((m, pages(m["sessionId"])) for m in metas)):
+            yield chunk
+
+    async def _unchanged(self, rec: dict[str, Any], msgs: list[dict[str, Any]]) -> bool | None:
+        """True if the stored session equals ``rec`` + ``msgs``; None if it is not stored."""
+        stored = await self._core.store.get_session(rec["sessionId"])
+        if stored is None:
+            return None
+        if session_record(stored) != session_record(rec):
+            return False
+        have = await self._core.store.list_messages(rec["sessionId"], 0, None, False)
+        return [message_record(m) for m in have] == [message_record(m) for m in msgs]
+
+    async def import_sessions(
+        self, data: Any, *, preserve_ids: bool = False, format: str | None = None
+    ) -> ImportReport:
+        """Import a chatmem, AIRI, ChatGPT or Claude export (dict, list, str or bytes JSON)."""
+        name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids)
+        report = ImportReport(format=name)
+        todo: NormalizedImport = []
+        for rec, msgs in normalized:
+            same = await self._unchanged(rec, msgs) if preserve_ids else None
+            if same:
+                report.sessions_skipped += 1
+                continue
+            if same is False:
+                report.sessions_replaced += 1
+            todo.append((rec, msgs))
+        if todo:
+            ops: list[dict[str, Any]] = []
+            for rec, msgs in todo:
+                ops += await self._core.outbox.session_created(rec)
+                ops += await self._core.outbox.messages_created(rec["sessionId"], msgs)
+            await self._core.store.import_sessions(todo, replace=preserve_ids, ops=ops)
+            for rec, msgs in todo:
+                self._core.invalidate(rec["sessionId"])
+                self._core.changed("session-created", rec["sessionId"], rec)
+                if msgs:
+                    self._core.changed("messages-appended", rec["sessionId"], msgs)
+        report.sessions_imported = len(todo)
+        report.messages_imported = sum(len(m) for _, m in todo)
+        report.session_ids = [r["sessionId"] for r, _ in todo]
+        return report
