@@ -22,6 +22,13 @@
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
     │   ├── SyncAuthError          401/403: pause sync until the key is fixed; dead-letter nothing
     │   └── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    ├── ProviderError              the chat model's server failed a request (never holds the key)
+    │   ├── ProviderAuthError      401/403: check the api key
+    │   ├── ProviderNotFound       404: wrong base URL or model name
+    │   ├── ProviderRateLimited    429 (``retry_after_ms`` when the server said)
+    │   ├── ProviderServerError    5xx, or the stream broke off mid-answer
+    │   ├── ProviderTimeout        no (complete) answer in time
+    │   └── ProviderUnavailable    no answer at all: offline, refused, DNS
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
@@ -52,6 +59,13 @@ __all__ = [
     "SyncAuthError",
     "SyncPermanentError",
     "UnsupportedEnvironment",
+    "ProviderError",
+    "ProviderAuthError",
+    "ProviderNotFound",
+    "ProviderRateLimited",
+    "ProviderServerError",
+    "ProviderTimeout",
+    "ProviderUnavailable",
     "translate_dom_error",
 ]
 
@@ -199,6 +213,39 @@ class SyncAuthError(SyncError):
 
 class SyncPermanentError(SyncError):
     """The server refused the request itself (400/404/409/413/422, other 4xx)."""
+
+
+class ProviderError(ChatmemError):
+    """A chat-model request failed. ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after_ms: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after_ms = retry_after_ms
+
+
+class ProviderAuthError(ProviderError):
+    """401/403 from the model server: the api key is missing or wrong."""
+
+
+class ProviderNotFound(ProviderError):
+    """404 from the model server: wrong base URL or unknown model."""
+
+
+class ProviderRateLimited(ProviderError):
+    """429 from the model server."""
+
+
+class ProviderServerError(ProviderError):
+    """5xx from the model server, or a stream that broke off before it finished."""
+
+
+class ProviderTimeout(ProviderError):
+    """The model server did not answer (or finish answering) in time."""
+
+
+class ProviderUnavailable(ProviderError):
+    """No answer at all: offline, connection refused, unknown host."""
 
 
 class UnsupportedEnvironment(ChatmemError, RuntimeError):

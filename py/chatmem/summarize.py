@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol, Sequence, runtime_chec
 
 from .errors import ChatmemError, ValidationError
 from .models import ChatMessage
+from .providers import ChatProvider
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -45,17 +46,6 @@ __all__ = [
 SUMMARY_PREFIX = "Previous conversation summary: "
 #: the original's summarization prompt (first line)
 SUMMARY_PROMPT = "Summarize this conversation concisely:"
-
-
-@runtime_checkable
-class ChatProvider(Protocol):
-    """The minimal model interface the summarizer (and the chat turn) need."""
-
-    async def complete(self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any) -> str: ...
-
-    def stream(
-        self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any
-    ) -> AsyncIterator[str]: ...
 
 
 @runtime_checkable

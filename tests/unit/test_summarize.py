@@ -28,6 +28,8 @@ def msg(i: int, role: str, content: Any, **kw: Any) -> ChatMessage:
 class FakeProvider:
     """Records calls; answers with a canned text."""
 
+    name = "fake"
+
     def __init__(self, answer: str = " They talked about cats. "):
         self.answer = answer
         self.calls: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
