@@ -11,6 +11,8 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Iterable
 
 from .cache import LRUCache
+from .builder import ContextBuilder
+from .context import ContextManager, ModuleStateProvider
 from .contextstore import ContextStore, MemoryContextStore
 from .core import Core
 from .errors import UnsupportedEnvironment, ValidationError
@@ -21,7 +23,10 @@ from .session import Session
 from .sessions import Sessions
 from .stores.base import Store
 from .stores.memory import MemoryStore
+from .retention import Retention
+from .tokenizer import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
+from .window import ModelBudget, WindowResult
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
 
@@ -47,6 +52,7 @@ class Memory:
         cache_size: int = 100,
         cache_ttl: int = 3_600_000,
         name: str | None = None,
+        tokenizer: Tokenizer | None = None,
     ):
         clock = clock or system_clock
         self.name = name or store.kind
@@ -65,6 +71,15 @@ class Memory:
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(self)
         self._transfer = Transfer(self._core)
+        #: live context from modules (the original's "Active Context")
+        self.context = ContextManager(clock)
+        #: any module pushes its state here: ``mem.modules.set("module:discord", {...})``
+        self.modules = ModuleStateProvider()
+        self.context.register(self.modules)
+        self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
+        self.retention = Retention(self)
+        self._builder = ContextBuilder(self._core, self.context, self.tokenizer)
+        self._builder.retention = self.retention
         self._closed = False
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
@@ -79,6 +94,58 @@ class Memory:
         if not isinstance(session_id, str) or not session_id:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
         return Session(self, session_id)
+
+    # ------------------------------------------------------------------ context window
+    async def build_context(
+        self,
+        session_id: str,
+        *,
+        system_prompt: str | None,
+        max_tokens: int | None = None,
+        reserve_tokens: int = 0,
+        retrieval: Any = None,
+        summarize: Any = None,
+        budget: ModelBudget | str | int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Provider-ready messages: system, context, summary, retrieved, then the recent ones that fit.
+
+        Never more than ``max_tokens - reserve_tokens`` (or a named ``budget``
+        preset); the system prompt and the newest user message are always kept
+        (``ContextOverflow`` if even they do not fit); tool calls stay with
+        their results. Reads only; ``summarize=`` may first store a summary.
+        """
+        return await self._builder.build_context(
+            session_id, system_prompt=system_prompt, max_tokens=max_tokens, reserve_tokens=reserve_tokens,
+            retrieval=retrieval, summarize=summarize, budget=budget)
+
+    async def build_window(self, session_id: str, **kw: Any) -> WindowResult:
+        """``build_context`` with the details: tokens per part, kept and dropped ids, summary used."""
+        return await self._builder.build_window(session_id, **kw)
+
+    # ------------------------------------------------------------------ storage
+    async def storage_estimate(self) -> dict[str, Any]:
+        """``{"usage", "quota", "persisted"}`` in bytes (browser); file size on SQLite."""
+        if IN_BROWSER:
+            from . import _browser
+
+            return await _browser.storage_estimate()
+        import os
+
+        path = getattr(self.store, "path", None)
+        usage = os.path.getsize(path) if path and path != ":memory:" and os.path.exists(path) else None
+        return {"usage": usage, "quota": None, "persisted": path is not None}
+
+    async def request_persistence(self) -> bool:
+        """Ask the browser to keep this origin's data ("keep my data"). True when granted."""
+        if IN_BROWSER:
+            from . import _browser
+
+            return await _browser.request_persistence()
+        return getattr(self.store, "path", None) is not None
+
+    async def delete_old_sessions(self, *, older_than: int, now: int | None = None) -> list[str]:
+        """Delete unpinned sessions idle for more than ``older_than`` ms (the quota remedy)."""
+        return await self.retention.delete_old_sessions(older_than=older_than, now=now)
 
     # ------------------------------------------------------------------ export / import
     async def export(self, session_ids: Iterable[str] | None = None) -> dict[str, Any]:
@@ -112,6 +179,7 @@ class Memory:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.retention.stop()
             await self.store.close()
 
     async def __aenter__(self) -> Memory:

@@ -23,12 +23,16 @@ archive and step 2 deletes is only deleted).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from .errors import ValidationError
 from .models import ChatMessage, SessionMeta
-from .summarize import SUMMARY_PREFIX, is_summary_message
+from .summarize import SUMMARY_PREFIX, ExtractiveSummarizer, Summarizer, is_summary_message, summary_text
+
+if TYPE_CHECKING:
+    from .memory import Memory
 
 __all__ = [
     "DAY_MS",
@@ -40,6 +44,7 @@ __all__ = [
     "MessagePlan",
     "plan_message_retention",
     "summary_message_fields",
+    "Retention",
 ]
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -249,3 +254,128 @@ def summary_message_fields(text: str, plan: MessagePlan) -> dict[str, Any]:
         "content": SUMMARY_PREFIX + text,
         "metadata": {"summary": True, "summaryOf": summary_of},
     }
+
+
+# ---------------------------------------------------------------------------- applying plans
+
+
+class Retention:
+    """``mem.retention``: apply the policies to the store, on demand or on a schedule.
+
+    Every archive, delete and summary is its own durable transaction (with its
+    sync operation). ``dry_run`` plans and reports without writing anything.
+    """
+
+    def __init__(self, memory: Memory):
+        self._mem = memory
+        self._task: asyncio.Task[None] | None = None
+        self.last_report: RetentionReport | None = None
+        self.last_error: BaseException | None = None
+
+    async def plan(self, policy: RetentionPolicy | None = None, *, now: int | None = None) -> RetentionPlan:
+        policy = policy or RetentionPolicy()
+        metas = await self._mem.sessions.list(limit=None, archived=None, pinned_first=False)
+        return plan_retention(metas, policy, self._mem.clock() if now is None else now)
+
+    async def apply(
+        self, policy: RetentionPolicy | None = None, *, dry_run: bool = False, now: int | None = None
+    ) -> RetentionReport:
+        """Archive and delete sessions as ``policy`` says (the original's defaults when None)."""
+        if not isinstance(dry_run, bool):
+            raise ValidationError("dry_run must be a bool", field="dry_run")
+        plan = await self.plan(policy, now=now)
+        if not dry_run:
+            for sid in plan.archive:
+                await self._mem.sessions.archive(sid)
+            for sid in plan.delete:
+                await self._mem.sessions.delete(sid)
+        report = RetentionReport(archived=list(plan.archive), deleted=list(plan.delete), dry_run=dry_run)
+        self.last_report = report
+        return report
+
+    async def apply_messages(
+        self,
+        session_id: str,
+        policy: MessageRetentionPolicy | None = None,
+        *,
+        summarizer: Summarizer | None = None,
+        dry_run: bool = False,
+    ) -> MessagePlan:
+        """Summarize a session's older messages into one stored summary message.
+
+        The summary is a ``system`` message marked ``metadata.summary`` and
+        linked to the range it covers; the previous summary is folded in
+        (incremental). Originals are then archived (copied into an archived
+        session whose ``parent_id`` is this one) or deleted, as the policy says.
+        """
+        from .builder import summary_key
+
+        policy = policy or MessageRetentionPolicy()
+        mem = self._mem
+        records = await mem.messages.records(session_id, limit=None)
+        plan = plan_message_retention(records, policy)
+        if dry_run or not plan:
+            return plan
+        by_id = {r["id"]: ChatMessage.from_record(r) for r in records}
+        if plan.summarize:
+            prev = by_id.get(plan.previous_summary_id) if plan.previous_summary_id else None
+            summarizer = summarizer or ExtractiveSummarizer()
+            text = await summarizer.summarize(
+                [by_id[i] for i in plan.summarize], previous_summary=summary_text(prev) if prev else None
+            )
+            fields = summary_message_fields(text, plan)
+            msg = await mem.messages.append(session_id, fields.pop("role"), fields.pop("content"), **fields)
+            await mem.store.kv_set(summary_key(session_id), msg.id)
+        if plan.action == "archive":
+            removed = [by_id[i] for i in plan.remove]
+            if removed:
+                await mem.sessions.archive_copy(session_id, removed)
+        await mem.sessions.delete_messages(session_id, plan.remove)
+        return plan
+
+    async def delete_old_sessions(self, *, older_than: int, now: int | None = None) -> list[str]:
+        """Delete unpinned sessions not updated for ``older_than`` ms (the original's quota remedy)."""
+        _nonneg_int(older_than, "older_than")
+        now = self._mem.clock() if now is None else now
+        gone = []
+        for m in await self._mem.sessions.list(limit=None, archived=None, pinned_first=False):
+            if not m.pinned and now - m.updated_at > older_than:
+                await self._mem.sessions.delete(m.session_id)
+                gone.append(m.session_id)
+        return gone
+
+    # ------------------------------------------------------------------ schedule
+    def schedule(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        interval: int = 3_600_000,
+        sleep: Callable[[float], Any] | None = None,
+    ) -> None:
+        """Apply ``policy`` now and then every ``interval`` ms (the original: hourly) until ``stop()``."""
+        _nonneg_int(interval, "interval")
+        self.stop()
+        nap = sleep or asyncio.sleep
+
+        async def loop() -> None:
+            while True:
+                try:
+                    await self.apply(policy)
+                    self.last_error = None
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # keep running; the error is visible in last_error
+                    self.last_error = e
+                await nap(interval / 1000)
+
+        self._task = asyncio.ensure_future(loop())
+
+    @property
+    def scheduled(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def stop(self) -> None:
+        """Turn the schedule off."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None

@@ -31,6 +31,17 @@ class Session:
         """All messages in order (or a page of them)."""
         return await self.memory.messages.list(self.session_id, limit=limit, offset=offset)
 
+    async def send(self, text: str | list[dict[str, Any]], *, provider: Any, model: str | None = None,
+                   budget: Any = "gpt-4o", on_token: Any = None, **kw: Any) -> ChatMessage:
+        """One chat turn: store the user message, build the window, stream the answer, store it.
+
+        On failure the user message stays and nothing of the answer is stored.
+        """
+        from .chat import send
+
+        return await send(self.memory, self.session_id, text, provider=provider, model=model,
+                          budget=budget, on_token=on_token, **kw)
+
     async def history(self) -> list[dict[str, Any]]:
         """AIR's ``get_history``: dicts with role, content, provider, model, created_at."""
         return [

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from .core import Core
 from .errors import SessionNotFound, ValidationError
-from .models import SessionMeta
+from .models import ChatMessage, SessionMeta
 
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 
@@ -206,6 +206,40 @@ class Sessions:
         self._core.remember_meta(rec)
         self._core.changed("session-cleared", session_id)
         return SessionMeta.from_record(rec)
+
+    async def delete_messages(self, session_id: str, message_ids: list[str]) -> SessionMeta:
+        """Delete some messages of a session (their ``seq`` are not reused). Durable when it returns."""
+        _check_str(session_id, "session_id")
+        ops = await self._core.outbox.messages_deleted(session_id, message_ids)
+        rec = await self._core.store.delete_messages(session_id, list(message_ids), ops)
+        self._core.invalidate(session_id)
+        self._core.remember_meta(rec)
+        self._core.changed("messages-deleted", session_id, list(message_ids))
+        return SessionMeta.from_record(rec)
+
+    async def archive_copy(self, session_id: str, messages: list[ChatMessage]) -> SessionMeta:
+        """Keep copies of ``messages`` in a new archived session whose parent is ``session_id``."""
+        parent = await self.get(session_id)
+        now = self._core.now()
+        arch_id = self._core.ids()
+        copies = []
+        for i, m in enumerate(messages):
+            rec = m.to_record()
+            meta = dict(rec.get("metadata") or {}, originalId=m.id, originalSeq=m.seq)
+            copies.append(dict(rec, id=self._core.ids(), sessionId=arch_id, seq=i, metadata=meta))
+        meta = SessionMeta(
+            session_id=arch_id, title=f"{parent.title} (archived history)", created_at=now, updated_at=now,
+            user_id=parent.user_id, character_id=parent.character_id, archived=True,
+            tags=list(parent.tags), parent_id=session_id, fork_reason="retention-archive",
+            message_count=len(copies),
+        )
+        ops = await self._core.outbox.session_created(meta.to_record())
+        ops += await self._core.outbox.messages_created(arch_id, copies, with_data=True)
+        await self._core.store.create_session(meta.to_record(), copies, ops)
+        self._core.changed("session-created", arch_id, meta.to_record())
+        if copies:
+            self._core.changed("messages-appended", arch_id, copies)
+        return meta
 
     async def fork(
         self, session_id: str, *, at_index: int | None = None, reason: str | None = None

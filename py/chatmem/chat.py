@@ -1,0 +1,66 @@
+"""The chat turn: ``await mem.session(id).send(text, provider=..., ...)``.
+
+1. The user message is appended (durable) before the model is called.
+2. The window is built (``mem.build_context``) within the budget.
+3. The answer is streamed; each piece goes to ``on_token``.
+4. Only a complete answer is stored, as one assistant message with
+   ``provider`` and ``model`` set. On any failure (HTTP error, broken stream,
+   timeout, cancellation) nothing of the answer is stored, the user message
+   stays, and the error is raised (``ProviderError`` family).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import ValidationError
+from .models import ChatMessage
+from .providers import ChatProvider
+from .window import ModelBudget
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+__all__ = ["send", "DEFAULT_SYSTEM_PROMPT"]
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+async def send(
+    memory: Memory,
+    session_id: str,
+    text: str | list[dict[str, Any]],
+    *,
+    provider: ChatProvider,
+    model: str | None = None,
+    budget: ModelBudget | str | int = "gpt-4o",
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    retrieval: Any = None,
+    summarize: Any = None,
+    on_token: Callable[[str], Any] | None = None,
+    **options: Any,
+) -> ChatMessage:
+    if provider is None or not hasattr(provider, "stream"):
+        raise ValidationError("provider must be a ChatProvider (with stream())", field="provider")
+    if isinstance(text, str) and not text.strip():
+        raise ValidationError("the message is empty", field="text")
+    await memory.messages.append(session_id, "user", text)
+    messages = await memory.build_context(
+        session_id, system_prompt=system_prompt, budget=budget, retrieval=retrieval, summarize=summarize
+    )
+    used_model = model or getattr(provider, "model", None)
+    pieces: list[str] = []
+    async for piece in provider.stream(messages, model=used_model, **options):
+        pieces.append(piece)
+        if on_token is not None:
+            out = on_token(piece)
+            if inspect.isawaitable(out):
+                await out
+        await asyncio.sleep(0)  # let a cancel land between pieces
+    answer = "".join(pieces)
+    return await memory.messages.append(
+        session_id, "assistant", answer,
+        provider=getattr(provider, "name", type(provider).__name__), model=used_model,
+    )
