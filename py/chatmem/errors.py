@@ -4,6 +4,7 @@
 
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
+    │   └── ReadOnlySQLError       ``mem.sql`` was given something other than one read-only query
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
@@ -15,10 +16,12 @@
     │   ├── VersionConflict        (DOMException VersionError: the database is newer)
     │   ├── UpgradeBlocked         another tab holds an old version open
     │   └── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    ├── QueryError                 the query index (DuckDB) refused or failed a statement
+    ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
-``stores.sqlite`` for sqlite3), always with the original kept as ``__cause__``.
+``stores.sqlite`` for sqlite3, ``index.engine`` for duckdb), always with the original kept as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "ChatmemError",
     "ValidationError",
+    "ReadOnlySQLError",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
@@ -37,6 +41,8 @@ __all__ = [
     "VersionConflict",
     "UpgradeBlocked",
     "DatabaseClosed",
+    "QueryError",
+    "EmbeddingError",
     "UnsupportedEnvironment",
     "translate_dom_error",
 ]
@@ -57,6 +63,10 @@ class ValidationError(ChatmemError, ValueError):
         super().__init__(message)
         self.field = field
         self.index = index
+
+
+class ReadOnlySQLError(ValidationError):
+    """``mem.sql`` accepts one read-only statement (SELECT, WITH ... SELECT, ...); this was not one."""
 
 
 class NotFound(ChatmemError, LookupError):
@@ -108,6 +118,23 @@ class UpgradeBlocked(StorageError):
 
 class DatabaseClosed(StorageError):
     """The connection is closed (by ``close()``, or by an upgrade in another tab: reload)."""
+
+
+class QueryError(ChatmemError):
+    """The query index refused or failed a statement (bad SQL, unknown table or column).
+
+    The engine's own exception is kept as ``__cause__``. The index is a derived
+    copy of the store: nothing durable is lost when it fails.
+    """
+
+
+class EmbeddingError(ChatmemError):
+    """An embedder failed for good: an HTTP error after retries, a malformed
+    answer, or vectors of the wrong dimension. ``status`` is the last HTTP status."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class UnsupportedEnvironment(ChatmemError, RuntimeError):
