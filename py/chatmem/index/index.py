@@ -31,7 +31,7 @@ from ..errors import ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
-from .schema import TABLES, create_statements, message_rows, row_to_session_record, session_row
+from .schema import INDEX_STATEMENTS, TABLES, create_statements, message_rows, row_to_session_record, session_row
 from .sqlguard import check_read_only
 
 __all__ = ["QueryIndex", "EVENT_KINDS"]
@@ -152,7 +152,8 @@ class QueryIndex:
         elif kind == "session-updated":
             await self._merge_session(sid, dict(payload or {}))
         elif kind in ("session-deleted", "session-cleared"):
-            for table in ("postings", "docs", "embeddings"):
+            await ex("DELETE FROM postings WHERE session_id = ?", [sid])
+            for table in ("docs", "embeddings"):
                 await ex(
                     f"DELETE FROM {table} WHERE message_id IN "
                     "(SELECT id FROM messages WHERE session_id = ?)",
@@ -274,6 +275,8 @@ class QueryIndex:
             await self.engine.execute(
                 "CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id"
             )
+            for stmt in INDEX_STATEMENTS:
+                await self.engine.execute(stmt)
             await self.engine.execute(
                 "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id"
             )

@@ -9,8 +9,10 @@
                 token_count as stored
     docs        per message: doc_len (number of index terms) and norm_text
                 (normalised words, for exact phrase checks)
-    postings    the inverted index: (term, message_id, tf, doc_len), kept sorted
-                by term so that a query reads only its terms' rows
+    postings    the inverted index: (term, message_id, tf, doc_len) plus the
+                message's created_at, session_id and role (immutable, so copied
+                here: ranking and filtering never read ``messages``), kept
+                sorted by term so that a query reads only its terms' rows
     embeddings  (message_id, model, dim, vec FLOAT[]): one vector per message and model
 
 Column types are DuckDB core types only. The whole index is derived from the
@@ -32,6 +34,7 @@ __all__ = [
     "MESSAGE_COLUMNS",
     "JSON_COLUMNS",
     "create_statements",
+    "INDEX_STATEMENTS",
     "session_row",
     "message_rows",
     "row_to_message_record",
@@ -87,6 +90,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("message_id", "VARCHAR"),
         ("tf", "INTEGER"),
         ("doc_len", "INTEGER"),
+        ("created_at", "BIGINT"),
+        ("session_id", "VARCHAR"),
+        ("role", "VARCHAR"),
     ],
     "embeddings": [
         ("message_id", "VARCHAR"),
@@ -97,13 +103,17 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 
+#: the ART index that fetches the few winning messages of a search by id
+INDEX_STATEMENTS = ["CREATE INDEX IF NOT EXISTS messages_id ON messages (id)"]
+
+
 def create_statements(replace: bool = False) -> list[str]:
-    """``CREATE TABLE`` for every table (``OR REPLACE`` when ``replace``)."""
+    """``CREATE TABLE`` for every table (``OR REPLACE`` when ``replace``), then the indexes."""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     return [
         f"{verb} {name} (" + ", ".join(f"{c} {t}" for c, t in cols) + ")"
         for name, cols in TABLES.items()
-    ]
+    ] + INDEX_STATEMENTS
 
 
 def session_row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -148,7 +158,8 @@ def message_rows(
     toks = tokens(text)
     n = len(toks)
     mid = rec["id"]
-    postings = [(term, mid, tf, n) for term, tf in Counter(toks).items()]
+    ca, sid, role = rec.get("createdAt"), rec.get("sessionId"), rec.get("role")
+    postings = [(term, mid, tf, n, ca, sid, role) for term, tf in Counter(toks).items()]
     return tuple(row), (mid, n, norm_text(text)), postings
 
 

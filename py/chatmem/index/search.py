@@ -89,9 +89,11 @@ class Filters:
 
 
 def build_filters(
-    session_ids: Any = None, character_ids: Any = None, date_range: Any = None, roles: Any = None
+    session_ids: Any = None, character_ids: Any = None, date_range: Any = None, roles: Any = None,
+    *, alias: str = "m",
 ) -> Filters:
-    """Validate the filters and turn them into SQL over ``m`` (raises ``ValidationError``)."""
+    """Validate the filters and turn them into SQL over ``alias`` (any relation with
+    ``session_id``, ``role`` and ``created_at``). Raises ``ValidationError``."""
     conds: list[str] = []
     params: list[Any] = []
     empty = False
@@ -102,10 +104,11 @@ def build_filters(
         bad = [r for r in rls if r not in ROLES]
         if bad:
             raise ValidationError(f"unknown role {bad[0]!r}; roles are {sorted(ROLES)}", field="roles")
+    a = alias
     for ids, sql in (
-        (sids, "m.session_id IN ({})"),
-        (cids, "m.session_id IN (SELECT session_id FROM sessions WHERE character_id IN ({}))"),
-        (rls, "m.role IN ({})"),
+        (sids, a + ".session_id IN ({})"),
+        (cids, a + ".session_id IN (SELECT session_id FROM sessions WHERE character_id IN ({}))"),
+        (rls, a + ".role IN ({})"),
     ):
         if ids is None:
             continue
@@ -120,10 +123,10 @@ def build_filters(
             raise ValidationError("date_range must be a (start_ms, end_ms) pair", field="date_range")
         start, end = date_range
         if start is not None:
-            conds.append("m.created_at >= ?")
+            conds.append(f"{a}.created_at >= ?")
             params.append(_int(start, "date_range"))
         if end is not None:
-            conds.append("m.created_at <= ?")
+            conds.append(f"{a}.created_at <= ?")
             params.append(_int(end, "date_range"))
         if start is not None and end is not None and start > end:
             raise ValidationError("date_range start is after its end", field="date_range")
@@ -133,13 +136,16 @@ def build_filters(
 # --------------------------------------------------------------------------- SQL pieces
 
 
-def bm25_ctes(pq: ParsedQuery) -> tuple[str, list[Any], int]:
-    """CTEs ending in ``kw(message_id, kw, req)``: the BM25 score of every message
-    holding a query term, and how many of the required terms it holds.
+def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None) -> tuple[str, list[Any], int]:
+    """CTEs ending in ``kw(message_id, kw, req, created_at)``: the BM25 score of every
+    message holding a query term and passing the filters, how many of the
+    required terms it holds, and its time (for ties).
 
     Reads only the postings rows of the query's terms (equality or, for a
-    one-character CJK term, a term range), so the sorted ``postings`` table
-    is skipped elsewhere. Returns (sql, params, number of required terms).
+    one-character CJK term, a term range), so the sorted ``postings`` table is
+    skipped elsewhere, and never ``messages``. Document frequencies come from
+    the same rows (before filtering); the document count and mean length from
+    ``docs``. Returns (sql, params, number of required terms).
     """
     terms = pq.all_terms
     required = len(dict.fromkeys(pq.required))
@@ -153,25 +159,35 @@ def bm25_ctes(pq: ParsedQuery) -> tuple[str, list[Any], int]:
         cparams.extend(p)
         where.append(cond)
         wparams.extend(p)
+    flt = flt or Filters("TRUE", [], False)
+    if any(t.prefix for t in terms):
+        # several index terms answer one query term: add their frequencies first
+        per = (
+            "per AS (SELECT qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
+            "min(created_at) AS created_at, min(session_id) AS session_id, min(role) AS role "
+            "FROM hits GROUP BY qi, message_id),"
+        )
+    else:
+        per = "per AS (SELECT * FROM hits),"
     sql = f"""
 hits AS (
-  SELECT CASE {' '.join(cases)} END AS qi, message_id, tf, doc_len
+  SELECT CASE {' '.join(cases)} END AS qi, message_id, tf, doc_len, created_at, session_id, role
   FROM postings WHERE {' OR '.join(where)}
 ),
-per AS (
-  SELECT qi, message_id, sum(tf) AS tf, min(doc_len) AS dl FROM hits GROUP BY qi, message_id
-),
+{per}
 dfs AS (SELECT qi, count(*) AS df FROM per GROUP BY qi),
 stats AS (SELECT count(*) AS n, greatest(coalesce(avg(doc_len), 0), 1e-9) AS avgdl FROM docs),
 kw AS (
-  SELECT per.message_id,
+  SELECT p.message_id,
          sum(ln(1 + (stats.n - dfs.df + 0.5) / (dfs.df + 0.5))
-             * per.tf * {K1 + 1} / (per.tf + {K1} * ({1 - B} + {B} * per.dl / stats.avgdl))) AS kw,
-         count(*) FILTER (WHERE per.qi < {required}) AS req
-  FROM per JOIN dfs ON dfs.qi = per.qi CROSS JOIN stats
-  GROUP BY per.message_id
+             * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.doc_len / stats.avgdl))) AS kw,
+         count(*) FILTER (WHERE p.qi < {required}) AS req,
+         max(p.created_at) AS created_at
+  FROM per p JOIN dfs ON dfs.qi = p.qi CROSS JOIN stats
+  WHERE {flt.sql}
+  GROUP BY p.message_id
 )"""
-    return sql, cparams + wparams, required
+    return sql, cparams + wparams + flt.params, required
 
 
 def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
@@ -184,6 +200,22 @@ def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
 def _hit(row: Mapping[str, Any], score: float, breakdown: dict[str, float]) -> SearchHit:
     msg = ChatMessage.from_record(row_to_message_record(row))
     return SearchHit(msg, msg.session_id, score, breakdown)
+
+
+async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Full message rows for ranked light rows (``id`` first), in rank order.
+
+    Ranking reads only light columns; the heavy ones (content, text...) are read
+    here for the few winners through the ART index on ``messages.id``.
+    """
+    if not rows:
+        return []
+    ids = [r["id"] for r in rows]
+    full = await index.execute(
+        f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in ids)})", ids
+    )
+    by_id = {r["id"]: r for r in full}
+    return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
 
 
 def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
@@ -245,35 +277,37 @@ async def search(
     await index.setup()
 
     if mode == "substring":
+        if thr is not None and thr > 1.0:
+            return []
         rows = await index.execute(
-            f"SELECT m.* FROM messages m WHERE strpos(lower(m.text), lower(?)) > 0 AND {flt.sql} "
+            f"SELECT m.id FROM messages m WHERE strpos(lower(m.text), lower(?)) > 0 AND {flt.sql} "
             f"ORDER BY m.created_at DESC, m.id DESC {lim_sql}",
             [query] + flt.params + lim_params,
         )
-        if thr is not None and thr > 1.0:
-            return []
-        return [_hit(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0}) for r in rows]
+        return [_hit(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0})
+                for r, _ in await _fetch(index, rows)]
 
     if mode == "keyword":
         assert pq is not None
-        ctes, cparams, required = bm25_ctes(pq)
+        ctes, params, required = bm25_ctes(pq, build_filters(session_ids, character_ids, date_range, roles,
+                                                             alias="p"))
         phrase, pparams = _phrase_sql(pq)
-        join = "JOIN docs d ON d.message_id = m.id" if phrase else ""
-        conds = [f"kw.req = {required}", flt.sql] + ([phrase] if phrase else [])
-        params = cparams + flt.params + pparams
+        join = "JOIN docs d ON d.message_id = kw.message_id" if phrase else ""
+        conds = [f"kw.req = {required}"] + ([phrase] if phrase else [])
+        params = params + pparams
         if thr is not None:
             conds.append("round(kw.kw, 9) >= ?")
             params.append(thr)
         rows = await index.execute(
-            f"WITH {ctes}\nSELECT m.*, round(kw.kw, 9) AS score FROM kw "
-            f"JOIN messages m ON m.id = kw.message_id {join} WHERE {' AND '.join(conds)} "
-            f"ORDER BY score DESC, m.created_at DESC, m.id DESC {lim_sql}",
+            f"WITH {ctes}\nSELECT kw.message_id AS id, round(kw.kw, 9) AS score FROM kw {join} "
+            f"WHERE {' AND '.join(conds)} "
+            f"ORDER BY score DESC, kw.created_at DESC, kw.message_id DESC {lim_sql}",
             params + lim_params,
         )
         return [
-            _hit(r, float(r["score"]), {"keyword": float(r["score"]), "semantic": 0.0, "recency": 0.0,
-                                        "bm25": float(r["score"])})
-            for r in rows
+            _hit(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
+                                        "bm25": float(k["score"])})
+            for r, k in await _fetch(index, rows)
         ]
 
     emb = default_embedder(index, embedder)
@@ -292,15 +326,15 @@ async def search(
             conds.append("round(sem.sim, 9) >= ?")
             params.append(thr)
         rows = await index.execute(
-            f"WITH {sem_cte}\nSELECT m.*, round(sem.sim, 9) AS score FROM sem "
+            f"WITH {sem_cte}\nSELECT m.id, round(sem.sim, 9) AS score FROM sem "
             f"JOIN messages m ON m.id = sem.message_id WHERE {' AND '.join(conds)} "
             f"ORDER BY score DESC, m.created_at DESC, m.id DESC {lim_sql}",
             params + lim_params,
         )
         return [
-            _hit(r, float(r["score"]), {"keyword": 0.0, "semantic": float(r["score"]), "recency": 0.0,
-                                        "similarity": float(r["score"])})
-            for r in rows
+            _hit(r, float(k["score"]), {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0,
+                                        "similarity": float(k["score"])})
+            for r, k in await _fetch(index, rows)
         ]
 
     # hybrid
@@ -323,7 +357,7 @@ async def search(
         "c AS (SELECT coalesce(kwf.message_id, sem.message_id) AS message_id, "
         "coalesce(kwf.kw, 0) AS kw, coalesce(sem.sim, 0) AS sim "
         "FROM kwf FULL OUTER JOIN sem ON kwf.message_id = sem.message_id)\n"
-        f"SELECT m.*, c.kw AS bm25, c.sim AS similarity, {parts} "
+        f"SELECT m.id, m.created_at, c.kw AS bm25, c.sim AS similarity, {parts} "
         f"FROM c CROSS JOIN mx JOIN messages m ON m.id = c.message_id WHERE {flt.sql}"
     )
     params = (cparams + pparams + sem_params
@@ -338,9 +372,9 @@ async def search(
         params + lim_params,
     )
     return [
-        _hit(r, float(r["score"]), {
-            "keyword": float(r["p_kw"]), "semantic": float(r["p_sem"]), "recency": float(r["p_rec"]),
-            "bm25": float(r["bm25"]), "similarity": float(r["similarity"]),
+        _hit(r, float(k["score"]), {
+            "keyword": float(k["p_kw"]), "semantic": float(k["p_sem"]), "recency": float(k["p_rec"]),
+            "bm25": float(k["bm25"]), "similarity": float(k["similarity"]),
         })
-        for r in rows
+        for r, k in await _fetch(index, rows)
     ]
