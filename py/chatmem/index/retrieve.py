@@ -8,8 +8,9 @@ The original ``RetrievalConfig``:
   ``relevance_threshold``;
 - ``hybrid``: the ``recent_count`` messages with the best
   ``recency * w.recency + similarity * w.relevance``, where recency is
-  ``0.5 ** (position_from_newest / recent_count)`` (1.0 for the newest message,
-  0.5 for the ``recent_count``-th newest) and similarity below 0 counts as 0.
+  ``0.5 ** (r / recent_count)`` with ``r`` = 0 for the newest message (so 1.0
+  for the newest, 0.5 for the first message past the last ``recent_count``)
+  and a similarity below 0 counts as 0.
 
 Results come back in conversation order (by ``seq``), each a ``SearchHit``
 whose ``breakdown`` shows its recency and semantic parts.
