@@ -44,7 +44,7 @@ def zipf_sampler(rng: random.Random, vocab: list[str]):
 
 def p(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(math.ceil(q * len(xs))) - 1)] * 1000
+    return xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)] * 1000
 
 
 async def main() -> None:
@@ -98,6 +98,17 @@ async def main() -> None:
 
     kw = await timed(lambda q: search(index, q, limit=10))
     print(f"keyword BM25 top-10: p50 {p(kw, .5):.1f} ms, p95 {p(kw, .95):.1f} ms")
+    dfs = []
+    for q in queries:
+        rows = await index.sql(
+            "SELECT max(n) AS n FROM (SELECT count(*) AS n FROM postings WHERE term IN ("
+            + ", ".join("?" for _ in q.split()) + ") GROUP BY term)", q.split())
+        dfs.append(rows[0]["n"] or 0)
+    rare = [t for t, d in zip(kw, dfs) if d < len(messages) // 100]
+    common = [t for t, d in zip(kw, dfs) if d >= len(messages) // 100]
+    if rare and common:
+        print(f"  queries whose terms are all in < 1% of messages ({len(rare)}): p50 {p(rare, .5):.1f} ms; "
+              f"with a term in >= 1% ({len(common)}): p50 {p(common, .5):.1f} ms")
     kwf = await timed(lambda q: search(index, q, limit=10, roles=["user"], character_ids=["c1", "c2"],
                                        date_range=(t0, t0 + 50_000_000)))
     print(f"keyword BM25 top-10 with filters: p50 {p(kwf, .5):.1f} ms, p95 {p(kwf, .95):.1f} ms")

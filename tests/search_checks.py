@@ -8,7 +8,8 @@ so the same table runs inside Pyodide. ``CHECKS`` lists them all.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from chatmem.errors import ReadOnlySQLError, ValidationError
 from chatmem.index import HashingEmbedder, RetrievalConfig, retrieve, search
@@ -209,7 +210,7 @@ async def check_filter_roles(index: Any) -> None:
 async def check_filter_date_range_edges(index: Any) -> None:
     """``date_range`` includes both ends; open ends with None; start > end is an error."""
     await seed(index)
-    d = lambda n: T0 + n * DAY  # noqa: E731
+    d = lambda n: T0 + n * DAY
     q = "python asyncio event loop"
     assert set(ids(await search(index, q, limit=10, date_range=(d(0), d(1))))) == {"a1", "a2"}
     assert ids(await search(index, q, limit=10, date_range=(d(1), d(1)))) == ["a2"]

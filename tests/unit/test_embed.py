@@ -14,7 +14,14 @@ import pytest
 
 from chatmem.errors import EmbeddingError, ValidationError
 from chatmem.http import HTTPResponse, MockTransport
-from chatmem.index import DuckDBEngine, Embedder, HashingEmbedder, OpenAIEmbedder, QueryIndex, search
+from chatmem.index import (
+    DuckDBEngine,
+    Embedder,
+    HashingEmbedder,
+    OpenAIEmbedder,
+    QueryIndex,
+    search,
+)
 
 
 def cos(a, b):

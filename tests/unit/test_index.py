@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chatmem.errors import QueryError, ValidationError, DatabaseClosed
+from chatmem.errors import DatabaseClosed, QueryError, ValidationError
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, SQLEngine, search
 from chatmem.index.schema import TABLES, message_rows, row_to_message_record, session_row
 from chatmem.index.tokenize import norm_text, parse_query, phrase_pattern, tokens, words

@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
-from search_checks import CHECKS  # noqa: E402
+from search_checks import CHECKS
 
-from chatmem.index import DuckDBEngine, QueryIndex  # noqa: E402
+from chatmem.index import DuckDBEngine, QueryIndex
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])

@@ -15,18 +15,18 @@ from .search import MODES, SearchHit, search
 from .sqlguard import check_read_only
 
 __all__ = [
-    "SQLEngine",
-    "DuckDBEngine",
-    "QueryIndex",
     "EVENT_KINDS",
-    "search",
-    "SearchHit",
     "MODES",
-    "retrieve",
-    "RetrievalConfig",
-    "HybridWeights",
+    "DuckDBEngine",
     "Embedder",
     "HashingEmbedder",
+    "HybridWeights",
     "OpenAIEmbedder",
+    "QueryIndex",
+    "RetrievalConfig",
+    "SQLEngine",
+    "SearchHit",
     "check_read_only",
+    "retrieve",
+    "search",
 ]

@@ -24,7 +24,8 @@ import math
 import random
 import zlib
 from collections import Counter
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EmbeddingError, ValidationError
 from ..http import Transport, TransportError, default_transport

@@ -24,11 +24,12 @@ import asyncio
 import os
 import tempfile
 import threading
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DatabaseClosed, QueryError
 
-__all__ = ["SQLEngine", "DuckDBEngine"]
+__all__ = ["DuckDBEngine", "SQLEngine"]
 
 Row = Sequence[Any]
 

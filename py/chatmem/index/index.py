@@ -25,16 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import Any
 
 from ..errors import ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
-from .schema import INDEX_STATEMENTS, TABLES, create_statements, message_rows, row_to_session_record, session_row
+from .schema import (
+    INDEX_STATEMENTS,
+    TABLES,
+    create_statements,
+    message_rows,
+    row_to_session_record,
+    session_row,
+)
 from .sqlguard import check_read_only
 
-__all__ = ["QueryIndex", "EVENT_KINDS"]
+__all__ = ["EVENT_KINDS", "QueryIndex"]
 
 EVENT_KINDS = frozenset(
     {"session-created", "session-updated", "session-deleted", "session-cleared", "messages-appended"}

@@ -23,9 +23,9 @@ from typing import Any
 
 from ..errors import SessionNotFound, ValidationError
 from .embed import Embedder
-from .search import SearchHit, _hit, default_embedder
+from .search import SearchHit, default_embedder, hit_from_row
 
-__all__ = ["RetrievalConfig", "HybridWeights", "STRATEGIES", "retrieve"]
+__all__ = ["STRATEGIES", "HybridWeights", "RetrievalConfig", "retrieve"]
 
 STRATEGIES = ("recent", "relevant", "hybrid")
 
@@ -90,7 +90,7 @@ async def retrieve(
             "ORDER BY seq DESC LIMIT ?",
             [float(n), session_id, n],
         )
-        hits = [_hit(r, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
+        hits = [hit_from_row(r, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
                                               "recency": float(r["recency"])}) for r in rows]
         return sorted(hits, key=lambda h: h.message.seq)
 
@@ -116,7 +116,7 @@ async def retrieve(
         params + [n],
     )
     hits = [
-        _hit(r, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
+        hit_from_row(r, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
             "keyword": 0.0, "semantic": float(r["p_sem"]), "recency": float(r["p_rec"]),
             "similarity": float(r["sim"]),
         })

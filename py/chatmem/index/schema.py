@@ -23,22 +23,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..models import extract_text
 from .tokenize import norm_text, tokens
 
 __all__ = [
-    "TABLES",
-    "SESSION_COLUMNS",
-    "MESSAGE_COLUMNS",
-    "JSON_COLUMNS",
-    "create_statements",
     "INDEX_STATEMENTS",
-    "session_row",
+    "JSON_COLUMNS",
+    "MESSAGE_COLUMNS",
+    "SESSION_COLUMNS",
+    "TABLES",
+    "create_statements",
     "message_rows",
     "row_to_message_record",
     "row_to_session_record",
+    "session_row",
 ]
 
 SESSION_COLUMNS: list[tuple[str, str, str]] = [

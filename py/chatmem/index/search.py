@@ -23,18 +23,29 @@ end_ms)`` with both ends inclusive (either may be None).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
 from ..models import ROLES, ChatMessage
 from .embed import Embedder, HashingEmbedder, vector_literal
 from .schema import row_to_message_record
-from .tokenize import ParsedQuery, QueryTerm, parse_query, phrase_pattern
+from .tokenize import ParsedQuery, parse_query, phrase_pattern
 
-__all__ = ["SearchHit", "search", "MODES", "DEFAULT_WEIGHTS", "DAY_MS", "Filters", "build_filters",
-           "bm25_ctes", "default_embedder"]
+__all__ = [
+    "DAY_MS",
+    "DEFAULT_WEIGHTS",
+    "MODES",
+    "Filters",
+    "SearchHit",
+    "bm25_ctes",
+    "build_filters",
+    "default_embedder",
+    "hit_from_row",
+    "search",
+]
 
 MODES = ("keyword", "semantic", "hybrid", "substring")
 K1, B = 1.2, 0.75
@@ -197,7 +208,7 @@ def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
     return conds, [phrase_pattern(p) for p in pq.phrases]
 
 
-def _hit(row: Mapping[str, Any], score: float, breakdown: dict[str, float]) -> SearchHit:
+def hit_from_row(row: Mapping[str, Any], score: float, breakdown: dict[str, float]) -> SearchHit:
     msg = ChatMessage.from_record(row_to_message_record(row))
     return SearchHit(msg, msg.session_id, score, breakdown)
 
@@ -284,7 +295,7 @@ async def search(
             f"ORDER BY m.created_at DESC, m.id DESC {lim_sql}",
             [query] + flt.params + lim_params,
         )
-        return [_hit(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0})
+        return [hit_from_row(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0})
                 for r, _ in await _fetch(index, rows)]
 
     if mode == "keyword":
@@ -305,7 +316,7 @@ async def search(
             params + lim_params,
         )
         return [
-            _hit(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
+            hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
                                         "bm25": float(k["score"])})
             for r, k in await _fetch(index, rows)
         ]
@@ -332,7 +343,7 @@ async def search(
             params + lim_params,
         )
         return [
-            _hit(r, float(k["score"]), {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0,
+            hit_from_row(r, float(k["score"]), {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0,
                                         "similarity": float(k["score"])})
             for r, k in await _fetch(index, rows)
         ]
@@ -372,7 +383,7 @@ async def search(
         params + lim_params,
     )
     return [
-        _hit(r, float(k["score"]), {
+        hit_from_row(r, float(k["score"]), {
             "keyword": float(k["p_kw"]), "semantic": float(k["p_sem"]), "recency": float(k["p_rec"]),
             "bm25": float(k["bm25"]), "similarity": float(k["similarity"]),
         })

@@ -26,7 +26,7 @@ import re
 
 from ..errors import ReadOnlySQLError
 
-__all__ = ["check_read_only", "strip_sql", "READ_STARTS", "FORBIDDEN_KEYWORDS", "FORBIDDEN_FUNCTIONS"]
+__all__ = ["FORBIDDEN_FUNCTIONS", "FORBIDDEN_KEYWORDS", "READ_STARTS", "check_read_only", "strip_sql"]
 
 READ_STARTS = frozenset({"select", "with", "from", "values", "table", "describe", "show",
                          "summarize", "explain"})

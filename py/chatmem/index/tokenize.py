@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from ..errors import ValidationError
 
 __all__ = [
-    "normalize",
-    "words",
-    "tokens",
-    "norm_text",
-    "is_cjk",
-    "QueryTerm",
     "ParsedQuery",
+    "QueryTerm",
+    "is_cjk",
+    "norm_text",
+    "normalize",
     "parse_query",
     "phrase_pattern",
+    "tokens",
+    "words",
 ]
 
 _WORD = re.compile(r"\d+(?:[.,]\d+)+|[^\W_]+(?:['\u2019][^\W_]+)*")
