@@ -5,7 +5,8 @@
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
     │   ├── ImportFormatError      an import file is malformed; names the path to the bad field
-    │   └── ContextOverflow        even the system prompt + newest user message exceed the budget
+    │   ├── ContextOverflow        even the system prompt + newest user message exceed the budget
+    │   └── ReadOnlySQLError       ``mem.sql`` was given something other than one read-only query
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
@@ -29,10 +30,14 @@
     │   ├── ProviderServerError    5xx, or the stream broke off mid-answer
     │   ├── ProviderTimeout        no (complete) answer in time
     │   └── ProviderUnavailable    no answer at all: offline, refused, DNS
+    ├── QueryError                 the query index (DuckDB) refused or failed a statement
+    ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
-``stores.sqlite`` for sqlite3, ``sync.protocol`` for HTTP statuses of the sync server), always with the original kept as ``__cause__``.
+``stores.sqlite`` for sqlite3, ``index.engine`` for duckdb, ``sync.protocol`` for the
+sync server's HTTP statuses, ``providers`` for the model server's), always with the
+original kept as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "ValidationError",
     "ImportFormatError",
     "ContextOverflow",
+    "ReadOnlySQLError",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
@@ -58,6 +64,8 @@ __all__ = [
     "SyncTransientError",
     "SyncAuthError",
     "SyncPermanentError",
+    "QueryError",
+    "EmbeddingError",
     "UnsupportedEnvironment",
     "ProviderError",
     "ProviderAuthError",
@@ -124,6 +132,9 @@ class ContextOverflow(ValidationError):
         )
         self.needed = needed
         self.budget = budget
+
+class ReadOnlySQLError(ValidationError):
+    """``mem.sql`` accepts one read-only statement (SELECT, WITH ... SELECT, ...); this was not one."""
 
 
 class NotFound(ChatmemError, LookupError):
@@ -246,6 +257,22 @@ class ProviderTimeout(ProviderError):
 
 class ProviderUnavailable(ProviderError):
     """No answer at all: offline, connection refused, unknown host."""
+
+class QueryError(ChatmemError):
+    """The query index refused or failed a statement (bad SQL, unknown table or column).
+
+    The engine's own exception is kept as ``__cause__``. The index is a derived
+    copy of the store: nothing durable is lost when it fails.
+    """
+
+
+class EmbeddingError(ChatmemError):
+    """An embedder failed for good: an HTTP error after retries, a malformed
+    answer, or vectors of the wrong dimension. ``status`` is the last HTTP status."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class UnsupportedEnvironment(ChatmemError, RuntimeError):

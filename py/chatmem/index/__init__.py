@@ -1,0 +1,32 @@
+"""The query index: a derived DuckDB copy of the store for SQL, search and retrieval.
+
+``QueryIndex`` over an ``SQLEngine`` (``DuckDBEngine`` on CPython, DuckDB-Wasm
+in the browser); ``search`` and ``retrieve`` read it; ``check_read_only``
+guards user SQL; ``HashingEmbedder`` / ``OpenAIEmbedder`` make vectors.
+"""
+
+from __future__ import annotations
+
+from .embed import Embedder, HashingEmbedder, OpenAIEmbedder
+from .engine import DuckDBEngine, SQLEngine
+from .index import EVENT_KINDS, QueryIndex
+from .retrieve import HybridWeights, RetrievalConfig, retrieve
+from .search import MODES, SearchHit, search
+from .sqlguard import check_read_only
+
+__all__ = [
+    "EVENT_KINDS",
+    "MODES",
+    "DuckDBEngine",
+    "Embedder",
+    "HashingEmbedder",
+    "HybridWeights",
+    "OpenAIEmbedder",
+    "QueryIndex",
+    "RetrievalConfig",
+    "SQLEngine",
+    "SearchHit",
+    "check_read_only",
+    "retrieve",
+    "search",
+]

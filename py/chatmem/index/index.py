@@ -1,0 +1,331 @@
+"""``QueryIndex``: the derived DuckDB copy of the store that SQL and search read.
+
+Kept fresh two ways that give the same answers:
+
+- ``apply(kind, session_id, payload)`` for each change event the core emits
+  after the store acknowledged a write (``Memory.on_change``). When it returns
+  the write is visible to ``sql`` and ``search``. Applying the same
+  ``messages-appended`` twice is harmless (ids already indexed are skipped),
+  so a tab can replay events it is unsure about.
+- ``rebuild(sessions, messages)`` from the store, through the engine's bulk
+  path, then sorts ``postings`` by term.
+
+BM25 statistics are not stored: a query reads its terms' postings (sorted by
+term, so DuckDB's zone maps skip the rest), takes the document frequency from
+those same rows and the document count and mean length from ``docs``; so there
+is nothing to drift between the incremental and the rebuilt index. Postings
+appended since the last sort sit in an unsorted tail that every query scans;
+``compact()`` re-sorts, and runs by itself once the tail passes
+``compact_after`` rows.
+
+Nothing here is durable: the store is the source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import Any
+
+from ..errors import ValidationError
+from ..models import extract_text
+from .embed import Embedder
+from .engine import SQLEngine
+from .schema import (
+    INDEX_STATEMENTS,
+    TABLES,
+    create_statements,
+    message_rows,
+    row_to_session_record,
+    session_row,
+)
+from .sqlguard import check_read_only
+
+__all__ = ["EVENT_KINDS", "QueryIndex"]
+
+EVENT_KINDS = frozenset(
+    {"session-created", "session-updated", "session-deleted", "session-cleared", "messages-appended"}
+)
+
+_COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
+_CHUNK = 20_000
+_DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
+
+
+def _placeholders(n: int) -> str:
+    return ", ".join("?" for _ in range(n))
+
+
+class QueryIndex:
+    """The query index over one ``SQLEngine``.
+
+    ``embedder``, when given, embeds each appended message as it is indexed
+    (so a semantic search sees it when ``apply`` returns); without one,
+    vectors are made on demand by ``embed_missing`` (which semantic search calls).
+    """
+
+    def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
+                 compact_after: int = 200_000):
+        self.engine = engine
+        self.embedder = embedder
+        self.compact_after = compact_after
+        self.unsorted_postings = 0
+        self._lock = asyncio.Lock()
+        self._ready = False
+        self._to_embed: list[tuple[str, str]] = []
+
+    # ------------------------------------------------------------------ setup
+    async def setup(self) -> None:
+        """Create the tables if they do not exist (idempotent; called by every method)."""
+        if self._ready:
+            return
+        for stmt in create_statements():
+            await self.engine.execute(stmt)
+        self._ready = True
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+    # ------------------------------------------------------------------ reads
+    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """Run trusted SQL (the library's own) under the index lock."""
+        await self.setup()
+        async with self._lock:
+            return await self.engine.execute(sql, params)
+
+    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
+        """Run one read-only statement from a user; ``ReadOnlySQLError`` for anything else."""
+        check_read_only(query)
+        if params is None:
+            params = []
+        if not isinstance(params, (list, tuple)):
+            raise ValidationError("params must be a list of values", field="params")
+        for i, p in enumerate(params):
+            if p is not None and not isinstance(p, (str, int, float, bool)):
+                raise ValidationError(
+                    f"param {i} must be a str, int, float, bool or None, got {type(p).__name__}",
+                    field="params", index=i,
+                )
+        return await self.execute(query, list(params))
+
+    async def counts(self) -> dict[str, int]:
+        """Rows per table (for tests and status displays)."""
+        out = {}
+        for name in TABLES:
+            rows = await self.execute(f"SELECT count(*) AS n FROM {name}")
+            out[name] = int(rows[0]["n"])
+        return out
+
+    # ------------------------------------------------------------------ writes
+    async def apply(self, kind: str, session_id: str, payload: Any = None) -> None:
+        """Bring the index up to date with one acknowledged write.
+
+        - ``session-created``: ``payload`` is the session record;
+        - ``session-updated``: ``payload`` is the dict of changed record keys;
+        - ``session-deleted``, ``session-cleared``: ``payload`` is ignored, or the
+          new session record (for ``session-cleared``);
+        - ``messages-appended``: ``payload`` is the list of stored message
+          records, or ``{"messages": [...], "session": record}``.
+        """
+        if kind not in EVENT_KINDS:
+            raise ValidationError(f"unknown change kind {kind!r}", field="kind")
+        if not isinstance(session_id, str) or not session_id:
+            raise ValidationError("session_id must be a non-empty string", field="session_id")
+        await self.setup()
+        async with self._lock:
+            self._to_embed = []
+            await self.engine.execute("BEGIN TRANSACTION")
+            try:
+                await self._apply(kind, session_id, payload)
+            except BaseException:
+                await self.engine.execute("ROLLBACK")
+                raise
+            await self.engine.execute("COMMIT")
+            to_embed, self._to_embed = self._to_embed, []
+            if to_embed and self.embedder is not None:
+                # after the commit: a failing embedder leaves the keyword index
+                # current and the vectors to ``embed_missing``
+                from .embed import store_embeddings
+
+                await store_embeddings(self.engine, self.embedder, to_embed)
+        if self.unsorted_postings > self.compact_after:
+            await self.compact()
+
+    async def _apply(self, kind: str, sid: str, payload: Any) -> None:
+        ex = self.engine.execute
+        if kind == "session-created":
+            await ex("DELETE FROM sessions WHERE session_id = ?", [sid])
+            await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(dict(payload, sessionId=sid))])
+        elif kind == "session-updated":
+            await self._merge_session(sid, dict(payload or {}))
+        elif kind in ("session-deleted", "session-cleared"):
+            await ex("DELETE FROM postings WHERE session_id = ?", [sid])
+            for table in ("docs", "embeddings"):
+                await ex(
+                    f"DELETE FROM {table} WHERE message_id IN "
+                    "(SELECT id FROM messages WHERE session_id = ?)",
+                    [sid],
+                )
+            await ex("DELETE FROM messages WHERE session_id = ?", [sid])
+            if kind == "session-deleted":
+                await ex("DELETE FROM sessions WHERE session_id = ?", [sid])
+            elif isinstance(payload, Mapping):
+                await self._merge_session(sid, dict(payload))
+            else:
+                await ex("UPDATE sessions SET message_count = 0 WHERE session_id = ?", [sid])
+        else:
+            session = None
+            records = payload
+            if isinstance(payload, Mapping):
+                records, session = payload.get("messages"), payload.get("session")
+            if not isinstance(records, list):
+                raise ValidationError("messages-appended needs a list of message records", field="payload")
+            await self._append(sid, records, session)
+
+    async def _merge_session(self, sid: str, changes: dict[str, Any]) -> None:
+        rows = await self.engine.execute("SELECT * FROM sessions WHERE session_id = ?", [sid])
+        if not rows:
+            return
+        rec = row_to_session_record(rows[0])
+        rec.update({k: v for k, v in changes.items() if k in rec and k != "sessionId"})
+        await self.engine.execute("DELETE FROM sessions WHERE session_id = ?", [sid])
+        await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(rec)])
+
+    async def _append(self, sid: str, records: list[dict[str, Any]], session: Mapping[str, Any] | None) -> None:
+        if not records:
+            return
+        ids = [r["id"] for r in records]
+        have: set[str] = set()
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            got = await self.engine.execute(
+                f"SELECT id FROM messages WHERE id IN ({_placeholders(len(part))})", part
+            )
+            have.update(r["id"] for r in got)
+        fresh = [dict(r, sessionId=sid) for r in records if r["id"] not in have]
+        if session is not None:
+            await self.engine.execute("DELETE FROM sessions WHERE session_id = ?", [sid])
+            await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(dict(session, sessionId=sid))])
+        else:
+            exists = await self.engine.execute("SELECT 1 AS x FROM sessions WHERE session_id = ?", [sid])
+            last = max(int(r["createdAt"]) for r in records)
+            if not exists:
+                # messages.add creates the session in the same transaction: its defaults
+                rec = {"sessionId": sid, "title": _DEFAULT_TITLE, "createdAt": last, "updatedAt": last,
+                       "messageCount": 0}
+                await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(rec)])
+            if fresh:
+                await self.engine.execute(
+                    "UPDATE sessions SET message_count = message_count + ?, "
+                    "updated_at = greatest(updated_at, ?) WHERE session_id = ?",
+                    [len(fresh), last, sid],
+                )
+        if fresh:
+            await self._load_messages(fresh)
+            self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
+
+    async def _load_messages(self, records: list[dict[str, Any]]) -> None:
+        mrows, drows, prows = [], [], []
+        for rec in records:
+            m, d, p = message_rows(rec)
+            mrows.append(m)
+            drows.append(d)
+            prows.extend(p)
+        await self.engine.load_rows("messages", _COLS["messages"], mrows)
+        await self.engine.load_rows("docs", _COLS["docs"], drows)
+        await self.engine.load_rows("postings", _COLS["postings"], prows)
+        self.unsorted_postings += len(prows)
+
+    async def compact(self) -> None:
+        """Rewrite ``postings`` sorted by term, so queries skip to their terms again."""
+        await self.setup()
+        async with self._lock:
+            await self.engine.execute(
+                "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id"
+            )
+            self.unsorted_postings = 0
+
+    async def rebuild(
+        self,
+        sessions: Iterable[Mapping[str, Any]],
+        messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        *,
+        embed: bool = False,
+    ) -> None:
+        """Drop everything and load ``sessions`` and ``messages`` (records) in bulk.
+
+        ``messages`` may be a plain or an async iterable; it is read in chunks,
+        so the whole store never sits in memory at once. With ``embed=True``
+        (and an ``embedder``) every message is embedded too; otherwise
+        ``embed_missing`` does it later.
+        """
+        async with self._lock:
+            for stmt in create_statements(replace=True):
+                await self.engine.execute(stmt)
+            self._ready = True
+            await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
+            chunk: list[dict[str, Any]] = []
+            if inspect.isasyncgen(messages) or hasattr(messages, "__aiter__"):
+                async for rec in messages:  # type: ignore[union-attr]
+                    chunk.append(dict(rec))
+                    if len(chunk) >= _CHUNK:
+                        await self._load_messages(chunk)
+                        chunk = []
+            else:
+                for rec in messages:  # type: ignore[union-attr]
+                    chunk.append(dict(rec))
+                    if len(chunk) >= _CHUNK:
+                        await self._load_messages(chunk)
+                        chunk = []
+            if chunk:
+                await self._load_messages(chunk)
+            await self.engine.execute(
+                "CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id"
+            )
+            for stmt in INDEX_STATEMENTS:
+                await self.engine.execute(stmt)
+            await self.engine.execute(
+                "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id"
+            )
+            self.unsorted_postings = 0
+        if embed and self.embedder is not None:
+            await self.embed_missing(self.embedder)
+
+    async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
+                            batch_size: int = 256) -> int:
+        """Embed the messages that have no vector for ``embedder.model`` yet; return how many.
+
+        Cheap when nothing is missing (two counts).
+        """
+        from .embed import store_embeddings
+
+        await self.setup()
+        if not embedder.dimensions:
+            await embedder.embed(["dimension probe"])  # an HTTP embedder learns its size
+        where, params = ("WHERE session_id = ?", [session_id]) if session_id else ("", [])
+        total = await self.execute(f"SELECT count(*) AS n FROM messages {where}", params)
+        done = await self.execute(
+            "SELECT count(*) AS n FROM embeddings e WHERE e.model = ? AND e.dim = ?"
+            + (" AND e.message_id IN (SELECT id FROM messages WHERE session_id = ?)" if session_id else ""),
+            [embedder.model, embedder.dimensions] + params,
+        )
+        if int(total[0]["n"]) <= int(done[0]["n"]):
+            return 0
+        rows = await self.execute(
+            "SELECT m.id, m.text FROM messages m "
+            + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
+            + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
+            "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id",
+            params + [embedder.model, embedder.dimensions],
+        )
+        # a vector of another dimension under the same model name is stale: replace it
+        for i in range(0, len(rows), batch_size):
+            part = rows[i : i + batch_size]
+            async with self._lock:
+                await self.engine.execute(
+                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
+                    [embedder.model] + [r["id"] for r in part],
+                )
+                await store_embeddings(self.engine, embedder, [(r["id"], r["text"]) for r in part])
+        return len(rows)

@@ -1,0 +1,391 @@
+"""``search``: ranked keyword (BM25), semantic, hybrid and substring search over a ``QueryIndex``.
+
+Every mode is one SQL statement with bound parameters (one round trip to the
+engine, which matters in the browser), plus at most one embedding of the query.
+
+- ``keyword``: BM25 (k1=1.2, b=0.75) over the inverted index. Bare words are
+  alternatives (a message with more, and rarer, query words ranks higher);
+  ``"quoted phrases"`` must occur exactly (their words are required and the
+  phrase is checked against the normalised text). ``score`` is the BM25 sum.
+- ``semantic``: cosine similarity between the query's vector and the stored
+  vectors of the embedder's model (``list_cosine_similarity``, brute force).
+  ``score`` is the similarity; ``threshold`` a minimum similarity.
+- ``hybrid``: ``weights`` mix of BM25 divided by the best BM25 of the query,
+  the similarity (negative counts as 0) and recency ``0.5 ** (age / half_life)``.
+- ``substring``: the original ``searchMessages``: case-insensitive substring of
+  the plain text, newest first (score 1.0), for parity.
+
+Ties are broken by recency (newer first), then by id. ``threshold`` is a
+minimum ``score`` in every mode. Filters: ``session_ids``, ``character_ids``,
+``roles`` (lists; an empty list matches nothing), ``date_range=(start_ms,
+end_ms)`` with both ends inclusive (either may be None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ValidationError
+from ..ids import system_clock
+from ..models import ROLES, ChatMessage
+from .embed import Embedder, HashingEmbedder, vector_literal
+from .schema import row_to_message_record
+from .tokenize import ParsedQuery, parse_query, phrase_pattern
+
+__all__ = [
+    "DAY_MS",
+    "DEFAULT_WEIGHTS",
+    "MODES",
+    "Filters",
+    "SearchHit",
+    "bm25_ctes",
+    "build_filters",
+    "default_embedder",
+    "hit_from_row",
+    "search",
+]
+
+MODES = ("keyword", "semantic", "hybrid", "substring")
+K1, B = 1.2, 0.75
+DAY_MS = 86_400_000
+DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.35, "recency": 0.15}
+_MAX_LIMIT = 10_000
+_CJK_MAX = "\U0010ffff"
+
+
+@dataclass(slots=True)
+class SearchHit:
+    """One result: the message, its session, its score and the parts of that score.
+
+    ``breakdown`` has ``keyword``, ``semantic`` and ``recency`` (the weighted
+    parts, summing to ``score``), plus the raw ``bm25`` and ``similarity``
+    where the mode computed them.
+    """
+
+    message: ChatMessage
+    session_id: str
+    score: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _id_list(v: Any, name: str) -> list[str] | None:
+    if v is None:
+        return None
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        raise ValidationError(f"{name} must be a list of strings", field=name)
+    out = list(v)
+    if not all(isinstance(x, str) for x in out):
+        raise ValidationError(f"{name} must be a list of strings", field=name)
+    return out
+
+
+def _int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValidationError(f"{name} must be an int (ms since the epoch)", field=name)
+    return v
+
+
+@dataclass(slots=True)
+class Filters:
+    """The WHERE clause (over alias ``m`` of ``messages``) and its parameters."""
+
+    sql: str
+    params: list[Any]
+    empty: bool  # some filter list was empty: nothing can match
+
+
+def build_filters(
+    session_ids: Any = None, character_ids: Any = None, date_range: Any = None, roles: Any = None,
+    *, alias: str = "m",
+) -> Filters:
+    """Validate the filters and turn them into SQL over ``alias`` (any relation with
+    ``session_id``, ``role`` and ``created_at``). Raises ``ValidationError``."""
+    conds: list[str] = []
+    params: list[Any] = []
+    empty = False
+    sids = _id_list(session_ids, "session_ids")
+    cids = _id_list(character_ids, "character_ids")
+    rls = _id_list(roles, "roles")
+    if rls is not None:
+        bad = [r for r in rls if r not in ROLES]
+        if bad:
+            raise ValidationError(f"unknown role {bad[0]!r}; roles are {sorted(ROLES)}", field="roles")
+    a = alias
+    for ids, sql in (
+        (sids, a + ".session_id IN ({})"),
+        (cids, a + ".session_id IN (SELECT session_id FROM sessions WHERE character_id IN ({}))"),
+        (rls, a + ".role IN ({})"),
+    ):
+        if ids is None:
+            continue
+        if not ids:
+            empty = True
+            continue
+        uniq = list(dict.fromkeys(ids))
+        conds.append(sql.format(", ".join("?" for _ in uniq)))
+        params.extend(uniq)
+    if date_range is not None:
+        if isinstance(date_range, (str, bytes)) or not isinstance(date_range, Sequence) or len(date_range) != 2:
+            raise ValidationError("date_range must be a (start_ms, end_ms) pair", field="date_range")
+        start, end = date_range
+        if start is not None:
+            conds.append(f"{a}.created_at >= ?")
+            params.append(_int(start, "date_range"))
+        if end is not None:
+            conds.append(f"{a}.created_at <= ?")
+            params.append(_int(end, "date_range"))
+        if start is not None and end is not None and start > end:
+            raise ValidationError("date_range start is after its end", field="date_range")
+    return Filters(" AND ".join(conds) if conds else "TRUE", params, empty)
+
+
+# --------------------------------------------------------------------------- SQL pieces
+
+
+def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None) -> tuple[str, list[Any], int]:
+    """CTEs ending in ``kw(message_id, kw, req, created_at)``: the BM25 score of every
+    message holding a query term and passing the filters, how many of the
+    required terms it holds, and its time (for ties).
+
+    Reads only the postings rows of the query's terms (equality or, for a
+    one-character CJK term, a term range), so the sorted ``postings`` table is
+    skipped elsewhere, and never ``messages``. Document frequencies come from
+    the same rows (before filtering); the document count and mean length from
+    ``docs``. Returns (sql, params, number of required terms).
+    """
+    terms = pq.all_terms
+    required = len(dict.fromkeys(pq.required))
+    cases, where, cparams, wparams = [], [], [], []
+    for i, t in enumerate(terms):
+        if t.prefix:
+            cond, p = "(term >= ? AND term <= ?)", [t.value, t.value + _CJK_MAX]
+        else:
+            cond, p = "term = ?", [t.value]
+        cases.append(f"WHEN {cond} THEN {i}")
+        cparams.extend(p)
+        where.append(cond)
+        wparams.extend(p)
+    flt = flt or Filters("TRUE", [], False)
+    if any(t.prefix for t in terms):
+        # several index terms answer one query term: add their frequencies first
+        per = (
+            "per AS (SELECT qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
+            "min(created_at) AS created_at, min(session_id) AS session_id, min(role) AS role "
+            "FROM hits GROUP BY qi, message_id),"
+        )
+    else:
+        per = "per AS (SELECT * FROM hits),"
+    sql = f"""
+hits AS (
+  SELECT CASE {' '.join(cases)} END AS qi, message_id, tf, doc_len, created_at, session_id, role
+  FROM postings WHERE {' OR '.join(where)}
+),
+{per}
+dfs AS (SELECT qi, count(*) AS df FROM per GROUP BY qi),
+stats AS (SELECT count(*) AS n, greatest(coalesce(avg(doc_len), 0), 1e-9) AS avgdl FROM docs),
+kw AS (
+  SELECT p.message_id,
+         sum(ln(1 + (stats.n - dfs.df + 0.5) / (dfs.df + 0.5))
+             * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.doc_len / stats.avgdl))) AS kw,
+         count(*) FILTER (WHERE p.qi < {required}) AS req,
+         max(p.created_at) AS created_at
+  FROM per p JOIN dfs ON dfs.qi = p.qi CROSS JOIN stats
+  WHERE {flt.sql}
+  GROUP BY p.message_id
+)"""
+    return sql, cparams + wparams + flt.params, required
+
+
+def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
+    if not pq.phrases:
+        return "", []
+    conds = " AND ".join("contains(d.norm_text, ?)" for _ in pq.phrases)
+    return conds, [phrase_pattern(p) for p in pq.phrases]
+
+
+def hit_from_row(row: Mapping[str, Any], score: float, breakdown: dict[str, float]) -> SearchHit:
+    msg = ChatMessage.from_record(row_to_message_record(row))
+    return SearchHit(msg, msg.session_id, score, breakdown)
+
+
+async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Full message rows for ranked light rows (``id`` first), in rank order.
+
+    Ranking reads only light columns; the heavy ones (content, text...) are read
+    here for the few winners through the ART index on ``messages.id``.
+    """
+    if not rows:
+        return []
+    ids = [r["id"] for r in rows]
+    full = await index.execute(
+        f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in ids)})", ids
+    )
+    by_id = {r["id"]: r for r in full}
+    return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
+
+
+def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
+    """The embedder given, else the index's, else the local ``HashingEmbedder()``."""
+    return embedder or getattr(index, "embedder", None) or HashingEmbedder()
+
+
+async def _query_vector(index: Any, embedder: Embedder, query: str) -> str:
+    await index.embed_missing(embedder)
+    (vec,) = await embedder.embed([query])
+    return vector_literal(vec)
+
+
+# --------------------------------------------------------------------------- search
+
+
+async def search(
+    index: Any,
+    query: str,
+    *,
+    limit: int | None = 5,
+    mode: str = "keyword",
+    threshold: float | None = None,
+    session_ids: Iterable[str] | None = None,
+    character_ids: Iterable[str] | None = None,
+    date_range: tuple[int | None, int | None] | None = None,
+    roles: Iterable[str] | None = None,
+    embedder: Embedder | None = None,
+    now: int | None = None,
+    weights: Mapping[str, float] | None = None,
+    half_life_ms: int = 30 * DAY_MS,
+) -> list[SearchHit]:
+    """Search the index (see the module docstring). ``ValidationError`` on bad input,
+    before any query runs. ``limit=None`` returns every match."""
+    if mode not in MODES:
+        raise ValidationError(f"mode must be one of {MODES}, got {mode!r}", field="mode")
+    if not isinstance(query, str):
+        raise ValidationError("query must be a string", field="query")
+    if not query.strip():
+        raise ValidationError("query is empty", field="query")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIMIT):
+        raise ValidationError(f"limit must be an int from 1 to {_MAX_LIMIT}, or None", field="limit")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise ValidationError("threshold must be a number or None", field="threshold")
+    w = dict(DEFAULT_WEIGHTS)
+    if weights is not None:
+        unknown = set(weights) - set(w)
+        if unknown or not all(isinstance(v, (int, float)) and v >= 0 for v in weights.values()):
+            raise ValidationError("weights maps keyword/semantic/recency to numbers >= 0", field="weights")
+        w.update(weights)
+    if isinstance(half_life_ms, bool) or not isinstance(half_life_ms, int) or half_life_ms <= 0:
+        raise ValidationError("half_life_ms must be a positive int", field="half_life_ms")
+    flt = build_filters(session_ids, character_ids, date_range, roles)
+    pq = parse_query(query) if mode in ("keyword", "hybrid") else None
+    if flt.empty:
+        return []
+    lim_sql, lim_params = ("LIMIT ?", [limit]) if limit is not None else ("", [])
+    thr = float(threshold) if threshold is not None else None
+    await index.setup()
+
+    if mode == "substring":
+        if thr is not None and thr > 1.0:
+            return []
+        rows = await index.execute(
+            f"SELECT m.id FROM messages m WHERE strpos(lower(m.text), lower(?)) > 0 AND {flt.sql} "
+            f"ORDER BY m.created_at DESC, m.id DESC {lim_sql}",
+            [query] + flt.params + lim_params,
+        )
+        return [hit_from_row(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0})
+                for r, _ in await _fetch(index, rows)]
+
+    if mode == "keyword":
+        assert pq is not None
+        ctes, params, required = bm25_ctes(pq, build_filters(session_ids, character_ids, date_range, roles,
+                                                             alias="p"))
+        phrase, pparams = _phrase_sql(pq)
+        join = "JOIN docs d ON d.message_id = kw.message_id" if phrase else ""
+        conds = [f"kw.req = {required}"] + ([phrase] if phrase else [])
+        params = params + pparams
+        if thr is not None:
+            conds.append("round(kw.kw, 9) >= ?")
+            params.append(thr)
+        rows = await index.execute(
+            f"WITH {ctes}\nSELECT kw.message_id AS id, round(kw.kw, 9) AS score FROM kw {join} "
+            f"WHERE {' AND '.join(conds)} "
+            f"ORDER BY score DESC, kw.created_at DESC, kw.message_id DESC {lim_sql}",
+            params + lim_params,
+        )
+        return [
+            hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
+                                        "bm25": float(k["score"])})
+            for r, k in await _fetch(index, rows)
+        ]
+
+    emb = default_embedder(index, embedder)
+    vec = await _query_vector(index, emb, query)
+    sem_cte = (
+        "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
+        "sem AS (SELECT e.message_id, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS sim "
+        "FROM embeddings e CROSS JOIN q WHERE e.model = ? AND e.dim = ?)"
+    )
+    sem_params = [vec, emb.model, emb.dimensions]
+
+    if mode == "semantic":
+        conds = [flt.sql]
+        params = sem_params + flt.params
+        if thr is not None:
+            conds.append("round(sem.sim, 9) >= ?")
+            params.append(thr)
+        rows = await index.execute(
+            f"WITH {sem_cte}\nSELECT m.id, round(sem.sim, 9) AS score FROM sem "
+            f"JOIN messages m ON m.id = sem.message_id WHERE {' AND '.join(conds)} "
+            f"ORDER BY score DESC, m.created_at DESC, m.id DESC {lim_sql}",
+            params + lim_params,
+        )
+        return [
+            hit_from_row(r, float(k["score"]), {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0,
+                                        "similarity": float(k["score"])})
+            for r, k in await _fetch(index, rows)
+        ]
+
+    # hybrid
+    assert pq is not None
+    ctes, cparams, required = bm25_ctes(pq)
+    phrase, pparams = _phrase_sql(pq)
+    kwf = (
+        "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
+        + ("JOIN docs d ON d.message_id = kw.message_id " if phrase else "")
+        + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
+    )
+    now_ms = system_clock() if now is None else _int(now, "now")
+    parts = (
+        "? * coalesce(c.kw / nullif(mx.mx, 0), 0) AS p_kw, "
+        "? * greatest(c.sim, 0) AS p_sem, "
+        "? * pow(0.5, greatest(? - m.created_at, 0) / ?) AS p_rec"
+    )
+    inner = (
+        f"WITH {ctes},\n{kwf},\nmx AS (SELECT max(kw) AS mx FROM kwf),\n{sem_cte},\n"
+        "c AS (SELECT coalesce(kwf.message_id, sem.message_id) AS message_id, "
+        "coalesce(kwf.kw, 0) AS kw, coalesce(sem.sim, 0) AS sim "
+        "FROM kwf FULL OUTER JOIN sem ON kwf.message_id = sem.message_id)\n"
+        f"SELECT m.id, m.created_at, c.kw AS bm25, c.sim AS similarity, {parts} "
+        f"FROM c CROSS JOIN mx JOIN messages m ON m.id = c.message_id WHERE {flt.sql}"
+    )
+    params = (cparams + pparams + sem_params
+              + [w["keyword"], w["semantic"], w["recency"], now_ms, float(half_life_ms)] + flt.params)
+    outer_where = ""
+    if thr is not None:
+        outer_where = "WHERE round(p_kw + p_sem + p_rec, 9) >= ?"
+        params.append(thr)
+    rows = await index.execute(
+        f"SELECT *, round(p_kw + p_sem + p_rec, 9) AS score FROM ({inner}) {outer_where} "
+        f"ORDER BY score DESC, created_at DESC, id DESC {lim_sql}",
+        params + lim_params,
+    )
+    return [
+        hit_from_row(r, float(k["score"]), {
+            "keyword": float(k["p_kw"]), "semantic": float(k["p_sem"]), "recency": float(k["p_rec"]),
+            "bm25": float(k["bm25"]), "similarity": float(k["similarity"]),
+        })
+        for r, k in await _fetch(index, rows)
+    ]

@@ -1,0 +1,451 @@
+"""The search checks, written once and run on any engine.
+
+Each ``check_*`` is ``async def check_x(index)`` taking a fresh, empty
+``QueryIndex`` (DuckDB on CPython in ``tests/unit/test_search.py``; DuckDB-Wasm
+in the browser tests). No pytest here: plain ``assert`` and ``expect_raises``,
+so the same table runs inside Pyodide. ``CHECKS`` lists them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from chatmem.errors import ReadOnlySQLError, ValidationError
+from chatmem.index import HashingEmbedder, RetrievalConfig, retrieve, search
+from chatmem.index.retrieve import HybridWeights
+
+T0 = 1_700_000_000_000
+DAY = 86_400_000
+
+
+async def expect_raises(exc: type[BaseException], coro: Awaitable[Any]) -> BaseException:
+    try:
+        await coro
+    except exc as e:
+        return e
+    raise AssertionError(f"expected {exc.__name__}")
+
+
+def session(sid: str, character: str = "alice", created: int = T0, **kw: Any) -> dict[str, Any]:
+    rec = {"sessionId": sid, "title": f"title {sid}", "createdAt": created, "updatedAt": created,
+           "userId": "local", "characterId": character, "pinned": False, "archived": False,
+           "tags": [], "parentId": None, "forkIndex": None, "forkReason": None, "messageCount": 0}
+    rec.update(kw)
+    return rec
+
+
+def message(mid: str, sid: str, seq: int, text: Any, created: int, role: str = "user") -> dict[str, Any]:
+    return {"id": mid, "sessionId": sid, "seq": seq, "role": role, "content": text, "createdAt": created,
+            "provider": None, "model": None, "slices": None, "tool_results": None, "categorization": None,
+            "toolCalls": None, "toolCallId": None, "name": None, "metadata": None, "tokenCount": 5}
+
+
+CORPUS: list[tuple[str, str, str, str, int]] = [
+    # (id, session, role, text, created_at offset in days)
+    ("a1", "s1", "user", "How do I configure the python asyncio event loop?", 0),
+    ("a2", "s1", "assistant", "Use asyncio.run to start the event loop in python.", 1),
+    ("a3", "s1", "user", "The weather is nice today, the sun is out.", 2),
+    ("b1", "s2", "user", "I love New York pizza more than anything.", 3),
+    ("b2", "s2", "assistant", "York is new to me, but pizza is great.", 4),
+    ("b3", "s2", "user", "The the the the common words only here.", 5),
+    ("c1", "s3", "user", "東京タワーに行きました。とても高かったです。", 6),
+    ("c2", "s3", "assistant", "안녕하세요, 반갑습니다", 7),
+    ("c3", "s3", "user", "Un café à Paris, s'il vous plaît. Straße!", 8),
+    ("c4", "s3", "tool", "ＰＹＴＨＯＮ version 3.12 installed, 1,000 packages", 9),
+]
+
+
+async def seed(index: Any) -> None:
+    """Three sessions (alice: s1, s3; bob: s2) and the ``CORPUS`` messages, through ``apply``."""
+    await index.apply("session-created", "s1", session("s1", "alice"))
+    await index.apply("session-created", "s2", session("s2", "bob"))
+    await index.apply("session-created", "s3", session("s3", "alice"))
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for mid, sid, role, text, day in CORPUS:
+        recs = by_session.setdefault(sid, [])
+        recs.append(message(mid, sid, len(recs), text, T0 + day * DAY, role))
+    for sid, recs in by_session.items():
+        await index.apply("messages-appended", sid, recs)
+
+
+def ids(hits: list[Any]) -> list[str]:
+    return [h.message.id for h in hits]
+
+
+# --------------------------------------------------------------------------- keyword
+
+
+async def check_more_matching_terms_rank_higher(index: Any) -> None:
+    """A message holding more of the query's words ranks above one holding fewer."""
+    await seed(index)
+    hits = await search(index, "python asyncio loop configure", limit=10)
+    assert ids(hits)[0] == "a1", ids(hits)
+    assert set(ids(hits)) >= {"a1", "a2"}
+    assert hits[0].score > hits[1].score > 0
+    assert hits[0].breakdown["keyword"] == hits[0].score
+
+
+async def check_rarer_terms_rank_higher(index: Any) -> None:
+    """A rare query word weighs more than a common one (idf)."""
+    await index.apply("session-created", "s", session("s"))
+    recs = [message(f"c{i}", "s", i, f"common filler text number {i}", T0 + i) for i in range(8)]
+    recs.append(message("rare", "s", 8, "zeppelin filler text", T0 + 100))
+    recs.append(message("com", "s", 9, "common filler text", T0 + 100))
+    await index.apply("messages-appended", "s", recs)
+    hits = await search(index, "common zeppelin", limit=3)
+    assert ids(hits)[0] == "rare", ids(hits)
+
+
+async def check_ties_broken_by_recency(index: Any) -> None:
+    """Equal scores: the newer message first."""
+    await index.apply("session-created", "s", session("s"))
+    await index.apply("messages-appended", "s", [
+        message("old", "s", 0, "identical words here", T0),
+        message("new", "s", 1, "identical words here", T0 + 5),
+        message("mid", "s", 2, "identical words here", T0 + 2),
+    ])
+    hits = await search(index, "identical words", limit=5)
+    assert ids(hits) == ["new", "mid", "old"], ids(hits)
+    assert hits[0].score == hits[1].score == hits[2].score
+
+
+async def check_limit_and_threshold(index: Any) -> None:
+    """``limit`` caps the hits; ``threshold`` drops scores below it."""
+    await seed(index)
+    assert len(await search(index, "python pizza the", limit=2)) == 2
+    everything = await search(index, "python pizza the", limit=None)
+    assert len(everything) >= 5
+    cut = everything[1].score
+    kept = await search(index, "python pizza the", limit=None, threshold=cut)
+    assert kept and all(h.score >= cut for h in kept)
+    assert len(kept) < len(everything)
+    await expect_raises(ValidationError, search(index, "x", limit=0))
+
+
+async def check_phrase_must_match_exactly(index: Any) -> None:
+    """A quoted phrase matches only the words in that order, adjacent."""
+    await seed(index)
+    assert set(ids(await search(index, "new york", limit=10))) == {"b1", "b2"}
+    assert ids(await search(index, '"new york"', limit=10)) == ["b1"]
+    assert ids(await search(index, '"NEW-YORK" pizza', limit=10)) == ["b1"]
+    assert ids(await search(index, '"york new"', limit=10)) == []
+    assert ids(await search(index, '"event loop" python', limit=10)) == ["a2", "a1"] or \
+        set(ids(await search(index, '"event loop" python', limit=10))) == {"a1", "a2"}
+    # a phrase word must be a whole word: "york" is not "yorkshire"
+    await index.apply("messages-appended", "s2", [message("b9", "s2", 9, "new yorkshire pudding", T0)])
+    assert "b9" not in ids(await search(index, '"new york"', limit=10))
+
+
+async def check_unicode_normalisation(index: Any) -> None:
+    """Case, accents, NFKC (full-width), ß and numbers are matched sensibly."""
+    await seed(index)
+    assert ids(await search(index, "CAFE", limit=3)) == ["c3"]
+    assert ids(await search(index, "paris café", limit=3))[0] == "c3"
+    assert ids(await search(index, "strasse", limit=3)) == ["c3"]
+    assert ids(await search(index, "python", limit=5))[0] in {"c4", "a1", "a2"}
+    assert "c4" in ids(await search(index, "python", limit=5))  # full-width ＰＹＴＨＯＮ
+    assert ids(await search(index, "3.12", limit=3)) == ["c4"]
+    assert ids(await search(index, "1000", limit=3)) == ["c4"]
+    assert ids(await search(index, "plait", limit=3)) == ["c3"]  # plaît
+
+
+async def check_cjk(index: Any) -> None:
+    """Han/Kana/Hangul: bigrams, a single character, phrases inside a run."""
+    await seed(index)
+    assert ids(await search(index, "東京", limit=3)) == ["c1"]
+    assert ids(await search(index, "タワー", limit=3)) == ["c1"]
+    assert ids(await search(index, "京", limit=3)) == ["c1"]
+    assert ids(await search(index, "高", limit=3)) == ["c1"]
+    assert ids(await search(index, '"京タ"', limit=3)) == ["c1"]
+    assert ids(await search(index, '"東京タワー"', limit=3)) == ["c1"]
+    assert ids(await search(index, '"タワー東京"', limit=3)) == []
+    assert ids(await search(index, "안녕", limit=3)) == ["c2"]
+    assert ids(await search(index, "大阪", limit=3)) == []
+
+
+async def check_empty_query_is_an_error(index: Any) -> None:
+    """Blank or wordless queries raise ``ValidationError`` in every mode."""
+    await seed(index)
+    for q in ["", "   ", "\n\t"]:
+        for mode in ("keyword", "semantic", "hybrid", "substring"):
+            await expect_raises(ValidationError, search(index, q, mode=mode))
+    await expect_raises(ValidationError, search(index, "?!...", mode="keyword"))
+    await expect_raises(ValidationError, search(index, None, mode="keyword"))  # type: ignore[arg-type]
+    await expect_raises(ValidationError, search(index, "x", mode="fuzzy"))
+
+
+# --------------------------------------------------------------------------- filters
+
+
+async def check_filter_session_ids(index: Any) -> None:
+    """``session_ids`` keeps only those sessions; an empty list matches nothing."""
+    await seed(index)
+    assert set(ids(await search(index, "the python pizza", limit=20, session_ids=["s2"]))) <= {"b1", "b2", "b3"}
+    assert ids(await search(index, "pizza", limit=20, session_ids=["s1"])) == []
+    assert ids(await search(index, "pizza", limit=20, session_ids=[])) == []
+    await expect_raises(ValidationError, search(index, "pizza", session_ids="s1"))
+
+
+async def check_filter_character_ids(index: Any) -> None:
+    """``character_ids`` keeps sessions of those characters."""
+    await seed(index)
+    hits = await search(index, "the", limit=20, character_ids=["alice"])
+    assert hits and {h.session_id for h in hits} <= {"s1", "s3"}
+    hits = await search(index, "the", limit=20, character_ids=["bob"])
+    assert {h.session_id for h in hits} == {"s2"}
+    assert await search(index, "the", character_ids=["nobody"]) == []
+
+
+async def check_filter_roles(index: Any) -> None:
+    """``roles`` keeps those roles; an unknown role is an error."""
+    await seed(index)
+    hits = await search(index, "python", limit=20, roles=["assistant"])
+    assert ids(hits) == ["a2"]
+    hits = await search(index, "python", limit=20, roles=["user", "tool"])
+    assert set(ids(hits)) == {"a1", "c4"}
+    await expect_raises(ValidationError, search(index, "python", roles=["wizard"]))
+
+
+async def check_filter_date_range_edges(index: Any) -> None:
+    """``date_range`` includes both ends; open ends with None; start > end is an error."""
+    await seed(index)
+    d = lambda n: T0 + n * DAY
+    q = "python asyncio event loop"
+    assert set(ids(await search(index, q, limit=10, date_range=(d(0), d(1))))) == {"a1", "a2"}
+    assert ids(await search(index, q, limit=10, date_range=(d(1), d(1)))) == ["a2"]
+    assert ids(await search(index, q, limit=10, date_range=(d(0) + 1, d(1) - 1))) == []
+    assert ids(await search(index, q, limit=10, date_range=(None, d(0)))) == ["a1"]
+    assert set(ids(await search(index, q, limit=10, date_range=(d(1), None)))) == {"a2", "c4"}
+    await expect_raises(ValidationError, search(index, q, date_range=(d(2), d(1))))
+    await expect_raises(ValidationError, search(index, q, date_range=(d(1),)))  # type: ignore[arg-type]
+
+
+async def check_filters_combined(index: Any) -> None:
+    """All filters at once intersect."""
+    await seed(index)
+    hits = await search(index, "the python pizza new", limit=20, session_ids=["s1", "s2"],
+                        character_ids=["bob"], roles=["user"], date_range=(T0 + 3 * DAY, T0 + 5 * DAY))
+    assert set(ids(hits)) == {"b1", "b3"}, ids(hits)
+    for mode in ("semantic", "hybrid", "substring"):
+        hits = await search(index, "pizza", mode=mode, limit=20, session_ids=["s2"], roles=["assistant"],
+                            date_range=(T0 + 4 * DAY, T0 + 4 * DAY))
+        assert ids(hits) == ["b2"], (mode, ids(hits))
+
+
+# --------------------------------------------------------------------------- safety
+
+
+async def check_injection_through_search_string(index: Any) -> None:
+    """Quotes, semicolons and SQL in the query or filters are data, never SQL."""
+    await seed(index)
+    await search(index, "warm up the vectors", mode="semantic")
+    before = await index.counts()
+    for q in ["'; DROP TABLE messages; --", "\" OR 1=1 --", "pizza') OR ('1'='1", "\\'; DELETE FROM docs"]:
+        for mode in ("keyword", "substring", "semantic", "hybrid"):
+            try:
+                await search(index, q, mode=mode, limit=50)
+            except ValidationError:
+                pass
+    assert await search(index, "pizza", session_ids=["s2' OR '1'='1"]) == []
+    assert await search(index, "pizza", character_ids=["x') OR TRUE --"]) == []
+    assert ids(await search(index, "drop table", mode="substring")) == []
+    assert await index.counts() == before
+
+
+async def check_injection_through_sql_params(index: Any) -> None:
+    """``sql(query, params)`` binds params as values."""
+    await seed(index)
+    rows = await index.sql("SELECT count(*) AS n FROM messages WHERE session_id = ?", ["s1' OR '1'='1"])
+    assert rows == [{"n": 0}]
+    rows = await index.sql("SELECT count(*) AS n FROM messages WHERE session_id = ?", ["s1"])
+    assert rows == [{"n": 3}]
+    await expect_raises(ValidationError, index.sql("SELECT ?", [["a list"]]))
+
+
+async def check_sql_rejects_writes_and_index_is_unharmed(index: Any) -> None:
+    """INSERT, DROP, ATTACH, COPY, INSTALL, LOAD and stacked statements are refused."""
+    await seed(index)
+    before = await index.counts()
+    found = ids(await search(index, "pizza", limit=5))
+    for bad in [
+        "INSERT INTO messages (id) VALUES ('x')",
+        "DROP TABLE messages",
+        "ATTACH ':memory:' AS other",
+        "COPY messages TO 'out.csv'",
+        "INSTALL fts",
+        "LOAD fts",
+        "SELECT 1; DROP TABLE postings",
+        "select * from sessions; delete from sessions",
+        "UPDATE sessions SET title = 'x'",
+        "DELETE FROM docs",
+        "CREATE TABLE t AS SELECT 1",
+        "PRAGMA database_list",
+        "SET threads = 1",
+        "WITH x AS (SELECT 1) INSERT INTO docs SELECT * FROM x",
+    ]:
+        err = await expect_raises(ReadOnlySQLError, index.sql(bad))
+        assert str(err)
+    assert await index.counts() == before
+    assert ids(await search(index, "pizza", limit=5)) == found
+    rows = await index.sql("SELECT title FROM sessions WHERE title LIKE '%;%' OR title = 'drop; table'")
+    assert rows == []
+
+
+async def check_sql_analytics(index: Any) -> None:
+    """The documented tables answer everyday questions."""
+    await seed(index)
+    rows = await index.sql(
+        "SELECT s.character_id, count(*) AS n, sum(m.token_count) AS tokens FROM messages m "
+        "JOIN sessions s USING (session_id) GROUP BY ALL ORDER BY n DESC"
+    )
+    assert rows == [{"character_id": "alice", "n": 7, "tokens": 35}, {"character_id": "bob", "n": 3, "tokens": 15}]
+    rows = await index.sql("SELECT session_id, message_count FROM sessions ORDER BY session_id")
+    assert [r["message_count"] for r in rows] == [3, 3, 4]
+    rows = await index.sql(
+        "SELECT strftime(make_timestamp(created_at * 1000), '%Y-%m-%d') AS day, count(*) AS n "
+        "FROM messages GROUP BY day ORDER BY day LIMIT 2"
+    )
+    assert len(rows) == 2 and rows[0]["n"] == 1
+
+
+# --------------------------------------------------------------------------- freshness
+
+
+async def check_write_then_search(index: Any) -> None:
+    """A message applied is found by the next search; applying it twice changes nothing."""
+    await seed(index)
+    assert await search(index, "xylophone") == []
+    rec = message("new1", "s1", 3, "a xylophone solo", T0 + 20 * DAY)
+    await index.apply("messages-appended", "s1", [rec])
+    assert ids(await search(index, "xylophone")) == ["new1"]
+    before = await index.counts()
+    await index.apply("messages-appended", "s1", [rec])
+    assert await index.counts() == before
+    rows = await index.sql("SELECT message_count, updated_at FROM sessions WHERE session_id = 's1'")
+    assert rows == [{"message_count": 4, "updated_at": T0 + 20 * DAY}]
+
+
+async def check_session_events(index: Any) -> None:
+    """Updates show in SQL; cleared and deleted sessions vanish from search."""
+    await seed(index)
+    await index.apply("session-updated", "s2", {"title": "Pizza talk", "tags": ["food", "ny"], "pinned": True})
+    rows = await index.sql("SELECT title, tags, pinned, character_id FROM sessions WHERE session_id = 's2'")
+    assert rows == [{"title": "Pizza talk", "tags": ["food", "ny"], "pinned": True, "character_id": "bob"}]
+    await index.apply("session-cleared", "s2")
+    assert await search(index, "pizza") == []
+    rows = await index.sql("SELECT message_count FROM sessions WHERE session_id = 's2'")
+    assert rows == [{"message_count": 0}]
+    await index.apply("session-deleted", "s1")
+    assert await search(index, "python asyncio", limit=10, mode="keyword") != []  # c4 still there
+    assert {h.session_id for h in await search(index, "python asyncio", limit=10)} == {"s3"}
+    counts = await index.counts()
+    assert counts["sessions"] == 2 and counts["messages"] == 4 and counts["docs"] == 4
+    # messages appended to a session the index has not seen (messages.add): created with defaults
+    await index.apply("messages-appended", "s9", [message("z1", "s9", 0, "zebra", T0)])
+    rows = await index.sql("SELECT title, character_id, message_count FROM sessions WHERE session_id = 's9'")
+    assert rows == [{"title": "New Conversation", "character_id": "default", "message_count": 1}]
+
+
+async def check_rebuild_equals_incremental(index: Any) -> None:
+    """Rebuilding from the store's final state gives the same answers as the events did."""
+    await seed(index)
+    await index.apply("session-updated", "s3", {"title": "renamed"})
+    await index.apply("messages-appended", "s2", [message("b4", "s2", 3, "pizza again, New York style", T0 + 30 * DAY)])
+    await index.apply("session-created", "s4", session("s4", "bob"))
+    await index.apply("messages-appended", "s4", [message("d1", "s4", 0, "python pizza", T0 + 31 * DAY)])
+    await index.apply("session-deleted", "s1")
+    queries = ["pizza", "python", "new york", '"new york" pizza', "the", "東京", "京", "café", "안녕"]
+    modes = ("keyword", "substring", "semantic", "hybrid")
+
+    async def answers() -> list[Any]:
+        out = []
+        for q in queries:
+            for mode in modes:
+                hits = await search(index, q, mode=mode, limit=10, now=T0 + 40 * DAY)
+                out.append([(h.message.id, h.session_id, round(h.score, 6),
+                             h.message.to_record()) for h in hits])
+        out.append(await index.sql("SELECT * FROM sessions ORDER BY session_id"))
+        out.append(await index.sql("SELECT * FROM messages ORDER BY id"))
+        return out
+
+    incremental = await answers()
+    sessions = await index.sql("SELECT * FROM sessions ORDER BY session_id")
+    messages = await index.sql("SELECT * FROM messages ORDER BY id DESC")
+    from chatmem.index.schema import row_to_message_record, row_to_session_record
+
+    await index.rebuild([row_to_session_record(r) for r in sessions],
+                        (row_to_message_record(r) for r in messages))
+    assert await answers() == incremental
+
+
+# --------------------------------------------------------------------------- other modes
+
+
+async def check_substring_parity(index: Any) -> None:
+    """``substring`` finds exactly what the original's case-insensitive scan finds."""
+    await seed(index)
+    for q in ["YORK", "the", "東京", "s'il", "3.1", "o"]:
+        expected = {mid for mid, _, _, text, _ in CORPUS if q.lower() in text.lower()}
+        got = await search(index, q, mode="substring", limit=None)
+        assert set(ids(got)) == expected, (q, ids(got))
+        created = [h.message.created_at for h in got]
+        assert created == sorted(created, reverse=True)
+
+
+async def check_semantic_near_duplicate(index: Any) -> None:
+    """The local embedder ranks a reworded near-duplicate above unrelated text."""
+    await seed(index)
+    emb = HashingEmbedder()
+    hits = await search(index, "how can I configure the asyncio event loop in python", mode="semantic",
+                        limit=3, embedder=emb)
+    assert ids(hits)[0] == "a1", ids(hits)
+    assert hits[0].score > hits[-1].score
+    assert hits[0].breakdown["similarity"] == hits[0].score
+    strict = await search(index, "how can I configure the asyncio event loop in python", mode="semantic",
+                          limit=10, threshold=0.7, embedder=emb)
+    assert ids(strict) == ["a1"], [(h.message.id, h.score) for h in strict]
+    rows = await index.sql("SELECT DISTINCT model, dim FROM embeddings")
+    assert rows == [{"model": emb.model, "dim": 384}]
+
+
+async def check_hybrid_breakdown(index: Any) -> None:
+    """Hybrid scores are the sum of their keyword, semantic and recency parts."""
+    await seed(index)
+    hits = await search(index, "python event loop", mode="hybrid", limit=5, now=T0 + 10 * DAY,
+                        weights={"keyword": 0.6, "semantic": 0.3, "recency": 0.1})
+    assert ids(hits)[0] in {"a1", "a2"}
+    for h in hits:
+        parts = h.breakdown["keyword"] + h.breakdown["semantic"] + h.breakdown["recency"]
+        assert abs(parts - h.score) < 1e-6
+        assert 0 <= h.breakdown["keyword"] <= 0.6 + 1e-9
+        assert 0 <= h.breakdown["recency"] <= 0.1 + 1e-9
+    assert max(h.breakdown["keyword"] for h in hits) == 0.6  # the best BM25 is normalised to 1
+    # recency alone: the newest message first
+    rec = await search(index, "python", mode="hybrid", limit=3, now=T0 + 10 * DAY,
+                       weights={"keyword": 0, "semantic": 0, "recency": 1})
+    assert ids(rec)[0] == "c4"
+
+
+async def check_retrieve_strategies(index: Any) -> None:
+    """recent / relevant / hybrid pick context messages, returned in conversation order."""
+    await seed(index)
+    recent = await retrieve(index, "s1", None, RetrievalConfig(strategy="recent", recent_count=2))
+    assert ids(recent) == ["a2", "a3"]
+    assert recent[-1].score == 1.0 and abs(recent[0].score - 0.5 ** 0.5) < 1e-9
+    relevant = await retrieve(index, "s1", "configure the python asyncio event loop",
+                              RetrievalConfig(strategy="relevant", recent_count=5, relevance_threshold=0.3))
+    assert "a1" in ids(relevant) and "a3" not in ids(relevant)
+    assert all(h.breakdown["similarity"] >= 0.3 for h in relevant)
+    hyb = await retrieve(index, "s1", "weather sun", RetrievalConfig(
+        strategy="hybrid", recent_count=2, hybrid_weights=HybridWeights(recency=0.1, relevance=0.9)))
+    assert "a3" in ids(hyb) and len(hyb) == 2
+    seqs = [h.message.seq for h in hyb]
+    assert seqs == sorted(seqs)
+    await expect_raises(ValidationError, retrieve(index, "s1", "", RetrievalConfig(strategy="relevant")))
+    await expect_raises(ValidationError, retrieve(index, "s1", "x", RetrievalConfig(strategy="nope")))
+
+
+Check = Callable[[Any], Awaitable[None]]
+
+CHECKS: list[Check] = [v for k, v in sorted(globals().items()) if k.startswith("check_") and callable(v)]
