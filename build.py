@@ -17,6 +17,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import shutil
 import socketserver
 import subprocess
@@ -135,7 +136,32 @@ def write_duckdb(dist: Path) -> None:
         copy(src / name, dist / "duckdb" / name)
 
 
+def esm_graph(entry: Path) -> list[Path]:
+    """``entry`` and every file it imports by relative path, transitively."""
+    pattern = re.compile(r"""(?:\bfrom|\bimport)\s*['"](\.[^'"]+)['"]""")
+    seen: set[Path] = set()
+    todo = [entry.resolve()]
+    while todo:
+        f = todo.pop()
+        if f in seen or not f.exists():
+            continue
+        seen.add(f)
+        todo += [(f.parent / spec).resolve() for spec in pattern.findall(f.read_text(encoding="utf-8"))]
+    return sorted(seen)
+
+
 def write_vendor(dist: Path) -> None:
+    """idb, and DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map."""
+    arrow = (NODE / "apache-arrow").resolve()
+    for f in esm_graph(arrow / "Arrow.dom.mjs"):
+        copy(f, dist / "vendor" / "apache-arrow" / f.relative_to(arrow))
+    copy(NODE / "tslib" / "tslib.es6.mjs", dist / "vendor" / "tslib" / "tslib.es6.mjs")
+    fb = NODE / "flatbuffers" / "mjs"
+    for f in fb.glob("*.js"):
+        copy(f, dist / "vendor" / "flatbuffers" / "mjs" / f.name)
+    for pkg in ("apache-arrow", "tslib", "flatbuffers"):
+        for lic in NODE.glob(f"{pkg}/LICENSE*"):
+            copy(lic, dist / "vendor" / pkg / lic.name)
     idb = NODE / "idb" / "build"
     copy(idb / "index.js", dist / "vendor" / "idb" / "index.js")
     for lic in NODE.glob("idb/LICENSE*"):

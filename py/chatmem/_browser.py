@@ -16,11 +16,18 @@ import js  # type: ignore[import-not-found]
 from pyodide.code import eval_code_async  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from .errors import SessionNotFound, StorageError, UnsupportedEnvironment, translate_dom_error
+from .errors import (
+    DatabaseClosed,
+    QueryError,
+    SessionNotFound,
+    StorageError,
+    UnsupportedEnvironment,
+    translate_dom_error,
+)
 from .http import HTTPResponse, TransportError, TransportTimeout
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
-           "request_persistence"]
+           "request_persistence", "DuckDBWasmEngine"]
 
 
 def _bridge() -> Any:
@@ -89,6 +96,47 @@ async def storage_estimate() -> dict[str, Any]:
 
 async def request_persistence() -> bool:
     return bool(await _bridge().requestPersistence())
+
+
+# ---------------------------------------------------------------------------- DuckDB-Wasm engine
+
+
+class DuckDBWasmEngine:
+    """``chatmem.index.SQLEngine`` over DuckDB-Wasm in a worker (see bridge.js ``duckdbOpen``)."""
+
+    kind = "duckdb-wasm"
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    @classmethod
+    async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
+        return cls(await _bridge().duckdbOpen(path))
+
+    async def _call(self, method: str, **args: Any) -> Any:
+        raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
+        envelope = json.loads(raw)
+        if envelope["ok"]:
+            return envelope["value"]
+        err = envelope["error"]
+        cause = StorageError(f"{err.get('name')}: {err.get('message')}")
+        if err.get("name") == "DatabaseClosed":
+            raise DatabaseClosed(err.get("message", "")) from cause
+        raise QueryError(f"{err.get('name')}: {err.get('message')}") from cause
+
+    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        res = await self._call("execute", sql=sql, params=list(params) if params else None)
+        cols = res["columns"]
+        return [dict(zip(cols, row)) for row in res["rows"]]
+
+    async def executemany(self, sql: str, rows: Any) -> None:
+        await self._call("executemany", sql=sql, rows=[list(r) for r in rows])
+
+    async def load_rows(self, table: str, columns: list[str], rows: Any) -> None:
+        await self._call("loadRows", table=table, columns=columns, rows=[list(r) for r in rows])
+
+    async def close(self) -> None:
+        await self._call("close")
 
 
 # ---------------------------------------------------------------------------- the page's test hook

@@ -465,3 +465,143 @@ export async function storageEstimate() {
 export async function requestPersistence() {
   return (await navigator.storage?.persist?.()) || false;
 }
+
+// ---------------------------------------------------------------------------- DuckDB-Wasm
+// The query index's engine: one DuckDB-Wasm database (the `eh` build) in a
+// worker. Extensions are never autoloaded (they would reach the internet).
+// Results cross as JSON {columns, rows}; bulk loads go through Arrow.
+
+const here = (path) => new URL(path, import.meta.url).href;
+
+function plain(v) {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "bigint") return Number(v);
+  if (v instanceof Date) return v.getTime();
+  if (typeof v === "object" && typeof v.toArray === "function") return Array.from(v.toArray(), plain);
+  if (ArrayBuffer.isView(v)) return Array.from(v, plain);
+  return v;
+}
+
+// HUGEINT / DECIMAL results arrive as 32-bit words (little-endian, two's complement)
+function decimal(words, scale) {
+  if (words === null || words === undefined) return null;
+  let x = 0n;
+  for (let i = words.length - 1; i >= 0; i--) x = (x << 32n) | BigInt(words[i] >>> 0);
+  if (words[words.length - 1] & 0x80000000) x -= 1n << BigInt(32 * words.length);
+  return Number(x) / 10 ** scale;
+}
+
+function resultJSON(table) {
+  const fields = table.schema.fields;
+  const columns = fields.map((f) => f.name);
+  const vectors = columns.map((_, i) => table.getChildAt(i));
+  const convert = fields.map((f) => (f.type.typeId === 7 /* Decimal */ ? (v) => decimal(v, f.type.scale) : plain));
+  const rows = new Array(table.numRows);
+  for (let r = 0; r < table.numRows; r++) {
+    const row = new Array(columns.length);
+    for (let c = 0; c < columns.length; c++) row[c] = convert[c](vectors[c].get(r));
+    rows[r] = row;
+  }
+  return { columns, rows };
+}
+
+function arrowColumn(arrow, values) {
+  const sample = values.find((v) => v !== null && v !== undefined);
+  let type;
+  if (typeof sample === "boolean") type = new arrow.Bool();
+  else if (typeof sample === "number") type = new arrow.Float64();
+  else if (Array.isArray(sample)) {
+    const inner = values.flat().find((v) => v !== null && v !== undefined);
+    const child = typeof inner === "number" ? new arrow.Float64() : new arrow.Utf8();
+    type = new arrow.List(new arrow.Field("item", child, true));
+  } else type = new arrow.Utf8();
+  return arrow.vectorFromArray(values, type);
+}
+
+class Duck {
+  constructor(duckdb, arrow, db, conn) {
+    this.duckdb = duckdb;
+    this.arrow = arrow;
+    this.db = db;
+    this.conn = conn;
+    this.statements = new Map();
+    this.closed = false;
+    this.tmp = 0;
+  }
+
+  async statement(sql) {
+    let st = this.statements.get(sql);
+    if (!st) {
+      st = await this.conn.prepare(sql);
+      this.statements.set(sql, st);
+      if (this.statements.size > 256) {
+        const [oldSql, old] = this.statements.entries().next().value;
+        this.statements.delete(oldSql);
+        await old.close();
+      }
+    }
+    return st;
+  }
+
+  async execute({ sql, params }) {
+    const table = params && params.length ? await (await this.statement(sql)).query(...params) : await this.conn.query(sql);
+    return resultJSON(table);
+  }
+
+  async executemany({ sql, rows }) {
+    const st = await this.statement(sql);
+    for (const row of rows) await st.query(...row);
+    return null;
+  }
+
+  async loadRows({ table, columns, rows }) {
+    if (!rows.length) return null;
+    const cols = {};
+    columns.forEach((name, i) => (cols[name] = arrowColumn(this.arrow, rows.map((r) => r[i]))));
+    const tmp = `__chatmem_load_${++this.tmp}`;
+    await this.conn.insertArrowTable(new this.arrow.Table(cols), { name: tmp, create: true });
+    const list = columns.map((c) => `"${c}"`).join(", ");
+    try {
+      await this.conn.query(`INSERT INTO "${table}" (${list}) SELECT ${list} FROM "${tmp}"`);
+    } finally {
+      await this.conn.query(`DROP TABLE IF EXISTS "${tmp}"`);
+    }
+    return null;
+  }
+
+  async close() {
+    if (this.closed) return null;
+    this.closed = true;
+    for (const st of this.statements.values()) await st.close();
+    await this.conn.close();
+    await this.db.terminate();
+    return null;
+  }
+
+  async call(method, argsJson) {
+    try {
+      if (this.closed) throw new BridgeError("DatabaseClosed", "the query index is closed");
+      if (!["execute", "executemany", "loadRows", "close"].includes(method)) {
+        throw new BridgeError("NotSupportedError", `unknown engine method ${method}`);
+      }
+      const value = await this[method](argsJson ? JSON.parse(argsJson) : {});
+      return JSON.stringify({ ok: true, value });
+    } catch (e) {
+      return JSON.stringify({ ok: false, error: { name: e?.name || "Error", message: e?.message || String(e) } });
+    }
+  }
+}
+
+/** Start DuckDB-Wasm from this site (no network): resolves to an engine handle. */
+export async function duckdbOpen(path = null) {
+  const duckdb = await import("@duckdb/duckdb-wasm");
+  const arrow = await import("apache-arrow");
+  const worker = new Worker(here("../duckdb/duckdb-browser-eh.worker.js"));
+  const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
+  await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
+  if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
+  const conn = await db.connect();
+  await conn.query("SET autoload_known_extensions=false");
+  await conn.query("SET autoinstall_known_extensions=false");
+  return new Duck(duckdb, arrow, db, conn);
+}
