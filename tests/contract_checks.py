@@ -505,3 +505,74 @@ async def check_export_iter_streams_the_same_text(make: Make) -> None:
         whole = await mem.export()
         assert "".join(chunks) == canonical_dumps(whole)
         assert len(whole["sessions"][2]["messages"]) == 120
+
+
+# ---------------------------------------------------------------------------- query index through Memory
+
+
+@check
+async def check_write_then_search_and_sql(make: Make) -> None:
+    """A write is visible to search and SQL as soon as the awaited write returns."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="pets", character_id="airi")
+        await mem.messages.append(s.session_id, "user", "My cat Miso likes tuna")
+        assert (await mem.search("tuna"))[0].message.text == "My cat Miso likes tuna"
+        await mem.messages.append(s.session_id, "assistant", "Tuna is a treat for most cats")
+        hits = await mem.search("tuna cats")
+        assert [h.message.role for h in hits][:1] == ["assistant"], "more matching terms rank first"
+        assert all(h.session_id == s.session_id and set(h.breakdown) >= {"keyword", "semantic", "recency"}
+                   for h in hits)
+        await mem.sessions.update(s.session_id, title="animals")
+        rows = await mem.sql("SELECT title, message_count FROM sessions WHERE session_id = ?", [s.session_id])
+        assert rows == [{"title": "animals", "message_count": 2}]
+        rows = await mem.sql("SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY role")
+        assert rows == [{"role": "assistant", "n": 1}, {"role": "user", "n": 1}]
+        await mem.sessions.delete(s.session_id)
+        assert await mem.search("tuna") == []
+        assert await mem.sql("SELECT count(*) AS n FROM messages") == [{"n": 0}]
+
+
+@check
+async def check_sql_is_read_only(make: Make) -> None:
+    """mem.sql rejects writes and several statements with a clear error; the index is unharmed."""
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "user", "keep me")
+        for bad in ["INSERT INTO messages (id) VALUES ('x')", "DROP TABLE messages", "ATTACH 'x.db'",
+                    "COPY messages TO 'x.csv'", "INSTALL fts", "LOAD fts",
+                    "SELECT 1; DROP TABLE messages", "DELETE FROM messages"]:
+            await raises(errors.ReadOnlySQLError, mem.sql(bad))
+        rows = await mem.sql("SELECT text FROM messages WHERE text = ?", ["keep me'; DROP TABLE messages; --"])
+        assert rows == []
+        assert await mem.sql("SELECT text FROM messages") == [{"text": "keep me"}]
+
+
+@check
+async def check_rebuild_equals_incremental(make: Make) -> None:
+    """After many kinds of writes, a rebuild from the store answers exactly as the incremental index."""
+    async with await make(clock=TickClock()) as mem:
+        ids = await _sample(mem)
+        await mem.search("weather")  # hydrate: every later write goes the incremental path
+        extra = await mem.sessions.create(title="notes 日本語", tags=["x"])
+        await mem.messages.append_many(extra.session_id, [
+            {"role": "user", "content": f"note {i} about the weather in Kyoto 京都"} for i in range(30)])
+        await mem.sessions.update(ids[0], title="renamed", archived=True)
+        await mem.sessions.clear(ids[2])
+        await mem.messages.add("implicit", "user", "a session made on the fly, weather permitting")
+        await mem.sessions.delete_messages(extra.session_id, [
+            m.id for m in await mem.messages.list(extra.session_id, limit=3)])
+        await mem.import_sessions(await mem.export([ids[1]]))
+        queries = ["weather", "Kyoto", "京都", '"the weather"', "sunny"]
+
+        async def answers() -> Any:
+            out = []
+            for q in queries:
+                out.append([(h.message.id, round(h.score, 6)) for h in await mem.search(q, limit=20)])
+            out.append(await mem.sql(
+                "SELECT session_id, title, archived, message_count, tags FROM sessions ORDER BY session_id"))
+            out.append(await mem.sql("SELECT id, seq, role, text, token_count FROM messages ORDER BY id"))
+            return out
+
+        incremental = await answers()
+        await mem.rebuild_index()
+        assert await answers() == incremental

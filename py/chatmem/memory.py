@@ -23,6 +23,10 @@ from .session import Session
 from .sessions import Sessions
 from .stores.base import Store
 from .stores.memory import MemoryStore
+from .index.embed import Embedder
+from .index.live import LiveIndex
+from .index.retrieve import RetrievalConfig
+from .index.search import SearchHit
 from .retention import Retention
 from .tokenizer import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
@@ -53,6 +57,8 @@ class Memory:
         cache_ttl: int = 3_600_000,
         name: str | None = None,
         tokenizer: Tokenizer | None = None,
+        embedder: Embedder | None = None,
+        engine_factory: Any = None,
     ):
         clock = clock or system_clock
         self.name = name or store.kind
@@ -81,10 +87,60 @@ class Memory:
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer)
         self._builder.retention = self.retention
         self._closed = False
+        #: the derived query index (DuckDB), built lazily on the first query
+        self.index = LiveIndex(self._core, engine_factory=engine_factory, embedder=embedder)
+        self._core.listeners.append(self.index.on_change)
+        self._builder.retriever = self.index.retriever
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
-            # another tab wrote: forget what we cached about that session
-            subscribe(lambda session_id: self._core.invalidate(session_id))
+            subscribe(self._on_remote_change)
+
+    def _on_remote_change(self, session_id: str) -> None:
+        """Another tab wrote to this session: drop cached views, re-read it before the next query."""
+        self._core.invalidate(session_id)
+        self.index.on_remote(session_id)
+
+    #: ``OfflineResponder`` and the app use ranked search when this is true
+    has_index = True
+
+    # ------------------------------------------------------------------ query and search
+    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
+        """Read-only SQL over the query index (tables ``sessions``, ``messages``, ...).
+
+        Parameters are bound (``?``), never formatted in. Anything but one
+        read-only query raises ``ReadOnlySQLError`` and leaves the index as it was.
+        """
+        return await self.index.sql(query, params)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int | None = 5,
+        mode: str = "keyword",
+        threshold: float | None = None,
+        session_ids: Iterable[str] | None = None,
+        character_ids: Iterable[str] | None = None,
+        date_range: tuple[int | None, int | None] | None = None,
+        roles: Iterable[str] | None = None,
+        **kw: Any,
+    ) -> list[SearchHit]:
+        """Ranked search over every session: ``keyword`` (BM25), ``semantic``, ``hybrid``, ``substring``.
+
+        Each ``SearchHit`` has the message, its session id, ``score`` and the
+        ``breakdown`` of that score (keyword, semantic, recency).
+        """
+        return await self.index.search(
+            query, limit=limit, mode=mode, threshold=threshold, session_ids=session_ids,
+            character_ids=character_ids, date_range=date_range, roles=roles, **kw)
+
+    async def retrieve(self, session_id: str, query: str | None, config: RetrievalConfig | None = None) -> list[SearchHit]:
+        """The original's ``RetrievalConfig`` strategies (recent, relevant, hybrid) over one session."""
+        return await self.index.retrieve(session_id, query, config)
+
+    async def rebuild_index(self) -> None:
+        """Derive the query index again from the store (it is never the source of truth)."""
+        await self.index.rebuild()
 
     def __repr__(self) -> str:
         return f"<Memory {self.name!r} store={self.store.kind}>"
@@ -180,6 +236,7 @@ class Memory:
         if not self._closed:
             self._closed = True
             self.retention.stop()
+            await self.index.close()
             await self.store.close()
 
     async def __aenter__(self) -> Memory:
@@ -213,6 +270,8 @@ async def open(
     store: Store | None = None,
     cache_size: int = 100,
     cache_ttl: int = 3_600_000,
+    embedder: Embedder | None = None,
+    tokenizer: Tokenizer | None = None,
 ) -> Memory:
     """Open conversation memory.
 
@@ -227,7 +286,8 @@ async def open(
         raise ValidationError("name must be a non-empty string", field="name")
     if durability not in DURABILITIES:
         raise ValidationError(f"durability must be one of {DURABILITIES}", field="durability")
-    opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl}
+    opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
+                            "embedder": embedder, "tokenizer": tokenizer}
     if store is not None:
         return Memory(store, name=name, **opts)
     if IN_BROWSER:

@@ -64,7 +64,7 @@ class Messages:
         ops += await self._core.outbox.messages_created(session_id, records)
         stored, sess = await self._core.store.append_messages(session_id, records, now, create, ops)
         self._core.remember_meta(sess)
-        self._core.changed("messages-appended", session_id, stored)
+        self._core.changed("messages-appended", session_id, {"messages": stored, "session": sess})
         return [ChatMessage.from_record(r) for r in stored]
 
     async def append(

@@ -204,7 +204,7 @@ class Sessions:
         rec = await self._core.store.clear_session(session_id, self._core.now(), ops)
         self._core.invalidate(session_id)
         self._core.remember_meta(rec)
-        self._core.changed("session-cleared", session_id)
+        self._core.changed("session-cleared", session_id, rec)
         return SessionMeta.from_record(rec)
 
     async def delete_messages(self, session_id: str, message_ids: list[str]) -> SessionMeta:
@@ -238,7 +238,7 @@ class Sessions:
         await self._core.store.create_session(meta.to_record(), copies, ops)
         self._core.changed("session-created", arch_id, meta.to_record())
         if copies:
-            self._core.changed("messages-appended", arch_id, copies)
+            self._core.changed("messages-appended", arch_id, {"messages": copies, "session": meta.to_record()})
         return meta
 
     async def fork(
@@ -284,5 +284,5 @@ class Sessions:
         await self._core.store.create_session(meta.to_record(), copies, ops)
         self._core.changed("session-created", fork_id, meta.to_record())
         if copies:
-            self._core.changed("messages-appended", fork_id, copies)
+            self._core.changed("messages-appended", fork_id, {"messages": copies, "session": meta.to_record()})
         return meta

@@ -121,7 +121,7 @@ class Transfer:
                 self._core.invalidate(rec["sessionId"])
                 self._core.changed("session-created", rec["sessionId"], rec)
                 if msgs:
-                    self._core.changed("messages-appended", rec["sessionId"], msgs)
+                    self._core.changed("messages-appended", rec["sessionId"], {"messages": msgs, "session": rec})
         report.sessions_imported = len(todo)
         report.messages_imported = sum(len(m) for _, m in todo)
         report.session_ids = [r["sessionId"] for r, _ in todo]
