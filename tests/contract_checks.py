@@ -576,3 +576,233 @@ async def check_rebuild_equals_incremental(make: Make) -> None:
         incremental = await answers()
         await mem.rebuild_index()
         assert await answers() == incremental
+
+
+# ---------------------------------------------------------------------------- context window, retention, chat turn
+
+#: URLs of live test services, set by the harness (e.g. SERVICES["llm"] = "http://127.0.0.1:port/v1")
+SERVICES: dict[str, str] = {}
+
+
+async def llm_plan(*plan: str) -> None:
+    """Tell the test model server what to do with the next requests (and clear its log)."""
+    import json as _json
+
+    from chatmem.http import default_transport
+
+    await default_transport().request("POST", SERVICES["llm"] + "/control",
+                                      headers={"Content-Type": "application/json"},
+                                      body=_json.dumps({"plan": list(plan)}).encode())
+
+
+async def llm_requests() -> list[dict[str, Any]]:
+    from chatmem.http import default_transport
+
+    resp = await default_transport().request("POST", SERVICES["llm"] + "/requests", body=b"{}")
+    return resp.json()  # type: ignore[no-any-return]
+
+
+class SetClock:
+    """A clock the check sets by hand."""
+
+    def __init__(self, t: int = 1_700_000_000_000):
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+
+@check
+async def check_build_context_order_and_guarantees(make: Make) -> None:
+    """System, context ("Module X: {json}"), then recent messages; in budget; tool pairs whole; newest user kept."""
+    from chatmem.context import ContextMessage, ContextUpdateStrategy
+
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        await mem.messages.append_many(s.session_id, [
+            {"role": "user", "content": "old question " + "x" * 400},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "tool says " + "y" * 200, "tool_call_id": "c1"},
+            {"role": "assistant", "content": "old answer"},
+            {"role": "user", "content": "newest question"},
+        ])
+        mem.context.update(ContextMessage("module:discord", "bot", {"activeChannel": "general", "recentMentions": 3},
+                                          ContextUpdateStrategy.REPLACE_SELF))
+        out = await mem.build_context(s.session_id, system_prompt="You are Airi.", max_tokens=4000)
+        assert out[0] == {"role": "system", "content": "You are Airi."}
+        assert out[1]["role"] == "user"
+        assert out[1]["content"][0]["text"] == 'Module module:discord: {"activeChannel":"general","recentMentions":3}'
+        assert [m["content"] for m in out[2:]][-1] == "newest question" and len(out) == 7
+        win = await mem.build_window(s.session_id, system_prompt="You are Airi.", max_tokens=60)
+        assert win.tokens <= 60 and win.messages[0]["role"] == "system"
+        assert win.messages[-1]["content"] == "newest question"
+        roles = [m["role"] for m in win.messages]
+        assert ("tool" in roles) == any(m.get("tool_calls") for m in win.messages), "tool pair kept whole"
+        for budget in (30, 45, 70, 150, 260, 1000):
+            msgs = (await mem.build_window(s.session_id, system_prompt="You are Airi.", max_tokens=budget + 8,
+                                           reserve_tokens=8)).messages
+            assert sum(mem.tokenizer.count_message(m) for m in msgs) <= budget
+        await raises(errors.ContextOverflow, mem.build_context(s.session_id, system_prompt="S" * 400, max_tokens=20))
+        assert len(await mem.build_context(s.session_id, system_prompt="hi", budget="local-4k")) >= 3
+
+
+@check
+async def check_session_retention_policy(make: Make) -> None:
+    """apply(): archive idle, delete old archived, cap the count; pinned untouched; dry run writes nothing."""
+    from chatmem.retention import DAY_MS, RetentionPolicy
+
+    clock = SetClock()
+    async with await make(clock=clock) as mem:
+        t0 = clock.t
+        ids = {}
+        for name, age_days in [("fresh", 1), ("idle", 40), ("ancient", 100), ("pinned", 200), ("old-archived", 120)]:
+            clock.t = t0 - age_days * DAY_MS
+            ids[name] = (await mem.sessions.create(title=name)).session_id
+        clock.t = t0
+        await mem.sessions.update(ids["pinned"], pinned=True)
+        await mem.sessions.archive(ids["old-archived"])
+        policy = RetentionPolicy(max_sessions=10, max_age=90 * DAY_MS, archive_after=30 * DAY_MS, delete_archived=True)
+        dry = await mem.retention.apply(policy, dry_run=True, now=t0)
+        assert dry.dry_run and sorted(dry.archived) == sorted([ids["idle"]]) or set(dry.archived) <= {ids["idle"], ids["ancient"]}
+        assert len(await mem.sessions.list(limit=None)) == 4, "dry run changed nothing"
+        report = await mem.retention.apply(policy, now=t0)
+        assert set(report.deleted) == {ids["ancient"], ids["old-archived"]}
+        assert report.archived == [ids["idle"]]
+        assert [m.title for m in await mem.sessions.list(limit=None)] == ["pinned", "fresh"]
+        assert [m.title for m in await mem.sessions.list(archived=True)] == ["idle"]
+        capped = await mem.retention.apply(RetentionPolicy(max_sessions=1), now=t0)
+        assert capped.archived == [ids["fresh"]] and (await mem.sessions.get(ids["pinned"])).archived is False
+        gone = await mem.delete_old_sessions(older_than=30 * DAY_MS, now=t0)
+        assert gone == [ids["idle"]]
+
+
+@check
+async def check_message_retention_summarizes_and_window_uses_it(make: Make) -> None:
+    """apply_messages() stores one summary, archives the originals, and the window then sends the summary."""
+    from chatmem.retention import MessageRetentionPolicy
+
+    async with await make() as mem:
+        s = await mem.sessions.create(title="long chat")
+        await mem.messages.append(s.session_id, "system", "You are kind.")
+        await mem.messages.append_many(s.session_id, [
+            {"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"Turn {i}: we discussed topic number {i}. The garden needs water on day {i}."}
+            for i in range(80)])
+        policy = MessageRetentionPolicy(max_messages_per_session=200, summary_threshold=50)
+        plan = await mem.retention.apply_messages(s.session_id, policy)
+        assert len(plan.summarize) == 30 and plan.action == "archive"
+        msgs = await mem.messages.list(s.session_id, limit=None)
+        summaries = [m for m in msgs if (m.metadata or {}).get("summary")]
+        assert len(summaries) == 1 and summaries[0].content.startswith("Previous conversation summary: ")
+        assert summaries[0].metadata["summaryOf"]["count"] == 30
+        assert len(msgs) == 1 + 50 + 1
+        archived = await mem.sessions.list(archived=True)
+        assert len(archived) == 1 and archived[0].parent_id == s.session_id and archived[0].message_count == 30
+        out = await mem.build_context(s.session_id, system_prompt="SYS", max_tokens=100_000)
+        assert out[0]["content"] == "SYS"
+        assert out[1]["role"] == "system" and out[1]["content"].startswith("Previous conversation summary: ")
+        assert "Turn 79" in out[-1]["content"]
+        again = await mem.retention.apply_messages(s.session_id, policy)
+        assert not again, "nothing more to summarize"
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"more {i}"} for i in range(20)])
+        inc = await mem.retention.apply_messages(s.session_id, policy)
+        assert len(inc.summarize) == 20 and inc.previous_summary_id == summaries[0].id, "incremental fold"
+
+
+@check
+async def check_retrieval_in_the_window(make: Make) -> None:
+    """A relevant older message outside the recent part is retrieved into the window."""
+    from chatmem.index import RetrievalConfig
+
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "user", "My sister Paloma lives in Valparaíso and loves kites")
+        await mem.messages.append_many(s.session_id, [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"filler chatter number {i} " * 4}
+            for i in range(60)])
+        await mem.messages.append(s.session_id, "user", "Where does Paloma live?")
+        recent_only = await mem.build_context(s.session_id, system_prompt="S", max_tokens=300)
+        assert not any("Valparaíso" in str(m["content"]) for m in recent_only)
+        cfg = RetrievalConfig(strategy="relevant", recent_count=3, relevance_threshold=0.0)
+        out = await mem.build_context(s.session_id, system_prompt="S", max_tokens=300, retrieval=cfg)
+        texts = [str(m["content"]) for m in out]
+        assert any("Valparaíso" in t for t in texts[:-1]) and texts[-1] == "Where does Paloma live?"
+        recent = await mem.build_context(s.session_id, system_prompt="S", max_tokens=10_000,
+                                         retrieval=RetrievalConfig(strategy="recent", recent_count=4))
+        assert len(recent) == 1 + 4
+
+
+@check
+async def check_chat_turn(make: Make) -> None:
+    """send(): user stored first, answer streamed to on_token, assistant stored with provider and model."""
+    from chatmem.providers import OpenAICompatibleProvider
+
+    if "llm" not in SERVICES:
+        raise AssertionError("the harness must start the test model server")
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        provider = OpenAICompatibleProvider(SERVICES["llm"], api_key="sk-test", model="test-model")
+        await llm_plan("ok")
+        tokens: list[str] = []
+        reply = await mem.session(s.session_id).send("hello there", provider=provider, on_token=tokens.append,
+                                                     system_prompt="Be brief.")
+        assert "".join(tokens) == "echo: hello there" == reply.content and len(tokens) == 3
+        assert reply.role == "assistant" and reply.provider == "openai-compatible" and reply.model == "test-model"
+        msgs = await mem.messages.list(s.session_id)
+        assert [(m.role, m.content) for m in msgs] == [("user", "hello there"), ("assistant", "echo: hello there")]
+        sent = (await llm_requests())[0]
+        assert sent["auth"] == "Bearer sk-test" and sent["body"]["stream"] is True
+        assert sent["body"]["messages"] == [{"role": "system", "content": "Be brief."},
+                                            {"role": "user", "content": "hello there"}]
+
+
+@check
+async def check_chat_turn_failures_store_no_partial_answer(make: Make) -> None:
+    """A 500, an error mid-stream, a cut stream, 401, 429 and a cancel: user message kept, no assistant message."""
+    import asyncio as _asyncio
+
+    from chatmem.providers import OpenAICompatibleProvider
+
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        h = mem.session(s.session_id)
+        provider = OpenAICompatibleProvider(SERVICES["llm"], model="m")
+        cases = [("500", errors.ProviderServerError), ("break", errors.ProviderServerError),
+                 ("cut", errors.ProviderServerError), ("401", errors.ProviderAuthError),
+                 ("429", errors.ProviderRateLimited), ("404", errors.ProviderNotFound)]
+        for i, (behaviour, exc) in enumerate(cases):
+            await llm_plan(behaviour)
+            got: list[str] = []
+            e = await raises(exc, h.send(f"try {i}", provider=provider, on_token=got.append))
+            assert "sk-" not in str(e)
+        msgs = await mem.messages.list(s.session_id, limit=None)
+        assert [m.role for m in msgs] == ["user"] * len(cases)
+        await llm_plan("slow")
+        got = []
+        task = _asyncio.ensure_future(h.send("long one", provider=provider, on_token=got.append))
+        for _ in range(200):
+            await _asyncio.sleep(0.02)
+            if len(got) >= 2:
+                break
+        task.cancel()
+        await raises(_asyncio.CancelledError, task)
+        assert 2 <= len(got) < 40
+        msgs = await mem.messages.list(s.session_id, limit=None)
+        assert [m.role for m in msgs] == ["user"] * (len(cases) + 1) and msgs[-1].content == "long one"
+
+
+@check
+async def check_offline_responder_answers_from_memory(make: Make) -> None:
+    """With no model, the offline responder quotes earlier messages and says it is offline."""
+    from chatmem.offline import OFFLINE_LABEL, OfflineResponder
+
+    async with await make() as mem:
+        old = await mem.sessions.create(title="Travel")
+        await mem.messages.append(old.session_id, "user", "We loved the tiles in Lisbon last spring")
+        s = await mem.sessions.create()
+        reply = await mem.session(s.session_id).send("Tell me about Lisbon", provider=OfflineResponder(mem))
+        assert reply.content.startswith(OFFLINE_LABEL) and "tiles in Lisbon" in reply.content
+        assert reply.provider == "offline"
+        nothing = await mem.session(s.session_id).send("zyxxy qwertz", provider=OfflineResponder(mem))
+        assert OFFLINE_LABEL in nothing.content and "nothing" in nothing.content

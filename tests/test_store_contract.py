@@ -10,7 +10,9 @@ import pytest
 
 import chatmem
 from conftest import run, unique_name
+import contract_checks
 from contract_checks import CHECKS
+from llm_server import LLMServer
 
 BACKENDS = ["memory", "sqlite", pytest.param("indexeddb", marks=pytest.mark.browser)]
 
@@ -30,6 +32,15 @@ def load_checks_into(page: Any) -> None:
     page._contract_loaded = True
 
 
+@pytest.fixture(scope="module", autouse=True)
+def llm() -> Any:
+    """The local OpenAI-compatible model server the chat-turn checks talk to."""
+    server = LLMServer()
+    contract_checks.SERVICES["llm"] = server.url
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("name", sorted(CHECKS))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_contract(backend: str, name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
@@ -37,6 +48,7 @@ def test_contract(backend: str, name: str, tmp_path: Path, request: pytest.Fixtu
         page = request.getfixturevalue("page")
         load_checks_into(page)
         db = unique_name(name)
+        page.py(f"import contract_checks\ncontract_checks.SERVICES.update({dict(contract_checks.SERVICES)!r})")
         result = page.py(
             "import chatmem, contract_checks, traceback, itertools\n"
             "counter = itertools.count()\n"

@@ -123,7 +123,8 @@ class ContextBuilder:
             if query is None:
                 query = next((m.text for m in reversed(recent) if m.role == "user"), "")
             if query.strip():
-                retrieved = await self.retriever(session_id, query, retrieval, {m.id for m in recent})
+                # the window sends a message once even if it is both retrieved and recent
+                retrieved = await self.retriever(session_id, query, retrieval, set())
         summary = await self._summary(session_id)
         return fit_window(
             system_prompt, ctx, summary, retrieved, recent,
