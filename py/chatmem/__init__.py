@@ -32,6 +32,34 @@ from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_
 from .session import Session
 from .sessions import Sessions
 from .stores import MemoryStore, Store
+from .context import (
+    ContextManager,
+    ContextMessage,
+    ContextProvider,
+    ContextUpdateStrategy,
+    DatetimeProvider,
+    ModuleStateProvider,
+    UserProfileProvider,
+    render_context_message,
+)
+from .errors import ContextOverflow, ImportFormatError, ProviderError, QueryError, ReadOnlySQLError
+from .index import (
+    Embedder,
+    HashingEmbedder,
+    HybridWeights,
+    OpenAIEmbedder,
+    QueryIndex,
+    RetrievalConfig,
+    SearchHit,
+    SQLEngine,
+)
+from .offline import OfflineResponder
+from .providers import ChatProvider, OpenAICompatibleProvider
+from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
+from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from .tokenizer import EstimateTokenizer, Tokenizer
+from .transfer.io import ImportReport
+from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
 __version__ = "0.1.0"
 
@@ -67,4 +95,46 @@ __all__ = [
     "MessageNotFound",
     "ValidationError",
     "StorageError",
+    "ImportFormatError",
+    "ContextOverflow",
+    "ReadOnlySQLError",
+    "QueryError",
+    "ProviderError",
+    # context providers and the window
+    "ContextManager",
+    "ContextMessage",
+    "ContextProvider",
+    "ContextUpdateStrategy",
+    "DatetimeProvider",
+    "ModuleStateProvider",
+    "UserProfileProvider",
+    "render_context_message",
+    "Tokenizer",
+    "EstimateTokenizer",
+    "ModelBudget",
+    "PRESETS",
+    "WindowResult",
+    "fit_window",
+    # summaries and retention
+    "Summarizer",
+    "ExtractiveSummarizer",
+    "LLMSummarizer",
+    "RetentionPolicy",
+    "MessageRetentionPolicy",
+    "RetentionReport",
+    # chat
+    "ChatProvider",
+    "OpenAICompatibleProvider",
+    "OfflineResponder",
+    # search
+    "QueryIndex",
+    "SQLEngine",
+    "SearchHit",
+    "RetrievalConfig",
+    "HybridWeights",
+    "Embedder",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    # export / import
+    "ImportReport",
 ]
