@@ -224,3 +224,35 @@ await mem.messages.count(s.session_id)
     assert len(requests_seen.urls) > 5
     assert requests_seen.outside(site) == []
     assert any(u.endswith(".wasm") for u in requests_seen.urls)
+
+
+def test_write_in_tab_a_is_found_by_search_in_tab_b(new_page: Any) -> None:
+    """Tab B has a hydrated query index; tab A writes; B's next search finds A's message."""
+    db = unique_name("xsearch")
+    a, b = new_page(), new_page()
+    sid = a.py(f"""
+import chatmem, builtins
+builtins._mem = await chatmem.open({db!r})
+s = await builtins._mem.sessions.create(title="shared")
+await builtins._mem.messages.append(s.session_id, "user", "first words about gardening")
+s.session_id
+""")
+    before = b.py(f"""
+import chatmem, builtins
+builtins._mem = await chatmem.open({db!r})
+[h.message.text for h in await builtins._mem.search("gardening")]
+""")
+    assert before == ["first words about gardening"]
+    a.py(f"""
+import builtins
+await builtins._mem.messages.append({sid!r}, "assistant", "tomatoes need gardening patience")
+await builtins._mem.sessions.update({sid!r}, title="garden")
+""")
+    b.page.wait_for_timeout(200)
+    after = b.py(f"""
+import builtins
+hits = await builtins._mem.search("tomatoes")
+rows = await builtins._mem.sql("SELECT title, message_count FROM sessions WHERE session_id = ?", [{sid!r}])
+[[h.message.text for h in hits], rows, builtins._mem.index.hydrations]
+""")
+    assert after == [["tomatoes need gardening patience"], [{"title": "garden", "message_count": 2}], 1]
