@@ -34,6 +34,8 @@ NODE = ROOT / "node_modules"
 #: pure-Python wheels the page loads, pinned; fetched from PyPI for Python 3.14
 PAGE_WHEELS = {"micropip": "0.11.1"}
 PYODIDE_PY = "3.14"
+#: exact BPE counters shipped for the browser (gpt-tokenizer, ranks bundled; loaded on demand)
+BPE_ENCODINGS = ("o200k_base", "cl100k_base")
 
 MIME = {
     ".wasm": "application/wasm",
@@ -159,7 +161,11 @@ def write_vendor(dist: Path) -> None:
     fb = NODE / "flatbuffers" / "mjs"
     for f in fb.glob("*.js"):
         copy(f, dist / "vendor" / "flatbuffers" / "mjs" / f.name)
-    for pkg in ("apache-arrow", "tslib", "flatbuffers"):
+    gpt = (NODE / "gpt-tokenizer").resolve()
+    for enc in BPE_ENCODINGS:
+        for f in esm_graph(gpt / "esm" / "encoding" / f"{enc}.js"):
+            copy(f, dist / "vendor" / "gpt-tokenizer" / f.relative_to(gpt))
+    for pkg in ("apache-arrow", "tslib", "flatbuffers", "gpt-tokenizer"):
         for lic in NODE.glob(f"{pkg}/LICENSE*"):
             copy(lic, dist / "vendor" / pkg / lic.name)
     idb = NODE / "idb" / "build"

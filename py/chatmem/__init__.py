@@ -57,7 +57,7 @@ from .offline import OfflineResponder
 from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .tokenizer import EstimateTokenizer, Tokenizer
+from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
@@ -111,6 +111,7 @@ __all__ = [
     "render_context_message",
     "Tokenizer",
     "EstimateTokenizer",
+    "BPETokenizer",
     "ModelBudget",
     "PRESETS",
     "WindowResult",

@@ -139,6 +139,15 @@ class DuckDBWasmEngine:
         await self._call("close")
 
 
+# ---------------------------------------------------------------------------- exact token counts
+
+
+async def bpe_counter(encoding: str) -> Callable[[str], int]:
+    """A synchronous ``count(text)`` for an OpenAI BPE encoding, run in JS (gpt-tokenizer)."""
+    fn = await _bridge().tokenCounter(encoding)
+    return lambda text: int(fn(text))
+
+
 # ---------------------------------------------------------------------------- the page's test hook
 
 

@@ -15,12 +15,19 @@ separators) plus the tokens of any ``tool_calls`` (their compact JSON) and
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-from .errors import ValidationError
+from .errors import UnsupportedEnvironment, ValidationError
 from .models import ChatMessage, estimate_tokens, extract_text
 
-__all__ = ["Tokenizer", "EstimateTokenizer", "DEFAULT_MESSAGE_OVERHEAD", "message_extra_text"]
+__all__ = [
+    "Tokenizer",
+    "EstimateTokenizer",
+    "BPETokenizer",
+    "BPE_ENCODINGS",
+    "DEFAULT_MESSAGE_OVERHEAD",
+    "message_extra_text",
+]
 
 #: tokens of framing counted once per message (role, separators)
 DEFAULT_MESSAGE_OVERHEAD = 4
@@ -90,3 +97,49 @@ class EstimateTokenizer:
             content = estimate_tokens(extract_text(message.get("content")))
             extra = message_extra_text(message)
         return self.message_overhead + content + (estimate_tokens(extra) if extra else 0)
+
+
+#: which models each exact encoding suits (see the README)
+BPE_ENCODINGS = {
+    "o200k_base": "GPT-4o, GPT-4o mini, GPT-4.1, o1/o3/o4-mini, GPT-5",
+    "cl100k_base": "GPT-4, GPT-4 Turbo, GPT-3.5 Turbo, text-embedding-3-*",
+}
+
+
+class BPETokenizer:
+    """Exact token counts for an OpenAI-family encoding.
+
+    ``count`` is any synchronous ``text -> int``; in the browser
+    ``await BPETokenizer.load("o200k_base")`` uses the bundled gpt-tokenizer
+    ranks (nothing is downloaded from elsewhere). Stored counts are estimates,
+    so this tokenizer recounts each message it is asked about.
+    """
+
+    def __init__(self, encoding: str, count: Callable[[str], int], message_overhead: int = DEFAULT_MESSAGE_OVERHEAD):
+        if encoding not in BPE_ENCODINGS:
+            raise ValidationError(f"encoding must be one of {sorted(BPE_ENCODINGS)}", field="encoding")
+        self.name = encoding
+        self._count = count
+        self.message_overhead = message_overhead
+
+    @classmethod
+    async def load(cls, encoding: str = "o200k_base") -> BPETokenizer:
+        import sys
+
+        if encoding not in BPE_ENCODINGS:
+            raise ValidationError(f"encoding must be one of {sorted(BPE_ENCODINGS)}", field="encoding")
+        if sys.platform != "emscripten":
+            raise UnsupportedEnvironment("the bundled BPE counter runs in the browser; pass count= on CPython")
+        from . import _browser
+
+        return cls(encoding, await _browser.bpe_counter(encoding))
+
+    def count(self, text: str) -> int:
+        return self._count(text) if text else 0
+
+    def count_message(self, message: ChatMessage | Mapping[str, Any]) -> int:
+        if isinstance(message, ChatMessage):
+            text, extra = message.text, message_extra_text(message)
+        else:
+            text, extra = extract_text(message.get("content")), message_extra_text(message)
+        return self.message_overhead + self.count(text) + (self.count(extra) if extra else 0)

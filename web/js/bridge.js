@@ -605,3 +605,14 @@ export async function duckdbOpen(path = null) {
   await conn.query("SET autoinstall_known_extensions=false");
   return new Duck(duckdb, arrow, db, conn);
 }
+
+// ---------------------------------------------------------------------------- exact token counts
+// OpenAI-family BPE encodings from gpt-tokenizer (ranks bundled in the site,
+// fetched from it on first use only).
+const ENCODINGS = new Set(["o200k_base", "cl100k_base"]);
+
+export async function tokenCounter(encoding) {
+  if (!ENCODINGS.has(encoding)) throw new BridgeError("NotSupportedError", `unknown encoding ${encoding}`);
+  const mod = await import(here(`../vendor/gpt-tokenizer/esm/encoding/${encoding}.js`));
+  return (text) => mod.countTokens(text);
+}
