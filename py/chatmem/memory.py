@@ -21,6 +21,7 @@ from .session import Session
 from .sessions import Sessions
 from .stores.base import Store
 from .stores.memory import MemoryStore
+from .sync.engine import SyncEngine
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
 
@@ -63,6 +64,7 @@ class Memory:
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(self)
+        self.sync = SyncEngine(self._core)
         self._closed = False
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
@@ -90,6 +92,7 @@ class Memory:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await self.sync.close()
             await self.store.close()
 
     async def __aenter__(self) -> Memory:
