@@ -397,7 +397,6 @@ class SyncEngine:
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
         requests = acked = dead = 0
         final: SyncState = "idle"
-        failed_last = False
         await self._set_state("syncing")
         while True:
             now = self._now()
@@ -407,7 +406,8 @@ class SyncEngine:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
                     continue
-                final = "error" if (failed_last and ops) else "idle"
+                # something still waits for a retry: the last attempt at it failed
+                final = "error" if any(op.get("attempts") for op in ops) else "idle"
                 break
             lease_until = now + cfg.timeout + LEASE_MARGIN_MS
             leased = [dict(op, lease_owner=self.owner, lease_until=lease_until) for op in batch]
@@ -426,7 +426,6 @@ class SyncEngine:
                 return PushReport(requests, acked, dead, await self._pending(), "paused-auth")
             except SyncTransientError as e:
                 dead += await self._failed(batch, e, cfg, policy)
-                failed_last = True
                 self._last_error = str(e)
                 continue
             except (SyncPermanentError, ValidationError) as e:
@@ -457,10 +456,7 @@ class SyncEngine:
                 dead += await self._failed(missing, err, cfg, policy)
             acked += len(ok)
             dead += len(rejected)
-            failed_last = bool(missing)
             self._last_success = self._now()
-        if not wait and failed_last:
-            final = "error"
         await self._set_state(final, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)

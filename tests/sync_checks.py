@@ -1,0 +1,95 @@
+"""Sync test helpers shared by the CPython tests and the page (loaded into
+Pyodide like ``contract_checks.py``): client-side workloads and snapshots,
+plus server-side inspection that runs in the test process only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["workload", "drain", "local_snapshot", "server_snapshot", "PushRecorder"]
+
+
+async def workload(mem: Any, sessions: int = 10, messages: int = 90, updates: int = 5) -> int:
+    """Create sessions, messages (in batches), title updates, a clear (message deletes),
+    a fork and a session delete.
+
+    Returns how many operations were enqueued (counted from the outbox).
+    """
+    before = (await mem.store.outbox_counts())[0]
+    ids = []
+    for s in range(sessions):
+        meta = await mem.sessions.create(title=f"session {s}", tags=["sync"])
+        ids.append(meta.session_id)
+        for start in range(0, messages, 30):
+            await mem.messages.append_many(
+                meta.session_id,
+                [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": f"s{s} m{i} ünï ✓"}
+                    for i in range(start, min(messages, start + 30))
+                ],
+            )
+        for u in range(updates):
+            await mem.sessions.update(meta.session_id, title=f"session {s} v{u}")
+    await mem.sessions.clear(ids[0])  # one message delete each
+    await mem.sessions.fork(ids[1], at_index=10, reason="branch")  # a create with its messages
+    await mem.sessions.delete(ids[-1])
+    return (await mem.store.outbox_counts())[0] - before
+
+
+async def drain(mem: Any, rounds: int = 200) -> list[str]:
+    """push() until the outbox is empty (offline answers end a push early); the states seen."""
+    states = []
+    for _ in range(rounds):
+        report = await mem.sync.push()
+        states.append(report.state)
+        if (await mem.store.outbox_counts())[0] == 0:
+            return states
+    raise AssertionError(f"outbox not drained after {rounds} pushes: {states[-5:]}")
+
+
+async def local_snapshot(mem: Any) -> dict[str, Any]:
+    """What a device holds: session fields and messages (id -> (session, content, role))."""
+    sessions = {}
+    messages = {}
+    for rec in await mem.store.all_sessions():
+        sid = rec["sessionId"]
+        sessions[sid] = {k: rec.get(k) for k in ("title", "tags", "pinned", "archived", "createdAt")}
+        for m in await mem.store.list_messages(sid, 0, None, False):
+            messages[m["id"]] = [sid, m["content"], m["role"], m["createdAt"]]
+    return {"sessions": sessions, "messages": messages}
+
+
+def server_snapshot(srv: Any, api_key: str) -> dict[str, Any]:
+    """The same view of what the reference server holds for a key (live records only)."""
+    rows = srv.storage.changes(srv.space(api_key), 0, 10**9)
+    sessions = {}
+    messages = {}
+    for r in rows:
+        if r.deleted:
+            continue
+        if r.resource == "session":
+            sessions[r.id] = {k: r.data.get(k) for k in ("title", "tags", "pinned", "archived", "createdAt")}
+        else:
+            messages[r.id] = [r.data["sessionId"], r.data["content"], r.data["role"], r.data["createdAt"]]
+    return {"sessions": sessions, "messages": messages}
+
+
+class PushRecorder:
+    """Wraps the server's ``SyncService.push`` to record every batch that reached it."""
+
+    def __init__(self, srv: Any):
+        self.batches: list[list[tuple[str, int]]] = []
+        self.results: list[dict[str, str]] = []
+        orig = srv.service.push
+
+        def push(space: str, payload: Any) -> Any:
+            self.batches.append([(op["op_id"], op.get("attempts", 0)) for op in payload["ops"]])
+            answer = orig(space, payload)
+            self.results.append({r["op_id"]: r["status"] for r in answer["results"]})
+            return answer
+
+        srv.service.push = push
+
+    @property
+    def op_ids(self) -> list[str]:
+        return [op_id for batch in self.batches for op_id, _ in batch]
