@@ -6,7 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["workload", "drain", "local_snapshot", "server_snapshot", "PushRecorder"]
+__all__ = ["MEMS", "open_synced", "workload", "drain", "local_snapshot", "server_snapshot",
+           "PushRecorder"]
+
+#: open Memories by database name (the page's runPython namespaces are fresh each call)
+MEMS: dict[str, Any] = {}
+
+
+async def open_synced(name: str, **config: Any) -> Any:
+    """The Memory for ``name`` (opened once per page), configured with ``config`` if given."""
+    import chatmem
+    from chatmem.sync import SyncConfig
+
+    mem = MEMS.get(name)
+    if mem is None:
+        mem = MEMS[name] = await chatmem.open(name)
+    if config:
+        await mem.sync.configure(SyncConfig(enabled=True, **config))
+    return mem
 
 
 async def workload(mem: Any, sessions: int = 10, messages: int = 90, updates: int = 5) -> int:

@@ -111,7 +111,7 @@ class WebLock:
         if self._release is not None:
             return True
         release = await _bridge().tryLock(self.name)
-        if release is None:
+        if release is False or release is None:
             return False
         self._release = release
         return True

@@ -557,7 +557,7 @@ export async function requestPersistence() {
 // ---------------------------------------------------------------------------- sync helpers
 
 /** Take the Web Lock `name` if nobody holds it (never waits). Resolves to a
- *  release function, or null when another tab holds it. Without Web Locks
+ *  release function, or false when another tab holds it. Without Web Locks
  *  (very old browsers) every caller gets a release function. */
 export function tryLock(name) {
   if (!globalThis.navigator?.locks) return Promise.resolve(() => {});
@@ -565,7 +565,7 @@ export function tryLock(name) {
     navigator.locks
       .request(name, { ifAvailable: true }, (lock) => {
         if (!lock) {
-          resolve(null);
+          resolve(false);
           return undefined;
         }
         return new Promise((release) => resolve(() => release()));

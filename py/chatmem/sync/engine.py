@@ -478,6 +478,7 @@ class SyncEngine:
         now = self._now()
         retry: list[dict[str, Any]] = []
         dead: list[dict[str, Any]] = []
+        delays: dict[int, int] = {}
         for op in ops:
             attempts = int(op.get("attempts") or 0) + 1
             if attempts > cfg.max_retries:
@@ -494,7 +495,10 @@ class SyncEngine:
                     )
                 )
                 continue
-            delay = policy.delay(attempts - 1, err.retry_after_ms, now, self.rand)
+            # one draw per retry number: ops that failed together stay one batch (same due time)
+            if attempts not in delays:
+                delays[attempts] = policy.delay(attempts - 1, err.retry_after_ms, now, self.rand)
+            delay = delays[attempts]
             retry.append(
                 dict(_strip_lease(op), attempts=attempts, next_attempt_at=now + delay, last_error=str(err))
             )
