@@ -79,6 +79,21 @@ def applied(srv: Any) -> int:
     return srv.storage.applied_op_count(srv.space(KEY))
 
 
+def test_indexeddb_apply_changes_rules(page: Page) -> None:
+    """bridge.js applyChanges follows the same merge rules as the Python stores."""
+    db = unique_name("apply")
+    assert py(page, f"""
+import chatmem, traceback
+mem = await chatmem.open({db!r})
+try:
+    await sync_checks.check_apply_changes(mem)
+    out = "ok"
+except BaseException:
+    out = traceback.format_exc()
+out
+""") == "ok"
+
+
 def test_browser_retries_then_dead_letters_then_replays(page: Page, srv: Any) -> None:
     """In the page: 500 x3 (after applying) then 200 -> applied once with the same op_ids;
     500 x4 -> dead letters with reason; replay -> applied once."""

@@ -23,7 +23,7 @@ from chatmem.server.faults import Fault
 from chatmem.sync import SyncConfig, SyncEngine
 from chatmem.sync.engine import CONFIG_KEY, CURSOR_KEY
 from conftest import run
-from sync_checks import PushRecorder, drain, local_snapshot, server_snapshot, workload
+from sync_checks import PushRecorder, check_apply_changes, drain, local_snapshot, server_snapshot, workload
 
 KEY = "k-sync-Engine-42"
 
@@ -384,6 +384,19 @@ def test_thousand_ops_with_20_percent_random_faults_arrive_exactly_once(srv: Any
 
 
 # --------------------------------------------------------------------------- pull / merge
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_apply_changes_rules(backend: str, tmp_path: Path) -> None:
+    """The store's apply_changes merge rules (same check runs on IndexedDB in the browser)."""
+
+    async def go() -> None:
+        mem = await chatmem.open(persist=str(tmp_path / "a.db") if backend == "sqlite" else None)
+        await check_apply_changes(mem)
+        await mem.close()
+
+    run(go())
+
 
 
 def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(srv: Any) -> None:
