@@ -6,8 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MEMS", "open_synced", "workload", "drain", "local_snapshot", "server_snapshot",
-           "PushRecorder", "check_apply_changes"]
+__all__ = [
+    "MEMS",
+    "PushRecorder",
+    "check_apply_changes",
+    "drain",
+    "local_snapshot",
+    "open_synced",
+    "server_snapshot",
+    "workload",
+]
 
 #: open Memories by database name (the page's runPython namespaces are fresh each call)
 MEMS: dict[str, Any] = {}
@@ -117,7 +125,7 @@ async def check_apply_changes(mem: Any) -> None:
     nothing enqueued, cursor written, LWW under newer pending ops, immutability, seq
     collisions, placeholders, tombstones."""
     store = mem.store
-    h = lambda n: f"{1_800_000_000_000 + n:013d}-0000-remote"  # noqa: E731
+    h = lambda n: f"{1_800_000_000_000 + n:013d}-0000-remote"
     s = await mem.sessions.create(title="local", tags=["a"])
     sid = s.session_id
     m0 = await mem.messages.append(sid, "user", "local first")

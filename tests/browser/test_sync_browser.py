@@ -5,15 +5,16 @@ origin than the page: CORS)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from conftest import Page, unique_name
+from sync_checks import PushRecorder, server_snapshot
 
 from chatmem.server import running_server
 from chatmem.server.faults import Fault
-from conftest import Page, unique_name
-from sync_checks import PushRecorder, server_snapshot
 
 pytestmark = pytest.mark.browser
 

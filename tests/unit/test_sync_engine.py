@@ -14,6 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run
+from sync_checks import (
+    PushRecorder,
+    check_apply_changes,
+    drain,
+    local_snapshot,
+    server_snapshot,
+    workload,
+)
 
 import chatmem
 from chatmem.errors import ValidationError
@@ -22,8 +31,6 @@ from chatmem.server import running_server
 from chatmem.server.faults import Fault
 from chatmem.sync import SyncConfig, SyncEngine
 from chatmem.sync.engine import CONFIG_KEY, CURSOR_KEY
-from conftest import run
-from sync_checks import PushRecorder, check_apply_changes, drain, local_snapshot, server_snapshot, workload
 
 KEY = "k-sync-Engine-42"
 
@@ -45,8 +52,8 @@ class FakeTime:
 
 
 def cfg(url: str, **kw: Any) -> SyncConfig:
-    base: dict[str, Any] = dict(enabled=True, endpoint=url, api_key=KEY, timeout=2_000,
-                                backoff_base=1_000, backoff_max=60_000)
+    base: dict[str, Any] = {"enabled": True, "endpoint": url, "api_key": KEY, "timeout": 2_000,
+                            "backoff_base": 1_000, "backoff_max": 60_000}
     base.update(kw)
     return SyncConfig(**base)
 
@@ -179,7 +186,7 @@ def test_a_failing_op_holds_back_its_session_only(srv: Any) -> None:
     rec = PushRecorder(srv)
     srv.faults.fail(1)
 
-    async def go() -> tuple[Any, list[dict[str, Any]], Any, list[str], list[str]]:
+    async def go() -> tuple[Any, list[dict[str, Any]], Any, list[str]]:
         mem = await device(srv.url, batch_size=1)
         a = await mem.sessions.create(title="A")
         await mem.messages.append(a.session_id, "user", "a1")
@@ -189,9 +196,9 @@ def test_a_failing_op_holds_back_its_session_only(srv: Any) -> None:
         first = await mem.sync.push(wait=False)
         left = await mem.store.outbox_list()
         second = await mem.sync.push()
-        return first, left, second, order, [a.session_id, b.session_id]
+        return first, left, second, order
 
-    first, left, second, order, (a, b) = run(go())
+    first, left, second, order = run(go())
     assert first.acknowledged == 2 and first.state == "error"
     assert [o["op_id"] for o in left] == order[:2]  # A's two ops wait
     assert left[0]["attempts"] == 1 and left[0]["next_attempt_at"] > 0 and "HTTP 500" in left[0]["last_error"]
@@ -526,6 +533,28 @@ def test_engine_injection_and_stop(srv: Any) -> None:
         return [running, eng.running, r.pending]
 
     assert run(go()) == [True, False, 0]
+
+
+def test_start_after_reopening_resumes_auto_sync_from_the_stored_config(srv: Any, tmp_path: Path) -> None:
+    """Auto-sync configured once; after reopening, start() alone drains new changes."""
+    db = str(tmp_path / "auto.db")
+
+    async def go() -> list[Any]:
+        a = await chatmem.open(persist=db)
+        await a.sync.configure(cfg(srv.url, auto_sync=True, sync_interval=60_000))
+        await a.close()
+        b = await chatmem.open(persist=db)
+        await b.sessions.create(title="after reopen")
+        b.sync.start()
+        t0 = time.monotonic()
+        while (await b.store.outbox_counts())[0] and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.02)
+        out = [await b.store.outbox_counts(), b.sync.running]
+        await b.close()
+        return [*out, b.sync.running]
+
+    assert run(go()) == [(0, 0), True, False]
+    assert applied(srv) == 1
 
 
 # --------------------------------------------------------------------------- transport

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-__all__ = ["ChangeTarget", "apply_changes_to", "placeholder_session", "STORE_OWNED_FIELDS"]
+__all__ = ["STORE_OWNED_FIELDS", "ChangeTarget", "apply_changes_to", "placeholder_session"]
 
 #: session fields that belong to the local store and never come from a pull
 STORE_OWNED_FIELDS = frozenset({"messageCount", "nextSeq", "sessionId"})

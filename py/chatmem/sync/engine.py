@@ -66,15 +66,15 @@ if TYPE_CHECKING:
     from ..core import Core
 
 __all__ = [
-    "SyncEngine",
-    "PushReport",
-    "PullReport",
-    "DrainLock",
-    "LocalDrainLock",
     "CONFIG_KEY",
     "CURSOR_KEY",
-    "STATUS_KEY",
     "HLC_KEY",
+    "STATUS_KEY",
+    "DrainLock",
+    "LocalDrainLock",
+    "PullReport",
+    "PushReport",
+    "SyncEngine",
 ]
 
 log = logging.getLogger("chatmem.sync")
@@ -170,13 +170,12 @@ class SyncEngine:
         self.rand = rand or random.random
         self.owner = "e" + core.ids()
         self._in_browser = sys.platform == "emscripten"
-        if lock is None or online is None:
-            if self._in_browser:
-                from .. import _browser
+        if (lock is None or online is None) and self._in_browser:
+            from .. import _browser
 
-                name = getattr(core.store, "name", "chatmem")
-                lock = lock or _browser.WebLock(f"chatmem-sync:{name}")
-                online = online or _browser.is_online
+            name = getattr(core.store, "name", "chatmem")
+            lock = lock or _browser.WebLock(f"chatmem-sync:{name}")
+            online = online or _browser.is_online
         self._lock: DrainLock = lock or LocalDrainLock()
         self._online = online
         self._config: SyncConfig | None = None
@@ -351,20 +350,21 @@ class SyncEngine:
         """
         cfg, client = await self._ready()
         if self._paused:
-            return await self._report_only(PushReport)
+            return await self._push_skipped()
         if not await self._lock.acquire():
-            return await self._report_only(PushReport)
+            return await self._push_skipped()
         try:
             return await self._push(cfg, client, wait)
         finally:
             await self._lock.release()
 
-    async def _report_only(self, cls: Any) -> Any:
-        """Nothing was done here (paused, or another drainer holds the lock): report the status."""
+    async def _push_skipped(self) -> PushReport:
+        """Nothing was done here (paused, or another drainer holds the lock): the status."""
         st = await self.status()
-        if cls is PushReport:
-            return PushReport(remaining=st.pending, state=st.state, drained=False)
-        return PullReport(state=st.state, drained=False)
+        return PushReport(remaining=st.pending, state=st.state, drained=False)
+
+    async def _pull_skipped(self) -> PullReport:
+        return PullReport(state=(await self.status()).state, drained=False)
 
     def _select(
         self, ops: list[dict[str, Any]], now: int, limit: int
@@ -514,9 +514,9 @@ class SyncEngine:
         """Apply the server's change feed page by page (see the module docstring)."""
         cfg, client = await self._ready()
         if self._paused:
-            return await self._report_only(PullReport)
+            return await self._pull_skipped()
         if not await self._lock.acquire():
-            return await self._report_only(PullReport)
+            return await self._pull_skipped()
         try:
             return await self._pull_guarded(cfg, client)
         finally:
@@ -604,7 +604,8 @@ class SyncEngine:
 
     def start(self) -> None:
         """Start auto-sync: ``run()`` now, then every ``sync_interval`` (and, in the
-        browser, on the ``online`` event). Needs a running event loop."""
+        browser, on the ``online`` event), if the (stored) config enables it. Call it
+        after reopening to resume; ``configure()`` calls it. Needs a running event loop."""
         if self._auto is not None and not self._auto.done():
             self._poke()
             return
@@ -617,6 +618,7 @@ class SyncEngine:
 
     async def _auto_loop(self) -> None:
         assert self._wake is not None
+        await self._load()  # after a reload: the stored config says whether to run
         while not self._closed:
             cfg = self._config
             if cfg is None or not cfg.enabled or not cfg.auto_sync:
@@ -626,13 +628,13 @@ class SyncEngine:
                 await self.run()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # keep the loop alive; the status says why
+            except Exception as e:  # noqa: BLE001 - keep the loop alive; the status says why
                 log.warning("auto-sync run failed: %s", e)
                 self._last_error = str(e)
                 self._state = "error"
             try:
                 await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def stop(self) -> None:
@@ -645,8 +647,10 @@ class SyncEngine:
             task.cancel()
             try:
                 await task
-            except (asyncio.CancelledError, Exception):
+            except asyncio.CancelledError:
                 pass
+            except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
+                log.warning("auto-sync ended with an error: %s", e)
 
     @property
     def running(self) -> bool:
