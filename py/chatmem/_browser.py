@@ -27,7 +27,7 @@ from .errors import (
 from .http import HTTPResponse, TransportError, TransportTimeout
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
-           "request_persistence", "DuckDBWasmEngine"]
+           "request_persistence", "DuckDBWasmEngine", "WebLock", "is_online", "on_online"]
 
 
 def _bridge() -> Any:
@@ -146,6 +146,54 @@ async def bpe_counter(encoding: str) -> Callable[[str], int]:
     """A synchronous ``count(text)`` for an OpenAI BPE encoding, run in JS (gpt-tokenizer)."""
     fn = await _bridge().tokenCounter(encoding)
     return lambda text: int(fn(text))
+
+
+# ---------------------------------------------------------------------------- sync: Web Locks, online
+
+
+class WebLock:
+    """A Web Lock taken without waiting: ``acquire()`` is False while another tab holds it.
+
+    Holding it proves no other tab of this origin drains the same outbox; the
+    browser releases it when the tab goes away (reload, crash, close).
+    """
+
+    exclusive = True
+
+    def __init__(self, name: str):
+        self.name = name
+        self._release: Any = None
+
+    async def acquire(self) -> bool:
+        if self._release is not None:
+            return True
+        release = await _bridge().tryLock(self.name)
+        if release is False or release is None:
+            return False
+        self._release = release
+        return True
+
+    async def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+def is_online() -> bool:
+    """The browser's ``navigator.onLine``."""
+    return bool(_bridge().isOnline())
+
+
+def on_online(fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn()`` on the window's ``online`` event; returns a function that stops it."""
+    proxy = create_proxy(fn)
+    stop_js = _bridge().onOnline(proxy)
+
+    def stop() -> None:
+        stop_js()
+        proxy.destroy()
+
+    return stop
 
 
 # ---------------------------------------------------------------------------- the page's test hook

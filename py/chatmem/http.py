@@ -12,6 +12,7 @@ error.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -125,6 +126,8 @@ class UrllibTransport:
             raise TransportTimeout(f"{method} {url}: timed out reading the body") from e
         except (ConnectionError, OSError) as e:
             raise TransportError(f"{method} {url}: {e}") from e
+        except http.client.HTTPException as e:  # IncompleteRead: the answer was cut off
+            raise TransportError(f"{method} {url}: answer cut off: {e!r}") from e
         finally:
             resp.close()
         return HTTPResponse(resp.status if hasattr(resp, "status") else resp.code, dict(resp.headers), data)

@@ -31,6 +31,7 @@ from .retention import Retention
 from .tokenizer import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
 from .window import ModelBudget, WindowResult
+from .sync.engine import SyncEngine
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
 
@@ -86,6 +87,7 @@ class Memory:
         self.retention = Retention(self)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer)
         self._builder.retention = self.retention
+        self.sync = SyncEngine(self._core)
         self._closed = False
         #: the derived query index (DuckDB), built lazily on the first query
         self.index = LiveIndex(self._core, engine_factory=engine_factory, embedder=embedder)
@@ -237,6 +239,7 @@ class Memory:
             self._closed = True
             self.retention.stop()
             await self.index.close()
+            await self.sync.close()
             await self.store.close()
 
     async def __aenter__(self) -> Memory:

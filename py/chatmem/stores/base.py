@@ -128,6 +128,16 @@ class Store(Protocol):
 
     async def count_messages(self, session_id: str) -> int: ...
 
+    async def apply_changes(
+        self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None
+    ) -> list[str]:
+        """Apply changes pulled from a sync server (``chatmem.sync.apply`` rules) and
+        set ``kv`` (e.g. the new cursor), all in one transaction, enqueueing nothing.
+
+        Returns the ids of the sessions it touched (to drop cached views of them).
+        """
+        ...
+
     async def kv_get(self, key: str) -> Any: ...
 
     async def kv_set(self, key: str, value: Any) -> None: ...

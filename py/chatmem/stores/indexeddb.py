@@ -92,6 +92,11 @@ class IndexedDBStore:
     async def count_messages(self, session_id: str) -> int:
         return int(await self._db.call("countMessages", sessionId=session_id))
 
+    async def apply_changes(
+        self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None
+    ) -> list[str]:
+        return await self._db.call("applyChanges", changes=changes, kv=kv or {})  # type: ignore[no-any-return]
+
     async def kv_get(self, key: str) -> Any:
         return await self._db.call("kvGet", key=key)
 

@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from ..errors import DuplicateId, SessionNotFound
+from ..sync.apply import apply_changes_to
 from .base import Ops, fill_ops, next_seq_after
 
 __all__ = ["MemoryStore"]
@@ -186,6 +187,18 @@ class MemoryStore:
     async def count_messages(self, session_id: str) -> int:
         return len(self._by_session.get(session_id, []))
 
+    # ------------------------------------------------------------------ pulled changes
+    async def apply_changes(
+        self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None
+    ) -> list[str]:
+        # stage on copies, then swap in: all or nothing, no await in between
+        staged = _Staged(self)
+        touched = apply_changes_to(staged, copy.deepcopy(changes))
+        staged.commit()
+        for k, v in (kv or {}).items():
+            self._kv[k] = copy.deepcopy(v)
+        return touched
+
     # ------------------------------------------------------------------ kv
     async def kv_get(self, key: str) -> Any:
         return copy.deepcopy(self._kv.get(key))
@@ -239,3 +252,86 @@ class MemoryStore:
 
     async def close(self) -> None:
         pass
+
+
+class _Staged:
+    """``ChangeTarget`` over a copy-on-write view of a ``MemoryStore``."""
+
+    def __init__(self, store: MemoryStore):
+        self.store = store
+        self.sessions: dict[str, dict[str, Any] | None] = {}
+        self.messages: dict[str, dict[str, Any] | None] = {}
+        self.seqs: dict[str, set[int]] = {}
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        if session_id in self.sessions:
+            rec = self.sessions[session_id]
+        else:
+            rec = self.store._sessions.get(session_id)
+        return copy.deepcopy(rec) if rec is not None else None
+
+    def put_session(self, record: dict[str, Any]) -> None:
+        self.sessions[record["sessionId"]] = copy.deepcopy(record)
+
+    def _session_messages(self, session_id: str) -> list[str]:
+        ids = [m["id"] for m in self.store._by_session.get(session_id, [])]
+        ids += [mid for mid, m in self.messages.items() if m is not None and m["sessionId"] == session_id]
+        return [mid for mid in dict.fromkeys(ids) if self.get_message(mid) is not None]
+
+    def drop_session(self, session_id: str) -> bool:
+        existed = self.get_session(session_id) is not None
+        for mid in self._session_messages(session_id):
+            self.messages[mid] = None
+        self.sessions[session_id] = None
+        self.seqs.pop(session_id, None)
+        return existed
+
+    def get_message(self, message_id: str) -> dict[str, Any] | None:
+        if message_id in self.messages:
+            return self.messages[message_id]
+        return self.store._messages.get(message_id)
+
+    def seq_taken(self, session_id: str, seq: int) -> bool:
+        if session_id not in self.seqs:
+            self.seqs[session_id] = {
+                m["seq"] for mid in self._session_messages(session_id) if (m := self.get_message(mid))
+            }
+        return seq in self.seqs[session_id]
+
+    def put_message(self, record: dict[str, Any]) -> None:
+        self.messages[record["id"]] = copy.deepcopy(record)
+        self.seqs.get(record["sessionId"], set()).add(record["seq"])
+
+    def drop_message(self, message_id: str) -> None:
+        old = self.get_message(message_id)
+        if old is not None:
+            self.seqs.get(old["sessionId"], set()).discard(old["seq"])
+        self.messages[message_id] = None
+
+    def pending_ops(self) -> list[dict[str, Any]]:
+        return list(self.store._outbox.values())
+
+    def commit(self) -> None:
+        st = self.store
+        for mid, m in self.messages.items():
+            old = st._messages.pop(mid, None)
+            if old is not None:
+                lst = st._by_session.get(old["sessionId"], [])
+                st._by_session[old["sessionId"]] = [x for x in lst if x["id"] != mid]
+        self.seqs.clear()
+        for sid, rec in self.sessions.items():
+            if rec is None:
+                st._sessions.pop(sid, None)
+                for m in st._by_session.pop(sid, []):
+                    st._messages.pop(m["id"], None)
+            else:
+                st._sessions[sid] = rec
+                st._by_session.setdefault(sid, [])
+        grown: set[str] = set()
+        for mid, m in self.messages.items():
+            if m is not None and m["sessionId"] in st._sessions:
+                st._messages[mid] = m
+                st._by_session[m["sessionId"]].append(m)
+                grown.add(m["sessionId"])
+        for sid in grown:
+            st._by_session[sid].sort(key=lambda x: x["seq"])

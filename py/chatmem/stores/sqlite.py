@@ -13,6 +13,7 @@ import json
 import sqlite3
 from typing import Any, Callable, TypeVar
 
+from ..sync.apply import apply_changes_to
 from .base import Ops, fill_ops, next_seq_after
 from ..errors import (
     ConstraintViolation,
@@ -316,6 +317,18 @@ class SQLiteStore:
         )
         return int(row[0])
 
+    # ------------------------------------------------------------------ pulled changes
+    async def apply_changes(
+        self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None
+    ) -> list[str]:
+        def tx(db: sqlite3.Connection) -> list[str]:
+            touched = apply_changes_to(_SQLiteTarget(db), changes)
+            for k, v in (kv or {}).items():
+                db.execute("REPLACE INTO kv (key, value) VALUES (?, ?)", (k, _dumps(v)))
+            return touched
+
+        return await self._run(tx, write=True)
+
     # ------------------------------------------------------------------ kv
     async def kv_get(self, key: str) -> Any:
         row = await self._run(lambda db: db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone())
@@ -407,3 +420,38 @@ class SQLiteStore:
     async def close(self) -> None:
         async with self._lock:
             self._db.close()
+
+
+class _SQLiteTarget:
+    """``ChangeTarget`` over an open SQLite transaction."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return SQLiteStore._session(self.db, session_id)
+
+    def put_session(self, record: dict[str, Any]) -> None:
+        SQLiteStore._put_session(self.db, record, insert=False)
+
+    def drop_session(self, session_id: str) -> bool:
+        return SQLiteStore._drop_session(self.db, session_id)
+
+    def get_message(self, message_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT record FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def seq_taken(self, session_id: str, seq: int) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM messages WHERE session_id = ? AND seq = ?", (session_id, seq)
+        ).fetchone()
+        return row is not None
+
+    def put_message(self, record: dict[str, Any]) -> None:
+        SQLiteStore._put_messages(self.db, [record])
+
+    def drop_message(self, message_id: str) -> None:
+        self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+    def pending_ops(self) -> list[dict[str, Any]]:
+        return [json.loads(r[0]) for r in self.db.execute("SELECT record FROM outbox ORDER BY key")]

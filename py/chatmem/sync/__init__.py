@@ -1,13 +1,14 @@
 """Cloud sync, the pure parts: hybrid logical clocks, operations, config,
-backoff, status and the protocol client. Nothing here touches a store; the
-outbox (enqueue in the change's transaction, leases, dead letters, the drain
-loop) builds on these.
+backoff, status and the protocol client. ``SyncEngine`` (``mem.sync``) is the
+drain loop and the puller built on them; ``apply`` holds the merge rules a
+store runs when it applies pulled changes.
 """
 
 from __future__ import annotations
 
 from .backoff import BackoffPolicy, backoff_delay, parse_retry_after, retry_delay
 from .config import SyncConfig, normalize_endpoint
+from .engine import PullReport, PushReport, SyncEngine
 from .hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
 from .ops import SyncOp, make_op, op_session_id, validate_op
 from .protocol import (
@@ -22,6 +23,9 @@ from .protocol import (
 from .status import SYNC_STATES, SyncState, SyncStatus
 
 __all__ = [
+    "SyncEngine",
+    "PushReport",
+    "PullReport",
     "BackoffPolicy",
     "backoff_delay",
     "parse_retry_after",

@@ -1,0 +1,166 @@
+"""Applying pulled changes to a local store: the merge rules, once.
+
+The memory and SQLite stores run ``apply_changes_to`` inside one
+transaction, over a small ``ChangeTarget`` view of their tables; the
+IndexedDB bridge (``web/js/bridge.js``, ``applyChanges``) implements the same
+rules in JavaScript, because no Python ``await`` may sit inside an IndexedDB
+transaction. Nothing here enqueues sync operations: pulled changes are never
+echoed back to the server.
+
+Rules (a change is ``{resource, id, data | None, deleted, hlc}``):
+
+- **Pending local writes.** The conflict state of the client is its outbox:
+  every local write the server has not acknowledged yet is an operation with
+  its HLC. A remote change never overwrites what such a *newer* pending
+  operation wrote (newer = greater HLC than the change's ``hlc``); the
+  operation is pushed later, the server merges it per field, and a later pull
+  brings the merged result. Everything already acknowledged is part of the
+  server's record. So the client keeps the HLC of its last write *per
+  operation* (in the outbox) and the server keeps it *per field*; once the
+  outbox is empty, the server's record is the truth.
+- **Session, live.** Fields of the remote record replace the local ones,
+  except fields set by a newer pending ``create``/``update`` of that session;
+  ``messageCount`` and ``nextSeq`` stay local (recomputed from the messages
+  held); ``updatedAt`` is the later of both (last activity). A newer pending
+  ``delete`` of the session keeps it deleted.
+- **Session, tombstone.** The local session and all its messages go, unless a
+  newer pending ``create`` re-created it here.
+- **Message, live.** Messages are immutable: inserted if absent, otherwise
+  left alone. A remote ``seq`` that is taken locally (by another message)
+  becomes the session's next local ``seq``. A message whose session is not
+  here yet gets a placeholder session record (the session's own change,
+  later in the feed, fills it in). A newer pending ``delete`` keeps it deleted.
+- **Message, tombstone.** The local message goes (the session's count drops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+__all__ = ["STORE_OWNED_FIELDS", "ChangeTarget", "apply_changes_to", "placeholder_session"]
+
+#: session fields that belong to the local store and never come from a pull
+STORE_OWNED_FIELDS = frozenset({"messageCount", "nextSeq", "sessionId"})
+
+
+class ChangeTarget(Protocol):
+    """What ``apply_changes_to`` needs of a store, inside one open transaction."""
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None: ...
+
+    def put_session(self, record: dict[str, Any]) -> None: ...
+
+    def drop_session(self, session_id: str) -> bool:
+        """Delete the session and its messages; False if it was not there."""
+        ...
+
+    def get_message(self, message_id: str) -> dict[str, Any] | None: ...
+
+    def seq_taken(self, session_id: str, seq: int) -> bool: ...
+
+    def put_message(self, record: dict[str, Any]) -> None: ...
+
+    def drop_message(self, message_id: str) -> None: ...
+
+    def pending_ops(self) -> Iterable[dict[str, Any]]:
+        """Every operation in the outbox (not yet acknowledged)."""
+        ...
+
+
+def placeholder_session(session_id: str, created_at: int) -> dict[str, Any]:
+    """A session record for a message that arrived before its session's own change."""
+    return {
+        "sessionId": session_id,
+        "title": "",
+        "createdAt": created_at,
+        "updatedAt": created_at,
+        "userId": "local",
+        "characterId": "default",
+        "pinned": False,
+        "archived": False,
+        "tags": [],
+        "parentId": None,
+        "forkIndex": None,
+        "forkReason": None,
+        "messageCount": 0,
+        "nextSeq": 0,
+    }
+
+
+def _newer_pending(
+    pending: Mapping[tuple[str, str], list[dict[str, Any]]], resource: str, rid: str, hlc: str
+) -> list[dict[str, Any]]:
+    return [op for op in pending.get((resource, rid), []) if str(op.get("hlc", "")) > hlc]
+
+
+def _index(ops: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for op in ops:
+        out.setdefault((str(op.get("resource")), str(op.get("id"))), []).append(op)
+    return out
+
+
+def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Apply pulled changes to ``target`` (one open transaction); return touched session ids."""
+    pending = _index(target.pending_ops())
+    touched: dict[str, None] = {}
+    for c in changes:
+        resource, rid, hlc = c["resource"], str(c["id"]), str(c["hlc"])
+        newer = _newer_pending(pending, resource, rid, hlc)
+        if resource == "session":
+            if c.get("deleted") or c.get("data") is None:
+                if any(op["type"] == "create" for op in newer):
+                    continue
+                target.drop_session(rid)
+                touched[rid] = None
+                continue
+            if any(op["type"] == "delete" for op in newer):
+                continue
+            keep: set[str] = set()
+            for op in newer:
+                if isinstance(op.get("data"), Mapping):
+                    keep.update(op["data"])
+            local = target.get_session(rid)
+            rec = dict(local) if local is not None else placeholder_session(rid, 0)
+            for k, v in c["data"].items():
+                if k in STORE_OWNED_FIELDS or (local is not None and k in keep):
+                    continue
+                if k == "updatedAt" and local is not None:
+                    v = max(int(local.get("updatedAt") or 0), int(v or 0))
+                rec[k] = v
+            rec["sessionId"] = rid
+            target.put_session(rec)
+            touched[rid] = None
+            continue
+        # messages
+        if c.get("deleted") or c.get("data") is None:
+            old = target.get_message(rid)
+            if old is None:
+                continue
+            target.drop_message(rid)
+            sid = old["sessionId"]
+            sess = target.get_session(sid)
+            if sess is not None:
+                sess["messageCount"] = max(0, int(sess.get("messageCount", 0)) - 1)
+                target.put_session(sess)
+            touched[sid] = None
+            continue
+        if target.get_message(rid) is not None or any(op["type"] == "delete" for op in newer):
+            continue
+        data = dict(c["data"], id=rid)
+        sid = data["sessionId"]
+        created = int(data.get("createdAt") or 0)
+        sess = target.get_session(sid) or placeholder_session(sid, created)
+        seq = data.get("seq")
+        next_seq = int(sess.get("nextSeq", sess.get("messageCount", 0)))
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0 or target.seq_taken(sid, seq):
+            seq = next_seq
+        data["seq"] = seq
+        sess["nextSeq"] = max(next_seq, seq + 1)
+        sess["messageCount"] = int(sess.get("messageCount", 0)) + 1
+        sess["updatedAt"] = max(int(sess.get("updatedAt") or 0), created)
+        target.put_session(sess)
+        target.put_message(data)
+        touched[sid] = None
+    return list(touched)
