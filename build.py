@@ -185,8 +185,24 @@ def inputs_digest() -> str:
     return h.hexdigest()
 
 
+def check_js() -> None:
+    """Fail early, with node's message, if a page module does not parse."""
+    node = shutil.which("node")
+    if not node:
+        return
+    tmp = CACHE / "jscheck"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for src in sorted((ROOT / "web").rglob("*.js")):
+        probe = tmp / (src.stem + ".mjs")
+        shutil.copy2(src, probe)
+        res = subprocess.run([node, "--check", str(probe)], capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"{src.relative_to(ROOT)} does not parse:\n{res.stderr}")
+
+
 def build() -> Path:
     npm_ci()
+    check_js()
     digest = inputs_digest()
     wheel = build_chatmem_wheel()
     extra = page_wheels()

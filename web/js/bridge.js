@@ -703,6 +703,7 @@ export async function tokenCounter(encoding) {
   if (!ENCODINGS.has(encoding)) throw new BridgeError("NotSupportedError", `unknown encoding ${encoding}`);
   const mod = await import(here(`../vendor/gpt-tokenizer/esm/encoding/${encoding}.js`));
   return (text) => mod.countTokens(text);
+}
 
 // ---------------------------------------------------------------------------- sync helpers
 
