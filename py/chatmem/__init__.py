@@ -58,6 +58,7 @@ from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
+from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
 from .transfer.io import ImportReport
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
@@ -138,4 +139,10 @@ __all__ = [
     "OpenAIEmbedder",
     # export / import
     "ImportReport",
+    # sync
+    "SyncConfig",
+    "SyncEngine",
+    "SyncStatus",
+    "PushReport",
+    "PullReport",
 ]
