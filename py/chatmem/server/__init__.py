@@ -2,7 +2,7 @@
 Starlette and uvicorn). Nothing else in chatmem imports this package.
 
 ``python -m chatmem.server --port 8787 --db sync.db --api-key KEY`` serves
-the protocol written down in ``PROTOCOL.md``; tests use ``running_server``.
+the protocol written down in the README ("Cloud sync"); tests use ``running_server``.
 """
 
 from __future__ import annotations
