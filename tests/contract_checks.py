@@ -806,3 +806,23 @@ async def check_offline_responder_answers_from_memory(make: Make) -> None:
         assert reply.provider == "offline"
         nothing = await mem.session(s.session_id).send("zyxxy qwertz", provider=OfflineResponder(mem))
         assert OFFLINE_LABEL in nothing.content and "nothing" in nothing.content
+
+
+@check
+async def check_changing_the_embedder_re_embeds_in_the_background(make: Make) -> None:
+    """set_embedder() embeds every message for the new model in a background task; semantic search uses it."""
+    from chatmem.index import HashingEmbedder
+
+    async with await make() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append_many(s.session_id, [
+            {"role": "user", "content": t} for t in
+            ["the quick brown fox jumps", "a lazy dog sleeps all day", "quick brown foxes jumping high"]])
+        await mem.search("fox", mode="semantic")
+        new = HashingEmbedder(dimensions=64)
+        task = mem.set_embedder(new)
+        assert await task == 3
+        rows = await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY model")
+        assert {"model": new.model, "n": 3} in rows and len(rows) == 2
+        hits = await mem.search("quick brown fox", mode="semantic", limit=2)
+        assert {h.message.text for h in hits} == {"the quick brown fox jumps", "quick brown foxes jumping high"}

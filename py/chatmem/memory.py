@@ -6,6 +6,7 @@ on CPython it gives an in-memory store, or SQLite when ``persist`` names a file.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from types import TracebackType
 from typing import Any, AsyncIterator, Iterable
@@ -139,6 +140,25 @@ class Memory:
     async def retrieve(self, session_id: str, query: str | None, config: RetrievalConfig | None = None) -> list[SearchHit]:
         """The original's ``RetrievalConfig`` strategies (recent, relevant, hybrid) over one session."""
         return await self.index.retrieve(session_id, query, config)
+
+    def set_embedder(self, embedder: Embedder) -> asyncio.Task[int]:
+        """Switch the embedding model; vectors for it are computed in the background.
+
+        Vectors are stored per model and dimension, so the old ones stay until
+        the index is rebuilt; semantic queries use the new model at once (and
+        embed whatever the background task has not reached yet). Returns the task.
+        """
+        if not callable(getattr(embedder, "embed", None)):
+            raise ValidationError("embedder needs an async embed(texts)", field="embedder")
+        self.index.embedder = embedder
+        if self.index.index is not None:
+            self.index.index.embedder = embedder
+
+        async def embed_all() -> int:
+            return await (await self.index.ready()).embed_missing(embedder)
+
+        self.embedding_task = asyncio.ensure_future(embed_all())
+        return self.embedding_task
 
     async def rebuild_index(self) -> None:
         """Derive the query index again from the store (it is never the source of truth)."""
