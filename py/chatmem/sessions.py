@@ -217,29 +217,43 @@ class Sessions:
         self._core.changed("messages-deleted", session_id, list(message_ids))
         return SessionMeta.from_record(rec)
 
+    async def _copy_into_new(
+        self, parent: SessionMeta, records: list[dict[str, Any]], **meta_fields: Any
+    ) -> SessionMeta:
+        """A new child session of ``parent`` holding copies (new ids, seq from 0) of ``records``.
+
+        One transaction with its sync operations; durable when it returns.
+        """
+        now = self._core.now()
+        new_id = self._core.ids()
+        copies = [dict(r, id=self._core.ids(), sessionId=new_id, seq=i) for i, r in enumerate(records)]
+        fields: dict[str, Any] = dict(title=parent.title, tags=list(parent.tags))
+        fields.update(meta_fields)
+        meta = SessionMeta(
+            session_id=new_id, created_at=now, updated_at=now, user_id=parent.user_id,
+            character_id=parent.character_id, parent_id=parent.session_id,
+            message_count=len(copies), **fields,
+        )
+        rec = meta.to_record()
+        ops = await self._core.outbox.session_created(rec)
+        ops += await self._core.outbox.messages_created(new_id, copies, with_data=True)
+        await self._core.store.create_session(rec, copies, ops)
+        self._core.changed("session-created", new_id, rec)
+        if copies:
+            self._core.changed("messages-appended", new_id, {"messages": copies, "session": rec})
+        return meta
+
     async def archive_copy(self, session_id: str, messages: list[ChatMessage]) -> SessionMeta:
         """Keep copies of ``messages`` in a new archived session whose parent is ``session_id``."""
         parent = await self.get(session_id)
-        now = self._core.now()
-        arch_id = self._core.ids()
-        copies = []
-        for i, m in enumerate(messages):
+        records = []
+        for m in messages:
             rec = m.to_record()
-            meta = dict(rec.get("metadata") or {}, originalId=m.id, originalSeq=m.seq)
-            copies.append(dict(rec, id=self._core.ids(), sessionId=arch_id, seq=i, metadata=meta))
-        meta = SessionMeta(
-            session_id=arch_id, title=f"{parent.title} (archived history)", created_at=now, updated_at=now,
-            user_id=parent.user_id, character_id=parent.character_id, archived=True,
-            tags=list(parent.tags), parent_id=session_id, fork_reason="retention-archive",
-            message_count=len(copies),
-        )
-        ops = await self._core.outbox.session_created(meta.to_record())
-        ops += await self._core.outbox.messages_created(arch_id, copies, with_data=True)
-        await self._core.store.create_session(meta.to_record(), copies, ops)
-        self._core.changed("session-created", arch_id, meta.to_record())
-        if copies:
-            self._core.changed("messages-appended", arch_id, {"messages": copies, "session": meta.to_record()})
-        return meta
+            rec["metadata"] = dict(rec.get("metadata") or {}, originalId=m.id, originalSeq=m.seq)
+            records.append(rec)
+        return await self._copy_into_new(
+            parent, records, title=f"{parent.title} (archived history)", archived=True,
+            fork_reason="retention-archive")
 
     async def fork(
         self, session_id: str, *, at_index: int | None = None, reason: str | None = None
@@ -261,28 +275,4 @@ class Sessions:
                 field="at_index",
             )
         source = await self._core.store.list_messages(session_id, 0, at_index, False)
-        now = self._core.now()
-        fork_id = self._core.ids()
-        copies = []
-        for i, m in enumerate(source):
-            copies.append(dict(m, id=self._core.ids(), sessionId=fork_id, seq=i))
-        meta = SessionMeta(
-            session_id=fork_id,
-            title=parent.title,
-            created_at=now,
-            updated_at=now,
-            user_id=parent.user_id,
-            character_id=parent.character_id,
-            tags=list(parent.tags),
-            parent_id=parent.session_id,
-            fork_index=at_index,
-            fork_reason=reason,
-            message_count=len(copies),
-        )
-        ops = await self._core.outbox.session_created(meta.to_record())
-        ops += await self._core.outbox.messages_created(fork_id, copies, with_data=True)
-        await self._core.store.create_session(meta.to_record(), copies, ops)
-        self._core.changed("session-created", fork_id, meta.to_record())
-        if copies:
-            self._core.changed("messages-appended", fork_id, {"messages": copies, "session": meta.to_record()})
-        return meta
+        return await self._copy_into_new(parent, source, fork_index=at_index, fork_reason=reason)

@@ -91,3 +91,23 @@ def assemble_lines(
         session_ids.append(meta["sessionId"])
         out.append(builder.finish(meta, msgs))
     return out
+
+
+def convert_conversations(
+    data: Any,
+    source: str,
+    conversations: Callable[[Any], list[Any] | None],
+    convert_one: Callable[[Any, str, RecordBuilder], NormalizedImport],
+    builder: RecordBuilder,
+) -> NormalizedImport:
+    """Every conversation of a foreign export (an array, or one conversation object)."""
+    convs = conversations(data)
+    if convs is None:
+        from ..source import describe
+
+        raise fail("$", f"a {source} export must be an array of conversations or one conversation, "
+                   f"got {describe(data)}")
+    out: NormalizedImport = []
+    for i, conv in enumerate(convs):
+        out.extend(convert_one(conv, f"conversations[{i}]", builder))
+    return out

@@ -27,7 +27,7 @@ from ...ids import IdGenerator
 from ...models import ROLES, extract_text
 from ..normalized import NormalizedImport, RecordBuilder
 from ..source import describe
-from ._common import UNTITLED, assemble_lines, fail, seconds_to_ms
+from ._common import UNTITLED, assemble_lines, convert_conversations, fail, seconds_to_ms
 from ._tree import split_lines
 
 __all__ = ["NAME", "detect", "to_normalized"]
@@ -278,12 +278,4 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 
 def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImport:
     """Sessions (and forks for branches) from a ChatGPT export: an array or one conversation."""
-    convs = _conversations(data)
-    if convs is None:
-        raise fail("$", f"a ChatGPT export must be an array of conversations or one conversation, "
-                   f"got {describe(data)}")
-    builder = RecordBuilder(ids)
-    out: NormalizedImport = []
-    for i, conv in enumerate(convs):
-        out.extend(_conversation(conv, f"conversations[{i}]", builder))
-    return out
+    return convert_conversations(data, "ChatGPT", _conversations, _conversation, RecordBuilder(ids))

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from ...ids import IdGenerator
 from ..normalized import NormalizedImport, RecordBuilder
 from ..source import describe
-from ._common import UNTITLED, assemble_lines, fail, iso_to_ms
+from ._common import UNTITLED, assemble_lines, convert_conversations, fail, iso_to_ms
 from ._tree import Line, split_lines
 
 __all__ = ["NAME", "detect", "to_normalized"]
@@ -207,12 +207,4 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 
 def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImport:
     """Sessions from a Claude export: an array of conversations or one conversation."""
-    convs = _conversations(data)
-    if convs is None:
-        raise fail("$", f"a Claude export must be an array of conversations or one conversation, "
-                   f"got {describe(data)}")
-    builder = RecordBuilder(ids)
-    out: NormalizedImport = []
-    for i, conv in enumerate(convs):
-        out.extend(_conversation(conv, f"conversations[{i}]", builder))
-    return out
+    return convert_conversations(data, "Claude", _conversations, _conversation, RecordBuilder(ids))
