@@ -48,7 +48,7 @@ class App:
             self.actions.update(getattr(mod, "ACTIONS", {}))
             self.keys.update(getattr(mod, "KEYS", {}))
         self.actions.update({"panel": _open_panel, "close-panel": _close_panel,
-                             "toggle-sidebar": _toggle_sidebar})
+                             "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update})
         self._sync_timer: int | None = None
 
     # ------------------------------------------------------------------ events
@@ -64,9 +64,11 @@ class App:
         dom.on(root, "drop", lambda ev: self._dispatch(ev, "data-drop"))
         dom.on(q("#toasts"), "click", lambda ev: self._dispatch(ev, "data-action", click=True))
         self.mem.on_change(lambda kind, sid, payload: self.schedule_sync_refresh())
+        dom.on(js.window, "chatmem:update-ready", lambda ev: self.toast(
+            "A new version of chatmem is ready.", action="apply-update", label="Reload", ms=60_000))
 
     def _dispatch(self, ev: Any, attr: str, click: bool = False) -> None:
-        el = ev.target.closest(f"[{attr}]") if ev.target.closest else None
+        el = dom.closest(ev.target, f"[{attr}]")
         if el is None:
             return
         if click and el.tagName == "FORM":
@@ -81,7 +83,7 @@ class App:
 
     def _keydown(self, ev: Any) -> None:
         # data-key handlers are synchronous: they must be able to preventDefault
-        el = ev.target.closest("[data-key]") if ev.target.closest else None
+        el = dom.closest(ev.target, "[data-key]")
         if el is not None:
             fn = self.keys.get(str(el.getAttribute("data-key")))
             if fn is not None:
@@ -102,7 +104,7 @@ class App:
             t.style.height = f"{min(int(t.scrollHeight) + 2, 192)}px"
 
     def _drag(self, ev: Any) -> None:
-        zone = ev.target.closest(".drop-zone") if ev.target.closest else None
+        zone = dom.closest(ev.target, ".drop-zone")
         if zone is None:
             return
         ev.preventDefault()
@@ -163,7 +165,7 @@ class App:
 
 async def _open_panel(app: App, el: Any, ev: Any) -> None:
     name = str(el.getAttribute("data-panel"))
-    if app.panel == name and el.closest(".tools"):
+    if app.panel == name and dom.closest(el, ".tools"):
         await _close_panel(app, el, ev)
         return
     app.panel = name
@@ -194,3 +196,7 @@ async def _toggle_sidebar(app: App, el: Any, ev: Any) -> None:
     el.setAttribute("aria-expanded", "true" if open_ else "false")
     if open_:
         q("#new-session").focus()
+
+
+async def _apply_update(app: App, el: Any, ev: Any) -> None:
+    js.window.chatmem.applyUpdate()

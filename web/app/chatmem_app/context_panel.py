@@ -35,7 +35,9 @@ async def window_messages(app: Any, session_id: str) -> tuple[list[dict[str, Any
                                            reserve_tokens=b.reserve_tokens)
         tokens = sum(estimate_tokens(extract_text(m.get("content"))) for m in msgs)
         return msgs, {"budget": b, "tokens": tokens, "dropped": [], "how": "build_context", "total": None}
-    records = await app.mem.messages.records(session_id, limit=None)
+    # replies of the offline responder are quotes of memory, not the model's words: not sent
+    records = [r for r in await app.mem.messages.records(session_id, limit=None)
+               if not (r.get("metadata") or {}).get("offline")]
     res = fit_window(system, None, None, None, records, max_tokens=b.max_tokens, reserve_tokens=b.reserve_tokens)
     return res.messages, {"budget": b, "tokens": res.tokens, "dropped": res.dropped_ids, "how": "fit_window",
                           "total": len(records), "parts": res.parts}

@@ -143,7 +143,7 @@ def jump_to(message_id: str) -> None:
     el = q(f'[id="m-{message_id}"]')
     if el is None:
         return
-    el.scrollIntoView(dom.js_obj({"block": "center"}))
+    el.scrollIntoView(dom.js_obj({"block": "center", "behavior": "instant"}))
     el.classList.add("flash")
     el.focus(dom.js_obj({"preventScroll": True}))
     dom.set_timeout(lambda: el.classList.remove("flash"), 2500)
@@ -171,7 +171,7 @@ class Live:
 
 def _append_el(el: Any) -> None:
     ol = q("#messages")
-    w = ol.querySelector(".welcome")
+    w = q(".welcome", ol)
     if w:
         w.remove()
     ol.appendChild(el)

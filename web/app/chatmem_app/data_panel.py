@@ -130,7 +130,7 @@ async def _import_change(app: Any, el: Any, ev: Any) -> None:
 
 async def _import_drop(app: Any, el: Any, ev: Any) -> None:
     el.classList.remove("over")
-    files = ev.dataTransfer.files if ev.dataTransfer else None
+    files = None if dom.nil(ev.dataTransfer) else ev.dataTransfer.files
     if files and files.length:
         await _import_file(app, files.item(0))
 

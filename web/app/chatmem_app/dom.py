@@ -18,15 +18,36 @@ from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from .render import Node
 
-__all__ = ["h", "svg", "q", "clear", "mount", "text_of", "node", "on", "spawn", "set_timeout",
+__all__ = ["h", "svg", "q", "closest", "nil", "clear", "mount", "text_of", "node", "on", "spawn", "set_timeout",
            "clear_timeout", "download", "js", "create_proxy", "to_js", "js_obj", "svg_node"]
 
 SVG_NS = "http://www.w3.org/2000/svg"
 _keep: list[Any] = []  # proxies that live as long as the page
 
 
+try:
+    from pyodide.ffi import jsnull  # type: ignore[import-not-found]
+except ImportError:  # older Pyodide: null converts to None
+    jsnull = None
+
+
+def nil(x: Any) -> bool:
+    """True for None and JS null."""
+    return x is None or x is jsnull
+
+
 def q(selector: str, root: Any = None) -> Any:
-    return (root or js.document).querySelector(selector)
+    """The first match, or None."""
+    el = (root or js.document).querySelector(selector)
+    return None if nil(el) else el
+
+
+def closest(el: Any, selector: str) -> Any:
+    """``el.closest(selector)``, or None (also for targets that are not elements)."""
+    if nil(el) or not hasattr(el, "closest"):
+        return None
+    found = el.closest(selector)
+    return None if nil(found) else found
 
 
 def h(tag: str, attrs: dict[str, Any] | None = None, *children: Any) -> Any:

@@ -23,7 +23,8 @@ _STOP = set("""a an and are as at be but by can could did do does for from had h
 its just me my no not of on or our so than that the their them then there these they this to too us was we
 were what when where which who why will with would you your yours about after again all also am any because
 been before being both each few more most much must only other over same should some such very can't don't
-i'm it's tell know think like want need please hello thanks thank yes""".split())
+i'm it's tell know think like want need please hello thanks thank yes say said remember
+mentioned earlier""".split())
 
 Token = Callable[[str], Any]
 

@@ -77,7 +77,8 @@ def render(app: Any) -> None:
 
 
 async def _open(app: Any, el: Any, ev: Any) -> None:
-    await app.open_session(str(el.getAttribute("data-id")), focus_message=el.getAttribute("data-message"))
+    msg = el.getAttribute("data-message")
+    await app.open_session(str(el.getAttribute("data-id")), focus_message=None if dom.nil(msg) else str(msg))
 
 
 async def _new(app: Any, el: Any, ev: Any) -> None:
@@ -134,7 +135,9 @@ async def _undo_delete(app: Any, el: Any, ev: Any) -> None:
     if handle is None:
         return
     dom.clear_timeout(handle)
-    el.closest(".toast").remove()
+    toast = dom.closest(el, ".toast")
+    if toast:
+        toast.remove()
     await app.refresh_sessions()
     await app.open_session(sid)
     app.toast("Restored.")
