@@ -10,7 +10,22 @@ from typing import Any, Iterator
 
 import pytest
 
+from conftest import unique_name
+
 from app.conftest import AppPage
+
+
+@pytest.fixture
+def app(browser: Any, site: str) -> Iterator[AppPage]:
+    """The app in its own browser context: the model server is a second loopback
+    origin, which the shared context's "only the site" check must not see."""
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    a = AppPage(page, site, unique_name("llm"))
+    yield a
+    ctx.close()
+    assert not a.errors, a.errors
 
 
 class FakeOpenAI(http.server.BaseHTTPRequestHandler):

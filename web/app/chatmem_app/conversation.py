@@ -62,7 +62,8 @@ def message_el(m: Any) -> Any:
                h("time", {"datetime": iso(m.created_at)}, fmt_time(m.created_at)),
                h("span", {"class": "actions"},
                  h("button", {"type": "button", "class": "btn small ghost", "data-action": "fork",
-                              "data-seq": m.seq, "aria-label": f"Fork from message {m.seq + 1}"}, "Fork from here"))),
+                              "data-seq": m.seq, "title": "Fork from here: a new conversation up to this message",
+                              "aria-label": f"Fork from message {m.seq + 1}"}, "Fork"))),
              h("div", {"class": "body"}, body), calls)
 
 
@@ -110,8 +111,8 @@ def render_mode_note(app: Any) -> None:
     if settings.provider_configured(s):
         text = f"Model: {s['provider']['model']} at {s['provider']['base_url']}"
     else:
-        text = "No model configured — replies come from your memory, offline. Add a model in Settings."
-    dom.mount(q("#mode-note"), text)
+        text = "No model configured — replies come from your memory, offline. Add one in Settings."
+    dom.mount(q("#mode-note"), f"Enter sends · Shift+Enter adds a line · {text}")
 
 
 async def render(app: Any) -> None:

@@ -44,7 +44,8 @@ def _row(app: Any, s: Any) -> Any:
              h("button", {"type": "button", "class": "session", "data-action": "open", "data-id": s.session_id,
                           "aria-current": "true" if s.session_id == app.current else None},
                h("span", {"class": "t"},
-                 h("span", {"aria-label": "pinned", "role": "img"}, "📌") if s.pinned else None,
+                 dom.svg("svg", {"class": "pin-icon", "viewBox": "0 0 16 16", "role": "img", "aria-label": "pinned"},
+                         dom.svg("path", {"d": "M5 1h6l-1 5 3 3H9l-1 6-1-6H3l3-3z"})) if s.pinned else None,
                  h("span", {"class": "title"}, s.title or "Untitled")),
                h("span", {"class": "meta"}, " · ".join(meta),
                  [h("span", {"class": "tag static"}, t) for t in s.tags])))
