@@ -62,7 +62,8 @@ def test_keyboard_only(app: AppPage) -> None:
     p.focus("#session-bar [data-action=pin]")
     p.keyboard.press("Enter")
     p.wait_for_selector("#session-list .group-label:has-text('Pinned')")
-    assert focused(p) == "pin"
+    p.wait_for_function("() => document.activeElement.getAttribute('data-action') === 'pin' "
+                        "&& document.activeElement.innerText === 'Unpin'")
 
 
 def test_labels_focus_ring_and_contrast(app: AppPage) -> None:

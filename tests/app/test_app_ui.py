@@ -63,7 +63,7 @@ def test_pin_tag_rename_archive(app: AppPage) -> None:
     p.click("#session-bar [data-action=pin]")
     p.wait_for_selector("#session-list .group-label:has-text('Pinned')")
     assert app.titles()[0] == "First chat about gardening"
-    assert p.locator("#session-bar [data-action=pin]").inner_text() == "Unpin"
+    p.wait_for_selector("#session-bar [data-action=pin]:text-is('Unpin')")
     # tag it, filter by the tag
     p.fill("#tag-input", "hobby")
     p.press("#tag-input", "Enter")
@@ -169,7 +169,8 @@ await mem.messages.append(b.session_id, "user", "Nothing to see")
     p.press("#search-input", "Enter")
     p.wait_for_selector("#search-results:has-text('Nothing found')")
     p.click("#search-results [data-action=search-clear]")
-    assert p.locator("#session-list").is_visible()
+    p.locator("#session-list").wait_for(state="visible")
+    assert p.locator("#search-results").is_hidden()
 
 
 def test_delete_with_undo(app: AppPage) -> None:
@@ -181,7 +182,7 @@ def test_delete_with_undo(app: AppPage) -> None:
     app.expect_titles(["Keep this one"])
     p.click("#toasts [data-action=undo-delete]")
     p.wait_for_function("() => document.querySelectorAll('#session-list .session').length === 2")
-    assert p.locator("#conv-title").inner_text() == "Delete me please"
+    p.wait_for_selector("#conv-title:text-is('Delete me please')")
     # delete for good: shorten the undo window, wait it out
     app.py("import chatmem_app; chatmem_app.app.undo_ms = 300")
     p.click("#session-bar [data-action=delete-session]")

@@ -16,7 +16,7 @@ from chatmem.models import estimate_tokens, extract_text
 from chatmem.window import PRESETS, fit_window, preset
 
 from . import dom
-from .dom import h, q
+from .dom import h
 
 __all__ = ["window_messages", "render", "ACTIONS"]
 

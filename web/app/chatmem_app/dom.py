@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable
 
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]

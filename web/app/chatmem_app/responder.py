@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
-from chatmem.models import extract_text
 
 __all__ = ["OFFLINE_LABEL", "keywords", "offline_reply", "find_mentions", "chat_stream",
            "ProviderError"]
