@@ -1,0 +1,83 @@
+"""Fixtures for the app tests: the real page, driven like a person would
+(clicks, typing, keys), each test on its own IndexedDB database."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from conftest import unique_name
+
+
+class AppPage:
+    """The app at ``?db=<unique>``, booted until its interface is ready."""
+
+    def __init__(self, page: Any, url: str, db: str):
+        self.page = page
+        self.db = db
+        self.errors: list[str] = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.goto(f"{url}?db={db}")
+        self.ready()
+
+    def ready(self) -> None:
+        self.page.evaluate("window.chatmem.appReady")
+
+    def py(self, code: str) -> Any:
+        return self.page.evaluate("code => window.chatmem.runPython(code)", code)
+
+    def send(self, text: str) -> None:
+        """Type a message and press Enter; wait until the reply is stored."""
+        n = self.page.locator("#messages .msg.assistant:not(.streaming)").count()
+        self.page.fill("#composer-input", text)
+        self.page.press("#composer-input", "Enter")
+        self.page.wait_for_function(
+            "n => document.querySelectorAll('#messages .msg.assistant:not(.streaming)').length > n "
+            "|| document.querySelector('#messages .msg.system[role=alert]')", arg=n)
+
+    def new_session(self) -> None:
+        n = self.page.locator("#session-list .session").count()
+        self.page.click("#new-session")
+        self.page.wait_for_function(
+            "n => document.querySelectorAll('#session-list .session').length > n "
+            "&& document.activeElement.id === 'composer-input'", arg=n)
+
+    def titles(self) -> list[str]:
+        return self.page.locator("#session-list .session .title").all_inner_texts()
+
+    def expect_titles(self, expected: list[str], timeout: float = 10.0) -> None:
+        """Wait until the sidebar lists exactly ``expected`` (the UI updates asynchronously)."""
+        deadline = time.monotonic() + timeout
+        while self.titles() != expected:
+            assert time.monotonic() < deadline, f"sidebar shows {self.titles()}, expected {expected}"
+            self.page.wait_for_timeout(50)
+
+
+@pytest.fixture
+def app(context: Any, site: str) -> Iterator[AppPage]:
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    a = AppPage(page, site, unique_name("app"))
+    yield a
+    page.close()
+    assert not a.errors, a.errors
+
+
+@pytest.fixture
+def app_factory(context: Any, site: str) -> Iterator[Callable[..., AppPage]]:
+    pages: list[Any] = []
+
+    def make(ctx: Any = None, db: str | None = None, viewport: dict[str, int] | None = None) -> AppPage:
+        page = (ctx or context).new_page()
+        if viewport:
+            page.set_viewport_size(viewport)
+        page.set_default_timeout(60_000)
+        pages.append(page)
+        return AppPage(page, site, db or unique_name("app"))
+
+    yield make
+    for p in pages:
+        if not p.is_closed():
+            p.close()

@@ -1,0 +1,130 @@
+"""The app's pure parts on CPython: the safe Markdown renderer, settings
+validation, the offline responder and the chart builder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web" / "app"))
+
+import chatmem  # noqa: E402
+from chatmem_app import chart, render, responder, settings  # noqa: E402
+
+from conftest import run  # noqa: E402
+
+
+def tags(nodes: list[Any]) -> list[str]:
+    out: list[str] = []
+    for n in nodes:
+        if isinstance(n, tuple):
+            out.append(n[0])
+            out += tags(n[2])
+    return out
+
+
+def texts(nodes: list[Any]) -> str:
+    return "".join(n if isinstance(n, str) else texts(n[2]) for n in nodes)
+
+
+@pytest.mark.parametrize("src", [
+    "<img src=x onerror=alert(1)>",
+    "<script>alert(1)</script>",
+    "**<b>bold</b>** and `<i>`",
+    "[click](javascript:alert(1))",
+    "> <iframe src=//evil>",
+])
+def test_markup_in_content_stays_text(src: str) -> None:
+    nodes = render.markdown(src)
+    assert set(tags(nodes)) <= {"p", "strong", "em", "code", "blockquote", "a", "pre"}
+    assert "img" not in tags(nodes) and "script" not in tags(nodes) and "iframe" not in tags(nodes)
+    # every character of the input survives as text (markers aside)
+    for piece in ("<img", "<script>", "<b>", "<i>", "javascript:alert(1)", "<iframe"):
+        if piece in src:
+            assert piece in texts(nodes)
+
+
+def test_markdown_blocks_and_inline() -> None:
+    nodes = render.markdown("# Title\n\nSome **bold** and *it* and `x<y`\n\n- a\n- b\n\n```py\nprint(1)\n```\n1. one")
+    assert [n[0] for n in nodes] == ["h3", "p", "ul", "pre", "ol"]
+    assert tags([nodes[1]]) == ["p", "strong", "em", "code"]
+    assert texts([nodes[3]]) == "print(1)"
+
+
+def test_links_only_http_with_safe_rel() -> None:
+    (p,) = render.markdown("see [docs](https://example.com/a) and [x](ftp://h/)")
+    links = [n for n in p[2] if isinstance(n, tuple) and n[0] == "a"]
+    assert len(links) == 1
+    assert links[0][1]["href"] == "https://example.com/a"
+    assert "noopener" in links[0][1]["rel"]
+
+
+def test_highlight_and_snippet() -> None:
+    nodes = render.highlight("Lisbon in May; lisbon again", "LISBON")
+    assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["Lisbon", "lisbon"]
+    s = render.snippet("x " * 200 + "needle here" + " y" * 200, "needle", width=60)
+    assert "needle" in s and s.startswith("…") and s.endswith("…") and len(s) <= 62
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"provider": {"base_url": "ftp://x"}}, "Provider base URL"),
+    ({"provider": {"base_url": "http://example.com/v1", "model": "m"}}, "plain http"),
+    ({"provider": {"base_url": "https://api.example.com/v1"}}, "Model"),
+    ({"retrieval": {"strategy": "random"}}, "Retrieval strategy"),
+    ({"retrieval": {"weights": {"recency": 2}}}, "Recency weight"),
+    ({"retention": {"max_sessions": -1}}, "max sessions"),
+    ({"sync": {"enabled": True}}, "Sync"),
+    ({"sync": {"interval_s": 1}}, "Sync interval"),
+])
+def test_settings_validation_names_the_field(change: dict[str, Any], problem: str) -> None:
+    s = settings.merge(settings.DEFAULTS, change)
+    errs = settings.validate(s)
+    assert any(problem in e for e in errs), errs
+
+
+def test_settings_defaults_valid_and_merge_drops_unknown() -> None:
+    assert settings.validate(settings.DEFAULTS) == []
+    s = settings.merge(settings.DEFAULTS, {"nope": 1, "provider": {"model": "m", "junk": 2}})
+    assert "nope" not in s and "junk" not in s["provider"] and s["provider"]["model"] == "m"
+    assert s["retrieval"]["weights"] == settings.DEFAULTS["retrieval"]["weights"]
+    assert not settings.provider_configured(s)
+
+
+def test_offline_responder_quotes_earlier_messages_and_says_so() -> None:
+    async def go() -> tuple[str, str, str]:
+        async with await chatmem.open() as mem:
+            a = await mem.sessions.create(title="Trip plans")
+            await mem.messages.append(a.session_id, "user", "I would love to see Lisbon in May")
+            await mem.messages.append(a.session_id, "assistant", "Lisbon is lovely in spring")
+            b = await mem.sessions.create(title="Cooking")
+            await mem.messages.append(b.session_id, "user", "How long do I boil pasta?")
+            q = await mem.messages.append(b.session_id, "user", "What about Lisbon?")
+            hit = await responder.offline_reply(mem, "What about Lisbon?", exclude_ids={q.id})
+            miss = await responder.offline_reply(mem, "zeppelin", exclude_ids=set())
+            empty = await responder.offline_reply(mem, "what is it", exclude_ids=set())
+            return hit, miss, empty
+
+    hit, miss, empty = run(go())
+    for reply in (hit, miss, empty):
+        assert responder.OFFLINE_LABEL in reply
+    assert "“Trip plans”" in hit and "Lisbon in May" in hit and "lovely in spring" in hit
+    assert "pasta" not in hit and "What about Lisbon" not in hit
+    assert "found nothing" in miss
+    assert "no words" in empty
+
+
+def test_keywords_drop_stop_words() -> None:
+    assert responder.keywords("What did I say about the Lisbon trip in May?") == ["lisbon", "trip", "may"]
+
+
+def test_bar_chart_scales_to_the_largest_value() -> None:
+    svg = chart.bar_chart([("1", 2), ("2", 4), ("3", 0)], width=130, height=100)
+    assert svg[0] == "svg"
+    rects = [n for n in svg[2] if n[0] == "rect"]
+    heights = [float(r[1]["height"]) for r in rects]
+    assert heights[1] == 100 - 18 - 8 and heights[0] == heights[1] / 2 and heights[2] == 0
+    assert chart.per_day([{"day": 10, "messages": 3, "tokens": 9}], today=11, days=3) == [
+        (9, 0, 0), (10, 3, 9), (11, 0, 0)]

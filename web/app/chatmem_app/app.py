@@ -1,0 +1,202 @@
+"""The app controller: state, event dispatch, toasts and panels.
+
+Screens and panels are modules (``sidebar``, ``conversation``, ``search``,
+``context_panel``, ``settings_panel``, ``data_panel``, ``sync_panel``,
+``insights``); each exposes ``ACTIONS`` (``data-action`` / ``data-change`` /
+``data-key`` name -> ``async handler(app, el, ev)``) and render functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from . import (context_panel, conversation, data_panel, dom, features, insights, search, settings,
+               settings_panel, sidebar, sync_panel)
+from .dom import h, js, q
+
+__all__ = ["App"]
+
+Handler = Callable[[Any, Any, Any], Awaitable[Any]]
+
+PANELS: dict[str, tuple[str, Any]] = {
+    "context": ("Context", context_panel),
+    "settings": ("Settings", settings_panel),
+    "data": ("Your data", data_panel),
+    "sync": ("Sync", sync_panel),
+    "insights": ("Insights", insights),
+}
+
+class App:
+    #: ms a deleted session can be restored before it is deleted for good
+    undo_ms = 6000
+
+    def __init__(self, mem: Any, prefs: dict[str, Any]):
+        self.mem = mem
+        self.settings = prefs
+        self.features = features.available(mem)
+        self.current: str | None = None
+        self.view_archived = False
+        self.tag_filter = ""
+        self.sessions: list[Any] = []
+        self.panel: str | None = None
+        self.pending_deletes: dict[str, int] = {}
+        self.busy = False
+        self.actions: dict[str, Handler] = {}
+        self.keys: dict[str, Callable[[Any, Any, Any], None]] = {}
+        for mod in (sidebar, conversation, search, context_panel, settings_panel, data_panel,
+                    sync_panel, insights):
+            self.actions.update(getattr(mod, "ACTIONS", {}))
+            self.keys.update(getattr(mod, "KEYS", {}))
+        self.actions.update({"panel": _open_panel, "close-panel": _close_panel,
+                             "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update})
+        self._sync_timer: int | None = None
+
+    # ------------------------------------------------------------------ events
+    def bind(self) -> None:
+        root = q("#app")
+        dom.on(root, "click", lambda ev: self._dispatch(ev, "data-action", click=True))
+        dom.on(root, "submit", lambda ev: self._dispatch(ev, "data-action"))
+        dom.on(root, "change", lambda ev: self._dispatch(ev, "data-change"))
+        dom.on(root, "keydown", self._keydown)
+        dom.on(root, "input", self._input)
+        dom.on(root, "dragover", self._drag)
+        dom.on(root, "dragleave", self._drag)
+        dom.on(root, "drop", lambda ev: self._dispatch(ev, "data-drop"))
+        dom.on(q("#toasts"), "click", lambda ev: self._dispatch(ev, "data-action", click=True))
+        self.mem.on_change(lambda kind, sid, payload: self.schedule_sync_refresh())
+        dom.on(js.window, "chatmem:update-ready", lambda ev: self.toast(
+            "A new version of chatmem is ready.", action="apply-update", label="Reload", ms=60_000))
+
+    def _dispatch(self, ev: Any, attr: str, click: bool = False) -> None:
+        el = dom.closest(ev.target, f"[{attr}]")
+        if el is None:
+            return
+        if click and el.tagName == "FORM":
+            return  # clicks inside a form: its submit is the action
+        name = str(el.getAttribute(attr))
+        fn = self.actions.get(name)
+        if fn is None:
+            return
+        if ev.type in ("submit", "drop") or (click and el.tagName in ("A", "BUTTON")):
+            ev.preventDefault()
+        self.run(fn(self, el, ev))
+
+    def _keydown(self, ev: Any) -> None:
+        # data-key handlers are synchronous: they must be able to preventDefault
+        el = dom.closest(ev.target, "[data-key]")
+        if el is not None:
+            fn = self.keys.get(str(el.getAttribute("data-key")))
+            if fn is not None:
+                fn(self, el, ev)
+        if ev.defaultPrevented:
+            return
+        if ev.key == "Escape":
+            if self.panel:
+                self.run(_close_panel(self, None, ev))
+                return
+            if "sidebar-open" in str(q("#app").className):
+                q("#app").classList.remove("sidebar-open")
+
+    def _input(self, ev: Any) -> None:
+        t = ev.target
+        if t.id == "composer-input":
+            t.style.height = "auto"
+            t.style.height = f"{min(int(t.scrollHeight) + 2, 192)}px"
+
+    def _drag(self, ev: Any) -> None:
+        zone = dom.closest(ev.target, ".drop-zone")
+        if zone is None:
+            return
+        ev.preventDefault()
+        if ev.type == "dragover":
+            zone.classList.add("over")
+        else:
+            zone.classList.remove("over")
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        return dom.spawn(coro, on_error=lambda e: self.toast(f"Something went wrong: {e}", error=True))
+
+    # ------------------------------------------------------------------ toasts
+    def toast(self, text: str, *, action: str | None = None, label: str | None = None,
+              data: dict[str, str] | None = None, error: bool = False, ms: int = 5000) -> Any:
+        attrs = {f"data-{k}": v for k, v in (data or {}).items()}
+        btn = h("button", {"type": "button", "class": "btn small", "data-action": action, **attrs}, label) if action else None
+        el = h("div", {"class": "toast error" if error else "toast"}, h("span", {}, text), btn)
+        q("#toasts").appendChild(el)
+        dom.set_timeout(lambda: el.remove(), ms)
+        return el
+
+    # ------------------------------------------------------------------ state changes
+    async def refresh_sessions(self) -> None:
+        self.sessions = await self.mem.sessions.list(limit=None, archived=None)
+        sidebar.render(self)
+
+    async def open_session(self, session_id: str | None, *, focus_message: str | None = None) -> None:
+        self.current = session_id
+        q("#app").classList.remove("sidebar-open")
+        sidebar.render(self)
+        await conversation.render(self)
+        if focus_message:
+            conversation.jump_to(focus_message)
+        if self.panel == "context":
+            await self.render_panel()
+
+    def current_meta(self) -> Any:
+        return next((s for s in self.sessions if s.session_id == self.current), None)
+
+    async def render_panel(self) -> None:
+        if not self.panel:
+            return
+        title, mod = PANELS[self.panel]
+        dom.mount(q("#panel-title"), title)
+        body = dom.mount(q("#panel-body"))
+        await mod.render(self, body)
+
+    def schedule_sync_refresh(self) -> None:
+        if self._sync_timer is not None:
+            dom.clear_timeout(self._sync_timer)
+        self._sync_timer = dom.set_timeout(lambda: self.run(sync_panel.refresh_chip(self)), 150)
+
+    async def save_settings(self, new: dict[str, Any]) -> None:
+        await settings.save(self.mem, new)
+        self.settings = new
+        conversation.render_mode_note(self)
+
+
+async def _open_panel(app: App, el: Any, ev: Any) -> None:
+    name = str(el.getAttribute("data-panel"))
+    if app.panel == name and dom.closest(el, ".tools"):
+        await _close_panel(app, el, ev)
+        return
+    app.panel = name
+    panel = q("#panel")
+    panel.removeAttribute("hidden")
+    q("#app").classList.add("with-panel")
+    for b in js.document.querySelectorAll("[data-panel]"):
+        b.setAttribute("aria-pressed", "true" if str(b.getAttribute("data-panel")) == name else "false")
+    await app.render_panel()
+    q("#panel-title").setAttribute("tabindex", "-1")
+    q("#panel-title").focus()
+
+
+async def _close_panel(app: App, el: Any, ev: Any) -> None:
+    name = app.panel
+    app.panel = None
+    q("#panel").setAttribute("hidden", "")
+    q("#app").classList.remove("with-panel")
+    for b in js.document.querySelectorAll("[data-panel]"):
+        b.setAttribute("aria-pressed", "false")
+    opener = q(f'.tools [data-panel="{name}"]') or q("#composer-input")
+    if opener:
+        opener.focus()
+
+
+async def _toggle_sidebar(app: App, el: Any, ev: Any) -> None:
+    open_ = q("#app").classList.toggle("sidebar-open")
+    el.setAttribute("aria-expanded", "true" if open_ else "false")
+    if open_:
+        q("#new-session").focus()
+
+
+async def _apply_update(app: App, el: Any, ev: Any) -> None:
+    js.window.chatmem.applyUpdate()

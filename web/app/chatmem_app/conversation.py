@@ -1,0 +1,354 @@
+"""The conversation view, its header (title, tags, pin/archive/rename/delete)
+and the composer (Enter sends, Shift+Enter makes a new line)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chatmem.sessions import DEFAULT_TITLE
+
+from . import context_panel, dom, render as md, responder, settings
+from .dom import h, js, q
+
+__all__ = ["render", "message_el", "jump_to", "render_mode_note", "ACTIONS", "KEYS"]
+
+ROLE_LABEL = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+
+
+def fmt_time(ms: int) -> str:
+    opts = dom.js_obj({"dateStyle": "medium", "timeStyle": "short"})
+    return str(js.Date.new(ms).toLocaleString(js.undefined, opts))
+
+
+def iso(ms: int) -> str:
+    return str(js.Date.new(ms).toISOString())
+
+
+def _pretty(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def message_el(m: Any) -> Any:
+    offline = bool((m.metadata or {}).get("offline"))
+    cls = f"msg {m.role}" + (" offline" if offline else "")
+    badges = []
+    if offline:
+        badges.append(h("span", {"class": "badge offline"}, "offline — from memory"))
+    elif m.model:
+        badges.append(h("span", {"class": "badge"}, m.model))
+    if m.role == "tool":
+        body = [h("details", {}, h("summary", {}, f"Tool result{' · ' + m.name if m.name else ''}"),
+                  h("pre", {}, h("code", {}, _pretty(m.text))))]
+    else:
+        body = [dom.node(n) for n in md.markdown(m.text)]
+        if not m.text.strip() and not m.tool_calls:
+            body = [h("p", {"class": "note"}, "(no text)")]
+    calls = []
+    for call in m.tool_calls or []:
+        fn = (call or {}).get("function") or {}
+        calls.append(h("details", {"class": "tool-call"},
+                       h("summary", {}, f"Tool call · {fn.get('name') or call.get('type') or 'call'}"),
+                       h("pre", {}, h("code", {}, _pretty(fn.get("arguments", call))))))
+    return h("li", {"class": cls, "id": f"m-{m.id}", "data-id": m.id, "data-seq": m.seq, "tabindex": "-1",
+                    "aria-label": f"{ROLE_LABEL.get(m.role, m.role)} message"},
+             h("header", {},
+               h("span", {"class": "role"}, ROLE_LABEL.get(m.role, m.role)), badges,
+               h("time", {"datetime": iso(m.created_at)}, fmt_time(m.created_at)),
+               h("span", {"class": "actions"},
+                 h("button", {"type": "button", "class": "btn small ghost", "data-action": "fork",
+                              "data-seq": m.seq, "title": "Fork from here: a new conversation up to this message",
+                              "aria-label": f"Fork from message {m.seq + 1}"}, "Fork"))),
+             h("div", {"class": "body"}, body), calls)
+
+
+def _title(app: Any, meta: Any) -> None:
+    wrap = q("#title-wrap")
+    if meta is None:
+        dom.mount(wrap, h("h2", {"id": "conv-title"}, "chatmem"))
+        return
+    dom.mount(wrap, h("h2", {"id": "conv-title", "title": meta.title}, meta.title or "Untitled"))
+
+
+def _bar(app: Any, meta: Any) -> None:
+    bar = q("#session-bar")
+    if meta is None:
+        dom.clear(bar)
+        return
+    parent = next((s for s in app.sessions if s.session_id == meta.parent_id), None) if meta.parent_id else None
+    lineage = None
+    if meta.parent_id:
+        where = f"at message {meta.fork_index}" if meta.fork_index is not None else ""
+        lineage = h("span", {"class": "lineage"}, "Forked from ",
+                    h("button", {"type": "button", "class": "btn small ghost", "data-action": "open",
+                                 "data-id": meta.parent_id}, parent.title if parent else "a deleted conversation")
+                    if parent else "a deleted conversation", f" {where}")
+    dom.mount(bar,
+              h("span", {"class": "tags", "aria-label": "Tags"},
+                [h("span", {"class": "tag"}, t,
+                   h("button", {"type": "button", "data-action": "tag-remove", "data-tag": t,
+                                "aria-label": f"Remove tag {t}"}, "×")) for t in meta.tags],
+                h("label", {"for": "tag-input", "class": "sr-only"}, "Add a tag"),
+                h("input", {"id": "tag-input", "class": "tag-input", "placeholder": "+ tag", "data-key": "tag-add",
+                            "autocomplete": "off", "maxlength": "40"})),
+              lineage,
+              h("span", {"class": "spacer"}),
+              h("button", {"type": "button", "class": "btn small", "data-action": "pin",
+                           "aria-pressed": "true" if meta.pinned else "false"}, "Unpin" if meta.pinned else "Pin"),
+              h("button", {"type": "button", "class": "btn small", "data-action": "rename"}, "Rename"),
+              h("button", {"type": "button", "class": "btn small", "data-action": "archive"},
+                "Unarchive" if meta.archived else "Archive"),
+              h("button", {"type": "button", "class": "btn small danger", "data-action": "delete-session"}, "Delete"))
+
+
+def render_mode_note(app: Any) -> None:
+    s = app.settings
+    if settings.provider_configured(s):
+        text = f"Model: {s['provider']['model']} at {s['provider']['base_url']}"
+    else:
+        text = "No model configured — replies come from your memory, offline. Add one in Settings."
+    dom.mount(q("#mode-note"), f"Enter sends · Shift+Enter adds a line · {text}")
+
+
+async def render(app: Any) -> None:
+    meta = app.current_meta()
+    _title(app, meta)
+    _bar(app, meta)
+    render_mode_note(app)
+    ol = q("#messages")
+    if meta is None:
+        dom.mount(ol, h("li", {"class": "welcome"},
+                        h("h2", {}, "Your conversations stay on this device."),
+                        h("p", {}, "Start typing below to begin a new conversation. Everything is saved in this "
+                                   "browser, works offline, and can be searched, forked, exported and synced.")))
+        return
+    msgs = await app.mem.messages.list(meta.session_id, limit=None)
+    if not msgs:
+        dom.mount(ol, h("li", {"class": "welcome"}, h("p", {}, "No messages yet. Say hello below.")))
+    else:
+        dom.mount(ol, [message_el(m) for m in msgs])
+    _scroll_bottom()
+
+
+def _scroll_bottom() -> None:
+    c = q("#conversation")
+    c.scrollTop = c.scrollHeight
+
+
+def jump_to(message_id: str) -> None:
+    el = q(f'[id="m-{message_id}"]')
+    if el is None:
+        return
+    el.scrollIntoView(dom.js_obj({"block": "center", "behavior": "instant"}))
+    el.classList.add("flash")
+    el.focus(dom.js_obj({"preventScroll": True}))
+    dom.set_timeout(lambda: el.classList.remove("flash"), 2500)
+
+
+# ---------------------------------------------------------------------- sending
+
+
+class Live:
+    """An assistant message being streamed into the view (text only until stored)."""
+
+    def __init__(self) -> None:
+        self.body = h("p", {})
+        self.el = h("li", {"class": "msg assistant streaming", "aria-busy": "true"},
+                    h("header", {}, h("span", {"class": "role"}, "Assistant"),
+                      h("span", {"class": "badge"}, "writing…")),
+                    h("div", {"class": "body"}, self.body))
+        self.text = ""
+
+    def add(self, piece: str) -> None:
+        self.text += piece
+        self.body.textContent = self.text
+        _scroll_bottom()
+
+
+def _append_el(el: Any) -> None:
+    ol = q("#messages")
+    w = q(".welcome", ol)
+    if w:
+        w.remove()
+    ol.appendChild(el)
+    _scroll_bottom()
+
+
+async def send(app: Any, text: str) -> None:
+    """Store the user's message, then reply (model or offline) and store the reply."""
+    mem = app.mem
+    if not app.current or app.current_meta() is None:
+        s = await mem.sessions.create()
+        app.view_archived = False
+        await app.refresh_sessions()
+        await app.open_session(s.session_id)
+    sid = app.current
+    user = await mem.messages.append(sid, "user", text)
+    meta = app.current_meta()
+    if meta is not None and meta.title == DEFAULT_TITLE:
+        title = " ".join(text.split())[:60]
+        await mem.sessions.update(sid, title=title)
+        _title(app, await mem.sessions.get(sid))
+    _append_el(message_el(user))
+    live = Live()
+    _append_el(live.el)
+    s = app.settings
+    try:
+        if settings.provider_configured(s):
+            from chatmem._browser import FetchTransport
+
+            window, _info = await context_panel.window_messages(app, sid)
+            p = s["provider"]
+            reply = await responder.chat_stream(FetchTransport(), p["base_url"], p["api_key"], p["model"],
+                                                window, live.add)
+            stored = await mem.messages.append(sid, "assistant", reply, provider="openai-compatible",
+                                               model=p["model"])
+        else:
+            reply = await responder.offline_reply(mem, text, exclude_ids={user.id})
+            live.add(reply)
+            stored = await mem.messages.append(sid, "assistant", reply, provider="offline", model="memory",
+                                               metadata={"offline": True})
+    except responder.ProviderError as e:
+        live.el.remove()
+        _append_el(h("li", {"class": "msg system", "role": "alert"},
+                     h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
+                     h("div", {"class": "body"}, h("p", {}, f"{e}. Your message is saved; try again later."))))
+        return
+    finally:
+        await app.refresh_sessions()
+    live.el.replaceWith(message_el(stored))
+    _scroll_bottom()
+    if app.panel == "context":
+        await app.render_panel()
+
+
+async def _send(app: Any, el: Any, ev: Any) -> None:
+    ta = q("#composer-input")
+    text = str(ta.value).strip()
+    if not text or app.busy:
+        return
+    app.busy = True
+    btn = q("#send-btn")
+    btn.disabled = True
+    ta.value = ""
+    ta.style.height = "auto"
+    try:
+        await send(app, text)
+    finally:
+        app.busy = False
+        btn.disabled = False
+        ta.focus()
+
+
+def _composer_key(app: Any, el: Any, ev: Any) -> None:
+    if ev.key == "Enter" and not ev.shiftKey and not ev.isComposing:
+        ev.preventDefault()
+        app.run(_send(app, el, ev))
+
+
+# ---------------------------------------------------------------------- session actions
+
+
+async def _after_meta_change(app: Any) -> None:
+    await app.refresh_sessions()
+    meta = app.current_meta()
+    _title(app, meta)
+    _bar(app, meta)
+
+
+async def _pin(app: Any, el: Any, ev: Any) -> None:
+    meta = app.current_meta()
+    await app.mem.sessions.pin(meta.session_id, not meta.pinned)
+    await _after_meta_change(app)
+    q('#session-bar [data-action="pin"]').focus()
+
+
+async def _archive(app: Any, el: Any, ev: Any) -> None:
+    meta = app.current_meta()
+    await app.mem.sessions.update(meta.session_id, archived=not meta.archived)
+    await _after_meta_change(app)
+    app.toast("Archived — find it under Archived." if not meta.archived else "Back in your active conversations.")
+    q('#session-bar [data-action="archive"]').focus()
+
+
+async def _rename(app: Any, el: Any, ev: Any) -> None:
+    meta = app.current_meta()
+    inp = h("input", {"id": "rename-input", "data-key": "rename", "aria-label": "Conversation title",
+                      "maxlength": "200"})
+    inp.value = meta.title
+    dom.mount(q("#title-wrap"), inp)
+    inp.focus()
+    inp.select()
+
+
+def _rename_key(app: Any, el: Any, ev: Any) -> None:
+    if ev.key == "Enter":
+        ev.preventDefault()
+        app.run(_rename_save(app, str(el.value).strip()))
+    elif ev.key == "Escape":
+        ev.preventDefault()
+        ev.stopPropagation()
+        _title(app, app.current_meta())
+        q('#session-bar [data-action="rename"]').focus()
+
+
+async def _rename_save(app: Any, title: str) -> None:
+    if title:
+        await app.mem.sessions.update(app.current, title=title)
+    await _after_meta_change(app)
+    q('#session-bar [data-action="rename"]').focus()
+
+
+def _tag_key(app: Any, el: Any, ev: Any) -> None:
+    if ev.key == "Enter":
+        ev.preventDefault()
+        tag = " ".join(str(el.value).split())
+        if tag:
+            app.run(_tag_add(app, tag))
+
+
+async def _tag_add(app: Any, tag: str) -> None:
+    meta = app.current_meta()
+    await app.mem.sessions.update(meta.session_id, tags=[*meta.tags, tag])
+    await _after_meta_change(app)
+    q("#tag-input").focus()
+
+
+async def _tag_remove(app: Any, el: Any, ev: Any) -> None:
+    meta = app.current_meta()
+    tag = str(el.getAttribute("data-tag"))
+    await app.mem.sessions.update(meta.session_id, tags=[t for t in meta.tags if t != tag])
+    await _after_meta_change(app)
+    q("#tag-input").focus()
+
+
+async def _fork(app: Any, el: Any, ev: Any) -> None:
+    seq = int(el.getAttribute("data-seq"))
+    meta = app.current_meta()
+    fork = await app.mem.sessions.fork(meta.session_id, at_index=seq + 1, reason=f"forked at message {seq + 1}")
+    await app.mem.sessions.update(fork.session_id, title=f"{meta.title} (fork)")
+    await app.refresh_sessions()
+    await app.open_session(fork.session_id)
+    app.toast(f"Forked: a new conversation with the first {seq + 1} message{'s' if seq else ''}.")
+    q("#composer-input").focus()
+
+
+ACTIONS = {
+    "send": _send,
+    "pin": _pin,
+    "archive": _archive,
+    "rename": _rename,
+    "tag-remove": _tag_remove,
+    "fork": _fork,
+}
+
+KEYS = {
+    "composer": _composer_key,
+    "rename": _rename_key,
+    "tag-add": _tag_key,
+}

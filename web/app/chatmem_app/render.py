@@ -1,0 +1,142 @@
+"""Message text to a safe element tree: a small Markdown subset, written here.
+
+The output is a tree of ``(tag, attrs, children)`` tuples whose leaves are
+plain strings; ``dom.node`` turns it into DOM nodes with text nodes only, so
+content is never parsed as HTML. Supported: paragraphs, fenced code blocks,
+``#`` headings, ``>`` quotes, ``-``/``*``/``1.`` lists, inline code, bold,
+italic and http(s) links. Pure Python: runs on CPython for tests.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Union
+
+__all__ = ["Node", "markdown", "inline", "highlight", "snippet"]
+
+Node = Union[str, tuple[str, dict[str, Any], list[Any]]]
+
+_FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
+_HEADING = re.compile(r"^(#{1,4})\s+(.*)$")
+_BULLET = re.compile(r"^\s*[-*+]\s+(.*)$")
+_NUMBERED = re.compile(r"^\s*\d{1,3}[.)]\s+(.*)$")
+_INLINE = re.compile(
+    r"(?P<code>`[^`\n]+`)"
+    r"|(?P<bold>\*\*[^*\n]+\*\*|__[^_\n]+__)"
+    r"|(?P<em>(?<![\w*])\*[^*\s][^*\n]*\*(?![\w*])|(?<![\w_])_[^_\s][^_\n]*_(?![\w_]))"
+    r"|(?P<link>\[[^\]\n]+\]\((?:https?://)[^\s)]+\))"
+)
+_LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?://)[^\s)]+)\)")
+
+
+def inline(text: str) -> list[Node]:
+    """Inline markup of one block: code, bold, italic, links; the rest is text."""
+    out: list[Node] = []
+    pos = 0
+    for m in _INLINE.finditer(text):
+        if m.start() > pos:
+            out.append(text[pos : m.start()])
+        s = m.group(0)
+        if m.group("code"):
+            out.append(("code", {}, [s[1:-1]]))
+        elif m.group("bold"):
+            out.append(("strong", {}, inline(s[2:-2])))
+        elif m.group("em"):
+            out.append(("em", {}, inline(s[1:-1])))
+        else:
+            lm = _LINK.match(s)
+            assert lm is not None
+            out.append(("a", {"href": lm.group(2), "rel": "noopener noreferrer nofollow", "target": "_blank"},
+                        [lm.group(1)]))
+        pos = m.end()
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
+
+
+def markdown(text: str) -> list[Node]:
+    """Block structure of ``text`` as a list of nodes."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    out: list[Node] = []
+    para: list[str] = []
+    i = 0
+
+    def flush() -> None:
+        if para:
+            out.append(("p", {}, inline("\n".join(para))))
+            para.clear()
+
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            flush()
+            body: list[str] = []
+            i += 1
+            while i < len(lines) and not _FENCE.match(lines[i]):
+                body.append(lines[i])
+                i += 1
+            attrs = {"data-lang": fence.group(1)} if fence.group(1) else {}
+            out.append(("pre", {}, [("code", attrs, ["\n".join(body)])]))
+            i += 1
+            continue
+        if not line.strip():
+            flush()
+            i += 1
+            continue
+        head = _HEADING.match(line)
+        if head:
+            flush()
+            out.append(("h3" if len(head.group(1)) <= 2 else "h4", {}, inline(head.group(2))))
+            i += 1
+            continue
+        if line.startswith(">"):
+            flush()
+            quote: list[str] = []
+            while i < len(lines) and lines[i].startswith(">"):
+                quote.append(lines[i][1:].lstrip())
+                i += 1
+            out.append(("blockquote", {}, markdown("\n".join(quote))))
+            continue
+        for pattern, tag in ((_BULLET, "ul"), (_NUMBERED, "ol")):
+            if pattern.match(line):
+                flush()
+                items: list[Node] = []
+                while i < len(lines) and (m := pattern.match(lines[i])):
+                    items.append(("li", {}, inline(m.group(1))))
+                    i += 1
+                out.append((tag, {}, items))
+                break
+        else:
+            para.append(line)
+            i += 1
+    flush()
+    return out
+
+
+def highlight(text: str, needle: str) -> list[Node]:
+    """``text`` with every case-insensitive occurrence of ``needle`` in ``<mark>``."""
+    if not needle:
+        return [text]
+    out: list[Node] = []
+    low, n = text.lower(), needle.lower()
+    pos = 0
+    while (j := low.find(n, pos)) >= 0:
+        if j > pos:
+            out.append(text[pos:j])
+        out.append(("mark", {}, [text[j : j + len(n)]]))
+        pos = j + len(n)
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
+
+
+def snippet(text: str, needle: str, width: int = 120) -> str:
+    """A window of ``text`` around the first occurrence of ``needle`` (single line)."""
+    flat = " ".join(text.split())
+    j = flat.lower().find(needle.lower()) if needle else -1
+    if j < 0 or len(flat) <= width:
+        return flat[:width] + ("…" if len(flat) > width else "")
+    start = max(0, j - width // 3)
+    end = min(len(flat), start + width)
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
