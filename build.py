@@ -152,11 +152,28 @@ def esm_graph(entry: Path) -> list[Path]:
     return sorted(seen)
 
 
+ARROW_EVAL = "return new Function(`x`, `${fnBody}\\nreturn true;`);"
+ARROW_NO_EVAL = (
+    "const nulls = new Set(noNaNs); const nan = nullValues.length !== noNaNs.length;\n"
+    "    return function isValid(x) { return !(nulls.has(x) || (nan && x !== x)); };"
+)
+
+
+def patch_arrow_eval(path: Path) -> None:
+    """apache-arrow builds its null check with ``new Function``, which the page's
+    Content-Security-Policy (no 'unsafe-eval') forbids: use an equivalent closure."""
+    text = path.read_text(encoding="utf-8")
+    if ARROW_EVAL not in text:
+        sys.exit(f"{path}: apache-arrow changed; update patch_arrow_eval")
+    path.write_text(text.replace(ARROW_EVAL, ARROW_NO_EVAL), encoding="utf-8")
+
+
 def write_vendor(dist: Path) -> None:
     """idb, and DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map."""
     arrow = (NODE / "apache-arrow").resolve()
     for f in esm_graph(arrow / "Arrow.dom.mjs"):
         copy(f, dist / "vendor" / "apache-arrow" / f.relative_to(arrow))
+    patch_arrow_eval(dist / "vendor" / "apache-arrow" / "builder" / "valid.mjs")
     copy(NODE / "tslib" / "tslib.es6.mjs", dist / "vendor" / "tslib" / "tslib.es6.mjs")
     fb = NODE / "flatbuffers" / "mjs"
     for f in fb.glob("*.js"):

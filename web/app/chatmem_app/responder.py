@@ -46,7 +46,7 @@ async def find_mentions(mem: Any, text: str, *, exclude_ids: set[str], limit: in
         return words, []
     found: list[tuple[Any, Any, int]] = []
     if hasattr(mem, "search"):  # features: search
-        hits = await mem.search(text, limit=limit + len(exclude_ids))
+        hits = await mem.search(" ".join(words), limit=limit + len(exclude_ids))
         for hit in hits:
             msg = getattr(hit, "message", None)
             if msg is None or msg.id in exclude_ids:
