@@ -229,11 +229,11 @@ def run_all(cfg: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
         for base, reps in cfg["w1_points"]:
             for kind in ("memory", "sqlite"):
                 log(f"cpython W1 chatmem-{kind} @{base}")
-                out[("W1", f"append @{base}", f"chatmem {kind}")] = asyncio.run(
+                out[("W1", f"append @{base:,}", f"chatmem {kind}")] = asyncio.run(
                     _cm_w1(kind, tmp, dur, seed, base, cfg["w1_warmup"], reps))
             for kind in ("memory", "sql"):
                 log(f"cpython W1 langchain-{kind} @{base}")
-                out[("W1", f"append @{base}", f"LangChain {kind}")] = _lc_w1(kind, tmp, seed, base, cfg["w1_warmup"], reps)
+                out[("W1", f"append @{base:,}", f"LangChain {kind}")] = _lc_w1(kind, tmp, seed, base, cfg["w1_warmup"], reps)
         n, reps = cfg["w2_n"], cfg["w2_reps"]
         for kind in ("memory", "sqlite"):
             log(f"cpython W2 chatmem-{kind}")

@@ -41,8 +41,12 @@ def fmt(x: float | None, unit: str = "") -> str:
         s = f"{x:.0f}"
     elif abs(x) >= 10:
         s = f"{x:.1f}"
-    else:
+    elif abs(x) >= 0.1 or x == 0:
         s = f"{x:.2f}"
+    elif abs(x) >= 0.01:
+        s = f"{x:.3f}"
+    else:
+        s = f"{x:.4f}"
     return s + unit
 
 
@@ -87,10 +91,11 @@ def svg_chart(title: str, rows: list[dict[str, Any]]) -> str:
     parts = []
     case = None
     for r in rows:
-        if r["case"] != case:
-            case = r["case"]
+        if (r["where"], r["case"]) != case:
+            case = (r["where"], r["case"])
             y += 10
-            parts.append(f'<text x="8" y="{y + 10}" font-weight="bold">{html.escape(case)}</text>')
+            where = "Chromium" if r["where"] == "chromium" else "CPython"
+            parts.append(f'<text x="8" y="{y + 10}" font-weight="bold">{html.escape(r["case"])} ({where})</text>')
             y += 18
         x1 = scale(r["p50"])
         parts.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{html.escape(r["system"])}</text>')

@@ -3,9 +3,12 @@
 // side (bench/benchpy.py, running in the page's Pyodide) uses too.
 //
 // Systems (each in its own database, all in this page):
-//   raw      plain IndexedDB through `idb`, the same operations chatmem performs
-//            (session get+put, one message record, one outbox record) in one transaction
-//   rawmin   plain IndexedDB, one put of the message record only (the floor)
+//   raw       plain IndexedDB through `idb`, the same operations chatmem performs
+//             (session get+put, one message record, one outbox record) in one transaction,
+//             with only the index the operations need ([sessionId, seq])
+//   rawschema the same, on chatmem's exact schema (all its indexes) and record shapes
+//   rawmin    no outbox: W1 one put of the message record only (the floor); W2 the
+//             message records and the session counter in one transaction
 //   dexie    Dexie: a transaction with the message add and the session counter; bulkPut; where()
 //   rewrite  the original's storage model: unstorage + its IndexedDB driver, the whole
 //            session as one record, rewritten on every append
@@ -60,12 +63,36 @@ const tick = () => new Promise((r) => setTimeout(r, 0));
 // ---------------------------------------------------------------- systems
 const clone = (m) => ({ ...m });
 
-function rawSystem(withOutbox) {
+// chatmem's schema (web/js/bridge.js v1): the indexes every write must also maintain
+function chatmemSchema(db) {
+  const sessions = db.createObjectStore("sessions", { keyPath: "sessionId" });
+  for (const k of ["userId", "characterId", "updatedAt", "createdAt"]) sessions.createIndex(k, k);
+  const messages = db.createObjectStore("messages", { keyPath: "id" });
+  messages.createIndex("sessionSeq", ["sessionId", "seq"], { unique: true });
+  messages.createIndex("createdAt", "createdAt");
+  messages.createIndex("role", "role");
+  const outbox = db.createObjectStore("outbox", { keyPath: "key", autoIncrement: true });
+  outbox.createIndex("op_id", "op_id", { unique: true });
+  outbox.createIndex("session_id", "session_id");
+}
+
+// a message and its outbox op shaped as chatmem stores them
+function chatmemShape(rec) {
+  const full = { tokenCount: Math.ceil(rec.content.length / 4), provider: null, model: null, slices: null,
+    tool_results: null, categorization: null, toolCalls: rec.toolCalls ?? null, toolCallId: rec.toolCallId ?? null,
+    name: null, metadata: null, ...rec };
+  const op = { op_id: "o" + rec.id, type: "create", resource: "message", id: rec.id, session_id: rec.sessionId,
+    data: full, timestamp: Date.now(), hlc: `${Date.now()}:0000:dbench`, attempts: 0, next_attempt_at: 0, last_error: null };
+  return [full, op];
+}
+
+function rawSystem(withOutbox, sameSchema = false) {
   return {
     async open(name, durability) {
       this.durability = durability;
       this.db = await openDB(name, 1, {
         upgrade(db) {
+          if (sameSchema) return chatmemSchema(db);
           db.createObjectStore("sessions", { keyPath: "sessionId" });
           const ms = db.createObjectStore("messages", { keyPath: "id" });
           ms.createIndex("sessionSeq", ["sessionId", "seq"], { unique: true });
@@ -84,6 +111,11 @@ function rawSystem(withOutbox) {
       const ps = [];
       for (const m of msgs) {
         const rec = { ...m, id: `${sid}/${m.id}`, sessionId: sid, seq: seq++, createdAt: Date.now() };
+        if (sameSchema) {
+          const [full, op] = chatmemShape(rec);
+          ps.push(ms.add(full), ob.add(op));
+          continue;
+        }
         ps.push(ms.add(rec));
         if (withOutbox) ps.push(ob.add({ opId: "o" + rec.id, type: "create", resource: "message", id: rec.id, data: rec }));
       }
@@ -220,10 +252,16 @@ function rewriteSystem() {
       const arr = await this.storage.getItem(this.key(sid));
       return arr.slice(-k);
     },
-    async exportAll() {
-      const keys = await this.storage.getKeys("local:chat:sessions");
+    async exportAll(sessionIds) {
+      // the app knows its session ids (getKeys() cannot list them back: with the driver's
+      // `base` option the keys it returns carry a prefix unstorage does not strip)
       const out = {};
-      for (const k of keys) out[k] = await this.storage.getItem(k);
+      for (const sid of sessionIds) {
+        out[sid] = {
+          meta: await this.storage.getItem(`local:chat:sessions:${sid}:meta`),
+          messages: await this.storage.getItem(this.key(sid)),
+        };
+      }
       return JSON.stringify(out);
     },
     async close() {
@@ -234,7 +272,7 @@ function rewriteSystem() {
   };
 }
 
-export const SYSTEMS = { raw: () => rawSystem(true), rawmin: rawMinSystem, dexie: dexieSystem, rewrite: rewriteSystem };
+export const SYSTEMS = { raw: () => rawSystem(true), rawschema: () => rawSystem(true, true), rawmin: rawMinSystem, dexie: dexieSystem, rewrite: rewriteSystem };
 
 // ---------------------------------------------------------------- workloads
 const state = { msgs: new Map() };
@@ -326,7 +364,7 @@ export async function w3(system, { db, durability, seed, n, k, budget, reps }) {
 }
 
 /** W5: export everything in the database left by W2 (keep=true) as one JSON string. */
-export async function w5(system, { db, durability, reps }) {
+export async function w5(system, { db, durability, reps, sessions }) {
   const s = SYSTEMS[system]();
   await s.open(db, durability);
   if (system === "rewrite") {
@@ -337,13 +375,30 @@ export async function w5(system, { db, durability, reps }) {
   let bytes = 0;
   for (let r = 0; r < reps; r++) {
     const t0 = now();
-    const json = await s.exportAll();
+    const json = await s.exportAll(Array.from({ length: sessions }, (_, r) => `s-w2-${r}`));
     times.push(now() - t0);
     bytes = json.length;
   }
   await s.close();
   await deleteDB(db);
   return { times, bytes };
+}
+
+/** Profiling: replace a chatmem bridge handle's `call` with one that times JSON.parse,
+ * the method (its IndexedDB transaction included) and JSON.stringify separately. */
+export function instrument(db) {
+  const parts = [];
+  db.call = async function (method, argsJson) {
+    const t0 = now();
+    const args = argsJson ? JSON.parse(argsJson) : {};
+    const t1 = now();
+    const value = await this[method](args);
+    const t2 = now();
+    const out = JSON.stringify({ ok: true, value });
+    parts.push([t1 - t0, t2 - t1, now() - t2]);
+    return out;
+  };
+  return { take: () => JSON.stringify(parts.splice(0)) };
 }
 
 export async function drop(db) { await deleteDB(db); }

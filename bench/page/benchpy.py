@@ -66,6 +66,7 @@ class _Profile:
                 finally:
                     outer.js += now() - t0
 
+        self.jsparts = bench.instrument(self.handle)
         self.db._handle = Handle()
         self._orig_call = self.db.call
 
@@ -78,8 +79,11 @@ class _Profile:
 
         self.db.call = call
 
-    def take(self) -> tuple[float, float]:
-        out = (self.bridge, self.js)
+    def take(self) -> tuple[float, ...]:
+        """(bridge, js, JSON.parse, method, JSON.stringify) summed since the last take."""
+        js_parts = json.loads(self.jsparts.take())
+        sums = [sum(p[i] for p in js_parts) for i in range(3)]
+        out = (self.bridge, self.js, *sums)
         self.bridge = self.js = 0.0
         return out
 
@@ -97,7 +101,7 @@ async def w1(db: str, durability: str, seed: int, base: int, warmup: int, reps: 
         await mem.messages.append(sid, m["role"], m["content"], **{k: v for k, v in m.items() if k not in ("role", "content")})
     prof = _Profile(mem) if profile else None
     times: list[float] = []
-    parts: list[tuple[float, float, float]] = []
+    parts: list[tuple[float, ...]] = []
     intervals: list[list[float]] = []
     if blocking:
         bench.hbStart()
@@ -109,8 +113,7 @@ async def w1(db: str, durability: str, seed: int, base: int, warmup: int, reps: 
         times.append(t1 - t0)
         intervals.append([t0, t1])
         if prof:
-            b, j = prof.take()
-            parts.append((t1 - t0, b, j))
+            parts.append((t1 - t0, *prof.take()))
     block = json.loads(bench.hbStop(json.dumps(intervals))) if blocking else None
     if prof:
         prof.restore()
@@ -126,7 +129,7 @@ async def w2(db: str, durability: str, seed: int, n: int, reps: int, keep: bool 
     items = [item(m) for m in payload(seed, n)]
     prof = _Profile(mem) if profile else None
     times: list[float] = []
-    parts: list[tuple[float, float, float]] = []
+    parts: list[tuple[float, ...]] = []
     for _ in range(reps):
         s = await mem.sessions.create(title="bench")
         if prof:
@@ -137,8 +140,7 @@ async def w2(db: str, durability: str, seed: int, n: int, reps: int, keep: bool 
         t = now() - t0
         times.append(t)
         if prof:
-            b, j = prof.take()
-            parts.append((t, b, j))
+            parts.append((t, *prof.take()))
     if prof:
         prof.restore()
     await mem.close()
