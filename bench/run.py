@@ -1,0 +1,536 @@
+#!/usr/bin/env python3
+"""chatmem benchmarks: the same seeded workloads through chatmem and the
+alternatives, in one Chromium page and one CPython process, in one run.
+
+    python build.py bench                 # default sizes (~10 minutes on 2 cores)
+    python build.py bench --large         # W2 also at 100,000 messages
+    python build.py bench --quick         # tiny sizes: checks that everything runs
+    python build.py bench --durability strict
+    python build.py bench --only W1,W3    # some workloads (W6 needs W2's data; it imports it itself)
+
+Writes bench/results/results.json, results.md and one SVG chart per workload.
+Each workload is one function in WORKLOADS; a later one (W4 keyword search,
+W7 outbox drain) plugs in by adding a function there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # build.py: the static server
+sys.path.insert(0, str(HERE))
+
+import build  # noqa: E402
+import payloads  # noqa: E402
+import report  # noqa: E402
+
+NODE = ROOT / "node_modules"
+RESULTS = HERE / "results"
+
+# launched as tests/conftest.py does
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+]
+
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------- the bench page
+
+
+def assemble_page(dist: Path) -> Path:
+    """dist/bench/: the harness, the peers from node_modules, PyScript's storage module."""
+    out = dist / "bench"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(HERE / "page", out)
+    vendor = out / "vendor"
+
+    def cp(src: str, dst: str) -> None:
+        (vendor / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(NODE / src, vendor / dst)
+
+    cp("dexie/dist/dexie.mjs", "dexie/dexie.mjs")
+    u = NODE / "unstorage"
+    cp("unstorage/dist/index.mjs", "unstorage/dist/index.mjs")
+    for f in (u / "dist" / "shared").glob("*.mjs"):
+        cp(f"unstorage/dist/shared/{f.name}", f"unstorage/dist/shared/{f.name}")
+    cp("unstorage/drivers/indexedb.mjs", "unstorage/drivers/indexedb.mjs")
+    cp("unstorage/drivers/utils/index.mjs", "unstorage/drivers/utils/index.mjs")
+    cp("destr/dist/index.mjs", "destr/index.mjs")
+    cp("idb-keyval/dist/index.js", "idb-keyval/index.js")
+    cp("@webreflection/idb-map/index.js", "idb-map/index.js")
+    cp("@webreflection/idb-map/sync.js", "idb-map/sync.js")
+    std = NODE / "@pyscript" / "core" / "src" / "stdlib" / "pyscript"
+    (out / "pyscript").mkdir()
+    for name in ("storage.py", "flatted.py", "ffi.py"):
+        shutil.copy2(std / name, out / "pyscript" / name)
+    # PyScript's own __init__ pulls in the DOM helpers; the storage module needs none of them
+    (out / "pyscript" / "__init__.py").write_text("from pyscript.storage import Storage, storage\n")
+    return out
+
+
+class Browser:
+    """One Chromium, one bench page (chatmem booted + the JS peers)."""
+
+    def __init__(self, site: str):
+        from playwright.sync_api import sync_playwright
+
+        self.site = site
+        self._pw = sync_playwright().start()
+        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        self.context = self.browser.new_context()
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(900_000)
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(site + "bench/index.html")
+        self.page.evaluate("window.benchReady")
+
+    def js(self, fn: str, *args: Any) -> Any:
+        return self.page.evaluate("([f, a]) => window.bench[f](...a)", [fn, list(args)])
+
+    def py(self, code: str) -> Any:
+        return self.page.evaluate("c => window.chatmem.runPython(c)", code)
+
+    def call(self, fn: str, *args: Any) -> Any:
+        return self.py(f"import benchpy\nawait benchpy.{fn}(*{list(args)!r})")
+
+    def env(self) -> dict[str, Any]:
+        return {
+            "chromium": self.browser.version,
+            "hardware_concurrency": self.page.evaluate("navigator.hardwareConcurrency"),
+            "pyodide": self.page.evaluate("window.chatmem.pyodide.version"),
+        }
+
+    def close(self) -> None:
+        self.context.close()
+        self.browser.close()
+        self._pw.stop()
+
+
+# ---------------------------------------------------------------------------- results
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.extra: dict[str, Any] = {}
+
+    def add(self, workload: str, case: str, system: str, times: list[float], *, where: str = "chromium",
+            n_msgs: int | None = None, **extra: Any) -> dict[str, Any]:
+        row = {"workload": workload, "case": case, "system": system, "where": where, **report.stats(times), **extra}
+        if n_msgs:
+            row["throughput"] = n_msgs / (row["p50"] / 1000)
+        row["samples"] = [round(t, 3) for t in times]
+        self.rows.append(row)
+        log(f"  {workload} {case} {system}: p50 {report.fmt(row['p50'])} ms (n={row['n']})")
+        return row
+
+    def find(self, workload: str, case: str, system: str) -> dict[str, Any] | None:
+        return next((r for r in self.rows if (r["workload"], r["case"], r["system"]) == (workload, case, system)), None)
+
+    def ratios(self) -> None:
+        """vs raw (same case, same run) and chatmem ÷ peer; CPython peers against the chatmem store of the same kind."""
+        for r in self.rows:
+            if r["where"] == "chromium":
+                raw = self.find(r["workload"], r["case"], "raw")
+                cm = self.find(r["workload"], r["case"], "chatmem")
+                if raw and r is not raw:
+                    r["vs_raw"] = r["p50"] / raw["p50"]
+                if cm and not r["system"].startswith("chatmem"):
+                    r["chatmem_over"] = cm["p50"] / r["p50"]
+            elif r["system"].startswith("LangChain"):
+                kind = "memory" if " memory" in r["system"] else "sqlite"
+                cm = next((x for x in self.rows if x["workload"] == r["workload"] and x["case"] == r["case"]
+                           and x["system"].startswith(f"chatmem {kind}")), None)
+                if cm:
+                    r["chatmem_over"] = cm["p50"] / r["p50"]
+
+
+# ---------------------------------------------------------------------------- workloads (browser)
+
+JS_W1 = ("raw", "rawschema", "rawmin", "dexie", "rewrite")
+
+
+def w1(b: Browser, cfg: dict[str, Any], res: Results) -> None:
+    """W1 append: one message at a time to a session already holding `base`, awaited until durable."""
+    seed, dur, warm = cfg["seed"], cfg["durability"], cfg["w1_warmup"]
+    for base, reps in cfg["w1_points"]:
+        case = f"append @{base:,}"
+        log(f"W1 {case}")
+        r = b.call("w1", "bench-cm-w1", dur, seed, base, warm, reps)
+        res.add("W1", case, "chatmem", r["times"])
+        for s in JS_W1:
+            r = b.js("w1", s, {"db": f"bench-{s}-w1", "durability": dur, "seed": seed, "base": base,
+                               "warmup": warm, "reps": reps, "blocking": False})
+            res.add("W1", case, s, r["times"])
+        if base <= 1000:
+            r = b.call("ps_w1", "bench-ps-w1", seed, base, warm, reps)
+            res.add("W1", case, "pyscript.storage", r["times"])
+    # main-thread blocking, a separate pass (the heartbeat costs a little itself)
+    base, reps = cfg["w1_points"][0][0], cfg["w1_block_reps"]
+    log(f"W1 main-thread blocking @{base}")
+    block: dict[str, Any] = {}
+    block["chatmem"] = b.call("w1", "bench-cm-w1b", dur, seed, base, warm, reps, True)["block"]
+    for s in ("raw", "dexie", "rewrite"):
+        block[s] = b.js("w1", s, {"db": f"bench-{s}-w1b", "durability": dur, "seed": seed, "base": base,
+                                  "warmup": warm, "reps": reps, "blocking": True})["block"]
+    block["pyscript.storage"] = b.call("ps_w1", "bench-ps-w1b", seed, base, warm, reps, True)["block"]
+    big = cfg["w1_points"][-1][0]
+    if big != base:
+        block[f"chatmem @{big}"] = b.call("w1", "bench-cm-w1b", dur, seed, big, warm, reps, True)["block"]
+        block[f"rewrite @{big}"] = b.js("w1", "rewrite", {"db": "bench-rewrite-w1b", "durability": dur, "seed": seed,
+                                                          "base": big, "warmup": warm, "reps": reps,
+                                                          "blocking": True})["block"]
+    res.extra["w1_blocking"] = {
+        k: {"longest_p50": report.stats([x[0] for x in v])["p50"], "longest_max": max(x[0] for x in v),
+            "busy_p50": report.stats([x[1] for x in v])["p50"], "n": len(v), "base": big if "@" in k else base}
+        for k, v in block.items()
+    }
+    for k, v in res.extra["w1_blocking"].items():
+        log(f"  blocking {k}: longest p50 {v['longest_p50']:.2f} ms, max {v['longest_max']:.2f}, busy p50 {v['busy_p50']:.2f}")
+    # where chatmem's append time goes
+    log("W1 profile (chatmem)")
+    base, reps = cfg["w1_points"][0]
+    parts = b.call("w1", "bench-cm-w1p", dur, seed, base, warm, reps, False, True)["parts"]
+    res.extra["w1_profile"] = _profile(parts)
+
+
+def _profile(parts: list[list[float]]) -> dict[str, float]:
+    """Medians of each part: total, Python outside the bridge, JSON in Python, FFI + scheduling,
+    JSON.parse in JS, the bridge method (IndexedDB transaction included), JSON.stringify in JS."""
+    p50 = lambda i: report.stats([p[i] for p in parts])["p50"]  # noqa: E731
+    tot, bridge, js, jparse, method, jstr = (p50(i) for i in range(6))
+    return {"total_p50": tot, "bridge_call_p50": bridge, "js_call_p50": js,
+            "python_outside_bridge": tot - bridge, "json_at_bridge": bridge - js,
+            "ffi_and_scheduling": js - jparse - method - jstr,
+            "js_json_parse": jparse, "bridge_method": method, "js_json_stringify": jstr}
+
+
+def w2(b: Browser, cfg: dict[str, Any], res: Results, keep: bool = True) -> None:
+    """W2 bulk import: n messages into a new session in one call; messages per second."""
+    seed, dur = cfg["seed"], cfg["durability"]
+    for n, reps in cfg["w2_points"]:
+        case = f"import {n:,}"
+        log(f"W2 {case}")
+        r = b.call("w2", "bench-cm-w2", dur, seed, n, reps + 1, keep and n == cfg["w2_points"][0][0], True)
+        res.add("W2", case, "chatmem", r["times"][1:], n_msgs=n)
+        res.extra.setdefault("w2_profile", {})[case] = _profile(r["parts"][1:])
+        for s in ("raw", "rawschema", "rawmin", "dexie", "rewrite"):
+            r = b.js("w2", s, {"db": f"bench-{s}-w2", "durability": dur, "seed": seed, "n": n, "reps": reps + 1,
+                               "keep": keep and n == cfg["w2_points"][0][0]})
+            res.add("W2", case, s, r["times"][1:], n_msgs=n)
+        if n <= 10000:
+            r = b.call("ps_w2", "bench-ps-w2", seed, n, cfg["w2_ps_reps"])
+            res.add("W2", case, "pyscript.storage", r["times"], n_msgs=n)
+
+
+def w3(b: Browser, cfg: dict[str, Any], res: Results) -> None:
+    """W3 window: the context for the newest turn of an n-message session under a token budget."""
+    seed, dur, n, budget, reps = cfg["seed"], cfg["durability"], cfg["w3_n"], cfg["w3_budget"], cfg["w3_reps"]
+    case = f"window {n:,} / {budget:,} tok"
+    log(f"W3 {case}")
+    r = b.call("w3", "bench-cm-w3", dur, seed, n, budget, 64, reps)
+    res.add("W3", case, "chatmem", r["times"])
+    res.add("W3", case, "chatmem fit_window only", r["fit_only"])
+    res.extra["w3_pyodide"] = {k: r[k] for k in ("kept", "tokens", "kept_full", "same")}
+    for s in ("raw", "dexie", "rewrite"):
+        r = b.js("w3", s, {"db": f"bench-{s}-w3", "durability": dur, "seed": seed, "n": n, "k": 64,
+                           "budget": budget, "reps": reps})
+        res.add("W3", case, s, r["times"])
+
+
+def w5(b: Browser, cfg: dict[str, Any], res: Results) -> None:
+    """W5 export: every session and message as one JSON document (W2 left the data)."""
+    n, reps = cfg["w2_points"][0]
+    case = f"export {reps + 1} x {n:,} msgs"
+    log(f"W5 {case}")
+    r = b.call("w5", "bench-cm-w2", cfg["w5_reps"])
+    res.add("W5", case, "chatmem", r["times"], n_msgs=(reps + 1) * n, bytes=r["bytes"])
+    for s in ("raw", "dexie", "rewrite"):
+        r = b.js("w5", s, {"db": f"bench-{s}-w2", "durability": cfg["durability"], "reps": cfg["w5_reps"],
+                           "sessions": reps + 1})
+        res.add("W5", case, s, r["times"], n_msgs=(reps + 1) * n, bytes=r["bytes"])
+
+
+def w6(b: Browser, cfg: dict[str, Any], res: Results) -> None:
+    """W6 cold start: a new page to window.chatmem.ready, and to the first query answered
+    (open + newest 50 messages) over the data W2 stored; against a bare Pyodide boot."""
+    n, reps = cfg["w2_points"][0]
+    stored = (reps + 1) * n
+    case = f"cold page, {stored:,} stored"
+    log(f"W6 {case}")
+    ready, first, bare = [], [], []
+    for i in range(cfg["w6_loads"]):
+        p = b.context.new_page()
+        p.set_default_timeout(300_000)
+        p.goto(b.site + "bench/bare.html")
+        bare.append(p.evaluate("window.bareReady"))
+        p.close()
+        p = b.context.new_page()
+        p.set_default_timeout(300_000)
+        p.goto(b.site)
+        ready.append(p.evaluate("window.chatmem.ready.then(() => performance.now())"))
+        t = p.evaluate("c => window.chatmem.runPython(c)", (
+            "import chatmem, js\n"
+            "mem = await chatmem.open('bench-cm-w2')\n"
+            "ss = await mem.sessions.list(limit=1)\n"
+            "msgs = await mem.messages.list(ss[0].session_id, limit=50, newest_first=True)\n"
+            "await mem.close()\n"
+            "[js.performance.now(), len(msgs)]"))
+        first.append(t[0])
+        p.close()
+    res.add("W6", case, "bare Pyodide boot", bare)
+    res.add("W6", case, "chatmem ready", ready)
+    res.add("W6", case, "chatmem first query", first)
+
+
+WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
+    "W1": w1,
+    "W2": w2,
+    "W3": w3,
+    "W6": w6,  # before W5, which exports W2's data and then deletes it
+    "W5": w5,
+    # "W4": keyword search, "W7": outbox drain — land with their issues
+}
+
+# ---------------------------------------------------------------------------- targets
+
+
+def targets(res: Results, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+
+    def t(name: str, goal: str, measured: str, ok: bool | None) -> None:
+        out.append({"target": name, "goal": goal, "measured": measured,
+                    "status": {True: "met", False: "missed", None: "not measured"}.get(ok, ok)})
+
+    b1 = cfg["w1_points"][0][0]
+    c1, r1, w1r = (res.find("W1", f"append @{b1:,}", s) for s in ("chatmem", "raw", "rewrite"))
+    if c1 and r1:
+        q = c1["p50"] / r1["p50"]
+        t("W1 vs raw", "chatmem p50 <= 1.5x raw IndexedDB", f"{report.fmt(c1['p50'])} vs {report.fmt(r1['p50'])} ms = {q:.2f}x", q <= 1.5)
+    for base, want in ((1000, 6), (5000, 25)):
+        c, w = res.find("W1", f"append @{base:,}", "chatmem"), res.find("W1", f"append @{base:,}", "rewrite")
+        if c and w:
+            q = w["p50"] / c["p50"]
+            t(f"W1 vs rewrite @{base:,}", f">= {want}x faster than whole-session rewrite",
+              f"{report.fmt(w['p50'])} vs {report.fmt(c['p50'])} ms = {q:.1f}x", q >= want)
+    blk = res.extra.get("w1_blocking", {}).get("chatmem")
+    if blk:
+        t("W1 main-thread blocking", "< 2 ms per append",
+          f"longest task p50 {blk['longest_p50']:.2f} ms (max {blk['longest_max']:.2f}), busy p50 {blk['busy_p50']:.2f} ms",
+          blk["longest_p50"] < 2)
+    n2 = cfg["w2_points"][0][0]
+    c2, m2, r2, w2r = (res.find("W2", f"import {n2:,}", s) for s in ("chatmem", "rawmin", "raw", "rewrite"))
+    if c2 and m2 and r2:
+        q = c2["throughput"] / m2["throughput"]
+        t("W2 throughput", ">= 70% of the raw per-record limit",
+          f"{c2['throughput']:,.0f} vs {m2['throughput']:,.0f} msg/s = {q:.0%} "
+          f"({c2['throughput'] / r2['throughput']:.0%} of raw with the same outbox writes)", q >= 0.7)
+    if w2r and m2:
+        t("W2 rewrite-model note", "report the one-record figure beside ours",
+          f"whole session as one record: {w2r['throughput']:,.0f} msg/s = {w2r['throughput'] / m2['throughput']:.1f}x the per-record limit", "reported")
+    c3 = res.find("W3", f"window {cfg['w3_n']:,} / {cfg['w3_budget']:,} tok", "chatmem")
+    if c3:
+        t("W3 window", "< 10 ms p50 in Pyodide", f"{report.fmt(c3['p50'])} ms", c3["p50"] < 10)
+    t("W4 keyword search", "< 8 ms p50 over 100,000, >= 10x the substring scan", "search has not landed", None)
+    stored = (cfg["w2_points"][0][1] + 1) * cfg["w2_points"][0][0]
+    rd, br = (res.find("W6", f"cold page, {stored:,} stored", s) for s in ("chatmem ready", "bare Pyodide boot"))
+    if rd and br:
+        q = rd["p50"] / br["p50"]
+        t("W6 time to usable page", "<= 1.25x bare Pyodide boot (+ DuckDB instantiate, not loaded yet)",
+          f"{report.fmt(rd['p50'])} vs {report.fmt(br['p50'])} ms = {q:.2f}x", q <= 1.25)
+    return out
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def config(args: argparse.Namespace) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "seed": args.seed, "durability": args.durability,
+        "w1_points": [(1000, 200), (5000, 100)], "w1_warmup": 20, "w1_block_reps": 60,
+        "w2_points": [(10000, 4)], "w2_ps_reps": 2, "w3_n": 10000, "w3_budget": 8000, "w3_reps": 40,
+        "w5_reps": 3, "w6_loads": 4,
+    }
+    if args.large:
+        cfg["w2_points"].append((100000, 2))
+    if args.quick:
+        cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
+                   w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1)
+    return cfg
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--large", action="store_true", help="W2 also at 100,000 messages")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, to check that everything runs")
+    ap.add_argument("--durability", choices=("relaxed", "strict"), default="relaxed")
+    ap.add_argument("--seed", type=int, default=20261101)
+    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (CPython runs W1-W3)")
+    ap.add_argument("--no-cpython", action="store_true")
+    ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--render", action="store_true", help="only re-render results.md and the charts from results.json")
+    args = ap.parse_args()
+    if args.render:
+        doc = json.loads((args.out / "results.json").read_text())
+        res = Results()
+        res.rows, res.extra = doc["rows"], doc["extra"]
+        write(args.out, doc["env"], res, doc["targets"])
+        return 0
+    cfg = config(args)
+    only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
+    res = Results()
+    env: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "machine": platform.machine(),
+        "os": platform.platform(), "cpu": _cpu(), "python": platform.python_version(),
+        "durability": cfg["durability"], "seed": cfg["seed"], "config": cfg,
+    }
+    # the two generators must agree, or the comparison is not over the same data
+    dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
+    if not args.no_browser:
+        assemble_page(dist)
+        srv, site = build.serve_in_thread(dist, 0)
+        b = Browser(site)
+        try:
+            env.update(b.env())
+            ck_js = b.js("checksum", cfg["seed"], 2000)
+            ck_py = payloads.checksum(payloads.messages(cfg["seed"], 2000))
+            if ck_js != ck_py:
+                raise SystemExit(f"payload generators disagree: js {ck_js} py {ck_py}")
+            log(f"Chromium {env['chromium']}, Pyodide {env['pyodide']}, {env['cores']} cores, durability {cfg['durability']}")
+            needs_w2 = {"W5", "W6"} & only and "W2" not in only
+            for name, fn in WORKLOADS.items():
+                if only and name not in only:
+                    if name == "W2" and needs_w2:
+                        w2(b, cfg, Results())  # the data W5/W6 read, not reported
+                    continue
+                fn(b, cfg, res)
+            if b.errors:
+                log(f"page errors: {b.errors}")
+        finally:
+            b.close()
+            srv.shutdown()
+    if not args.no_cpython and (not only or only & {"W1", "W2", "W3"}):
+        import cpython
+
+        c_cfg = dict(cfg, w2_n=cfg["w2_points"][0][0], w2_reps=cfg["w2_points"][0][1] + 1)
+        out = cpython.run_all(c_cfg, log)
+        res.extra["w3_compare"] = out.pop("w3_compare")
+        for (wl, case, system), times in out.items():
+            if only and wl not in only:
+                continue
+            n = c_cfg["w2_n"] if wl == "W2" else None
+            res.add(wl, case, system, times, where="cpython", n_msgs=n)
+    res.ratios()
+    tg = targets(res, cfg)
+    write(args.out, env, res, tg)
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.svg"):
+        old.unlink()
+    doc = {"env": env, "rows": res.rows, "extra": res.extra, "targets": tg}
+    (out / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    md = [
+        "# chatmem benchmark results\n",
+        f"{env['date']} · `python build.py bench` · Chromium {env.get('chromium', '–')} · Pyodide {env.get('pyodide', '–')} · "
+        f"CPython {env['python']} · {env['cores']} cores ({env['cpu']}) · IndexedDB durability **{env['durability']}** · seed {env['seed']}\n",
+        "## Table\n",
+        "Times in ms per operation (W1: one append; W2: the whole import; W3: one window; W5: the whole export; "
+        "W6: from navigation start). `vs raw` = this ÷ raw in the same run; `chatmem ÷ this` = chatmem's p50 ÷ this "
+        "row's p50 (below 1: chatmem is faster). CPython rows compare chatmem's store of the same kind.\n",
+        report.markdown(res.rows),
+        "## Targets\n",
+        "| target | goal | measured | status |", "|---|---|---|---|",
+        *[f"| {x['target']} | {x['goal']} | {x['measured']} | {x['status']} |" for x in tg],
+        "",
+    ]
+    if "w1_blocking" in res.extra:
+        md += ["## W1 main-thread blocking per append\n",
+               "Longest uninterrupted main-thread task during each awaited append (a MessageChannel heartbeat), "
+               "and the busy time summed over the append (gaps >= 0.2 ms).\n",
+               "| system | messages in session | longest task p50 | longest task max | busy p50 |", "|---|---:|---:|---:|---:|",
+               *[f"| {k} | {v['base']:,} | {v['longest_p50']:.2f} ms | {v['longest_max']:.2f} ms | {v['busy_p50']:.2f} ms |"
+                 for k, v in res.extra["w1_blocking"].items()], ""]
+    for key, title in (("w1_profile", "W1 append"), ("w2_profile", "W2 import")):
+        prof = res.extra.get(key)
+        if not prof:
+            continue
+        items = prof.items() if key == "w2_profile" else [("", prof)]
+        md += [f"## Where chatmem's time goes: {title}\n",
+               "Medians of each part, measured separately (they need not add up exactly).\n",
+               "| case | total | Python (validation, records, outbox ops, models) | JSON in Python | FFI crossing + event-loop hops "
+               "| JSON.parse in JS | bridge method incl. IndexedDB transaction | JSON.stringify in JS |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|",
+               *[f"| {c or 'append'} | {p['total_p50']:.2f} ms | {p['python_outside_bridge']:.2f} ms | {p['json_at_bridge']:.2f} ms "
+                 f"| {p['ffi_and_scheduling']:.2f} ms | {p['js_json_parse']:.2f} ms | {p['bridge_method']:.2f} ms | {p['js_json_stringify']:.2f} ms |"
+                 for c, p in items], ""]
+    if "w3_compare" in res.extra:
+        c = res.extra["w3_compare"]
+        md += ["## W3: chatmem's window against LangChain's trim_messages (same budget, same token costs)\n",
+               f"- chatmem kept {c['chatmem_kept']} messages ({c['chatmem_tokens']} tokens with the system prompt), "
+               f"trim_messages kept {c['trim_kept']} ({c['trim_tokens']} tokens); {c['common']} in common.",
+               f"- oldest kept: chatmem #{c['chatmem_first']}, trim_messages #{c['trim_first']} (index, role).",
+               f"- only chatmem: {c['only_chatmem'] or 'none'}; only trim_messages: {c['only_trim'] or 'none'}.",
+               f"- chatmem reading pages from the store keeps exactly what it keeps over all records: {c['chatmem_paged_equals_full']}.", ""]
+    charts = []
+    for wl in sorted({r["workload"] for r in res.rows}):
+        rows = [r for r in res.rows if r["workload"] == wl]
+        name = f"{wl.lower()}.svg"
+        (out / name).write_text(report.svg_chart(f"{wl}: {WORKLOAD_TITLES.get(wl, wl)}", rows))
+        charts.append(f"![{wl}]({name})")
+    md += ["## Charts\n", *charts, ""]
+    (out / "results.md").write_text("\n".join(md))
+    print("\n" + report.markdown(res.rows))
+    for x in tg:
+        print(f"{x['status']:>12}  {x['target']}: {x['measured']}  (goal: {x['goal']})")
+    log(f"wrote {out}/results.json, results.md and {len(charts)} charts")
+
+
+WORKLOAD_TITLES = {
+    "W1": "append one message, awaited until durable",
+    "W2": "bulk import",
+    "W3": "context window for the newest turn",
+    "W5": "export everything to JSON",
+    "W6": "cold start",
+}
+
+if __name__ == "__main__":
+    sys.exit(main())
