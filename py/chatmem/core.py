@@ -3,14 +3,13 @@ generator and the caches, with the one place that keeps the caches coherent."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .cache import LRUCache
 from .ids import Clock, IdGenerator
 from .outbox import Outbox
-from .stores.base import Store
+from .stores.base import Store, clone
 
 __all__ = ["Core"]
 
@@ -34,17 +33,17 @@ class Core:
     # ------------------------------------------------------------------ cache
     def cached_meta(self, session_id: str) -> dict[str, Any] | None:
         rec = self.meta_cache.get(session_id)
-        return copy.deepcopy(rec) if rec is not None else None
+        return clone(rec) if rec is not None else None
 
     def remember_meta(self, rec: dict[str, Any]) -> None:
-        self.meta_cache.set(rec["sessionId"], copy.deepcopy(rec))
+        self.meta_cache.set(rec["sessionId"], clone(rec))
 
     def cached_page(self, key: PageKey) -> list[dict[str, Any]] | None:
         page = self.page_cache.get(key)
-        return copy.deepcopy(page) if page is not None else None
+        return clone(page) if page is not None else None
 
     def remember_page(self, key: PageKey, page: list[dict[str, Any]]) -> None:
-        self.page_cache.set(key, copy.deepcopy(page))
+        self.page_cache.set(key, clone(page))
 
     def invalidate(self, session_id: str | None = None) -> None:
         """Forget what is cached about one session (or everything)."""

@@ -196,7 +196,8 @@ class Database {
     ps.push(sessions.put(sess), ...enqueue(tx, ops, out, created), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("messages", [sessionId]);
-    return [out, sess];
+    // the caller has the records: send back only what the transaction decided
+    return [out.length ? out[0].seq : sess.nextSeq, sess];
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {

@@ -20,12 +20,21 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Protocol, runtime_checkable
 
-__all__ = ["Store", "SESSION_PRIVATE_FIELDS", "fill_ops", "next_seq_after"]
+__all__ = ["Store", "SESSION_PRIVATE_FIELDS", "clone", "fill_ops", "next_seq_after"]
 
 #: record fields that belong to the store, not to the user-visible model
 SESSION_PRIVATE_FIELDS = ("nextSeq",)
 
 Ops = list[dict[str, Any]] | None
+
+
+def clone(value: Any) -> Any:
+    """A copy of a JSON-shaped value (dicts, lists, scalars): much cheaper than ``deepcopy``."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
 
 
 def fill_ops(ops: Ops, records: Iterable[dict[str, Any]], created: bool = True) -> list[dict[str, Any]]:

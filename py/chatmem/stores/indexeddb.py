@@ -65,10 +65,10 @@ class IndexedDBStore:
         create: dict[str, Any] | None = None,
         ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        out, sess = await self._db.call(
+        first, sess = await self._db.call(
             "appendMessages", sessionId=session_id, records=records, now=now, create=create, ops=ops
         )
-        return out, sess
+        return [dict(r, seq=first + i, sessionId=session_id) for i, r in enumerate(records)], sess
 
     async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
         return await self._db.call(  # type: ignore[no-any-return]

@@ -4,12 +4,11 @@ between."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ..errors import DuplicateId, SessionNotFound
 from ..sync.apply import apply_changes_to
-from .base import Ops, fill_ops, next_seq_after
+from .base import Ops, clone, fill_ops, next_seq_after
 
 __all__ = ["MemoryStore"]
 
@@ -27,7 +26,7 @@ class MemoryStore:
 
     def _enqueue(self, ops: Ops, records: list[dict[str, Any]] = (), created: bool = True) -> None:  # type: ignore[assignment]
         for op in fill_ops(ops, records, created):
-            self._outbox[op["op_id"]] = copy.deepcopy(op)
+            self._outbox[op["op_id"]] = clone(op)
 
     # ------------------------------------------------------------------ sessions
     async def create_session(
@@ -37,7 +36,7 @@ class MemoryStore:
         if sid in self._sessions:
             raise DuplicateId(f"session id exists: {sid!r}")
         self._check_new_ids(messages)
-        rec = copy.deepcopy(record)
+        rec = clone(record)
         rec["nextSeq"] = next_seq_after(messages)
         rec["messageCount"] = len(messages)
         self._sessions[sid] = rec
@@ -47,18 +46,18 @@ class MemoryStore:
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         rec = self._sessions.get(session_id)
-        return copy.deepcopy(rec) if rec is not None else None
+        return clone(rec) if rec is not None else None
 
     async def all_sessions(self) -> list[dict[str, Any]]:
-        return [copy.deepcopy(r) for r in self._sessions.values()]
+        return [clone(r) for r in self._sessions.values()]
 
     async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
         rec = self._sessions.get(session_id)
         if rec is None:
             raise SessionNotFound(session_id)
-        rec.update(copy.deepcopy(changes))
+        rec.update(clone(changes))
         self._enqueue(ops)
-        return copy.deepcopy(rec)
+        return clone(rec)
 
     def _drop_session(self, session_id: str) -> bool:
         if self._sessions.pop(session_id, None) is None:
@@ -82,7 +81,7 @@ class MemoryStore:
         self._by_session[session_id] = []
         rec.update(messageCount=0, nextSeq=0, updatedAt=now)
         self._enqueue(ops)
-        return copy.deepcopy(rec)
+        return clone(rec)
 
     async def import_sessions(
         self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
@@ -104,7 +103,7 @@ class MemoryStore:
         for sid in replaced:
             self._drop_session(sid)
         for rec, msgs in items:
-            sess = copy.deepcopy(rec)
+            sess = clone(rec)
             sess.update(nextSeq=next_seq_after(msgs), messageCount=len(msgs))
             self._sessions[sess["sessionId"]] = sess
             self._by_session[sess["sessionId"]] = []
@@ -122,7 +121,7 @@ class MemoryStore:
 
     def _insert(self, messages: list[dict[str, Any]]) -> None:
         for m in messages:
-            rec = copy.deepcopy(m)
+            rec = clone(m)
             self._messages[rec["id"]] = rec
             self._by_session[rec["sessionId"]].append(rec)
 
@@ -141,7 +140,7 @@ class MemoryStore:
         created = sess is None
         if sess is None:
             assert create is not None
-            sess = copy.deepcopy(create)
+            sess = clone(create)
             sess.update(nextSeq=0, messageCount=0)
             self._sessions[session_id] = sess
             self._by_session[session_id] = []
@@ -154,7 +153,7 @@ class MemoryStore:
         self._insert(out)
         sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
         self._enqueue(ops, out, created)
-        return copy.deepcopy(out), copy.deepcopy(sess)
+        return clone(out), clone(sess)
 
     async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
         sess = self._sessions.get(session_id)
@@ -166,11 +165,11 @@ class MemoryStore:
         self._by_session[session_id] = [m for m in self._by_session[session_id] if m["id"] not in gone]
         sess["messageCount"] = len(self._by_session[session_id])
         self._enqueue(ops)
-        return copy.deepcopy(sess)
+        return clone(sess)
 
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         rec = self._messages.get(message_id)
-        return copy.deepcopy(rec) if rec is not None else None
+        return clone(rec) if rec is not None else None
 
     async def list_messages(
         self, session_id: str, offset: int, limit: int | None, newest_first: bool
@@ -182,7 +181,7 @@ class MemoryStore:
             page = list(reversed(msgs[start:max(end, 0)]))
         else:
             page = msgs[offset:] if limit is None else msgs[offset:offset + limit]
-        return copy.deepcopy(page)
+        return clone(page)
 
     async def count_messages(self, session_id: str) -> int:
         return len(self._by_session.get(session_id, []))
@@ -193,18 +192,18 @@ class MemoryStore:
     ) -> list[str]:
         # stage on copies, then swap in: all or nothing, no await in between
         staged = _Staged(self)
-        touched = apply_changes_to(staged, copy.deepcopy(changes))
+        touched = apply_changes_to(staged, clone(changes))
         staged.commit()
         for k, v in (kv or {}).items():
-            self._kv[k] = copy.deepcopy(v)
+            self._kv[k] = clone(v)
         return touched
 
     # ------------------------------------------------------------------ kv
     async def kv_get(self, key: str) -> Any:
-        return copy.deepcopy(self._kv.get(key))
+        return clone(self._kv.get(key))
 
     async def kv_set(self, key: str, value: Any) -> None:
-        self._kv[key] = copy.deepcopy(value)
+        self._kv[key] = clone(value)
 
     # ------------------------------------------------------------------ outbox
     async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
@@ -212,12 +211,12 @@ class MemoryStore:
 
     async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
         ops = list(self._outbox.values())
-        return copy.deepcopy(ops if limit is None else ops[:limit])
+        return clone(ops if limit is None else ops[:limit])
 
     async def outbox_update(self, ops: list[dict[str, Any]]) -> None:
         for op in ops:
             if op["op_id"] in self._outbox:
-                self._outbox[op["op_id"]] = copy.deepcopy(op)
+                self._outbox[op["op_id"]] = clone(op)
 
     async def outbox_ack(self, op_ids: list[str]) -> None:
         for oid in op_ids:
@@ -226,10 +225,10 @@ class MemoryStore:
     async def outbox_to_dead(self, entries: list[dict[str, Any]]) -> None:
         for e in entries:
             self._outbox.pop(e["op_id"], None)
-            self._dead[e["op_id"]] = copy.deepcopy(e)
+            self._dead[e["op_id"]] = clone(e)
 
     async def dead_list(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self._dead.values()))
+        return clone(list(self._dead.values()))
 
     async def dead_replay(self, op_ids: list[str] | None) -> int:
         ids = list(self._dead) if op_ids is None else [i for i in op_ids if i in self._dead]
@@ -268,10 +267,10 @@ class _Staged:
             rec = self.sessions[session_id]
         else:
             rec = self.store._sessions.get(session_id)
-        return copy.deepcopy(rec) if rec is not None else None
+        return clone(rec) if rec is not None else None
 
     def put_session(self, record: dict[str, Any]) -> None:
-        self.sessions[record["sessionId"]] = copy.deepcopy(record)
+        self.sessions[record["sessionId"]] = clone(record)
 
     def _session_messages(self, session_id: str) -> list[str]:
         ids = [m["id"] for m in self.store._by_session.get(session_id, [])]
@@ -299,7 +298,7 @@ class _Staged:
         return seq in self.seqs[session_id]
 
     def put_message(self, record: dict[str, Any]) -> None:
-        self.messages[record["id"]] = copy.deepcopy(record)
+        self.messages[record["id"]] = clone(record)
         self.seqs.get(record["sessionId"], set()).add(record["seq"])
 
     def drop_message(self, message_id: str) -> None:
