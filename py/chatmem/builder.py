@@ -142,7 +142,7 @@ class ContextBuilder:
         summarizer = summarize if hasattr(summarize, "summarize") else ExtractiveSummarizer()
         count = await self._core.store.count_messages(session_id)
         if count > policy.max_messages_per_session:
-            await self.retention.apply_messages(session_id, policy, summarizer=summarizer)  # type: ignore[arg-type]
+            await self.retention.apply_messages(session_id, policy, summarizer=summarizer)
 
 
 def _last_n_keeping_user(msgs: Sequence[ChatMessage], n: int) -> list[ChatMessage]:

@@ -7,6 +7,8 @@ the same transaction, and when the call returns the messages are durable.
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any, AsyncIterator, Iterable, Mapping
 
 from .core import Core
@@ -128,13 +130,13 @@ class Messages:
 
     async def list(
         self, session_id: str, *, limit: int | None = 50, offset: int = 0, newest_first: bool = False
-    ) -> list[ChatMessage]:
+    ) -> builtins.list[ChatMessage]:
         """A page of the session's messages in ``seq`` order (reversed if ``newest_first``)."""
         return [ChatMessage.from_record(r) for r in await self.records(session_id, limit, offset, newest_first)]
 
     async def records(
         self, session_id: str, limit: int | None = 50, offset: int = 0, newest_first: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Like ``list`` but the stored records, served from the page cache when fresh."""
         _check_page(offset, limit)
         key = (session_id, offset, limit, newest_first)

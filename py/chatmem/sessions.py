@@ -6,6 +6,8 @@ durable (IndexedDB: committed; SQLite: committed; memory: in process only).
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any, Iterable
 
 from .core import Core
@@ -122,7 +124,7 @@ class Sessions:
         archived: bool | None = False,
         pinned_first: bool = True,
         tag: str | None = None,
-    ) -> list[SessionMeta]:
+    ) -> builtins.list[SessionMeta]:
         """Sessions, newest ``updated_at`` first (pinned on top when ``pinned_first``).
 
         ``archived=False`` lists the unarchived, ``True`` only the archived,
@@ -207,7 +209,7 @@ class Sessions:
         self._core.changed("session-cleared", session_id, rec)
         return SessionMeta.from_record(rec)
 
-    async def delete_messages(self, session_id: str, message_ids: list[str]) -> SessionMeta:
+    async def delete_messages(self, session_id: str, message_ids: builtins.list[str]) -> SessionMeta:
         """Delete some messages of a session (their ``seq`` are not reused). Durable when it returns."""
         _check_str(session_id, "session_id")
         ops = await self._core.outbox.messages_deleted(session_id, message_ids)
@@ -218,7 +220,7 @@ class Sessions:
         return SessionMeta.from_record(rec)
 
     async def _copy_into_new(
-        self, parent: SessionMeta, records: list[dict[str, Any]], **meta_fields: Any
+        self, parent: SessionMeta, records: builtins.list[dict[str, Any]], **meta_fields: Any
     ) -> SessionMeta:
         """A new child session of ``parent`` holding copies (new ids, seq from 0) of ``records``.
 
@@ -243,7 +245,7 @@ class Sessions:
             self._core.changed("messages-appended", new_id, {"messages": copies, "session": rec})
         return meta
 
-    async def archive_copy(self, session_id: str, messages: list[ChatMessage]) -> SessionMeta:
+    async def archive_copy(self, session_id: str, messages: builtins.list[ChatMessage]) -> SessionMeta:
         """Keep copies of ``messages`` in a new archived session whose parent is ``session_id``."""
         parent = await self.get(session_id)
         records = []

@@ -164,7 +164,7 @@ def tool_call_ids(m: ChatMessage) -> set[str | None] | None:
     for s in m.slices or ():
         if s.get("type") == "tool-call":
             found = True
-            inner = s.get("toolCall") if isinstance(s.get("toolCall"), Mapping) else {}
+            inner: Mapping[str, Any] = s["toolCall"] if isinstance(s.get("toolCall"), Mapping) else {}
             ids.add(s.get("toolCallId") or s.get("id") or inner.get("toolCallId") or inner.get("id"))
     return ids if found else None
 
@@ -245,9 +245,9 @@ def _groups(msgs: Sequence[ChatMessage]) -> tuple[list[list[int]], list[int]]:
                 orphans.append(i)
             continue
         groups.append([i])
-        calls = tool_call_ids(m)
-        if calls is not None:
-            owner.append((calls, len(groups) - 1))
+        made = tool_call_ids(m)
+        if made is not None:
+            owner.append((made, len(groups) - 1))
     return groups, orphans
 
 

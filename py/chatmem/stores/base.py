@@ -18,7 +18,9 @@ letters add ``reason`` and ``response``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, TypeVar, cast, runtime_checkable
+
+T = TypeVar("T")
 
 __all__ = ["Store", "SESSION_PRIVATE_FIELDS", "clone", "fill_ops", "next_seq_after"]
 
@@ -28,12 +30,12 @@ SESSION_PRIVATE_FIELDS = ("nextSeq",)
 Ops = list[dict[str, Any]] | None
 
 
-def clone(value: Any) -> Any:
+def clone(value: T) -> T:
     """A copy of a JSON-shaped value (dicts, lists, scalars): much cheaper than ``deepcopy``."""
     if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
+        return cast(T, {k: clone(v) for k, v in value.items()})
     if isinstance(value, list):
-        return [clone(v) for v in value]
+        return cast(T, [clone(v) for v in value])
     return value
 
 

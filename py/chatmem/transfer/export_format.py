@@ -161,10 +161,10 @@ async def aiter_export_json(
 
     async def pairs() -> AsyncIterator[Any]:
         if hasattr(sessions, "__aiter__"):
-            async for p in sessions:  # type: ignore[union-attr]
+            async for p in sessions:
                 yield p
         else:
-            for p in sessions:  # type: ignore[union-attr]
+            for p in sessions:
                 yield p
 
     async for meta, msgs in pairs():
@@ -175,7 +175,7 @@ async def aiter_export_json(
                 if (chunk := w.message(m)) is not None:
                     yield chunk
         else:
-            for m in msgs:  # type: ignore[union-attr]
+            for m in msgs:
                 if (chunk := w.message(m)) is not None:
                     yield chunk
         if (chunk := w.end_session()) is not None:

@@ -80,7 +80,7 @@ def check_session_record(meta: Any, *, path: str, si: int | None = None) -> dict
     need("sessionId", isinstance(sid, str) and bool(sid), "a non-empty string")
     for key in ("createdAt", "updatedAt"):
         v = meta.get(key)
-        need(key, _is_int(v) and v >= 0, "a non-negative integer (ms since the epoch)")
+        need(key, _is_int(v) and v is not None and v >= 0, "a non-negative integer (ms since the epoch)")
     title = meta.get("title")
     need("title", title is None or isinstance(title, str), "a string")
     for key in ("userId", "characterId"):

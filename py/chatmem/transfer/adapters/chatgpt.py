@@ -107,8 +107,8 @@ def _content(content: Any, path: str) -> tuple[str | list[dict[str, Any]], dict[
                     out.append({"type": "reasoning", "text": text})
         return out, extra
     if ct == "reasoning_recap":
-        text = content.get("content")
-        return ([{"type": "reasoning", "text": text}] if isinstance(text, str) and text else []), extra
+        recap = content.get("content")
+        return ([{"type": "reasoning", "text": recap}] if isinstance(recap, str) and recap else []), extra
     if parts is not None:
         if not isinstance(parts, list):
             raise fail(f"{path}.parts", f"must be an array, got {describe(parts)}")
@@ -116,9 +116,9 @@ def _content(content: Any, path: str) -> tuple[str | list[dict[str, Any]], dict[
             return "\n".join(p for p in parts if p), extra
         converted = [_part(p, f"{path}.parts[{i}]") for i, p in enumerate(parts)]
         return [p for p in converted if p is not None], extra
-    text = content.get("text")
-    if isinstance(text, str):
-        return text, extra
+    plain = content.get("text")
+    if isinstance(plain, str):
+        return plain, extra
     rest = {k: v for k, v in content.items() if k != "content_type"}
     return ([{"type": ct, "data": rest}] if isinstance(ct, str) and ct and rest else []), extra
 
@@ -213,7 +213,7 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
         content, extra = _content(msg.get("content"), f"{npath}.content")
         if content == "" or content == []:
             return
-        meta_in = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+        meta_in: dict[str, Any] = msg["metadata"] if isinstance(msg.get("metadata"), dict) else {}
         metadata: dict[str, Any] = {"source": NAME, "sourceId": msg.get("id") or key, **extra}
         status = msg.get("status")
         if isinstance(status, str) and status != "finished_successfully":
