@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import shutil
@@ -284,7 +283,7 @@ def w6(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     case = f"cold page, {stored:,} stored"
     log(f"W6 {case}")
     ready, first, bare = [], [], []
-    for i in range(cfg["w6_loads"]):
+    for _ in range(cfg["w6_loads"]):
         p = b.context.new_page()
         p.set_default_timeout(300_000)
         p.goto(b.site + "bench/bare.html")

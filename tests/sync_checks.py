@@ -125,7 +125,9 @@ async def check_apply_changes(mem: Any) -> None:
     nothing enqueued, cursor written, LWW under newer pending ops, immutability, seq
     collisions, placeholders, tombstones."""
     store = mem.store
-    h = lambda n: f"{1_800_000_000_000 + n:013d}-0000-remote"
+    def h(n: int) -> str:
+        return f"{1_800_000_000_000 + n:013d}-0000-remote"
+
     s = await mem.sessions.create(title="local", tags=["a"])
     sid = s.session_id
     m0 = await mem.messages.append(sid, "user", "local first")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import chatmem
-from conftest import run, unique_name
 import contract_checks
+from conftest import run, unique_name
 from contract_checks import CHECKS
 from llm_server import LLMServer
 

@@ -10,28 +10,6 @@ from __future__ import annotations
 
 from . import errors
 from .cache import LRUCache
-from .contextstore import (
-    ContextStore,
-    IndexedDBContextStore,
-    InMemoryContextStore,
-    MemoryContextStore,
-    SQLiteContextStore,
-)
-from .errors import (
-    ChatmemError,
-    MessageNotFound,
-    NotFound,
-    SessionNotFound,
-    StorageError,
-    ValidationError,
-)
-from .ids import Clock, IdGenerator, new_id, system_clock
-from .memory import IN_BROWSER, Memory, open
-from .messages import Messages
-from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
-from .session import Session
-from .sessions import Sessions
-from .stores import MemoryStore, Store
 from .context import (
     ContextManager,
     ContextMessage,
@@ -42,7 +20,27 @@ from .context import (
     UserProfileProvider,
     render_context_message,
 )
-from .errors import ContextOverflow, ImportFormatError, ProviderError, QueryError, ReadOnlySQLError
+from .contextstore import (
+    ContextStore,
+    IndexedDBContextStore,
+    InMemoryContextStore,
+    MemoryContextStore,
+    SQLiteContextStore,
+)
+from .errors import (
+    ChatmemError,
+    ContextOverflow,
+    ImportFormatError,
+    MessageNotFound,
+    NotFound,
+    ProviderError,
+    QueryError,
+    ReadOnlySQLError,
+    SessionNotFound,
+    StorageError,
+    ValidationError,
+)
+from .ids import Clock, IdGenerator, new_id, system_clock
 from .index import (
     Embedder,
     HashingEmbedder,
@@ -53,12 +51,18 @@ from .index import (
     SearchHit,
     SQLEngine,
 )
+from .memory import IN_BROWSER, Memory, open
+from .messages import Messages
+from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
 from .offline import OfflineResponder
 from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
+from .session import Session
+from .sessions import Sessions
+from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
 from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
+from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 

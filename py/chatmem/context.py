@@ -36,7 +36,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from enum import Enum
 from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
 
@@ -269,7 +269,7 @@ class DatetimeProvider:
         self.priority = priority
         if isinstance(tz, str):
             if tz.upper() in ("UTC", "Z"):
-                self.tz: tzinfo = timezone.utc
+                self.tz: tzinfo = UTC
                 self.tz_name = "UTC"
             else:
                 try:
@@ -281,7 +281,7 @@ class DatetimeProvider:
                 self.tz_name = tz
         elif isinstance(tz, tzinfo):
             self.tz = tz
-            self.tz_name = "UTC" if tz is timezone.utc else (tz.tzname(None) or str(tz))
+            self.tz_name = "UTC" if tz is UTC else (tz.tzname(None) or str(tz))
         else:
             raise ValidationError("tz must be a tzinfo or a time zone name", field="tz")
 
@@ -433,7 +433,7 @@ def _js_string(s: str) -> str:
             t = m.group()
             if len(t) == 2:  # a well-formed pair JavaScript would print as is
                 return t.encode("utf-16", "surrogatepass").decode("utf-16")
-            return "\\u%04x" % ord(t)
+            return f"\\u{ord(t):04x}"
 
         out = _SURROGATE.sub(fix, out)
     return out

@@ -11,28 +11,28 @@ import sys
 from types import TracebackType
 from typing import Any, AsyncIterator, Iterable
 
-from .cache import LRUCache
 from .builder import ContextBuilder
+from .cache import LRUCache
 from .context import ContextManager, ModuleStateProvider
 from .contextstore import ContextStore, MemoryContextStore
 from .core import Core
 from .errors import UnsupportedEnvironment, ValidationError
 from .ids import Clock, IdGenerator, system_clock
-from .messages import Messages
-from .outbox import Outbox
-from .session import Session
-from .sessions import Sessions
-from .stores.base import Store
-from .stores.memory import MemoryStore
 from .index.embed import Embedder
 from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
+from .messages import Messages
+from .outbox import Outbox
 from .retention import Retention
+from .session import Session
+from .sessions import Sessions
+from .stores.base import Store
+from .stores.memory import MemoryStore
+from .sync.engine import SyncEngine
 from .tokenizer import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
 from .window import ModelBudget, WindowResult
-from .sync.engine import SyncEngine
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
 

@@ -8,13 +8,12 @@ the same transaction, and when the call returns the messages are durable.
 from __future__ import annotations
 
 import builtins
-
 from typing import Any, AsyncIterator, Iterable, Mapping
 
 from .core import Core
-from .sessions import DEFAULT_TITLE
 from .errors import MessageNotFound, SessionNotFound, ValidationError
 from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+from .sessions import DEFAULT_TITLE
 
 __all__ = ["Messages"]
 

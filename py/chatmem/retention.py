@@ -215,7 +215,7 @@ def plan_message_retention(
     cut = len(convo) - keep_n
     while cut < len(convo) and convo[cut].role == "tool":
         cut += 1  # do not orphan tool results: summarize them with their call
-    old, recent = convo[:cut], convo[cut:]
+    old = convo[:cut]
     old_ids = [m.id for m in old]
     if policy.summarize_old:
         prev = summaries[-1] if summaries else None

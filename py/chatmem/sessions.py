@@ -7,7 +7,6 @@ durable (IndexedDB: committed; SQLite: committed; memory: in process only).
 from __future__ import annotations
 
 import builtins
-
 from typing import Any, Iterable
 
 from .core import Core

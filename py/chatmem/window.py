@@ -43,7 +43,7 @@ an 8k budget over a 10,000-message session costs well under a millisecond.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence
 
 from .errors import ContextOverflow, ValidationError
 from .models import ChatMessage
@@ -59,7 +59,7 @@ __all__ = [
     "tool_call_ids",
 ]
 
-MessageLike = Union[ChatMessage, Mapping[str, Any]]
+MessageLike = ChatMessage | Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +212,7 @@ class _Walk:
             calls = tool_call_ids(m)
             claimed: list[int] = []
             if calls is not None and self.pending:
-                for j, (idx, cid, t) in enumerate(self.pending):
+                for j, (_idx, cid, t) in enumerate(self.pending):
                     if cid is None or cid in calls:
                         claimed.append(j)
                         cost += t

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Page, unique_name
-from sync_checks import PushRecorder, server_snapshot
 
 from chatmem.server import running_server
 from chatmem.server.faults import Fault
+from conftest import Page, unique_name
+from sync_checks import PushRecorder, server_snapshot
 
 pytestmark = pytest.mark.browser
 

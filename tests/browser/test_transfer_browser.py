@@ -32,7 +32,7 @@ def test_every_fixture_imports_in_the_browser_as_on_cpython(page: Page) -> None:
     for path in FILES:
         text = path.read_text(encoding="utf-8")
 
-        async def on_cpython() -> dict:
+        async def on_cpython(text: str = text) -> dict:
             async with await chatmem.open() as mem:
                 await mem.import_sessions(text)
                 return await mem.export()

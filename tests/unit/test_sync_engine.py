@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import chatmem
+from chatmem.errors import ValidationError
+from chatmem.http import TransportError, UrllibTransport
+from chatmem.server import running_server
+from chatmem.server.faults import Fault
+from chatmem.sync import SyncConfig, SyncEngine
+from chatmem.sync.engine import CONFIG_KEY, CURSOR_KEY
 from conftest import run
 from sync_checks import (
     PushRecorder,
@@ -23,14 +31,6 @@ from sync_checks import (
     server_snapshot,
     workload,
 )
-
-import chatmem
-from chatmem.errors import ValidationError
-from chatmem.http import TransportError, UrllibTransport
-from chatmem.server import running_server
-from chatmem.server.faults import Fault
-from chatmem.sync import SyncConfig, SyncEngine
-from chatmem.sync.engine import CONFIG_KEY, CURSOR_KEY
 
 KEY = "k-sync-Engine-42"
 

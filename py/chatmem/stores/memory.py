@@ -89,7 +89,7 @@ class MemoryStore:
         replaced = {r["sessionId"] for r, _ in items if replace and r["sessionId"] in self._sessions}
         replaced_msgs = {m["id"] for sid in replaced for m in self._by_session.get(sid, [])}
         seen: set[str] = set()
-        for rec, msgs in items:
+        for rec, _msgs in items:
             sid = rec["sessionId"]
             if (sid in self._sessions and sid not in replaced) or sid in seen:
                 raise DuplicateId(f"session id exists: {sid!r}")
@@ -312,7 +312,7 @@ class _Staged:
 
     def commit(self) -> None:
         st = self.store
-        for mid, m in self.messages.items():
+        for mid in self.messages:
             old = st._messages.pop(mid, None)
             if old is not None:
                 lst = st._by_session.get(old["sessionId"], [])
@@ -327,10 +327,10 @@ class _Staged:
                 st._sessions[sid] = rec
                 st._by_session.setdefault(sid, [])
         grown: set[str] = set()
-        for mid, m in self.messages.items():
-            if m is not None and m["sessionId"] in st._sessions:
-                st._messages[mid] = m
-                st._by_session[m["sessionId"]].append(m)
-                grown.add(m["sessionId"])
+        for mid, new in self.messages.items():
+            if new is not None and new["sessionId"] in st._sessions:
+                st._messages[mid] = new
+                st._by_session[new["sessionId"]].append(new)
+                grown.add(new["sessionId"])
         for sid in grown:
             st._by_session[sid].sort(key=lambda x: x["seq"])

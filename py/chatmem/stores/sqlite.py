@@ -13,8 +13,6 @@ import json
 import sqlite3
 from typing import Any, Callable, TypeVar
 
-from ..sync.apply import apply_changes_to
-from .base import Ops, fill_ops, next_seq_after
 from ..errors import (
     ConstraintViolation,
     DatabaseClosed,
@@ -25,6 +23,8 @@ from ..errors import (
     ValidationError,
     VersionConflict,
 )
+from ..sync.apply import apply_changes_to
+from .base import Ops, fill_ops, next_seq_after
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Callable, Mapping
 
 from ...errors import ImportFormatError
@@ -14,7 +14,7 @@ __all__ = ["seconds_to_ms", "iso_to_ms", "fail", "assemble_lines", "UNTITLED"]
 
 UNTITLED = "Untitled"
 _MS = timedelta(milliseconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def fail(path: str, message: str, field: str | None = None) -> ImportFormatError:
@@ -49,7 +49,7 @@ def iso_to_ms(value: Any, path: str) -> int | None:
     except ValueError as e:
         raise fail(path, f"is not an ISO-8601 timestamp: {value!r}") from e
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     ms = (dt - _EPOCH) // _MS
     if ms < 0:
         raise fail(path, f"is before 1970: {value!r}")
