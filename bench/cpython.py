@@ -258,3 +258,34 @@ def run_all(cfg: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
         out["w3_compare"] = _compare(details["chatmem memory"], details["LangChain memory"], raw)
         out["w3_compare"]["chatmem_paged_equals_full"] = details["chatmem memory"]["same_as_paged"]
     return out
+
+
+async def _cm_w7(tmp: Path, url: str, n: int, seed: int) -> dict[str, Any]:
+    """W7 on CPython: the same drain from a SQLite store (see benchpy.w7)."""
+    import chatmem
+
+    mem = await chatmem.open(persist=str(tmp / "w7.db"))
+    s = await mem.sessions.create(title="drain")
+    await mem.messages.append_many(s.session_id, [_item(m) for m in payloads.messages(seed, n - 1)])
+    pending = (await mem.sync.status()).pending
+    await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
+                                                batch_size=100, max_retries=10, backoff_base=20,
+                                                backoff_max=200, timeout=10_000))
+    t = time.perf_counter()
+    report = await mem.sync.push()
+    ms = (time.perf_counter() - t) * 1000
+    status = await mem.sync.status()
+    await mem.close()
+    return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
+            "left": status.pending, "dead": status.dead_letters}
+
+
+def w7(url: str, n: int, seed: int, reps: int) -> list[dict[str, Any]]:
+    """Runs on its own thread's event loop (the caller may hold Playwright's loop)."""
+    import concurrent.futures
+
+    out = []
+    for i in range(reps):
+        with tempfile.TemporaryDirectory() as d, concurrent.futures.ThreadPoolExecutor(1) as pool:
+            out.append(pool.submit(asyncio.run, _cm_w7(Path(d), url, n, seed + i)).result())
+    return out

@@ -307,12 +307,42 @@ def w6(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     res.add("W6", case, "chatmem first query", first)
 
 
+def w7(b: Browser, cfg: dict[str, Any], res: Results) -> None:
+    """W7 outbox drain: ``w7_ops`` operations to the reference sync server on 127.0.0.1,
+    which answers ~10% of pushes with a 500; in the page and on CPython, same server."""
+    from chatmem.server import running_server
+    from chatmem.server.faults import Fault, FaultPlan
+
+    n, reps, rate = cfg["w7_ops"], cfg["w7_reps"], cfg["w7_fail_rate"]
+    case = f"drain {n:,} ops, {rate:.0%} 500s"
+    log(f"W7 {case}")
+    for where in ("chromium", "cpython"):
+        runs = []
+        for i in range(reps):
+            plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
+            with running_server(api_keys=["bench"], faults=plan) as srv:
+                if where == "chromium":
+                    r = b.call("w7", f"bench-cm-w7-{i}", srv.url, n, cfg["seed"] + i)
+                else:
+                    import cpython
+
+                    (r,) = cpython.w7(srv.url, n, cfg["seed"] + i, 1)
+                applied = srv.storage.applied_op_count(srv.space("bench"))
+            if r["left"] or r["dead"] or applied != r["ops"]:
+                raise SystemExit(f"W7 {where}: {r} but the server applied {applied}")
+            runs.append(r)
+        system = "chatmem" if where == "chromium" else "chatmem sqlite"
+        res.add("W7", case, system, [r["ms"] for r in runs], where=where, n_msgs=runs[0]["ops"])
+        res.extra.setdefault("w7", {})[where] = runs
+
+
 WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
     "W1": w1,
     "W2": w2,
     "W3": w3,
     "W6": w6,  # before W5, which exports W2's data and then deletes it
     "W5": w5,
+    "W7": w7,
     # "W4": keyword search, "W7": outbox drain — land with their issues
 }
 
@@ -373,13 +403,13 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed, "durability": args.durability,
         "w1_points": [(1000, 200), (5000, 100)], "w1_warmup": 20, "w1_block_reps": 60,
         "w2_points": [(10000, 4)], "w2_ps_reps": 2, "w3_n": 10000, "w3_budget": 8000, "w3_reps": 40,
-        "w5_reps": 3, "w6_loads": 4,
+        "w5_reps": 3, "w6_loads": 4, "w7_ops": 1000, "w7_reps": 3, "w7_fail_rate": 0.10,
     }
     if args.large:
         cfg["w2_points"].append((100000, 2))
     if args.quick:
         cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
-                   w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1)
+                   w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1, w7_ops=100, w7_reps=1)
     return cfg
 
 
@@ -529,6 +559,7 @@ WORKLOAD_TITLES = {
     "W3": "context window for the newest turn",
     "W5": "export everything to JSON",
     "W6": "cold start",
+    "W7": "outbox drain to the sync server",
 }
 
 if __name__ == "__main__":

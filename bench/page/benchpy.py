@@ -274,3 +274,25 @@ async def ps_w2(db: str, seed: int, n: int, reps: int) -> dict[str, Any]:
     await st._store.close()
     await drop("IDBMap/@pyscript/" + db)
     return {"times": times}
+
+
+async def w7(db: str, url: str, n: int, seed: int) -> dict[str, Any]:
+    """W7 outbox drain: ``n`` queued operations pushed to a local sync server that
+    fails ~10% of pushes with a 500 (injected by run.py); backoff kept short so the
+    figure is the drain's own cost, not waiting."""
+    await drop(db)
+    mem = await chatmem.open(db)
+    s = await mem.sessions.create(title="drain")
+    msgs = payload(seed, n - 1)
+    await mem.messages.append_many(s.session_id, [item(m) for m in msgs])
+    pending = (await mem.sync.status()).pending
+    await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
+                                                batch_size=100, max_retries=10, backoff_base=20,
+                                                backoff_max=200, timeout=10_000))
+    t = now()
+    report = await mem.sync.push()
+    ms = now() - t
+    status = await mem.sync.status()
+    await mem.close()
+    return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
+            "left": status.pending, "dead": status.dead_letters}
