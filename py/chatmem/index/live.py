@@ -4,7 +4,15 @@ The store stays the source of truth; the index is derived and rebuildable.
 
 - Lazy: nothing is built until the first query, so opening memory (and the
   page) never waits for it. The first query hydrates the index from the store
-  in bulk (``QueryIndex.rebuild``).
+  in bulk (``QueryIndex.rebuild``); ``warm()`` starts that in the background.
+- Cached: in the browser the index lives in an OPFS file named after the
+  store (``opfs://chatmem-index-<name>.duckdb``), so a reload does not
+  re-derive it: the first query opens the file and catches up with the store
+  (each session's stored record is compared with the index's row; only the
+  sessions that differ are re-read, those gone are dropped). A second tab
+  cannot open the file (OPFS files are one-writer) and falls back to an
+  in-memory index hydrated from the store. An engine with ``persistent=True``
+  (e.g. ``DuckDBEngine(path)`` on CPython) is treated the same way.
 - Fresh: every acknowledged write in this process is queued (a cheap,
   synchronous append) and the queue is applied before the next query, so a
   write is visible to every query issued after the awaited write returned.
@@ -26,6 +34,7 @@ from .embed import Embedder, HashingEmbedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
+from .schema import SCHEMA_VERSION, row_to_session_record, session_row
 from .search import SearchHit, search
 
 if TYPE_CHECKING:
@@ -35,13 +44,27 @@ __all__ = ["LiveIndex", "default_engine"]
 
 EngineFactory = Callable[[], Awaitable[SQLEngine]]
 PAGE = 1000
+#: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
+REBUILD_SHARE = 0.25
 
 
-async def default_engine() -> SQLEngine:
-    """DuckDB-Wasm in the browser, the ``duckdb`` package on CPython."""
+def cache_path(store_name: str) -> str:
+    """The OPFS file of the cached index of the store ``store_name``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in store_name)
+    return f"opfs://chatmem-index-{safe}.duckdb"
+
+
+async def default_engine(cache: str | None = None) -> SQLEngine:
+    """DuckDB-Wasm in the browser (on the OPFS file ``cache`` when given and free,
+    else in memory), the ``duckdb`` package on CPython."""
     if sys.platform == "emscripten":
-        from .._browser import DuckDBWasmEngine
+        from .._browser import DuckDBWasmEngine, IndexLocked
 
+        if cache:
+            try:
+                return await DuckDBWasmEngine.open(cache)
+            except IndexLocked:
+                pass  # another tab holds the file: this tab gets its own in-memory index
         return await DuckDBWasmEngine.open()
     try:
         from .engine import DuckDBEngine
@@ -53,16 +76,30 @@ async def default_engine() -> SQLEngine:
 
 class LiveIndex:
     def __init__(
-        self, core: Core, *, engine_factory: EngineFactory | None = None, embedder: Embedder | None = None
+        self, core: Core, *, engine_factory: EngineFactory | None = None, embedder: Embedder | None = None,
+        cache: str | None = None,
     ):
         self._core = core
-        self._factory = engine_factory or default_engine
+        if engine_factory is None:
+            name = getattr(core.store, "name", None)
+            if cache is None and sys.platform == "emscripten" and core.store.kind == "indexeddb" and name:
+                cache = cache_path(name)
+            self.cache = cache
+            engine_factory = lambda: default_engine(self.cache)  # noqa: E731
+        else:
+            self.cache = cache
+        self._factory = engine_factory
         self.embedder: Embedder = embedder or HashingEmbedder()
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
         self._lock = asyncio.Lock()
+        self._warming: asyncio.Task[Any] | None = None
+        #: full derivations from the store / openings of a cached index
         self.hydrations = 0
+        self.catchups = 0
+        #: what the last opening did: "rebuilt", or "cached" with the sessions re-read and dropped
+        self.last_open: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
@@ -90,16 +127,52 @@ class LiveIndex:
                     break
                 offset += len(page)
 
-    async def _hydrate(self) -> QueryIndex:
+    async def _hydrate(self, force: bool = False) -> QueryIndex:
         engine = await self._factory()
         index = QueryIndex(engine, embedder=self.embedder)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
+        persistent = bool(getattr(engine, "persistent", False))
+        if (persistent and not force and await index.meta("schema") == SCHEMA_VERSION
+                and await index.meta("complete") == "1"):
+            await index.setup()
+            if await self._catch_up(index):
+                self.catchups += 1
+                await _checkpoint(index)
+                return index
         metas = await self._core.store.all_sessions()
         await index.rebuild(metas, self._messages(metas))
+        await index.set_meta("complete", "1")
         self.hydrations += 1
+        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
+        if persistent:
+            await _checkpoint(index)
         return index
+
+    async def _catch_up(self, index: QueryIndex) -> bool:
+        """Bring a cached index up to the store; False when a rebuild is cheaper."""
+        metas = await self._core.store.all_sessions()
+        rows = await index.execute("SELECT * FROM sessions")
+        have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
+        wanted = {m["sessionId"]: m for m in metas}
+        changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
+        gone = sorted(set(have) - set(wanted))
+        if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
+            return False
+        for sid in gone:
+            await index.apply("session-deleted", sid)
+        for meta in changed:
+            sid = meta["sessionId"]
+            # re-read the whole session: cheaper than proving which messages changed
+            await index.apply("session-deleted", sid)
+            await index.apply("session-created", sid, meta)
+            msgs = [m async for m in self._messages([meta])]
+            if msgs:
+                await index.apply("messages-appended", sid, {"messages": msgs, "session": meta})
+        self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
+                          "refreshed": len(changed), "dropped": len(gone)}
+        return True
 
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
         """Re-read one session from the store and apply only what the index lacks."""
@@ -128,6 +201,12 @@ class LiveIndex:
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
+    def warm(self) -> asyncio.Task[Any]:
+        """Start opening (or hydrating) the index in the background; queries await the same work."""
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.ensure_future(self.ready())
+        return self._warming
+
     async def ready(self) -> QueryIndex:
         """The index, hydrated and caught up with every acknowledged write."""
         async with self._lock:
@@ -142,12 +221,12 @@ class LiveIndex:
             return index
 
     async def rebuild(self) -> None:
-        """Drop the index and derive it again from the store."""
+        """Drop the index and derive it again from the store (a cached one too)."""
         async with self._lock:
             old, self.index = self.index, None
             if old is not None:
                 await old.close()
-            await self._hydrate()
+            await self._hydrate(force=True)
 
     # ------------------------------------------------------------------ queries
     async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
@@ -170,9 +249,24 @@ class LiveIndex:
         return [h.message for h in hits if h.message.id not in exclude]
 
     async def close(self) -> None:
+        if self._warming is not None and not self._warming.done():
+            try:
+                await self._warming
+            except Exception:
+                pass
         if self.index is not None:
+            if getattr(self.index.engine, "persistent", False):
+                try:
+                    await _checkpoint(self.index)
+                except Exception:
+                    pass  # the cache is derived: the next opening catches up anyway
             await self.index.close()
             self.index = None
+
+
+async def _checkpoint(index: QueryIndex) -> None:
+    """Write a persistent index's changes into its file (so the next opening is quick)."""
+    await index.execute("CHECKPOINT")
 
 
 def _coalesce(events: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:

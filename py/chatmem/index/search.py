@@ -148,57 +148,48 @@ def build_filters(
 
 
 def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None) -> tuple[str, list[Any], int]:
-    """CTEs ending in ``kw(message_id, kw, req, created_at)``: the BM25 score of every
-    message holding a query term and passing the filters, how many of the
-    required terms it holds, and its time (for ties).
+    """CTEs ending in ``kw(doc, kw, req, created_at)``: the BM25 score of every
+    message (by its integer ``docs.doc``) holding a query term and passing the
+    filters (``flt`` over alias ``d`` of ``docs``), how many of the required
+    terms it holds, and its time (for ties).
 
-    Reads only the postings rows of the query's terms (equality or, for a
-    one-character CJK term, a term range), so the sorted ``postings`` table is
-    skipped elsewhere, and never ``messages``. Document frequencies come from
-    the same rows (before filtering); the document count and mean length from
-    ``docs``. Returns (sql, params, number of required terms).
+    Each query term reads only its own postings rows: an equality on the
+    ART-indexed, term-sorted ``postings`` (or, for a one-character CJK term, a
+    term range). Document frequencies come from ``terms`` (a prefix term counts
+    its distinct messages), the document count and total length from ``stats``:
+    never from ``messages``. Returns (sql, params, number of required terms).
     """
     terms = pq.all_terms
     required = len(dict.fromkeys(pq.required))
-    cases, where, cparams, wparams = [], [], [], []
+    hits, hparams, dfs, dparams = [], [], [], []
     for i, t in enumerate(terms):
         if t.prefix:
-            cond, p = "(term >= ? AND term <= ?)", [t.value, t.value + _CJK_MAX]
+            # several index terms answer one query term: add their frequencies first
+            hits.append(f"SELECT {i} AS qi, doc, sum(tf) AS tf, min(doc_len) AS doc_len, "
+                        "min(created_at) AS created_at FROM postings WHERE term >= ? AND term <= ? GROUP BY doc")
+            hparams.extend([t.value, t.value + _CJK_MAX])
+            dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
         else:
-            cond, p = "term = ?", [t.value]
-        cases.append(f"WHEN {cond} THEN {i}")
-        cparams.extend(p)
-        where.append(cond)
-        wparams.extend(p)
+            hits.append(f"SELECT {i} AS qi, doc, tf, doc_len, created_at FROM postings WHERE term = ?")
+            hparams.append(t.value)
+            dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
+            dparams.append(t.value)
     flt = flt or Filters("TRUE", [], False)
-    if any(t.prefix for t in terms):
-        # several index terms answer one query term: add their frequencies first
-        per = (
-            "per AS (SELECT qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
-            "min(created_at) AS created_at, min(session_id) AS session_id, min(role) AS role "
-            "FROM hits GROUP BY qi, message_id),"
-        )
+    where = f"WHERE h.doc IN (SELECT d.doc FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
+    score = (f"ln(1 + (st.n - f.df + 0.5) / (f.df + 0.5)) * h.tf * {K1 + 1} / "
+             f"(h.tf + {K1} * ({1 - B} + {B} * h.doc_len / st.avgdl))")
+    if len(terms) == 1 and not terms[0].prefix:
+        # one posting per message: no grouping
+        kw = (f"SELECT h.doc, {score} AS kw, {1 if required else 0} AS req, h.created_at FROM h CROSS JOIN f CROSS JOIN st {where}")
     else:
-        per = "per AS (SELECT * FROM hits),"
+        kw = (f"SELECT h.doc, sum({score}) AS kw, count(*) FILTER (WHERE h.qi < {required}) AS req, "
+              f"max(h.created_at) AS created_at FROM h JOIN f ON f.qi = h.qi CROSS JOIN st {where} GROUP BY h.doc")
     sql = f"""
-hits AS (
-  SELECT CASE {' '.join(cases)} END AS qi, message_id, tf, doc_len, created_at, session_id, role
-  FROM postings WHERE {' OR '.join(where)}
-),
-{per}
-dfs AS (SELECT qi, count(*) AS df FROM per GROUP BY qi),
-stats AS (SELECT count(*) AS n, greatest(coalesce(avg(doc_len), 0), 1e-9) AS avgdl FROM docs),
-kw AS (
-  SELECT p.message_id,
-         sum(ln(1 + (stats.n - dfs.df + 0.5) / (dfs.df + 0.5))
-             * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.doc_len / stats.avgdl))) AS kw,
-         count(*) FILTER (WHERE p.qi < {required}) AS req,
-         max(p.created_at) AS created_at
-  FROM per p JOIN dfs ON dfs.qi = p.qi CROSS JOIN stats
-  WHERE {flt.sql}
-  GROUP BY p.message_id
-)"""
-    return sql, cparams + wparams + flt.params, required
+st AS (SELECT n, greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS avgdl FROM stats),
+h AS ({' UNION ALL '.join(hits)}),
+f AS ({' UNION ALL '.join(dfs)}),
+kw AS ({kw})"""
+    return sql, hparams + dparams + flt.params, required
 
 
 def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
@@ -301,20 +292,30 @@ async def search(
     if mode == "keyword":
         assert pq is not None
         ctes, params, required = bm25_ctes(pq, build_filters(session_ids, character_ids, date_range, roles,
-                                                             alias="p"))
+                                                             alias="d"))
         phrase, pparams = _phrase_sql(pq)
-        join = "JOIN docs d ON d.message_id = kw.message_id" if phrase else ""
+        join = "JOIN docs d ON d.doc = kw.doc" if phrase else ""
         conds = [f"kw.req = {required}"] + ([phrase] if phrase else [])
         params = params + pparams
         if thr is not None:
             conds.append("round(kw.kw, 9) >= ?")
             params.append(thr)
-        rows = await index.execute(
-            f"WITH {ctes}\nSELECT kw.message_id AS id, round(kw.kw, 9) AS score FROM kw {join} "
-            f"WHERE {' AND '.join(conds)} "
-            f"ORDER BY score DESC, kw.created_at DESC, kw.message_id DESC {lim_sql}",
-            params + lim_params,
-        )
+        ranked = (f"r AS MATERIALIZED (SELECT kw.doc, round(kw.kw, 9) AS score, kw.created_at FROM kw {join} "
+                  f"WHERE {' AND '.join(conds)})")
+        order = "ORDER BY r.score DESC, r.created_at DESC, dd.message_id DESC"
+        if limit is None:
+            sql = f"WITH {ctes},\n{ranked}\nSELECT dd.message_id AS id, r.score FROM r JOIN docs dd ON dd.doc = r.doc {order}"
+        else:
+            # the limit-th (score, time) is the cut: only rows at or above it need their message id
+            # (ties on both are ordered by message id, like every other mode)
+            sql = (f"WITH {ctes},\n{ranked},\n"
+                   "cut AS (SELECT max(score) AS cs, max(created_at) AS cc FROM "
+                   "(SELECT score, created_at FROM r ORDER BY score DESC, created_at DESC LIMIT 1 OFFSET ?))\n"
+                   "SELECT dd.message_id AS id, r.score FROM r CROSS JOIN cut JOIN docs dd ON dd.doc = r.doc "
+                   "WHERE cut.cs IS NULL OR r.score > cut.cs OR (r.score = cut.cs AND r.created_at >= cut.cc) "
+                   f"{order} LIMIT ?")
+            params = params + [limit - 1]
+        rows = await index.execute(sql, params + lim_params)
         return [
             hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
                                         "bm25": float(k["score"])})
@@ -353,8 +354,7 @@ async def search(
     ctes, cparams, required = bm25_ctes(pq)
     phrase, pparams = _phrase_sql(pq)
     kwf = (
-        "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
-        + ("JOIN docs d ON d.message_id = kw.message_id " if phrase else "")
+        "kwf AS (SELECT d.message_id, kw.kw FROM kw JOIN docs d ON d.doc = kw.doc "
         + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
     )
     now_ms = system_clock() if now is None else _int(now, "now")
