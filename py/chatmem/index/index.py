@@ -84,6 +84,7 @@ class QueryIndex:
         self._lock = asyncio.Lock()
         self._ready = False
         self._next_doc = 0
+        self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ setup
@@ -142,6 +143,15 @@ class QueryIndex:
                 )
         return await self.execute(query, list(params))
 
+    async def bm25_stats(self) -> tuple[int, float]:
+        """``(document count, mean document length)`` for BM25, cached until the next write."""
+        if self._stats is None:
+            await self.setup()
+            rows = await self.engine.execute("SELECT n, total FROM stats")
+            n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
+            self._stats = (n, max(total / max(n, 1), 1e-9))
+        return self._stats
+
     async def counts(self) -> dict[str, int]:
         """Rows per table (for tests and status displays)."""
         out = {}
@@ -168,6 +178,7 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             self._to_embed = []
+            self._stats = None
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 await self._apply(kind, session_id, payload)
@@ -175,6 +186,7 @@ class QueryIndex:
                 await self.engine.execute("ROLLBACK")
                 raise
             await self.engine.execute("COMMIT")
+            self._stats = None
             to_embed, self._to_embed = self._to_embed, []
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
@@ -329,6 +341,7 @@ class QueryIndex:
         ``embed_missing`` does it later.
         """
         async with self._lock:
+            self._stats = None
             ex = self.engine.execute
             for stmt in ("DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
                          "DROP INDEX IF EXISTS terms_term"):
@@ -363,6 +376,7 @@ class QueryIndex:
             for stmt in INDEX_STATEMENTS:
                 await ex(stmt)
             self.unsorted_postings = 0
+            self._stats = None
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 

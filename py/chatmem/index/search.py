@@ -53,6 +53,7 @@ DAY_MS = 86_400_000
 DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.35, "recency": 0.15}
 _MAX_LIMIT = 10_000
 _CJK_MAX = "\U0010ffff"
+_FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
 
 
 @dataclass(slots=True)
@@ -147,21 +148,38 @@ def build_filters(
 # --------------------------------------------------------------------------- SQL pieces
 
 
-def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None) -> tuple[str, list[Any], int]:
+def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
+              stats: tuple[int, float] | None = None) -> tuple[str, list[Any], int]:
     """CTEs ending in ``kw(doc, kw, req, created_at)``: the BM25 score of every
     message (by its integer ``docs.doc``) holding a query term and passing the
     filters (``flt`` over alias ``d`` of ``docs``), how many of the required
     terms it holds, and its time (for ties).
 
-    Each query term reads only its own postings rows: an equality on the
-    ART-indexed, term-sorted ``postings`` (or, for a one-character CJK term, a
-    term range). Document frequencies come from ``terms`` (a prefix term counts
-    its distinct messages), the document count and total length from ``stats``:
-    never from ``messages``. Returns (sql, params, number of required terms).
+    The query's exact terms are read in one ``term IN (...)`` over the
+    ART-indexed, term-sorted ``postings`` (a one-character CJK term reads a term
+    range). Document frequencies come from ``terms`` (a prefix term counts its
+    distinct messages), the document count and mean length from ``stats`` (or
+    from ``stats=(n, avgdl)`` given by the caller): never from ``messages``.
+    Returns (sql, params, number of required terms).
     """
     terms = pq.all_terms
     required = len(dict.fromkeys(pq.required))
-    hits, hparams, dfs, dparams = [], [], [], []
+    exact = [(i, t) for i, t in enumerate(terms) if not t.prefix]
+    hits: list[str] = []
+    dfs: list[str] = []
+    hparams: list[Any] = []
+    dparams: list[Any] = []
+    if exact:
+        if len(exact) == 1:
+            qi, hp = str(exact[0][0]), []
+        else:
+            qi = "CASE " + " ".join(f"WHEN term = ? THEN {i}" for i, _ in exact) + " END"
+            hp = [t.value for _, t in exact]
+        marks = ", ".join("?" for _ in exact)
+        hits.append(f"SELECT {qi} AS qi, doc, tf, doc_len, created_at FROM postings WHERE term IN ({marks})")
+        dfs.append(f"SELECT {qi} AS qi, df FROM terms WHERE term IN ({marks})")
+        hparams += hp + [t.value for _, t in exact]
+        dparams += hp + [t.value for _, t in exact]
     for i, t in enumerate(terms):
         if t.prefix:
             # several index terms answer one query term: add their frequencies first
@@ -169,27 +187,31 @@ def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None) -> tuple[str, list[An
                         "min(created_at) AS created_at FROM postings WHERE term >= ? AND term <= ? GROUP BY doc")
             hparams.extend([t.value, t.value + _CJK_MAX])
             dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
-        else:
-            hits.append(f"SELECT {i} AS qi, doc, tf, doc_len, created_at FROM postings WHERE term = ?")
-            hparams.append(t.value)
-            dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
-            dparams.append(t.value)
     flt = flt or Filters("TRUE", [], False)
     where = f"WHERE h.doc IN (SELECT d.doc FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
-    score = (f"ln(1 + (st.n - f.df + 0.5) / (f.df + 0.5)) * h.tf * {K1 + 1} / "
-             f"(h.tf + {K1} * ({1 - B} + {B} * h.doc_len / st.avgdl))")
+    if stats is None:
+        st_cte, st_join, n, avgdl, sparams = (
+            "st AS (SELECT n, greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS avgdl FROM stats),\n",
+            " CROSS JOIN st", "st.n", "st.avgdl", [])
+    else:
+        st_cte, st_join, n, avgdl = "", "", "CAST(? AS BIGINT)", "CAST(? AS DOUBLE)"
+        sparams = [int(stats[0]), float(stats[1])]
+    score = (f"ln(1 + ({n} - f.df + 0.5) / (f.df + 0.5)) * h.tf * {K1 + 1} / "
+             f"(h.tf + {K1} * ({1 - B} + {B} * h.doc_len / {avgdl}))")
     if len(terms) == 1 and not terms[0].prefix:
         # one posting per message: no grouping
-        kw = (f"SELECT h.doc, {score} AS kw, {1 if required else 0} AS req, h.created_at FROM h CROSS JOIN f CROSS JOIN st {where}")
+        kw = (f"SELECT h.doc, {score} AS kw, {1 if required else 0} AS req, h.created_at "
+              f"FROM h CROSS JOIN f{st_join} {where}")
+        kparams = sparams
     else:
         kw = (f"SELECT h.doc, sum({score}) AS kw, count(*) FILTER (WHERE h.qi < {required}) AS req, "
-              f"max(h.created_at) AS created_at FROM h JOIN f ON f.qi = h.qi CROSS JOIN st {where} GROUP BY h.doc")
+              f"max(h.created_at) AS created_at FROM h JOIN f ON f.qi = h.qi{st_join} {where} GROUP BY h.doc")
+        kparams = sparams
     sql = f"""
-st AS (SELECT n, greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS avgdl FROM stats),
-h AS ({' UNION ALL '.join(hits)}),
+{st_cte}h AS ({' UNION ALL '.join(hits)}),
 f AS ({' UNION ALL '.join(dfs)}),
 kw AS ({kw})"""
-    return sql, hparams + dparams + flt.params, required
+    return sql, hparams + dparams + kparams + flt.params, required
 
 
 def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
@@ -213,8 +235,10 @@ async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str,
     if not rows:
         return []
     ids = [r["id"] for r in rows]
+    size = next((n for n in _FETCH_SIZES if n >= len(ids)), len(ids))
+    padded = ids + [ids[0]] * (size - len(ids))  # one prepared statement per size class
     full = await index.execute(
-        f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in ids)})", ids
+        f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in padded)})", padded
     )
     by_id = {r["id"]: r for r in full}
     return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
@@ -291,8 +315,10 @@ async def search(
 
     if mode == "keyword":
         assert pq is not None
+        stats_fn = getattr(index, "bm25_stats", None)
+        stats = await stats_fn() if stats_fn is not None else None
         ctes, params, required = bm25_ctes(pq, build_filters(session_ids, character_ids, date_range, roles,
-                                                             alias="d"))
+                                                             alias="d"), stats)
         phrase, pparams = _phrase_sql(pq)
         join = "JOIN docs d ON d.doc = kw.doc" if phrase else ""
         conds = [f"kw.req = {required}"] + ([phrase] if phrase else [])
@@ -300,22 +326,35 @@ async def search(
         if thr is not None:
             conds.append("round(kw.kw, 9) >= ?")
             params.append(thr)
-        ranked = (f"r AS MATERIALIZED (SELECT kw.doc, round(kw.kw, 9) AS score, kw.created_at FROM kw {join} "
-                  f"WHERE {' AND '.join(conds)})")
+        ranked = (f"SELECT kw.doc, round(kw.kw, 9) AS score, kw.created_at FROM kw {join} "
+                  f"WHERE {' AND '.join(conds)}")
         order = "ORDER BY r.score DESC, r.created_at DESC, dd.message_id DESC"
-        if limit is None:
-            sql = f"WITH {ctes},\n{ranked}\nSELECT dd.message_id AS id, r.score FROM r JOIN docs dd ON dd.doc = r.doc {order}"
-        else:
-            # the limit-th (score, time) is the cut: only rows at or above it need their message id
-            # (ties on both are ordered by message id, like every other mode)
-            sql = (f"WITH {ctes},\n{ranked},\n"
-                   "cut AS (SELECT max(score) AS cs, max(created_at) AS cc FROM "
-                   "(SELECT score, created_at FROM r ORDER BY score DESC, created_at DESC LIMIT 1 OFFSET ?))\n"
-                   "SELECT dd.message_id AS id, r.score FROM r CROSS JOIN cut JOIN docs dd ON dd.doc = r.doc "
-                   "WHERE cut.cs IS NULL OR r.score > cut.cs OR (r.score = cut.cs AND r.created_at >= cut.cc) "
-                   f"{order} LIMIT ?")
-            params = params + [limit - 1]
-        rows = await index.execute(sql, params + lim_params)
+        rows: list[dict[str, Any]] | None = None
+        if limit is not None:
+            # the best limit + 1 by (score, time); only they need their message id. When the
+            # last two tie on both, which of the tied ids make the cut is decided exactly below.
+            got = await index.execute(
+                f"WITH {ctes},\nr AS ({ranked} ORDER BY score DESC, kw.created_at DESC LIMIT ?)\n"
+                f"SELECT dd.message_id AS id, r.score, r.created_at FROM r JOIN docs dd ON dd.doc = r.doc {order}",
+                params + [limit + 1])
+            if len(got) <= limit or (got[limit - 1]["score"], got[limit - 1]["created_at"]) != (
+                    got[limit]["score"], got[limit]["created_at"]):
+                rows = got[:limit]
+        if rows is None:
+            if limit is None:
+                sql = (f"WITH {ctes},\nr AS ({ranked})\nSELECT dd.message_id AS id, r.score "
+                       f"FROM r JOIN docs dd ON dd.doc = r.doc {order}")
+                cut_params: list[Any] = []
+            else:
+                # the limit-th (score, time) is the cut: every row at or above it, ordered by id on ties
+                sql = (f"WITH {ctes},\nr AS MATERIALIZED ({ranked}),\n"
+                       "cut AS (SELECT max(score) AS cs, max(created_at) AS cc FROM "
+                       "(SELECT score, created_at FROM r ORDER BY score DESC, created_at DESC LIMIT 1 OFFSET ?))\n"
+                       "SELECT dd.message_id AS id, r.score FROM r CROSS JOIN cut JOIN docs dd ON dd.doc = r.doc "
+                       "WHERE cut.cs IS NULL OR r.score > cut.cs OR (r.score = cut.cs AND r.created_at >= cut.cc) "
+                       f"{order} LIMIT ?")
+                cut_params = [limit - 1]
+            rows = await index.execute(sql, params + cut_params + lim_params)
         return [
             hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
                                         "bm25": float(k["score"])})
