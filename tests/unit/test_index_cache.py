@@ -18,6 +18,14 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def _tamper(path: str, sql: str) -> None:
+    import duckdb
+
+    con = duckdb.connect(path)
+    con.execute(sql)
+    con.close()
+
+
 def _mem(db: str, index: str | None) -> Memory:
     async def engine():
         return DuckDBEngine(index) if index else DuckDBEngine()
@@ -97,15 +105,22 @@ def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
         s = await mem.sessions.create(title="t")
         await mem.messages.append(s.session_id, "user", "apple")
         assert len(await mem.search("apple")) == 1
-        await mem.index.index.execute("UPDATE index_meta SET value = 'old' WHERE key = 'schema'")
         await mem.close()
+        _tamper(idx, "UPDATE index_meta SET value = 'old' WHERE key = 'schema'")
         mem = _mem(db, idx)
         assert len(await mem.search("apple")) == 1
         assert mem.index.hydrations == 1 and mem.index.catchups == 0
-        await mem.index.index.execute("DELETE FROM index_meta WHERE key = 'complete'")
         await mem.close()
+        _tamper(idx, "DELETE FROM index_meta WHERE key = 'complete'")
         mem = _mem(db, idx)
         assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+        await mem.close()
+        _tamper(idx, "DROP TABLE postings")
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+        await mem.close()
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple")) == 1 and mem.index.catchups == 1
         await mem.close()
 
     run(go())

@@ -221,21 +221,52 @@ class QueryIndex:
                 raise ValidationError("messages-appended needs a list of message records", field="payload")
             await self._append(sid, records, session)
 
-    async def _drop_messages(self, sid: str) -> None:
-        """Remove a session's messages and their postings, keeping ``terms`` and ``stats`` exact."""
+    async def _drop_messages(self, sids: str | list[str]) -> None:
+        """Remove the sessions' messages and their postings, keeping ``terms`` and ``stats`` exact."""
+        ids = [sids] if isinstance(sids, str) else list(sids)
+        if not ids:
+            return
         ex = self.engine.execute
-        gone = "(SELECT doc FROM docs WHERE session_id = ?)"
+        inl = f"IN ({_placeholders(len(ids))})"
+        gone = f"(SELECT doc FROM docs WHERE session_id {inl})"
         await ex(
             "UPDATE terms SET df = terms.df - g.c FROM (SELECT term, count(*)::INTEGER AS c FROM postings "
-            f"WHERE doc IN {gone} GROUP BY term) g WHERE terms.term = g.term", [sid])
+            f"WHERE doc IN {gone} GROUP BY term) g WHERE terms.term = g.term", ids)
         await ex("DELETE FROM terms WHERE df <= 0")
         await ex(
             "UPDATE stats SET n = stats.n - g.n, total = stats.total - g.t FROM (SELECT count(*) AS n, "
-            "coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id = ?) g", [sid])
-        await ex(f"DELETE FROM postings WHERE doc IN {gone}", [sid])
-        await ex("DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)", [sid])
-        await ex("DELETE FROM docs WHERE session_id = ?", [sid])
-        await ex("DELETE FROM messages WHERE session_id = ?", [sid])
+            f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g", ids)
+        await ex(f"DELETE FROM postings WHERE doc IN {gone}", ids)
+        await ex(f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", ids)
+        await ex(f"DELETE FROM docs WHERE session_id {inl}", ids)
+        await ex(f"DELETE FROM messages WHERE session_id {inl}", ids)
+
+    async def resync(self, sessions: list[Mapping[str, Any]], messages: list[Mapping[str, Any]],
+                     drop: Iterable[str] = ()) -> None:
+        """In one transaction: replace the ``sessions`` (records) and all their
+        messages by ``messages``, and remove the sessions ``drop``. What a cached
+        index does to catch up with the store."""
+        await self.setup()
+        sids = [str(s["sessionId"]) for s in sessions] + [str(d) for d in drop]
+        async with self._lock:
+            self._stats = None
+            await self.engine.execute("BEGIN TRANSACTION")
+            try:
+                for i in range(0, len(sids), 500):
+                    part = sids[i : i + 500]
+                    await self._drop_messages(part)
+                    await self.engine.execute(
+                        f"DELETE FROM sessions WHERE session_id IN ({_placeholders(len(part))})", part)
+                await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
+                for i in range(0, len(messages), _CHUNK):
+                    await self._load_messages([dict(m) for m in messages[i : i + _CHUNK]])
+            except BaseException:
+                await self.engine.execute("ROLLBACK")
+                raise
+            await self.engine.execute("COMMIT")
+            self._stats = None
+        if self.unsorted_postings > self.compact_after:
+            await self.compact()
 
     async def _merge_session(self, sid: str, changes: dict[str, Any]) -> None:
         rows = await self.engine.execute("SELECT * FROM sessions WHERE session_id = ?", [sid])

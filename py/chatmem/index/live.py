@@ -5,14 +5,18 @@ The store stays the source of truth; the index is derived and rebuildable.
 - Lazy: nothing is built until the first query, so opening memory (and the
   page) never waits for it. The first query hydrates the index from the store
   in bulk (``QueryIndex.rebuild``); ``warm()`` starts that in the background.
-- Cached: in the browser the index lives in an OPFS file named after the
+- Cached: in the browser the index is saved to an OPFS file named after the
   store (``opfs://chatmem-index-<name>.duckdb``), so a reload does not
-  re-derive it: the first query opens the file and catches up with the store
-  (each session's stored record is compared with the index's row; only the
-  sessions that differ are re-read, those gone are dropped). A second tab
-  cannot open the file (OPFS files are one-writer) and falls back to an
-  in-memory index hydrated from the store. An engine with ``persistent=True``
-  (e.g. ``DuckDBEngine(path)`` on CPython) is treated the same way.
+  re-derive it: the first query copies the file into memory (queries always
+  run on an in-memory database, see ``cache.py``) and catches up with the
+  store: each session's stored record is compared with the index's row; only
+  the sessions that differ are re-read, those gone are dropped, all in one
+  transaction. The file is saved after a hydration, after a catch-up that
+  changed something, on ``save()`` and on ``close()``; what was written after
+  the last save is caught up at the next opening. A second tab cannot open
+  the file (OPFS files are one-writer) and falls back to an in-memory index
+  hydrated from the store. An engine with ``persistent=True`` (e.g.
+  ``DuckDBEngine(path)`` on CPython) is treated the same way.
 - Fresh: every acknowledged write in this process is queued (a cheap,
   synchronous append) and the queue is applied before the next query, so a
   write is visible to every query issued after the awaited write returned.
@@ -30,11 +34,12 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..errors import SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
+from .cache import IndexCache
 from .embed import Embedder, HashingEmbedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
-from .schema import SCHEMA_VERSION, row_to_session_record, session_row
+from .schema import row_to_session_record, session_row
 from .search import SearchHit, search
 
 if TYPE_CHECKING:
@@ -95,6 +100,8 @@ class LiveIndex:
         self._stale: set[str] = set()
         self._lock = asyncio.Lock()
         self._warming: asyncio.Task[Any] | None = None
+        self._cache: IndexCache | None = None
+        self._dirty = False
         #: full derivations from the store / openings of a cached index
         self.hydrations = 0
         self.catchups = 0
@@ -129,29 +136,37 @@ class LiveIndex:
 
     async def _hydrate(self, force: bool = False) -> QueryIndex:
         engine = await self._factory()
+        persistent = bool(getattr(engine, "persistent", False))
+        cache = None
+        if persistent:
+            cache = IndexCache(engine)
+            await cache.attach_work()
+        self._cache = cache
         index = QueryIndex(engine, embedder=self.embedder)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
-        persistent = bool(getattr(engine, "persistent", False))
-        if (persistent and not force and await index.meta("schema") == SCHEMA_VERSION
-                and await index.meta("complete") == "1"):
+        if cache is not None and not force and await cache.valid():
+            await cache.load()
             await index.setup()
-            if await self._catch_up(index):
+            caught = await self._catch_up(index)
+            if caught is not None:
                 self.catchups += 1
-                await _checkpoint(index)
+                if caught:
+                    await self._save()
                 return index
         metas = await self._core.store.all_sessions()
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
-        if persistent:
-            await _checkpoint(index)
+        if cache is not None:
+            await self._save()
         return index
 
-    async def _catch_up(self, index: QueryIndex) -> bool:
-        """Bring a cached index up to the store; False when a rebuild is cheaper."""
+    async def _catch_up(self, index: QueryIndex) -> int | None:
+        """Bring a cached index up to the store: the number of sessions re-read or
+        dropped, or None when so many changed that a rebuild is cheaper."""
         metas = await self._core.store.all_sessions()
         rows = await index.execute("SELECT * FROM sessions")
         have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
@@ -159,20 +174,28 @@ class LiveIndex:
         changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
         gone = sorted(set(have) - set(wanted))
         if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
-            return False
-        for sid in gone:
-            await index.apply("session-deleted", sid)
-        for meta in changed:
-            sid = meta["sessionId"]
-            # re-read the whole session: cheaper than proving which messages changed
-            await index.apply("session-deleted", sid)
-            await index.apply("session-created", sid, meta)
-            msgs = [m async for m in self._messages([meta])]
-            if msgs:
-                await index.apply("messages-appended", sid, {"messages": msgs, "session": meta})
+            return None
+        if changed or gone:
+            # re-read each changed session whole: cheaper than proving which messages changed
+            msgs = [m async for m in self._messages(changed)]
+            await index.resync(changed, msgs, gone)
         self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
                           "refreshed": len(changed), "dropped": len(gone)}
-        return True
+        return len(changed) + len(gone)
+
+    async def _save(self) -> None:
+        if self._cache is not None and self.index is not None:
+            async with self.index._lock:
+                await self._cache.save()
+            self._dirty = False
+
+    async def save(self) -> bool:
+        """Write the index to its cache file now (False when there is none, e.g. a second tab)."""
+        async with self._lock:
+            if self._cache is None or self.index is None:
+                return False
+            await self._save()
+            return True
 
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
         """Re-read one session from the store and apply only what the index lacks."""
@@ -212,6 +235,7 @@ class LiveIndex:
         async with self._lock:
             index = self.index or await self._hydrate()
             while self._pending or self._stale:
+                self._dirty = True
                 pending, self._pending = self._pending, []
                 for kind, sid, payload in _coalesce(pending):
                     await index.apply(kind, sid, payload)
@@ -226,6 +250,7 @@ class LiveIndex:
             old, self.index = self.index, None
             if old is not None:
                 await old.close()
+            self._cache = None
             await self._hydrate(force=True)
 
     # ------------------------------------------------------------------ queries
@@ -255,18 +280,15 @@ class LiveIndex:
             except Exception:
                 pass
         if self.index is not None:
-            if getattr(self.index.engine, "persistent", False):
+            if self._dirty and self._cache is not None:
                 try:
-                    await _checkpoint(self.index)
+                    await self.ready()  # what is queued goes into the saved copy too
+                    await self._save()
                 except Exception:
                     pass  # the cache is derived: the next opening catches up anyway
             await self.index.close()
             self.index = None
-
-
-async def _checkpoint(index: QueryIndex) -> None:
-    """Write a persistent index's changes into its file (so the next opening is quick)."""
-    await index.execute("CHECKPOINT")
+            self._cache = None
 
 
 def _coalesce(events: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
