@@ -58,7 +58,8 @@ _STAGE = [c for c, _ in STAGE_COLUMNS]
 _STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
 _DOCS = ", ".join(_COLS["docs"])
 #: one row per (term, message) of the staged batch
-_STAGE_TERMS = "SELECT doc, doc_len, created_at, unnest(string_split(toks, ' ')) AS term FROM stage WHERE toks <> ''"
+_STAGE_TERMS = ("SELECT message_id, doc_len, created_at, unnest(string_split(toks, ' ')) AS term "
+                "FROM stage WHERE toks <> ''")
 _CHUNK = 20_000
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
 
@@ -83,7 +84,6 @@ class QueryIndex:
         self.unsorted_postings = 0
         self._lock = asyncio.Lock()
         self._ready = False
-        self._next_doc = 0
         self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
 
@@ -100,8 +100,6 @@ class QueryIndex:
         await self.engine.execute(
             "INSERT INTO index_meta SELECT 'schema', ? WHERE NOT EXISTS "
             "(SELECT 1 FROM index_meta WHERE key = 'schema')", [SCHEMA_VERSION])
-        rows = await self.engine.execute("SELECT coalesce(max(doc) + 1, 0) AS n FROM docs")
-        self._next_doc = int(rows[0]["n"])
         self._ready = True
 
     async def meta(self, key: str) -> str | None:
@@ -228,15 +226,15 @@ class QueryIndex:
             return
         ex = self.engine.execute
         inl = f"IN ({_placeholders(len(ids))})"
-        gone = f"(SELECT doc FROM docs WHERE session_id {inl})"
+        gone = f"(SELECT message_id FROM docs WHERE session_id {inl})"
         await ex(
             "UPDATE terms SET df = terms.df - g.c FROM (SELECT term, count(*)::INTEGER AS c FROM postings "
-            f"WHERE doc IN {gone} GROUP BY term) g WHERE terms.term = g.term", ids)
+            f"WHERE message_id IN {gone} GROUP BY term) g WHERE terms.term = g.term", ids)
         await ex("DELETE FROM terms WHERE df <= 0")
         await ex(
             "UPDATE stats SET n = stats.n - g.n, total = stats.total - g.t FROM (SELECT count(*) AS n, "
             f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g", ids)
-        await ex(f"DELETE FROM postings WHERE doc IN {gone}", ids)
+        await ex(f"DELETE FROM postings WHERE message_id IN {gone}", ids)
         await ex(f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", ids)
         await ex(f"DELETE FROM docs WHERE session_id {inl}", ids)
         await ex(f"DELETE FROM messages WHERE session_id {inl}", ids)
@@ -315,24 +313,21 @@ class QueryIndex:
         in bulk, then ``docs`` and ``postings`` (and, with ``counts``, the
         ``terms`` / ``stats`` counts) derived in SQL."""
         mrows, srows = [], []
-        doc = self._next_doc
         for rec in records:
-            m, st = message_rows(rec, doc)
-            doc += 1
+            m, st = message_rows(rec)
             mrows.append(m)
             srows.append(st)
         ex = self.engine.execute
         await ex(_STAGE_DDL)
         await self.engine.load_rows("messages", _COLS["messages"], mrows)
         await self.engine.load_rows("stage", _STAGE, srows)
-        self._next_doc = doc
         await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
         await ex(
-            "INSERT INTO postings SELECT term, doc, count(*)::INTEGER, any_value(doc_len), any_value(created_at) "
-            f"FROM ({_STAGE_TERMS}) GROUP BY term, doc ORDER BY term, doc")
+            "INSERT INTO postings SELECT term, message_id, count(*)::INTEGER, any_value(doc_len), "
+            f"any_value(created_at) FROM ({_STAGE_TERMS}) GROUP BY term, message_id ORDER BY term, message_id")
         if counts:
             await ex(
-                "CREATE OR REPLACE TEMP TABLE delta AS SELECT term, count(DISTINCT doc)::INTEGER AS c "
+                "CREATE OR REPLACE TEMP TABLE delta AS SELECT term, count(DISTINCT message_id)::INTEGER AS c "
                 f"FROM ({_STAGE_TERMS}) GROUP BY term")
             await ex("UPDATE terms SET df = terms.df + delta.c FROM delta WHERE terms.term = delta.term")
             await ex("INSERT INTO terms SELECT d.term, d.c FROM delta d "
@@ -353,7 +348,7 @@ class QueryIndex:
     async def _sort_postings(self) -> None:
         await self.engine.execute("DROP INDEX IF EXISTS postings_term")
         await self.engine.execute(
-            "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, doc")
+            "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id")
         for stmt in INDEX_STATEMENTS:
             await self.engine.execute(stmt)
 
@@ -399,7 +394,7 @@ class QueryIndex:
             if chunk:
                 await self._load_messages(chunk, counts=False)
             await ex("CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id")
-            await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, doc")
+            await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id")
             await ex("CREATE OR REPLACE TABLE terms AS SELECT term, count(*)::INTEGER AS df FROM postings "
                      "GROUP BY term ORDER BY term")
             await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "

@@ -7,15 +7,15 @@
                 content / slices / tool_results / categorization / tool_calls /
                 metadata as JSON text; text = plain text of the content;
                 token_count as stored
-    docs        per message: an integer ``doc`` id (the index's own, assigned
-                in arrival order), message_id, session_id, role, created_at
+    docs        per message: message_id, session_id, role, created_at
                 (immutable, copied so that ranking and filtering never read
                 ``messages``), doc_len (number of index terms) and norm_text
                 (normalised words, for exact phrase checks)
-    postings    the inverted index: (term, doc, tf, doc_len, created_at), kept
-                sorted by term and with an ART index on term, so that a query
-                reads only its terms' rows (a rare term by index lookup, a
-                common one by a zone-map-skipping scan)
+    postings    the inverted index: (term, message_id, tf, doc_len,
+                created_at), kept sorted by term and with an ART index on
+                term, so that a query reads only its terms' rows (a rare term
+                by index lookup, a common one by a zone-map-skipping scan) and
+                ranks, breaks ties and fetches the winners without a join
     terms       (term, df): the document frequency of every indexed term
     stats       one row (n, total): the number of docs and the sum of doc_len
     embeddings  (message_id, model, dim, vec FLOAT[]): one vector per message and model
@@ -96,7 +96,6 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "sessions": [(c, t) for c, t, _ in SESSION_COLUMNS],
     "messages": [(c, t) for c, t, _ in MESSAGE_COLUMNS],
     "docs": [
-        ("doc", "INTEGER"),
         ("message_id", "VARCHAR"),
         ("session_id", "VARCHAR"),
         ("role", "VARCHAR"),
@@ -106,7 +105,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     ],
     "postings": [
         ("term", "VARCHAR"),
-        ("doc", "INTEGER"),
+        ("message_id", "VARCHAR"),
         ("tf", "INTEGER"),
         ("doc_len", "INTEGER"),
         ("created_at", "BIGINT"),
@@ -123,7 +122,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 #: the staging table a batch of messages goes through: ``docs`` plus ``toks``
 #: (the message's index terms joined by spaces; terms never hold a space),
@@ -176,9 +175,9 @@ def _json(v: Any) -> str | None:
     return None if v is None else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
-def message_rows(rec: Mapping[str, Any], doc: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The ``messages`` row and the staging row (``STAGE_COLUMNS``) of one message record
-    that gets the integer id ``doc``. Tokenises the text once."""
+def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The ``messages`` row and the staging row (``STAGE_COLUMNS``) of one message record.
+    Tokenises the text once."""
     text = extract_text(rec.get("content"))
     row = []
     for col, _, key in MESSAGE_COLUMNS:
@@ -191,7 +190,7 @@ def message_rows(rec: Mapping[str, Any], doc: int) -> tuple[tuple[Any, ...], tup
         else:
             row.append(rec.get(key))
     toks, norm = analyze(text)
-    stage = (doc, rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), norm,
+    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), norm,
              " ".join(toks))
     return tuple(row), stage
 

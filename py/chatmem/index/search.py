@@ -41,6 +41,7 @@ __all__ = [
     "Filters",
     "SearchHit",
     "bm25_ctes",
+    "bm25_sql",
     "build_filters",
     "default_embedder",
     "hit_from_row",
@@ -148,70 +149,94 @@ def build_filters(
 # --------------------------------------------------------------------------- SQL pieces
 
 
+def _stats_params(stats: tuple[int, float]) -> list[Any]:
+    """``n`` and the two constants of BM25's length normalisation, ``k1(1-b)`` and ``k1 b / avgdl``."""
+    n, avgdl = stats
+    return [int(n), K1 * (1 - B), K1 * B / avgdl]
+
+
+#: the BM25 weight of one posting ``p`` of a term whose ``w.df`` is known; binds n, c1, c2
+_WEIGHT = ("ln(1 + (CAST(? AS BIGINT) - w.df + 0.5) / (w.df + 0.5)) * p.tf * " + str(K1 + 1)
+           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * p.doc_len)")
+
+
+def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None) -> tuple[str, list[Any], int]:
+    """One ``SELECT`` of ``(message_id, kw, req, created_at)``: the BM25 score of every
+    message holding a query term and passing the filters (``flt`` over alias ``d``
+    of ``docs``), how many of the required terms it holds, and its time.
+
+    The query's terms are read in one ``term IN (...)`` over the ART-indexed,
+    term-sorted ``postings``, joined to their ``terms.df``; the document count
+    and mean length are ``stats`` (the index's cached ``stats`` row). Never
+    reads ``messages``. A one-character CJK term (a term prefix) takes
+    ``bm25_ctes``. Returns (sql, params, number of required terms).
+    """
+    terms = pq.all_terms
+    if any(t.prefix for t in terms):
+        ctes, params, required = bm25_ctes(pq, flt, stats)
+        return f"WITH {ctes}\nSELECT * FROM kw", params, required
+    values = [t.value for t in terms]
+    req_values = list(dict.fromkeys(t.value for t in pq.required))
+    marks = ", ".join("?" for _ in values)
+    if req_values:
+        req = f"count(*) FILTER (WHERE p.term IN ({', '.join('?' for _ in req_values)}))"
+    else:
+        req = "0"
+    flt = flt or Filters("TRUE", [], False)
+    where = f" AND p.message_id IN (SELECT d.message_id FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
+    sql = (f"SELECT p.message_id, sum({_WEIGHT}) AS kw, {req} AS req, max(p.created_at) AS created_at "
+           f"FROM postings p JOIN terms w ON w.term = p.term "
+           f"WHERE p.term IN ({marks}) AND w.term IN ({marks}){where} GROUP BY p.message_id")
+    return sql, _stats_params(stats) + req_values + values + values + flt.params, len(req_values)
+
+
 def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
               stats: tuple[int, float] | None = None) -> tuple[str, list[Any], int]:
-    """CTEs ending in ``kw(doc, kw, req, created_at)``: the BM25 score of every
-    message (by its integer ``docs.doc``) holding a query term and passing the
-    filters (``flt`` over alias ``d`` of ``docs``), how many of the required
-    terms it holds, and its time (for ties).
-
-    The query's exact terms are read in one ``term IN (...)`` over the
-    ART-indexed, term-sorted ``postings`` (a one-character CJK term reads a term
-    range). Document frequencies come from ``terms`` (a prefix term counts its
-    distinct messages), the document count and mean length from ``stats`` (or
-    from ``stats=(n, avgdl)`` given by the caller): never from ``messages``.
+    """CTEs ending in ``kw(message_id, kw, req, created_at)``, the general form of
+    ``bm25_sql`` that also answers one-character CJK terms (a term range whose
+    document frequency is the number of distinct messages in it). Without
+    ``stats`` the ``stats`` table is read in the query.
     Returns (sql, params, number of required terms).
     """
     terms = pq.all_terms
     required = len(dict.fromkeys(pq.required))
-    exact = [(i, t) for i, t in enumerate(terms) if not t.prefix]
     hits: list[str] = []
     dfs: list[str] = []
     hparams: list[Any] = []
     dparams: list[Any] = []
-    if exact:
-        if len(exact) == 1:
-            qi, hp = str(exact[0][0]), []
-        else:
-            qi = "CASE " + " ".join(f"WHEN term = ? THEN {i}" for i, _ in exact) + " END"
-            hp = [t.value for _, t in exact]
-        marks = ", ".join("?" for _ in exact)
-        hits.append(f"SELECT {qi} AS qi, doc, tf, doc_len, created_at FROM postings WHERE term IN ({marks})")
-        dfs.append(f"SELECT {qi} AS qi, df FROM terms WHERE term IN ({marks})")
-        hparams += hp + [t.value for _, t in exact]
-        dparams += hp + [t.value for _, t in exact]
     for i, t in enumerate(terms):
         if t.prefix:
             # several index terms answer one query term: add their frequencies first
-            hits.append(f"SELECT {i} AS qi, doc, sum(tf) AS tf, min(doc_len) AS doc_len, "
-                        "min(created_at) AS created_at FROM postings WHERE term >= ? AND term <= ? GROUP BY doc")
+            hits.append(f"SELECT {i} AS qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
+                        "min(created_at) AS created_at FROM postings WHERE term >= ? AND term <= ? "
+                        "GROUP BY message_id")
             hparams.extend([t.value, t.value + _CJK_MAX])
             dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
+        else:
+            hits.append(f"SELECT {i} AS qi, message_id, tf, doc_len, created_at FROM postings WHERE term = ?")
+            hparams.append(t.value)
+            dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
+            dparams.append(t.value)
     flt = flt or Filters("TRUE", [], False)
-    where = f"WHERE h.doc IN (SELECT d.doc FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
+    where = f"WHERE p.message_id IN (SELECT d.message_id FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
     if stats is None:
-        st_cte, st_join, n, avgdl, sparams = (
-            "st AS (SELECT n, greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS avgdl FROM stats),\n",
-            " CROSS JOIN st", "st.n", "st.avgdl", [])
+        st = ("st AS (SELECT CAST(n AS BIGINT) AS n, CAST(greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS DOUBLE) "
+              "AS avgdl FROM stats),\n")
+        weight = (f"ln(1 + (st.n - w.df + 0.5) / (w.df + 0.5)) * p.tf * {K1 + 1} / "
+                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * p.doc_len)")
+        join, sparams = " CROSS JOIN st", []
     else:
-        st_cte, st_join, n, avgdl = "", "", "CAST(? AS BIGINT)", "CAST(? AS DOUBLE)"
-        sparams = [int(stats[0]), float(stats[1])]
-    score = (f"ln(1 + ({n} - f.df + 0.5) / (f.df + 0.5)) * h.tf * {K1 + 1} / "
-             f"(h.tf + {K1} * ({1 - B} + {B} * h.doc_len / {avgdl}))")
-    if len(terms) == 1 and not terms[0].prefix:
-        # one posting per message: no grouping
-        kw = (f"SELECT h.doc, {score} AS kw, {1 if required else 0} AS req, h.created_at "
-              f"FROM h CROSS JOIN f{st_join} {where}")
-        kparams = sparams
-    else:
-        kw = (f"SELECT h.doc, sum({score}) AS kw, count(*) FILTER (WHERE h.qi < {required}) AS req, "
-              f"max(h.created_at) AS created_at FROM h JOIN f ON f.qi = h.qi{st_join} {where} GROUP BY h.doc")
-        kparams = sparams
+        st, weight, join, sparams = "", _WEIGHT, "", _stats_params(stats)
     sql = f"""
-{st_cte}h AS ({' UNION ALL '.join(hits)}),
+{st}h AS ({' UNION ALL '.join(hits)}),
 f AS ({' UNION ALL '.join(dfs)}),
-kw AS ({kw})"""
-    return sql, hparams + dparams + kparams + flt.params, required
+kw AS (
+  SELECT p.message_id, sum({weight}) AS kw, count(*) FILTER (WHERE p.qi < {required}) AS req,
+         max(p.created_at) AS created_at
+  FROM h p JOIN f w ON w.qi = p.qi{join} {where}
+  GROUP BY p.message_id
+)"""
+    return sql, hparams + dparams + sparams + flt.params, required
 
 
 def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
@@ -242,6 +267,16 @@ async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str,
     )
     by_id = {r["id"]: r for r in full}
     return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
+
+
+async def _bm25_stats(index: Any) -> tuple[int, float]:
+    """``(n, avgdl)``: the index's cached figures, or read from ``stats``."""
+    fn = getattr(index, "bm25_stats", None)
+    if fn is not None:
+        return await fn()  # type: ignore[no-any-return]
+    rows = await index.execute("SELECT n, total FROM stats")
+    n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
+    return n, max(total / max(n, 1), 1e-9)
 
 
 def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
@@ -315,46 +350,21 @@ async def search(
 
     if mode == "keyword":
         assert pq is not None
-        stats_fn = getattr(index, "bm25_stats", None)
-        stats = await stats_fn() if stats_fn is not None else None
-        ctes, params, required = bm25_ctes(pq, build_filters(session_ids, character_ids, date_range, roles,
-                                                             alias="d"), stats)
+        stats = await _bm25_stats(index)
+        kw_sql, params, required = bm25_sql(
+            pq, stats, build_filters(session_ids, character_ids, date_range, roles, alias="d"))
         phrase, pparams = _phrase_sql(pq)
-        join = "JOIN docs d ON d.doc = kw.doc" if phrase else ""
-        conds = [f"kw.req = {required}"] + ([phrase] if phrase else [])
+        join = "JOIN docs d ON d.message_id = k.message_id" if phrase else ""
+        conds = [f"k.req = {required}"] + ([phrase] if phrase else [])
         params = params + pparams
         if thr is not None:
-            conds.append("round(kw.kw, 9) >= ?")
+            conds.append("round(k.kw, 9) >= ?")
             params.append(thr)
-        ranked = (f"SELECT kw.doc, round(kw.kw, 9) AS score, kw.created_at FROM kw {join} "
-                  f"WHERE {' AND '.join(conds)}")
-        order = "ORDER BY r.score DESC, r.created_at DESC, dd.message_id DESC"
-        rows: list[dict[str, Any]] | None = None
-        if limit is not None:
-            # the best limit + 1 by (score, time); only they need their message id. When the
-            # last two tie on both, which of the tied ids make the cut is decided exactly below.
-            got = await index.execute(
-                f"WITH {ctes},\nr AS ({ranked} ORDER BY score DESC, kw.created_at DESC LIMIT ?)\n"
-                f"SELECT dd.message_id AS id, r.score, r.created_at FROM r JOIN docs dd ON dd.doc = r.doc {order}",
-                params + [limit + 1])
-            if len(got) <= limit or (got[limit - 1]["score"], got[limit - 1]["created_at"]) != (
-                    got[limit]["score"], got[limit]["created_at"]):
-                rows = got[:limit]
-        if rows is None:
-            if limit is None:
-                sql = (f"WITH {ctes},\nr AS ({ranked})\nSELECT dd.message_id AS id, r.score "
-                       f"FROM r JOIN docs dd ON dd.doc = r.doc {order}")
-                cut_params: list[Any] = []
-            else:
-                # the limit-th (score, time) is the cut: every row at or above it, ordered by id on ties
-                sql = (f"WITH {ctes},\nr AS MATERIALIZED ({ranked}),\n"
-                       "cut AS (SELECT max(score) AS cs, max(created_at) AS cc FROM "
-                       "(SELECT score, created_at FROM r ORDER BY score DESC, created_at DESC LIMIT 1 OFFSET ?))\n"
-                       "SELECT dd.message_id AS id, r.score FROM r CROSS JOIN cut JOIN docs dd ON dd.doc = r.doc "
-                       "WHERE cut.cs IS NULL OR r.score > cut.cs OR (r.score = cut.cs AND r.created_at >= cut.cc) "
-                       f"{order} LIMIT ?")
-                cut_params = [limit - 1]
-            rows = await index.execute(sql, params + cut_params + lim_params)
+        rows = await index.execute(
+            f"SELECT k.message_id AS id, round(k.kw, 9) AS score FROM ({kw_sql}) k {join} "
+            f"WHERE {' AND '.join(conds)} ORDER BY score DESC, k.created_at DESC, k.message_id DESC {lim_sql}",
+            params + lim_params,
+        )
         return [
             hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
                                         "bm25": float(k["score"])})
@@ -390,10 +400,11 @@ async def search(
 
     # hybrid
     assert pq is not None
-    ctes, cparams, required = bm25_ctes(pq)
+    ctes, cparams, required = bm25_ctes(pq, None, await _bm25_stats(index))
     phrase, pparams = _phrase_sql(pq)
     kwf = (
-        "kwf AS (SELECT d.message_id, kw.kw FROM kw JOIN docs d ON d.doc = kw.doc "
+        "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
+        + ("JOIN docs d ON d.message_id = kw.message_id " if phrase else "")
         + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
     )
     now_ms = system_clock() if now is None else _int(now, "now")
