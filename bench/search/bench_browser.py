@@ -3,8 +3,9 @@
     python bench/search/bench_browser.py [--messages 100000] [--sessions 1000] [--queries 200]
                                          [--profile DIR] [--port 8790] [--dist dist]
 
-Fills the IndexedDB database ``bench-search`` with Zipf-distributed messages
-(skipped when a reused ``--profile`` already holds them), then in one browser:
+Fills the IndexedDB database ``bench-search`` with messages of 30-150 words
+drawn from a 30,000-word vocabulary with Zipf frequencies (skipped when a
+reused ``--profile`` already holds them), then in one browser:
 
 1. cold page load, no cached index: open memory, time the first query (it
    derives the whole index from IndexedDB);
@@ -63,7 +64,7 @@ per = MESSAGES // SESSIONS
 for s in range(have, SESSIONS):
     sess = await mem.sessions.create(title="session %d" % s)
     await mem.messages.append_many(sess.session_id, [
-        {"role": ("user", "assistant")[i % 2], "content": " ".join(rng.choices(vocab, cum_weights=cum, k=rng.randint(8, 50)))}
+        {"role": ("user", "assistant")[i % 2], "content": " ".join(rng.choices(vocab, cum_weights=cum, k=rng.randint(30, 150)))}
         for i in range(per)])
 await mem.close()
 {"filled": SESSIONS - have, "s": round(time.time() - t, 1), "vocab": vocab}

@@ -102,6 +102,9 @@ class LiveIndex:
         self._warming: asyncio.Task[Any] | None = None
         self._cache: IndexCache | None = None
         self._dirty = False
+        self._saving: asyncio.Task[Any] | None = None
+        #: seconds between an opening that changed the index and its background save
+        self.save_delay = 1.0
         #: full derivations from the store / openings of a cached index
         self.hydrations = 0
         self.catchups = 0
@@ -153,7 +156,7 @@ class LiveIndex:
             if caught is not None:
                 self.catchups += 1
                 if caught:
-                    await self._save()
+                    self._schedule_save()
                 return index
         metas = await self._core.store.all_sessions()
         await index.rebuild(metas, self._messages(metas))
@@ -161,7 +164,7 @@ class LiveIndex:
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
         if cache is not None:
-            await self._save()
+            self._schedule_save()
         return index
 
     async def _catch_up(self, index: QueryIndex) -> int | None:
@@ -182,6 +185,19 @@ class LiveIndex:
         self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
                           "refreshed": len(changed), "dropped": len(gone)}
         return len(changed) + len(gone)
+
+    def _schedule_save(self) -> None:
+        """Save in the background once the queries of the moment are answered (the first
+        query does not wait for the copy; later ones may, for its ~1-2 s)."""
+        self._dirty = True
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(self.save_delay)
+        async with self._lock:
+            if self._dirty and self._cache is not None and self.index is not None:
+                await self._save()
 
     async def _save(self) -> None:
         if self._cache is not None and self.index is not None:
@@ -274,11 +290,12 @@ class LiveIndex:
         return [h.message for h in hits if h.message.id not in exclude]
 
     async def close(self) -> None:
-        if self._warming is not None and not self._warming.done():
-            try:
-                await self._warming
-            except Exception:
-                pass
+        for task in (self._warming, self._saving):  # both finish soon; neither is cut short
+            if task is not None and not task.done():
+                try:
+                    await task
+                except Exception:
+                    pass
         if self.index is not None:
             if self._dirty and self._cache is not None:
                 try:

@@ -31,7 +31,7 @@ from ..errors import ValidationError
 from ..ids import system_clock
 from ..models import ROLES, ChatMessage
 from .embed import Embedder, HashingEmbedder, vector_literal
-from .schema import row_to_message_record
+from .schema import MESSAGE_COLUMNS, row_to_message_record
 from .tokenize import ParsedQuery, parse_query, phrase_pattern
 
 __all__ = [
@@ -55,6 +55,8 @@ DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.35, "recency"
 _MAX_LIMIT = 10_000
 _CJK_MAX = "\U0010ffff"
 _FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
+#: what a hit's message needs (not the derived ``text``)
+_RECORD_COLUMNS = ", ".join(c for c, _, key in MESSAGE_COLUMNS if key)
 
 
 @dataclass(slots=True)
@@ -263,7 +265,7 @@ async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str,
     size = next((n for n in _FETCH_SIZES if n >= len(ids)), len(ids))
     padded = ids + [ids[0]] * (size - len(ids))  # one prepared statement per size class
     full = await index.execute(
-        f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in padded)})", padded
+        f"SELECT {_RECORD_COLUMNS} FROM messages WHERE id IN ({', '.join('?' for _ in padded)})", padded
     )
     by_id = {r["id"]: r for r in full}
     return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
