@@ -187,6 +187,8 @@ def main() -> int:
     ap.add_argument("--profile", default=None, help="browser profile to (re)use; a fresh one by default")
     ap.add_argument("--port", type=int, default=8790)
     ap.add_argument("--dist", default=str(build.DIST))
+    ap.add_argument("--no-cache-phases", action="store_true",
+                    help="stop after the query timings (for a build without the cached index)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -255,6 +257,13 @@ def main() -> int:
         row("semantic top-10, 384-dim, p50 / p95, ms", f"{t['semantic'][0]} / {t['semantic'][1]}")
         row("hybrid top-10 p50 / p95, ms", f"{t['hybrid'][0]} / {t['hybrid'][1]}")
 
+        if args.no_cache_phases:
+            py(page, CLOSE)
+            ctx.close()
+            srv.shutdown()
+            _table(args, rows)
+            return 0
+
         # 4. cold load with the cached index
         b = boot(page)
         r = py(page, FIRST_QUERY, FIRST=first)
@@ -280,12 +289,15 @@ def main() -> int:
         py(page, CLOSE)
         ctx.close()
     srv.shutdown()
+    _table(args, rows)
+    return 0
 
+
+def _table(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
     w = max(len(a) for a, _ in rows)
     print(f"\n{args.messages:,} messages in {args.sessions:,} sessions, {args.queries} queries, Chromium")
     for a, v in rows:
         print(f"| {a.ljust(w)} | {v} |")
-    return 0
 
 
 if __name__ == "__main__":
