@@ -110,6 +110,19 @@ async def check_ties_broken_by_recency(index: Any) -> None:
     assert hits[0].score == hits[1].score == hits[2].score
 
 
+async def check_full_ties_cut_by_id(index: Any) -> None:
+    """Equal scores and times: message id decides, also where the limit cuts a tie."""
+    await index.apply("session-created", "s", session("s"))
+    await index.apply("messages-appended", "s", [
+        message(f"t{i}", "s", i, "same words", T0) for i in (3, 0, 4, 1, 2)] + [
+        message("best", "s", 5, "same same words", T0 - 5)])
+    assert ids(await search(index, "same", limit=3)) == ["best", "t4", "t3"]
+    assert ids(await search(index, "same", limit=2)) == ["best", "t4"]
+    assert ids(await search(index, "words same", limit=6)) == ["best", "t4", "t3", "t2", "t1", "t0"]
+    assert ids(await search(index, "same", limit=None)) == ["best", "t4", "t3", "t2", "t1", "t0"]
+    assert ids(await search(index, "same", limit=1)) == ["best"]
+
+
 async def check_limit_and_threshold(index: Any) -> None:
     """``limit`` caps the hits; ``threshold`` drops scores below it."""
     await seed(index)

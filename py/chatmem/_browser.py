@@ -27,7 +27,8 @@ from .errors import (
 from .http import HTTPResponse, TransportError, TransportTimeout
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
-           "request_persistence", "DuckDBWasmEngine", "WebLock", "is_online", "on_online"]
+           "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
+           "is_online", "on_online"]
 
 
 def _bridge() -> Any:
@@ -102,16 +103,29 @@ async def request_persistence() -> bool:
 
 
 class DuckDBWasmEngine:
-    """``chatmem.index.SQLEngine`` over DuckDB-Wasm in a worker (see bridge.js ``duckdbOpen``)."""
+    """``chatmem.index.SQLEngine`` over DuckDB-Wasm in a worker (see bridge.js ``duckdbOpen``).
+
+    ``path`` None is an in-memory database; ``opfs://<file>`` a database file in
+    the origin private file system that survives reloads (``persistent``).
+    """
 
     kind = "duckdb-wasm"
 
-    def __init__(self, handle: Any):
+    def __init__(self, handle: Any, path: str | None = None):
         self._handle = handle
+        self.path = path
+        self.persistent = bool(path)
 
     @classmethod
     async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
-        return cls(await _bridge().duckdbOpen(path))
+        """Open DuckDB-Wasm; ``IndexLocked`` when another tab holds the ``opfs://`` file."""
+        res = await _bridge().duckdbOpenEnvelope(path)
+        if not res.ok:
+            err = json.loads(res.error)
+            if err.get("name") == "IndexLocked":
+                raise IndexLocked(err.get("message", ""))
+            raise QueryError(f"{err.get('name')}: {err.get('message')}")
+        return cls(res.engine, path)
 
     async def _call(self, method: str, **args: Any) -> Any:
         raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
@@ -133,10 +147,21 @@ class DuckDBWasmEngine:
         await self._call("executemany", sql=sql, rows=[list(r) for r in rows])
 
     async def load_rows(self, table: str, columns: list[str], rows: Any) -> None:
-        await self._call("loadRows", table=table, columns=columns, rows=[list(r) for r in rows])
+        # column-major: one JSON array per column, half the size of row arrays
+        if rows:
+            await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
     async def close(self) -> None:
         await self._call("close")
+
+
+class IndexLocked(StorageError):
+    """The cached index file is held by another tab (OPFS files are one-writer)."""
+
+
+async def opfs_remove(name: str) -> bool:
+    """Delete a file (and its ``.wal``) from the origin private file system."""
+    return bool(await _bridge().opfsRemove(name))
 
 
 # ---------------------------------------------------------------------------- exact token counts

@@ -64,3 +64,95 @@ def search_page(page: Page) -> Page:
 def test_search_check_in_browser(search_page: Page, name: str) -> None:
     result = search_page.py(RUN.format(name=name))
     assert result == "ok", result
+
+
+# --------------------------------------------------------------------------- the cached index (OPFS)
+
+CACHE_FILL = """
+import chatmem
+mem = await chatmem.open(NAME)
+ids = []
+for t in ["a", "b", "c"]:
+    s = await mem.sessions.create(title=t)
+    ids.append(s.session_id)
+    await mem.messages.append_many(s.session_id, [{"role": "user", "content": "apple " + t + str(i)} for i in range(3)])
+hits = await mem.search("apple", limit=20)
+out = {"n": len(hits), "open": mem.index.last_open, "cache": mem.index.cache, "ids": ids}
+await mem.close()
+out
+"""
+
+# after a reload: writes made before the first query, then the first query catches up
+CACHE_REOPEN = """
+import chatmem, builtins
+mem = await chatmem.open(NAME)
+await mem.messages.append(IDS[0], "user", "banana split")
+await mem.sessions.delete(IDS[1])
+hits = await mem.search("apple", limit=20)
+builtins._cache_mem = mem  # stays open: this tab holds the cache file
+{"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations,
+ "banana": [h.session_id for h in await mem.search("banana")]}
+"""
+
+SECOND_TAB = """
+import chatmem, builtins
+mem = await chatmem.open(NAME)
+hits = await mem.search("apple", limit=20)
+await mem.messages.append(IDS[2], "assistant", "cherry pie")
+builtins._cache_mem2 = mem
+{"n": len(hits), "open": mem.index.last_open}
+"""
+
+FIRST_TAB_SEES = """
+import builtins, asyncio
+mem = builtins._cache_mem
+for _ in range(50):
+    hits = await mem.search("cherry")
+    if hits:
+        break
+    await asyncio.sleep(0.1)
+[h.session_id for h in hits]
+"""
+
+AFTER_CRASH = """
+import chatmem, builtins
+from chatmem import _browser
+mem = await chatmem.open(NAME)
+hits = await mem.search("apple cherry banana", limit=20)
+out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations}
+await mem.close()
+out["removed"] = await _browser.opfs_remove("chatmem-index-" + NAME + ".duckdb")
+out
+"""
+
+
+def test_index_cached_in_opfs_catches_up_and_second_tab_falls_back(new_page) -> None:
+    """The index is saved to OPFS; a reload reopens it and re-reads only changed sessions;
+    a second tab cannot open the file and builds an in-memory index; a tab that dies
+    with unsaved changes is caught up at the next opening."""
+    from conftest import unique_name
+
+    name = unique_name("cache")
+    a = new_page()
+    first = a.py(CACHE_FILL.replace("NAME", repr(name)))
+    assert first["n"] == 9 and first["open"]["mode"] == "rebuilt" and first["open"]["persistent"] is True
+    assert first["cache"] == f"opfs://chatmem-index-{name}.duckdb"
+    ids = repr(first["ids"])
+
+    a.reload()
+    got = a.py(CACHE_REOPEN.replace("NAME", repr(name)).replace("IDS", ids))
+    assert got["open"] == {"mode": "cached", "persistent": True, "sessions": 2, "refreshed": 1, "dropped": 1}
+    assert got["hydrations"] == 0 and got["n"] == 6 and got["banana"] == [first["ids"][0]]
+
+    b = new_page()
+    second = b.py(SECOND_TAB.replace("NAME", repr(name)).replace("IDS", ids))
+    assert second["n"] == 6 and second["open"]["mode"] == "rebuilt" and second["open"]["persistent"] is False
+    # tab B's write reaches tab A's cached index through the cross-tab notice
+    assert a.py(FIRST_TAB_SEES) == [first["ids"][2]]
+
+    b.py("import builtins\nawait builtins._cache_mem2.close()\nTrue")
+    # tab A goes away without saving; the next opening finds session c changed
+    a.reload()
+    last = a.py(AFTER_CRASH.replace("NAME", repr(name)))
+    assert last["open"]["mode"] == "cached" and last["open"]["refreshed"] == 1 and last["hydrations"] == 0
+    assert last["n"] == 8 and last["removed"] is True

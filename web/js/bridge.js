@@ -643,10 +643,12 @@ class Duck {
     return null;
   }
 
-  async loadRows({ table, columns, rows }) {
-    if (!rows.length) return null;
+  // `cols` (one array per column) is the compact form Python sends; `rows` (arrays) also works
+  async loadRows({ table, columns, rows, cols: data }) {
+    data = data || columns.map((_, i) => rows.map((r) => r[i]));
+    if (!data.length || !data[0].length) return null;
     const cols = {};
-    columns.forEach((name, i) => (cols[name] = arrowColumn(this.arrow, rows.map((r) => r[i]))));
+    columns.forEach((name, i) => (cols[name] = arrowColumn(this.arrow, data[i])));
     const tmp = `__chatmem_load_${++this.tmp}`;
     await this.conn.insertArrowTable(new this.arrow.Table(cols), { name: tmp, create: true });
     const list = columns.map((c) => `"${c}"`).join(", ");
@@ -681,18 +683,51 @@ class Duck {
   }
 }
 
-/** Start DuckDB-Wasm from this site (no network): resolves to an engine handle. */
+/**
+ * Start DuckDB-Wasm from this site (no network): resolves to an engine handle.
+ * `path` null: an in-memory database; `opfs://name.duckdb`: a database file in
+ * the origin's private file system (one tab at a time can hold it: a second
+ * open rejects with `{name: "IndexLocked"}` and leaves no worker behind).
+ */
 export async function duckdbOpen(path = null) {
   const duckdb = await import("@duckdb/duckdb-wasm");
   const arrow = await import("apache-arrow");
   const worker = new Worker(here("../duckdb/duckdb-browser-eh.worker.js"));
   const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
   await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
-  if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
-  const conn = await db.connect();
-  await conn.query("SET autoload_known_extensions=false");
-  await conn.query("SET autoinstall_known_extensions=false");
-  return new Duck(duckdb, arrow, db, conn);
+  let conn;
+  try {
+    if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
+    conn = await db.connect();
+    await conn.query("SET autoload_known_extensions=false");
+    await conn.query("SET autoinstall_known_extensions=false");
+    if (path) await conn.query("SELECT count(*) FROM duckdb_tables()"); // touch the file: fail here, not later
+  } catch (e) {
+    try { await db.terminate(); } catch (_) { /* already gone */ }
+    throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);
+  }
+  const duck = new Duck(duckdb, arrow, db, conn);
+  duck.path = path;
+  return duck;
+}
+
+/** `duckdbOpen` as an envelope: `{ok, engine}` or `{ok: false, error: JSON}` (for Python). */
+export async function duckdbOpenEnvelope(path = null) {
+  try {
+    return { ok: true, engine: await duckdbOpen(path) };
+  } catch (e) {
+    return { ok: false, error: JSON.stringify({ name: e?.name || "Error", message: e?.message || String(e) }) };
+  }
+}
+
+/** Remove an OPFS file (a cached index); true when it existed. */
+export async function opfsRemove(name) {
+  const root = await navigator.storage.getDirectory();
+  let found = false;
+  for (const n of [name, `${name}.wal`]) {
+    try { await root.removeEntry(n); found = found || n === name; } catch (_) { /* absent */ }
+  }
+  return found;
 }
 
 // ---------------------------------------------------------------------------- exact token counts

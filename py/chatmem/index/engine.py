@@ -82,6 +82,9 @@ class DuckDBEngine:
         import duckdb  # imported here: the package is optional and absent in the browser
 
         self._duckdb = duckdb
+        self.path = path
+        #: a database file outlives this engine: ``LiveIndex`` reopens it and catches up
+        self.persistent = path != ":memory:"
         self._con = duckdb.connect(path)
         self._con.execute("SET autoload_known_extensions=false")
         self._con.execute("SET autoinstall_known_extensions=false")

@@ -10,13 +10,16 @@ Kept fresh two ways that give the same answers:
 - ``rebuild(sessions, messages)`` from the store, through the engine's bulk
   path, then sorts ``postings`` by term.
 
-BM25 statistics are not stored: a query reads its terms' postings (sorted by
-term, so DuckDB's zone maps skip the rest), takes the document frequency from
-those same rows and the document count and mean length from ``docs``; so there
-is nothing to drift between the incremental and the rebuilt index. Postings
-appended since the last sort sit in an unsorted tail that every query scans;
-``compact()`` re-sorts, and runs by itself once the tail passes
-``compact_after`` rows.
+A batch of messages is tokenised once in Python and goes to the engine as one
+bulk load of ``messages`` and one of a staging table (a row per message with
+its terms as one string); SQL then derives ``docs``, ``postings`` and the
+``terms`` / ``stats`` counts from it, so no posting row ever crosses the
+boundary. The BM25 statistics (``terms.df``, ``stats.n``, ``stats.total``) are
+integer counts kept exact on every write, so the incremental index answers
+exactly like a rebuilt one. Postings appended since the last sort sit in an
+unsorted tail (a rare term is still found through the ART index on
+``postings.term``); ``compact()`` re-sorts, and runs by itself once the tail
+passes ``compact_after`` rows.
 
 Nothing here is durable: the store is the source of truth.
 """
@@ -34,6 +37,8 @@ from .embed import Embedder
 from .engine import SQLEngine
 from .schema import (
     INDEX_STATEMENTS,
+    SCHEMA_VERSION,
+    STAGE_COLUMNS,
     TABLES,
     create_statements,
     message_rows,
@@ -49,6 +54,12 @@ EVENT_KINDS = frozenset(
 )
 
 _COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
+_STAGE = [c for c, _ in STAGE_COLUMNS]
+_STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
+_DOCS = ", ".join(_COLS["docs"])
+#: one row per (term, message) of the staged batch
+_STAGE_TERMS = ("SELECT message_id, doc_len, created_at, unnest(string_split(toks, ' ')) AS term "
+                "FROM stage WHERE toks <> ''")
 _CHUNK = 20_000
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
 
@@ -73,6 +84,7 @@ class QueryIndex:
         self.unsorted_postings = 0
         self._lock = asyncio.Lock()
         self._ready = False
+        self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ setup
@@ -82,7 +94,27 @@ class QueryIndex:
             return
         for stmt in create_statements():
             await self.engine.execute(stmt)
+        await self._after_create()
+
+    async def _after_create(self) -> None:
+        await self.engine.execute(
+            "INSERT INTO index_meta SELECT 'schema', ? WHERE NOT EXISTS "
+            "(SELECT 1 FROM index_meta WHERE key = 'schema')", [SCHEMA_VERSION])
         self._ready = True
+
+    async def meta(self, key: str) -> str | None:
+        """A value of ``index_meta`` (``None`` when absent or the table is missing)."""
+        try:
+            rows = await self.engine.execute("SELECT value FROM index_meta WHERE key = ?", [key])
+        except Exception:
+            return None
+        return rows[0]["value"] if rows else None
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self.setup()
+        async with self._lock:
+            await self.engine.execute("DELETE FROM index_meta WHERE key = ?", [key])
+            await self.engine.execute("INSERT INTO index_meta VALUES (?, ?)", [key, value])
 
     async def close(self) -> None:
         await self.engine.close()
@@ -108,6 +140,15 @@ class QueryIndex:
                     field="params", index=i,
                 )
         return await self.execute(query, list(params))
+
+    async def bm25_stats(self) -> tuple[int, float]:
+        """``(document count, mean document length)`` for BM25, cached until the next write."""
+        if self._stats is None:
+            await self.setup()
+            rows = await self.engine.execute("SELECT n, total FROM stats")
+            n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
+            self._stats = (n, max(total / max(n, 1), 1e-9))
+        return self._stats
 
     async def counts(self) -> dict[str, int]:
         """Rows per table (for tests and status displays)."""
@@ -135,6 +176,7 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             self._to_embed = []
+            self._stats = None
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 await self._apply(kind, session_id, payload)
@@ -142,6 +184,7 @@ class QueryIndex:
                 await self.engine.execute("ROLLBACK")
                 raise
             await self.engine.execute("COMMIT")
+            self._stats = None
             to_embed, self._to_embed = self._to_embed, []
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
@@ -160,14 +203,7 @@ class QueryIndex:
         elif kind == "session-updated":
             await self._merge_session(sid, dict(payload or {}))
         elif kind in ("session-deleted", "session-cleared"):
-            await ex("DELETE FROM postings WHERE session_id = ?", [sid])
-            for table in ("docs", "embeddings"):
-                await ex(
-                    f"DELETE FROM {table} WHERE message_id IN "
-                    "(SELECT id FROM messages WHERE session_id = ?)",
-                    [sid],
-                )
-            await ex("DELETE FROM messages WHERE session_id = ?", [sid])
+            await self._drop_messages(sid)
             if kind == "session-deleted":
                 await ex("DELETE FROM sessions WHERE session_id = ?", [sid])
             elif isinstance(payload, Mapping):
@@ -182,6 +218,53 @@ class QueryIndex:
             if not isinstance(records, list):
                 raise ValidationError("messages-appended needs a list of message records", field="payload")
             await self._append(sid, records, session)
+
+    async def _drop_messages(self, sids: str | list[str]) -> None:
+        """Remove the sessions' messages and their postings, keeping ``terms`` and ``stats`` exact."""
+        ids = [sids] if isinstance(sids, str) else list(sids)
+        if not ids:
+            return
+        ex = self.engine.execute
+        inl = f"IN ({_placeholders(len(ids))})"
+        gone = f"(SELECT message_id FROM docs WHERE session_id {inl})"
+        await ex(
+            "UPDATE terms SET df = terms.df - g.c FROM (SELECT term, count(*)::INTEGER AS c FROM postings "
+            f"WHERE message_id IN {gone} GROUP BY term) g WHERE terms.term = g.term", ids)
+        await ex("DELETE FROM terms WHERE df <= 0")
+        await ex(
+            "UPDATE stats SET n = stats.n - g.n, total = stats.total - g.t FROM (SELECT count(*) AS n, "
+            f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g", ids)
+        await ex(f"DELETE FROM postings WHERE message_id IN {gone}", ids)
+        await ex(f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", ids)
+        await ex(f"DELETE FROM docs WHERE session_id {inl}", ids)
+        await ex(f"DELETE FROM messages WHERE session_id {inl}", ids)
+
+    async def resync(self, sessions: list[Mapping[str, Any]], messages: list[Mapping[str, Any]],
+                     drop: Iterable[str] = ()) -> None:
+        """In one transaction: replace the ``sessions`` (records) and all their
+        messages by ``messages``, and remove the sessions ``drop``. What a cached
+        index does to catch up with the store."""
+        await self.setup()
+        sids = [str(s["sessionId"]) for s in sessions] + [str(d) for d in drop]
+        async with self._lock:
+            self._stats = None
+            await self.engine.execute("BEGIN TRANSACTION")
+            try:
+                for i in range(0, len(sids), 500):
+                    part = sids[i : i + 500]
+                    await self._drop_messages(part)
+                    await self.engine.execute(
+                        f"DELETE FROM sessions WHERE session_id IN ({_placeholders(len(part))})", part)
+                await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
+                for i in range(0, len(messages), _CHUNK):
+                    await self._load_messages([dict(m) for m in messages[i : i + _CHUNK]])
+            except BaseException:
+                await self.engine.execute("ROLLBACK")
+                raise
+            await self.engine.execute("COMMIT")
+            self._stats = None
+        if self.unsorted_postings > self.compact_after:
+            await self.compact()
 
     async def _merge_session(self, sid: str, changes: dict[str, Any]) -> None:
         rows = await self.engine.execute("SELECT * FROM sessions WHERE session_id = ?", [sid])
@@ -225,26 +308,49 @@ class QueryIndex:
             await self._load_messages(fresh)
             self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
 
-    async def _load_messages(self, records: list[dict[str, Any]]) -> None:
-        mrows, drows, prows = [], [], []
+    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
+        """Tokenise ``records`` once and load them: ``messages`` and the staging table
+        in bulk, then ``docs`` and ``postings`` (and, with ``counts``, the
+        ``terms`` / ``stats`` counts) derived in SQL."""
+        mrows, srows = [], []
         for rec in records:
-            m, d, p = message_rows(rec)
+            m, st = message_rows(rec)
             mrows.append(m)
-            drows.append(d)
-            prows.extend(p)
+            srows.append(st)
+        ex = self.engine.execute
+        await ex(_STAGE_DDL)
         await self.engine.load_rows("messages", _COLS["messages"], mrows)
-        await self.engine.load_rows("docs", _COLS["docs"], drows)
-        await self.engine.load_rows("postings", _COLS["postings"], prows)
-        self.unsorted_postings += len(prows)
+        await self.engine.load_rows("stage", _STAGE, srows)
+        await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
+        await ex(
+            "INSERT INTO postings SELECT term, message_id, count(*)::INTEGER, any_value(doc_len), "
+            f"any_value(created_at) FROM ({_STAGE_TERMS}) GROUP BY term, message_id ORDER BY term, message_id")
+        if counts:
+            await ex(
+                "CREATE OR REPLACE TEMP TABLE delta AS SELECT term, count(DISTINCT message_id)::INTEGER AS c "
+                f"FROM ({_STAGE_TERMS}) GROUP BY term")
+            await ex("UPDATE terms SET df = terms.df + delta.c FROM delta WHERE terms.term = delta.term")
+            await ex("INSERT INTO terms SELECT d.term, d.c FROM delta d "
+                     "WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = d.term)")
+            await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
+                     "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
+            self.unsorted_postings += sum(len(set(r[-1].split())) for r in srows)
+        await ex("DROP TABLE IF EXISTS stage")
+        await ex("DROP TABLE IF EXISTS delta")
 
     async def compact(self) -> None:
         """Rewrite ``postings`` sorted by term, so queries skip to their terms again."""
         await self.setup()
         async with self._lock:
-            await self.engine.execute(
-                "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id"
-            )
+            await self._sort_postings()
             self.unsorted_postings = 0
+
+    async def _sort_postings(self) -> None:
+        await self.engine.execute("DROP INDEX IF EXISTS postings_term")
+        await self.engine.execute(
+            "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id")
+        for stmt in INDEX_STATEMENTS:
+            await self.engine.execute(stmt)
 
     async def rebuild(
         self,
@@ -261,34 +367,42 @@ class QueryIndex:
         ``embed_missing`` does it later.
         """
         async with self._lock:
+            self._stats = None
+            ex = self.engine.execute
+            for stmt in ("DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
+                         "DROP INDEX IF EXISTS terms_term"):
+                await ex(stmt)
+            # the ART indexes are built once at the end, not row by row
             for stmt in create_statements(replace=True):
-                await self.engine.execute(stmt)
-            self._ready = True
+                if not stmt.startswith("CREATE INDEX"):
+                    await ex(stmt)
+            await self._after_create()
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             chunk: list[dict[str, Any]] = []
             if inspect.isasyncgen(messages) or hasattr(messages, "__aiter__"):
                 async for rec in messages:  # type: ignore[union-attr]
                     chunk.append(dict(rec))
                     if len(chunk) >= _CHUNK:
-                        await self._load_messages(chunk)
+                        await self._load_messages(chunk, counts=False)
                         chunk = []
             else:
                 for rec in messages:  # type: ignore[union-attr]
                     chunk.append(dict(rec))
                     if len(chunk) >= _CHUNK:
-                        await self._load_messages(chunk)
+                        await self._load_messages(chunk, counts=False)
                         chunk = []
             if chunk:
-                await self._load_messages(chunk)
-            await self.engine.execute(
-                "CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id"
-            )
+                await self._load_messages(chunk, counts=False)
+            await ex("CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id")
+            await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id")
+            await ex("CREATE OR REPLACE TABLE terms AS SELECT term, count(*)::INTEGER AS df FROM postings "
+                     "GROUP BY term ORDER BY term")
+            await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
+                     "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
             for stmt in INDEX_STATEMENTS:
-                await self.engine.execute(stmt)
-            await self.engine.execute(
-                "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id"
-            )
+                await ex(stmt)
             self.unsorted_postings = 0
+            self._stats = None
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 

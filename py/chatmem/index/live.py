@@ -4,7 +4,19 @@ The store stays the source of truth; the index is derived and rebuildable.
 
 - Lazy: nothing is built until the first query, so opening memory (and the
   page) never waits for it. The first query hydrates the index from the store
-  in bulk (``QueryIndex.rebuild``).
+  in bulk (``QueryIndex.rebuild``); ``warm()`` starts that in the background.
+- Cached: in the browser the index is saved to an OPFS file named after the
+  store (``opfs://chatmem-index-<name>.duckdb``), so a reload does not
+  re-derive it: the first query copies the file into memory (queries always
+  run on an in-memory database, see ``cache.py``) and catches up with the
+  store: each session's stored record is compared with the index's row; only
+  the sessions that differ are re-read, those gone are dropped, all in one
+  transaction. The file is saved after a hydration, after a catch-up that
+  changed something, on ``save()`` and on ``close()``; what was written after
+  the last save is caught up at the next opening. A second tab cannot open
+  the file (OPFS files are one-writer) and falls back to an in-memory index
+  hydrated from the store. An engine with ``persistent=True`` (e.g.
+  ``DuckDBEngine(path)`` on CPython) is treated the same way.
 - Fresh: every acknowledged write in this process is queued (a cheap,
   synchronous append) and the queue is applied before the next query, so a
   write is visible to every query issued after the awaited write returned.
@@ -22,10 +34,12 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..errors import SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
+from .cache import IndexCache
 from .embed import Embedder, HashingEmbedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
+from .schema import row_to_session_record, session_row
 from .search import SearchHit, search
 
 if TYPE_CHECKING:
@@ -35,13 +49,27 @@ __all__ = ["LiveIndex", "default_engine"]
 
 EngineFactory = Callable[[], Awaitable[SQLEngine]]
 PAGE = 1000
+#: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
+REBUILD_SHARE = 0.25
 
 
-async def default_engine() -> SQLEngine:
-    """DuckDB-Wasm in the browser, the ``duckdb`` package on CPython."""
+def cache_path(store_name: str) -> str:
+    """The OPFS file of the cached index of the store ``store_name``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in store_name)
+    return f"opfs://chatmem-index-{safe}.duckdb"
+
+
+async def default_engine(cache: str | None = None) -> SQLEngine:
+    """DuckDB-Wasm in the browser (on the OPFS file ``cache`` when given and free,
+    else in memory), the ``duckdb`` package on CPython."""
     if sys.platform == "emscripten":
-        from .._browser import DuckDBWasmEngine
+        from .._browser import DuckDBWasmEngine, IndexLocked
 
+        if cache:
+            try:
+                return await DuckDBWasmEngine.open(cache)
+            except IndexLocked:
+                pass  # another tab holds the file: this tab gets its own in-memory index
         return await DuckDBWasmEngine.open()
     try:
         from .engine import DuckDBEngine
@@ -53,16 +81,35 @@ async def default_engine() -> SQLEngine:
 
 class LiveIndex:
     def __init__(
-        self, core: Core, *, engine_factory: EngineFactory | None = None, embedder: Embedder | None = None
+        self, core: Core, *, engine_factory: EngineFactory | None = None, embedder: Embedder | None = None,
+        cache: str | None = None,
     ):
         self._core = core
-        self._factory = engine_factory or default_engine
+        if engine_factory is None:
+            name = getattr(core.store, "name", None)
+            if cache is None and sys.platform == "emscripten" and core.store.kind == "indexeddb" and name:
+                cache = cache_path(name)
+            self.cache = cache
+            engine_factory = lambda: default_engine(self.cache)  # noqa: E731
+        else:
+            self.cache = cache
+        self._factory = engine_factory
         self.embedder: Embedder = embedder or HashingEmbedder()
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
         self._lock = asyncio.Lock()
+        self._warming: asyncio.Task[Any] | None = None
+        self._cache: IndexCache | None = None
+        self._dirty = False
+        self._saving: asyncio.Task[Any] | None = None
+        #: seconds between an opening that changed the index and its background save
+        self.save_delay = 1.0
+        #: full derivations from the store / openings of a cached index
         self.hydrations = 0
+        self.catchups = 0
+        #: what the last opening did: "rebuilt", or "cached" with the sessions re-read and dropped
+        self.last_open: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
@@ -90,16 +137,81 @@ class LiveIndex:
                     break
                 offset += len(page)
 
-    async def _hydrate(self) -> QueryIndex:
+    async def _hydrate(self, force: bool = False) -> QueryIndex:
         engine = await self._factory()
+        persistent = bool(getattr(engine, "persistent", False))
+        cache = None
+        if persistent:
+            cache = IndexCache(engine)
+            await cache.attach_work()
+        self._cache = cache
         index = QueryIndex(engine, embedder=self.embedder)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
+        if cache is not None and not force and await cache.valid():
+            await cache.load()
+            await index.setup()
+            caught = await self._catch_up(index)
+            if caught is not None:
+                self.catchups += 1
+                if caught:
+                    self._schedule_save()
+                return index
         metas = await self._core.store.all_sessions()
         await index.rebuild(metas, self._messages(metas))
+        await index.set_meta("complete", "1")
         self.hydrations += 1
+        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
+        if cache is not None:
+            self._schedule_save()
         return index
+
+    async def _catch_up(self, index: QueryIndex) -> int | None:
+        """Bring a cached index up to the store: the number of sessions re-read or
+        dropped, or None when so many changed that a rebuild is cheaper."""
+        metas = await self._core.store.all_sessions()
+        rows = await index.execute("SELECT * FROM sessions")
+        have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
+        wanted = {m["sessionId"]: m for m in metas}
+        changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
+        gone = sorted(set(have) - set(wanted))
+        if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
+            return None
+        if changed or gone:
+            # re-read each changed session whole: cheaper than proving which messages changed
+            msgs = [m async for m in self._messages(changed)]
+            await index.resync(changed, msgs, gone)
+        self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
+                          "refreshed": len(changed), "dropped": len(gone)}
+        return len(changed) + len(gone)
+
+    def _schedule_save(self) -> None:
+        """Save in the background once the queries of the moment are answered (the first
+        query does not wait for the copy; later ones may, for its ~1-2 s)."""
+        self._dirty = True
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(self.save_delay)
+        async with self._lock:
+            if self._dirty and self._cache is not None and self.index is not None:
+                await self._save()
+
+    async def _save(self) -> None:
+        if self._cache is not None and self.index is not None:
+            async with self.index._lock:
+                await self._cache.save()
+            self._dirty = False
+
+    async def save(self) -> bool:
+        """Write the index to its cache file now (False when there is none, e.g. a second tab)."""
+        async with self._lock:
+            if self._cache is None or self.index is None:
+                return False
+            await self._save()
+            return True
 
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
         """Re-read one session from the store and apply only what the index lacks."""
@@ -128,11 +240,18 @@ class LiveIndex:
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
+    def warm(self) -> asyncio.Task[Any]:
+        """Start opening (or hydrating) the index in the background; queries await the same work."""
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.ensure_future(self.ready())
+        return self._warming
+
     async def ready(self) -> QueryIndex:
         """The index, hydrated and caught up with every acknowledged write."""
         async with self._lock:
             index = self.index or await self._hydrate()
             while self._pending or self._stale:
+                self._dirty = True
                 pending, self._pending = self._pending, []
                 for kind, sid, payload in _coalesce(pending):
                     await index.apply(kind, sid, payload)
@@ -142,12 +261,13 @@ class LiveIndex:
             return index
 
     async def rebuild(self) -> None:
-        """Drop the index and derive it again from the store."""
+        """Drop the index and derive it again from the store (a cached one too)."""
         async with self._lock:
             old, self.index = self.index, None
             if old is not None:
                 await old.close()
-            await self._hydrate()
+            self._cache = None
+            await self._hydrate(force=True)
 
     # ------------------------------------------------------------------ queries
     async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
@@ -170,9 +290,22 @@ class LiveIndex:
         return [h.message for h in hits if h.message.id not in exclude]
 
     async def close(self) -> None:
+        for task in (self._warming, self._saving):  # both finish soon; neither is cut short
+            if task is not None and not task.done():
+                try:
+                    await task
+                except Exception:
+                    pass
         if self.index is not None:
+            if self._dirty and self._cache is not None:
+                try:
+                    await self.ready()  # what is queued goes into the saved copy too
+                    await self._save()
+                except Exception:
+                    pass  # the cache is derived: the next opening catches up anyway
             await self.index.close()
             self.index = None
+            self._cache = None
 
 
 def _coalesce(events: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:

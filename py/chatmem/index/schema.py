@@ -7,13 +7,22 @@
                 content / slices / tool_results / categorization / tool_calls /
                 metadata as JSON text; text = plain text of the content;
                 token_count as stored
-    docs        per message: doc_len (number of index terms) and norm_text
+    docs        per message: message_id, session_id, role, created_at
+                (immutable, copied so that ranking and filtering never read
+                ``messages``), doc_len (number of index terms) and norm_text
                 (normalised words, for exact phrase checks)
-    postings    the inverted index: (term, message_id, tf, doc_len) plus the
-                message's created_at, session_id and role (immutable, so copied
-                here: ranking and filtering never read ``messages``), kept
-                sorted by term so that a query reads only its terms' rows
+    postings    the inverted index: (term, message_id, tf, doc_len,
+                created_at), kept sorted by term and with an ART index on
+                term, so that a query reads only its terms' rows (a rare term
+                by index lookup, a common one by a zone-map-skipping scan) and
+                ranks, breaks ties and fetches the winners without a join
+    terms       (term, df): the document frequency of every indexed term
+    stats       one row (n, total): the number of docs and the sum of doc_len
     embeddings  (message_id, model, dim, vec FLOAT[]): one vector per message and model
+    index_meta  (key, value): the schema version of a cached (OPFS) index
+
+``terms`` and ``stats`` are kept exact on every write (integer counts), so the
+BM25 statistics of the incremental index equal those of a rebuild.
 
 Column types are DuckDB core types only. The whole index is derived from the
 store and can be dropped and rebuilt at any time.
@@ -22,15 +31,16 @@ store and can be dropped and rebuilt at any time.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from ..models import extract_text
-from .tokenize import norm_text, tokens
+from .tokenize import analyze
 
 __all__ = [
     "INDEX_STATEMENTS",
+    "SCHEMA_VERSION",
+    "STAGE_COLUMNS",
     "JSON_COLUMNS",
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
@@ -85,36 +95,60 @@ JSON_COLUMNS = frozenset({"content", "slices", "tool_results", "categorization",
 TABLES: dict[str, list[tuple[str, str]]] = {
     "sessions": [(c, t) for c, t, _ in SESSION_COLUMNS],
     "messages": [(c, t) for c, t, _ in MESSAGE_COLUMNS],
-    "docs": [("message_id", "VARCHAR"), ("doc_len", "INTEGER"), ("norm_text", "VARCHAR")],
+    "docs": [
+        ("message_id", "VARCHAR"),
+        ("session_id", "VARCHAR"),
+        ("role", "VARCHAR"),
+        ("created_at", "BIGINT"),
+        ("doc_len", "INTEGER"),
+        ("norm_text", "VARCHAR"),
+    ],
     "postings": [
         ("term", "VARCHAR"),
         ("message_id", "VARCHAR"),
         ("tf", "INTEGER"),
         ("doc_len", "INTEGER"),
         ("created_at", "BIGINT"),
-        ("session_id", "VARCHAR"),
-        ("role", "VARCHAR"),
     ],
+    "terms": [("term", "VARCHAR"), ("df", "INTEGER")],
+    "stats": [("n", "BIGINT"), ("total", "BIGINT")],
     "embeddings": [
         ("message_id", "VARCHAR"),
         ("model", "VARCHAR"),
         ("dim", "INTEGER"),
         ("vec", "FLOAT[]"),
     ],
+    "index_meta": [("key", "VARCHAR"), ("value", "VARCHAR")],
 }
 
+#: bumped whenever a table changes: a cached index of another version is rebuilt
+SCHEMA_VERSION = "3"
 
-#: the ART index that fetches the few winning messages of a search by id
-INDEX_STATEMENTS = ["CREATE INDEX IF NOT EXISTS messages_id ON messages (id)"]
+#: the staging table a batch of messages goes through: ``docs`` plus ``toks``
+#: (the message's index terms joined by spaces; terms never hold a space),
+#: from which SQL derives ``postings`` and the ``terms`` counts
+STAGE_COLUMNS: list[tuple[str, str]] = TABLES["docs"] + [("toks", "VARCHAR")]
+
+
+#: ART indexes: messages by id (fetching the few winners of a search), postings
+#: and terms by term (a rare term's rows without a scan)
+INDEX_STATEMENTS = [
+    "CREATE INDEX IF NOT EXISTS messages_id ON messages (id)",
+    "CREATE INDEX IF NOT EXISTS postings_term ON postings (term)",
+    "CREATE INDEX IF NOT EXISTS terms_term ON terms (term)",
+]
 
 
 def create_statements(replace: bool = False) -> list[str]:
-    """``CREATE TABLE`` for every table (``OR REPLACE`` when ``replace``), then the indexes."""
+    """``CREATE TABLE`` for every table (``OR REPLACE`` when ``replace``), the
+    indexes, and the one ``stats`` row."""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     return [
         f"{verb} {name} (" + ", ".join(f"{c} {t}" for c, t in cols) + ")"
         for name, cols in TABLES.items()
-    ] + INDEX_STATEMENTS
+    ] + INDEX_STATEMENTS + [
+        "INSERT INTO stats SELECT 0, 0 WHERE NOT EXISTS (SELECT 1 FROM stats)",
+    ]
 
 
 def session_row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -141,10 +175,9 @@ def _json(v: Any) -> str | None:
     return None if v is None else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
-def message_rows(
-    rec: Mapping[str, Any],
-) -> tuple[tuple[Any, ...], tuple[Any, ...], list[tuple[Any, ...]]]:
-    """The ``messages`` row, the ``docs`` row and the ``postings`` rows of one message record."""
+def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The ``messages`` row and the staging row (``STAGE_COLUMNS``) of one message record.
+    Tokenises the text once."""
     text = extract_text(rec.get("content"))
     row = []
     for col, _, key in MESSAGE_COLUMNS:
@@ -156,12 +189,10 @@ def message_rows(
             row.append(int(rec.get(key) or 0))
         else:
             row.append(rec.get(key))
-    toks = tokens(text)
-    n = len(toks)
-    mid = rec["id"]
-    ca, sid, role = rec.get("createdAt"), rec.get("sessionId"), rec.get("role")
-    postings = [(term, mid, tf, n, ca, sid, role) for term, tf in Counter(toks).items()]
-    return tuple(row), (mid, n, norm_text(text)), postings
+    toks, norm = analyze(text)
+    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), norm,
+             " ".join(toks))
+    return tuple(row), stage
 
 
 def row_to_message_record(row: Mapping[str, Any]) -> dict[str, Any]:

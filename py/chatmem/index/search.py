@@ -31,7 +31,7 @@ from ..errors import ValidationError
 from ..ids import system_clock
 from ..models import ROLES, ChatMessage
 from .embed import Embedder, HashingEmbedder, vector_literal
-from .schema import row_to_message_record
+from .schema import MESSAGE_COLUMNS, row_to_message_record
 from .tokenize import ParsedQuery, parse_query, phrase_pattern
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Filters",
     "SearchHit",
     "bm25_ctes",
+    "bm25_sql",
     "build_filters",
     "default_embedder",
     "hit_from_row",
@@ -53,6 +54,9 @@ DAY_MS = 86_400_000
 DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.35, "recency": 0.15}
 _MAX_LIMIT = 10_000
 _CJK_MAX = "\U0010ffff"
+_FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
+#: what a hit's message needs (not the derived ``text``)
+_RECORD_COLUMNS = ", ".join(c for c, _, key in MESSAGE_COLUMNS if key)
 
 
 @dataclass(slots=True)
@@ -147,58 +151,94 @@ def build_filters(
 # --------------------------------------------------------------------------- SQL pieces
 
 
-def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None) -> tuple[str, list[Any], int]:
-    """CTEs ending in ``kw(message_id, kw, req, created_at)``: the BM25 score of every
-    message holding a query term and passing the filters, how many of the
-    required terms it holds, and its time (for ties).
+def _stats_params(stats: tuple[int, float]) -> list[Any]:
+    """``n`` and the two constants of BM25's length normalisation, ``k1(1-b)`` and ``k1 b / avgdl``."""
+    n, avgdl = stats
+    return [int(n), K1 * (1 - B), K1 * B / avgdl]
 
-    Reads only the postings rows of the query's terms (equality or, for a
-    one-character CJK term, a term range), so the sorted ``postings`` table is
-    skipped elsewhere, and never ``messages``. Document frequencies come from
-    the same rows (before filtering); the document count and mean length from
-    ``docs``. Returns (sql, params, number of required terms).
+
+#: the BM25 weight of one posting ``p`` of a term whose ``w.df`` is known; binds n, c1, c2
+_WEIGHT = ("ln(1 + (CAST(? AS BIGINT) - w.df + 0.5) / (w.df + 0.5)) * p.tf * " + str(K1 + 1)
+           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * p.doc_len)")
+
+
+def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None) -> tuple[str, list[Any], int]:
+    """One ``SELECT`` of ``(message_id, kw, req, created_at)``: the BM25 score of every
+    message holding a query term and passing the filters (``flt`` over alias ``d``
+    of ``docs``), how many of the required terms it holds, and its time.
+
+    The query's terms are read in one ``term IN (...)`` over the ART-indexed,
+    term-sorted ``postings``, joined to their ``terms.df``; the document count
+    and mean length are ``stats`` (the index's cached ``stats`` row). Never
+    reads ``messages``. A one-character CJK term (a term prefix) takes
+    ``bm25_ctes``. Returns (sql, params, number of required terms).
+    """
+    terms = pq.all_terms
+    if any(t.prefix for t in terms):
+        ctes, params, required = bm25_ctes(pq, flt, stats)
+        return f"WITH {ctes}\nSELECT * FROM kw", params, required
+    values = [t.value for t in terms]
+    req_values = list(dict.fromkeys(t.value for t in pq.required))
+    marks = ", ".join("?" for _ in values)
+    if req_values:
+        req = f"count(*) FILTER (WHERE p.term IN ({', '.join('?' for _ in req_values)}))"
+    else:
+        req = "0"
+    flt = flt or Filters("TRUE", [], False)
+    where = f" AND p.message_id IN (SELECT d.message_id FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
+    sql = (f"SELECT p.message_id, sum({_WEIGHT}) AS kw, {req} AS req, max(p.created_at) AS created_at "
+           f"FROM postings p JOIN terms w ON w.term = p.term "
+           f"WHERE p.term IN ({marks}) AND w.term IN ({marks}){where} GROUP BY p.message_id")
+    return sql, _stats_params(stats) + req_values + values + values + flt.params, len(req_values)
+
+
+def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
+              stats: tuple[int, float] | None = None) -> tuple[str, list[Any], int]:
+    """CTEs ending in ``kw(message_id, kw, req, created_at)``, the general form of
+    ``bm25_sql`` that also answers one-character CJK terms (a term range whose
+    document frequency is the number of distinct messages in it). Without
+    ``stats`` the ``stats`` table is read in the query.
+    Returns (sql, params, number of required terms).
     """
     terms = pq.all_terms
     required = len(dict.fromkeys(pq.required))
-    cases, where, cparams, wparams = [], [], [], []
+    hits: list[str] = []
+    dfs: list[str] = []
+    hparams: list[Any] = []
+    dparams: list[Any] = []
     for i, t in enumerate(terms):
         if t.prefix:
-            cond, p = "(term >= ? AND term <= ?)", [t.value, t.value + _CJK_MAX]
+            # several index terms answer one query term: add their frequencies first
+            hits.append(f"SELECT {i} AS qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
+                        "min(created_at) AS created_at FROM postings WHERE term >= ? AND term <= ? "
+                        "GROUP BY message_id")
+            hparams.extend([t.value, t.value + _CJK_MAX])
+            dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
         else:
-            cond, p = "term = ?", [t.value]
-        cases.append(f"WHEN {cond} THEN {i}")
-        cparams.extend(p)
-        where.append(cond)
-        wparams.extend(p)
+            hits.append(f"SELECT {i} AS qi, message_id, tf, doc_len, created_at FROM postings WHERE term = ?")
+            hparams.append(t.value)
+            dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
+            dparams.append(t.value)
     flt = flt or Filters("TRUE", [], False)
-    if any(t.prefix for t in terms):
-        # several index terms answer one query term: add their frequencies first
-        per = (
-            "per AS (SELECT qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
-            "min(created_at) AS created_at, min(session_id) AS session_id, min(role) AS role "
-            "FROM hits GROUP BY qi, message_id),"
-        )
+    where = f"WHERE p.message_id IN (SELECT d.message_id FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
+    if stats is None:
+        st = ("st AS (SELECT CAST(n AS BIGINT) AS n, CAST(greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS DOUBLE) "
+              "AS avgdl FROM stats),\n")
+        weight = (f"ln(1 + (st.n - w.df + 0.5) / (w.df + 0.5)) * p.tf * {K1 + 1} / "
+                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * p.doc_len)")
+        join, sparams = " CROSS JOIN st", []
     else:
-        per = "per AS (SELECT * FROM hits),"
+        st, weight, join, sparams = "", _WEIGHT, "", _stats_params(stats)
     sql = f"""
-hits AS (
-  SELECT CASE {' '.join(cases)} END AS qi, message_id, tf, doc_len, created_at, session_id, role
-  FROM postings WHERE {' OR '.join(where)}
-),
-{per}
-dfs AS (SELECT qi, count(*) AS df FROM per GROUP BY qi),
-stats AS (SELECT count(*) AS n, greatest(coalesce(avg(doc_len), 0), 1e-9) AS avgdl FROM docs),
+{st}h AS ({' UNION ALL '.join(hits)}),
+f AS ({' UNION ALL '.join(dfs)}),
 kw AS (
-  SELECT p.message_id,
-         sum(ln(1 + (stats.n - dfs.df + 0.5) / (dfs.df + 0.5))
-             * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.doc_len / stats.avgdl))) AS kw,
-         count(*) FILTER (WHERE p.qi < {required}) AS req,
+  SELECT p.message_id, sum({weight}) AS kw, count(*) FILTER (WHERE p.qi < {required}) AS req,
          max(p.created_at) AS created_at
-  FROM per p JOIN dfs ON dfs.qi = p.qi CROSS JOIN stats
-  WHERE {flt.sql}
+  FROM h p JOIN f w ON w.qi = p.qi{join} {where}
   GROUP BY p.message_id
 )"""
-    return sql, cparams + wparams + flt.params, required
+    return sql, hparams + dparams + sparams + flt.params, required
 
 
 def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
@@ -222,11 +262,23 @@ async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str,
     if not rows:
         return []
     ids = [r["id"] for r in rows]
+    size = next((n for n in _FETCH_SIZES if n >= len(ids)), len(ids))
+    padded = ids + [ids[0]] * (size - len(ids))  # one prepared statement per size class
     full = await index.execute(
-        f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in ids)})", ids
+        f"SELECT {_RECORD_COLUMNS} FROM messages WHERE id IN ({', '.join('?' for _ in padded)})", padded
     )
     by_id = {r["id"]: r for r in full}
     return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
+
+
+async def _bm25_stats(index: Any) -> tuple[int, float]:
+    """``(n, avgdl)``: the index's cached figures, or read from ``stats``."""
+    fn = getattr(index, "bm25_stats", None)
+    if fn is not None:
+        return await fn()  # type: ignore[no-any-return]
+    rows = await index.execute("SELECT n, total FROM stats")
+    n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
+    return n, max(total / max(n, 1), 1e-9)
 
 
 def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
@@ -300,19 +352,19 @@ async def search(
 
     if mode == "keyword":
         assert pq is not None
-        ctes, params, required = bm25_ctes(pq, build_filters(session_ids, character_ids, date_range, roles,
-                                                             alias="p"))
+        stats = await _bm25_stats(index)
+        kw_sql, params, required = bm25_sql(
+            pq, stats, build_filters(session_ids, character_ids, date_range, roles, alias="d"))
         phrase, pparams = _phrase_sql(pq)
-        join = "JOIN docs d ON d.message_id = kw.message_id" if phrase else ""
-        conds = [f"kw.req = {required}"] + ([phrase] if phrase else [])
+        join = "JOIN docs d ON d.message_id = k.message_id" if phrase else ""
+        conds = [f"k.req = {required}"] + ([phrase] if phrase else [])
         params = params + pparams
         if thr is not None:
-            conds.append("round(kw.kw, 9) >= ?")
+            conds.append("round(k.kw, 9) >= ?")
             params.append(thr)
         rows = await index.execute(
-            f"WITH {ctes}\nSELECT kw.message_id AS id, round(kw.kw, 9) AS score FROM kw {join} "
-            f"WHERE {' AND '.join(conds)} "
-            f"ORDER BY score DESC, kw.created_at DESC, kw.message_id DESC {lim_sql}",
+            f"SELECT k.message_id AS id, round(k.kw, 9) AS score FROM ({kw_sql}) k {join} "
+            f"WHERE {' AND '.join(conds)} ORDER BY score DESC, k.created_at DESC, k.message_id DESC {lim_sql}",
             params + lim_params,
         )
         return [
@@ -350,7 +402,7 @@ async def search(
 
     # hybrid
     assert pq is not None
-    ctes, cparams, required = bm25_ctes(pq)
+    ctes, cparams, required = bm25_ctes(pq, None, await _bm25_stats(index))
     phrase, pparams = _phrase_sql(pq)
     kwf = (
         "kwf AS (SELECT kw.message_id, kw.kw FROM kw "

@@ -18,7 +18,8 @@ Text is normalised the same way at write time and at query time:
    prefix range, still touching only its own rows.
 
 ``words`` keeps CJK runs whole: it is what phrase matching compares
-(``norm_text``), while ``tokens`` is what the inverted index stores.
+(``norm_text``), while ``tokens`` is what the inverted index stores;
+``analyze`` gives both from one pass over the text (what indexing uses).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..errors import ValidationError
 __all__ = [
     "ParsedQuery",
     "QueryTerm",
+    "analyze",
     "is_cjk",
     "norm_text",
     "normalize",
@@ -87,14 +89,22 @@ def _split_scripts(word: str) -> list[str]:
 def words(text: str) -> list[str]:
     """Normalised words; a CJK run is one word here (it is cut into bigrams by ``tokens``)."""
     out: list[str] = []
-    for m in _WORD.finditer(normalize(text)):
-        w = m.group()
+    append = out.append
+    for w in _WORD.findall(normalize(text)):
+        if w.isascii():
+            if w.isalnum():  # the common case: a plain ASCII word or number
+                append(w)
+            elif w[0].isdigit() and ("," in w or "." in w):
+                append(w.replace(",", ""))
+            else:
+                append(w.replace("'", ""))
+            continue
         if w[0].isdigit() and ("," in w or "." in w):
-            out.append(w.replace(",", ""))
+            append(w.replace(",", ""))
             continue
         w = w.replace("'", "").replace("\u2019", "")
         if w.isascii():
-            out.append(w)
+            append(w)
         else:
             out.extend(_split_scripts(w))
     return out
@@ -106,20 +116,33 @@ def _cjk_terms(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)] + [run[-1]]
 
 
-def tokens(text: str) -> list[str]:
-    """The index terms of ``text``, in order, with repeats (their count is the term frequency)."""
+def _terms_of(ws: list[str]) -> list[str]:
     out: list[str] = []
-    for w in words(text):
-        if is_cjk(w[0]):
+    append = out.append
+    for w in ws:
+        if w.isascii():
+            append(w[:_MAX_TOKEN])
+        elif is_cjk(w[0]):
             out.extend(_cjk_terms(w))
         else:
-            out.append(w[:_MAX_TOKEN])
+            append(w[:_MAX_TOKEN])
     return out
+
+
+def tokens(text: str) -> list[str]:
+    """The index terms of ``text``, in order, with repeats (their count is the term frequency)."""
+    return _terms_of(words(text))
 
 
 def norm_text(text: str) -> str:
     """The normalised words joined by single spaces, with a space at each end (for phrases)."""
     return " " + " ".join(words(text)) + " "
+
+
+def analyze(text: str) -> tuple[list[str], str]:
+    """``(tokens(text), norm_text(text))`` from one tokenisation pass."""
+    ws = words(text)
+    return _terms_of(ws), " " + " ".join(ws) + " "
 
 
 # --------------------------------------------------------------------------- queries

@@ -1,0 +1,304 @@
+"""Search and cold-start benchmark in Chromium (Pyodide + DuckDB-Wasm + IndexedDB). Not a test.
+
+    python bench/search/bench_browser.py [--messages 100000] [--sessions 1000] [--queries 200]
+                                         [--profile DIR] [--port 8790] [--dist dist]
+
+Fills the IndexedDB database ``bench-search`` with messages of 30-150 words
+drawn from a 30,000-word vocabulary with Zipf frequencies (skipped when a
+reused ``--profile`` already holds them), then in one browser:
+
+1. cold page load, no cached index: open memory, time the first query (it
+   derives the whole index from IndexedDB);
+2. keyword BM25 top-10 p50/p95 over ``--queries`` queries, against the
+   original's linear substring scan in Python over the same messages held in
+   memory (loaded only for that baseline, then dropped), and the ratio;
+3. semantic top-10 (384-dim vectors for every message) and hybrid p50;
+4. cold page load with the index cached in OPFS: time to the first query,
+   unchanged and with 10 sessions written to while no index was open;
+5. a second tab while the first holds the cached file: it falls back to an
+   in-memory index; time to its first query.
+
+Query words are drawn uniformly from the vocabulary except its 50 most
+frequent (stop-word-like) words; queries holding one of those 50 are timed
+separately. Prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import build  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1"]
+NAME = "bench-search"
+
+FILL = """
+import chatmem, random, time, builtins
+rng = random.Random(7)
+letters = "abcdefghijklmnopqrstuvwxyz"
+vocab = set()
+while len(vocab) < 30000:
+    vocab.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 10))))
+vocab = sorted(vocab)
+rng.shuffle(vocab)
+cum, acc = [], 0.0
+for i in range(len(vocab)):
+    acc += 1.0 / (i + 1)
+    cum.append(acc)
+mem = await chatmem.open(NAME)
+have = len(await mem.sessions.list(limit=None))
+t = time.time()
+per = MESSAGES // SESSIONS
+for s in range(have, SESSIONS):
+    sess = await mem.sessions.create(title="session %d" % s)
+    await mem.messages.append_many(sess.session_id, [
+        {"role": ("user", "assistant")[i % 2], "content": " ".join(rng.choices(vocab, cum_weights=cum, k=rng.randint(30, 150)))}
+        for i in range(per)])
+await mem.close()
+{"filled": SESSIONS - have, "s": round(time.time() - t, 1), "vocab": vocab}
+"""
+
+# a cold page: nothing of the index is open yet
+FIRST_QUERY = """
+import chatmem, time, builtins
+from chatmem.index import HashingEmbedder
+t0 = time.perf_counter()
+mem = await chatmem.open(NAME, embedder=HashingEmbedder(384))
+t1 = time.perf_counter()
+hits = await mem.search(FIRST, limit=10)
+t2 = time.perf_counter()
+builtins._bench_mem = mem
+{"open_ms": round((t1 - t0) * 1000), "first_query_ms": round((t2 - t1) * 1000), "hits": len(hits),
+ "last_open": getattr(mem.index, "last_open", None),
+ "messages": (await mem.sql("SELECT count(*) AS n FROM messages"))[0]["n"]}
+"""
+
+TIMINGS = """
+import builtins, time, json
+mem = builtins._bench_mem
+Q = json.loads(QUERIES)
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2)
+
+async def timed(qs, **kw):
+    out = []
+    for q in qs:
+        s = time.perf_counter()
+        await mem.search(q, limit=10, **kw)
+        out.append((time.perf_counter() - s) * 1000)
+    return out
+
+res = {}
+for q in Q["typical"][:5]:
+    await mem.search(q, limit=10)  # warm the statement cache
+kw = await timed(Q["typical"])
+res["keyword"] = (pct(kw, .5), pct(kw, .95))
+kc = await timed(Q["common"])
+res["keyword_common"] = (pct(kc, .5), pct(kc, .95))
+kf = await timed(Q["typical"][:50], roles=["user"], date_range=(0, 4_102_444_800_000))
+res["keyword_filtered"] = (pct(kf, .5), pct(kf, .95))
+
+# the original's searchMessages: every message's text in Python memory, scanned per query
+t = time.perf_counter()
+texts = []
+for meta in await mem.store.all_sessions():
+    for m in await mem.store.list_messages(meta["sessionId"], 0, None, False):
+        c = m["content"]
+        texts.append(c if isinstance(c, str) else json.dumps(c))
+res["baseline_load_s"] = round(time.perf_counter() - t, 1)
+sc = []
+for q in Q["typical"][:50]:
+    s = time.perf_counter()
+    ql = q.lower()
+    found = [i for i, x in enumerate(texts) if ql in x.lower()]
+    sc.append((time.perf_counter() - s) * 1000)
+res["substring_scan"] = (pct(sc, .5), pct(sc, .95))
+del texts
+res["ratio_p50"] = round(res["substring_scan"][0] / res["keyword"][0], 1)
+ss = await timed(Q["typical"][:50], mode="substring")
+res["substring_mode_duckdb"] = (pct(ss, .5), pct(ss, .95))
+
+# semantic: a 384-dim vector per message (random unit-ish vectors made in SQL; the query is embedded for real)
+emb = mem.index.embedder
+idx = await mem.index.ready()
+t = time.perf_counter()
+await idx.execute("DELETE FROM embeddings")
+await idx.execute(
+    "INSERT INTO embeddings SELECT id, ?, ?, list_transform(range(CAST(? AS BIGINT)), x -> (random() - 0.5)::FLOAT) FROM messages",
+    [emb.model, emb.dimensions, emb.dimensions])
+res["vectors_load_s"] = round(time.perf_counter() - t, 1)
+se = await timed(Q["typical"][:50], mode="semantic")
+res["semantic"] = (pct(se, .5), pct(se, .95))
+hy = await timed(Q["typical"][:50], mode="hybrid")
+res["hybrid"] = (pct(hy, .5), pct(hy, .95))
+await idx.execute("DELETE FROM embeddings")  # keep the cached file the size of a keyword-only index
+await mem.close()
+res
+"""
+
+CHANGE_THEN_QUERY = """
+import chatmem, time, builtins
+t0 = time.perf_counter()
+mem = await chatmem.open(NAME)
+metas = await mem.sessions.list(limit=10)
+for m in metas:  # written while no index is open: the cached index must catch up
+    await mem.messages.append(m.session_id, "user", "catchup marker " + FIRST)
+t1 = time.perf_counter()
+hits = await mem.search("catchup marker", limit=20)
+t2 = time.perf_counter()
+builtins._bench_mem = mem
+{"first_query_ms": round((t2 - t1) * 1000), "hits": len(hits), "last_open": getattr(mem.index, "last_open", None)}
+"""
+
+CLOSE = """
+import builtins
+await builtins._bench_mem.close()
+True
+"""
+
+REMOVE_CACHE = """
+from chatmem import _browser
+removed = []
+if hasattr(_browser, "opfs_remove"):
+    removed.append(await _browser.opfs_remove("chatmem-index-" + NAME + ".duckdb"))
+removed
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--sessions", type=int, default=1_000)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--profile", default=None, help="browser profile to (re)use; a fresh one by default")
+    ap.add_argument("--port", type=int, default=8790)
+    ap.add_argument("--dist", default=str(build.DIST))
+    ap.add_argument("--no-cache-phases", action="store_true",
+                    help="stop after the query timings (for a build without the cached index)")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    import random
+
+    srv = build.make_server(Path(args.dist), args.port)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{args.port}/"
+    profile = args.profile or tempfile.mkdtemp(prefix="chatmem-bench-")
+    consts = {"NAME": repr(NAME), "MESSAGES": str(args.messages), "SESSIONS": str(args.sessions)}
+
+    def code(src: str, **extra: str) -> str:
+        head = "".join(f"{k} = {v}\n" for k, v in {**consts, **extra}.items())
+        return head + src
+
+    rows: list[tuple[str, str]] = []
+
+    def row(label: str, value: str) -> None:
+        rows.append((label, value))
+        print(f"  {label}: {value}", flush=True)
+
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS)
+        page = ctx.new_page()
+        page.set_default_timeout(3_600_000)
+
+        def boot(p) -> float:
+            t = time.perf_counter()
+            p.goto(url) if p.url == "about:blank" else p.reload()
+            p.evaluate("window.chatmem.ready")
+            return time.perf_counter() - t
+
+        def py(p, src: str, **extra: str):
+            return p.evaluate("c => window.chatmem.runPython(c)", code(src, **extra))
+
+        boot(page)
+        fill = py(page, FILL)
+        print(f"filled {fill['filled']} sessions in {fill['s']} s", flush=True)
+        vocab = fill["vocab"]
+        rng = random.Random(11)
+        typical = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(args.queries)]
+        common = [" ".join([rng.choice(vocab[:50])] + [rng.choice(vocab[50:]) for _ in range(rng.randint(0, 2))])
+                  for _ in range(max(20, args.queries // 4))]
+        first = repr(typical[0])
+
+        # 1. cold load, nothing cached
+        py(page, REMOVE_CACHE)
+        b = boot(page)
+        r = py(page, FIRST_QUERY, FIRST=first)
+        print(r, flush=True)
+        row("page boot (Pyodide + chatmem), s", f"{b:.1f}")
+        row(f"time to first query, no cached index ({r['messages']:,} messages), s",
+            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.1f}")
+
+        # 2-3. query timings
+        t = py(page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common})))
+        print(t, flush=True)
+        row("keyword BM25 top-10 p50 / p95, ms", f"{t['keyword'][0]} / {t['keyword'][1]}")
+        row("  queries with a top-50 word, p50 / p95, ms", f"{t['keyword_common'][0]} / {t['keyword_common'][1]}")
+        row("  with role + date filters, p50 / p95, ms", f"{t['keyword_filtered'][0]} / {t['keyword_filtered'][1]}")
+        row("original substring scan in Python (in memory) p50 / p95, ms",
+            f"{t['substring_scan'][0]} / {t['substring_scan'][1]}")
+        row("BM25 speed-up over the scan at p50", f"{t['ratio_p50']}x")
+        row("substring mode in DuckDB p50 / p95, ms",
+            f"{t['substring_mode_duckdb'][0]} / {t['substring_mode_duckdb'][1]}")
+        row("semantic top-10, 384-dim, p50 / p95, ms", f"{t['semantic'][0]} / {t['semantic'][1]}")
+        row("hybrid top-10 p50 / p95, ms", f"{t['hybrid'][0]} / {t['hybrid'][1]}")
+
+        if args.no_cache_phases:
+            py(page, CLOSE)
+            ctx.close()
+            srv.shutdown()
+            _table(args, rows)
+            return 0
+
+        # 4. cold load with the cached index
+        b = boot(page)
+        r = py(page, FIRST_QUERY, FIRST=first)
+        print(r, flush=True)
+        row("time to first query, cached index, unchanged store, s",
+            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot)")
+        py(page, CLOSE)
+        boot(page)
+        r = py(page, CHANGE_THEN_QUERY, FIRST=first)
+        print(r, flush=True)
+        row("time to first query, cached index, 10 sessions changed, s", f"{r['first_query_ms'] / 1000:.2f}")
+
+        # 5. a second tab while this one holds the cached file
+        other = ctx.new_page()
+        other.set_default_timeout(3_600_000)
+        boot(other)
+        r = py(other, FIRST_QUERY, FIRST=first)
+        print(r, flush=True)
+        row("second tab (cache held by the first): in-memory index, first query, s",
+            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.1f} ({(r.get('last_open') or {}).get('mode')}, "
+            f"persistent={(r.get('last_open') or {}).get('persistent')})")
+        py(other, CLOSE)
+        py(page, CLOSE)
+        ctx.close()
+    srv.shutdown()
+    _table(args, rows)
+    return 0
+
+
+def _table(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
+    w = max(len(a) for a, _ in rows)
+    print(f"\n{args.messages:,} messages in {args.sessions:,} sessions, {args.queries} queries, Chromium")
+    for a, v in rows:
+        print(f"| {a.ljust(w)} | {v} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

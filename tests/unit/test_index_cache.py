@@ -1,0 +1,146 @@
+"""A persistent (cached) query index: reopened, it catches up with the store instead of rebuilding.
+
+On CPython the cache is a DuckDB file (``DuckDBEngine(path)``); in the browser
+it is an OPFS file (tests/browser/test_search_browser.py). The store is SQLite,
+reopened for every phase like a page reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from chatmem import Memory
+from chatmem.index import DuckDBEngine
+from chatmem.stores.sqlite import SQLiteStore
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _tamper(path: str, sql: str) -> None:
+    import duckdb
+
+    con = duckdb.connect(path)
+    con.execute(sql)
+    con.close()
+
+
+def _mem(db: str, index: str | None) -> Memory:
+    async def engine():
+        return DuckDBEngine(index) if index else DuckDBEngine()
+
+    return Memory(SQLiteStore(db), engine_factory=engine)
+
+
+async def _answers(mem: Memory) -> dict:
+    out = {}
+    for q in ["apple", "banana cherry", "\"ripe banana\"", "zebra"]:
+        out[q] = [(h.message.id, h.score) for h in await mem.search(q, limit=10)]
+    out["sql"] = await mem.sql(
+        "SELECT session_id, title, message_count, pinned, tags FROM sessions ORDER BY session_id")
+    out["n"] = await mem.sql("SELECT count(*) AS n FROM messages")
+    out["df"] = await mem.sql("SELECT term, df FROM terms ORDER BY term")
+    out["stats"] = await mem.sql("SELECT n, total FROM stats")
+    return out
+
+
+def test_reopened_cache_catches_up_only_changed_sessions(tmp_path):
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        ids = {}
+        for name in ["a", "b", "c", "d"]:
+            s = await mem.sessions.create(title=name)
+            ids[name] = s.session_id
+            await mem.messages.append_many(s.session_id, [
+                {"role": "user", "content": f"apple banana {name} {i}"} for i in range(5)])
+        assert len(await mem.search("apple", limit=50)) == 20
+        assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
+        await mem.close()
+
+        # writes while no index is open (another tab, or a page with no query yet)
+        other = _mem(db, None)
+        await other.messages.append(ids["a"], "user", "a ripe banana and a cherry")
+        await other.sessions.delete(ids["b"])
+        await other.sessions.update(ids["c"], title="renamed", pinned=True, tags=["x"])
+        e = await other.sessions.create(title="e")
+        await other.messages.append(e.session_id, "assistant", "zebra apple")
+        await other.close()
+
+        mem = _mem(db, idx)
+        got = await _answers(mem)
+        assert mem.index.hydrations == 0 and mem.index.catchups == 1
+        assert mem.index.last_open == {"mode": "cached", "persistent": True, "sessions": 4,
+                                       "refreshed": 3, "dropped": 1}
+        assert [h.message.session_id for h in await mem.search("zebra")] == [e.session_id]
+        assert got["zebra"] and got["\"ripe banana\""]
+        # a live write after the catch-up is seen at once, and the cache keeps it
+        await mem.messages.append(ids["d"], "user", "apple apple apple")
+        got = await _answers(mem)
+        await mem.close()
+
+        # the same answers as an index derived from scratch
+        fresh = _mem(db, None)
+        assert await _answers(fresh) == got
+        await fresh.close()
+
+        # unchanged store: nothing re-read; rebuild_index re-derives the cached file
+        mem = _mem(db, idx)
+        assert await _answers(mem) == got
+        assert mem.index.last_open["refreshed"] == 0 and mem.index.last_open["dropped"] == 0
+        await mem.rebuild_index()
+        assert mem.index.hydrations == 1 and await _answers(mem) == got
+        await mem.close()
+
+    run(go())
+
+
+def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        s = await mem.sessions.create(title="t")
+        await mem.messages.append(s.session_id, "user", "apple")
+        assert len(await mem.search("apple")) == 1
+        await mem.close()
+        _tamper(idx, "UPDATE index_meta SET value = 'old' WHERE key = 'schema'")
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple")) == 1
+        assert mem.index.hydrations == 1 and mem.index.catchups == 0
+        await mem.close()
+        _tamper(idx, "DELETE FROM index_meta WHERE key = 'complete'")
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+        await mem.close()
+        _tamper(idx, "DROP TABLE postings")
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+        await mem.close()
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple")) == 1 and mem.index.catchups == 1
+        await mem.close()
+
+    run(go())
+
+
+def test_many_changed_sessions_rebuild_instead(tmp_path):
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        await mem.sql("SELECT 1 AS x")
+        await mem.close()
+        other = _mem(db, None)
+        for i in range(60):
+            s = await other.sessions.create(title=f"s{i}")
+            await other.messages.append(s.session_id, "user", f"apple {i}")
+        await other.close()
+        mem = _mem(db, idx)
+        assert len(await mem.search("apple", limit=100)) == 60
+        assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
+        await mem.close()
+
+    run(go())
