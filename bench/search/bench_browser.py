@@ -147,6 +147,8 @@ hy = await timed(Q["typical"][:50], mode="hybrid")
 res["hybrid"] = (pct(hy, .5), pct(hy, .95))
 await idx.execute("DELETE FROM embeddings")  # keep the cached file the size of a keyword-only index
 await mem.close()
+res["samples"] = {"keyword": kw, "keyword_common": kc, "keyword_filtered": kf, "substring_scan": sc,
+                  "substring_mode": ss, "semantic": se, "hybrid": hy}
 res
 """
 
@@ -187,6 +189,7 @@ def main() -> int:
     ap.add_argument("--profile", default=None, help="browser profile to (re)use; a fresh one by default")
     ap.add_argument("--port", type=int, default=8790)
     ap.add_argument("--dist", default=str(build.DIST))
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     ap.add_argument("--no-cache-phases", action="store_true",
                     help="stop after the query timings (for a build without the cached index)")
     args = ap.parse_args()
@@ -196,7 +199,7 @@ def main() -> int:
 
     srv = build.make_server(Path(args.dist), args.port)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{args.port}/"
+    url = f"http://127.0.0.1:{srv.server_address[1]}/"  # --port 0: any free port
     profile = args.profile or tempfile.mkdtemp(prefix="chatmem-bench-")
     consts = {"NAME": repr(NAME), "MESSAGES": str(args.messages), "SESSIONS": str(args.sessions)}
 
@@ -205,6 +208,7 @@ def main() -> int:
         return head + src
 
     rows: list[tuple[str, str]] = []
+    metrics: dict[str, object] = {"messages": args.messages, "sessions": args.sessions, "queries": args.queries}
 
     def row(label: str, value: str) -> None:
         rows.append((label, value))
@@ -239,6 +243,7 @@ def main() -> int:
         b = boot(page)
         r = py(page, FIRST_QUERY, FIRST=first)
         print(r, flush=True)
+        metrics.update(boot_s=b, first_query_uncached_s=(r["open_ms"] + r["first_query_ms"]) / 1000)
         row("page boot (Pyodide + chatmem), s", f"{b:.1f}")
         row(f"time to first query, no cached index ({r['messages']:,} messages), s",
             f"{(r['open_ms'] + r['first_query_ms']) / 1000:.1f}")
@@ -246,6 +251,7 @@ def main() -> int:
         # 2-3. query timings
         t = py(page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common})))
         print(t, flush=True)
+        metrics["timings"] = t
         row("keyword BM25 top-10 p50 / p95, ms", f"{t['keyword'][0]} / {t['keyword'][1]}")
         row("  queries with a top-50 word, p50 / p95, ms", f"{t['keyword_common'][0]} / {t['keyword_common'][1]}")
         row("  with role + date filters, p50 / p95, ms", f"{t['keyword_filtered'][0]} / {t['keyword_filtered'][1]}")
@@ -262,12 +268,14 @@ def main() -> int:
             ctx.close()
             srv.shutdown()
             _table(args, rows)
+            _write_json(args, metrics)
             return 0
 
         # 4. cold load with the cached index
         b = boot(page)
         r = py(page, FIRST_QUERY, FIRST=first)
         print(r, flush=True)
+        metrics.update(first_query_cached_s=(r["open_ms"] + r["first_query_ms"]) / 1000, cached_boot_s=b)
         row("time to first query, cached index, unchanged store, s",
             f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot)")
         py(page, CLOSE)
@@ -290,7 +298,13 @@ def main() -> int:
         ctx.close()
     srv.shutdown()
     _table(args, rows)
+    _write_json(args, metrics)
     return 0
+
+
+def _write_json(args: argparse.Namespace, metrics: dict[str, object]) -> None:
+    if args.json:
+        Path(args.json).write_text(json.dumps(metrics, indent=1))
 
 
 def _table(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
