@@ -223,7 +223,9 @@ async def check_filter_roles(index: Any) -> None:
 async def check_filter_date_range_edges(index: Any) -> None:
     """``date_range`` includes both ends; open ends with None; start > end is an error."""
     await seed(index)
-    d = lambda n: T0 + n * DAY
+    def d(n: int) -> int:
+        return T0 + n * DAY
+
     q = "python asyncio event loop"
     assert set(ids(await search(index, q, limit=10, date_range=(d(0), d(1))))) == {"a1", "a2"}
     assert ids(await search(index, q, limit=10, date_range=(d(1), d(1)))) == ["a2"]

@@ -193,9 +193,9 @@ def main() -> int:
     ap.add_argument("--no-cache-phases", action="store_true",
                     help="stop after the query timings (for a build without the cached index)")
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-
     import random
+
+    from playwright.sync_api import sync_playwright
 
     srv = build.make_server(Path(args.dist), args.port)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

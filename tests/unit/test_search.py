@@ -10,9 +10,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
-from search_checks import CHECKS
-
 from chatmem.index import DuckDBEngine, QueryIndex
+from search_checks import CHECKS
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])

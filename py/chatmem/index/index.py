@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ValidationError
@@ -239,7 +239,7 @@ class QueryIndex:
         await ex(f"DELETE FROM docs WHERE session_id {inl}", ids)
         await ex(f"DELETE FROM messages WHERE session_id {inl}", ids)
 
-    async def resync(self, sessions: list[Mapping[str, Any]], messages: list[Mapping[str, Any]],
+    async def resync(self, sessions: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                      drop: Iterable[str] = ()) -> None:
         """In one transaction: replace the ``sessions`` (records) and all their
         messages by ``messages``, and remove the sessions ``drop``. What a cached
@@ -380,13 +380,13 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             chunk: list[dict[str, Any]] = []
             if inspect.isasyncgen(messages) or hasattr(messages, "__aiter__"):
-                async for rec in messages:  # type: ignore[union-attr]
+                async for rec in messages:
                     chunk.append(dict(rec))
                     if len(chunk) >= _CHUNK:
                         await self._load_messages(chunk, counts=False)
                         chunk = []
             else:
-                for rec in messages:  # type: ignore[union-attr]
+                for rec in messages:
                     chunk.append(dict(rec))
                     if len(chunk) >= _CHUNK:
                         await self._load_messages(chunk, counts=False)

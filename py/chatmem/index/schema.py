@@ -179,7 +179,7 @@ def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ..
     """The ``messages`` row and the staging row (``STAGE_COLUMNS``) of one message record.
     Tokenises the text once."""
     text = extract_text(rec.get("content"))
-    row = []
+    row: list[Any] = []
     for col, _, key in MESSAGE_COLUMNS:
         if col == "text":
             row.append(text)
