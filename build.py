@@ -221,9 +221,12 @@ self.addEventListener("fetch", (event) => {{
   if (req.method !== "GET" || new URL(req.url).origin !== self.location.origin) return;
   event.respondWith((async () => {{
     const cache = await caches.open(CACHE);
-    // the page itself, whatever its query string (?db=...)
-    const key = req.mode === "navigate" ? new URL("./", self.registration.scope).href : req;
-    const hit = await cache.match(key, {{ ignoreSearch: req.mode === "navigate" }});
+    // the page itself, whatever its query string (?db=...); other pages by their own URL
+    const root = new URL("./", self.registration.scope);
+    const path = new URL(req.url).pathname;
+    const page = req.mode === "navigate" && (path === root.pathname || path === root.pathname + "index.html");
+    const key = page ? root.href : req;
+    const hit = await cache.match(key, {{ ignoreSearch: page }});
     if (hit) return hit;
     return fetch(req);
   }})());
