@@ -29,11 +29,8 @@ async def start(db_name: str = "chatmem") -> Any:
     prefs = await settings.load(mem)
     step("store", "done")
     step("index", "active")
-    if hasattr(mem, "search"):  # features: search — build or catch up the index now
-        await mem.search("chatmem", limit=1)
-        step("index", "done")
-    else:
-        step("index", "skipped", "not in this build — substring search")
+    await mem.index.ready()  # DuckDB-Wasm, then the index derived from the store
+    step("index", "done")
     step("ui", "active")
     app = App(mem, prefs)
     app.bind()

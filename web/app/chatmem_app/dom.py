@@ -149,9 +149,9 @@ def js_obj(d: dict[str, Any]) -> Any:
     return to_js(d, dict_converter=js.Object.fromEntries)
 
 
-def download(filename: str, text: str, mime: str = "application/json") -> None:
-    """Offer ``text`` as a file download (a Blob URL on a temporary link)."""
-    blob = js.Blob.new(to_js([text]), js_obj({"type": mime}))
+def download(filename: str, text: str | list[str], mime: str = "application/json") -> None:
+    """Offer ``text`` (or its chunks, in order) as a file download (a Blob URL on a temporary link)."""
+    blob = js.Blob.new(to_js([text] if isinstance(text, str) else text), js_obj({"type": mime}))
     url = js.URL.createObjectURL(blob)
     a = h("a", {"href": url, "download": filename})
     js.document.body.appendChild(a)
