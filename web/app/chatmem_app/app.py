@@ -50,6 +50,7 @@ class App:
                              "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update,
                              "reload-page": _reload_page})
         self._sync_timer: int | None = None
+        self._panel_gen = 0
         self.datetime_provider: Any = None
         context_panel.share_datetime(self)
 
@@ -162,12 +163,18 @@ class App:
         return next((s for s in self.sessions if s.session_id == self.current), None)
 
     async def render_panel(self) -> None:
+        """Draw the open panel off-screen, then swap it in (the newest of overlapping renders wins)."""
         if not self.panel:
             return
-        title, mod = PANELS[self.panel]
-        dom.mount(q("#panel-title"), title)
-        body = dom.mount(q("#panel-body"))
+        self._panel_gen += 1
+        gen, name = self._panel_gen, self.panel
+        title, mod = PANELS[name]
+        body = js.document.createDocumentFragment()
         await mod.render(self, body)
+        if gen != self._panel_gen or self.panel != name:
+            return
+        dom.mount(q("#panel-title"), title)
+        dom.mount(q("#panel-body"), body)
 
     def schedule_sync_refresh(self) -> None:
         if self._sync_timer is not None:
