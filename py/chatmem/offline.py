@@ -13,7 +13,8 @@ turn (``session.send``) stores its reply like any model's.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from .errors import UnsupportedEnvironment
 from .models import ChatMessage, extract_text
@@ -21,17 +22,18 @@ from .models import ChatMessage, extract_text
 if TYPE_CHECKING:
     from .memory import Memory
 
-__all__ = ["OfflineResponder", "OFFLINE_LABEL", "keywords"]
+__all__ = ["OFFLINE_LABEL", "OfflineResponder", "keywords"]
 
 #: the start of every offline reply
 OFFLINE_LABEL = "Offline — answering from memory."
 
 _WORD = re.compile(r"[^\W_]{3,}", re.UNICODE)
-_STOP = frozenset("""a an and are as at be but by can could did do does for from had has have how i if in into is
-it its just me my no not of on or our so than that the their them then there these they this to too us was we were
-what when where which who why will with would you your yours about after again all also am any because been before
-being both each few more most much must only other over same should some such very can't don't i'm it's tell know
-think like want need please hello thanks thank yes say said remember mentioned earlier""".split())
+_STOP_WORDS = """a an and are as at be but by can could did do does for from had has have how i if in into is it
+its just me my no not of on or our so than that the their them then there these they this to too us was we were what
+when where which who why will with would you your yours about after again all also am any because been before being
+both each few more most much must only other over same should some such very can't don't i'm it's tell know think
+like want need please hello thanks thank yes say said remember mentioned earlier"""
+_STOP = frozenset(_STOP_WORDS.split())
 
 
 def keywords(text: str, limit: int = 8) -> list[str]:

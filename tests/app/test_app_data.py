@@ -5,11 +5,11 @@ clear message for a file that is not an export (nothing written)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from conftest import unique_name
 
 from app.conftest import AppPage

@@ -12,8 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web" / "app"))
 
-import chatmem  # noqa: E402
-from chatmem_app import chart, render, settings  # noqa: E402
+from chatmem_app import chart, render, settings
+
+import chatmem
 
 
 def tags(nodes: list[Any]) -> list[str]:

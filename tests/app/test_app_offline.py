@@ -4,7 +4,8 @@ manifest, and time to interactive."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from conftest import CHROMIUM_ARGS, unique_name
 

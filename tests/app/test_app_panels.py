@@ -127,7 +127,8 @@ await chatmem_app.app.refresh_sessions()
     p.click(".tools [data-panel=insights]")
     p.wait_for_selector("#insights-characters")
     rows = p.locator("#insights-characters li").all_text_contents()
-    assert "airi" in rows[0] and "3 messages in 1 conversations" in rows[0] and "30 tokens" in rows[0]
+    assert "airi" in rows[0] and "3 messages" in rows[0] and "30 tokens" in rows[0]
+    assert p.get_attribute("#insights-characters li >> nth=0", "title") == "1 conversation"
     assert "coach" in rows[1] and "1 messages" in rows[1]
     bars = p.evaluate("""() => [...document.querySelectorAll('#panel svg.chart')][0]
         .querySelectorAll('rect').length""")

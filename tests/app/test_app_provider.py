@@ -4,10 +4,10 @@ the Settings panel."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from conftest import unique_name
 from llm_server import LLMServer
 

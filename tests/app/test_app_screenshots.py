@@ -6,8 +6,9 @@ so a test run leaves the work tree as it was."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.conftest import AppPage
 
@@ -62,6 +63,7 @@ def test_screenshots_of_the_main_screens(app_factory: Callable[..., AppPage]) ->
     a.send("What did we say about the metro?")
     assert "red metro line" in p.locator("#messages .msg.assistant").last.inner_text()
     p.locator("#messages details").first.click()
+    p.evaluate("document.querySelector('#conversation').scrollTop = 1e9")
     shot(p, "chat")
 
     p.fill("#search-input", "starter")

@@ -5,15 +5,15 @@ rejected key, being offline and auto-sync are shown as they are."""
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
-from chatmem.server import running_server
 from conftest import unique_name
 from sync_checks import server_snapshot
 
 from app.conftest import AppPage
+from chatmem.server import running_server
 
 KEY = "k"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["start", "app"]
+__all__ = ["app", "start"]
 
 app: Any = None
 

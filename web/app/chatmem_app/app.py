@@ -8,10 +8,21 @@ Screens and panels are modules (``sidebar``, ``conversation``, ``search``,
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from . import (context_panel, conversation, data_panel, dom, insights, search, settings, settings_panel, sidebar,
-               sync_panel)
+from . import (
+    context_panel,
+    conversation,
+    data_panel,
+    dom,
+    insights,
+    search,
+    settings,
+    settings_panel,
+    sidebar,
+    sync_panel,
+)
 from .dom import h, js, q
 
 __all__ = ["App"]

@@ -17,7 +17,7 @@ from chatmem.models import extract_text
 from . import dom, settings
 from .dom import h, js
 
-__all__ = ["window", "render", "share_datetime", "ACTIONS"]
+__all__ = ["ACTIONS", "render", "share_datetime", "window"]
 
 
 def share_datetime(app: Any) -> None:
@@ -64,9 +64,8 @@ async def render(app: Any, body: Any) -> None:
     parts: list[Any] = [h("h3", {}, "Live context")]
     snap = app.mem.context.snapshot()
     if snap:
-        parts.append(h("ul", {"class": "ctx-list", "id": "ctx-live"},
-                       [h("li", {}, h("span", {"class": "r"}, k),
-                          h("span", {"class": "x"}, json.dumps(v, ensure_ascii=False)[:200])) for k, v in snap.items()]))
+        parts.append(h("dl", {"class": "kv live", "id": "ctx-live"},
+                       [(h("dt", {}, k), h("dd", {}, json.dumps(v, ensure_ascii=False)[:300])) for k, v in snap.items()]))
     else:
         parts.append(h("p", {"class": "note", "id": "ctx-live"}, "No context providers have sent anything."))
     pct = min(100, round(100 * res.tokens / max(1, res.budget)))

@@ -11,10 +11,11 @@ from chatmem.errors import ContextOverflow, ProviderError
 from chatmem.offline import OFFLINE_LABEL
 from chatmem.sessions import DEFAULT_TITLE
 
-from . import dom, render as md, settings
+from . import dom, settings
+from . import render as md
 from .dom import h, js, q
 
-__all__ = ["render", "message_el", "jump_to", "render_mode_note", "ACTIONS", "KEYS"]
+__all__ = ["ACTIONS", "KEYS", "jump_to", "message_el", "render", "render_mode_note"]
 
 ROLE_LABEL = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 

@@ -15,7 +15,7 @@ from chatmem.errors import ImportFormatError, ValidationError
 from . import dom
 from .dom import h, q
 
-__all__ = ["render", "human_bytes", "import_bytes", "ACTIONS"]
+__all__ = ["ACTIONS", "human_bytes", "import_bytes", "render"]
 
 FORMATS = {"chatmem": "chatmem", "airi": "AIRI", "chatgpt": "ChatGPT", "claude": "Claude"}
 

@@ -10,7 +10,7 @@ from . import dom
 from .chart import DAY_MS, DAYS, bar_chart, per_day
 from .dom import h
 
-__all__ = ["render", "SQL_PER_DAY", "SQL_PER_CHARACTER", "ACTIONS"]
+__all__ = ["ACTIONS", "SQL_PER_CHARACTER", "SQL_PER_DAY", "render"]
 
 #: days are UTC days (created_at is ms since the epoch)
 SQL_PER_DAY = """
@@ -45,8 +45,9 @@ async def render(app: Any, body: Any) -> None:
                h("h3", {}, "Per character"),
                dom.svg_node(bar_chart(per_char, title="Messages per character")) if per_char else None,
                h("ul", {"class": "ctx-list", "id": "insights-characters"},
-                 [h("li", {}, h("span", {"class": "r"}, str(r["character"])),
-                    h("span", {"class": "x"}, f"{r['messages']} messages in {r['sessions']} conversations"),
+                 [h("li", {"title": f"{r['sessions']} conversation{'s' if r['sessions'] != 1 else ''}"},
+                    h("span", {"class": "r"}, str(r["character"])),
+                    h("span", {"class": "x"}, f"{r['messages']} messages"),
                     h("span", {"class": "n"}, f"{int(r['tokens']):,} tokens")) for r in char_rows])
                if char_rows else h("p", {"class": "note"}, "No messages yet."),
                h("p", {"class": "note"}, "Counted by the query index (mem.sql) over every conversation."))

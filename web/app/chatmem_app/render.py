@@ -10,11 +10,11 @@ italic and http(s) links. Pure Python: runs on CPython for tests.
 from __future__ import annotations
 
 import re
-from typing import Any, Union
+from typing import Any
 
-__all__ = ["Node", "markdown", "inline", "terms", "highlight", "snippet"]
+__all__ = ["Node", "highlight", "inline", "markdown", "snippet", "terms"]
 
-Node = Union[str, tuple[str, dict[str, Any], list[Any]]]
+Node = str | tuple[str, dict[str, Any], list[Any]]
 
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _HEADING = re.compile(r"^(#{1,4})\s+(.*)$")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import dom, render as md
+from . import dom
+from . import render as md
 from .dom import h, js, q
 
-__all__ = ["filters", "run_search", "render_characters", "ACTIONS"]
+__all__ = ["ACTIONS", "filters", "render_characters", "run_search"]
 
 LIMIT = 50
 MODES = {"keyword": "Keyword (BM25)", "semantic": "Semantic", "hybrid": "Hybrid"}

@@ -17,8 +17,19 @@ import chatmem
 from chatmem.errors import ValidationError
 from chatmem.retention import DAY_MS
 
-__all__ = ["KEY", "DEFAULTS", "load", "save", "merge", "validate", "provider_configured", "chat_provider",
-           "retrieval_config", "retention_policy", "sync_config"]
+__all__ = [
+    "DEFAULTS",
+    "KEY",
+    "chat_provider",
+    "load",
+    "merge",
+    "provider_configured",
+    "retention_policy",
+    "retrieval_config",
+    "save",
+    "sync_config",
+    "validate",
+]
 
 KEY = "app:settings"
 

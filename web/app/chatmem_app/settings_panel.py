@@ -13,7 +13,7 @@ import chatmem
 from . import dom, settings
 from .dom import h, q
 
-__all__ = ["render", "read_form", "apply_retention_schedule", "ACTIONS"]
+__all__ = ["ACTIONS", "apply_retention_schedule", "read_form", "render"]
 
 
 def _field(label: str, id_: str, value: Any, type_: str = "text", **attrs: Any) -> Any:
@@ -112,8 +112,8 @@ def _num(id_: str, kind: type = int) -> Any:
 
 
 def read_form() -> dict[str, Any]:
-    v = lambda id_: str(q(f"#{id_}").value).strip()  # noqa: E731
-    c = lambda id_: bool(q(f"#{id_}").checked)  # noqa: E731
+    v = lambda id_: str(q(f"#{id_}").value).strip()
+    c = lambda id_: bool(q(f"#{id_}").checked)
     return {
         "provider": {"base_url": v("set-base-url"), "api_key": v("set-api-key"), "model": v("set-model"),
                      "system_prompt": v("set-system")},

@@ -9,7 +9,7 @@ from typing import Any
 from . import dom, search
 from .dom import h, q
 
-__all__ = ["render", "relative_time", "visible_sessions", "ACTIONS"]
+__all__ = ["ACTIONS", "relative_time", "render", "visible_sessions"]
 
 
 def relative_time(ms: int, now_ms: int | None = None) -> str:

@@ -15,7 +15,7 @@ from chatmem.errors import ChatmemError
 from . import dom, settings
 from .dom import h, q
 
-__all__ = ["chip_text", "refresh_chip", "render", "apply_sync_settings", "start_background", "sync_now", "ACTIONS"]
+__all__ = ["ACTIONS", "apply_sync_settings", "chip_text", "refresh_chip", "render", "start_background", "sync_now"]
 
 #: ms between status reads while sync is on (the drain runs in mem.sync's own loop)
 POLL_MS = 2000
