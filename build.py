@@ -343,6 +343,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    #: the page and its service worker's precache open many connections at once
+    request_queue_size = 128
 
 
 def make_server(directory: Path = DIST, port: int = 8000, host: str = "127.0.0.1") -> Server:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-
 from conftest import unique_name
 
 

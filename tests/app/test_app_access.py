@@ -3,7 +3,8 @@ retention dry run and the data panel."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from app.conftest import AppPage
 

@@ -1,5 +1,6 @@
-"""The app's pure parts on CPython: the safe Markdown renderer, settings
-validation, the offline responder and the chart builder."""
+"""The app's pure parts on CPython: the safe Markdown renderer, search
+highlighting, settings validation and what they map to, the chart builder.
+(The offline responder is the library's: tests/unit/test_offline.py.)"""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web" / "app"))
 
-import chatmem  # noqa: E402
-from chatmem_app import chart, render, responder, settings  # noqa: E402
+from chatmem_app import chart, render, settings
 
-from conftest import run  # noqa: E402
+import chatmem
 
 
 def tags(nodes: list[Any]) -> list[str]:
@@ -78,6 +78,8 @@ def test_highlight_and_snippet() -> None:
     ({"retention": {"max_sessions": -1}}, "max sessions"),
     ({"sync": {"enabled": True}}, "Sync"),
     ({"sync": {"interval_s": 1}}, "Sync interval"),
+    ({"budget": "huge"}, "Token budget"),
+    ({"retrieval": {"recent_count": 0}}, "Recent messages"),
 ])
 def test_settings_validation_names_the_field(change: dict[str, Any], problem: str) -> None:
     s = settings.merge(settings.DEFAULTS, change)
@@ -93,31 +95,35 @@ def test_settings_defaults_valid_and_merge_drops_unknown() -> None:
     assert not settings.provider_configured(s)
 
 
-def test_offline_responder_quotes_earlier_messages_and_says_so() -> None:
-    async def go() -> tuple[str, str, str]:
-        async with await chatmem.open() as mem:
-            a = await mem.sessions.create(title="Trip plans")
-            await mem.messages.append(a.session_id, "user", "I would love to see Lisbon in May")
-            await mem.messages.append(a.session_id, "assistant", "Lisbon is lovely in spring")
-            b = await mem.sessions.create(title="Cooking")
-            await mem.messages.append(b.session_id, "user", "How long do I boil pasta?")
-            q = await mem.messages.append(b.session_id, "user", "What about Lisbon?")
-            hit = await responder.offline_reply(mem, "What about Lisbon?", exclude_ids={q.id})
-            miss = await responder.offline_reply(mem, "zeppelin", exclude_ids=set())
-            empty = await responder.offline_reply(mem, "what is it", exclude_ids=set())
-            return hit, miss, empty
-
-    hit, miss, empty = run(go())
-    for reply in (hit, miss, empty):
-        assert responder.OFFLINE_LABEL in reply
-    assert "“Trip plans”" in hit and "Lisbon in May" in hit and "lovely in spring" in hit
-    assert "pasta" not in hit and "What about Lisbon" not in hit
-    assert "found nothing" in miss
-    assert "no words" in empty
+def test_highlight_marks_every_term_of_the_query() -> None:
+    marks = render.terms('zebra "Elm street"')
+    assert marks == ["Elm street", "zebra"]
+    nodes = render.highlight("The Zebra crossing is on elm street, zebra!", marks)
+    assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["Zebra", "elm street", "zebra"]
+    assert texts(nodes) == "The Zebra crossing is on elm street, zebra!"
+    assert "crossing" in render.snippet("a " * 100 + "zebra crossing", ["nope", "zebra"], width=40)
 
 
-def test_keywords_drop_stop_words() -> None:
-    assert responder.keywords("What did I say about the Lisbon trip in May?") == ["lisbon", "trip", "may"]
+def test_settings_map_to_the_library_objects() -> None:
+    s = settings.merge(settings.DEFAULTS, {
+        "retrieval": {"strategy": "hybrid", "recent_count": 4, "weights": {"recency": 0.2, "relevance": 0.8}},
+        "retention": {"max_sessions": 5, "archive_after_days": 2, "max_age_days": 3, "delete_archived": True},
+        "sync": {"enabled": True, "endpoint": "http://127.0.0.1:9/", "api_key": "k", "interval_s": 30, "auto": False}})
+    assert settings.validate(s) == []
+    r = settings.retrieval_config(s)
+    assert (r.strategy, r.recent_count, r.hybrid_weights.recency, r.hybrid_weights.relevance) == ("hybrid", 4, 0.2, 0.8)
+    r.validate()
+    pol = settings.retention_policy(s["retention"])
+    assert pol == chatmem.RetentionPolicy(max_sessions=5, max_age=3 * 86_400_000, archive_after=2 * 86_400_000,
+                                          delete_archived=True)
+    cfg = settings.sync_config(s)
+    assert (cfg.endpoint, cfg.api_key, cfg.sync_interval, cfg.auto_sync) == ("http://127.0.0.1:9", "k", 30_000, False)
+    assert isinstance(settings.chat_provider(object(), s), chatmem.OfflineResponder)
+    s["provider"].update(base_url="http://127.0.0.1:9/v1", model="m")
+    assert isinstance(settings.chat_provider(object(), s), chatmem.OpenAICompatibleProvider)
+    # what the library refuses is named too
+    bad = settings.merge(s, {"sync": {"api_key": "has space"}})
+    assert any(e.startswith("Sync") and "api_key" in e for e in settings.validate(bad))
 
 
 def test_bar_chart_scales_to_the_largest_value() -> None:

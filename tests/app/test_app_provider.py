@@ -1,16 +1,15 @@
-"""Replies from a local OpenAI-compatible server, streamed into the view;
-settings entered through the Settings panel."""
+"""Replies from the local OpenAI-compatible server (tests/llm_server.py),
+through ``session.send``, streamed into the view; settings entered through
+the Settings panel."""
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from conftest import unique_name
+from llm_server import LLMServer
 
 from app.conftest import AppPage
 
@@ -28,124 +27,92 @@ def app(browser: Any, site: str) -> Iterator[AppPage]:
     assert not a.errors, a.errors
 
 
-class FakeOpenAI(http.server.BaseHTTPRequestHandler):
-    """/v1/chat/completions streaming three pieces; waits for `release` before the last."""
-
-    release = threading.Event()
-    requests: list[dict[str, Any]] = []
-    fail = False
-
-    def log_message(self, *a: Any) -> None:
-        pass
-
-    def _cors(self) -> None:
-        self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Access-Control-Allow-Headers", "Content-Type, Authorization, Accept")
-        self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
-
-    def do_OPTIONS(self) -> None:
-        self.send_response(204)
-        self._cors()
-        self.end_headers()
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        if type(self).fail:
-            self.send_response(500)
-            self._cors()
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"error": "model overloaded"}')
-            return
-        self.send_response(200)
-        self._cors()
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-
-        def chunk(text: str) -> None:
-            data = {"choices": [{"index": 0, "delta": {"content": text}}]}
-            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
-
-        chunk("Lisbon ")
-        chunk("in May is ")
-        type(self).release.wait(30)
-        chunk("warm and bright.")
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
+@pytest.fixture(scope="module")
+def llm() -> Iterator[LLMServer]:
+    srv = LLMServer()
+    yield srv
+    srv.close()
 
 
-@pytest.fixture
-def llm() -> Iterator[str]:
-    FakeOpenAI.release.clear()
-    FakeOpenAI.requests.clear()
-    FakeOpenAI.fail = False
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    FakeOpenAI.release.set()
-    srv.shutdown()
-
-
-def configure(app: AppPage, base_url: str) -> None:
+def configure(app: AppPage, base_url: str, key: str = "sk-local-test") -> None:
     p = app.page
     p.click(".tools [data-panel=settings]")
     p.fill("#set-base-url", base_url)
-    p.fill("#set-api-key", "sk-local-test")
+    p.fill("#set-api-key", key)
     p.fill("#set-model", "tiny-model")
     p.click("#settings-form button[type=submit]")
     p.wait_for_selector("#settings-saved:has-text('Saved')")
     p.click("[data-action=close-panel]")
 
 
-def test_streams_a_reply_from_a_local_openai_compatible_server(app: AppPage, llm: str) -> None:
-    p = app.page
-    configure(app, llm)
-    assert "tiny-model" in p.locator("#mode-note").inner_text()
-    app.new_session()
-    p.fill("#composer-input", "When should I visit Lisbon?")
-    p.press("#composer-input", "Enter")
-    # the first pieces are on screen while the server still holds the last one back
-    live = p.locator("#messages .msg.streaming")
-    live.wait_for()
-    p.wait_for_function("() => document.querySelector('#messages .msg.streaming').innerText.includes('in May is')")
-    assert "warm" not in live.inner_text()
-    FakeOpenAI.release.set()
-    p.wait_for_selector("#messages .msg.assistant:not(.streaming):has-text('warm and bright')")
-    assert p.locator("#messages .msg.assistant .badge").inner_text() == "tiny-model"
-    (req,) = FakeOpenAI.requests
-    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-local-test"
-    assert req["body"]["model"] == "tiny-model" and req["body"]["stream"] is True
-    assert req["body"]["messages"][0]["role"] == "system"
-    assert req["body"]["messages"][-1] == {"role": "user", "content": "When should I visit Lisbon?"}
-    stored = app.py(f"""
+def stored(app: AppPage) -> Any:
+    return app.py(f"""
 import chatmem
 mem = await chatmem.open({app.db!r})
 s = (await mem.sessions.list())[0]
 [(m.role, m.content, m.provider, m.model) for m in await mem.messages.list(s.session_id)]""")
-    assert stored == [["user", "When should I visit Lisbon?", None, None],
-                      ["assistant", "Lisbon in May is warm and bright.", "openai-compatible", "tiny-model"]]
+
+
+def test_chat_turns_against_the_local_server(app: AppPage, llm: LLMServer) -> None:
+    p = app.page
+    llm.reset()
+    configure(app, llm.url)
+    assert "tiny-model" in p.locator("#mode-note").inner_text()
+    app.new_session()
+    app.send("When should I visit Lisbon?")
+    reply = p.locator("#messages .msg.assistant").last
+    assert "echo: When should I visit Lisbon?" in reply.inner_text()
+    assert reply.locator(".badge").inner_text() == "tiny-model"
+    app.send("And Porto?")
+    (first, second) = [r for r in llm.requests if r["path"] == "/v1/chat/completions"]
+    assert first["auth"] == "Bearer sk-local-test"
+    body = second["body"]
+    assert body["model"] == "tiny-model" and body["stream"] is True
+    roles = [m["role"] for m in body["messages"]]
+    # system prompt, live context (the local date and time), the history, the new message
+    assert roles[0] == "system" and body["messages"][1]["content"][0]["text"].startswith("Module module:datetime:")
+    assert body["messages"][-1] == {"role": "user", "content": "And Porto?"}
+    assert {"role": "assistant", "content": "echo: When should I visit Lisbon?"} in body["messages"]
+    assert stored(app) == [["user", "When should I visit Lisbon?", None, None],
+                           ["assistant", "echo: When should I visit Lisbon?", "openai-compatible", "tiny-model"],
+                           ["user", "And Porto?", None, None],
+                           ["assistant", "echo: And Porto?", "openai-compatible", "tiny-model"]]
     # settings persisted in the store's kv, and survive a reload
     p.reload()
     app.ready()
     assert "tiny-model" in p.locator("#mode-note").inner_text()
 
 
-def test_a_failed_call_keeps_the_user_message_and_stores_no_reply(app: AppPage, llm: str) -> None:
+def test_the_answer_streams_into_the_view(app: AppPage, llm: LLMServer) -> None:
     p = app.page
-    FakeOpenAI.fail = True
-    configure(app, llm)
+    llm.reset("slow")  # 40 pieces, 100 ms apart
+    configure(app, llm.url)
+    app.new_session()
+    p.fill("#composer-input", "Tell me a long story")
+    p.press("#composer-input", "Enter")
+    live = p.locator("#messages .msg.streaming")
+    live.wait_for()
+    p.wait_for_function("() => document.querySelector('#messages .msg.streaming')?.innerText.includes('w5')")
+    assert "w39" not in live.inner_text()
+    # the user message is already stored while the answer streams; the answer is not
+    assert [r[0] for r in stored(app)] == ["user"]
+    p.wait_for_selector("#messages .msg.assistant:not(.streaming):has-text('w39')")
+    assert stored(app)[1][1] == " ".join(f"w{i}" for i in range(40))
+
+
+@pytest.mark.parametrize("plan, says", [("500", "HTTP 500"), ("401", "check the api key"), ("break", "mid-stream")])
+def test_a_failed_call_keeps_the_user_message_and_stores_no_reply(app: AppPage, llm: LLMServer, plan: str,
+                                                                  says: str) -> None:
+    p = app.page
+    llm.reset(plan)
+    configure(app, llm.url)
     app.new_session()
     app.send("Are you there?")
     alert = p.locator("#messages .msg.system[role=alert]")
-    assert "HTTP 500" in alert.inner_text() and "saved" in alert.inner_text()
-    stored = app.py(f"""
-import chatmem
-mem = await chatmem.open({app.db!r})
-s = (await mem.sessions.list())[0]
-[(m.role, m.content) for m in await mem.messages.list(s.session_id)]""")
-    assert stored == [["user", "Are you there?"]]
+    assert says in alert.inner_text() and "saved" in alert.inner_text()
+    assert "sk-local-test" not in alert.inner_text()
+    assert p.locator("#messages .msg.user").count() == 1 and p.locator("#messages .msg.assistant").count() == 0
+    assert stored(app) == [["user", "Are you there?", None, None]]
 
 
 def test_invalid_settings_are_refused_and_named(app: AppPage) -> None:

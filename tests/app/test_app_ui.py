@@ -42,14 +42,15 @@ import chatmem
 mem = await chatmem.open({app.db!r})
 out = []
 for s in await mem.sessions.list():
-    out += [(m.role, m.provider, (m.metadata or {{}}).get("offline")) for m in await mem.messages.list(s.session_id)]
+    out += [(m.role, m.provider, m.model) for m in await mem.messages.list(s.session_id)]
 out""")
-    assert sorted(map(tuple, stored)) == sorted([("user", None, None), ("assistant", "offline", True)] * 2)
+    assert sorted(map(tuple, stored)) == sorted([("user", None, None), ("assistant", "offline", "offline-memory")] * 2)
     # the outbox recorded every change for sync, and the sync panel says so truthfully
     p.click("#sync-chip")
     assert p.locator("#sync-state").inner_text() == "Sync off"
     assert int(p.locator("#sync-pending").inner_text().split()[0]) >= 6
-    assert "no sync client" in p.locator("#panel-body").inner_text()
+    assert "Sync is off" in p.locator("#panel-body").inner_text()
+    assert p.locator("#panel [data-action=sync-now]").is_disabled()
 
 
 def test_pin_tag_rename_archive(app: AppPage) -> None:
@@ -151,7 +152,7 @@ await mem.messages.append(b.session_id, "user", "Nothing to see")
     p.press("#search-input", "Enter")
     p.wait_for_selector("#search-results .hit")
     assert "1 result" in p.locator("#search-results .head").inner_text()
-    assert "Substring match" in p.locator("#search-results").inner_text()
+    assert "Keyword (BM25) search" in p.locator("#search-results").inner_text()
     assert p.locator("#search-results mark").inner_text() == "zebra"
     p.click("#search-results .hit")
     target = p.locator("#messages .msg.flash")

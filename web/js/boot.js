@@ -12,7 +12,7 @@ import * as bridge from "./bridge.js";
 const here = (path) => new URL(path, import.meta.url).href;
 const progress = [];
 const timings = {};
-const STEPS = ["pyodide", "wheels", "store", "index", "ui"];
+const STEPS = ["pyodide", "wheels", "store", "ui", "index"];
 
 function report(text) {
   const t = Math.round(performance.now());

@@ -220,19 +220,19 @@ class LiveIndex:
         if rec is None:
             await index.apply("session-deleted", sid)
             return
-        rows = await index.execute(
-            "SELECT count(*) AS n, max(seq) AS top FROM messages WHERE session_id = ?", [sid])
-        have, top = int(rows[0]["n"] or 0), rows[0]["top"]
-        if have > int(rec.get("messageCount", 0)):  # messages were deleted: start this session over
+        rows = await index.execute("SELECT seq FROM messages WHERE session_id = ?", [sid])
+        # by seq, not max(seq): this tab may have indexed its own newer append before
+        # the other tab's earlier ones arrived as a notice
+        seqs = {int(r["seq"]) for r in rows}
+        if len(seqs) > int(rec.get("messageCount", 0)):  # messages were deleted: start this session over
             await index.apply("session-cleared", sid, rec)
-            have, top = 0, None
+            seqs = set()
         fresh: list[dict[str, Any]] = []
         offset = 0
-        while have + len(fresh) < int(rec.get("messageCount", 0)):
+        while len(seqs) + len(fresh) < int(rec.get("messageCount", 0)):
             page = await store.list_messages(sid, offset, PAGE, True)
-            newer = [m for m in page if top is None or m["seq"] > top]
-            fresh.extend(newer)
-            if len(page) < PAGE or len(newer) < len(page):
+            fresh.extend(m for m in page if m["seq"] not in seqs)
+            if len(page) < PAGE:
                 break
             offset += len(page)
         fresh.reverse()

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["start", "app"]
+__all__ = ["app", "start"]
 
 app: Any = None
 
 
 async def start(db_name: str = "chatmem") -> Any:
+    """Open the store, draw the interface, then build the search index in the background."""
     global app
     import js  # type: ignore[import-not-found]
 
     import chatmem
 
-    from . import settings
+    from . import dom, settings
     from .app import App
     from .sync_panel import start_background
 
@@ -28,12 +29,6 @@ async def start(db_name: str = "chatmem") -> Any:
     mem = await chatmem.open(db_name)
     prefs = await settings.load(mem)
     step("store", "done")
-    step("index", "active")
-    if hasattr(mem, "search"):  # features: search — build or catch up the index now
-        await mem.search("chatmem", limit=1)
-        step("index", "done")
-    else:
-        step("index", "skipped", "not in this build — substring search")
     step("ui", "active")
     app = App(mem, prefs)
     app.bind()
@@ -42,4 +37,24 @@ async def start(db_name: str = "chatmem") -> Any:
     await app.open_session(first)
     await start_background(app)
     step("ui", "done")
+    # the interface works without the index (it is derived, and queries wait for it):
+    # DuckDB-Wasm starts after the first paint instead of before it
+    step("index", "active")
+    dom.spawn(_index(app, step))
     return app
+
+
+async def _index(app: Any, step: Any) -> None:
+    from .dom import q
+
+    box = q("#search-input")
+    box.setAttribute("placeholder", "Search all conversations (loading the index…)")
+    try:
+        await app.mem.index.ready()
+    except Exception as e:  # noqa: BLE001 - the next query tries again; say why now
+        step("index", "failed", str(e))
+        app.toast(f"The search index did not start ({e}); searching will try again.", error=True)
+    else:
+        step("index", "done")
+    finally:
+        box.setAttribute("placeholder", "Search all conversations")

@@ -8,10 +8,21 @@ Screens and panels are modules (``sidebar``, ``conversation``, ``search``,
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from . import (context_panel, conversation, data_panel, dom, features, insights, search, settings,
-               settings_panel, sidebar, sync_panel)
+from . import (
+    context_panel,
+    conversation,
+    data_panel,
+    dom,
+    insights,
+    search,
+    settings,
+    settings_panel,
+    sidebar,
+    sync_panel,
+)
 from .dom import h, js, q
 
 __all__ = ["App"]
@@ -33,7 +44,6 @@ class App:
     def __init__(self, mem: Any, prefs: dict[str, Any]):
         self.mem = mem
         self.settings = prefs
-        self.features = features.available(mem)
         self.current: str | None = None
         self.view_archived = False
         self.tag_filter = ""
@@ -48,8 +58,12 @@ class App:
             self.actions.update(getattr(mod, "ACTIONS", {}))
             self.keys.update(getattr(mod, "KEYS", {}))
         self.actions.update({"panel": _open_panel, "close-panel": _close_panel,
-                             "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update})
+                             "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update,
+                             "reload-page": _reload_page})
         self._sync_timer: int | None = None
+        self._panel_gen = 0
+        self.datetime_provider: Any = None
+        context_panel.share_datetime(self)
 
     # ------------------------------------------------------------------ events
     def bind(self) -> None:
@@ -66,6 +80,21 @@ class App:
         self.mem.on_change(lambda kind, sid, payload: self.schedule_sync_refresh())
         dom.on(js.window, "chatmem:update-ready", lambda ev: self.toast(
             "A new version of chatmem is ready.", action="apply-update", label="Reload", ms=60_000))
+        dom.on(js.window, "chatmem:versionchange", self._version_changed)
+
+    def _version_changed(self, ev: Any) -> None:
+        """Another tab upgraded the database: this tab's connection is closed; say so and offer a reload."""
+        if dom.nil(ev.detail) or str(ev.detail.name) != self.mem.name or q("#reload-notice"):
+            return
+        notice = h("div", {"id": "reload-notice", "class": "reload-notice", "role": "alert"},
+                   h("p", {}, h("strong", {}, "chatmem was updated in another tab. "),
+                     "This tab can no longer read or save your conversations. Reload it to continue."),
+                   h("button", {"type": "button", "class": "btn primary", "data-action": "reload-page"}, "Reload"))
+        js.document.body.prepend(notice)
+        dom.on(notice, "click", lambda e: self._dispatch(e, "data-action", click=True))
+        q("#composer-input").disabled = True
+        q("#send-btn").disabled = True
+        q("button", notice).focus()
 
     def _dispatch(self, ev: Any, attr: str, click: bool = False) -> None:
         el = dom.closest(ev.target, f"[{attr}]")
@@ -145,12 +174,18 @@ class App:
         return next((s for s in self.sessions if s.session_id == self.current), None)
 
     async def render_panel(self) -> None:
+        """Draw the open panel off-screen, then swap it in (the newest of overlapping renders wins)."""
         if not self.panel:
             return
-        title, mod = PANELS[self.panel]
-        dom.mount(q("#panel-title"), title)
-        body = dom.mount(q("#panel-body"))
+        self._panel_gen += 1
+        gen, name = self._panel_gen, self.panel
+        title, mod = PANELS[name]
+        body = js.document.createDocumentFragment()
         await mod.render(self, body)
+        if gen != self._panel_gen or self.panel != name:
+            return
+        dom.mount(q("#panel-title"), title)
+        dom.mount(q("#panel-body"), body)
 
     def schedule_sync_refresh(self) -> None:
         if self._sync_timer is not None:
@@ -160,6 +195,7 @@ class App:
     async def save_settings(self, new: dict[str, Any]) -> None:
         await settings.save(self.mem, new)
         self.settings = new
+        context_panel.share_datetime(self)
         conversation.render_mode_note(self)
 
 
@@ -200,3 +236,7 @@ async def _toggle_sidebar(app: App, el: Any, ev: Any) -> None:
 
 async def _apply_update(app: App, el: Any, ev: Any) -> None:
     js.window.chatmem.applyUpdate()
+
+
+async def _reload_page(app: App, el: Any, ev: Any) -> None:
+    js.location.reload()

@@ -6,7 +6,7 @@ from typing import Any
 
 from .render import Node
 
-__all__ = ["bar_chart", "per_day", "DAY_MS", "DAYS"]
+__all__ = ["DAYS", "DAY_MS", "bar_chart", "per_day"]
 
 DAY_MS = 86_400_000
 DAYS = 14

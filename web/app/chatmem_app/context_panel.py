@@ -1,91 +1,110 @@
-"""The context panel: what the model would see for the open conversation —
-live context from providers, the window, token counts against the budget,
-and what was left out.
-
-Uses ``mem.build_context`` / ``mem.context`` when this build has them;
-otherwise previews the window with ``chatmem.window.fit_window`` over the
-conversation's messages (no providers, no summary, no retrieval).
+"""The context panel: exactly what the model would see for the open
+conversation — the providers' live content (``mem.context``), the window
+``mem.build_window`` builds with the chosen budget and retrieval, its tokens
+against the budget, and what was summarized or left out. Reads only.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta, timezone
 from typing import Any
 
-from chatmem.models import estimate_tokens, extract_text
-from chatmem.window import PRESETS, fit_window, preset
+import chatmem
+from chatmem.errors import ContextOverflow
+from chatmem.models import extract_text
 
-from . import dom
-from .dom import h
+from . import dom, settings
+from .dom import h, js
 
-__all__ = ["window_messages", "render", "ACTIONS"]
-
-
-def _budget(app: Any) -> Any:
-    name = app.settings.get("budget") or "gpt-4o"
-    return preset(name) if name in PRESETS else PRESETS["gpt-4o"]
+__all__ = ["ACTIONS", "render", "share_datetime", "window"]
 
 
-async def window_messages(app: Any, session_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Provider-ready messages for ``session_id`` and a description of how they were chosen."""
-    b = _budget(app)
-    system = app.settings["provider"].get("system_prompt") or None
-    if app.features["build_context"]:
-        msgs = await app.mem.build_context(session_id, system_prompt=system or "", max_tokens=b.max_tokens,
-                                           reserve_tokens=b.reserve_tokens)
-        tokens = sum(estimate_tokens(extract_text(m.get("content"))) for m in msgs)
-        return msgs, {"budget": b, "tokens": tokens, "dropped": [], "how": "build_context", "total": None}
-    # replies of the offline responder are quotes of memory, not the model's words: not sent
-    records = [r for r in await app.mem.messages.records(session_id, limit=None)
-               if not (r.get("metadata") or {}).get("offline")]
-    res = fit_window(system, None, None, None, records, max_tokens=b.max_tokens, reserve_tokens=b.reserve_tokens)
-    return res.messages, {"budget": b, "tokens": res.tokens, "dropped": res.dropped_ids, "how": "fit_window",
-                          "total": len(records), "parts": res.parts}
+def share_datetime(app: Any) -> None:
+    """Register (or drop) the local date and time as live context, as the settings say."""
+    ctx = app.mem.context
+    if app.settings["context"]["datetime"]:
+        if app.datetime_provider is None:
+            offset = -int(js.Date.new().getTimezoneOffset())
+            name = str(js.Intl.DateTimeFormat.new().resolvedOptions().timeZone)
+            tz = timezone(timedelta(minutes=offset), name)
+            app.datetime_provider = chatmem.DatetimeProvider(app.mem.clock, tz)
+        ctx.register(app.datetime_provider)
+    elif app.datetime_provider is not None:
+        ctx.unregister(app.datetime_provider)
+        ctx.remove(app.datetime_provider.source_type)
+
+
+async def window(app: Any, session_id: str) -> chatmem.WindowResult:
+    """The window the next turn would send (``mem.build_window`` with the app's settings)."""
+    s = app.settings
+    return await app.mem.build_window(session_id, system_prompt=s["provider"]["system_prompt"] or None,
+                                      budget=s["budget"], retrieval=settings.retrieval_config(s))
+
+
+def _list(items: list[tuple[str, str, str]]) -> Any:
+    return h("ol", {"class": "ctx-list"},
+             [h("li", {}, h("span", {"class": "r"}, r), h("span", {"class": "x", "title": x[:500]}, x[:160] or "—"),
+                h("span", {"class": "n"}, n)) for r, x, n in items])
 
 
 async def render(app: Any, body: Any) -> None:
-    parts: list[Any] = [h("h3", {}, "Live context")]
-    if app.features["context"]:
-        snap = app.mem.context.snapshot()
-        if snap:
-            parts.append(h("ul", {"class": "ctx-list"},
-                           [h("li", {}, h("span", {"class": "r"}, k), h("span", {"class": "x"}, json.dumps(v)[:200]),
-                              h("span", {"class": "n"}, "")) for k, v in snap.items()]))
-        else:
-            parts.append(h("p", {"class": "note"}, "No context providers have sent anything yet."))
-    else:
-        parts.append(h("p", {"class": "note placeholder"},
-                       "Context providers (mem.context) are not in this build; nothing is injected."))
     if not app.current:
-        parts.append(h("p", {"class": "note"}, "Open a conversation to see the window it would send."))
-        dom.append(body, parts)
+        dom.append(body, h("p", {"class": "note"}, "Open a conversation to see the window it would send."))
         return
-    msgs, info = await window_messages(app, app.current)
-    b = info["budget"]
-    pct = min(100, round(100 * info["tokens"] / max(1, b.budget)))
-    bar = h("div", {"class": "meter" + (" over" if info["tokens"] > b.budget else ""), "role": "meter",
-                    "aria-valuemin": "0", "aria-valuemax": str(b.budget), "aria-valuenow": str(info["tokens"]),
-                    "aria-label": "Tokens used of the budget"}, h("span", {}))
+    s = app.settings
+    b = chatmem.PRESETS[s["budget"]]
+    try:
+        res = await window(app, app.current)
+    except ContextOverflow as e:
+        dom.append(body, h("p", {"class": "status-err"},
+                           f"The newest message does not fit the {b.name} budget: {e}. Choose a larger budget "
+                           "in Settings."))
+        return
+    parts: list[Any] = [h("h3", {}, "Live context")]
+    snap = app.mem.context.snapshot()
+    if snap:
+        parts.append(h("dl", {"class": "kv live", "id": "ctx-live"},
+                       [(h("dt", {}, k), h("dd", {}, json.dumps(v, ensure_ascii=False)[:300])) for k, v in snap.items()]))
+    else:
+        parts.append(h("p", {"class": "note", "id": "ctx-live"}, "No context providers have sent anything."))
+    pct = min(100, round(100 * res.tokens / max(1, res.budget)))
+    bar = h("div", {"class": "meter", "role": "meter", "aria-valuemin": "0", "aria-valuemax": str(res.budget),
+                    "aria-valuenow": str(res.tokens), "aria-label": "Tokens used of the budget"}, h("span", {}))
     bar.firstChild.style.width = f"{max(pct, 1)}%"
+    r = s["retrieval"]
+    how = {"recent": f"the last {r['recent_count']} messages",
+           "relevant": f"up to {r['recent_count']} relevant older messages (similarity ≥ {r['relevance_threshold']})",
+           "hybrid": f"up to {r['recent_count']} older messages by recency × {r['weights']['recency']} + "
+                     f"relevance × {r['weights']['relevance']}"}[r["strategy"]]
+    left_out = []
+    if res.dropped_count:
+        left_out.append(f"{res.dropped_count} older message{'s' if res.dropped_count != 1 else ''}")
+    if res.dropped_retrieved_ids:
+        left_out.append(f"{len(res.dropped_retrieved_ids)} retrieved (did not fit or already recent)")
+    left_out += [f"the {p} (no room)" for p in res.dropped_parts if p != "retrieved"]
+    summary = "none"
+    if res.summary_id or res.parts["summary"]:
+        covers = res.summary_covers or {}
+        n = covers.get("count") if isinstance(covers, dict) else None
+        summary = f"{res.parts['summary']:,} tokens" + (f", covering {n} older messages" if n else "")
     parts += [
         h("h3", {}, "Window"),
         h("dl", {"class": "kv"},
-          h("dt", {}, "Budget"), h("dd", {}, f"{b.name}: {b.budget:,} tokens ({b.max_tokens:,} − {b.reserve_tokens:,} reserved)"),
-          h("dt", {}, "Sent"), h("dd", {"id": "ctx-tokens"}, f"{info['tokens']:,} tokens in {len(msgs)} messages"),
-          h("dt", {}, "Left out"), h("dd", {}, f"{len(info['dropped'])} older messages" if info["dropped"] else "nothing")),
+          h("dt", {}, "Budget"), h("dd", {}, f"{b.name}: {res.budget:,} tokens ({b.max_tokens:,} − "
+                                               f"{b.reserve_tokens:,} for the answer)"),
+          h("dt", {}, "Sent"), h("dd", {"id": "ctx-tokens"}, f"{res.tokens:,} tokens in {len(res.messages)} messages"),
+          h("dt", {}, "Parts"), h("dd", {"id": "ctx-parts"},
+                                  " · ".join(f"{k} {v:,}" for k, v in res.parts.items() if v) or "—"),
+          h("dt", {}, "Retrieval"), h("dd", {}, how),
+          h("dt", {}, "Summary"), h("dd", {"id": "ctx-summary"}, summary),
+          h("dt", {}, "Left out"), h("dd", {"id": "ctx-dropped"}, ", ".join(left_out) or "nothing")),
         bar,
     ]
-    if info["how"] == "fit_window":
-        parts.append(h("p", {"class": "note placeholder"},
-                       "Preview from the window fitter: system prompt and the most recent messages that fit. "
-                       "Summaries and retrieval appear here once build_context is in this build."))
-    items = []
-    for m in msgs:
-        text = extract_text(m.get("content"))
-        items.append(h("li", {}, h("span", {"class": "r"}, m.get("role", "")),
-                       h("span", {"class": "x", "title": text[:500]}, " ".join(text.split())[:120] or "—"),
-                       h("span", {"class": "n"}, f"{estimate_tokens(text)}")))
-    parts += [h("h3", {}, "Messages the model would see"), h("ol", {"class": "ctx-list"}, items)]
+    tk = app.mem.tokenizer
+    items = [(m.get("role", ""), " ".join(extract_text(m.get("content")).split()), str(tk.count_message(m)))
+             for m in res.messages]
+    parts += [h("h3", {}, "Messages the model would see"), _list(items)]
     dom.append(body, parts)
 
 

@@ -4,14 +4,18 @@ and the composer (Enter sends, Shift+Enter makes a new line)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from chatmem.errors import ContextOverflow, ProviderError
+from chatmem.offline import OFFLINE_LABEL
 from chatmem.sessions import DEFAULT_TITLE
 
-from . import context_panel, dom, render as md, responder, settings
+from . import dom, settings
+from . import render as md
 from .dom import h, js, q
 
-__all__ = ["render", "message_el", "jump_to", "render_mode_note", "ACTIONS", "KEYS"]
+__all__ = ["ACTIONS", "KEYS", "jump_to", "message_el", "render", "render_mode_note"]
 
 ROLE_LABEL = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
@@ -35,7 +39,7 @@ def _pretty(value: Any) -> str:
 
 
 def message_el(m: Any) -> Any:
-    offline = bool((m.metadata or {}).get("offline"))
+    offline = m.provider == "offline"
     cls = f"msg {m.role}" + (" offline" if offline else "")
     badges = []
     if offline:
@@ -45,6 +49,9 @@ def message_el(m: Any) -> Any:
     if m.role == "tool":
         body = [h("details", {}, h("summary", {}, f"Tool result{' · ' + m.name if m.name else ''}"),
                   h("pre", {}, h("code", {}, _pretty(m.text))))]
+    elif offline and m.text.startswith(OFFLINE_LABEL):
+        body = [h("p", {"class": "offline-label"}, h("em", {}, OFFLINE_LABEL)),
+                [dom.node(n) for n in md.markdown(m.text[len(OFFLINE_LABEL):].lstrip())]]
     else:
         body = [dom.node(n) for n in md.markdown(m.text)]
         if not m.text.strip() and not m.tool_calls:
@@ -179,8 +186,18 @@ def _append_el(el: Any) -> None:
     _scroll_bottom()
 
 
+class _Draft:
+    """The user's message as shown while ``session.send`` stores it (replaced by the stored one)."""
+
+    def __init__(self, sid: str, text: str):
+        self.id, self.session_id, self.seq, self.role, self.content = "draft", sid, 0, "user", text
+        self.text, self.created_at, self.provider, self.model = text, int(time.time() * 1000), None, None
+        self.metadata, self.name, self.tool_calls = {}, None, None
+
+
 async def send(app: Any, text: str) -> None:
-    """Store the user's message, then reply (model or offline) and store the reply."""
+    """One chat turn through ``mem.session(id).send``: the user message is stored first,
+    the reply streams into the view and is stored only once complete."""
     mem = app.mem
     if not app.current or app.current_meta() is None:
         s = await mem.sessions.create()
@@ -188,40 +205,40 @@ async def send(app: Any, text: str) -> None:
         await app.refresh_sessions()
         await app.open_session(s.session_id)
     sid = app.current
-    user = await mem.messages.append(sid, "user", text)
     meta = app.current_meta()
     if meta is not None and meta.title == DEFAULT_TITLE:
-        title = " ".join(text.split())[:60]
-        await mem.sessions.update(sid, title=title)
+        await mem.sessions.update(sid, title=" ".join(text.split())[:60])
         _title(app, await mem.sessions.get(sid))
-    _append_el(message_el(user))
+    draft = message_el(_Draft(sid, text))
+    draft.querySelector(".actions").remove()
+    _append_el(draft)
     live = Live()
     _append_el(live.el)
     s = app.settings
+    failure = None
     try:
-        if settings.provider_configured(s):
-            from chatmem._browser import FetchTransport
-
-            window, _info = await context_panel.window_messages(app, sid)
-            p = s["provider"]
-            reply = await responder.chat_stream(FetchTransport(), p["base_url"], p["api_key"], p["model"],
-                                                window, live.add)
-            stored = await mem.messages.append(sid, "assistant", reply, provider="openai-compatible",
-                                               model=p["model"])
+        await mem.session(sid).send(text, provider=settings.chat_provider(mem, s), budget=s["budget"],
+                                    system_prompt=s["provider"]["system_prompt"] or None,
+                                    retrieval=settings.retrieval_config(s), on_token=live.add)
+    except ProviderError as e:
+        failure = f"{e}. Your message is saved; try again later."
+    except ContextOverflow as e:
+        failure = f"Your message is saved, but it is too long for the {s['budget']} budget ({e})."
+    finally:
+        await app.refresh_sessions()
+    stored = await mem.messages.list(sid, limit=1 if failure else 2, newest_first=True)
+    for m in reversed(stored):
+        el = message_el(m)
+        if m.role == "user":
+            draft.replaceWith(el)
         else:
-            reply = await responder.offline_reply(mem, text, exclude_ids={user.id})
-            live.add(reply)
-            stored = await mem.messages.append(sid, "assistant", reply, provider="offline", model="memory",
-                                               metadata={"offline": True})
-    except responder.ProviderError as e:
+            live.el.replaceWith(el)
+    if failure:
         live.el.remove()
         _append_el(h("li", {"class": "msg system", "role": "alert"},
                      h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
-                     h("div", {"class": "body"}, h("p", {}, f"{e}. Your message is saved; try again later."))))
+                     h("div", {"class": "body"}, h("p", {}, failure))))
         return
-    finally:
-        await app.refresh_sessions()
-    live.el.replaceWith(message_el(stored))
     _scroll_bottom()
     if app.panel == "context":
         await app.render_panel()

@@ -1,20 +1,23 @@
-"""Your data: storage used, "keep my data" (persistent storage), export of all
-or the open conversation as a download, import by file picker or drag and drop.
-
-Export/import use ``mem.export`` / ``mem.import_sessions`` when this build has
-them; otherwise the buttons are disabled and say why.
+"""Your data: storage used and "keep my data" (``mem.storage_estimate`` /
+``mem.request_persistence``); export of everything or the chosen
+conversations as a download (``mem.export_iter``, read page by page); import
+by file picker or drag and drop (``mem.import_sessions``: validated whole,
+then written in one transaction — all or nothing) with its report.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
+
+from chatmem.errors import ImportFormatError, ValidationError
 
 from . import dom
 from .dom import h, q
 
-__all__ = ["render", "human_bytes", "ACTIONS"]
+__all__ = ["ACTIONS", "human_bytes", "import_bytes", "render"]
+
+FORMATS = {"chatmem": "chatmem", "airi": "AIRI", "chatgpt": "ChatGPT", "claude": "Claude"}
 
 
 def human_bytes(n: float | None) -> str:
@@ -27,21 +30,16 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} GB"
 
 
-async def _estimate(app: Any) -> dict[str, Any]:
-    if app.features["storage_estimate"]:
-        est = await app.mem.storage_estimate()
-        return est if isinstance(est, dict) else {"usage": est.usage, "quota": est.quota, "persisted": est.persisted}
-    from chatmem._browser import storage_estimate
-
-    return await storage_estimate()
-
-
 async def render(app: Any, body: Any) -> None:
-    est = await _estimate(app)
+    est = await app.mem.storage_estimate()
     n_sessions = len(app.sessions)
     n_messages = sum(s.message_count for s in app.sessions)
     persisted = bool(est.get("persisted"))
-    can_export, can_import = app.features["export"], app.features["import_sessions"]
+    choices = [h("li", {}, h("label", {},
+                             h("input", {"type": "checkbox", "class": "export-pick", "value": s.session_id,
+                                         "checked": s.session_id == app.current}),
+                             f"{s.title}{' (archived)' if s.archived else ''} · {s.message_count}"))
+               for s in app.sessions]
     dom.append(body,
                h("h3", {}, "Storage"),
                h("dl", {"class": "kv"},
@@ -55,71 +53,82 @@ async def render(app: Any, body: Any) -> None:
                  "Keep my data"),
                h("h3", {}, "Export"),
                h("p", {"class": "note"}, "A JSON file you can import here or elsewhere. API keys are never exported."),
-               h("div", {"class": "row"},
-                 h("button", {"type": "button", "class": "btn small", "data-action": "export-all",
-                              "disabled": not can_export}, "Export everything"),
-                 h("button", {"type": "button", "class": "btn small", "data-action": "export-one",
-                              "disabled": not (can_export and app.current)}, "Export this conversation")),
-               None if can_export else h("p", {"class": "note placeholder"},
-                                         "Export arrives with mem.export (not in this build)."),
+               h("button", {"type": "button", "class": "btn small", "data-action": "export-all",
+                            "disabled": not app.sessions}, "Export everything"),
+               h("p", {"class": "note"}, "Or only the conversations ticked here:") if choices else None,
+               h("ul", {"class": "select-list", "aria-label": "Conversations to export"}, choices) if choices else None,
+               h("button", {"type": "button", "class": "btn small", "data-action": "export-selected"},
+                 "Export the ticked conversations") if choices else None,
                h("h3", {}, "Import"),
-               h("p", {"class": "note"}, "chatmem, AIRI, ChatGPT or Claude exports."),
+               h("p", {"class": "note"}, "chatmem, AIRI, ChatGPT or Claude exports. The whole file is checked first; "
+                                         "then everything is written at once, or nothing."),
                h("div", {"class": "drop-zone", "data-drop": "import-drop"},
                  h("p", {}, "Drop an export file here, or choose one:"),
                  h("label", {"for": "import-file", "class": "sr-only"}, "Import file"),
                  h("input", {"id": "import-file", "type": "file", "accept": ".json,application/json",
-                             "data-change": "import-file", "disabled": not can_import})),
-               None if can_import else h("p", {"class": "note placeholder"},
-                                         "Import arrives with mem.import_sessions (not in this build)."),
+                             "data-change": "import-file"})),
+               h("label", {"class": "field check", "for": "import-restore"},
+                 h("input", {"id": "import-restore", "type": "checkbox"}),
+                 "Restore a backup: keep its ids (importing it again changes nothing)"),
                h("div", {"id": "import-report", "role": "status", "aria-live": "polite"}))
 
 
 async def _persist(app: Any, el: Any, ev: Any) -> None:
-    if hasattr(app.mem, "request_persistence"):
-        granted = await app.mem.request_persistence()
-    else:
-        from chatmem._browser import request_persistence
-
-        granted = await request_persistence()
+    granted = await app.mem.request_persistence()
     dom.mount(q("#persist-state"), "yes — the browser will not evict it" if granted else
               "the browser declined for now (it decides by how often you use the site); try again later")
     el.disabled = bool(granted)
 
 
 async def _export(app: Any, ids: list[str] | None, name: str) -> None:
-    data = await app.mem.export(session_ids=ids)
-    text = json.dumps(data, ensure_ascii=False, indent=1)
-    day = time.strftime("%Y-%m-%d")
-    dom.download(f"chatmem-{name}-{day}.json", text)
-    app.toast(f"Exported {len(data.get('sessions', []))} conversation(s).")
+    chunks = [chunk async for chunk in app.mem.export_iter(ids)]
+    dom.download(f"chatmem-{name}-{time.strftime('%Y-%m-%d')}.json", chunks)
+    n = len(ids) if ids is not None else len(app.sessions)
+    app.toast(f"Exported {n} conversation{'s' if n != 1 else ''}.")
 
 
 async def _export_all(app: Any, el: Any, ev: Any) -> None:
     await _export(app, None, "all")
 
 
-async def _export_one(app: Any, el: Any, ev: Any) -> None:
-    if app.current:
-        await _export(app, [app.current], "conversation")
+async def _export_selected(app: Any, el: Any, ev: Any) -> None:
+    ids = [str(c.value) for c in dom.js.document.querySelectorAll(".export-pick:checked")]
+    if not ids:
+        app.toast("Choose at least one conversation to export.", error=True)
+        return
+    await _export(app, ids, "selected")
+
+
+async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = False) -> Any:
+    """Import ``data`` and show its report (or why nothing was imported)."""
+    out = q("#import-report")
+    try:
+        report = await app.mem.import_sessions(data, preserve_ids=preserve_ids)
+    except ImportFormatError as e:
+        where = getattr(e, "path", None)
+        text = (f"Nothing imported: {name} has a problem: {e}" if where else
+                f"Nothing imported: {name} is not an export chatmem can read (chatmem, AIRI, ChatGPT or Claude "
+                f"JSON). {e}")
+        dom.mount(out, h("p", {"class": "status-err"}, text))
+        return None
+    except ValidationError as e:
+        dom.mount(out, h("p", {"class": "status-err"}, f"Nothing imported: {name} has a problem: {e}"))
+        return None
+    await app.refresh_sessions()
+    fmt = FORMATS.get(report.format, report.format)
+    dom.mount(out, h("div", {"class": "report status-ok", "id": "import-summary"},
+                     h("p", {}, f"Imported {name} ({fmt} format)."),
+                     h("ul", {},
+                       h("li", {}, f"{report.sessions_imported} conversations, {report.messages_imported} messages"),
+                       h("li", {}, f"{report.sessions_replaced} replaced") if report.sessions_replaced else None,
+                       h("li", {}, f"{report.sessions_skipped} already here, skipped")
+                       if report.sessions_skipped else None)))
+    return report
 
 
 async def _import_file(app: Any, file: Any) -> None:
-    out = q("#import-report")
-    if not app.features["import_sessions"]:
-        dom.mount(out, h("p", {"class": "status-err"}, "Import is not in this build."))
-        return
-    text = str(await file.text())
-    try:
-        report = await app.mem.import_sessions(text)
-    except Exception as e:  # chatmem.errors.ValidationError and friends: nothing was written
-        dom.mount(out, h("p", {"class": "status-err"}, f"Nothing imported: {e}"))
-        return
-    await app.refresh_sessions()
-    n_s = getattr(report, "sessions", None)
-    n_m = getattr(report, "messages", None)
-    summary = str(report) if n_s is None else f"{len(n_s) if isinstance(n_s, list) else n_s} conversations, " \
-                                               f"{len(n_m) if isinstance(n_m, list) else n_m} messages"
-    dom.mount(out, h("p", {"class": "status-ok"}, f"Imported {file.name}: {summary}."))
+    data = (await file.arrayBuffer()).to_bytes()
+    await import_bytes(app, data, str(file.name), bool(q("#import-restore").checked))
 
 
 async def _import_change(app: Any, el: Any, ev: Any) -> None:
@@ -135,5 +144,5 @@ async def _import_drop(app: Any, el: Any, ev: Any) -> None:
         await _import_file(app, files.item(0))
 
 
-ACTIONS = {"persist": _persist, "export-all": _export_all, "export-one": _export_one,
+ACTIONS = {"persist": _persist, "export-all": _export_all, "export-selected": _export_selected,
            "import-file": _import_change, "import-drop": _import_drop}

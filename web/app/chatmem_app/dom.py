@@ -11,15 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from .render import Node
 
-__all__ = ["h", "svg", "q", "closest", "nil", "clear", "mount", "text_of", "node", "on", "spawn", "set_timeout",
-           "clear_timeout", "download", "js", "create_proxy", "to_js", "js_obj", "svg_node"]
+__all__ = [
+    "clear",
+    "clear_timeout",
+    "closest",
+    "create_proxy",
+    "download",
+    "h",
+    "js",
+    "js_obj",
+    "mount",
+    "nil",
+    "node",
+    "on",
+    "q",
+    "set_timeout",
+    "spawn",
+    "svg",
+    "svg_node",
+    "text_of",
+    "to_js",
+]
 
 SVG_NS = "http://www.w3.org/2000/svg"
 _keep: list[Any] = []  # proxies that live as long as the page
@@ -149,9 +169,9 @@ def js_obj(d: dict[str, Any]) -> Any:
     return to_js(d, dict_converter=js.Object.fromEntries)
 
 
-def download(filename: str, text: str, mime: str = "application/json") -> None:
-    """Offer ``text`` as a file download (a Blob URL on a temporary link)."""
-    blob = js.Blob.new(to_js([text]), js_obj({"type": mime}))
+def download(filename: str, text: str | list[str], mime: str = "application/json") -> None:
+    """Offer ``text`` (or its chunks, in order) as a file download (a Blob URL on a temporary link)."""
+    blob = js.Blob.new(to_js([text] if isinstance(text, str) else text), js_obj({"type": mime}))
     url = js.URL.createObjectURL(blob)
     a = h("a", {"href": url, "download": filename})
     js.document.body.appendChild(a)

@@ -10,11 +10,11 @@ italic and http(s) links. Pure Python: runs on CPython for tests.
 from __future__ import annotations
 
 import re
-from typing import Any, Union
+from typing import Any
 
-__all__ = ["Node", "markdown", "inline", "highlight", "snippet"]
+__all__ = ["Node", "highlight", "inline", "markdown", "snippet", "terms"]
 
-Node = Union[str, tuple[str, dict[str, Any], list[Any]]]
+Node = str | tuple[str, dict[str, Any], list[Any]]
 
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _HEADING = re.compile(r"^(#{1,4})\s+(.*)$")
@@ -114,27 +114,40 @@ def markdown(text: str) -> list[Node]:
     return out
 
 
-def highlight(text: str, needle: str) -> list[Node]:
-    """``text`` with every case-insensitive occurrence of ``needle`` in ``<mark>``."""
-    if not needle:
+def terms(query: str) -> list[str]:
+    """What to mark for ``query``: its quoted phrases and its other words (longest first)."""
+    phrases = re.findall(r'"([^"]+)"', query)
+    words = re.findall(r"[^\W_]+", re.sub(r'"[^"]*"', " ", query))
+    out = sorted({t for t in phrases + words if t.strip()}, key=lambda t: (-len(t), t.lower()))
+    return out
+
+
+def highlight(text: str, needle: str | list[str]) -> list[Node]:
+    """``text`` with every case-insensitive occurrence of ``needle`` (or any of them) in ``<mark>``."""
+    needles = [needle] if isinstance(needle, str) else needle
+    needles = [n for n in needles if n]
+    if not needles:
         return [text]
+    pattern = re.compile("|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True)), re.IGNORECASE)
     out: list[Node] = []
-    low, n = text.lower(), needle.lower()
     pos = 0
-    while (j := low.find(n, pos)) >= 0:
-        if j > pos:
-            out.append(text[pos:j])
-        out.append(("mark", {}, [text[j : j + len(n)]]))
-        pos = j + len(n)
+    for m in pattern.finditer(text):
+        if m.start() > pos:
+            out.append(text[pos : m.start()])
+        out.append(("mark", {}, [m.group(0)]))
+        pos = m.end()
     if pos < len(text):
         out.append(text[pos:])
     return out
 
 
-def snippet(text: str, needle: str, width: int = 120) -> str:
-    """A window of ``text`` around the first occurrence of ``needle`` (single line)."""
+def snippet(text: str, needle: str | list[str], width: int = 120) -> str:
+    """A window of ``text`` around the first occurrence of ``needle`` (or any of them), on one line."""
     flat = " ".join(text.split())
-    j = flat.lower().find(needle.lower()) if needle else -1
+    low = flat.lower()
+    needles = [needle] if isinstance(needle, str) else needle
+    found = [j for j in (low.find(n.lower()) for n in needles if n) if j >= 0]
+    j = min(found) if found else -1
     if j < 0 or len(flat) <= width:
         return flat[:width] + ("…" if len(flat) > width else "")
     start = max(0, j - width // 3)

@@ -1,51 +1,68 @@
-"""The search box: across all conversations, with filters; results jump to the message.
-
-Uses ``mem.search`` when this build has it; otherwise a substring scan over
-``mem.messages``, labelled as such in the results.
-"""
+"""The search box: ``mem.search`` across all conversations — keyword (BM25),
+semantic or hybrid — with filters (role, this conversation, archived,
+character, dates); each result opens its conversation at the message."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import dom, render as md
-from .dom import h, q
+from . import dom
+from . import render as md
+from .dom import h, js, q
 
-__all__ = ["run_search", "substring_search", "ACTIONS"]
+__all__ = ["ACTIONS", "filters", "render_characters", "run_search"]
 
 LIMIT = 50
+MODES = {"keyword": "Keyword (BM25)", "semantic": "Semantic", "hybrid": "Hybrid"}
+DAY_MS = 86_400_000
 
 
-async def substring_search(mem: Any, query: str, *, role: str = "", session_ids: list[str] | None = None,
-                           include_archived: bool = True, limit: int = LIMIT) -> list[tuple[Any, Any]]:
-    """(message, session) pairs whose text contains ``query`` (any case), newest first."""
-    needle = query.lower()
-    out: list[tuple[Any, Any]] = []
-    for s in await mem.sessions.list(limit=None, archived=None if include_archived else False):
-        if session_ids is not None and s.session_id not in session_ids:
-            continue
-        for m in await mem.messages.list(s.session_id, limit=None):
-            if (not role or m.role == role) and needle in m.text.lower():
-                out.append((m, s))
-    out.sort(key=lambda t: -t[0].created_at)
-    return out[:limit]
+def _day_ms(value: str) -> int | None:
+    """Local midnight of a ``yyyy-mm-dd`` date input, in ms (None when empty)."""
+    if not value:
+        return None
+    y, m, d = (int(x) for x in value.split("-"))
+    return int(js.Date.new(y, m - 1, d).getTime())
 
 
-async def run_search(app: Any, query: str, role: str, this_only: bool, include_archived: bool
-                     ) -> tuple[list[tuple[Any, Any]], str]:
-    mem = app.mem
-    ids = [app.current] if this_only and app.current else None
-    if app.features["search"]:
-        hits = await mem.search(query, limit=LIMIT, session_ids=ids, roles=[role] if role else None)
-        pairs = []
-        for hit in hits:
-            m = hit.message
-            s = await mem.sessions.get(m.session_id)
-            if include_archived or not s.archived:
-                pairs.append((m, s))
-        return pairs, "Ranked search"
-    pairs = await substring_search(mem, query, role=role, session_ids=ids, include_archived=include_archived)
-    return pairs, "Substring match (ranked search is not in this build)"
+def filters(app: Any) -> dict[str, Any]:
+    """The ``mem.search`` keyword arguments the filter controls stand for."""
+    role = str(q("#search-role").value)
+    character = str(q("#search-character").value)
+    start, end = _day_ms(str(q("#search-from").value)), _day_ms(str(q("#search-to").value))
+    ids = None
+    if q("#search-this").checked and app.current:
+        ids = [app.current]
+    elif not q("#search-archived").checked:
+        ids = [s.session_id for s in app.sessions if not s.archived]
+    return {
+        "mode": str(q("#search-mode").value),
+        "roles": [role] if role else None,
+        "session_ids": ids,
+        "character_ids": [character] if character else None,
+        "date_range": (start, end + DAY_MS - 1 if end is not None else None) if start or end else None,
+    }
+
+
+async def run_search(app: Any, query: str) -> tuple[list[tuple[Any, Any]], str]:
+    """(hit, session) pairs, best first, and the mode used."""
+    kw = filters(app)
+    hits = [] if kw["session_ids"] == [] else await app.mem.search(query, limit=LIMIT, **kw)
+    titles = {s.session_id: s for s in app.sessions}
+    pairs = []
+    for hit in hits:
+        s = titles.get(hit.session_id) or await app.mem.sessions.get(hit.session_id)
+        pairs.append((hit, s))
+    return pairs, kw["mode"]
+
+
+def render_characters(app: Any) -> None:
+    """The character filter's options: every character with a conversation."""
+    sel = q("#search-character")
+    current = str(sel.value)
+    chars = sorted({s.character_id for s in app.sessions})
+    dom.mount(sel, h("option", {"value": ""}, "any"), [h("option", {"value": c}, c) for c in chars])
+    sel.value = current if current in chars else ""
 
 
 async def _search(app: Any, el: Any, ev: Any) -> None:
@@ -54,22 +71,24 @@ async def _search(app: Any, el: Any, ev: Any) -> None:
     if not query:
         await _clear(app, el, ev)
         return
-    pairs, how = await run_search(app, query, str(q("#search-role").value), bool(q("#search-this").checked),
-                                  bool(q("#search-archived").checked))
+    pairs, mode = await run_search(app, query)
+    marks = md.terms(query)
     items = []
-    for m, s in pairs:
+    for hit, s in pairs:
+        m = hit.message
         who = {"user": "You", "assistant": "Assistant"}.get(m.role, m.role.capitalize())
         items.append(h("li", {},
                        h("button", {"type": "button", "class": "hit", "data-action": "open", "data-id": s.session_id,
-                                    "data-message": m.id},
+                                    "data-message": m.id, "title": f"score {hit.score:.3f}"},
                          h("span", {"class": "where"}, f"{s.title} · {who}{' · archived' if s.archived else ''}"),
-                         h("span", {"class": "snip"}, [dom.node(n) for n in md.highlight(md.snippet(m.text, query), query)]))))
+                         h("span", {"class": "snip"},
+                           [dom.node(n) for n in md.highlight(md.snippet(m.text, marks), marks)]))))
     n = len(pairs)
     dom.mount(box,
               h("div", {"class": "head"},
                 h("span", {}, f"{n}{'+' if n >= LIMIT else ''} result{'s' if n != 1 else ''} for “{query}”"),
                 h("button", {"type": "button", "class": "btn small ghost", "data-action": "search-clear"}, "Clear")),
-              h("p", {"class": "note"}, how),
+              h("p", {"class": "note"}, f"{MODES.get(mode, mode)} search, best first"),
               h("ul", {}, items) if items else h("p", {"class": "empty"}, "Nothing found."))
     box.removeAttribute("hidden")
     q("#session-list").setAttribute("hidden", "")
@@ -82,4 +101,10 @@ async def _clear(app: Any, el: Any, ev: Any) -> None:
     q("#search-input").focus()
 
 
-ACTIONS = {"search": _search, "search-clear": _clear}
+async def _refine(app: Any, el: Any, ev: Any) -> None:
+    """A filter changed: search again if results are showing."""
+    if str(q("#search-input").value).strip() and not q("#search-results").hidden:
+        await _search(app, el, ev)
+
+
+ACTIONS = {"search": _search, "search-clear": _clear, "search-refine": _refine}

@@ -1,8 +1,10 @@
-"""The app's settings: defaults, validation and persistence in the store's kv.
+"""The app's settings: defaults, validation, persistence, and the chatmem
+objects they stand for (provider, budget, retrieval, retention, sync).
 
-Stored under one kv key (``app:settings``) as a plain dict: durable in
-IndexedDB when ``save`` returns. API keys stay on this device (the kv store
-is never part of an export).
+Stored under one kv key (``app:settings``) as a plain dict, durable in
+IndexedDB when ``save`` returns — except the sync part, which lives where
+``mem.sync`` keeps it (``mem.sync.configure``, kv ``sync.config``). API keys
+stay on this device: the kv store is never part of an export.
 """
 
 from __future__ import annotations
@@ -11,7 +13,23 @@ import copy
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["KEY", "DEFAULTS", "load", "save", "merge", "validate", "provider_configured"]
+import chatmem
+from chatmem.errors import ValidationError
+from chatmem.retention import DAY_MS
+
+__all__ = [
+    "DEFAULTS",
+    "KEY",
+    "chat_provider",
+    "load",
+    "merge",
+    "provider_configured",
+    "retention_policy",
+    "retrieval_config",
+    "save",
+    "sync_config",
+    "validate",
+]
 
 KEY = "app:settings"
 
@@ -19,10 +37,11 @@ DEFAULTS: dict[str, Any] = {
     "provider": {"base_url": "", "api_key": "", "model": "", "system_prompt": "You are a helpful assistant."},
     "budget": "gpt-4o",
     "retrieval": {"strategy": "recent", "recent_count": 10, "relevance_threshold": 0.3,
-                  "weights": {"recency": 0.5, "relevance": 0.5}},
+                  "weights": {"recency": 0.6, "relevance": 0.4}},
+    "context": {"datetime": True},
     "retention": {"max_sessions": 1000, "max_age_days": 90, "archive_after_days": 30,
                   "delete_archived": False, "auto": False},
-    "sync": {"enabled": False, "endpoint": "", "api_key": "", "interval_s": 60},
+    "sync": {"enabled": False, "endpoint": "", "api_key": "", "interval_s": 60, "auto": True},
 }
 
 
@@ -50,31 +69,41 @@ def _url(value: str, field: str) -> list[str]:
     return []
 
 
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def validate(s: dict[str, Any]) -> list[str]:
     """Problems with ``s``, as sentences naming the field (empty when valid)."""
     errs = _url(s["provider"]["base_url"], "Provider base URL") + _url(s["sync"]["endpoint"], "Sync endpoint")
     if s["provider"]["base_url"] and not s["provider"]["model"]:
         errs.append("Model: name the model to use with this provider")
+    if s["budget"] not in chatmem.PRESETS:
+        errs.append(f"Token budget: one of {', '.join(chatmem.PRESETS)}")
     r = s["retrieval"]
     if r["strategy"] not in ("recent", "relevant", "hybrid"):
         errs.append("Retrieval strategy: recent, relevant or hybrid")
-    for name, lo, hi in (("recent_count", 0, 1000),):
-        if not isinstance(r[name], int) or not lo <= r[name] <= hi:
-            errs.append(f"Recent messages: a whole number from {lo} to {hi}")
-    for name in ("relevance_threshold",):
-        if not isinstance(r[name], (int, float)) or not 0 <= r[name] <= 1:
-            errs.append("Relevance threshold: a number from 0 to 1")
+    if not isinstance(r["recent_count"], int) or not 1 <= r["recent_count"] <= 1000:
+        errs.append("Recent messages: a whole number from 1 to 1000")
+    if not _num(r["relevance_threshold"]) or not 0 <= r["relevance_threshold"] <= 1:
+        errs.append("Relevance threshold: a number from 0 to 1")
     for w in ("recency", "relevance"):
-        if not isinstance(r["weights"][w], (int, float)) or not 0 <= r["weights"][w] <= 1:
+        if not _num(r["weights"][w]) or not 0 <= r["weights"][w] <= 1:
             errs.append(f"{w.capitalize()} weight: a number from 0 to 1")
     for name in ("max_sessions", "max_age_days", "archive_after_days"):
         v = s["retention"][name]
         if not isinstance(v, int) or v < 0:
             errs.append(f"Retention {name.replace('_', ' ')}: a whole number, 0 or more")
-    if not isinstance(s["sync"]["interval_s"], int) or s["sync"]["interval_s"] < 5:
+    sy = s["sync"]
+    if not isinstance(sy["interval_s"], int) or sy["interval_s"] < 5:
         errs.append("Sync interval: at least 5 seconds")
-    if s["sync"]["enabled"] and not (s["sync"]["endpoint"] and s["sync"]["api_key"]):
+    if sy["enabled"] and not (sy["endpoint"] and sy["api_key"]):
         errs.append("Sync: an endpoint and a key are needed to turn sync on")
+    if not any(e.startswith("Sync") for e in errs):
+        try:
+            sync_config(s)
+        except ValidationError as e:
+            errs.append(f"Sync {e.field or ''}: {e}".replace("  ", " "))
     return errs
 
 
@@ -83,10 +112,46 @@ def provider_configured(s: dict[str, Any]) -> bool:
     return bool(p["base_url"] and p["model"])
 
 
+def chat_provider(mem: Any, s: dict[str, Any]) -> Any:
+    """The configured model, or the offline responder that answers from ``mem``."""
+    if provider_configured(s):
+        p = s["provider"]
+        return chatmem.OpenAICompatibleProvider(p["base_url"], p["api_key"] or None, p["model"])
+    return chatmem.OfflineResponder(mem)
+
+
+def retrieval_config(s: dict[str, Any]) -> chatmem.RetrievalConfig:
+    r = s["retrieval"]
+    return chatmem.RetrievalConfig(
+        strategy=r["strategy"], recent_count=r["recent_count"], relevance_threshold=float(r["relevance_threshold"]),
+        hybrid_weights=chatmem.HybridWeights(recency=float(r["weights"]["recency"]),
+                                             relevance=float(r["weights"]["relevance"])))
+
+
+def retention_policy(ret: dict[str, Any]) -> chatmem.RetentionPolicy:
+    return chatmem.RetentionPolicy(max_sessions=ret["max_sessions"], max_age=ret["max_age_days"] * DAY_MS,
+                                   archive_after=ret["archive_after_days"] * DAY_MS,
+                                   delete_archived=ret["delete_archived"])
+
+
+def sync_config(s: dict[str, Any]) -> chatmem.SyncConfig:
+    """``ValidationError`` (naming the field) when the sync settings are not valid."""
+    sy = s["sync"]
+    return chatmem.SyncConfig(enabled=sy["enabled"], endpoint=sy["endpoint"], api_key=sy["api_key"],
+                              auto_sync=bool(sy["enabled"] and sy["auto"]), sync_interval=sy["interval_s"] * 1000)
+
+
 async def load(mem: Any) -> dict[str, Any]:
-    return merge(DEFAULTS, await mem.store.kv_get(KEY))
+    """The stored settings over the defaults; the sync part from ``mem.sync``'s stored config."""
+    s = merge(DEFAULTS, await mem.store.kv_get(KEY))
+    await mem.sync.status()  # reads the stored sync config
+    cfg = mem.sync.config
+    if cfg is not None:
+        s["sync"] = {"enabled": cfg.enabled, "endpoint": cfg.endpoint, "api_key": cfg.api_key,
+                     "interval_s": cfg.sync_interval // 1000, "auto": cfg.auto_sync or not cfg.enabled}
+    return s
 
 
 async def save(mem: Any, s: dict[str, Any]) -> None:
-    """Durable when it returns (one kv write)."""
-    await mem.store.kv_set(KEY, s)
+    """Durable when it returns (one kv write; the sync part goes to ``mem.sync.configure``)."""
+    await mem.store.kv_set(KEY, {k: v for k, v in s.items() if k != "sync"})

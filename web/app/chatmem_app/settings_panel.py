@@ -1,18 +1,19 @@
-"""Settings: model provider, token budget, retrieval, retention (with a dry-run
-preview), sync. Saved in the store's kv (durable when "Saved" shows)."""
+"""Settings: model provider, token budget, live context, retrieval, retention
+(a dry-run preview, apply now, an hourly schedule that can be turned off) and
+sync. Saved in the store's kv (durable when "Saved" shows); sync through
+``mem.sync.configure``."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 from typing import Any
 
-from chatmem.retention import DAY_MS, RetentionPolicy, plan_retention
-from chatmem.window import PRESETS
+import chatmem
 
 from . import dom, settings
 from .dom import h, q
 
-__all__ = ["render", "read_form", "retention_policy", "ACTIONS"]
+__all__ = ["ACTIONS", "apply_retention_schedule", "read_form", "render"]
 
 
 def _field(label: str, id_: str, value: Any, type_: str = "text", **attrs: Any) -> Any:
@@ -30,6 +31,15 @@ def _select(label: str, id_: str, value: str, options: list[tuple[str, str]]) ->
     return h("label", {"class": "field", "for": id_}, label, sel)
 
 
+def _schedule_text(app: Any) -> str:
+    if not app.mem.retention.scheduled:
+        return "Automatic retention is off."
+    report = app.mem.retention.last_report
+    last = (f" Last run: {len(report.archived)} archived, {len(report.deleted)} deleted."
+            if report is not None and not report.dry_run else "")
+    return "Automatic retention is on: the policy is applied every hour." + last
+
+
 async def render(app: Any, body: Any) -> None:
     s = app.settings
     p, r, ret, sy = s["provider"], s["retrieval"], s["retention"], s["sync"]
@@ -41,37 +51,56 @@ async def render(app: Any, body: Any) -> None:
              _field("Model", "set-model", p["model"], placeholder="gpt-4o-mini"),
              _field("System prompt", "set-system", p["system_prompt"]),
              _select("Token budget", "set-budget", s["budget"],
-                     [(k, f"{k} — {v.max_tokens:,} tokens, {v.reserve_tokens:,} for the answer") for k, v in PRESETS.items()]),
+                     [(k, f"{k} — {v.max_tokens:,} tokens, {v.reserve_tokens:,} for the answer")
+                      for k, v in chatmem.PRESETS.items()]),
+             _field("Share the local date and time with the model (live context)", "set-ctx-datetime",
+                    s["context"]["datetime"], "checkbox"),
              h("h3", {}, "Retrieval"),
              _select("Strategy", "set-strategy", r["strategy"],
                      [("recent", "Recent messages"), ("relevant", "Relevant messages"), ("hybrid", "Hybrid")]),
              h("div", {"class": "row"},
-               _field("Recent messages", "set-recent", r["recent_count"], "number", min="0", max="1000"),
-               _field("Relevance threshold", "set-threshold", r["relevance_threshold"], "number", min="0", max="1", step="0.05")),
+               _field("Messages", "set-recent", r["recent_count"], "number", min="1", max="1000"),
+               _field("Relevance threshold", "set-threshold", r["relevance_threshold"], "number", min="0", max="1",
+                      step="0.05")),
              h("div", {"class": "row"},
-               _field("Recency weight", "set-w-recency", r["weights"]["recency"], "number", min="0", max="1", step="0.1"),
-               _field("Relevance weight", "set-w-relevance", r["weights"]["relevance"], "number", min="0", max="1", step="0.1")),
+               _field("Recency weight", "set-w-recency", r["weights"]["recency"], "number", min="0", max="1",
+                      step="0.1"),
+               _field("Relevance weight", "set-w-relevance", r["weights"]["relevance"], "number", min="0", max="1",
+                      step="0.1")),
              h("h3", {}, "Retention"),
              h("div", {"class": "row"},
                _field("Keep at most (sessions)", "set-max-sessions", ret["max_sessions"], "number", min="0"),
                _field("Archive after (days idle)", "set-archive-after", ret["archive_after_days"], "number", min="0")),
              h("div", {"class": "row"},
                _field("Max age (days)", "set-max-age", ret["max_age_days"], "number", min="0")),
-             _field("Delete archived conversations older than the max age", "set-delete-archived", ret["delete_archived"], "checkbox"),
-             _field("Apply automatically every hour", "set-retention-auto", ret["auto"], "checkbox"),
+             _field("Delete archived conversations older than the max age", "set-delete-archived",
+                    ret["delete_archived"], "checkbox"),
              h("div", {"class": "row"},
-               h("button", {"type": "button", "class": "btn small", "data-action": "retention-preview"}, "Preview (dry run)"),
+               h("button", {"type": "button", "class": "btn small", "data-action": "retention-preview"},
+                 "Preview (dry run)"),
                h("button", {"type": "button", "class": "btn small", "data-action": "retention-apply"}, "Apply now")),
              h("div", {"id": "retention-preview", "aria-live": "polite"}),
+             h("label", {"class": "field check", "for": "set-retention-auto"},
+               _checkbox("set-retention-auto", ret["auto"], "retention-auto"),
+               "Apply automatically: now, then every hour"),
+             h("p", {"class": "note", "id": "retention-schedule", "role": "status"}, _schedule_text(app)),
              h("h3", {}, "Sync"),
              _field("Sync with a server", "set-sync-enabled", sy["enabled"], "checkbox"),
              _field("Endpoint", "set-sync-endpoint", sy["endpoint"], "url", placeholder="https://sync.example.com"),
              _field("Key", "set-sync-key", sy["api_key"], "password"),
              _field("Interval (seconds)", "set-sync-interval", sy["interval_s"], "number", min="5"),
+             _field("Sync automatically (every interval and when back online)", "set-sync-auto", sy["auto"],
+                    "checkbox"),
              h("div", {"id": "settings-errors", "role": "alert"}),
              h("div", {"class": "row"}, h("button", {"type": "submit", "class": "btn primary"}, "Save settings"),
                h("span", {"id": "settings-saved", "class": "note", "role": "status"})))
     dom.append(body, form)
+
+
+def _checkbox(id_: str, value: bool, change: str) -> Any:
+    inp = h("input", {"id": id_, "type": "checkbox", "data-change": change})
+    inp.checked = bool(value)
+    return inp
 
 
 def _num(id_: str, kind: type = int) -> Any:
@@ -83,26 +112,23 @@ def _num(id_: str, kind: type = int) -> Any:
 
 
 def read_form() -> dict[str, Any]:
-    v = lambda id_: str(q(f"#{id_}").value).strip()  # noqa: E731
-    c = lambda id_: bool(q(f"#{id_}").checked)  # noqa: E731
+    v = lambda id_: str(q(f"#{id_}").value).strip()
+    c = lambda id_: bool(q(f"#{id_}").checked)
     return {
         "provider": {"base_url": v("set-base-url"), "api_key": v("set-api-key"), "model": v("set-model"),
                      "system_prompt": v("set-system")},
         "budget": v("set-budget"),
+        "context": {"datetime": c("set-ctx-datetime")},
         "retrieval": {"strategy": v("set-strategy"), "recent_count": _num("set-recent"),
                       "relevance_threshold": _num("set-threshold", float),
-                      "weights": {"recency": _num("set-w-recency", float), "relevance": _num("set-w-relevance", float)}},
+                      "weights": {"recency": _num("set-w-recency", float),
+                                  "relevance": _num("set-w-relevance", float)}},
         "retention": {"max_sessions": _num("set-max-sessions"), "max_age_days": _num("set-max-age"),
                       "archive_after_days": _num("set-archive-after"), "delete_archived": c("set-delete-archived"),
                       "auto": c("set-retention-auto")},
         "sync": {"enabled": c("set-sync-enabled"), "endpoint": v("set-sync-endpoint"), "api_key": v("set-sync-key"),
-                 "interval_s": _num("set-sync-interval")},
+                 "interval_s": _num("set-sync-interval"), "auto": c("set-sync-auto")},
     }
-
-
-def retention_policy(ret: dict[str, Any]) -> RetentionPolicy:
-    return RetentionPolicy(max_sessions=ret["max_sessions"], max_age=ret["max_age_days"] * DAY_MS,
-                           archive_after=ret["archive_after_days"] * DAY_MS, delete_archived=ret["delete_archived"])
 
 
 def _errors(errs: list[str]) -> None:
@@ -120,36 +146,33 @@ async def _save(app: Any, el: Any, ev: Any) -> None:
     from .sync_panel import apply_sync_settings
 
     await apply_sync_settings(app)
+    apply_retention_schedule(app)
+    dom.mount(q("#retention-schedule"), _schedule_text(app))
     dom.mount(q("#settings-saved"), "Saved.")
 
 
-async def plan(app: Any, ret: dict[str, Any]) -> tuple[list[str], list[str]]:
-    policy = retention_policy(ret)
-    if app.features["retention"]:
-        report = await app.mem.retention.apply(policy, dry_run=True)
-        return list(report.archived), list(report.deleted)
-    metas = await app.mem.sessions.list(limit=None, archived=None)
-    p = plan_retention(metas, policy, int(time.time() * 1000))
-    return p.archive, p.delete
+def apply_retention_schedule(app: Any) -> None:
+    """Start ``mem.retention.schedule`` with the saved policy when it is turned on; stop it otherwise."""
+    ret = app.settings["retention"]
+    if not ret["auto"]:
+        app.mem.retention.stop()
+        return
+    seen: list[Any] = [None]
 
+    async def nap(seconds: float) -> None:
+        # after each scheduled run: show what it changed, then wait for the next
+        report = app.mem.retention.last_report
+        if report is not None and report is not seen[0] and (report.archived or report.deleted):
+            seen[0] = report
+            try:
+                await app.refresh_sessions()
+                if app.current not in {s.session_id for s in app.sessions}:
+                    await app.open_session(None)
+            except Exception as e:  # noqa: BLE001 - the schedule keeps running; the page says why
+                app.toast(f"Could not refresh the list: {e}", error=True)
+        await asyncio.sleep(seconds)
 
-async def apply_retention(app: Any, ret: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Archive and delete what the policy says (pinned sessions are never touched)."""
-    if app.features["retention"]:
-        report = await app.mem.retention.apply(retention_policy(ret))
-        return list(report.archived), list(report.deleted)
-    archive, delete = await plan(app, ret)
-    for sid in archive:
-        await app.mem.sessions.archive(sid)
-    for sid in delete:
-        await app.mem.sessions.delete(sid)
-    return archive, delete
-
-
-def _names(app: Any, ids: list[str]) -> str:
-    titles = {s.session_id: s.title for s in app.sessions}
-    shown = [f"“{titles.get(i, i)}”" for i in ids[:8]]
-    return ", ".join(shown) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+    app.mem.retention.schedule(settings.retention_policy(ret), sleep=nap)
 
 
 def _ret_from_form() -> dict[str, Any] | None:
@@ -159,29 +182,49 @@ def _ret_from_form() -> dict[str, Any] | None:
     return None if errs else ret
 
 
+def _names(app: Any, ids: list[str]) -> str:
+    titles = {s.session_id: s.title for s in app.sessions}
+    shown = [f"“{titles.get(i, i)}”" for i in ids[:8]]
+    return ", ".join(shown) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+
+
 async def _preview(app: Any, el: Any, ev: Any) -> None:
     ret = _ret_from_form()
     if ret is None:
         return
-    archive, delete = await plan(app, ret)
+    report = await app.mem.retention.apply(settings.retention_policy(ret), dry_run=True)
     out = q("#retention-preview")
-    if not archive and not delete:
+    if not report.archived and not report.deleted:
         dom.mount(out, h("p", {"class": "note"}, "Dry run: this policy changes nothing right now."))
         return
     dom.mount(out, h("p", {"class": "note"}, "Dry run — nothing was changed. Applying would:"),
               h("ul", {"class": "note"},
-                h("li", {}, f"archive {len(archive)}: {_names(app, archive)}") if archive else None,
-                h("li", {}, f"delete {len(delete)}: {_names(app, delete)}") if delete else None))
+                h("li", {}, f"archive {len(report.archived)}: {_names(app, report.archived)}")
+                if report.archived else None,
+                h("li", {}, f"delete {len(report.deleted)}: {_names(app, report.deleted)}") if report.deleted else None))
 
 
 async def _apply(app: Any, el: Any, ev: Any) -> None:
     ret = _ret_from_form()
     if ret is None:
         return
-    archive, delete = await apply_retention(app, ret)
+    report = await app.mem.retention.apply(settings.retention_policy(ret))
     await app.refresh_sessions()
     dom.mount(q("#retention-preview"),
-              h("p", {"class": "note"}, f"Applied: {len(archive)} archived, {len(delete)} deleted."))
+              h("p", {"class": "note"}, f"Applied: {len(report.archived)} archived, {len(report.deleted)} deleted."))
 
 
-ACTIONS = {"save-settings": _save, "retention-preview": _preview, "retention-apply": _apply}
+async def _auto(app: Any, el: Any, ev: Any) -> None:
+    """The schedule toggle acts at once (and is saved) with the policy shown in the form."""
+    ret = _ret_from_form()
+    if ret is None:
+        el.checked = not el.checked
+        return
+    new = settings.merge(app.settings, {"retention": ret})
+    await app.save_settings(new)
+    apply_retention_schedule(app)
+    await asyncio.sleep(0)  # the first scheduled run starts now
+    dom.mount(q("#retention-schedule"), _schedule_text(app))
+
+
+ACTIONS = {"save-settings": _save, "retention-preview": _preview, "retention-apply": _apply, "retention-auto": _auto}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import dom
+from . import dom, search
 from .dom import h, q
 
-__all__ = ["render", "relative_time", "visible_sessions", "ACTIONS"]
+__all__ = ["ACTIONS", "relative_time", "render", "visible_sessions"]
 
 
 def relative_time(ms: int, now_ms: int | None = None) -> str:
@@ -75,6 +75,7 @@ def render(app: Any) -> None:
             parts.append(h("h2", {"class": "group-label"}, "Recent"))
         parts.append(h("ul", {}, [_row(app, s) for s in rest]))
     dom.mount(q("#session-list"), parts)
+    search.render_characters(app)
 
 
 async def _open(app: Any, el: Any, ev: Any) -> None:

@@ -1,71 +1,64 @@
-"""Sync status (the chip in the sidebar and its panel): pending changes, dead
-letters with replay/discard, last sync, errors; plus the page's background
-jobs (periodic sync, hourly retention when turned on).
-
-Uses ``mem.sync`` when this build has it. Without it, the outbox is still
-real (every change queues its operation in the same transaction), so the
-panel shows its true counts and says that nothing is being sent.
+"""Sync status — the chip in the sidebar and its panel — from ``mem.sync``:
+pending changes, dead letters with replay/discard, last sync, errors, and
+"Sync now". The chip shows the engine's own state (idle, syncing, offline,
+paused-auth, error) with the outbox counts; it never claims "synced" while
+anything waits. Auto-sync itself is ``mem.sync``'s loop; the page only
+re-reads the status every few seconds while sync is on.
 """
 
 from __future__ import annotations
 
-import inspect
-import time
 from typing import Any
 
-from . import dom
+from chatmem.errors import ChatmemError
+
+from . import dom, settings
 from .dom import h, q
 
-__all__ = ["refresh_chip", "render", "apply_sync_settings", "start_background", "status", "ACTIONS"]
+__all__ = ["ACTIONS", "apply_sync_settings", "chip_text", "refresh_chip", "render", "start_background", "sync_now"]
 
-HOUR_MS = 3_600_000
-
-
-async def _maybe(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
+#: ms between status reads while sync is on (the drain runs in mem.sync's own loop)
+POLL_MS = 2000
 
 
-async def status(app: Any) -> dict[str, Any]:
-    """A plain dict: state, pending, dead, last_success, last_error, available."""
-    s = app.settings["sync"]
-    if app.features["sync"]:
-        st = await _maybe(app.mem.sync.status())
-        get = (lambda k: st.get(k)) if isinstance(st, dict) else (lambda k: getattr(st, k, None))
-        return {"state": get("state") or "idle", "pending": get("pending") or 0,
-                "dead": get("dead_letters") or 0, "last_success": get("last_success"),
-                "last_error": get("last_error"), "available": True, "enabled": s["enabled"]}
-    pending, dead = await app.mem.store.outbox_counts()
-    return {"state": "off", "pending": pending, "dead": dead, "last_success": None, "last_error": None,
-            "available": False, "enabled": False}
+def _enabled(app: Any) -> bool:
+    cfg = app.mem.sync.config
+    return cfg is not None and cfg.enabled
 
 
-def chip_text(st: dict[str, Any]) -> tuple[str, str]:
-    """(data-state, label) for the sidebar chip."""
-    if not st["available"] or not st["enabled"]:
+def chip_text(st: Any, enabled: bool, busy: bool = False) -> tuple[str, str]:
+    """(data-state, label) for the sidebar chip, from a ``SyncStatus``."""
+    if not enabled:
         return "off", "Sync off"
-    state = st["state"]
-    if state == "syncing":
+    if busy or st.state == "syncing":
         return "syncing", "Syncing…"
-    if state == "offline":
-        return "pending", f"Offline · {st['pending']} waiting"
-    if state in ("error", "paused-auth"):
-        return state, "Sync error" if state == "error" else "Sync key rejected"
-    if st["dead"]:
-        return "error", f"{st['dead']} failed"
-    if st["pending"]:
-        return "pending", f"{st['pending']} to sync"
+    if st.state == "offline":
+        return "offline", f"Offline · {st.pending} waiting" if st.pending else "Offline"
+    if st.state == "paused-auth":
+        return "paused-auth", "Sync key rejected"
+    if st.state == "error":
+        return "error", "Sync error" + (f" · {st.pending} waiting" if st.pending else "")
+    if st.dead_letters:
+        return "error", f"{st.dead_letters} failed"
+    if st.pending:
+        return "pending", f"{st.pending} to sync"
+    if st.last_success is None:
+        return "pending", "Not synced yet"
     return "synced", "Synced"
 
 
-async def refresh_chip(app: Any) -> None:
-    st = await status(app)
-    state, label = chip_text(st)
+async def refresh_chip(app: Any, busy: bool = False) -> Any:
+    st = await app.mem.sync.status()
+    state, label = chip_text(st, _enabled(app), busy)
     chip = q("#sync-chip")
     chip.setAttribute("data-state", state)
     chip.setAttribute("aria-label", f"Sync status: {label}")
     dom.mount(q("#sync-text"), label)
-    if app.panel == "sync":
-        await app.render_panel()
+    seen = (st, _enabled(app))
+    if app.panel == "sync" and not busy and seen != getattr(app, "sync_seen", None):
+        await app.render_panel()  # only on a change: a re-render would take the keyboard focus away
+    app.sync_seen = seen
+    return st
 
 
 def _when(ms: Any) -> str:
@@ -73,59 +66,52 @@ def _when(ms: Any) -> str:
 
 
 async def render(app: Any, body: Any) -> None:
-    st = await status(app)
-    _, label = chip_text(st)
-    if st["available"]:
-        dead = await _maybe(app.mem.sync.dead_letters())
-    else:
-        dead = await app.mem.store.dead_list()
+    st = await app.mem.sync.status()
+    enabled = _enabled(app)
+    _, label = chip_text(st, enabled)
+    dead = await app.mem.sync.dead_letters()
     rows = []
     for d in dead[:50]:
-        get = (lambda k: d.get(k)) if isinstance(d, dict) else (lambda k: getattr(d, k, None))
-        op_id = get("op_id")
+        op_id = d.get("op_id")
+        reason = str(d.get("reason") or "failed")
         rows.append(h("li", {},
-                      h("span", {"class": "r"}, f"{get('type')} {get('resource')}"),
-                      h("span", {"class": "x", "title": str(get("reason") or "")}, str(get("reason") or "failed")),
+                      h("span", {"class": "r"}, f"{d.get('type')} {d.get('resource')}"),
+                      h("span", {"class": "x", "title": reason}, reason),
                       h("span", {"class": "n"},
                         h("button", {"type": "button", "class": "btn small", "data-action": "dead-replay",
                                      "data-op": op_id}, "Replay"),
                         h("button", {"type": "button", "class": "btn small", "data-action": "dead-discard",
                                      "data-op": op_id}, "Discard"))))
+    cfg = app.mem.sync.config
     dom.append(body,
                h("dl", {"class": "kv"},
                  h("dt", {}, "Status"), h("dd", {"id": "sync-state"}, label),
-                 h("dt", {}, "Waiting to send"), h("dd", {"id": "sync-pending"}, f"{st['pending']} changes"),
-                 h("dt", {}, "Failed for good"), h("dd", {"id": "sync-dead"}, f"{st['dead']}"),
-                 h("dt", {}, "Last sync"), h("dd", {}, _when(st["last_success"])),
-                 h("dt", {}, "Last error"), h("dd", {}, str(st["last_error"] or "none"))),
+                 h("dt", {}, "Server"), h("dd", {}, cfg.endpoint if cfg and cfg.endpoint else "none"),
+                 h("dt", {}, "Waiting to send"), h("dd", {"id": "sync-pending"}, f"{st.pending} changes"),
+                 h("dt", {}, "Failed for good"), h("dd", {"id": "sync-dead"}, f"{st.dead_letters}"),
+                 h("dt", {}, "Last sync"), h("dd", {"id": "sync-last"}, _when(st.last_success)),
+                 h("dt", {}, "Last error"), h("dd", {"id": "sync-error"}, str(st.last_error or "none"))),
                h("button", {"type": "button", "class": "btn small", "data-action": "sync-now",
-                            "disabled": not (st["available"] and st["enabled"])}, "Sync now"),
+                            "disabled": not enabled}, "Sync now"),
                h("button", {"type": "button", "class": "btn small ghost", "data-action": "panel",
                             "data-panel": "settings"}, "Sync settings…"),
-               None if st["available"] else h("p", {"class": "note placeholder"},
-                                               "This build has no sync client (mem.sync). Every change is recorded in "
-                                               "the outbox on this device and will be sent once sync is available "
-                                               "and turned on."),
+               None if enabled else h("p", {"class": "note"},
+                                      "Sync is off. Every change is kept in the outbox on this device and is sent "
+                                      "once you turn sync on in Settings."),
                h("h3", {}, "Failed changes"),
-               h("ul", {"class": "ctx-list"}, rows) if rows else h("p", {"class": "note"}, "None."),
+               h("ul", {"class": "ctx-list", "id": "sync-dead-list"}, rows) if rows else h("p", {"class": "note"}, "None."),
                h("div", {"class": "row"},
-                 h("button", {"type": "button", "class": "btn small", "data-action": "dead-replay", "data-op": "*"},
+                 h("button", {"type": "button", "class": "btn small", "data-action": "dead-replay", "data-op": "all"},
                    "Replay all"),
                  h("button", {"type": "button", "class": "btn small danger", "data-action": "dead-discard",
-                              "data-op": "*"}, "Discard all")) if rows else None)
+                              "data-op": "all"}, "Discard all")) if rows else None)
 
 
 async def _dead(app: Any, el: Any, replay: bool) -> None:
     op = str(el.getAttribute("data-op"))
-    if app.features["sync"]:
-        fn = app.mem.sync.replay if replay else app.mem.sync.discard
-        await _maybe(fn("all" if op == "*" else op))
-    else:
-        ids = None if op == "*" else [op]
-        await (app.mem.store.dead_replay(ids) if replay else app.mem.store.dead_discard(ids))
+    n = await (app.mem.sync.replay(op) if replay else app.mem.sync.discard(op))
+    app.toast(f"{n} change{'s' if n != 1 else ''} {'queued again' if replay else 'discarded'}.")
     await refresh_chip(app)
-    if app.panel == "sync":
-        await app.render_panel()
 
 
 async def _replay(app: Any, el: Any, ev: Any) -> None:
@@ -137,14 +123,17 @@ async def _discard(app: Any, el: Any, ev: Any) -> None:
 
 
 async def sync_now(app: Any) -> None:
-    if app.features["sync"] and app.settings["sync"]["enabled"]:
-        chip = q("#sync-chip")
-        chip.setAttribute("data-state", "syncing")
-        dom.mount(q("#sync-text"), "Syncing…")
-        try:
-            await _maybe(app.mem.sync.run())
-        finally:
-            await refresh_chip(app)
+    """Push then pull now (``mem.sync.run``); the chip shows "Syncing…" meanwhile."""
+    if not _enabled(app):
+        return
+    await refresh_chip(app, busy=True)
+    try:
+        await app.mem.sync.run()
+    except ChatmemError as e:
+        app.toast(f"Sync failed: {e}", error=True)
+    finally:
+        await refresh_chip(app)
+    await app.refresh_sessions()  # pulled changes
 
 
 async def _sync_now(app: Any, el: Any, ev: Any) -> None:
@@ -152,57 +141,38 @@ async def _sync_now(app: Any, el: Any, ev: Any) -> None:
 
 
 async def apply_sync_settings(app: Any) -> None:
-    """Hand the sync settings to ``mem.sync`` (when present) and restart the timer."""
-    s = app.settings["sync"]
-    if app.features["sync"]:
-        from chatmem.sync.config import SyncConfig
-
-        await _maybe(app.mem.sync.configure(SyncConfig(enabled=s["enabled"], endpoint=s["endpoint"],
-                                                       api_key=s["api_key"], auto_sync=s["enabled"],
-                                                       sync_interval=s["interval_s"] * 1000)))
-    _schedule_sync(app)
+    """Hand the saved sync settings to ``mem.sync.configure`` (which starts or stops auto-sync)."""
+    s = app.settings
+    if app.mem.sync.config is not None or s["sync"]["enabled"] or s["sync"]["endpoint"]:
+        await app.mem.sync.configure(settings.sync_config(s))
     await refresh_chip(app)
 
 
-def _schedule_sync(app: Any) -> None:
-    if getattr(app, "_sync_loop", None) is not None:
-        dom.clear_timeout(app._sync_loop)
-        app._sync_loop = None
-    s = app.settings["sync"]
-    if not (app.features["sync"] and s["enabled"]):
-        return
-
+def _poll(app: Any) -> None:
     def tick() -> None:
-        app._sync_loop = None
         app.run(_tick(app))
 
-    app._sync_loop = dom.set_timeout(tick, s["interval_s"] * 1000)
+    dom.set_timeout(tick, POLL_MS)
 
 
 async def _tick(app: Any) -> None:
     try:
-        await sync_now(app)
+        if _enabled(app):
+            await refresh_chip(app)
     finally:
-        _schedule_sync(app)
-
-
-async def _retention_tick(app: Any) -> None:
-    from .settings_panel import apply_retention
-
-    ret = app.settings["retention"]
-    last = await app.mem.store.kv_get("app:retention-last") or 0
-    now = int(time.time() * 1000)
-    if ret["auto"] and now - last >= HOUR_MS:
-        archived, deleted = await apply_retention(app, ret)
-        await app.mem.store.kv_set("app:retention-last", now)
-        if archived or deleted:
-            await app.refresh_sessions()
-    dom.set_timeout(lambda: app.run(_retention_tick(app)), HOUR_MS)
+        _poll(app)
 
 
 async def start_background(app: Any) -> None:
-    await apply_sync_settings(app)
-    await _retention_tick(app)
+    """Resume auto-sync from the stored config, start the retention schedule if on, poll the status."""
+    from .settings_panel import apply_retention_schedule
+
+    cfg = app.mem.sync.config
+    if cfg is not None and cfg.enabled and cfg.auto_sync:
+        app.mem.sync.start()  # resume auto-sync after a reload
+    apply_retention_schedule(app)
+    await refresh_chip(app)
+    _poll(app)
 
 
 ACTIONS = {"sync-now": _sync_now, "dead-replay": _replay, "dead-discard": _discard}

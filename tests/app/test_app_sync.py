@@ -1,0 +1,117 @@
+"""Sync through the interface against the reference server (another loopback
+origin, with CORS): the chip and the panel show pending, then synced; a
+rejected key, being offline and auto-sync are shown as they are."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import unique_name
+from sync_checks import server_snapshot
+
+from app.conftest import AppPage
+from chatmem.server import running_server
+
+KEY = "k"
+
+
+@pytest.fixture
+def ctx(browser: Any) -> Iterator[Any]:
+    """Its own browser context: the sync server is a second origin (and it goes offline)."""
+    c = browser.new_context()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def srv() -> Iterator[Any]:
+    with running_server(api_keys=[KEY], db=":memory:") as s:
+        yield s
+
+
+def chip(app: AppPage) -> tuple[str, str]:
+    c = app.page.locator("#sync-chip")
+    return c.get_attribute("data-state") or "", app.page.locator("#sync-text").inner_text()
+
+
+def wait_chip(app: AppPage, state: str, timeout: float = 15.0) -> str:
+    deadline = time.monotonic() + timeout
+    while chip(app)[0] != state:
+        assert time.monotonic() < deadline, f"chip shows {chip(app)}, expected {state}"
+        app.page.wait_for_timeout(50)
+    return chip(app)[1]
+
+
+def settings(app: AppPage, endpoint: str, key: str, auto: bool = False, interval: int = 60) -> None:
+    p = app.page
+    p.click(".tools [data-panel=settings]")
+    p.check("#set-sync-enabled")
+    p.fill("#set-sync-endpoint", endpoint)
+    p.fill("#set-sync-key", key)
+    p.fill("#set-sync-interval", str(interval))
+    p.set_checked("#set-sync-auto", auto)
+    p.click("#settings-form button[type=submit]")
+    p.wait_for_selector("#settings-saved:has-text('Saved')")
+
+
+def sync_now(app: AppPage) -> None:
+    p = app.page
+    if p.locator("#panel:not([hidden]) #panel-title:text-is('Sync')").count() == 0:
+        p.click("#sync-chip")
+    p.wait_for_selector("#panel [data-action=sync-now]:not([disabled])")
+    p.click("#panel [data-action=sync-now]")
+
+
+def test_sync_status_shows_pending_then_synced(ctx: Any, site: str, srv: Any) -> None:
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    app = AppPage(page, site, unique_name("sync"))
+    app.new_session()
+    app.send("Remember the blue flowerpot")
+    assert chip(app) == ("off", "Sync off")
+
+    # sync on, by hand: what waits is shown as pending, nothing claims "synced"
+    settings(app, srv.url, "wrong-key")
+    pending = int(wait_chip(app, "pending").split()[0])
+    assert pending >= 4
+    # a rejected key pauses sync and says so; nothing reached the server
+    sync_now(app)
+    assert wait_chip(app, "paused-auth") == "Sync key rejected"
+    assert "401" in page.locator("#sync-error").inner_text() or "key" in page.locator("#sync-error").inner_text()
+    assert server_snapshot(srv, KEY)["sessions"] == {}
+
+    settings(app, srv.url, KEY)
+    assert wait_chip(app, "pending") == f"{pending} to sync"
+    sync_now(app)
+    assert wait_chip(app, "synced") == "Synced"
+    page.wait_for_selector("#sync-pending:text-is('0 changes')")
+    assert page.locator("#sync-last").inner_text() != "never"
+    snap = server_snapshot(srv, KEY)
+    assert [s["title"] for s in snap["sessions"].values()] == ["Remember the blue flowerpot"]
+    assert sorted(m[1] for m in snap["messages"].values())[1] == "Remember the blue flowerpot"
+
+    # offline: the change waits, and the chip says so (not "failed")
+    ctx.set_offline(True)
+    page.click("[data-action=close-panel]")
+    app.send("Written on the train")
+    sync_now(app)
+    assert wait_chip(app, "offline").startswith("Offline ·")
+    assert page.locator("#sync-dead").inner_text() == "0"
+    ctx.set_offline(False)
+    sync_now(app)
+    assert wait_chip(app, "synced") == "Synced"
+    assert len(server_snapshot(srv, KEY)["messages"]) == 4
+
+    # auto-sync: a new message goes out by itself within the interval
+    settings(app, srv.url, KEY, auto=True, interval=5)
+    page.click("[data-action=close-panel]")
+    app.send("Sent without asking")
+    wait_chip(app, "synced", timeout=20)
+    deadline = time.monotonic() + 10
+    while len(server_snapshot(srv, KEY)["messages"]) < 6:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert not app.errors, app.errors
