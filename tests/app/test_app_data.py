@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unique_name
 
 from app.conftest import AppPage
+from conftest import unique_name
 
 SEED = """
 import chatmem, chatmem_app

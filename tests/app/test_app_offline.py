@@ -7,9 +7,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from conftest import CHROMIUM_ARGS, unique_name
-
 from app.conftest import AppPage
+from conftest import CHROMIUM_ARGS, unique_name
 
 
 def wait_precached(page: Any) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import unique_name
-from llm_server import LLMServer
 
 from app.conftest import AppPage
+from conftest import unique_name
+from llm_server import LLMServer
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import unique_name
-from sync_checks import server_snapshot
 
 from app.conftest import AppPage
 from chatmem.server import running_server
+from conftest import unique_name
+from sync_checks import server_snapshot
 
 KEY = "k"
 

@@ -4,10 +4,10 @@ conversation's title, never the message being answered nor its own replies."""
 from __future__ import annotations
 
 import pytest
-from conftest import run
 
 import chatmem
 from chatmem.offline import OFFLINE_LABEL, OfflineResponder, keywords
+from conftest import run
 
 
 def test_keywords_drop_stop_words_and_repeats() -> None:
