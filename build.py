@@ -37,6 +37,20 @@ PYODIDE_PY = "3.14"
 #: exact BPE counters shipped for the browser (gpt-tokenizer, ranks bundled; loaded on demand)
 BPE_ENCODINGS = ("o200k_base", "cl100k_base")
 
+#: how tests and benchmarks launch Debian's Chromium: quiet, and with nothing but
+#: loopback resolvable (proves the site needs no other host)
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+]
+
 MIME = {
     ".wasm": "application/wasm",
     ".mjs": "text/javascript",

@@ -37,18 +37,7 @@ import report  # noqa: E402
 NODE = ROOT / "node_modules"
 RESULTS = HERE / "results"
 
-# launched as tests/conftest.py does
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
-]
+from build import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (launched as the tests do)
 
 T0 = time.perf_counter()
 

@@ -19,18 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # build.py: the static server
 sys.path.insert(0, str(ROOT / "tests"))
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    # nothing but loopback resolves: proves the page needs no other host
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
-]
+from build import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (one place for the launch flags)
 
 
 def run(coro: Any) -> Any:

@@ -93,15 +93,23 @@ def assemble_lines(
     return out
 
 
+def as_conversations(data: Any) -> list[Any] | None:
+    """A foreign export's conversations: an array of them, or one conversation object."""
+    if isinstance(data, dict):
+        return [data]
+    if isinstance(data, list):
+        return data
+    return None
+
+
 def convert_conversations(
     data: Any,
     source: str,
-    conversations: Callable[[Any], list[Any] | None],
     convert_one: Callable[[Any, str, RecordBuilder], NormalizedImport],
     builder: RecordBuilder,
 ) -> NormalizedImport:
     """Every conversation of a foreign export (an array, or one conversation object)."""
-    convs = conversations(data)
+    convs = as_conversations(data)
     if convs is None:
         from ..source import describe
 

@@ -27,7 +27,7 @@ from ...ids import IdGenerator
 from ...models import ROLES, extract_text
 from ..normalized import NormalizedImport, RecordBuilder
 from ..source import describe
-from ._common import UNTITLED, assemble_lines, convert_conversations, fail, seconds_to_ms
+from ._common import UNTITLED, as_conversations, assemble_lines, convert_conversations, fail, seconds_to_ms
 from ._tree import split_lines
 
 __all__ = ["NAME", "detect", "to_normalized"]
@@ -37,17 +37,9 @@ PROVIDER = "openai"
 HIDDEN_CONTENT_TYPES = frozenset({"user_editable_context", "model_editable_context"})
 
 
-def _conversations(data: Any) -> list[Any] | None:
-    if isinstance(data, dict):
-        return [data]
-    if isinstance(data, list):
-        return data
-    return None
-
-
 def detect(data: Any) -> bool:
     """An array of (or one) objects with a ``mapping`` tree."""
-    convs = _conversations(data)
+    convs = as_conversations(data)
     return bool(convs) and all(isinstance(c, dict) and "mapping" in c for c in convs)  # type: ignore[union-attr]
 
 
@@ -278,4 +270,4 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 
 def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImport:
     """Sessions (and forks for branches) from a ChatGPT export: an array or one conversation."""
-    return convert_conversations(data, "ChatGPT", _conversations, _conversation, RecordBuilder(ids))
+    return convert_conversations(data, "ChatGPT", _conversation, RecordBuilder(ids))

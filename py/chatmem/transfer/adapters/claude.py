@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from ...ids import IdGenerator
 from ..normalized import NormalizedImport, RecordBuilder
 from ..source import describe
-from ._common import UNTITLED, assemble_lines, convert_conversations, fail, iso_to_ms
+from ._common import UNTITLED, as_conversations, assemble_lines, convert_conversations, fail, iso_to_ms
 from ._tree import Line, split_lines
 
 __all__ = ["NAME", "detect", "to_normalized"]
@@ -31,17 +31,9 @@ PROVIDER = "anthropic"
 SENDERS = {"human": "user", "user": "user", "assistant": "assistant"}
 
 
-def _conversations(data: Any) -> list[Any] | None:
-    if isinstance(data, dict):
-        return [data]
-    if isinstance(data, list):
-        return data
-    return None
-
-
 def detect(data: Any) -> bool:
     """An array of (or one) objects with ``chat_messages``."""
-    convs = _conversations(data)
+    convs = as_conversations(data)
     return bool(convs) and all(isinstance(c, dict) and "chat_messages" in c for c in convs)  # type: ignore[union-attr]
 
 
@@ -207,4 +199,4 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 
 def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImport:
     """Sessions from a Claude export: an array of conversations or one conversation."""
-    return convert_conversations(data, "Claude", _conversations, _conversation, RecordBuilder(ids))
+    return convert_conversations(data, "Claude", _conversation, RecordBuilder(ids))
