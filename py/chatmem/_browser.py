@@ -49,24 +49,6 @@ def _error(err: dict[str, Any]) -> Exception:
     return translate_dom_error(name, message)
 
 
-async def _bridge_call(
-    handle: Any, method: str, args: dict[str, Any], error: Callable[[dict[str, Any]], Exception]
-) -> Any:
-    """One call through a bridge handle: JSON in, the envelope's value out, or
-    ``error({"name", "message"})`` raised with the bridge's text as ``__cause__``."""
-    envelope = json.loads(await handle.call(method, json.dumps(args, separators=(",", ":"))))
-    if envelope["ok"]:
-        return envelope["value"]
-    err = envelope["error"]
-    raise error(err) from StorageError(f"{err.get('name')}: {err.get('message')}")
-
-
-def _query_error(err: dict[str, Any]) -> Exception:
-    if err.get("name") == "DatabaseClosed":
-        return DatabaseClosed(err.get("message", ""))
-    return QueryError(f"{err.get('name')}: {err.get('message')}")
-
-
 class BridgeDB:
     """One open IndexedDB database; ``call`` runs one bridge method = one transaction."""
 
@@ -76,7 +58,14 @@ class BridgeDB:
         self._proxies: list[Any] = []
 
     async def call(self, method: str, **args: Any) -> Any:
-        return await _bridge_call(self._handle, method, args, _error)
+        raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
+        envelope = json.loads(raw)
+        if envelope["ok"]:
+            return envelope["value"]
+        err = envelope["error"]
+        exc = _error(err)
+        cause = StorageError(f"{err.get('name')}: {err.get('message')}")
+        raise exc from cause
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(notice)`` when another tab writes to this database."""
@@ -139,7 +128,15 @@ class DuckDBWasmEngine:
         return cls(res.engine, path)
 
     async def _call(self, method: str, **args: Any) -> Any:
-        return await _bridge_call(self._handle, method, args, _query_error)
+        raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
+        envelope = json.loads(raw)
+        if envelope["ok"]:
+            return envelope["value"]
+        err = envelope["error"]
+        cause = StorageError(f"{err.get('name')}: {err.get('message')}")
+        if err.get("name") == "DatabaseClosed":
+            raise DatabaseClosed(err.get("message", "")) from cause
+        raise QueryError(f"{err.get('name')}: {err.get('message')}") from cause
 
     async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         res = await self._call("execute", sql=sql, params=list(params) if params else None)
