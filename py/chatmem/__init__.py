@@ -31,6 +31,9 @@ from .errors import (
     ChatmemError,
     ContextOverflow,
     ImportFormatError,
+    LimitExceeded,
+    ClockSkew,
+    QueryTimeout,
     MessageNotFound,
     NotFound,
     ProviderError,
@@ -64,6 +67,7 @@ from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
 from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
+from .validation import DEFAULT_LIMITS, Limits
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
 __version__ = "0.1.0"
@@ -103,6 +107,11 @@ __all__ = [
     "ImportFormatError",
     "ContextOverflow",
     "ReadOnlySQLError",
+    "LimitExceeded",
+    "ClockSkew",
+    "QueryTimeout",
+    "Limits",
+    "DEFAULT_LIMITS",
     "QueryError",
     "ProviderError",
     # context providers and the window

@@ -10,6 +10,7 @@ from .cache import LRUCache
 from .ids import Clock, IdGenerator
 from .outbox import Outbox
 from .stores.base import Store, clone
+from .validation import DEFAULT_LIMITS, Limits
 
 __all__ = ["Core"]
 
@@ -26,6 +27,8 @@ class Core:
     outbox: Outbox
     #: called with (kind, session_id, payload) after every acknowledged write
     listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
+    #: bounds on what the API, import and sync accept
+    limits: Limits = DEFAULT_LIMITS
 
     def now(self) -> int:
         return self.clock()

@@ -6,6 +6,8 @@
     ├── ValidationError            bad input; raised before anything is written
     │   ├── ImportFormatError      an import file is malformed; names the path to the bad field
     │   ├── ContextOverflow        even the system prompt + newest user message exceed the budget
+    │   ├── LimitExceeded          a configured bound was passed (size, nesting depth; ``limit`` names it)
+    │   ├── ClockSkew              an HLC is further ahead of this clock than the skew bound allows
     │   └── ReadOnlySQLError       ``mem.sql`` was given something other than one read-only query
     ├── NotFound
     │   ├── SessionNotFound
@@ -31,6 +33,7 @@
     │   ├── ProviderTimeout        no (complete) answer in time
     │   └── ProviderUnavailable    no answer at all: offline, refused, DNS
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
+    │   └── QueryTimeout           ``mem.sql`` ran past its ``timeout``; the query was interrupted
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
@@ -47,6 +50,8 @@ __all__ = [
     "ValidationError",
     "ImportFormatError",
     "ContextOverflow",
+    "LimitExceeded",
+    "ClockSkew",
     "ReadOnlySQLError",
     "NotFound",
     "SessionNotFound",
@@ -65,6 +70,7 @@ __all__ = [
     "SyncAuthError",
     "SyncPermanentError",
     "QueryError",
+    "QueryTimeout",
     "EmbeddingError",
     "UnsupportedEnvironment",
     "ProviderError",
@@ -132,6 +138,30 @@ class ContextOverflow(ValidationError):
         )
         self.needed = needed
         self.budget = budget
+
+class LimitExceeded(ValidationError):
+    """A configured bound (``chatmem.validation.Limits``) was passed: nothing was written.
+
+    ``limit`` is the name of the ``Limits`` field (e.g. ``"max_message_bytes"``,
+    ``"max_depth"``), ``maximum`` its value.
+    """
+
+    def __init__(self, message: str, *, limit: str, maximum: int, field: str | None = None,
+                 index: int | None = None):
+        super().__init__(message, field=field, index=index)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class ClockSkew(ValidationError):
+    """A hybrid logical clock value lies further ahead of the local clock than
+    ``Limits.max_clock_skew_ms`` allows; nothing (not even the clock) changed."""
+
+    def __init__(self, message: str, *, ahead_ms: int, bound_ms: int):
+        super().__init__(message, field="hlc")
+        self.ahead_ms = ahead_ms
+        self.bound_ms = bound_ms
+
 
 class ReadOnlySQLError(ValidationError):
     """``mem.sql`` accepts one read-only statement (SELECT, WITH ... SELECT, ...); this was not one."""
@@ -264,6 +294,10 @@ class QueryError(ChatmemError):
     The engine's own exception is kept as ``__cause__``. The index is a derived
     copy of the store: nothing durable is lost when it fails.
     """
+
+
+class QueryTimeout(QueryError):
+    """A query ran longer than its ``timeout`` and was interrupted; the index is free again."""
 
 
 class EmbeddingError(ChatmemError):

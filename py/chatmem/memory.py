@@ -32,6 +32,7 @@ from .stores.memory import MemoryStore
 from .sync.engine import SyncEngine
 from .tokenizer import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
+from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
@@ -40,6 +41,14 @@ __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
 IN_BROWSER = sys.platform == "emscripten"
 
 DURABILITIES = ("relaxed", "strict")
+
+
+def _check_limits(limits: Limits | None) -> Limits:
+    if limits is None:
+        return DEFAULT_LIMITS
+    if not isinstance(limits, Limits):
+        raise ValidationError("limits must be a chatmem.Limits", field="limits")
+    return limits
 
 
 class Memory:
@@ -61,6 +70,7 @@ class Memory:
         tokenizer: Tokenizer | None = None,
         embedder: Embedder | None = None,
         engine_factory: Any = None,
+        limits: Limits | None = None,
     ):
         clock = clock or system_clock
         self.name = name or store.kind
@@ -74,7 +84,10 @@ class Memory:
             outbox=Outbox(store, ids, clock),
             meta_cache=LRUCache(cache_size, cache_ttl, clock),
             page_cache=LRUCache(cache_size, cache_ttl, clock),
+            limits=_check_limits(limits),
         )
+        #: the bounds this memory enforces (``chatmem.validation.Limits``)
+        self.limits = self._core.limits
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(self)
@@ -295,6 +308,7 @@ async def open(
     cache_ttl: int = 3_600_000,
     embedder: Embedder | None = None,
     tokenizer: Tokenizer | None = None,
+    limits: Limits | None = None,
 ) -> Memory:
     """Open conversation memory.
 
@@ -310,7 +324,7 @@ async def open(
     if durability not in DURABILITIES:
         raise ValidationError(f"durability must be one of {DURABILITIES}", field="durability")
     opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
-                            "embedder": embedder, "tokenizer": tokenizer}
+                            "embedder": embedder, "tokenizer": tokenizer, "limits": limits}
     if store is not None:
         return Memory(store, name=name, **opts)
     if IN_BROWSER:

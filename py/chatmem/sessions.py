@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from .core import Core
 from .errors import SessionNotFound, ValidationError
 from .models import ChatMessage, SessionMeta
+from .validation import check_session_record
 
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 
@@ -96,6 +97,7 @@ class Sessions:
             tags=tag_list,
         )
         rec = meta.to_record()
+        check_session_record(rec, self._core.limits)
         ops = await self._core.outbox.session_created(rec)
         await self._core.store.create_session(rec, [], ops)
         self._core.remember_meta(dict(rec, nextSeq=0))
@@ -173,6 +175,7 @@ class Sessions:
         _check_str(session_id, "session_id")
         if not changes:
             return await self.get(session_id)
+        check_session_record(changes, self._core.limits, partial=True)
         ops = [await self._core.outbox.op("update", "session", session_id, session_id, changes)]
         rec = await self._core.store.update_session(session_id, changes, ops)
         self._core.remember_meta(rec)
