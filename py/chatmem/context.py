@@ -40,7 +40,7 @@ from datetime import UTC, datetime, tzinfo
 from enum import Enum
 from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
 
-from .errors import ValidationError
+from .errors import LimitExceeded, ValidationError
 from .ids import Clock
 
 __all__ = [
@@ -439,7 +439,13 @@ def _js_string(s: str) -> str:
     return out
 
 
-def _stringify(v: Any, out: list[str]) -> None:
+_MAX_DEPTH = 64  # chatmem.validation.DEFAULT_LIMITS.max_depth
+
+
+def _stringify(v: Any, out: list[str], depth: int = 1) -> None:
+    if depth > _MAX_DEPTH and isinstance(v, (Mapping, list, tuple)):
+        raise LimitExceeded(f"a value is nested deeper than {_MAX_DEPTH} levels", limit="max_depth",
+                            maximum=_MAX_DEPTH, field="content")
     if v is None or v is True or v is False:
         out.append("null" if v is None else "true" if v else "false")
     elif isinstance(v, str):
@@ -460,14 +466,14 @@ def _stringify(v: Any, out: list[str]) -> None:
                 out.append(",")
             out.append(_js_string(k))
             out.append(":")
-            _stringify(val, out)
+            _stringify(val, out, depth + 1)
         out.append("}")
     elif isinstance(v, (list, tuple)):
         out.append("[")
         for i, item in enumerate(v):
             if i:
                 out.append(",")
-            _stringify(item, out)
+            _stringify(item, out, depth + 1)
         out.append("]")
     else:
         raise ValidationError(f"{type(v).__name__} is not a JSON value", field="content")
