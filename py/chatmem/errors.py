@@ -5,6 +5,7 @@
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
     │   ├── ImportFormatError      an import file is malformed; names the path to the bad field
+    │   │   └── ImportLimitExceeded  ... because it passed a limit (also a LimitExceeded)
     │   ├── ContextOverflow        even the system prompt + newest user message exceed the budget
     │   ├── LimitExceeded          a configured bound was passed (size, nesting depth; ``limit`` names it)
     │   ├── ClockSkew              an HLC is further ahead of this clock than the skew bound allows
@@ -49,6 +50,7 @@ __all__ = [
     "ChatmemError",
     "ValidationError",
     "ImportFormatError",
+    "ImportLimitExceeded",
     "ContextOverflow",
     "LimitExceeded",
     "ClockSkew",
@@ -146,9 +148,21 @@ class LimitExceeded(ValidationError):
     ``"max_depth"``), ``maximum`` its value.
     """
 
-    def __init__(self, message: str, *, limit: str, maximum: int, field: str | None = None,
+    def __init__(self, message: str, *, limit: str = "", maximum: int = 0, field: str | None = None,
                  index: int | None = None):
         super().__init__(message, field=field, index=index)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class ImportLimitExceeded(ImportFormatError, LimitExceeded):
+    """An import passed a ``Limits`` bound (its size, a record's size or nesting)."""
+
+    def __init__(self, message: str, *, limit: str, maximum: int, path: str | None = None,
+                 field: str | None = None, session_index: int | None = None,
+                 message_index: int | None = None):
+        super().__init__(message, path=path, field=field, session_index=session_index,
+                         message_index=message_index)
         self.limit = limit
         self.maximum = maximum
 
