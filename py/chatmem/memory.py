@@ -77,14 +77,15 @@ class Memory:
         self.store = store
         self.clock = clock
         ids = IdGenerator(clock)
+        limits = _check_limits(limits)
         self._core = Core(
             store=store,
             clock=clock,
             ids=ids,
-            outbox=Outbox(store, ids, clock),
+            outbox=Outbox(store, ids, clock, max_skew_ms=limits.max_clock_skew_ms),
             meta_cache=LRUCache(cache_size, cache_ttl, clock),
             page_cache=LRUCache(cache_size, cache_ttl, clock),
-            limits=_check_limits(limits),
+            limits=limits,
         )
         #: the bounds this memory enforces (``chatmem.validation.Limits``)
         self.limits = self._core.limits

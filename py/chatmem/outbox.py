@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from .ids import Clock, IdGenerator
 from .stores.base import Store
-from .sync.hlc import HybridLogicalClock
+from .sync.hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
 
 __all__ = ["Outbox", "DEVICE_KEY"]
 
@@ -20,8 +20,9 @@ DEVICE_KEY = "sync.device_id"
 
 
 class Outbox:
-    def __init__(self, store: Store, ids: IdGenerator, clock: Clock):
+    def __init__(self, store: Store, ids: IdGenerator, clock: Clock, *, max_skew_ms: int = DEFAULT_MAX_SKEW_MS):
         self._store = store
+        self._max_skew_ms = max_skew_ms
         self._ids = ids
         self._clock = clock
         self.hlc: HybridLogicalClock | None = None
@@ -35,7 +36,7 @@ class Outbox:
             if not device:
                 device = "d" + self._ids()
                 await self._store.kv_set(DEVICE_KEY, device)
-            self.hlc = HybridLogicalClock(device, self._clock)
+            self.hlc = HybridLogicalClock(device, self._clock, max_skew_ms=self._max_skew_ms)
         return self.hlc
 
     async def op(

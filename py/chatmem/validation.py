@@ -38,7 +38,6 @@ __all__ = [
     "INT64_MAX",
     "MESSAGE_RECORD_FIELDS",
     "SESSION_RECORD_FIELDS",
-    "SESSION_UPDATE_FIELDS",
     "check_value",
     "loads_json",
     "check_message_record",
@@ -206,8 +205,6 @@ _SESSION_TYPES: dict[str, tuple[str, bool]] = {  # key -> (kind, may be null)
     "messageCount": ("count", False),
 }
 SESSION_RECORD_FIELDS: frozenset[str] = frozenset(_SESSION_TYPES)
-#: what a session ``update`` may carry (the rest is fixed at creation or kept by the store)
-SESSION_UPDATE_FIELDS: frozenset[str] = frozenset({"title", "pinned", "archived", "tags", "updatedAt"})
 _SESSION_REQUIRED = ("sessionId", "createdAt", "updatedAt")
 
 
@@ -228,8 +225,10 @@ def _session_field_ok(kind: str, v: Any) -> bool:
 
 
 def check_session_record(rec: Any, limits: Limits = DEFAULT_LIMITS, *, partial: bool = False) -> None:
-    """Raise ``ValidationError`` unless ``rec`` is a session record (or, ``partial``, an update of one).
+    """Raise ``ValidationError`` unless ``rec`` is a session record (``partial``: some of its fields,
+    as a sync ``update`` or a merged record on the wire carries them).
 
+    Every field present must be a known one of the right type and range;
     ``nextSeq`` (the store's own bookkeeping) is tolerated and ignored.
     """
     if not isinstance(rec, Mapping):
@@ -238,7 +237,7 @@ def check_session_record(rec: Any, limits: Limits = DEFAULT_LIMITS, *, partial: 
         if key == "nextSeq":
             continue
         spec = _SESSION_TYPES.get(key)
-        if spec is None or (partial and key not in SESSION_UPDATE_FIELDS and key != "sessionId"):
+        if spec is None:
             raise ValidationError(f"unknown session field {key!r}", field=key)
         kind, nullable = spec
         if not (v is None and nullable) and not _session_field_ok(kind, v):

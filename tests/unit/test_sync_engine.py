@@ -39,7 +39,8 @@ class FakeTime:
     """A clock that only moves when the engine sleeps (or the test says so)."""
 
     def __init__(self) -> None:
-        self.now = 1_800_000_000_000
+        # starts at the real time: the reference server refuses HLCs far ahead of its own clock
+        self.now = int(time.time() * 1000)
         self.slept: list[float] = []
 
     def clock(self) -> int:

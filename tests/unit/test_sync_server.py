@@ -42,7 +42,7 @@ def mop(
     op_id: str, mid: str, sid: str, h: str, text: str = "hi", type: str = "create"
 ) -> dict[str, Any]:
     data = (
-        None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text}
+        None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text, "createdAt": 1}
     )
     return {
         "op_id": op_id,

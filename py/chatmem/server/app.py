@@ -71,7 +71,9 @@ def create_app(
     *,
     faults: FaultPlan | None = None,
     cors_origins: Sequence[str] = ("*",),
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> ASGIApp:
+    """The ASGI app. Request bodies over ``max_body_bytes`` are refused with 413."""
     auth = _Auth(api_keys)
 
     async def health(request: Request) -> Response:
@@ -83,6 +85,8 @@ def create_app(
             return _error(401, "missing or unknown api key", _UNAUTHORIZED)
         try:
             payload = json.loads(await request.body())
+        except RecursionError:
+            return _error(400, "body is nested too deeply")
         except (ValueError, UnicodeDecodeError):
             return _error(400, "body is not valid JSON")
         ops = payload.get("ops") if isinstance(payload, dict) else None
@@ -124,7 +128,7 @@ def create_app(
                 max_age=600,
             )
         ],
-        max_body_size=MAX_BODY_BYTES,
+        max_body_size=max_body_bytes,
     )
     if faults is not None:
         app = FaultMiddleware(app, faults)

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import (
+    ClockSkew,
     SyncAuthError,
     SyncError,
     SyncOffline,
@@ -60,6 +61,7 @@ from ..http import Transport
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .protocol import SyncClient
+from .quarantine import QUARANTINE_KEY, printable, screen, set_aside
 from .status import SyncState, SyncStatus
 
 if TYPE_CHECKING:
@@ -300,6 +302,8 @@ class SyncEngine:
         await self._load()
         pending, dead = await self._core.store.outbox_counts()
         st = await self._core.store.kv_get(STATUS_KEY)
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        quarantined = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
         if isinstance(st, dict) and st.get("owner") != self.owner:
             return SyncStatus(
                 state=st.get("state", "idle"),
@@ -307,8 +311,23 @@ class SyncEngine:
                 dead_letters=dead,
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
+                quarantined=quarantined,
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined)
+
+    async def quarantined(self) -> list[dict[str, Any]]:
+        """Pulled changes that were set aside (newest last): ``{change, reason, field, at, cursor}``.
+
+        ``change`` holds the change as received, as JSON text (``{"json": ...}``)."""
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        return list(q.get("items", [])) if isinstance(q, dict) else []
+
+    async def clear_quarantine(self) -> int:
+        """Forget every set-aside change; returns how many were counted. Durable when it returns."""
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        n = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
+        await self._core.store.kv_set(QUARANTINE_KEY, {"count": 0, "items": []})
+        return int(n)
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -559,14 +578,22 @@ class SyncEngine:
                     raise
                 await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
                 continue
-            changes = [
-                {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
-                for c in page.changes
-            ]
+            changes, bad = screen(
+                [{"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
+                 for c in page.changes], core.limits)
+            bad += [{"change": printable(m.get("change")), "reason": m.get("reason"), "field": None}
+                    for m in page.malformed]
             if hlc is not None:
-                for c in page.changes:
-                    hlc.update(c.hlc)
-            touched = await store.apply_changes(changes, {CURSOR_KEY: page.cursor})
+                for c in changes:
+                    try:
+                        hlc.update(c["hlc"])
+                    except ClockSkew as e:  # applied, but this clock stays where it is
+                        log.warning("pulled change %s %s: %s", c["resource"], c["id"], e)
+            kv: dict[str, Any] = {CURSOR_KEY: page.cursor}
+            if bad:
+                log.warning("pull: %d change(s) set aside: %s", len(bad), bad[0]["reason"])
+                kv[QUARANTINE_KEY] = set_aside(await store.kv_get(QUARANTINE_KEY), bad, self._now(), page.cursor)
+            touched = await store.apply_changes(changes, kv)
             for sid in touched:
                 core.invalidate(sid)
                 core.changed("session-synced", sid, None)

@@ -30,7 +30,7 @@ import json
 import socket
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import (
@@ -111,6 +111,9 @@ class ChangesPage:
     cursor: str
     #: more changes wait after ``cursor``: ask again at once
     more: bool
+    #: entries of the page that are not changes at all: ``{"change": <as received>, "reason": ...}``
+    #: (the page is still good: the caller sets these aside and moves on)
+    malformed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _redact(text: str, secret: str) -> str:
@@ -311,6 +314,7 @@ class SyncClient:
         if not isinstance(answer.get("cursor"), str) or not isinstance(answer.get("more"), bool):
             raise self._malformed(path, "no cursor or more", answer)
         out: list[Change] = []
+        malformed: list[dict[str, Any]] = []
         for c in answer["changes"]:
             if (
                 not isinstance(c, dict)
@@ -321,9 +325,10 @@ class SyncClient:
                 or not (c.get("data") is None or isinstance(c.get("data"), dict))
                 or (c["data"] is None) != c["deleted"]
             ):
-                raise self._malformed(path, "a change is not well-formed", answer)
+                malformed.append({"change": c, "reason": "not a well-formed change"})
+                continue
             out.append(Change(c["resource"], c["id"], c["data"], c["deleted"], c["hlc"]))
-        return ChangesPage(out, answer["cursor"], answer["more"])
+        return ChangesPage(out, answer["cursor"], answer["more"], malformed)
 
     async def health(self) -> bool:
         """True if ``GET /v1/health`` answers 2xx (no key is sent)."""
