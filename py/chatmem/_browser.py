@@ -138,7 +138,9 @@ class DuckDBWasmEngine:
             raise DatabaseClosed(err.get("message", "")) from cause
         raise QueryError(f"{err.get('name')}: {err.get('message')}") from cause
 
-    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
         res = await self._call("execute", sql=sql, params=list(params) if params else None)
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in res["rows"]]

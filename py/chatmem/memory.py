@@ -35,12 +35,14 @@ from .transfer.io import ImportReport, Transfer
 from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
 
-__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
+__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT"]
 
 #: True when running in Pyodide (a browser page or worker)
 IN_BROWSER = sys.platform == "emscripten"
 
 DURABILITIES = ("relaxed", "strict")
+#: seconds ``Memory.sql`` lets one query run before it interrupts it
+DEFAULT_SQL_TIMEOUT = 30.0
 
 
 def _check_limits(limits: Limits | None) -> Limits:
@@ -121,13 +123,23 @@ class Memory:
     has_index = True
 
     # ------------------------------------------------------------------ query and search
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
+    async def sql(
+        self,
+        query: str,
+        params: list[Any] | tuple[Any, ...] | None = None,
+        *,
+        timeout: float | None = DEFAULT_SQL_TIMEOUT,
+    ) -> list[dict[str, Any]]:
         """Read-only SQL over the query index (tables ``sessions``, ``messages``, ...).
 
         Parameters are bound (``?``), never formatted in. Anything but one
         read-only query raises ``ReadOnlySQLError`` and leaves the index as it was.
+        The engine cannot reach files, the network or its own settings. A query
+        running longer than ``timeout`` seconds (default 30; None: no limit) is
+        interrupted and raises ``QueryTimeout``; cancelling the awaiting task
+        interrupts it too, and the index is free for the next call at once.
         """
-        return await self.index.sql(query, params)
+        return await self.index.sql(query, params, timeout=timeout)
 
     async def search(
         self,

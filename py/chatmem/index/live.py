@@ -270,8 +270,10 @@ class LiveIndex:
             await self._hydrate(force=True)
 
     # ------------------------------------------------------------------ queries
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
-        return await (await self.ready()).sql(query, params)
+    async def sql(
+        self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        return await (await self.ready()).sql(query, params, timeout=timeout)
 
     async def search(self, query: str, **kw: Any) -> list[SearchHit]:
         kw.setdefault("embedder", self.embedder)
