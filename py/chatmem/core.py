@@ -29,6 +29,17 @@ class Core:
     listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
     #: bounds on what the API, import and sync accept
     limits: Limits = DEFAULT_LIMITS
+    #: called (no arguments) when another process changed the store behind the caches
+    external_listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    async def check_external(self) -> None:
+        """Before trusting a cache: if another process (or connection) wrote to the store
+        since the last look (the store's ``changed_elsewhere``), forget every cached view."""
+        probe = getattr(self.store, "changed_elsewhere", None)
+        if probe is not None and await probe():
+            self.invalidate()
+            for fn in list(self.external_listeners):
+                fn()
 
     def now(self) -> int:
         return self.clock()

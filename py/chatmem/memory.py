@@ -109,6 +109,7 @@ class Memory:
         #: the derived query index (DuckDB), built lazily on the first query
         self.index = LiveIndex(self._core, engine_factory=engine_factory, embedder=embedder)
         self._core.listeners.append(self.index.on_change)
+        self._core.external_listeners.append(self.index.on_external)
         self._builder.retriever = self.index.retriever
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:

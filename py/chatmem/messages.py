@@ -149,6 +149,7 @@ class Messages:
         """Like ``list`` but the stored records, served from the page cache when fresh."""
         _check_page(offset, limit)
         key = (session_id, offset, limit, newest_first)
+        await self._core.check_external()
         page = self._core.cached_page(key)
         if page is None:
             if self._core.cached_meta(session_id) is None and not await self._core.store.get_session(
@@ -160,6 +161,7 @@ class Messages:
         return page
 
     async def count(self, session_id: str) -> int:
+        await self._core.check_external()
         meta = self._core.cached_meta(session_id)
         if meta is None:
             meta = await self._core.store.get_session(session_id)

@@ -59,6 +59,7 @@ class Sessions:
 
     async def _record(self, session_id: str) -> dict[str, Any]:
         _check_str(session_id, "session_id")
+        await self._core.check_external()
         rec = self._core.cached_meta(session_id)
         if rec is None:
             rec = await self._core.store.get_session(session_id)

@@ -98,6 +98,7 @@ class LiveIndex:
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
+        self._resync = False
         self._lock = asyncio.Lock()
         self._warming: asyncio.Task[Any] | None = None
         self._cache: IndexCache | None = None
@@ -123,6 +124,11 @@ class LiveIndex:
     def on_remote(self, session_id: str) -> None:
         if self.index is not None:
             self._stale.add(session_id)
+
+    def on_external(self) -> None:
+        """Another process wrote to the store: compare every session before the next query."""
+        if self.index is not None:
+            self._resync = True
 
     # ------------------------------------------------------------------ keeping up
     async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -248,8 +254,15 @@ class LiveIndex:
 
     async def ready(self) -> QueryIndex:
         """The index, hydrated and caught up with every acknowledged write."""
+        await self._core.check_external()
         async with self._lock:
             index = self.index or await self._hydrate()
+            if self._resync:
+                self._resync = False
+                if await self._catch_up(index) is None:
+                    metas = await self._core.store.all_sessions()
+                    await index.rebuild(metas, self._messages(metas))
+                self._dirty = True
             while self._pending or self._stale:
                 self._dirty = True
                 pending, self._pending = self._pending, []

@@ -97,6 +97,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA synchronous=" + ("FULL" if durability == "strict" else "NORMAL"))
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            self._data_version = self._db.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as e:
             raise _translate(e) from e
 
@@ -121,6 +122,20 @@ class SQLiteStore:
     async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
         async with self._lock:
             return await asyncio.to_thread(self._call, fn, write)
+
+    async def changed_elsewhere(self) -> bool:
+        """True if another connection (another process, say) committed to the file since the
+        last call (``PRAGMA data_version``); the caller then drops what it cached."""
+        if self.path == ":memory:":
+            return False
+
+        def probe(db: sqlite3.Connection) -> int:
+            return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+        version = await self._run(probe)
+        changed = version != self._data_version
+        self._data_version = version
+        return changed
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
         db = self._db
