@@ -29,15 +29,15 @@ from .contextstore import (
 )
 from .errors import (
     ChatmemError,
+    ClockSkew,
     ContextOverflow,
     ImportFormatError,
     LimitExceeded,
-    ClockSkew,
-    QueryTimeout,
     MessageNotFound,
     NotFound,
     ProviderError,
     QueryError,
+    QueryTimeout,
     ReadOnlySQLError,
     SessionNotFound,
     StorageError,

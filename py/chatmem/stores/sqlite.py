@@ -97,7 +97,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA synchronous=" + ("FULL" if durability == "strict" else "NORMAL"))
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-            self._data_version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            self._data_version: int = int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error as e:
             raise _translate(e) from e
 

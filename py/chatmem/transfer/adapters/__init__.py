@@ -14,9 +14,9 @@ from typing import Any
 
 from ...errors import ImportFormatError
 from ...ids import IdGenerator
+from ...validation import DEFAULT_LIMITS, Limits
 from ..normalized import NormalizedImport, assign_new_ids
 from ..source import describe, load_json
-from ...validation import DEFAULT_LIMITS, Limits
 from ..validate import validate_export, validate_normalized
 from . import airi, chatgpt, chatmem, claude
 
