@@ -8,6 +8,7 @@ and are turned into typed errors here (``errors.translate_dom_error``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any, AsyncIterator, Callable
@@ -141,9 +142,28 @@ class DuckDBWasmEngine:
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
     ) -> list[dict[str, Any]]:
-        res = await self._call("execute", sql=sql, params=list(params) if params else None)
+        call = self._call("execute", sql=sql, params=list(params) if params else None,
+                          interruptible=interruptible)
+        res = await (self._interruptible(call) if interruptible else call)
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in res["rows"]]
+
+    async def _interruptible(self, call: Any) -> Any:
+        """Await ``call``; if the awaiting task is cancelled, cancel the query in the worker
+        and wait until it has stopped (the engine is free when this raises)."""
+        fut = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            await self._handle.cancel()
+            while not fut.done():
+                try:
+                    await asyncio.wait({fut})
+                except asyncio.CancelledError:
+                    continue
+            if not fut.cancelled():
+                fut.exception()
+            raise
 
     async def executemany(self, sql: str, rows: Any) -> None:
         await self._call("executemany", sql=sql, rows=[list(r) for r in rows])

@@ -22,8 +22,8 @@ class Shared:
     # one DuckDB-Wasm instance for every check; each check starts from empty tables
     def __init__(self, engine):
         self.engine = engine
-    async def execute(self, sql, params=None):
-        return await self.engine.execute(sql, params)
+    async def execute(self, sql, params=None, **kw):
+        return await self.engine.execute(sql, params, **kw)
     async def executemany(self, sql, rows):
         return await self.engine.executemany(sql, rows)
     async def load_rows(self, table, columns, rows):

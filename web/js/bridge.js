@@ -632,9 +632,35 @@ class Duck {
     return st;
   }
 
-  async execute({ sql, params }) {
+  async execute({ sql, params, interruptible }) {
+    if (interruptible) return this.interruptible(sql, params);
     const table = params && params.length ? await (await this.statement(sql)).query(...params) : await this.conn.query(sql);
     return resultJSON(table);
+  }
+
+  // A user's query: sent as a pending query that `cancel()` can interrupt between
+  // steps (the worker polls it), so a cancelled or timed-out query stops and
+  // frees the engine. Parameters are bound by a prepared statement.
+  async interruptible(sql, params) {
+    this.cancelled = false;
+    const reader = params && params.length
+      ? await (await this.statement(sql)).send(...params)
+      : await this.conn.send(sql, true);
+    const batches = [];
+    for await (const batch of reader) {
+      if (this.cancelled) throw new BridgeError("Interrupted", "the query was cancelled");
+      batches.push(batch);
+    }
+    return resultJSON(new this.arrow.Table(reader.schema, batches));
+  }
+
+  /** Interrupt the query in flight (if any); resolves once the engine took the request. */
+  async cancel() {
+    this.cancelled = true;
+    try {
+      await this.conn.cancelSent();
+    } catch (_) { /* nothing in flight */ }
+    return null;
   }
 
   async executemany({ sql, rows }) {
@@ -672,7 +698,7 @@ class Duck {
   async call(method, argsJson) {
     try {
       if (this.closed) throw new BridgeError("DatabaseClosed", "the query index is closed");
-      if (!["execute", "executemany", "loadRows", "close"].includes(method)) {
+      if (!["execute", "executemany", "loadRows", "close", "cancel"].includes(method)) {
         throw new BridgeError("NotSupportedError", `unknown engine method ${method}`);
       }
       const value = await this[method](argsJson ? JSON.parse(argsJson) : {});
@@ -702,6 +728,9 @@ export async function duckdbOpen(path = null) {
     await conn.query("SET autoload_known_extensions=false");
     await conn.query("SET autoinstall_known_extensions=false");
     if (path) await conn.query("SELECT count(*) FROM duckdb_tables()"); // touch the file: fail here, not later
+    // no files (registered or OPFS), no network, and no SET that could undo it
+    await conn.query("SET enable_external_access=false");
+    await conn.query("SET lock_configuration=true");
   } catch (e) {
     try { await db.terminate(); } catch (_) { /* already gone */ }
     throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);
