@@ -61,7 +61,15 @@ from .session import Session
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
+from .sync import (
+    EncryptionKey,
+    Passphrase,
+    PullReport,
+    PushReport,
+    SyncConfig,
+    SyncEngine,
+    SyncStatus,
+)
 from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
@@ -149,4 +157,6 @@ __all__ = [
     "SyncStatus",
     "PushReport",
     "PullReport",
+    "Passphrase",
+    "EncryptionKey",
 ]

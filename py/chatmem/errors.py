@@ -22,7 +22,11 @@
     │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
     │   ├── SyncAuthError          401/403: pause sync until the key is fixed; dead-letter nothing
-    │   └── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    │   ├── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    │   ├── WrongPassphrase        end-to-end encryption: the key does not match the space's
+    │   │                          key check value (or none was entered): nothing sent or applied
+    │   └── DecryptionError        an encrypted record failed authentication (tampered or
+    │                              moved to another identity): nothing of its page applied
     ├── ProviderError              the chat model's server failed a request (never holds the key)
     │   ├── ProviderAuthError      401/403: check the api key
     │   ├── ProviderNotFound       404: wrong base URL or model name
@@ -64,6 +68,8 @@ __all__ = [
     "SyncTransientError",
     "SyncAuthError",
     "SyncPermanentError",
+    "WrongPassphrase",
+    "DecryptionError",
     "QueryError",
     "EmbeddingError",
     "UnsupportedEnvironment",
@@ -224,6 +230,23 @@ class SyncAuthError(SyncError):
 
 class SyncPermanentError(SyncError):
     """The server refused the request itself (400/404/409/413/422, other 4xx)."""
+
+
+class WrongPassphrase(SyncError):
+    """The passphrase (or key) does not open this sync space's data.
+
+    Raised before anything is pushed or applied: the derived key does not
+    match the key check value the server keeps, no passphrase was entered on
+    this device, or the passphrase was changed on another device. The outbox
+    is untouched; ``mem.sync.status()`` reports ``wrong-passphrase`` or
+    ``locked``.
+    """
+
+
+class DecryptionError(SyncError):
+    """An encrypted record did not authenticate: its ciphertext, nonce or bound
+    identity (op_id, resource, id, hlc, field) was altered. Nothing of the page
+    that held it is applied and the pull cursor does not move."""
 
 
 class ProviderError(ChatmemError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .backoff import BackoffPolicy, backoff_delay, parse_retry_after, retry_delay
 from .config import SyncConfig, normalize_endpoint
+from .e2e import EncryptionKey, Passphrase
 from .engine import PullReport, PushReport, SyncEngine
 from .hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
 from .ops import SyncOp, make_op, op_session_id, validate_op
@@ -23,6 +24,8 @@ from .protocol import (
 from .status import SYNC_STATES, SyncState, SyncStatus
 
 __all__ = [
+    "Passphrase",
+    "EncryptionKey",
     "SyncEngine",
     "PushReport",
     "PullReport",

@@ -27,6 +27,13 @@ What is durable, and when:
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
+- End-to-end encryption (``SyncConfig(encryption=Passphrase(...))``): before
+  a push or pull the device's key is checked against the space's key check
+  value (``chatmem.sync.keyring``); a mismatch raises ``WrongPassphrase`` and
+  sets ``wrong-passphrase`` / ``locked`` with nothing sent or applied. The
+  outbox keeps plain records; ``data`` is encrypted when a push is built and
+  decrypted when a pulled page is applied (``DecryptionError`` if it does not
+  authenticate: the page is not applied, the cursor stays).
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
@@ -49,16 +56,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import (
+    DecryptionError,
     SyncAuthError,
     SyncError,
     SyncOffline,
     SyncPermanentError,
     SyncTransientError,
     ValidationError,
+    WrongPassphrase,
 )
 from ..http import Transport
 from .backoff import BackoffPolicy
+from .cipher import default_suite
 from .config import SyncConfig
+from .e2e import EncryptionKey, Passphrase
+from .keyring import Keyring
 from .protocol import SyncClient
 from .status import SyncState, SyncStatus
 
@@ -189,6 +201,8 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
+        self.keyring = Keyring(core.store, default_suite, core.ids)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -210,6 +224,10 @@ class SyncEngine:
         cfg.validate()
         await self._load()
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
+        if cfg.encryption is None or not cfg.encryption.remember:
+            await self.keyring.forget()
+        elif not cfg.encryption.is_locked:
+            self.keyring.key = None  # a newly entered passphrase is checked again
         self._set_config(cfg)
         self._paused = False
         self._last_error = None
@@ -354,7 +372,73 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._push_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PushReport(remaining=await self._pending(), state=skipped)
             return await self._push(cfg, client, wait)
+        finally:
+            await self._lock.release()
+
+    async def _unlock(self, cfg: SyncConfig, client: SyncClient) -> SyncState | None:
+        """Check this device's end-to-end key (a no-op without encryption). Returns the
+        state to stop in when the server could not be asked; ``WrongPassphrase`` if it
+        does not match (state ``wrong-passphrase`` / ``locked``, nothing sent)."""
+        if cfg.encryption is None:
+            self.keyring.key = None
+            return None
+        try:
+            await self.keyring.ensure(cfg.encryption, client)
+        except WrongPassphrase as e:
+            await self._wrong_key(e)
+            raise
+        except SyncOffline as e:
+            await self._set_state("offline", error=str(e))
+            return "offline"
+        except SyncAuthError as e:
+            self._paused = True
+            await self._set_state("paused-auth", error=str(e))
+            return "paused-auth"
+        except SyncError as e:
+            await self._set_state("error", error=str(e))
+            return "error"
+        return None
+
+    async def _wrong_key(self, e: WrongPassphrase) -> None:
+        enc = self._config.encryption if self._config else None
+        locked = enc is None or enc.is_locked
+        await self._set_state("locked" if locked else "wrong-passphrase", error=str(e))
+
+    async def change_passphrase(self, new: Passphrase | EncryptionKey) -> SyncConfig:
+        """Re-encrypt the space under ``new`` and keep it as this device's encryption.
+
+        Resumable: if it is interrupted, call it again with the same ``new``; every
+        record is rewritten exactly once. ``WrongPassphrase`` if the current
+        passphrase does not match, or another change (to another passphrase) is in
+        progress. Other devices get ``WrongPassphrase`` until given the new one.
+        Durable when this returns: the space's key on the server, the config here.
+        """
+        if not isinstance(new, (Passphrase, EncryptionKey)):
+            raise ValidationError("the new passphrase must be a Passphrase or EncryptionKey", field="encryption")
+        cfg, client = await self._ready()
+        if cfg.encryption is None:
+            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        if not await self._lock.acquire():
+            raise SyncTransientError("another tab is syncing: try again in a moment")
+        try:
+            await self._set_state("syncing")
+            try:
+                await self.keyring.change(cfg.encryption, new, client)
+            except WrongPassphrase as e:
+                await self._wrong_key(e)
+                raise
+            except SyncError as e:
+                await self._set_state("error", error=str(e))
+                raise
+            updated = cfg.replace(encryption=new)
+            await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
+            self._set_config(updated)
+            await self._set_state("idle", success=True)
+            return updated
         finally:
             await self._lock.release()
 
@@ -414,7 +498,11 @@ class SyncEngine:
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
+                resp = await client.push(await self._wire(batch))
+            except WrongPassphrase as e:  # the key changed under us: keep every op
+                await store.outbox_update([_strip_lease(op) for op in batch])
+                await self._wrong_key(e)
+                raise
             except SyncOffline as e:
                 await store.outbox_update([_strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
@@ -460,6 +548,10 @@ class SyncEngine:
         await self._set_state(final, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
+
+    async def _wire(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The push payload of ``batch``: its wire fields, ``data`` encrypted when configured."""
+        return await self.keyring.seal([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
 
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0]
@@ -518,6 +610,9 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._pull_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PullReport(state=skipped)
             return await self._pull_guarded(cfg, client)
         finally:
             await self._lock.release()
@@ -525,6 +620,12 @@ class SyncEngine:
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         try:
             return await self._pull(cfg, client)
+        except WrongPassphrase as e:
+            await self._wrong_key(e)
+            raise
+        except DecryptionError as e:
+            await self._set_state("error", error=str(e))
+            raise
         except SyncOffline as e:
             await self._set_state("offline", error=str(e))
             return PullReport(state="offline")
@@ -559,10 +660,10 @@ class SyncEngine:
                     raise
                 await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
                 continue
-            changes = [
+            changes = await self.keyring.open([
                 {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
                 for c in page.changes
-            ]
+            ])
             if hlc is not None:
                 for c in page.changes:
                     hlc.update(c.hlc)
@@ -590,6 +691,8 @@ class SyncEngine:
         cfg, client = await self._ready()
         if not self._paused and await self._lock.acquire():
             try:
+                if await self._unlock(cfg, client) is not None:
+                    return await self.status()
                 report = await self._push(cfg, client, wait=True)
                 if report.state not in ("offline", "paused-auth"):
                     await self._pull_guarded(cfg, client)
