@@ -8,6 +8,7 @@ and are turned into typed errors here (``errors.translate_dom_error``).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any, AsyncIterator, Callable
@@ -28,7 +29,7 @@ from .http import HTTPResponse, TransportError, TransportTimeout
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
            "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
-           "is_online", "on_online"]
+           "is_online", "on_online", "WebCryptoSuite"]
 
 
 def _bridge() -> Any:
@@ -97,6 +98,26 @@ async def storage_estimate() -> dict[str, Any]:
 
 async def request_persistence() -> bool:
     return bool(await _bridge().requestPersistence())
+
+
+class WebCryptoSuite:
+    """``chatmem.sync.e2e.CipherSuite`` on WebCrypto (``web/js/crypto.js``): one call per batch."""
+
+    async def pbkdf2_sha256(self, password: bytes, salt: bytes, iterations: int) -> bytes:
+        out = await _bridge().e2ePbkdf2(_b64(password), _b64(salt), iterations)
+        return base64.b64decode(str(out))
+
+    async def seal_many(self, key: bytes, items: Any) -> list[bytes]:
+        raw = await _bridge().e2eSeal(_b64(key), json.dumps([[_b64(x) for x in it] for it in items]))
+        return [base64.b64decode(c) for c in json.loads(str(raw))]
+
+    async def open_many(self, key: bytes, items: Any) -> list[bytes | None]:
+        raw = await _bridge().e2eOpen(_b64(key), json.dumps([[_b64(x) for x in it] for it in items]))
+        return [None if p is None else base64.b64decode(p) for p in json.loads(str(raw))]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 # ---------------------------------------------------------------------------- DuckDB-Wasm engine

@@ -11,6 +11,9 @@
 
 import { openDB, deleteDB } from "idb";
 
+// end-to-end encryption for sync: WebCrypto, in its own module
+export { e2eOpen, e2ePbkdf2, e2eSeal } from "./crypto.js";
+
 const SCHEMA = [
   // v1: the storage model of DESIGN.md section 3
   (db) => {
