@@ -1,7 +1,7 @@
 """Sync status — the chip in the sidebar and its panel — from ``mem.sync``:
 pending changes, dead letters with replay/discard, last sync, errors, and
 "Sync now". The chip shows the engine's own state (idle, syncing, offline,
-paused-auth, error) with the outbox counts; it never claims "synced" while
+paused-auth, locked, wrong-passphrase, error) with the outbox counts; it never claims "synced" while
 anything waits. Auto-sync itself is ``mem.sync``'s loop; the page only
 re-reads the status every few seconds while sync is on.
 """
@@ -36,6 +36,10 @@ def chip_text(st: Any, enabled: bool, busy: bool = False) -> tuple[str, str]:
         return "offline", f"Offline · {st.pending} waiting" if st.pending else "Offline"
     if st.state == "paused-auth":
         return "paused-auth", "Sync key rejected"
+    if st.state == "locked":
+        return "locked", "Passphrase needed"
+    if st.state == "wrong-passphrase":
+        return "wrong-passphrase", "Wrong passphrase"
     if st.state == "error":
         return "error", "Sync error" + (f" · {st.pending} waiting" if st.pending else "")
     if st.dead_letters:
@@ -144,7 +148,10 @@ async def apply_sync_settings(app: Any) -> None:
     """Hand the saved sync settings to ``mem.sync.configure`` (which starts or stops auto-sync)."""
     s = app.settings
     if app.mem.sync.config is not None or s["sync"]["enabled"] or s["sync"]["endpoint"]:
-        await app.mem.sync.configure(settings.sync_config(s))
+        cfg = await app.mem.sync.configure(settings.sync_config(s, app.mem.sync.config))
+        enc = cfg.encryption
+        # the passphrase now lives only inside mem.sync; the form never shows it again
+        s["sync"].update(passphrase="", has_passphrase=bool(enc and not enc.is_locked))
     await refresh_chip(app)
 
 
