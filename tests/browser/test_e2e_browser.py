@@ -5,7 +5,6 @@ plaintext, a wrong passphrase in the page is typed and applies nothing."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,10 @@ from typing import Any
 import pytest
 
 import chatmem
-from chatmem.server import running_server
-from chatmem.server.storage import SQLiteSyncStorage
 from chatmem.sync import SyncConfig
 from chatmem.sync.e2e import Passphrase
 from conftest import Page, run, unique_name
+from e2e_server import STORAGES, e2e_server, stored_bytes
 
 pytestmark = pytest.mark.browser
 
@@ -26,32 +24,10 @@ MARKER = "okapi-nebula-4417"
 PASS = "page and python agree"
 
 
-def storages() -> list[str]:
-    """The server storages this checkout has (each runs the round trip)."""
-    return ["sqlite"]
-
-
-@pytest.fixture(params=storages())
+@pytest.fixture(params=STORAGES)
 def srv(request: Any, tmp_path: Path) -> Iterator[Any]:
-    db = tmp_path / "server.db"
-    with running_server(api_keys=[KEY], storage=SQLiteSyncStorage(str(db))) as s:
-        s.db_path = db
-        s.pushed = []
-        orig = s.service.push
-
-        def push(space: str, payload: Any) -> Any:
-            s.pushed.append(json.dumps(payload, ensure_ascii=False))
-            return orig(space, payload)
-
-        s.service.push = push
+    with e2e_server(request, tmp_path, [KEY]) as s:
         yield s
-
-
-def db_bytes(srv: Any) -> bytes:
-    return b"".join(
-        Path(str(srv.db_path) + sfx).read_bytes()
-        for sfx in ("", "-wal") if Path(str(srv.db_path) + sfx).exists()
-    )
 
 
 def page_device(srv: Any, db: str, passphrase: str) -> str:
@@ -97,7 +73,7 @@ await mem.sync.run()
 """)
     assert back == [f"from the page {MARKER} ünï ✓", f"from python {MARKER}"]
     assert srv.pushed and all(MARKER not in body for body in srv.pushed)
-    assert MARKER.encode() not in db_bytes(srv)
+    assert MARKER.encode() not in stored_bytes(srv)
 
 
 def test_wrong_passphrase_in_the_page_is_typed_and_applies_nothing(page: Page, srv: Any) -> None:

@@ -17,8 +17,6 @@ import pytest
 import chatmem
 from chatmem.errors import DecryptionError, SyncError, ValidationError, WrongPassphrase
 from chatmem.http import HTTPResponse, TransportError, UrllibTransport
-from chatmem.server import running_server
-from chatmem.server.storage import SQLiteSyncStorage
 from chatmem.sync import SyncConfig, keyring
 from chatmem.sync.cipher import CryptographySuite
 from chatmem.sync.e2e import (
@@ -34,6 +32,7 @@ from chatmem.sync.e2e import (
 )
 from chatmem.sync.engine import CONFIG_KEY
 from conftest import run
+from e2e_server import STORAGES, e2e_server, stored_bytes
 
 KEY = "k-e2e-space-1"
 MARKER = "zebra-quasar-7781"
@@ -41,16 +40,9 @@ PASS = "correct horse battery staple"
 FAST = 10_000  # PBKDF2 iterations for tests (the default is DEFAULT_ITERATIONS)
 
 
-def storages() -> list[str]:
-    """The server storages this checkout has (each runs every server test)."""
-    return ["sqlite"]
-
-
-@pytest.fixture(params=storages())
+@pytest.fixture(params=STORAGES)
 def srv(request: Any, tmp_path: Path) -> Iterator[Any]:
-    db = tmp_path / "server.db"
-    with running_server(api_keys=[KEY], storage=SQLiteSyncStorage(str(db))) as s:
-        s.db_path = db
+    with e2e_server(request, tmp_path, [KEY]) as s:
         yield s
 
 
@@ -99,15 +91,6 @@ async def history(mem: chatmem.Memory, marker: str = MARKER) -> str:
     await mem.messages.append(s.session_id, "assistant", "noted")
     await mem.sessions.update(s.session_id, title=f"renamed {marker}")
     return s.session_id
-
-
-def db_bytes(srv: Any) -> bytes:
-    out = b""
-    for suffix in ("", "-wal", "-shm"):
-        p = Path(str(srv.db_path) + suffix)
-        if p.exists():
-            out += p.read_bytes()
-    return out
 
 
 async def texts(mem: chatmem.Memory, sid: str) -> list[str]:
@@ -220,7 +203,7 @@ def test_two_devices_read_each_other_and_the_server_sees_no_plaintext(srv: Any, 
     assert "e2e-v1" in caps
     assert all(MARKER.encode() not in b for b in ta.bodies + tb.bodies)
     assert any(b'"e2e"' in b for b in ta.bodies)  # envelopes did travel
-    assert MARKER.encode() not in db_bytes(srv)
+    assert MARKER.encode() not in stored_bytes(srv)
 
 
 def test_wrong_passphrase_is_typed_before_anything_is_sent_or_applied(srv: Any) -> None:
@@ -271,7 +254,7 @@ def test_a_device_without_encryption_is_refused_and_keeps_its_ops(srv: Any) -> N
             await old.sync.pull()
 
     run(go())
-    assert MARKER.encode() not in db_bytes(srv)
+    assert MARKER.encode() not in stored_bytes(srv)
 
 
 def test_remember_keeps_the_derived_key_not_the_passphrase(srv: Any, tmp_path: Path) -> None:
@@ -329,31 +312,31 @@ def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: Any) ->
         assert resp.results[0].status == "rejected" and "another operation" in (resp.results[0].reason or "")
         await a.sync.push()
         assert s2.session_id
-        # tamper the stored ciphertext of one message
-        conn = sqlite3.connect(str(srv.db_path))
-        rid, data = conn.execute(
-            "SELECT id, data FROM records WHERE resource = 'message' AND deleted = 0 LIMIT 1").fetchone()
-        rec = json.loads(data)
-        good = rec["e2e"]["ct"]
-        rec["e2e"]["ct"] = ("B" if good[0] == "A" else "A") + good[1:]
-        conn.execute("UPDATE records SET data = ? WHERE id = ?", (json.dumps(rec), rid))
-        conn.commit()
+        # tamper the stored ciphertext of one message (through the storage: any database)
+        space = srv.space(KEY)
+        target, other = [r for r in srv.storage.changes(space, 0, 10**6)
+                         if r.resource == "message" and not r.deleted][:2]
+
+        def store_data(data: dict[str, Any]) -> None:
+            with srv.storage.transaction(space) as txn:
+                cur = txn.get("message", target.id)
+                cur.data = data
+                txn.put(cur)
+
+        good = target.data["e2e"]["ct"]
+        flipped = ("B" if good[0] == "A" else "A") + good[1:]
+        store_data({**target.data, "e2e": {**target.data["e2e"], "ct": flipped}})
         b = await device(srv, pw())
         with pytest.raises(DecryptionError):
             await b.sync.pull()
         assert (await b.sync.status()).state == "error"
         assert await b.sessions.list() == []
-        # the envelope moved to another record's id fails the same way
-        rec["e2e"]["ct"] = good
-        other = conn.execute("SELECT data FROM records WHERE resource = 'message' AND id != ? AND deleted = 0",
-                             (rid,)).fetchone()
-        conn.execute("UPDATE records SET data = ? WHERE id = ?", (other[0], rid))
-        conn.commit()
+        # another message's envelope under this message's id fails the same way
+        store_data({**other.data, "id": target.id})
         with pytest.raises(DecryptionError):
             await b.sync.pull()
-        conn.execute("UPDATE records SET data = ? WHERE id = ?", (json.dumps(rec), rid))
-        conn.commit()
-        conn.close()
+        assert await b.sessions.list() == []
+        store_data(target.data)
         await b.sync.pull()
         assert await texts(b, sid) == [f"my secret is {MARKER}", "noted"]
 
@@ -368,7 +351,7 @@ def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(
         a = await device(srv, None)
         sid = await history(a)
         await a.sync.run()
-        assert MARKER.encode() in db_bytes(srv)
+        assert MARKER.encode() in stored_bytes(srv)
         cfg = a.sync.config
         assert cfg is not None
         await a.sync.configure(cfg.replace(encryption=pw()))
@@ -380,7 +363,7 @@ def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(
         return sid
 
     run(go())
-    assert MARKER.encode() not in db_bytes(srv)
+    assert MARKER.encode() not in stored_bytes(srv)
 
 
 @pytest.mark.parametrize("lose", [1, 2], ids=["first-batch-answer-lost", "second-batch-answer-lost"])
