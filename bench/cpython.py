@@ -282,7 +282,8 @@ async def _cm_w7(tmp: Path, url: str, n: int, seed: int, passphrase: str = "") -
     status = await mem.sync.status()
     await mem.close()
     return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
-            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup}
+            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup,
+            "state": status.state, "error": status.last_error}
 
 
 def w7(url: str, n: int, seed: int, reps: int, passphrase: str = "") -> list[dict[str, Any]]:

@@ -301,4 +301,5 @@ async def w7(db: str, url: str, n: int, seed: int, passphrase: str = "") -> dict
     status = await mem.sync.status()
     await mem.close()
     return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
-            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup}
+            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup,
+            "state": status.state, "error": status.last_error}

@@ -222,7 +222,7 @@ class WebLock:
     async def release(self) -> None:
         release, self._release = self._release, None
         if release is not None:
-            release()
+            await release()  # settles once the lock is free (a re-acquire right after succeeds)
 
 
 def is_online() -> bool:

@@ -168,6 +168,14 @@ def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) ->
         assert f"Remember {secret}" in run(cpython())
         assert secret.encode() not in db.read_bytes()
 
+        # change the passphrase from the sync panel: the old one stops working
+        page.fill("#sync-new-passphrase", "the second passphrase")
+        page.click("#panel [data-action=change-passphrase]")
+        page.wait_for_selector("text=Passphrase changed")
+        assert page.locator("#sync-new-passphrase").input_value() == ""
+        passphrase = "the second passphrase"
+        assert f"Remember {secret}" in run(cpython())
+
         other = ctx.new_page()
         other.set_default_timeout(60_000)
         app2 = AppPage(other, site, unique_name("e2e-wrong"))

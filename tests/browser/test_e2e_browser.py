@@ -48,7 +48,9 @@ def test_page_and_cpython_read_each_others_encrypted_changes(page: Page, srv: An
     sid = page.py(page_device(srv, db, PASS) + f"""
 s = await mem.sessions.create(title="page {MARKER}")
 await mem.messages.append(s.session_id, "user", "from the page {MARKER} ünï ✓")
-await mem.sync.run()
+await mem.sync.pull()  # sets the space's key up
+report = await mem.sync.push()  # right after: the tab takes its own Web Lock again
+assert report.drained and report.acknowledged == 2, report
 st = await mem.sync.status()
 assert st.state == "idle" and st.pending == 0, st
 s.session_id

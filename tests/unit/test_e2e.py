@@ -446,3 +446,59 @@ def test_raw_key_and_concurrent_devices_converge(srv: Any) -> None:
     assert (sa.title, sa.pinned) == (sb.title, sb.pinned) == ("from a", True)
     with pytest.raises(ValidationError):
         Passphrase("")
+
+
+def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
+    """/v1/e2e as a third-party client sees it: begin is idempotent and guarded, rewrite says
+    rewritten / already / changed / gone / rejected, commit waits for the last record, and
+    then plain content answers 409 e2e-required, another key 409 e2e-key-changed."""
+    from chatmem.errors import SyncPermanentError
+
+    suite = CryptographySuite()
+
+    async def go() -> None:
+        a = await device(srv, None)
+        sid = await history(a)
+        await a.sync.run()
+        c = a.sync._client
+        assert c is not None
+        assert await c.call("GET", "/v1/e2e") == {"current": None, "pending": None}
+        params, key = await new_params(pw(), suite)
+        other, _ = await new_params(pw("other"), suite)
+        body = {"params": params.to_dict(), "from": None}
+        st = await c.call("POST", "/v1/e2e/begin", body=body)
+        assert st["pending"]["key_id"] == key.key_id
+        assert await c.call("POST", "/v1/e2e/begin", body=body) == st  # resume
+        with pytest.raises(WrongPassphrase):  # 409 e2e-change-in-progress
+            await c.call("POST", "/v1/e2e/begin", body={"params": other.to_dict(), "from": None})
+        page = await c.call("GET", "/v1/e2e/pending", {"limit": "1000"})
+        recs = page["records"]
+        assert not page["more"] and {r["resource"] for r in recs} == {"session", "message"}
+        sealed = await encrypt_records([dict(r, op_id="rk1") for r in recs], key, suite)
+        rewrite = [dict(r, data=d) for r, d in zip(recs, sealed)]
+        bad = dict(rewrite[0], data={"sessionId": sid})  # drops the session's fields
+        stale = dict(rewrite[1], hlc="0000000000001-0000-x")
+        res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": [
+            bad, stale, {"resource": "message", "id": "nope", "hlc": "h", "data": {}}]})
+        assert [r["status"] for r in res["results"]] == ["rejected", "changed", "gone"]
+        with pytest.raises(SyncPermanentError) as e:
+            await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
+        assert e.value.status == 409 and "e2e-not-done" in (e.value.response or "")
+        res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": rewrite})
+        assert {r["status"] for r in res["results"]} == {"rewritten"}
+        res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": rewrite})
+        assert {r["status"] for r in res["results"]} == {"already"}
+        st = await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
+        assert st == {"current": params.to_dict(), "pending": None}
+        await a.sessions.update(sid, title=f"plain again {MARKER}")
+        with pytest.raises(WrongPassphrase, match="e2e|encrypted"):
+            await a.sync.push()
+        assert (await a.store.outbox_counts()) == (1, 0)
+        (op,) = await a.store.outbox_list()
+        _, other_key = await new_params(pw("other"), suite)
+        (data,) = await encrypt_records([op], other_key, suite)
+        with pytest.raises(WrongPassphrase, match="key changed"):
+            await c.push([dict(op, data=data)])
+
+    run(go())
+    assert MARKER.encode() not in stored_bytes(srv)
