@@ -1,7 +1,9 @@
 """Cloud sync, the pure parts: hybrid logical clocks, operations, config,
 backoff, status and the protocol client. ``SyncEngine`` (``mem.sync``) is the
 drain loop and the puller built on them; ``apply`` holds the merge rules a
-store runs when it applies pulled changes.
+store runs when it applies pulled changes. ``e2e`` is the end-to-end
+ciphertext format (``Passphrase``, ``EncryptionKey``), ``cipher`` its AES-GCM /
+PBKDF2 per runtime, ``keyring`` the device's key for its space.
 """
 
 from __future__ import annotations

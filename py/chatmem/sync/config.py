@@ -100,7 +100,7 @@ class SyncConfig:
     backoff_base: int = 1_000
     backoff_max: int = 60_000
     #: end-to-end encryption of pushed data: ``Passphrase("…")`` or ``EncryptionKey(bytes)``
-    encryption: Passphrase | EncryptionKey | None = field(default=None, repr=False)
+    encryption: Passphrase | EncryptionKey | None = field(default=None, repr=False, hash=False)
 
     def validate(self) -> SyncConfig:
         """Return self if valid, else raise ``ValidationError`` naming the field."""
