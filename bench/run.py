@@ -306,10 +306,11 @@ def w7(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     n, reps, rate = cfg["w7_ops"], cfg["w7_reps"], cfg["w7_fail_rate"]
     case = f"drain {n:,} ops, {rate:.0%} 500s"
     log(f"W7 {case}")
+    modes = ("", "bench passphrase")  # plain, then end-to-end encrypted: interleaved per rep
     for where in ("chromium", "cpython"):
-        for passphrase in ("", "bench passphrase"):
-            runs = []
-            for i in range(reps):
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+        for i in range(reps):
+            for passphrase in modes:
                 plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
                 with running_server(api_keys=["bench"], faults=plan) as srv:
                     if where == "chromium":
@@ -321,12 +322,11 @@ def w7(b: Browser, cfg: dict[str, Any], res: Results) -> None:
                     applied = srv.storage.applied_op_count(srv.space("bench"))
                 if r["left"] or r["dead"] or applied != r["ops"]:
                     raise SystemExit(f"W7 {where}: {r} but the server applied {applied}")
-                runs.append(r)
-            system = "chatmem" if where == "chromium" else "chatmem sqlite"
-            if passphrase:
-                system += " e2e"
-            res.add("W7", case, system, [r["ms"] for r in runs], where=where, n_msgs=runs[0]["ops"])
-            res.extra.setdefault("w7", {})[where + (" e2e" if passphrase else "")] = runs
+                runs[passphrase].append(r)
+        for passphrase, got in runs.items():
+            system = ("chatmem" if where == "chromium" else "chatmem sqlite") + (" e2e" if passphrase else "")
+            res.add("W7", case, system, [r["ms"] for r in got], where=where, n_msgs=got[0]["ops"])
+            res.extra.setdefault("w7", {})[where + (" e2e" if passphrase else "")] = got
 
 
 def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:
