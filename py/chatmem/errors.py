@@ -17,7 +17,8 @@
     │   ├── TransactionAborted     (DOMException AbortError, TransactionInactiveError)
     │   ├── VersionConflict        (DOMException VersionError: the database is newer)
     │   ├── UpgradeBlocked         another tab holds an old version open
-    │   └── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    │   ├── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    │   └── IndexLocked            the cached query-index file is held by another tab (OPFS)
     ├── SyncError                  a sync request did not succeed (messages never hold the api key)
     │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
@@ -34,8 +35,12 @@
     │   ├── ProviderServerError    5xx, or the stream broke off mid-answer
     │   ├── ProviderTimeout        no (complete) answer in time
     │   └── ProviderUnavailable    no answer at all: offline, refused, DNS
+    ├── TransportError             no HTTP response at all: refused, reset, DNS, offline
+    │   └── TransportTimeout       no (complete) response within the timeout
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
+    ├── EncryptionConflict         (reference server) a request does not fit the space's
+    │                              encryption state: answered 409 with its ``code``
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
@@ -63,6 +68,9 @@ __all__ = [
     "VersionConflict",
     "UpgradeBlocked",
     "DatabaseClosed",
+    "IndexLocked",
+    "TransportError",
+    "TransportTimeout",
     "SyncError",
     "SyncOffline",
     "SyncTransientError",
@@ -73,6 +81,7 @@ __all__ = [
     "QueryError",
     "EmbeddingError",
     "UnsupportedEnvironment",
+    "EncryptionConflict",
     "ProviderError",
     "ProviderAuthError",
     "ProviderNotFound",
@@ -192,6 +201,32 @@ class UpgradeBlocked(StorageError):
 
 class DatabaseClosed(StorageError):
     """The connection is closed (by ``close()``, or by an upgrade in another tab: reload)."""
+
+
+class IndexLocked(StorageError):
+    """The cached index file is held by another tab (OPFS files are one-writer)."""
+
+
+class EncryptionConflict(ChatmemError):
+    """The reference server: a request does not fit the space's end-to-end encryption
+    state (plain content in an encrypted space, a stale key, a change in progress).
+    Answered ``409 {"error", "code"}``; ``code`` is e.g. ``e2e-required``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class TransportError(ChatmemError):
+    """No HTTP response: connection refused or reset, DNS failure, offline.
+
+    Any HTTP status is a response, not an error; the sync client and the chat
+    provider turn a ``TransportError`` into ``SyncOffline`` / ``ProviderUnavailable``.
+    """
+
+
+class TransportTimeout(TransportError):
+    """No (complete) response within the timeout."""
 
 
 class SyncError(ChatmemError):

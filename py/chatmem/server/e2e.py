@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import EncryptionConflict as E2EConflict
 from ..errors import ValidationError
 from ..sync.e2e import (
     PLAIN_FIELDS,
@@ -45,14 +46,6 @@ META = "e2e"
 CAPABILITY = "e2e-v1"
 MAX_REWRITE = 1000
 _SCAN = 500
-
-
-class E2EConflict(Exception):
-    """A request that does not fit the space's encryption state: HTTP 409 with ``code``."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 def _state(txn: SpaceTransaction) -> dict[str, Any]:

@@ -41,10 +41,12 @@ from ..errors import (
     SyncOffline,
     SyncPermanentError,
     SyncTransientError,
+    TransportError,
+    TransportTimeout,
     ValidationError,
     WrongPassphrase,
 )
-from ..http import HTTPResponse, Transport, TransportError, TransportTimeout, default_transport
+from ..http import HTTPResponse, Transport, default_transport
 from ..ids import Clock, system_clock
 from .backoff import parse_retry_after
 from .config import SyncConfig
