@@ -28,7 +28,10 @@ from typing import Any
 from ..errors import ValidationError
 from .e2e import EncryptionKey, Passphrase
 
-__all__ = ["SyncConfig", "LOCAL_HOSTS", "normalize_endpoint"]
+__all__ = ["SyncConfig", "CONFIG_KEY", "LOCAL_HOSTS", "normalize_endpoint"]
+
+#: where ``mem.sync`` keeps its config in the store's ``kv``
+CONFIG_KEY = "sync.config"
 
 LOCAL_HOSTS: frozenset[str] = frozenset({"localhost", "127.0.0.1", "::1"})
 

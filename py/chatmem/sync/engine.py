@@ -27,13 +27,8 @@ What is durable, and when:
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
-- End-to-end encryption (``SyncConfig(encryption=Passphrase(...))``): before
-  a push or pull the device's key is checked against the space's key check
-  value (``chatmem.sync.keyring``); a mismatch raises ``WrongPassphrase`` and
-  sets ``wrong-passphrase`` / ``locked`` with nothing sent or applied. The
-  outbox keeps plain records; ``data`` is encrypted when a push is built and
-  decrypted when a pulled page is applied (``DecryptionError`` if it does not
-  authenticate: the page is not applied, the cursor stays).
+- End-to-end encryption: see ``chatmem.sync.unlock`` (key check before a push
+  or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
@@ -67,14 +62,12 @@ from ..errors import (
 from ..http import Transport
 from .backoff import BackoffPolicy
 from .cipher import default_suite
-from .config import SyncConfig
-from .e2e import EncryptionKey, Passphrase
+from .config import CONFIG_KEY, SyncConfig
 from .keyring import Keyring
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
     LEASE_MARGIN_MS,
-    WIRE_FIELDS,
     DrainLock,
     LocalDrainLock,
     PullReport,
@@ -86,6 +79,7 @@ from .push import (
     strip_lease,
 )
 from .status import SyncState, SyncStatus
+from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -104,7 +98,6 @@ __all__ = [
 
 log = logging.getLogger("chatmem.sync")
 
-CONFIG_KEY = "sync.config"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
 
@@ -112,7 +105,7 @@ HLC_KEY = "sync.hlc"
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class SyncEngine:
+class SyncEngine(EncryptedSync):
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -173,10 +166,7 @@ class SyncEngine:
         cfg.validate()
         await self._load()
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
-        if cfg.encryption is None or not cfg.encryption.remember:
-            await self.keyring.forget()
-        elif not cfg.encryption.is_locked:
-            self.keyring.key = None  # a newly entered passphrase is checked again
+        await self._configured_encryption(cfg)
         self._set_config(cfg)
         self._paused = False
         self._last_error = None
@@ -315,69 +305,6 @@ class SyncEngine:
         finally:
             await self._lock.release()
 
-    async def _unlock(self, cfg: SyncConfig, client: SyncClient) -> SyncState | None:
-        """Check this device's end-to-end key (a no-op without encryption). Returns the
-        state to stop in when the server could not be asked; ``WrongPassphrase`` if it
-        does not match (state ``wrong-passphrase`` / ``locked``, nothing sent)."""
-        if cfg.encryption is None:
-            self.keyring.key = None
-            return None
-        try:
-            await self.keyring.ensure(cfg.encryption, client)
-        except WrongPassphrase as e:
-            await self._wrong_key(e)
-            raise
-        except SyncOffline as e:
-            await self._set_state("offline", error=str(e))
-            return "offline"
-        except SyncAuthError as e:
-            self._paused = True
-            await self._set_state("paused-auth", error=str(e))
-            return "paused-auth"
-        except SyncError as e:
-            await self._set_state("error", error=str(e))
-            return "error"
-        return None
-
-    async def _wrong_key(self, e: WrongPassphrase) -> None:
-        enc = self._config.encryption if self._config else None
-        locked = enc is None or enc.is_locked
-        await self._set_state("locked" if locked else "wrong-passphrase", error=str(e))
-
-    async def change_passphrase(self, new: Passphrase | EncryptionKey) -> SyncConfig:
-        """Re-encrypt the space under ``new`` and keep it as this device's encryption.
-
-        Resumable: if it is interrupted, call it again with the same ``new``; every
-        record is rewritten exactly once. ``WrongPassphrase`` if the current
-        passphrase does not match, or another change (to another passphrase) is in
-        progress. Other devices get ``WrongPassphrase`` until given the new one.
-        Durable when this returns: the space's key on the server, the config here.
-        """
-        if not isinstance(new, (Passphrase, EncryptionKey)):
-            raise ValidationError("the new passphrase must be a Passphrase or EncryptionKey", field="encryption")
-        cfg, client = await self._ready()
-        if cfg.encryption is None:
-            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
-        if not await self._lock.acquire():
-            raise SyncTransientError("another tab is syncing: try again in a moment")
-        try:
-            await self._set_state("syncing")
-            try:
-                await self.keyring.change(cfg.encryption, new, client)
-            except WrongPassphrase as e:
-                await self._wrong_key(e)
-                raise
-            except SyncError as e:
-                await self._set_state("error", error=str(e))
-                raise
-            updated = cfg.replace(encryption=new)
-            await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
-            self._set_config(updated)
-            await self._set_state("idle", success=True)
-            return updated
-        finally:
-            await self._lock.release()
-
     async def _push_skipped(self) -> PushReport:
         """Nothing was done here (paused, or another drainer holds the lock): the status."""
         st = await self.status()
@@ -459,10 +386,6 @@ class SyncEngine:
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
 
-    async def _wire(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The push payload of ``batch``: its wire fields, ``data`` encrypted when configured."""
-        return await self.keyring.seal([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
-
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0]
 
@@ -485,11 +408,8 @@ class SyncEngine:
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         try:
             return await self._pull(cfg, client)
-        except WrongPassphrase as e:
-            await self._wrong_key(e)
-            raise
-        except DecryptionError as e:
-            await self._set_state("error", error=str(e))
+        except (WrongPassphrase, DecryptionError) as e:
+            await self._encryption_failed(e)
             raise
         except SyncOffline as e:
             await self._set_state("offline", error=str(e))
