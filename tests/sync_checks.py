@@ -125,6 +125,8 @@ async def check_apply_changes(mem: Any) -> None:
     nothing enqueued, cursor written, LWW under newer pending ops, immutability, seq
     collisions, placeholders, tombstones."""
     store = mem.store
+    await store.outbox_activate(0)  # the outbox holds local writes only once sync is on
+
     def h(n: int) -> str:
         return f"{1_800_000_000_000 + n:013d}-0000-remote"
 

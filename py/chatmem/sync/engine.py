@@ -57,10 +57,12 @@ from ..errors import (
     ValidationError,
 )
 from ..http import Transport
+from .backfill import Backfill
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .protocol import SyncClient
 from .status import SyncState, SyncStatus
+from .wire import resolve
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -84,8 +86,6 @@ CURSOR_KEY = "sync.cursor"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
 
-#: fields of an outbox record that travel in a push (the rest is local bookkeeping)
-WIRE_FIELDS = ("op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts")
 #: a lease outlives the request's timeout by this much (ms)
 LEASE_MARGIN_MS = 5_000
 #: changes per pulled page
@@ -189,6 +189,7 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -209,6 +210,9 @@ class SyncEngine:
         cfg = config if isinstance(config, SyncConfig) else SyncConfig.from_dict(config)
         cfg.validate()
         await self._load()
+        if cfg.enabled:
+            # from here on every write queues its ops; the history before is backfilled
+            await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
         self._set_config(cfg)
         self._paused = False
@@ -299,6 +303,7 @@ class SyncEngine:
         """Counts from the store, state from the drainer's ``kv`` record (any tab's)."""
         await self._load()
         pending, dead = await self._core.store.outbox_counts()
+        pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
         if isinstance(st, dict) and st.get("owner") != self.owner:
             return SyncStatus(
@@ -392,16 +397,89 @@ class SyncEngine:
                 break
         return batch, wake
 
+    async def _push_history(
+        self, cfg: SyncConfig, client: SyncClient, policy: BackoffPolicy, wait: bool
+    ) -> tuple[SyncState | None, int, int, int]:
+        """The backfill (``chatmem.sync.backfill``): (state if it stopped early, requests, acked, dead)."""
+        store = self._core.store
+        counts = [0, 0, 0]
+        stop: list[SyncState] = []
+
+        async def send(batch: list[dict[str, Any]], known: dict[str, dict[str, Any]]) -> bool:
+            payload, _gone = await resolve(store, batch, known)
+            by_op = {op["op_id"]: op for op in batch}
+            failures = 0
+            while payload:
+                counts[0] += 1
+                try:
+                    resp = await client.push(payload)
+                except SyncOffline as e:
+                    await self._set_state("offline", error=str(e))
+                    stop.append("offline")
+                    return False
+                except SyncAuthError as e:
+                    self._paused = True
+                    await self._set_state("paused-auth", error=str(e))
+                    stop.append("paused-auth")
+                    return False
+                except SyncTransientError as e:
+                    failures += 1
+                    self._last_error = str(e)
+                    if failures > cfg.max_retries or not wait or self._closed:
+                        stop.append("error")
+                        return False
+                    await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
+                    continue
+                except (SyncPermanentError, ValidationError) as e:
+                    await store.outbox_to_dead([
+                        self._dead(by_op[p["op_id"]], f"the server refused the batch: {e}",
+                                   getattr(e, "response", None), getattr(e, "status", None))
+                        for p in payload
+                    ])
+                    counts[2] += len(payload)
+                    return True
+                results = resp.by_op_id()
+                rejected = [p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"]
+                if rejected:
+                    await store.outbox_to_dead([
+                        self._dead(by_op[p["op_id"]], results[p["op_id"]].reason or "rejected by the server",
+                                   json.dumps({"op_id": p["op_id"], "status": "rejected",
+                                               "reason": results[p["op_id"]].reason}), 200)
+                        for p in rejected
+                    ])
+                counts[1] += sum(1 for r in resp.results if r.delivered)
+                counts[2] += len(rejected)
+                self._last_success = self._now()
+                missing = set(resp.missing)
+                payload = [p for p in payload if p["op_id"] in missing]
+            for op in batch:
+                known.pop(op["id"], None)
+            return True
+
+        done = await self._backfill.run(send, cfg.batch_size)
+        return (None if done else (stop[0] if stop else "error")), counts[0], counts[1], counts[2]
+
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        requests = acked = dead = 0
         final: SyncState = "idle"
         await self._set_state("syncing")
+        stopped, requests, acked, dead = await self._push_history(cfg, client, policy, wait)
+        if stopped is not None:
+            if stopped == "error":
+                await self._set_state("error", error=self._last_error)
+            return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
             now = self._now()
             ops = await store.outbox_list()
             batch, wake = self._select(ops, now, cfg.batch_size)
+            if batch:
+                payload, gone = await resolve(store, batch)
+                if gone:  # deleted before it was pushed: its delete follows in the outbox
+                    await store.outbox_ack([op["op_id"] for op in gone])
+                    batch = [op for op in batch if not any(op is g for g in gone)]
+                    if not batch:
+                        continue
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -414,7 +492,7 @@ class SyncEngine:
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
+                resp = await client.push(payload)
             except SyncOffline as e:
                 await store.outbox_update([_strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
@@ -462,7 +540,7 @@ class SyncEngine:
         return PushReport(requests, acked, dead, await self._pending(), final)
 
     async def _pending(self) -> int:
-        return (await self._core.store.outbox_counts())[0]
+        return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
 
     def _dead(
         self, op: Mapping[str, Any], reason: str, response: str | None, status: int | None
@@ -523,6 +601,12 @@ class SyncEngine:
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
+        # the history goes up first: a pulled change must not land on a record the
+        # server has not seen from here (pending local state lives in the outbox)
+        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
+        stopped = (await self._push_history(cfg, client, policy, True))[0]
+        if stopped is not None:
+            return PullReport(state=stopped)
         try:
             return await self._pull(cfg, client)
         except SyncOffline as e:
