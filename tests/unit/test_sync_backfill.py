@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_sync_engine import KEY, FakeTime, cfg
 
 import chatmem
 from chatmem.server import running_server
@@ -16,7 +17,6 @@ from chatmem.stores.sqlite import SQLiteStore
 from chatmem.sync.backfill import BACKFILL_KEY, backfill_op_id
 from conftest import run
 from sync_checks import PushRecorder, local_snapshot, server_snapshot
-from test_sync_engine import KEY, FakeTime, cfg
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ What is durable, and when:
 - Operations of one session go in order: an operation waiting for a retry
   (or leased by another drainer) holds back the later operations of its
   session only; other sessions go on.
+- History written before sync was first turned on is pushed from the store
+  before the outbox, and before a pull (``chatmem.sync.backfill``).
 - ``pull()`` applies one page of ``/v1/changes`` per store transaction
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
@@ -45,8 +47,7 @@ import logging
 import random
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     SyncAuthError,
@@ -57,98 +58,39 @@ from ..errors import (
     ValidationError,
 )
 from ..http import Transport
-from .backfill import Backfill
+from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .protocol import SyncClient
+from .pull import CURSOR_KEY, pull_changes
+from .push import (
+    LEASE_MARGIN_MS,
+    DrainLock,
+    LocalDrainLock,
+    PullReport,
+    PushReport,
+    dead_record,
+    op_ids,
+    record_failures,
+    resolve_batch,
+    select_batch,
+    strip_lease,
+)
 from .status import SyncState, SyncStatus
-from .wire import resolve
 
 if TYPE_CHECKING:
     from ..core import Core
 
-__all__ = [
-    "CONFIG_KEY",
-    "CURSOR_KEY",
-    "HLC_KEY",
-    "STATUS_KEY",
-    "DrainLock",
-    "LocalDrainLock",
-    "PullReport",
-    "PushReport",
-    "SyncEngine",
-]
+__all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
+           "PushReport", "SyncEngine"]
 
 log = logging.getLogger("chatmem.sync")
 
 CONFIG_KEY = "sync.config"
-CURSOR_KEY = "sync.cursor"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
 
-#: a lease outlives the request's timeout by this much (ms)
-LEASE_MARGIN_MS = 5_000
-#: changes per pulled page
-PULL_LIMIT = 500
-
 Sleep = Callable[[float], Awaitable[None]]
-
-
-class DrainLock(Protocol):
-    """Who may drain: ``acquire()`` never waits; False means someone else drains."""
-
-    #: True if holding it proves no other drainer exists (leases of others can be ignored)
-    exclusive: bool
-
-    async def acquire(self) -> bool: ...
-
-    async def release(self) -> None: ...
-
-
-class LocalDrainLock:
-    """One drainer per engine (CPython). Engines sharing a file respect each other's leases."""
-
-    exclusive = False
-
-    def __init__(self) -> None:
-        self._held = False
-
-    async def acquire(self) -> bool:
-        if self._held:
-            return False
-        self._held = True
-        return True
-
-    async def release(self) -> None:
-        self._held = False
-
-
-@dataclass(frozen=True)
-class PushReport:
-    #: push requests made
-    requests: int = 0
-    #: operations the server acknowledged (applied or duplicate)
-    acknowledged: int = 0
-    #: operations moved to the dead-letter store
-    dead_lettered: int = 0
-    #: operations still in the outbox
-    remaining: int = 0
-    state: SyncState = "idle"
-    #: False when another tab/engine holds the drain lock (nothing was done here)
-    drained: bool = True
-
-
-@dataclass(frozen=True)
-class PullReport:
-    pages: int = 0
-    changes: int = 0
-    cursor: str | None = None
-    state: SyncState = "idle"
-    drained: bool = True
-
-
-def _strip_lease(op: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in op.items() if k not in ("lease_owner", "lease_until", "key")}
 
 
 class SyncEngine:
@@ -210,8 +152,7 @@ class SyncEngine:
         cfg = config if isinstance(config, SyncConfig) else SyncConfig.from_dict(config)
         cfg.validate()
         await self._load()
-        if cfg.enabled:
-            # from here on every write queues its ops; the history before is backfilled
+        if cfg.enabled:  # from here on writes queue their ops; the history before is backfilled
             await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
         self._set_config(cfg)
@@ -320,29 +261,16 @@ class SyncEngine:
         """Dead-lettered operations: the op fields plus ``reason``, ``response``, ``status``, ``failed_at``."""
         return await self._core.store.dead_list()
 
-    @staticmethod
-    def _ids(which: str | Iterable[str]) -> list[str] | None:
-        if which == "all":
-            return None
-        if isinstance(which, str):
-            if not which:
-                raise ValidationError("op_id must be a non-empty string or 'all'", field="op_id")
-            return [which]
-        ids = list(which)
-        if not all(isinstance(i, str) and i for i in ids):
-            raise ValidationError("op ids must be non-empty strings", field="op_id")
-        return ids
-
     async def replay(self, which: str | Iterable[str]) -> int:
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
-        n = await self._core.store.dead_replay(self._ids(which))
+        n = await self._core.store.dead_replay(op_ids(which))
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(self._ids(which))
+        return await self._core.store.dead_discard(op_ids(which))
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -371,115 +299,22 @@ class SyncEngine:
     async def _pull_skipped(self) -> PullReport:
         return PullReport(state=(await self.status()).state, drained=False)
 
-    def _select(
-        self, ops: list[dict[str, Any]], now: int, limit: int
-    ) -> tuple[list[dict[str, Any]], int | None]:
-        """The next batch (per-session FIFO) and, if something waits, when it is due."""
-        blocked: set[str] = set()
-        batch: list[dict[str, Any]] = []
-        wake: int | None = None
-        for op in ops:
-            sid = str(op.get("session_id") or op.get("id"))
-            if sid in blocked:
-                continue
-            owner, until = op.get("lease_owner"), int(op.get("lease_until") or 0)
-            if owner not in (None, self.owner) and until > now and not self._lock.exclusive:
-                blocked.add(sid)
-                wake = until if wake is None else min(wake, until)
-                continue
-            due = int(op.get("next_attempt_at") or 0)
-            if due > now:
-                blocked.add(sid)
-                wake = due if wake is None else min(wake, due)
-                continue
-            batch.append(op)
-            if len(batch) >= limit:
-                break
-        return batch, wake
-
-    async def _push_history(
-        self, cfg: SyncConfig, client: SyncClient, policy: BackoffPolicy, wait: bool
-    ) -> tuple[SyncState | None, int, int, int]:
-        """The backfill (``chatmem.sync.backfill``): (state if it stopped early, requests, acked, dead)."""
-        store = self._core.store
-        counts = [0, 0, 0]
-        stop: list[SyncState] = []
-
-        async def send(batch: list[dict[str, Any]], known: dict[str, dict[str, Any]]) -> bool:
-            payload, _gone = await resolve(store, batch, known)
-            by_op = {op["op_id"]: op for op in batch}
-            failures = 0
-            while payload:
-                counts[0] += 1
-                try:
-                    resp = await client.push(payload)
-                except SyncOffline as e:
-                    await self._set_state("offline", error=str(e))
-                    stop.append("offline")
-                    return False
-                except SyncAuthError as e:
-                    self._paused = True
-                    await self._set_state("paused-auth", error=str(e))
-                    stop.append("paused-auth")
-                    return False
-                except SyncTransientError as e:
-                    failures += 1
-                    self._last_error = str(e)
-                    if failures > cfg.max_retries or not wait or self._closed:
-                        stop.append("error")
-                        return False
-                    await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
-                    continue
-                except (SyncPermanentError, ValidationError) as e:
-                    await store.outbox_to_dead([
-                        self._dead(by_op[p["op_id"]], f"the server refused the batch: {e}",
-                                   getattr(e, "response", None), getattr(e, "status", None))
-                        for p in payload
-                    ])
-                    counts[2] += len(payload)
-                    return True
-                results = resp.by_op_id()
-                rejected = [p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"]
-                if rejected:
-                    await store.outbox_to_dead([
-                        self._dead(by_op[p["op_id"]], results[p["op_id"]].reason or "rejected by the server",
-                                   json.dumps({"op_id": p["op_id"], "status": "rejected",
-                                               "reason": results[p["op_id"]].reason}), 200)
-                        for p in rejected
-                    ])
-                counts[1] += sum(1 for r in resp.results if r.delivered)
-                counts[2] += len(rejected)
-                self._last_success = self._now()
-                missing = set(resp.missing)
-                payload = [p for p in payload if p["op_id"] in missing]
-            for op in batch:
-                known.pop(op["id"], None)
-            return True
-
-        done = await self._backfill.run(send, cfg.batch_size)
-        return (None if done else (stop[0] if stop else "error")), counts[0], counts[1], counts[2]
-
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
         final: SyncState = "idle"
         await self._set_state("syncing")
-        stopped, requests, acked, dead = await self._push_history(cfg, client, policy, wait)
-        if stopped is not None:
-            if stopped == "error":
-                await self._set_state("error", error=self._last_error)
+        stopped, requests, acked, dead = await push_history(self, self._backfill, cfg, client, policy, wait)
+        if stopped is not None:  # the history goes first (chatmem.sync.backfill)
             return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
             now = self._now()
             ops = await store.outbox_list()
-            batch, wake = self._select(ops, now, cfg.batch_size)
+            batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
             if batch:
-                payload, gone = await resolve(store, batch)
-                if gone:  # deleted before it was pushed: its delete follows in the outbox
-                    await store.outbox_ack([op["op_id"] for op in gone])
-                    batch = [op for op in batch if not any(op is g for g in gone)]
-                    if not batch:
-                        continue
+                payload, batch = await resolve_batch(store, batch)
+                if not batch:
+                    continue
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -494,23 +329,23 @@ class SyncEngine:
             try:
                 resp = await client.push(payload)
             except SyncOffline as e:
-                await store.outbox_update([_strip_lease(op) for op in batch])
+                await store.outbox_update([strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
                 return PushReport(requests, acked, dead, await self._pending(), "offline")
             except SyncAuthError as e:
-                await store.outbox_update([_strip_lease(op) for op in batch])
+                await store.outbox_update([strip_lease(op) for op in batch])
                 self._paused = True
                 await self._set_state("paused-auth", error=str(e))
                 return PushReport(requests, acked, dead, await self._pending(), "paused-auth")
             except SyncTransientError as e:
-                dead += await self._failed(batch, e, cfg, policy)
+                dead += await record_failures(store, batch, e, cfg, policy, self._now(), self.rand)
                 self._last_error = str(e)
                 continue
             except (SyncPermanentError, ValidationError) as e:
                 status = getattr(e, "status", None)
                 response = getattr(e, "response", None)
                 await store.outbox_to_dead(
-                    [self._dead(op, f"the server refused the batch: {e}", response, status) for op in batch]
+                    [dead_record(op, f"the server refused the batch: {e}", response, status, self._now()) for op in batch]
                 )
                 dead += len(batch)
                 self._last_error = str(e)
@@ -518,9 +353,9 @@ class SyncEngine:
             by_id = resp.by_op_id()
             ok = [r.op_id for r in resp.results if r.delivered]
             rejected = [
-                self._dead(op, by_id[op["op_id"]].reason or "rejected by the server",
-                           json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                       "reason": by_id[op["op_id"]].reason}), 200)
+                dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
+                            json.dumps({"op_id": op["op_id"], "status": "rejected",
+                                        "reason": by_id[op["op_id"]].reason}), 200, self._now())
                 for op in batch
                 if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
             ]
@@ -531,7 +366,7 @@ class SyncEngine:
             missing = [op for op in batch if op["op_id"] in set(resp.missing)]
             if missing:
                 err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await self._failed(missing, err, cfg, policy)
+                dead += await record_failures(store, missing, err, cfg, policy, self._now(), self.rand)
             acked += len(ok)
             dead += len(rejected)
             self._last_success = self._now()
@@ -541,51 +376,6 @@ class SyncEngine:
 
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
-
-    def _dead(
-        self, op: Mapping[str, Any], reason: str, response: str | None, status: int | None
-    ) -> dict[str, Any]:
-        return dict(
-            _strip_lease(op), reason=reason, response=response, status=status, failed_at=self._now()
-        )
-
-    async def _failed(
-        self, ops: list[dict[str, Any]], err: SyncError, cfg: SyncConfig, policy: BackoffPolicy
-    ) -> int:
-        """Count a failed attempt on each op: schedule its retry, or dead-letter it."""
-        now = self._now()
-        retry: list[dict[str, Any]] = []
-        dead: list[dict[str, Any]] = []
-        delays: dict[int, int] = {}
-        for op in ops:
-            attempts = int(op.get("attempts") or 0) + 1
-            if attempts > cfg.max_retries:
-                dead.append(
-                    dict(
-                        self._dead(
-                            op,
-                            f"gave up after {attempts} failed attempts: {err}",
-                            err.response,
-                            err.status,
-                        ),
-                        attempts=attempts,
-                        last_error=str(err),
-                    )
-                )
-                continue
-            # one draw per retry number: ops that failed together stay one batch (same due time)
-            if attempts not in delays:
-                delays[attempts] = policy.delay(attempts - 1, err.retry_after_ms, now, self.rand)
-            delay = delays[attempts]
-            retry.append(
-                dict(_strip_lease(op), attempts=attempts, next_attempt_at=now + delay, last_error=str(err))
-            )
-        if retry:
-            await self._core.store.outbox_update(retry)
-        if dead:
-            await self._core.store.outbox_to_dead(dead)
-        log.info("sync push failed (%s): %d to retry, %d dead-lettered", err, len(retry), len(dead))
-        return len(dead)
 
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
@@ -601,11 +391,8 @@ class SyncEngine:
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
-        # the history goes up first: a pulled change must not land on a record the
-        # server has not seen from here (pending local state lives in the outbox)
-        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        stopped = (await self._push_history(cfg, client, policy, True))[0]
-        if stopped is not None:
+        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
+        if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
             return PullReport(state=stopped)
         try:
             return await self._pull(cfg, client)
@@ -621,44 +408,8 @@ class SyncEngine:
             return PullReport(state="error")
 
     async def _pull(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
-        store, core = self._core.store, self._core
-        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        cursor = await store.kv_get(CURSOR_KEY)
-        cursor = cursor if isinstance(cursor, str) and cursor else None
-        pages = n = failures = 0
-        restarted = False
         await self._set_state("syncing")
-        hlc = core.outbox.hlc
-        while True:
-            try:
-                page = await client.changes(since=cursor, limit=PULL_LIMIT)
-            except SyncPermanentError as e:
-                if e.status == 400 and cursor is not None and not restarted:
-                    cursor, restarted = None, True  # the server's feed was reset
-                    continue
-                raise
-            except SyncTransientError as e:
-                failures += 1
-                if failures > cfg.max_retries:
-                    raise
-                await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
-                continue
-            changes = [
-                {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
-                for c in page.changes
-            ]
-            if hlc is not None:
-                for c in page.changes:
-                    hlc.update(c.hlc)
-            touched = await store.apply_changes(changes, {CURSOR_KEY: page.cursor})
-            for sid in touched:
-                core.invalidate(sid)
-                core.changed("session-synced", sid, None)
-            pages += 1
-            n += len(changes)
-            cursor = page.cursor
-            if not page.more:
-                break
+        pages, n, cursor = await pull_changes(self._core, client, cfg, sleep=self.sleep, rand=self.rand)
         await self._save_hlc()
         await self._set_state("idle", success=True)
         return PullReport(pages, n, cursor, "idle")

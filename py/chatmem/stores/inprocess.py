@@ -214,7 +214,7 @@ class MemoryStore:
     async def outbox_activate(self, now: int) -> dict[str, Any]:
         if OUTBOX_KEY not in self._kv:
             self._kv[OUTBOX_KEY] = snapshot_of(self._sessions.values(), now)
-        return clone(self._kv[OUTBOX_KEY])  # type: ignore[no-any-return]
+        return clone(self._kv[OUTBOX_KEY])
 
     async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
         self._enqueue(ops, gated=False)
