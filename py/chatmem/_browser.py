@@ -32,7 +32,7 @@ from .http import HTTPResponse
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
            "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
-           "is_online", "on_online", "WebCryptoSuite"]
+           "open_index_engine", "is_online", "on_online", "WebCryptoSuite"]
 
 
 def _bridge() -> Any:
@@ -139,6 +139,8 @@ class DuckDBWasmEngine:
         self._handle = handle
         self.path = path
         self.persistent = bool(path)
+        #: the Web Lock that makes this tab the owner of the file (released on close)
+        self.owner_lock: WebLock | None = None
 
     @classmethod
     async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
@@ -176,7 +178,40 @@ class DuckDBWasmEngine:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
     async def close(self) -> None:
-        await self._call("close")
+        try:
+            await self._call("close")
+        finally:
+            lock, self.owner_lock = getattr(self, "owner_lock", None), None
+            if lock is not None:
+                await lock.release()
+
+
+async def open_index_engine(path: str) -> tuple[DuckDBWasmEngine, str | None]:
+    """The engine of the cached index at ``path`` and a notice for the user, if any.
+
+    The tab that gets the Web Lock ``chatmem-index:<path>`` (held until the engine
+    closes or the page goes) owns the file, so a file it cannot open is not held
+    by another tab but unreadable: it is deleted and opened afresh (the index is
+    rebuilt from the store), or, if that fails too, the index stays in memory.
+    A tab without the lock gets an in-memory index.
+    """
+    lock = WebLock(f"chatmem-index:{path}")
+    if not await lock.acquire():
+        return await DuckDBWasmEngine.open(), None
+    notice = None
+    try:
+        try:
+            engine = await DuckDBWasmEngine.open(path)
+        except StorageError as e:
+            await opfs_remove(path.removeprefix("opfs://"))
+            notice = f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
+            engine = await DuckDBWasmEngine.open(path)
+    except StorageError as e:
+        await lock.release()
+        note = f"The search index cannot be saved in this browser ({e}); it is kept in memory for this page."
+        return await DuckDBWasmEngine.open(), note
+    engine.owner_lock = lock
+    return engine, notice
 
 
 async def opfs_remove(name: str) -> bool:

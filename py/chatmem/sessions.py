@@ -237,7 +237,7 @@ class Sessions:
         )
         rec = meta.to_record()
         ops = await self._core.outbox.session_created(rec)
-        ops += await self._core.outbox.messages_created(new_id, copies, with_data=True)
+        ops += await self._core.outbox.messages_created(new_id, copies)
         await self._core.store.create_session(rec, copies, ops)
         self._core.changed("session-created", new_id, rec)
         if copies:

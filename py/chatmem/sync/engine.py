@@ -23,6 +23,8 @@ What is durable, and when:
 - Operations of one session go in order: an operation waiting for a retry
   (or leased by another drainer) holds back the later operations of its
   session only; other sessions go on.
+- History written before sync was first turned on is pushed from the store
+  before the outbox, and before a pull (``chatmem.sync.backfill``).
 - ``pull()`` applies one page of ``/v1/changes`` per store transaction
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
@@ -60,6 +62,7 @@ from ..errors import (
     WrongPassphrase,
 )
 from ..http import Transport
+from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
 from .cipher import default_suite
 from .config import CONFIG_KEY, SyncConfig
@@ -75,6 +78,7 @@ from .push import (
     dead_record,
     op_ids,
     record_failures,
+    resolve_batch,
     select_batch,
     strip_lease,
 )
@@ -84,23 +88,13 @@ from .unlock import EncryptedSync
 if TYPE_CHECKING:
     from ..core import Core
 
-__all__ = [
-    "CONFIG_KEY",
-    "CURSOR_KEY",
-    "HLC_KEY",
-    "STATUS_KEY",
-    "DrainLock",
-    "LocalDrainLock",
-    "PullReport",
-    "PushReport",
-    "SyncEngine",
-]
+__all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
+           "PushReport", "SyncEngine"]
 
 log = logging.getLogger("chatmem.sync")
 
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
-
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -145,6 +139,7 @@ class SyncEngine(EncryptedSync):
         self._closed = False
         #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
         self.keyring = Keyring(core.store, default_suite, core.ids)
+        self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -165,6 +160,8 @@ class SyncEngine(EncryptedSync):
         cfg = config if isinstance(config, SyncConfig) else SyncConfig.from_dict(config)
         cfg.validate()
         await self._load()
+        if cfg.enabled:  # from here on writes queue their ops; the history before is backfilled
+            await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
         await self._configured_encryption(cfg)
         self._set_config(cfg)
@@ -256,6 +253,7 @@ class SyncEngine(EncryptedSync):
         """Counts from the store, state from the drainer's ``kv`` record (any tab's)."""
         await self._load()
         pending, dead = await self._core.store.outbox_counts()
+        pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
         if isinstance(st, dict) and st.get("owner") != self.owner:
             return SyncStatus(
@@ -316,13 +314,19 @@ class SyncEngine(EncryptedSync):
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        requests = acked = dead = 0
         final: SyncState = "idle"
         await self._set_state("syncing")
+        stopped, requests, acked, dead = await push_history(self, self._backfill, cfg, client, policy, wait)
+        if stopped is not None:  # the history goes first (chatmem.sync.backfill)
+            return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
             now = self._now()
             ops = await store.outbox_list()
             batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
+            if batch:
+                payload, batch = await resolve_batch(store, batch)
+                if not batch:
+                    continue
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -335,7 +339,7 @@ class SyncEngine(EncryptedSync):
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push(await self._wire(batch))
+                resp = await client.push(await self._wire(payload))
             except WrongPassphrase as e:  # the key changed under us: keep every op
                 await store.outbox_update([strip_lease(op) for op in batch])
                 await self._wrong_key(e)
@@ -387,7 +391,7 @@ class SyncEngine(EncryptedSync):
         return PushReport(requests, acked, dead, await self._pending(), final)
 
     async def _pending(self) -> int:
-        return (await self._core.store.outbox_counts())[0]
+        return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
 
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
@@ -406,7 +410,10 @@ class SyncEngine(EncryptedSync):
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
+        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
         try:
+            if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
+                return PullReport(state=stopped)
             return await self._pull(cfg, client)
         except (WrongPassphrase, DecryptionError) as e:
             await self._encryption_failed(e)

@@ -15,6 +15,7 @@ from ..errors import SyncError, ValidationError
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .status import SyncState
+from .wire import WIRE_FIELDS, resolve
 
 if TYPE_CHECKING:
     from ..stores.base import Store
@@ -28,6 +29,7 @@ __all__ = [
     "PullReport",
     "strip_lease",
     "select_batch",
+    "resolve_batch",
     "dead_record",
     "op_ids",
     "record_failures",
@@ -35,8 +37,6 @@ __all__ = [
 
 log = logging.getLogger("chatmem.sync")
 
-#: fields of an outbox record that travel in a push (the rest is local bookkeeping)
-WIRE_FIELDS = ("op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts")
 #: a lease outlives the request's timeout by this much (ms)
 LEASE_MARGIN_MS = 5_000
 
@@ -129,6 +129,20 @@ def select_batch(
         if len(batch) >= limit:
             break
     return batch, wake
+
+
+async def resolve_batch(
+    store: Store, batch: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(payload, the ops it carries): reads the messages the batch refers to
+    (``chatmem.sync.wire``); a create whose message was deleted before it was
+    pushed is acknowledged here, unsent (its delete follows in the outbox)."""
+    payload, gone = await resolve(store, batch)
+    if not gone:
+        return payload, batch
+    await store.outbox_ack([op["op_id"] for op in gone])
+    dropped = {op["op_id"] for op in gone}
+    return payload, [op for op in batch if op["op_id"] not in dropped]
 
 
 def dead_record(

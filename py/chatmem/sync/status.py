@@ -39,7 +39,8 @@ SYNC_STATES: frozenset[str] = frozenset(
 @dataclass(frozen=True)
 class SyncStatus:
     state: SyncState = "idle"
-    #: operations in the outbox (in flight included)
+    #: operations in the outbox (in flight included), plus the history still to upload
+    #: after sync was first turned on (an upper bound: one per session and message)
     pending: int = 0
     #: operations in the dead-letter store
     dead_letters: int = 0

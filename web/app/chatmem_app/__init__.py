@@ -56,5 +56,7 @@ async def _index(app: Any, step: Any) -> None:
         app.toast(f"The search index did not start ({e}); searching will try again.", error=True)
     else:
         step("index", "done")
+        if app.mem.index.notice:  # rebuilt from the messages, or kept in memory only
+            app.toast(app.mem.index.notice)
     finally:
         box.setAttribute("placeholder", "Search all conversations")
