@@ -427,7 +427,8 @@ class QueryIndex:
         if int(total[0]["n"]) <= int(done[0]["n"]):
             return 0
         rows = await self.execute(
-            "SELECT m.id, m.text FROM messages m "
+            "SELECT m.id, m.text, p.text AS prev FROM messages m "
+            "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
             + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
             + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
             "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id",
@@ -441,5 +442,5 @@ class QueryIndex:
                     f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
                     [embedder.model] + [r["id"] for r in part],
                 )
-                await store_embeddings(self.engine, embedder, [(r["id"], r["text"]) for r in part])
+                await store_embeddings(self.engine, embedder, [(r["id"], r["text"], r["prev"]) for r in part])
         return len(rows)

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 from ..errors import SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
 from .cache import IndexCache
-from .embed import Embedder, HashingEmbedder
+from ..embedding.local import default_embedder
+from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
@@ -94,7 +95,7 @@ class LiveIndex:
         else:
             self.cache = cache
         self._factory = engine_factory
-        self.embedder: Embedder = embedder or HashingEmbedder()
+        self.embedder: Embedder = embedder or default_embedder()
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
