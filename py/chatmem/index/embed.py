@@ -36,6 +36,7 @@ __all__ = [
     "HashingEmbedder",
     "OpenAIEmbedder",
     "calibration_of",
+    "context_model",
     "contextualize",
     "embed_messages",
     "store_embeddings",
@@ -258,15 +259,27 @@ async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str
             for _, t, p in items]
 
 
+def context_model(embedder: Any) -> str:
+    """The ``embeddings.model`` of an embedder's in-context vectors (``<model>+ctx``)."""
+    return f"{embedder.model}+ctx"
+
+
 async def store_embeddings(engine: Any, embedder: Embedder,
                            items: Sequence[tuple[str, str] | tuple[str, str, str | None]]) -> None:
-    """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``."""
+    """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``.
+
+    Every message gets its own vector under ``embedder.model`` (what similarity
+    scores and thresholds read); an embedder with a ``context_weight`` also
+    gets the in-context vector (``contextualize``) under ``context_model``
+    (what ranks). Both are written in one load.
+    """
     if not items:
         return
     full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]  # type: ignore[misc]
-    vecs = await embed_messages(embedder, full)
-    await engine.load_rows(
-        "embeddings",
-        ["message_id", "model", "dim", "vec"],
-        [(mid, embedder.model, embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, vecs)],
-    )
+    weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
+    own = await embed_messages(embedder, [(i, t, None) for i, t, _ in full])
+    rows = [(mid, embedder.model, embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, own)]
+    if weight > 0:
+        ctx = await embed_messages(embedder, full)
+        rows += [(mid, context_model(embedder), embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, ctx)]
+    await engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], rows)

@@ -45,7 +45,7 @@ async def hybrid(
     inner = (
         f"WITH {ctes},\n{kwf},\n{sem_cte},\n"
         "kr AS (SELECT message_id, kw, row_number() OVER (ORDER BY kw DESC, message_id DESC) AS r FROM kwf),\n"
-        "sr AS (SELECT message_id, sim, row_number() OVER (ORDER BY sim DESC, message_id DESC) AS r FROM sem),\n"
+        "sr AS (SELECT message_id, sim, row_number() OVER (ORDER BY rsim DESC, message_id DESC) AS r FROM sem),\n"
         "c AS (SELECT coalesce(kr.message_id, sr.message_id) AS message_id, kr.kw, kr.r AS kr, "
         "sr.sim, sr.r AS sr FROM kr FULL OUTER JOIN sr ON kr.message_id = sr.message_id)\n"
         "SELECT m.id, m.created_at, coalesce(c.kw, 0) AS bm25, coalesce(c.sim, 0) AS similarity, "

@@ -191,9 +191,19 @@ class QueryIndex:
                 # current and the vectors to ``embed_missing``
                 from .embed import store_embeddings
 
-                await store_embeddings(self.engine, self.embedder, to_embed)
+                await store_embeddings(self.engine, self.embedder, await self._with_previous(to_embed))
         if self.unsorted_postings > self.compact_after:
             await self.compact()
+
+    async def _with_previous(self, items: list[tuple[str, str]]) -> list[tuple[str, str, str | None]]:
+        """``(id, text, previous message's text)``: what a contextual embedder needs."""
+        if not getattr(self.embedder, "context_weight", 0):
+            return [(i, t, None) for i, t in items]
+        rows = await self.engine.execute(
+            "SELECT m.id, p.text AS prev FROM messages m LEFT JOIN messages p ON p.session_id = m.session_id "
+            f"AND p.seq = m.seq - 1 WHERE m.id IN ({_placeholders(len(items))})", [i for i, _ in items])
+        prev = {r["id"]: r["prev"] for r in rows}
+        return [(i, t, prev.get(i)) for i, t in items]
 
     async def _apply(self, kind: str, sid: str, payload: Any) -> None:
         ex = self.engine.execute
@@ -306,7 +316,9 @@ class QueryIndex:
                 )
         if fresh:
             await self._load_messages(fresh)
-            self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
+            if getattr(self.embedder, "loaded", True):
+                # a lazily loaded model is not fetched for a write: embed_missing catches up
+                self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
 
     async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
         """Tokenise ``records`` once and load them: ``messages`` and the staging table
@@ -439,8 +451,8 @@ class QueryIndex:
             part = rows[i : i + batch_size]
             async with self._lock:
                 await self.engine.execute(
-                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
-                    [embedder.model] + [r["id"] for r in part],
+                    f"DELETE FROM embeddings WHERE model IN (?, ?) AND message_id IN ({_placeholders(len(part))})",
+                    [embedder.model, f"{embedder.model}+ctx"] + [r["id"] for r in part],
                 )
                 await store_embeddings(self.engine, embedder, [(r["id"], r["text"], r["prev"]) for r in part])
         return len(rows)

@@ -283,12 +283,28 @@ class LiveIndex:
         return await retrieve(await self.ready(), session_id, query, config, self.embedder)
 
     async def retriever(self, session_id: str, query: str, config: Any, exclude: set[str]) -> list[ChatMessage]:
-        """The window builder's hook: older relevant messages not already in the recent part."""
+        """The window builder's hook: older relevant messages not already in the recent part;
+        those from other sessions (``scope``) marked with where they came from."""
+        from .retrieve import mark_provenance
+
         try:
             hits = await self.retrieve(session_id, query, config)
         except SessionNotFound:
             return []
-        return [h.message for h in hits if h.message.id not in exclude]
+        out: list[ChatMessage] = []
+        titles: dict[str, tuple[str | None, int | None]] = {}
+        for h in hits:
+            if h.message.id in exclude:
+                continue
+            if h.session_id == session_id:
+                out.append(h.message)
+                continue
+            if h.session_id not in titles:
+                rows = await (await self.ready()).execute(
+                    "SELECT title, created_at FROM sessions WHERE session_id = ?", [h.session_id])
+                titles[h.session_id] = (rows[0]["title"], rows[0]["created_at"]) if rows else (None, None)
+            out.append(mark_provenance(h, *titles[h.session_id]))
+        return out
 
     async def close(self) -> None:
         for task in (self._warming, self._saving):  # both finish soon; neither is cut short

@@ -14,7 +14,10 @@ engine, which matters in the browser), plus at most one embedding of the query.
   clipped to [-1, 1]; the static model is calibrated so that a paraphrase
   scores at least 0.75 and an unrelated message below 0.7, the original's
   defaults); ``threshold`` is a minimum calibrated score. The breakdown keeps
-  the raw ``similarity``.
+  the raw ``similarity``. Results are *ranked* by the in-context vector when
+  the embedder stores one (a message with a little of the turn it answers:
+  better recall), while ``score`` and ``threshold`` read the message's own
+  vector (a message is never let through by its neighbour).
 - ``hybrid``: reciprocal rank fusion of the keyword and semantic rankings
   (see ``fusion``): a message ranked ``r`` (1 = best) in a list earns
   ``weight * (K + 1) / (K + r)`` from it (``K`` = ``RRF_K``), plus ``weights
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ValidationError
 from ..ids import system_clock
 from ..models import ROLES, ChatMessage
-from .embed import Embedder, calibration_of, vector_literal
+from .embed import Embedder, calibration_of, context_model, vector_literal
 from .schema import MESSAGE_COLUMNS, row_to_message_record
 from .tokenize import ParsedQuery, parse_query, phrase_pattern
 
@@ -393,14 +396,21 @@ async def search(
     # hybrid ranks within the filtered messages (RRF compares ranks); semantic filters outside
     sflt = build_filters(session_ids, character_ids, date_range, roles, alias="sm")
     join = mode == "hybrid" and sflt.sql != "TRUE"
+    # ``sim``: the message's own vector (scores, thresholds); ``rsim``: its in-context
+    # vector when the embedder stores one (ranks), else the same
     sem_cte = (
         "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
-        "sem AS (SELECT e.message_id, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS sim "
+        "sem0 AS (SELECT e.message_id, e.model, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS s "
         "FROM embeddings e CROSS JOIN q"
         + (f" JOIN messages sm ON sm.id = e.message_id AND {sflt.sql}" if join else "")
-        + " WHERE e.model = ? AND e.dim = ?)"
+        + " WHERE e.model IN (?, ?) AND e.dim = ?),\n"
+        "sem AS (SELECT message_id, max(s) FILTER (WHERE model = ?) AS sim, "
+        "coalesce(max(s) FILTER (WHERE model = ?), max(s) FILTER (WHERE model = ?)) AS rsim "
+        "FROM sem0 GROUP BY message_id HAVING count(*) FILTER (WHERE model = ?) > 0)"
     )
-    sem_params: list[Any] = [vec] + (sflt.params if join else []) + [emb.model, emb.dimensions]
+    ctxm = context_model(emb)
+    sem_params: list[Any] = [vec] + (sflt.params if join else []) + [
+        emb.model, ctxm, emb.dimensions, emb.model, ctxm, emb.model, emb.model]
 
     if mode == "semantic":
         calibrated = "greatest(-1.0, least(1.0, (sem.sim - CAST(? AS DOUBLE)) / CAST(? AS DOUBLE)))"
@@ -411,8 +421,8 @@ async def search(
             params.append(thr)
         rows = await index.execute(
             f"WITH {sem_cte}\nSELECT * FROM (SELECT m.id, m.created_at, round({calibrated}, 9) AS score, "
-            f"round(sem.sim, 9) AS sim FROM sem JOIN messages m ON m.id = sem.message_id WHERE {flt.sql}) "
-            f"{outer} ORDER BY score DESC, created_at DESC, id DESC {lim_sql}",
+            f"round(sem.sim, 9) AS sim, sem.rsim FROM sem JOIN messages m ON m.id = sem.message_id "
+            f"WHERE {flt.sql}) {outer} ORDER BY rsim DESC, score DESC, created_at DESC, id DESC {lim_sql}",
             params + lim_params,
         )
         return [
