@@ -30,6 +30,7 @@ from .errors import (
     StorageError,
     ValidationError,
 )
+from .embedding import LocalEmbedder, StaticEmbedder
 from .ids import Clock, IdGenerator, new_id, system_clock
 from .index import (
     Embedder,
@@ -140,6 +141,8 @@ __all__ = [
     "HybridWeights",
     "Embedder",
     "HashingEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "OpenAIEmbedder",
     # export / import
     "ImportReport",
