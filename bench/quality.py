@@ -16,7 +16,7 @@ import json
 import os
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ def locomo_dir() -> Path:
 
 
 def _ms(date: str) -> int:
-    return int(datetime.strptime(date, "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return int(datetime.strptime(date, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp() * 1000)
 
 
 def load_conversations(limit: int | None = None) -> list[dict[str, Any]]:

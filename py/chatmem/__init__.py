@@ -17,6 +17,7 @@ from .contextstore import (
     SQLiteContextStore,
 )
 from .conversation import Session
+from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
     ContextOverflow,
@@ -30,7 +31,6 @@ from .errors import (
     StorageError,
     ValidationError,
 )
-from .embedding import LocalEmbedder, StaticEmbedder
 from .ids import Clock, IdGenerator, new_id, system_clock
 from .index import (
     Embedder,

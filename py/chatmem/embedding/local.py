@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
 #: the name of the vectors the shipped static model makes (the index stores vectors per model)
 LOCAL_MODEL = "minilm-l6-tokens-zipf-int8-v1"
 _IN_BROWSER = sys.platform == "emscripten"
+#: longest stretch of embedding between two yields to the event loop
+SLICE_S = 0.03
 
 
 async def _load_bytes() -> bytes:
@@ -73,8 +76,17 @@ class LocalEmbedder:
         return self._model.context_weight if self._model is not None else 0.3
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
+        """The vectors of ``texts``, yielding to the event loop every ``SLICE_S`` seconds
+        (in the page: the interface never waits more than one slice for a batch)."""
         m = await self.load()
-        return [m.embed_one(t) for t in texts]
+        out: list[list[float]] = []
+        start = time.perf_counter()
+        for t in texts:
+            out.append(m.embed_one(t))
+            if time.perf_counter() - start > SLICE_S:
+                await asyncio.sleep(0)
+                start = time.perf_counter()
+        return out
 
     def embed_one(self, text: str) -> list[float]:
         """One vector, synchronously (the model must be loaded: ``await load()`` first)."""

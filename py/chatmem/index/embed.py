@@ -39,6 +39,7 @@ __all__ = [
     "context_model",
     "contextualize",
     "embed_messages",
+    "embedding_rows",
     "store_embeddings",
     "vector_literal",
 ]
@@ -273,13 +274,19 @@ async def store_embeddings(engine: Any, embedder: Embedder,
     gets the in-context vector (``contextualize``) under ``context_model``
     (what ranks). Both are written in one load.
     """
-    if not items:
-        return
-    full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]  # type: ignore[misc]
+    if items:
+        await engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"],
+                               await embedding_rows(embedder, items))
+
+
+async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
+                         ) -> list[tuple[str, str, int, list[float]]]:
+    """The ``embeddings`` rows ``store_embeddings`` writes (computed, not written)."""
+    full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
     weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
     own = await embed_messages(embedder, [(i, t, None) for i, t, _ in full])
     rows = [(mid, embedder.model, embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, own)]
     if weight > 0:
         ctx = await embed_messages(embedder, full)
         rows += [(mid, context_model(embedder), embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, ctx)]
-    await engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], rows)
+    return rows

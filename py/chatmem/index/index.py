@@ -86,6 +86,8 @@ class QueryIndex:
         self._ready = False
         self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
+        #: ``(embedded, to embed)`` of the running ``embed_missing`` (``(0, 0)`` when idle)
+        self.embed_progress: tuple[int, int] = (0, 0)
 
     # ------------------------------------------------------------------ setup
     async def setup(self) -> None:
@@ -424,7 +426,7 @@ class QueryIndex:
 
         Cheap when nothing is missing (two counts).
         """
-        from .embed import store_embeddings
+        from .embed import embedding_rows
 
         await self.setup()
         if not embedder.dimensions:
@@ -447,12 +449,17 @@ class QueryIndex:
             params + [embedder.model, embedder.dimensions],
         )
         # a vector of another dimension under the same model name is stale: replace it
+        self.embed_progress = (0, len(rows))
         for i in range(0, len(rows), batch_size):
             part = rows[i : i + batch_size]
+            # embedded outside the lock (it yields to the event loop); written under it
+            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part])
             async with self._lock:
                 await self.engine.execute(
                     f"DELETE FROM embeddings WHERE model IN (?, ?) AND message_id IN ({_placeholders(len(part))})",
                     [embedder.model, f"{embedder.model}+ctx"] + [r["id"] for r in part],
                 )
-                await store_embeddings(self.engine, embedder, [(r["id"], r["text"], r["prev"]) for r in part])
+                await self.engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], vec_rows)
+            self.embed_progress = (min(i + batch_size, len(rows)), len(rows))
+        self.embed_progress = (0, 0)
         return len(rows)

@@ -32,10 +32,10 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from ..embedding.local import default_embedder
 from ..errors import IndexLocked, SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
 from .cache import IndexCache
-from ..embedding.local import default_embedder
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex

@@ -300,7 +300,7 @@ def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
     model when it is available, else ``HashingEmbedder``)."""
     from ..embedding.local import default_embedder as local
 
-    return embedder or getattr(index, "embedder", None) or local()  # type: ignore[no-any-return]
+    return embedder or getattr(index, "embedder", None) or local()
 
 
 async def _query_vector(index: Any, embedder: Embedder, query: str) -> str:
@@ -395,21 +395,21 @@ async def search(
     lo, hi = calibration_of(emb)
     # hybrid ranks within the filtered messages (RRF compares ranks); semantic filters outside
     sflt = build_filters(session_ids, character_ids, date_range, roles, alias="sm")
-    join = mode == "hybrid" and sflt.sql != "TRUE"
+    sem_join = mode == "hybrid" and sflt.sql != "TRUE"
     # ``sim``: the message's own vector (scores, thresholds); ``rsim``: its in-context
     # vector when the embedder stores one (ranks), else the same
     sem_cte = (
         "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
         "sem0 AS (SELECT e.message_id, e.model, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS s "
         "FROM embeddings e CROSS JOIN q"
-        + (f" JOIN messages sm ON sm.id = e.message_id AND {sflt.sql}" if join else "")
+        + (f" JOIN messages sm ON sm.id = e.message_id AND {sflt.sql}" if sem_join else "")
         + " WHERE e.model IN (?, ?) AND e.dim = ?),\n"
         "sem AS (SELECT message_id, max(s) FILTER (WHERE model = ?) AS sim, "
         "coalesce(max(s) FILTER (WHERE model = ?), max(s) FILTER (WHERE model = ?)) AS rsim "
         "FROM sem0 GROUP BY message_id HAVING count(*) FILTER (WHERE model = ?) > 0)"
     )
     ctxm = context_model(emb)
-    sem_params: list[Any] = [vec] + (sflt.params if join else []) + [
+    sem_params: list[Any] = [vec] + (sflt.params if sem_join else []) + [
         emb.model, ctxm, emb.dimensions, emb.model, ctxm, emb.model, emb.model]
 
     if mode == "semantic":
