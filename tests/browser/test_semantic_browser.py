@@ -56,3 +56,44 @@ res
     assert strict == ["I finally bought a new car, a red one with leather seats"]
     assert hyb_top.startswith("I finally bought a new car")
     assert {"keyword", "semantic", "recency", "bm25", "similarity"} <= set(parts)
+
+
+EMBED_PART = """
+import chatmem
+mem = await chatmem.open(NAME)
+s = await mem.sessions.create(title="long")
+await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i}: the garden needs water"}
+                                              for i in range(120)])
+index = await mem.index.ready()
+# embedding stops part-way (as if the tab went away after 60); the saved cache holds the 60
+n = await index.embed_missing(mem.index.embedder, batch_size=30, limit=60)
+saved = await mem.index.save()
+[n, saved, index.embed_progress]
+"""
+
+EMBED_RESUME = """
+import chatmem
+mem = await chatmem.open(NAME)
+index = await mem.index.ready()
+rows = await index.execute("SELECT count(*) AS n FROM embeddings WHERE model = ?", [mem.index.embedder.model])
+before = int(rows[0]["n"])
+task = mem.embed_in_background(batch_size=25)
+done = await task
+rows = await index.execute("SELECT count(*) AS n FROM embeddings WHERE model = ?", [mem.index.embedder.model])
+out = [mem.index.last_open["mode"], before, done, int(rows[0]["n"]), list(mem.index.embed_progress)]
+await mem.close()
+out
+"""
+
+
+def test_background_embedding_resumes_after_a_reload(new_page) -> None:
+    """Vectors embedded before a reload come back with the cached index; the background
+    embedding then does only the rest, and its progress reaches the total."""
+    name = unique_name("embres")
+    a = new_page()
+    n, saved, progress = a.py(EMBED_PART.replace("NAME", repr(name)))
+    assert n == 60 and saved is True and progress == [60, 120]
+    a.reload()
+    mode, before, done, after, progress = a.py(EMBED_RESUME.replace("NAME", repr(name)))
+    assert mode == "cached" and before == 60
+    assert done == 60 and after == 120 and progress == [120, 120]

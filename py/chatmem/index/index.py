@@ -86,7 +86,7 @@ class QueryIndex:
         self._ready = False
         self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
-        #: ``(embedded, to embed)`` of the running ``embed_missing`` (``(0, 0)`` when idle)
+        #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
         self.embed_progress: tuple[int, int] = (0, 0)
 
     # ------------------------------------------------------------------ setup
@@ -421,8 +421,10 @@ class QueryIndex:
             await self.embed_missing(self.embedder)
 
     async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
-                            batch_size: int = 256) -> int:
-        """Embed the messages that have no vector for ``embedder.model`` yet; return how many.
+                            batch_size: int = 256, limit: int | None = None) -> int:
+        """Embed the messages that have no vector for ``embedder.model`` yet (at most
+        ``limit``, oldest first); return how many. ``embed_progress`` is then
+        ``(messages with a vector, messages)`` of the scope.
 
         Cheap when nothing is missing (two counts).
         """
@@ -438,18 +440,19 @@ class QueryIndex:
             + (" AND e.message_id IN (SELECT id FROM messages WHERE session_id = ?)" if session_id else ""),
             [embedder.model, embedder.dimensions] + params,
         )
-        if int(total[0]["n"]) <= int(done[0]["n"]):
+        n_total, n_done = int(total[0]["n"]), int(done[0]["n"])
+        self.embed_progress = (min(n_done, n_total), n_total)
+        if n_total <= n_done:
             return 0
         rows = await self.execute(
             "SELECT m.id, m.text, p.text AS prev FROM messages m "
             "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
             + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
             + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
-            "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id",
-            params + [embedder.model, embedder.dimensions],
+            "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id" + (" LIMIT ?" if limit else ""),
+            params + [embedder.model, embedder.dimensions] + ([limit] if limit else []),
         )
         # a vector of another dimension under the same model name is stale: replace it
-        self.embed_progress = (0, len(rows))
         for i in range(0, len(rows), batch_size):
             part = rows[i : i + batch_size]
             # embedded outside the lock (it yields to the event loop); written under it
@@ -460,6 +463,5 @@ class QueryIndex:
                     [embedder.model, f"{embedder.model}+ctx"] + [r["id"] for r in part],
                 )
                 await self.engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], vec_rows)
-            self.embed_progress = (min(i + batch_size, len(rows)), len(rows))
-        self.embed_progress = (0, 0)
+            self.embed_progress = (min(n_done + i + len(part), n_total), n_total)
         return len(rows)

@@ -241,6 +241,28 @@ class LiveIndex:
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
+    async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64) -> int:
+        """Embed every message that lacks a vector, ``batch_size`` at a time, saving the
+        index cache after each batch: a reload resumes where the last saved batch
+        ended. Each batch yields to the event loop while it embeds; queries run
+        between batches. Returns how many were embedded; ``embed_progress`` shows
+        ``(done, total)`` meanwhile."""
+        emb = embedder or self.embedder
+        count = 0
+        while True:
+            index = await self.ready()
+            n = await index.embed_missing(emb, batch_size=batch_size, limit=batch_size)
+            if not n:
+                return count
+            count += n
+            self._schedule_save()
+            await asyncio.sleep(0)
+
+    @property
+    def embed_progress(self) -> tuple[int, int]:
+        """``(messages with a vector, messages)`` as of the last embedding batch."""
+        return self.index.embed_progress if self.index is not None else (0, 0)
+
     def warm(self) -> asyncio.Task[Any]:
         """Start opening (or hydrating) the index in the background; queries await the same work."""
         if self._warming is None or self._warming.done():
