@@ -238,14 +238,8 @@ def contextualize(vec: Sequence[float], prev: Sequence[float] | None, weight: fl
     return [x / norm for x in out] if norm > 0 else out
 
 
-async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str | None]]) -> list[list[float]]:
-    """The stored vectors of ``(message_id, text, previous_text)`` items: each text's
-    vector, mixed with the previous message's when the embedder has a
-    ``context_weight`` (see ``contextualize``). Checks the dimensions."""
-    weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
-    texts = [t for _, t, _ in items]
-    if weight > 0:
-        texts += [p for _, _, p in items if p is not None]
+async def _vectors(embedder: Embedder, texts: list[str]) -> dict[str, list[float]]:
+    """One vector per distinct text (each text embedded once), dimensions checked."""
     uniq = list(dict.fromkeys(texts))
     vecs = await embedder.embed(uniq)
     if len(vecs) != len(uniq):
@@ -255,7 +249,16 @@ async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str
             raise EmbeddingError(
                 f"embedder {embedder.model!r} returned {len(v)} dimensions, expected {embedder.dimensions}"
             )
-    by_text = dict(zip(uniq, vecs))
+    return dict(zip(uniq, vecs))
+
+
+async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str | None]]) -> list[list[float]]:
+    """The in-context vectors of ``(message_id, text, previous_text)`` items: each text's
+    vector, mixed with the previous message's when the embedder has a
+    ``context_weight`` (see ``contextualize``). Checks the dimensions."""
+    weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
+    by_text = await _vectors(embedder, [t for _, t, _ in items] + (
+        [p for _, _, p in items if p is not None] if weight > 0 else []))
     return [contextualize(by_text[t], by_text[p] if (weight > 0 and p is not None) else None, weight)
             for _, t, p in items]
 
@@ -284,9 +287,12 @@ async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | t
     """The ``embeddings`` rows ``store_embeddings`` writes (computed, not written)."""
     full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
     weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
-    own = await embed_messages(embedder, [(i, t, None) for i, t, _ in full])
-    rows = [(mid, embedder.model, embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, own)]
+    # every distinct text (a message, or the turn before it) is embedded once
+    by_text = await _vectors(embedder, [t for _, t, _ in full] + (
+        [p for _, _, p in full if p is not None] if weight > 0 else []))
+    rows = [(mid, embedder.model, embedder.dimensions, list(by_text[t])) for mid, t, _ in full]
     if weight > 0:
-        ctx = await embed_messages(embedder, full)
-        rows += [(mid, context_model(embedder), embedder.dimensions, list(v)) for (mid, _, _), v in zip(full, ctx)]
+        rows += [(mid, context_model(embedder), embedder.dimensions,
+                  contextualize(by_text[t], by_text[p] if p is not None else None, weight))
+                 for mid, t, p in full]
     return rows
