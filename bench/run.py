@@ -451,6 +451,24 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
+def quality_main(args: argparse.Namespace) -> int:
+    """``--quality``: the LoCoMo table (see quality.py), printed and written to quality.md/json."""
+    import quality
+
+    from chatmem.embedding import default_embedder
+
+    t0 = time.perf_counter()
+    res = quality.run_quality(args.conversations)
+    table = quality.render_table(res, default_embedder().model)
+    print(table)
+    log(f"quality run: {time.perf_counter() - t0:.0f} s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "quality.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"),
+                                                       "results": res}, indent=1))
+    (args.out / "quality.md").write_text(table + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--large", action="store_true", help="W2 also at 100,000 messages")
@@ -462,7 +480,12 @@ def main() -> int:
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--render", action="store_true", help="only re-render results.md and the charts from results.json")
+    ap.add_argument("--quality", action="store_true",
+                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython")
+    ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
     args = ap.parse_args()
+    if args.quality:
+        return quality_main(args)
     if args.render:
         doc = json.loads((args.out / "results.json").read_text())
         res = Results()

@@ -17,6 +17,7 @@ from .contextstore import (
     SQLiteContextStore,
 )
 from .conversation import Session
+from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
     ContextOverflow,
@@ -148,6 +149,8 @@ __all__ = [
     "HybridWeights",
     "Embedder",
     "HashingEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "OpenAIEmbedder",
     # export / import
     "ImportReport",

@@ -228,6 +228,24 @@ async def bpe_counter(encoding: str) -> Callable[[str], int]:
     return lambda text: int(fn(text))
 
 
+# ---------------------------------------------------------------------------- the embedding model
+
+
+async def fetch_model() -> bytes:
+    """The static embedding model's bytes, fetched from this site (the service
+    worker caches the file on this first fetch). Its path is in ``build-info.json``."""
+    base = str(js.document.baseURI) if hasattr(js, "document") else str(js.location.href)
+    info = await (await js.fetch(js.URL.new("build-info.json", base).href)).json()
+    path = info.model if hasattr(info, "model") else None
+    if not path:
+        raise ValueError("build-info.json names no embedding model")
+    resp = await js.fetch(js.URL.new(str(path), base).href)
+    if not resp.ok:
+        raise ValueError(f"embedding model: HTTP {resp.status}")
+    buf = await resp.arrayBuffer()
+    return bytes(js.Uint8Array.new(buf).to_py())
+
+
 # ---------------------------------------------------------------------------- sync: Web Locks, online
 
 

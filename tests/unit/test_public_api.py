@@ -26,7 +26,7 @@ PUBLIC = {
     "RetentionPolicy", "MessageRetentionPolicy", "RetentionReport",
     "ChatProvider", "OpenAICompatibleProvider", "OfflineResponder",
     "QueryIndex", "SQLEngine", "SearchHit", "RetrievalConfig", "HybridWeights",
-    "Embedder", "HashingEmbedder", "OpenAIEmbedder",
+    "Embedder", "HashingEmbedder", "OpenAIEmbedder", "LocalEmbedder", "StaticEmbedder",
     "ImportReport",
     "SyncConfig", "SyncEngine", "SyncStatus", "PushReport", "PullReport", "Passphrase", "EncryptionKey",
 }
