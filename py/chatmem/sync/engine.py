@@ -40,6 +40,7 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -301,14 +302,19 @@ class SyncEngine:
         pending, dead = await self._core.store.outbox_counts()
         st = await self._core.store.kv_get(STATUS_KEY)
         if isinstance(st, dict) and st.get("owner") != self.owner:
-            return SyncStatus(
+            out = SyncStatus(
                 state=st.get("state", "idle"),
                 pending=pending,
                 dead_letters=dead,
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        else:
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        if dead and out.state == "idle":
+            # dead letters wait for the user: that is an error until replayed or discarded
+            out = dataclasses.replace(out, state="error", last_error=await self._dead_error())
+        return out
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -332,12 +338,15 @@ class SyncEngine:
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
         n = await self._core.store.dead_replay(self._ids(which))
+        await self._after_dead_change()
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(self._ids(which))
+        n = await self._core.store.dead_discard(self._ids(which))
+        await self._after_dead_change()
+        return n
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -457,9 +466,31 @@ class SyncEngine:
             acked += len(ok)
             dead += len(rejected)
             self._last_success = self._now()
-        await self._set_state(final, success=final == "idle" and requests > 0)
+        dead_error = await self._dead_error()
+        if dead_error is not None:
+            final = "error"
+            await self._set_state(final, error=dead_error)
+        else:
+            await self._set_state(final, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
+
+    async def _dead_error(self) -> str | None:
+        """``last_error`` while dead letters wait for ``replay``/``discard``, else ``None``."""
+        if not (await self._core.store.outbox_counts())[1]:
+            return None
+        letters = await self._core.store.dead_list()
+        if not letters:
+            return None
+        last = max(letters, key=lambda d: int(d.get("failed_at") or 0))
+        return f"{len(letters)} operation(s) dead-lettered; last: {last.get('reason')}"
+
+    async def _after_dead_change(self) -> None:
+        """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
+        await self._load()
+        if self._state == "error" and await self._dead_error() is None:
+            self._last_error = None
+            await self._set_state("idle")
 
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0]
@@ -576,6 +607,10 @@ class SyncEngine:
             if not page.more:
                 break
         await self._save_hlc()
+        dead_error = await self._dead_error()
+        if dead_error is not None:
+            await self._set_state("error", error=dead_error)
+            return PullReport(pages, n, cursor, "error")
         await self._set_state("idle", success=True)
         return PullReport(pages, n, cursor, "idle")
 
