@@ -184,3 +184,47 @@ def test_providers_accept_plain_or_async_callables(kind: str):
     failures, snap = run(go())
     assert failures == []
     assert snap["module:user-profile"] == {"name": "Ada"} and snap["module:clock"] == {"t": 1}
+
+
+@pytest.mark.parametrize("then", ["replay", "discard"])
+def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded(then: str):
+    """run() after a dead letter: state 'error', last_error names the reason, no fresh last_success;
+    replay (and a successful run) or discard ends it."""
+    import asyncio
+
+    from chatmem.server import running_server
+    from chatmem.sync import SyncConfig
+
+    key = "k-fidelity-dead"
+
+    async def no_wait(_s: float) -> None:
+        await asyncio.sleep(0)
+
+    async def go(url: str, srv) -> tuple:
+        mem = await chatmem.open()
+        mem.sync.sleep = no_wait
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=url, api_key=key, timeout=2_000))
+        s = await mem.sessions.create(title="ok")
+        await mem.sync.run()
+        ok = await mem.sync.status()
+        srv.faults.fail(4, status=503)
+        await mem.messages.append(s.session_id, "user", "doomed")
+        after_run = await mem.sync.run()
+        again = await mem.sync.status()
+        if then == "replay":
+            await mem.sync.replay("all")
+            await mem.sync.run()
+        else:
+            await mem.sync.discard("all")
+        end = await mem.sync.status()
+        await mem.close()
+        return ok, after_run, again, end
+
+    with running_server(api_keys=[key]) as srv:
+        ok, after_run, again, end = run(go(srv.url, srv))
+    assert ok.state == "idle" and ok.last_success is not None
+    for st in (after_run, again):
+        assert st.state == "error" and st.dead_letters == 1
+        assert "dead-lettered" in st.last_error and "HTTP 503" in st.last_error
+        assert st.last_success == ok.last_success
+    assert end.state == "idle" and end.dead_letters == 0 and end.last_error is None
