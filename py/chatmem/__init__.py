@@ -9,6 +9,7 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
+from .anthropic import AnthropicProvider
 from .cache import LFUCache, LRUCache
 from .context import (
     ContextManager,
@@ -55,7 +56,6 @@ from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
 from .offline import OfflineResponder
-from .anthropic import AnthropicProvider
 from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
 from .session import Session

@@ -36,7 +36,7 @@ def _bridge() -> Any:
         import chatmem_bridge  # type: ignore[import-not-found]
     except ImportError:
         try:  # PyScript: config {"js_modules": {"main": {"./js/bridge.js": "chatmem_bridge"}}}
-            from pyscript.js_modules import chatmem_bridge  # type: ignore[import-not-found,no-redef]
+            from pyscript.js_modules import chatmem_bridge  # type: ignore[import-not-found]
         except ImportError as e:
             raise UnsupportedEnvironment(
                 "the chatmem JS bridge is not registered: call loadChatmem(pyodide) from js/load.js "

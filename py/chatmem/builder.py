@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from .context import ContextManager
 from .errors import SessionNotFound, ValidationError
-from .models import ChatMessage
-from .retention import MessageRetentionPolicy
 from .formats import FORMATS, to_anthropic
-from .retention import plan_message_retention
+from .models import ChatMessage
+from .retention import MessageRetentionPolicy, plan_message_retention
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
 from .tokenizer import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
@@ -184,13 +183,14 @@ class ContextBuilder:
         ids = tuple(plan.summarize)
         by_id = {r["id"]: ChatMessage.from_record(r) for r in records}
         cached = self._summaries.get(session_id)
+        previous: str | None
         if cached is not None and cached[0] is summarizer and ids[: len(cached[1])] == cached[1]:
             new, previous = ids[len(cached[1]):], cached[2]
         else:
             new, previous = ids, (summary_text(stored) if stored is not None else None)
-        text = previous or ""
+        text: str = previous or ""
         if new:
-            text = await summarizer.summarize([by_id[i] for i in new], previous_summary=previous)
+            text = str(await summarizer.summarize([by_id[i] for i in new], previous_summary=previous))
         self._summaries[session_id] = (summarizer, ids, text)
         if not text:
             return None

@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from enum import Enum
-from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Mapping, Protocol, cast, runtime_checkable
 
 from .errors import ValidationError
 from .ids import Clock
@@ -148,6 +148,14 @@ class CallableProvider:
         return hash(self.fn)
 
 
+def _as_provider(provider: Any) -> ContextProvider:
+    if callable(getattr(provider, "provide", None)):
+        return cast(ContextProvider, provider)
+    if not callable(provider):
+        raise ValidationError("a context provider needs a provide() method or must be callable", field="provider")
+    return CallableProvider(provider)
+
+
 @dataclass(slots=True, frozen=True)
 class ProviderFailure:
     """A provider that raised (or returned something that is not a context
@@ -238,19 +246,14 @@ class ContextManager:
         ``provider`` has a ``provide()`` method, or is itself a callable; either
         may be plain or async and returns a ``ContextMessage``, a list, or ``None``.
         """
-        if not callable(getattr(provider, "provide", None)):
-            if not callable(provider):
-                raise ValidationError("a context provider needs a provide() method or must be callable",
-                                      field="provider")
-            provider = CallableProvider(provider)
-        if provider not in self._providers:
-            self._providers.append(provider)
+        p = _as_provider(provider)
+        if p not in self._providers:
+            self._providers.append(p)
 
     def unregister(self, provider: ContextProvider | Callable[[], Any]) -> None:
-        if not callable(getattr(provider, "provide", None)):
-            provider = CallableProvider(provider)
-        if provider in self._providers:
-            self._providers.remove(provider)
+        p = _as_provider(provider)
+        if p in self._providers:
+            self._providers.remove(p)
 
     @property
     def providers(self) -> list[ContextProvider]:

@@ -64,8 +64,13 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _function(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    fn = call.get("function")
+    return fn if isinstance(fn, Mapping) else call
+
+
 def _arguments(call: Mapping[str, Any]) -> Any:
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    fn = _function(call)
     raw = fn.get("arguments", fn.get("input", {}))
     if isinstance(raw, str):
         try:
@@ -76,7 +81,7 @@ def _arguments(call: Mapping[str, Any]) -> Any:
 
 
 def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    fn = _function(call)
     return {"type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": _arguments(call)}
 
 

@@ -94,7 +94,7 @@ def for_format(tokenizer: Tokenizer, format: str, message_overhead: int | None =
     if getattr(tokenizer, "message_overhead", overhead) == overhead or not hasattr(tokenizer, "message_overhead"):
         return tokenizer
     out = copy.copy(tokenizer)
-    out.message_overhead = overhead  # type: ignore[attr-defined]
+    out.message_overhead = overhead
     return out
 
 

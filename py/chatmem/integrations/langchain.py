@@ -33,10 +33,12 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    ChatMessage as LCChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
+)
+from langchain_core.messages import (
+    ChatMessage as LCChatMessage,
 )
 
 from ..errors import ValidationError

@@ -34,7 +34,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from ..errors import ChatmemError
-
 from ..index.retrieve import RetrievalConfig
 from ..memory import Memory
 from ..memory import open as open_memory
