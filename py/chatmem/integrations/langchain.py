@@ -29,19 +29,15 @@ import concurrent.futures
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Sequence, TypeVar
 
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.messages import (
-    ChatMessage as LCChatMessage,
-)
+from ..errors import UnsupportedEnvironment, ValidationError
 
-from ..errors import ValidationError
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.messages import ChatMessage as LCChatMessage
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise UnsupportedEnvironment(
+        f'chatmem.integrations.langchain needs langchain-core: pip install "chatmem[langchain]" ({e})') from e
 from ..models import ChatMessage
 from ..sessions import DEFAULT_TITLE
 

@@ -29,9 +29,12 @@ import sys
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar, cast
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise SystemExit(f"chatmem-mcp needs the mcp extra: pip install \"chatmem[mcp]\" ({e})") from e
 
 from ..errors import ChatmemError
 from ..index.retrieve import RetrievalConfig
