@@ -17,7 +17,8 @@
     │   ├── TransactionAborted     (DOMException AbortError, TransactionInactiveError)
     │   ├── VersionConflict        (DOMException VersionError: the database is newer)
     │   ├── UpgradeBlocked         another tab holds an old version open
-    │   └── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    │   ├── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    │   └── IndexLocked            the cached query-index file is held by another tab (OPFS)
     ├── SyncError                  a sync request did not succeed (messages never hold the api key)
     │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
@@ -30,6 +31,8 @@
     │   ├── ProviderServerError    5xx, or the stream broke off mid-answer
     │   ├── ProviderTimeout        no (complete) answer in time
     │   └── ProviderUnavailable    no answer at all: offline, refused, DNS
+    ├── TransportError             no HTTP response at all: refused, reset, DNS, offline
+    │   └── TransportTimeout       no (complete) response within the timeout
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
@@ -59,6 +62,9 @@ __all__ = [
     "VersionConflict",
     "UpgradeBlocked",
     "DatabaseClosed",
+    "IndexLocked",
+    "TransportError",
+    "TransportTimeout",
     "SyncError",
     "SyncOffline",
     "SyncTransientError",
@@ -186,6 +192,22 @@ class UpgradeBlocked(StorageError):
 
 class DatabaseClosed(StorageError):
     """The connection is closed (by ``close()``, or by an upgrade in another tab: reload)."""
+
+
+class IndexLocked(StorageError):
+    """The cached index file is held by another tab (OPFS files are one-writer)."""
+
+
+class TransportError(ChatmemError):
+    """No HTTP response: connection refused or reset, DNS failure, offline.
+
+    Any HTTP status is a response, not an error; the sync client and the chat
+    provider turn a ``TransportError`` into ``SyncOffline`` / ``ProviderUnavailable``.
+    """
+
+
+class TransportTimeout(TransportError):
+    """No (complete) response within the timeout."""
 
 
 class SyncError(ChatmemError):

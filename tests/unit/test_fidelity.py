@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import chatmem
-from chatmem.cache import LFUCache, LRUCache
-from chatmem.context import ContextMessage, UserProfileProvider
+from chatmem.lru import LFUCache, LRUCache
+from chatmem.live_context import ContextMessage, UserProfileProvider
 from chatmem.errors import SessionNotFound, ValidationError
 from chatmem.retention import MessageRetentionPolicy
-from chatmem.tokenizer import MESSAGE_OVERHEAD, EstimateTokenizer
+from chatmem.token_count import MESSAGE_OVERHEAD, EstimateTokenizer
 from conftest import run
 
 LONG = "word " * 200  # ~250 tokens

@@ -65,7 +65,7 @@ def test_sync_methods_inside_a_loop_say_to_use_the_async_ones():
     async def go():
         async with await chatmem.open() as mem:
             h = ChatmemChatMessageHistory(mem, "x")
-            with pytest.raises(RuntimeError, match="async methods"):
+            with pytest.raises(chatmem.errors.UnsupportedEnvironment, match="async methods"):
                 h.add_user_message("hi")
             return await h.aget_messages()
     assert run(go()) == []

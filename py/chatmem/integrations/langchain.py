@@ -172,8 +172,8 @@ class ChatmemChatMessageHistory(BaseChatMessageHistory):
             close = getattr(coro, "close", None)
             if close is not None:
                 close()
-            raise RuntimeError("ChatmemChatMessageHistory: inside a running event loop use the async methods "
-                               "(aget_messages, aadd_messages, aclear)")
+            raise UnsupportedEnvironment("ChatmemChatMessageHistory: inside a running event loop use the "
+                                         "async methods (aget_messages, aadd_messages, aclear)")
         if self._loop is not None and self._loop.is_running() and not self._loop.is_closed():
             return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 

@@ -46,7 +46,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 class _Auth:
     def __init__(self, api_keys: Sequence[str]):
         if not api_keys:
-            raise ValueError("at least one api key is needed")
+            raise ValidationError("at least one api key is needed", field="api_keys")
         self._keys = [(k.encode("utf-8"), space_for_key(k)) for k in api_keys]
 
     def space(self, request: Request) -> str | None:

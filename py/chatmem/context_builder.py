@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
-from .context import ContextManager
 from .errors import SessionNotFound, ValidationError
 from .formats import FORMATS, to_anthropic
+from .live_context import ContextManager
 from .models import ChatMessage
 from .retention import MessageRetentionPolicy, plan_message_retention
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
-from .tokenizer import EstimateTokenizer, Tokenizer, for_format
+from .token_count import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
 
 if TYPE_CHECKING:
