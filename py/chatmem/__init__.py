@@ -9,6 +9,7 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
+from .anthropic import AnthropicProvider
 from .contextstore import (
     ContextStore,
     IndexedDBContextStore,
@@ -52,7 +53,7 @@ from .live_context import (
     UserProfileProvider,
     render_context_message,
 )
-from .lru import LRUCache
+from .lru import LFUCache, LRUCache
 from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
@@ -96,6 +97,7 @@ __all__ = [
     "Store",
     "MemoryStore",
     "LRUCache",
+    "LFUCache",
     "Clock",
     "IdGenerator",
     "new_id",
@@ -140,6 +142,7 @@ __all__ = [
     # chat
     "ChatProvider",
     "OpenAICompatibleProvider",
+    "AnthropicProvider",
     "OfflineResponder",
     # search
     "QueryIndex",

@@ -38,11 +38,15 @@ __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_e
 def _bridge() -> Any:
     try:
         import chatmem_bridge  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise UnsupportedEnvironment(
-            "the chatmem JS bridge is not registered: import web/js/bridge.js and call "
-            "pyodide.registerJsModule('chatmem_bridge', bridge) before opening"
-        ) from e
+    except ImportError:
+        try:  # PyScript: config {"js_modules": {"main": {"./js/bridge.js": "chatmem_bridge"}}}
+            from pyscript.js_modules import chatmem_bridge  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UnsupportedEnvironment(
+                "the chatmem JS bridge is not registered: call loadChatmem(pyodide) from js/load.js "
+                "(or pyodide.registerJsModule('chatmem_bridge', bridge)), or under PyScript name "
+                "./js/bridge.js as 'chatmem_bridge' in js_modules.main"
+            ) from e
     return chatmem_bridge
 
 

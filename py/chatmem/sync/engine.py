@@ -44,7 +44,7 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import logging
 import random
 import sys
@@ -75,6 +75,8 @@ from .push import (
     LocalDrainLock,
     PullReport,
     PushReport,
+    apply_answer,
+    dead_letter_error,
     dead_record,
     op_ids,
     record_failures,
@@ -256,14 +258,19 @@ class SyncEngine(EncryptedSync):
         pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
         if isinstance(st, dict) and st.get("owner") != self.owner:
-            return SyncStatus(
+            out = SyncStatus(
                 state=st.get("state", "idle"),
                 pending=pending,
                 dead_letters=dead,
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        else:
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        if dead and out.state == "idle":
+            # dead letters wait for the user: that is an error until replayed or discarded
+            out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
+        return out
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -274,12 +281,15 @@ class SyncEngine(EncryptedSync):
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
         n = await self._core.store.dead_replay(op_ids(which))
+        await self._after_dead_change()
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(op_ids(which))
+        n = await self._core.store.dead_discard(op_ids(which))
+        await self._after_dead_change()
+        return n
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -366,29 +376,22 @@ class SyncEngine(EncryptedSync):
                 dead += len(batch)
                 self._last_error = str(e)
                 continue
-            by_id = resp.by_op_id()
-            ok = [r.op_id for r in resp.results if r.delivered]
-            rejected = [
-                dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
-                            json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                        "reason": by_id[op["op_id"]].reason}), 200, self._now())
-                for op in batch
-                if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
-            ]
-            if ok:
-                await store.outbox_ack(ok)
-            if rejected:
-                await store.outbox_to_dead(rejected)
-            missing = [op for op in batch if op["op_id"] in set(resp.missing)]
-            if missing:
-                err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await record_failures(store, missing, err, cfg, policy, self._now(), self.rand)
-            acked += len(ok)
-            dead += len(rejected)
+            ok, died = await apply_answer(store, batch, resp, cfg, policy, self._now(), self.rand)
+            acked += ok
+            dead += died
             self._last_success = self._now()
-        await self._set_state(final, success=final == "idle" and requests > 0)
+        dead_error = await dead_letter_error(store)  # dead letters wait for the user: an error
+        final = "error" if dead_error else final
+        await self._set_state(final, error=dead_error, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
+
+    async def _after_dead_change(self) -> None:
+        """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
+        await self._load()
+        if self._state == "error" and await dead_letter_error(self._core.store) is None:
+            self._last_error = None
+            await self._set_state("idle")
 
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
@@ -435,8 +438,9 @@ class SyncEngine(EncryptedSync):
             self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
         )
         await self._save_hlc()
-        await self._set_state("idle", success=True)
-        return PullReport(pages, n, cursor, "idle")
+        dead_error = await dead_letter_error(self._core.store)
+        await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
+        return PullReport(pages, n, cursor, "error" if dead_error else "idle")
 
     async def _save_hlc(self) -> None:
         hlc = self._core.outbox.hlc
