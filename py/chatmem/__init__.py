@@ -9,17 +9,7 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
-from .cache import LRUCache
-from .context import (
-    ContextManager,
-    ContextMessage,
-    ContextProvider,
-    ContextUpdateStrategy,
-    DatetimeProvider,
-    ModuleStateProvider,
-    UserProfileProvider,
-    render_context_message,
-)
+from .anthropic import AnthropicProvider
 from .contextstore import (
     ContextStore,
     IndexedDBContextStore,
@@ -27,6 +17,8 @@ from .contextstore import (
     MemoryContextStore,
     SQLiteContextStore,
 )
+from .conversation import Session
+from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
     ClockSkew,
@@ -54,18 +46,36 @@ from .index import (
     SearchHit,
     SQLEngine,
 )
+from .live_context import (
+    ContextManager,
+    ContextMessage,
+    ContextProvider,
+    ContextUpdateStrategy,
+    DatetimeProvider,
+    ModuleStateProvider,
+    UserProfileProvider,
+    render_context_message,
+)
+from .lru import LFUCache, LRUCache
 from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
 from .offline import OfflineResponder
 from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
-from .session import Session
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
-from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
+from .sync import (
+    EncryptionKey,
+    Passphrase,
+    PullReport,
+    PushReport,
+    SyncConfig,
+    SyncEngine,
+    SyncStatus,
+)
+from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
 from .validation import DEFAULT_LIMITS, Limits
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
@@ -91,6 +101,7 @@ __all__ = [
     "Store",
     "MemoryStore",
     "LRUCache",
+    "LFUCache",
     "Clock",
     "IdGenerator",
     "new_id",
@@ -140,6 +151,7 @@ __all__ = [
     # chat
     "ChatProvider",
     "OpenAICompatibleProvider",
+    "AnthropicProvider",
     "OfflineResponder",
     # search
     "QueryIndex",
@@ -149,6 +161,8 @@ __all__ = [
     "HybridWeights",
     "Embedder",
     "HashingEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "OpenAIEmbedder",
     # export / import
     "ImportReport",
@@ -158,4 +172,6 @@ __all__ = [
     "SyncStatus",
     "PushReport",
     "PullReport",
+    "Passphrase",
+    "EncryptionKey",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..validation import Limits, check_message_record, check_session_record, check_value
+from .e2e import is_envelope
 from .hlc import check_skew
 from .ops import SyncOp, validate_op
 
@@ -43,6 +44,11 @@ def admit_op(op: Any, limits: Limits, now_ms: int) -> SyncOp:
             check_value(dict(data), limits, max_bytes=1024)
         return valid
     assert isinstance(data, Mapping)
+    if any(is_envelope(v) for v in data.values()):
+        # end-to-end encrypted: the server cannot read the record (the client checks it after
+        # decrypting); the envelope itself must still be safe JSON of a bounded size
+        check_value(dict(data), limits, max_bytes=limits.max_message_bytes)
+        return valid
     if resource == "session":
         check_session_record(data, limits, partial=True)
     else:

@@ -23,10 +23,14 @@ What is durable, and when:
 - Operations of one session go in order: an operation waiting for a retry
   (or leased by another drainer) holds back the later operations of its
   session only; other sessions go on.
+- History written before sync was first turned on is pushed from the store
+  before the outbox, and before a pull (``chatmem.sync.backfill``).
 - ``pull()`` applies one page of ``/v1/changes`` per store transaction
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
+- End-to-end encryption: see ``chatmem.sync.unlock`` (key check before a push
+  or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
@@ -40,120 +44,65 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import logging
 import random
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    ClockSkew,
+    DecryptionError,
     SyncAuthError,
     SyncError,
     SyncOffline,
     SyncPermanentError,
     SyncTransientError,
     ValidationError,
+    WrongPassphrase,
 )
 from ..http import Transport
+from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
-from .config import SyncConfig
+from .cipher import default_suite
+from .config import CONFIG_KEY, SyncConfig
+from .keyring import Keyring
 from .protocol import SyncClient
-from .quarantine import QUARANTINE_KEY, printable, screen, set_aside
+from .pull import CURSOR_KEY, pull_changes
+from .push import (
+    LEASE_MARGIN_MS,
+    DrainLock,
+    LocalDrainLock,
+    PullReport,
+    PushReport,
+    apply_answer,
+    dead_letter_error,
+    dead_record,
+    op_ids,
+    record_failures,
+    resolve_batch,
+    select_batch,
+    strip_lease,
+)
+from .quarantine import QUARANTINE_KEY
 from .status import SyncState, SyncStatus
+from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
 
-__all__ = [
-    "CONFIG_KEY",
-    "CURSOR_KEY",
-    "HLC_KEY",
-    "STATUS_KEY",
-    "DrainLock",
-    "LocalDrainLock",
-    "PullReport",
-    "PushReport",
-    "SyncEngine",
-]
+__all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
+           "PushReport", "SyncEngine"]
 
 log = logging.getLogger("chatmem.sync")
 
-CONFIG_KEY = "sync.config"
-CURSOR_KEY = "sync.cursor"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
-
-#: fields of an outbox record that travel in a push (the rest is local bookkeeping)
-WIRE_FIELDS = ("op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts")
-#: a lease outlives the request's timeout by this much (ms)
-LEASE_MARGIN_MS = 5_000
-#: changes per pulled page
-PULL_LIMIT = 500
 
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class DrainLock(Protocol):
-    """Who may drain: ``acquire()`` never waits; False means someone else drains."""
-
-    #: True if holding it proves no other drainer exists (leases of others can be ignored)
-    exclusive: bool
-
-    async def acquire(self) -> bool: ...
-
-    async def release(self) -> None: ...
-
-
-class LocalDrainLock:
-    """One drainer per engine (CPython). Engines sharing a file respect each other's leases."""
-
-    exclusive = False
-
-    def __init__(self) -> None:
-        self._held = False
-
-    async def acquire(self) -> bool:
-        if self._held:
-            return False
-        self._held = True
-        return True
-
-    async def release(self) -> None:
-        self._held = False
-
-
-@dataclass(frozen=True)
-class PushReport:
-    #: push requests made
-    requests: int = 0
-    #: operations the server acknowledged (applied or duplicate)
-    acknowledged: int = 0
-    #: operations moved to the dead-letter store
-    dead_lettered: int = 0
-    #: operations still in the outbox
-    remaining: int = 0
-    state: SyncState = "idle"
-    #: False when another tab/engine holds the drain lock (nothing was done here)
-    drained: bool = True
-
-
-@dataclass(frozen=True)
-class PullReport:
-    pages: int = 0
-    changes: int = 0
-    cursor: str | None = None
-    state: SyncState = "idle"
-    drained: bool = True
-
-
-def _strip_lease(op: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in op.items() if k not in ("lease_owner", "lease_until", "key")}
-
-
-class SyncEngine:
+class SyncEngine(EncryptedSync):
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -191,6 +140,9 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
+        self.keyring = Keyring(core.store, default_suite, core.ids)
+        self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -211,7 +163,10 @@ class SyncEngine:
         cfg = config if isinstance(config, SyncConfig) else SyncConfig.from_dict(config)
         cfg.validate()
         await self._load()
+        if cfg.enabled:  # from here on writes queue their ops; the history before is backfilled
+            await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
+        await self._configured_encryption(cfg)
         self._set_config(cfg)
         self._paused = False
         self._last_error = None
@@ -301,11 +256,12 @@ class SyncEngine:
         """Counts from the store, state from the drainer's ``kv`` record (any tab's)."""
         await self._load()
         pending, dead = await self._core.store.outbox_counts()
+        pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
         q = await self._core.store.kv_get(QUARANTINE_KEY)
         quarantined = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
         if isinstance(st, dict) and st.get("owner") != self.owner:
-            return SyncStatus(
+            out = SyncStatus(
                 state=st.get("state", "idle"),
                 pending=pending,
                 dead_letters=dead,
@@ -313,7 +269,12 @@ class SyncEngine:
                 last_error=st.get("lastError"),
                 quarantined=quarantined,
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined)
+        else:
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined)
+        if dead and out.state == "idle":
+            # dead letters wait for the user: that is an error until replayed or discarded
+            out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
+        return out
 
     async def quarantined(self) -> list[dict[str, Any]]:
         """Pulled changes that were set aside (newest last): ``{change, reason, field, at, cursor}``.
@@ -334,29 +295,19 @@ class SyncEngine:
         """Dead-lettered operations: the op fields plus ``reason``, ``response``, ``status``, ``failed_at``."""
         return await self._core.store.dead_list()
 
-    @staticmethod
-    def _ids(which: str | Iterable[str]) -> list[str] | None:
-        if which == "all":
-            return None
-        if isinstance(which, str):
-            if not which:
-                raise ValidationError("op_id must be a non-empty string or 'all'", field="op_id")
-            return [which]
-        ids = list(which)
-        if not all(isinstance(i, str) and i for i in ids):
-            raise ValidationError("op ids must be non-empty strings", field="op_id")
-        return ids
-
     async def replay(self, which: str | Iterable[str]) -> int:
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
-        n = await self._core.store.dead_replay(self._ids(which))
+        n = await self._core.store.dead_replay(op_ids(which))
+        await self._after_dead_change()
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(self._ids(which))
+        n = await self._core.store.dead_discard(op_ids(which))
+        await self._after_dead_change()
+        return n
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -373,6 +324,9 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._push_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PushReport(remaining=await self._pending(), state=skipped)
             return await self._push(cfg, client, wait)
         finally:
             await self._lock.release()
@@ -385,42 +339,22 @@ class SyncEngine:
     async def _pull_skipped(self) -> PullReport:
         return PullReport(state=(await self.status()).state, drained=False)
 
-    def _select(
-        self, ops: list[dict[str, Any]], now: int, limit: int
-    ) -> tuple[list[dict[str, Any]], int | None]:
-        """The next batch (per-session FIFO) and, if something waits, when it is due."""
-        blocked: set[str] = set()
-        batch: list[dict[str, Any]] = []
-        wake: int | None = None
-        for op in ops:
-            sid = str(op.get("session_id") or op.get("id"))
-            if sid in blocked:
-                continue
-            owner, until = op.get("lease_owner"), int(op.get("lease_until") or 0)
-            if owner not in (None, self.owner) and until > now and not self._lock.exclusive:
-                blocked.add(sid)
-                wake = until if wake is None else min(wake, until)
-                continue
-            due = int(op.get("next_attempt_at") or 0)
-            if due > now:
-                blocked.add(sid)
-                wake = due if wake is None else min(wake, due)
-                continue
-            batch.append(op)
-            if len(batch) >= limit:
-                break
-        return batch, wake
-
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        requests = acked = dead = 0
         final: SyncState = "idle"
         await self._set_state("syncing")
+        stopped, requests, acked, dead = await push_history(self, self._backfill, cfg, client, policy, wait)
+        if stopped is not None:  # the history goes first (chatmem.sync.backfill)
+            return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
             now = self._now()
             ops = await store.outbox_list()
-            batch, wake = self._select(ops, now, cfg.batch_size)
+            batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
+            if batch:
+                payload, batch = await resolve_batch(store, batch)
+                if not batch:
+                    continue
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -433,100 +367,52 @@ class SyncEngine:
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
+                resp = await client.push(await self._wire(payload))
+            except WrongPassphrase as e:  # the key changed under us: keep every op
+                await store.outbox_update([strip_lease(op) for op in batch])
+                await self._wrong_key(e)
+                raise
             except SyncOffline as e:
-                await store.outbox_update([_strip_lease(op) for op in batch])
+                await store.outbox_update([strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
                 return PushReport(requests, acked, dead, await self._pending(), "offline")
             except SyncAuthError as e:
-                await store.outbox_update([_strip_lease(op) for op in batch])
+                await store.outbox_update([strip_lease(op) for op in batch])
                 self._paused = True
                 await self._set_state("paused-auth", error=str(e))
                 return PushReport(requests, acked, dead, await self._pending(), "paused-auth")
             except SyncTransientError as e:
-                dead += await self._failed(batch, e, cfg, policy)
+                dead += await record_failures(store, batch, e, cfg, policy, self._now(), self.rand)
                 self._last_error = str(e)
                 continue
             except (SyncPermanentError, ValidationError) as e:
                 status = getattr(e, "status", None)
                 response = getattr(e, "response", None)
                 await store.outbox_to_dead(
-                    [self._dead(op, f"the server refused the batch: {e}", response, status) for op in batch]
+                    [dead_record(op, f"the server refused the batch: {e}", response, status, self._now()) for op in batch]
                 )
                 dead += len(batch)
                 self._last_error = str(e)
                 continue
-            by_id = resp.by_op_id()
-            ok = [r.op_id for r in resp.results if r.delivered]
-            rejected = [
-                self._dead(op, by_id[op["op_id"]].reason or "rejected by the server",
-                           json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                       "reason": by_id[op["op_id"]].reason}), 200)
-                for op in batch
-                if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
-            ]
-            if ok:
-                await store.outbox_ack(ok)
-            if rejected:
-                await store.outbox_to_dead(rejected)
-            missing = [op for op in batch if op["op_id"] in set(resp.missing)]
-            if missing:
-                err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await self._failed(missing, err, cfg, policy)
-            acked += len(ok)
-            dead += len(rejected)
+            ok, died = await apply_answer(store, batch, resp, cfg, policy, self._now(), self.rand)
+            acked += ok
+            dead += died
             self._last_success = self._now()
-        await self._set_state(final, success=final == "idle" and requests > 0)
+        dead_error = await dead_letter_error(store)  # dead letters wait for the user: an error
+        final = "error" if dead_error else final
+        await self._set_state(final, error=dead_error, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
 
+    async def _after_dead_change(self) -> None:
+        """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
+        await self._load()
+        if self._state == "error" and await dead_letter_error(self._core.store) is None:
+            self._last_error = None
+            await self._set_state("idle")
+
     async def _pending(self) -> int:
-        return (await self._core.store.outbox_counts())[0]
-
-    def _dead(
-        self, op: Mapping[str, Any], reason: str, response: str | None, status: int | None
-    ) -> dict[str, Any]:
-        return dict(
-            _strip_lease(op), reason=reason, response=response, status=status, failed_at=self._now()
-        )
-
-    async def _failed(
-        self, ops: list[dict[str, Any]], err: SyncError, cfg: SyncConfig, policy: BackoffPolicy
-    ) -> int:
-        """Count a failed attempt on each op: schedule its retry, or dead-letter it."""
-        now = self._now()
-        retry: list[dict[str, Any]] = []
-        dead: list[dict[str, Any]] = []
-        delays: dict[int, int] = {}
-        for op in ops:
-            attempts = int(op.get("attempts") or 0) + 1
-            if attempts > cfg.max_retries:
-                dead.append(
-                    dict(
-                        self._dead(
-                            op,
-                            f"gave up after {attempts} failed attempts: {err}",
-                            err.response,
-                            err.status,
-                        ),
-                        attempts=attempts,
-                        last_error=str(err),
-                    )
-                )
-                continue
-            # one draw per retry number: ops that failed together stay one batch (same due time)
-            if attempts not in delays:
-                delays[attempts] = policy.delay(attempts - 1, err.retry_after_ms, now, self.rand)
-            delay = delays[attempts]
-            retry.append(
-                dict(_strip_lease(op), attempts=attempts, next_attempt_at=now + delay, last_error=str(err))
-            )
-        if retry:
-            await self._core.store.outbox_update(retry)
-        if dead:
-            await self._core.store.outbox_to_dead(dead)
-        log.info("sync push failed (%s): %d to retry, %d dead-lettered", err, len(retry), len(dead))
-        return len(dead)
+        return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
 
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
@@ -537,13 +423,22 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._pull_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PullReport(state=skipped)
             return await self._pull_guarded(cfg, client)
         finally:
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
+        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
         try:
+            if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
+                return PullReport(state=stopped)
             return await self._pull(cfg, client)
+        except (WrongPassphrase, DecryptionError) as e:
+            await self._encryption_failed(e)
+            raise
         except SyncOffline as e:
             await self._set_state("offline", error=str(e))
             return PullReport(state="offline")
@@ -556,55 +451,14 @@ class SyncEngine:
             return PullReport(state="error")
 
     async def _pull(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
-        store, core = self._core.store, self._core
-        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        cursor = await store.kv_get(CURSOR_KEY)
-        cursor = cursor if isinstance(cursor, str) and cursor else None
-        pages = n = failures = 0
-        restarted = False
         await self._set_state("syncing")
-        hlc = core.outbox.hlc
-        while True:
-            try:
-                page = await client.changes(since=cursor, limit=PULL_LIMIT)
-            except SyncPermanentError as e:
-                if e.status == 400 and cursor is not None and not restarted:
-                    cursor, restarted = None, True  # the server's feed was reset
-                    continue
-                raise
-            except SyncTransientError as e:
-                failures += 1
-                if failures > cfg.max_retries:
-                    raise
-                await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
-                continue
-            changes, bad = screen(
-                [{"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
-                 for c in page.changes], core.limits)
-            bad += [{"change": printable(m.get("change")), "reason": m.get("reason"), "field": None}
-                    for m in page.malformed]
-            if hlc is not None:
-                for c in changes:
-                    try:
-                        hlc.update(c["hlc"])
-                    except ClockSkew as e:  # applied, but this clock stays where it is
-                        log.warning("pulled change %s %s: %s", c["resource"], c["id"], e)
-            kv: dict[str, Any] = {CURSOR_KEY: page.cursor}
-            if bad:
-                log.warning("pull: %d change(s) set aside: %s", len(bad), bad[0]["reason"])
-                kv[QUARANTINE_KEY] = set_aside(await store.kv_get(QUARANTINE_KEY), bad, self._now(), page.cursor)
-            touched = await store.apply_changes(changes, kv)
-            for sid in touched:
-                core.invalidate(sid)
-                core.changed("session-synced", sid, None)
-            pages += 1
-            n += len(changes)
-            cursor = page.cursor
-            if not page.more:
-                break
+        pages, n, cursor = await pull_changes(
+            self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
+        )
         await self._save_hlc()
-        await self._set_state("idle", success=True)
-        return PullReport(pages, n, cursor, "idle")
+        dead_error = await dead_letter_error(self._core.store)
+        await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
+        return PullReport(pages, n, cursor, "error" if dead_error else "idle")
 
     async def _save_hlc(self) -> None:
         hlc = self._core.outbox.hlc
@@ -617,6 +471,8 @@ class SyncEngine:
         cfg, client = await self._ready()
         if not self._paused and await self._lock.acquire():
             try:
+                if await self._unlock(cfg, client) is not None:
+                    return await self.status()
                 report = await self._push(cfg, client, wait=True)
                 if report.state not in ("offline", "paused-auth"):
                     await self._pull_guarded(cfg, client)

@@ -12,6 +12,10 @@ States:
 - ``offline``: no network / server unreachable: waiting, nothing counted as a failure;
 - ``paused-auth``: the server refused the key (401/403); nothing is sent until
   the config changes;
+- ``locked``: the space is end-to-end encrypted and no passphrase was entered
+  on this device (nothing is sent or applied);
+- ``wrong-passphrase``: the passphrase does not match the space's key check
+  value, or was changed on another device (nothing is sent or applied);
 - ``error``: the last run failed (transient errors being retried, or an
   unexpected failure); ``last_error`` says why.
 """
@@ -26,14 +30,17 @@ from ..errors import ValidationError
 
 __all__ = ["SyncState", "SYNC_STATES", "SyncStatus"]
 
-SyncState = Literal["idle", "syncing", "offline", "paused-auth", "error"]
-SYNC_STATES: frozenset[str] = frozenset({"idle", "syncing", "offline", "paused-auth", "error"})
+SyncState = Literal["idle", "syncing", "offline", "paused-auth", "locked", "wrong-passphrase", "error"]
+SYNC_STATES: frozenset[str] = frozenset(
+    {"idle", "syncing", "offline", "paused-auth", "locked", "wrong-passphrase", "error"}
+)
 
 
 @dataclass(frozen=True)
 class SyncStatus:
     state: SyncState = "idle"
-    #: operations in the outbox (in flight included)
+    #: operations in the outbox (in flight included), plus the history still to upload
+    #: after sync was first turned on (an upper bound: one per session and message)
     pending: int = 0
     #: operations in the dead-letter store
     dead_letters: int = 0
