@@ -29,6 +29,7 @@ operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -247,7 +248,7 @@ class SyncService:
         page, more = rows[:n], len(rows) > n
         budget = self.limits.changes_page_bytes
         for i, r in enumerate(page):
-            budget -= len(_canonical(r.data).encode("utf-8")) + 200
+            budget -= len(json.dumps(r.data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) + 200
             if budget < 0 and i > 0:  # the page ends before the record that passes the budget
                 page, more = page[:i], True
                 break

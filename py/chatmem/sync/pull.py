@@ -6,10 +6,9 @@ Nothing is enqueued: pulled changes are never echoed back to the server.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
-
-import logging
 
 from ..errors import ClockSkew, SyncPermanentError, SyncTransientError
 from .backoff import BackoffPolicy
@@ -83,7 +82,7 @@ async def pull_changes(
         if hlc is not None:
             for c in changes:
                 try:
-                    hlc.update(c["hlc"])
+                    hlc.update(str(c["hlc"]))
                 except ClockSkew as e:  # applied, but this clock stays where it is
                     log.warning("pulled change %s %s: %s", c["resource"], c["id"], e)
         kv: dict[str, Any] = {CURSOR_KEY: page.cursor}
