@@ -1,0 +1,48 @@
+"""``SyncStorage`` in one SQLite file (standard library ``sqlite3``): the embedded
+default, for one server process. Writes are serialized by a lock and ``BEGIN
+IMMEDIATE``; WAL mode for a file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .sqlbase import Execute, SQLSyncStorage
+
+__all__ = ["SQLiteSyncStorage"]
+
+
+class SQLiteSyncStorage(SQLSyncStorage):
+    """``SyncStorage`` in one SQLite file (or ``":memory:"``), safe to share between threads."""
+
+    def __init__(self, path: str = ":memory:"):
+        self.path = path
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        if path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA busy_timeout=10000")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self.migrate()
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return self._conn.execute(sql, tuple(params)).fetchall()
+
+    @contextmanager
+    def _session(self) -> Iterator[Execute]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._execute
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
