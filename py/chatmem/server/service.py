@@ -31,6 +31,7 @@ from ..errors import ValidationError
 from ..ids import Clock, system_clock
 from ..sync.hlc import validate_device_id
 from ..sync.ops import MAX_ID_LENGTH, validate_op
+from .quotas import Quotas
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
 
 __all__ = ["SyncService", "parse_cursor", "MAX_OPS_PER_PUSH", "MAX_CHANGES_LIMIT"]
@@ -90,12 +91,14 @@ class SyncService:
                 )
         return device_id, ops
 
-    def push(self, space: str, payload: Any) -> dict[str, Any]:
-        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch."""
+    def push(self, space: str, payload: Any, quotas: Quotas | None = None) -> dict[str, Any]:
+        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch,
+        ``RateLimited``/``StorageFull`` (nothing applied) when ``quotas`` refuse it."""
         device_id, ops = self.check_push(payload)
         now = self.clock()
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
+            bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
             for op in ops:
                 op_id = op["op_id"]
                 if txn.op_seen(op_id):
@@ -110,6 +113,8 @@ class SyncService:
                 if result["status"] == "applied":
                     txn.remember_op(op_id, device_id, now)
                 results.append(result)
+            if quotas is not None:
+                quotas.check_bytes(txn, bytes_before)
             cursor = txn.cursor()
         return {"results": results, "cursor": str(cursor)}
 
