@@ -126,7 +126,8 @@ def create_app(
             if len(ops) > MAX_OPS_PER_PUSH:
                 return _error(413, f"at most {MAX_OPS_PER_PUSH} operations per push")
         try:
-            answer = await _db(service.push, who.space, payload, who.quotas)
+            service.quotas[who.space] = who.quotas
+            answer = await _db(service.push, who.space, payload)
         except ValidationError as e:
             return _error(400, str(e))
         except RateLimited as e:

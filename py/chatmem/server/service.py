@@ -71,6 +71,8 @@ class SyncService:
     def __init__(self, storage: SyncStorage, clock: Clock = system_clock):
         self.storage = storage
         self.clock = clock
+        #: quotas per space (spaces without an entry are unlimited)
+        self.quotas: dict[str, Quotas] = {}
 
     # ------------------------------------------------------------------ push
     def check_push(self, payload: Any) -> tuple[str, list[Any]]:
@@ -91,9 +93,11 @@ class SyncService:
                 )
         return device_id, ops
 
-    def push(self, space: str, payload: Any, quotas: Quotas | None = None) -> dict[str, Any]:
+    def push(self, space: str, payload: Any) -> dict[str, Any]:
         """Apply a push body in one transaction; ``ValidationError`` for a malformed batch,
-        ``RateLimited``/``StorageFull`` (nothing applied) when ``quotas`` refuse it."""
+        ``RateLimited``/``StorageFull`` (nothing applied) when the space's quotas
+        (``quotas[space]``, set by the HTTP layer from the account) refuse it."""
+        quotas = self.quotas.get(space)
         device_id, ops = self.check_push(payload)
         now = self.clock()
         results: list[Result] = []

@@ -59,6 +59,7 @@ from ..errors import (
 from ..http import Transport
 from .backoff import BackoffPolicy
 from .config import SyncConfig
+from .live import follow_stream
 from .protocol import SyncClient
 from .status import SyncState, SyncStatus
 
@@ -189,6 +190,10 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        self._live: asyncio.Task[None] | None = None
+        self._pulled_cursor: str | None = None
+        #: how the live stream stands: "off", "following", "unsupported", "auth"
+        self.live_state = "off"
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -223,6 +228,13 @@ class SyncEngine:
     def _set_config(self, cfg: SyncConfig) -> None:
         self._config = cfg
         self._client = None  # built by _ready(), once the device id is known
+        self._end_live()  # the auto-sync loop follows again with the new config
+
+    def _end_live(self) -> None:
+        live, self._live = self._live, None
+        if live is not None and not live.done():
+            live.cancel()
+        self.live_state = "off"
 
     async def _load(self) -> None:
         """Read config, status and the HLC high-water mark from ``kv`` (once)."""
@@ -576,6 +588,7 @@ class SyncEngine:
             if not page.more:
                 break
         await self._save_hlc()
+        self._pulled_cursor = cursor
         await self._set_state("idle", success=True)
         return PullReport(pages, n, cursor, "idle")
 
@@ -614,7 +627,14 @@ class SyncEngine:
             from .. import _browser
 
             self._stop_online = _browser.on_online(self._poke)
+        if self._on_write not in self._core.listeners:
+            self._core.listeners.append(self._on_write)
         self._auto = asyncio.get_running_loop().create_task(self._auto_loop())
+
+    def _on_write(self, kind: str, session_id: str, payload: Any) -> None:
+        """With ``live``, a local write is pushed at once (other devices see it live)."""
+        if kind != "session-synced" and self._config is not None and self._config.live:
+            self._poke()
 
     async def _auto_loop(self) -> None:
         assert self._wake is not None
@@ -622,8 +642,11 @@ class SyncEngine:
         while not self._closed:
             cfg = self._config
             if cfg is None or not cfg.enabled or not cfg.auto_sync:
+                self._end_live()
                 return
             self._wake.clear()
+            if cfg.live and self._live is None:
+                self._live = asyncio.get_running_loop().create_task(self._follow())
             try:
                 await self.run()
             except asyncio.CancelledError:
@@ -637,8 +660,29 @@ class SyncEngine:
             except TimeoutError:
                 pass
 
+    async def _follow(self) -> None:
+        """Wake the auto-sync loop whenever the server announces a cursor this device lacks."""
+        _, client = await self._ready()
+
+        def seen(cursor: str) -> None:
+            if cursor != self._pulled_cursor:
+                self._poke()
+
+        self.live_state = "following"
+        self.live_state = await follow_stream(client, seen, rand=self.rand)
+
     async def stop(self) -> None:
         """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
+        live, self._live = self._live, None
+        if live is not None and not live.done():
+            live.cancel()
+            try:
+                await live
+            except BaseException:  # noqa: BLE001 - cancelled or failed: either way it is over
+                pass
+        self.live_state = "off"
+        if self._on_write in self._core.listeners:
+            self._core.listeners.remove(self._on_write)
         task, self._auto = self._auto, None
         if self._stop_online is not None:
             self._stop_online()
