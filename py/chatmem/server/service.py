@@ -103,9 +103,10 @@ class SyncService:
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
             bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
+            seen = txn.seen_ops([op["op_id"] for op in ops])
             for op in ops:
                 op_id = op["op_id"]
-                if txn.op_seen(op_id):
+                if op_id in seen:
                     results.append({"op_id": op_id, "status": "duplicate"})
                     continue
                 try:
@@ -116,6 +117,7 @@ class SyncService:
                 result = self._apply(txn, op)
                 if result["status"] == "applied":
                     txn.remember_op(op_id, device_id, now)
+                    seen.add(op_id)
                 results.append(result)
             if quotas is not None:
                 quotas.check_bytes(txn, bytes_before)

@@ -99,9 +99,22 @@ class SQLSpaceTransaction:
         self._seq = last_seq
         self._first_seq = last_seq
         self._bytes = stored_bytes
+        #: data size of each record this transaction read or wrote
+        self._sizes: dict[tuple[str, str], int] = {}
 
     def op_seen(self, op_id: str) -> bool:
         return bool(self.ex("SELECT 1 FROM applied_ops WHERE space = ? AND op_id = ?", (self.space, op_id)))
+
+    def seen_ops(self, op_ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        unique = list(dict.fromkeys(op_ids))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.ex(f"SELECT op_id FROM applied_ops WHERE space = ? AND op_id IN ({marks})",
+                           (self.space, *chunk))
+            found.update(r[0] for r in rows)
+        return found
 
     def remember_op(self, op_id: str, device_id: str, now_ms: int) -> None:
         self.ex(
@@ -111,9 +124,10 @@ class SQLSpaceTransaction:
 
     def get(self, resource: str, record_id: str) -> StoredRecord | None:
         rows = self.ex(
-            f"SELECT {_COLUMNS} FROM records WHERE space = ? AND resource = ? AND id = ?",
+            f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND resource = ? AND id = ?",
             (self.space, resource, record_id),
         )
+        self._sizes[(resource, record_id)] = int(rows[0][9]) if rows else 0
         return _row(rows[0]) if rows else None
 
     def put(self, record: StoredRecord) -> int:
@@ -121,11 +135,13 @@ class SQLSpaceTransaction:
         record.seq = self._seq
         data = json.dumps(record.data, ensure_ascii=False) if record.data is not None else None
         size = record_size(data)
-        old = self.ex(
-            "SELECT size FROM records WHERE space = ? AND resource = ? AND id = ?",
-            (self.space, record.resource, record.id),
-        )
-        self._bytes += size - (int(old[0][0]) if old else 0)
+        key = (record.resource, record.id)
+        if key not in self._sizes:
+            old = self.ex("SELECT size FROM records WHERE space = ? AND resource = ? AND id = ?",
+                          (self.space, *key))
+            self._sizes[key] = int(old[0][0]) if old else 0
+        self._bytes += size - self._sizes[key]
+        self._sizes[key] = size
         self.ex(
             f"INSERT INTO records (space, {_COLUMNS}, size) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (space, resource, id) DO UPDATE SET data = excluded.data, "
@@ -137,17 +153,16 @@ class SQLSpaceTransaction:
                 record.birth_hlc, json.dumps(record.field_hlc), record.session_id, record.seq, size,
             ),
         )
-        self.ex(
-            "UPDATE spaces SET last_seq = ?, bytes = ? WHERE space = ?", (self._seq, self._bytes, self.space)
-        )
         return self._seq
 
     def live_messages(self, session_id: str) -> list[StoredRecord]:
         rows = self.ex(
-            f"SELECT {_COLUMNS} FROM records WHERE space = ? AND session_id = ? "
+            f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND session_id = ? "
             "AND resource = 'message' AND deleted = 0 ORDER BY seq",
             (self.space, session_id),
         )
+        for r in rows:
+            self._sizes[("message", r[1])] = int(r[9])
         return [_row(r) for r in rows]
 
     def cursor(self) -> int:
@@ -223,6 +238,8 @@ class SQLSyncStorage(ABC):
             txn = SQLSpaceTransaction(ex, space, int(row[0]), int(row[1]))
             yield txn
             if txn.changed:
+                ex("UPDATE spaces SET last_seq = ?, bytes = ? WHERE space = ?",
+                   (txn.cursor(), txn.stored_bytes(), space))
                 self._announce(ex, space, txn.cursor())
 
     def changes(self, space: str, since: int, limit: int) -> list[StoredRecord]:
