@@ -60,7 +60,11 @@ class PostgresSyncStorage(SQLSyncStorage):
     def _session(self) -> Iterator[Execute]:
         with self._pool.connection() as conn, conn.transaction():
 
-            def ex(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            def ex(sql: str, params: Sequence[Any], many: bool = False) -> list[tuple[Any, ...]]:
+                if many:
+                    with conn.cursor() as c:
+                        c.executemany(_pg(sql), params)  # type: ignore[arg-type]
+                    return []
                 cur = conn.execute(_pg(sql), tuple(params))  # type: ignore[arg-type]
                 return cur.fetchall() if cur.description is not None else []
 

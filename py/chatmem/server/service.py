@@ -56,6 +56,18 @@ def parse_cursor(value: str | None) -> int:
     return int(value)
 
 
+def _touched(ops: list[Any]) -> list[tuple[str, str]]:
+    """The records a batch may read: each op's own, and a message's session."""
+    keys: list[tuple[str, str]] = []
+    for op in ops:
+        rid, res, data = op.get("id"), op.get("resource"), op.get("data")
+        if isinstance(rid, str) and res in ("session", "message"):
+            keys.append((res, rid))
+        if res == "message" and isinstance(data, dict) and isinstance(data.get("sessionId"), str):
+            keys.append(("session", data["sessionId"]))
+    return keys
+
+
 def _applied(op_id: str, reason: str | None = None) -> Result:
     out: Result = {"op_id": op_id, "status": "applied"}
     if reason:
@@ -104,6 +116,7 @@ class SyncService:
         with self.storage.transaction(space) as txn:
             bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
             seen = txn.seen_ops([op["op_id"] for op in ops])
+            txn.prefetch(_touched(ops))
             for op in ops:
                 op_id = op["op_id"]
                 if op_id in seen:

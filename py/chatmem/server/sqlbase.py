@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from .storage import Account, StoredRecord, TokenRecord
 
 __all__ = ["Execute", "MIGRATIONS", "SQLSpaceTransaction", "SQLSyncStorage", "record_size"]
 
-#: run one statement, return its rows (``[]`` for statements without a result)
-Execute = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+class Execute(Protocol):
+    """Run one statement and return its rows (``[]`` without a result); with ``many``,
+    run it once per parameter tuple of ``params`` (batched by the driver)."""
+
+    def __call__(self, sql: str, params: Sequence[Any], many: bool = False) -> list[tuple[Any, ...]]: ...
+
 
 #: (version, statements); BIGINT and TEXT mean the same in SQLite and PostgreSQL
 MIGRATIONS: list[tuple[int, list[str]]] = [
@@ -91,7 +96,12 @@ def _token(r: Sequence[Any]) -> TokenRecord:
 
 
 class SQLSpaceTransaction:
-    """One space's transaction; the space row is locked by the caller's dialect."""
+    """One space's transaction; the space row is locked by the caller's dialect.
+
+    Round trips are what a push costs while it holds the space's lock, so reads of
+    a push's records come from one ``prefetch`` query and writes are buffered and
+    sent as two batches (``flush``, before any query that must see them and at commit).
+    """
 
     def __init__(self, ex: Execute, space: str, last_seq: int, stored_bytes: int):
         self.ex = ex
@@ -99,14 +109,16 @@ class SQLSpaceTransaction:
         self._seq = last_seq
         self._first_seq = last_seq
         self._bytes = stored_bytes
-        #: data size of each record this transaction read or wrote
-        self._sizes: dict[tuple[str, str], int] = {}
+        #: records read (None: known absent) with their data size, by (resource, id)
+        self._known: dict[tuple[str, str], tuple[StoredRecord | None, int]] = {}
+        self._writes: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._ops: list[tuple[Any, ...]] = []
 
     def op_seen(self, op_id: str) -> bool:
-        return bool(self.ex("SELECT 1 FROM applied_ops WHERE space = ? AND op_id = ?", (self.space, op_id)))
+        return bool(self.seen_ops([op_id]))
 
     def seen_ops(self, op_ids: list[str]) -> set[str]:
-        found: set[str] = set()
+        found: set[str] = set(o[1] for o in self._ops if o[1] in op_ids)
         unique = list(dict.fromkeys(op_ids))
         for i in range(0, len(unique), 500):
             chunk = unique[i : i + 500]
@@ -117,18 +129,32 @@ class SQLSpaceTransaction:
         return found
 
     def remember_op(self, op_id: str, device_id: str, now_ms: int) -> None:
-        self.ex(
-            "INSERT INTO applied_ops (space, op_id, device_id, applied_at) VALUES (?, ?, ?, ?)",
-            (self.space, op_id, device_id, now_ms),
-        )
+        self._ops.append((self.space, op_id, device_id, now_ms))
+
+    def prefetch(self, keys: list[tuple[str, str]]) -> None:
+        """Read these records (and note the absent ones) in one query."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self._known and k not in self._writes]
+        for i in range(0, len(todo), 300):
+            chunk = todo[i : i + 300]
+            cond = " OR ".join(["(resource = ? AND id = ?)"] * len(chunk))
+            flat = [x for k in chunk for x in k]
+            rows = self.ex(f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND ({cond})",
+                           (self.space, *flat))
+            for k in chunk:
+                self._known[k] = (None, 0)
+            for r in rows:
+                self._known[(r[0], r[1])] = (_row(r), int(r[9]))
 
     def get(self, resource: str, record_id: str) -> StoredRecord | None:
-        rows = self.ex(
-            f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND resource = ? AND id = ?",
-            (self.space, resource, record_id),
-        )
-        self._sizes[(resource, record_id)] = int(rows[0][9]) if rows else 0
-        return _row(rows[0]) if rows else None
+        key = (resource, record_id)
+        if key not in self._known:
+            self.prefetch([key])
+        rec = self._known[key][0]
+        if rec is None:
+            return None
+        # a copy: the caller may change it before (or without) putting it back
+        return replace(rec, data=dict(rec.data) if rec.data is not None else None,
+                       field_hlc=dict(rec.field_hlc))
 
     def put(self, record: StoredRecord) -> int:
         self._seq += 1
@@ -136,33 +162,43 @@ class SQLSpaceTransaction:
         data = json.dumps(record.data, ensure_ascii=False) if record.data is not None else None
         size = record_size(data)
         key = (record.resource, record.id)
-        if key not in self._sizes:
-            old = self.ex("SELECT size FROM records WHERE space = ? AND resource = ? AND id = ?",
-                          (self.space, *key))
-            self._sizes[key] = int(old[0][0]) if old else 0
-        self._bytes += size - self._sizes[key]
-        self._sizes[key] = size
-        self.ex(
-            f"INSERT INTO records (space, {_COLUMNS}, size) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT (space, resource, id) DO UPDATE SET data = excluded.data, "
-            "deleted = excluded.deleted, hlc = excluded.hlc, birth_hlc = excluded.birth_hlc, "
-            "field_hlc = excluded.field_hlc, session_id = excluded.session_id, seq = excluded.seq, "
-            "size = excluded.size",
-            (
-                self.space, record.resource, record.id, data, int(record.deleted), record.hlc,
-                record.birth_hlc, json.dumps(record.field_hlc), record.session_id, record.seq, size,
-            ),
+        if key not in self._known:
+            self.prefetch([key])
+        self._bytes += size - self._known[key][1]
+        self._known[key] = (replace(record, data=dict(record.data) if record.data is not None else None,
+                                    field_hlc=dict(record.field_hlc)), size)
+        self._writes[key] = (
+            self.space, record.resource, record.id, data, int(record.deleted), record.hlc,
+            record.birth_hlc, json.dumps(record.field_hlc), record.session_id, record.seq, size,
         )
         return self._seq
 
+    def flush(self) -> None:
+        """Send the buffered writes (one batch per table)."""
+        if self._writes:
+            self.ex(
+                f"INSERT INTO records (space, {_COLUMNS}, size) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (space, resource, id) DO UPDATE SET data = excluded.data, "
+                "deleted = excluded.deleted, hlc = excluded.hlc, birth_hlc = excluded.birth_hlc, "
+                "field_hlc = excluded.field_hlc, session_id = excluded.session_id, seq = excluded.seq, "
+                "size = excluded.size",
+                list(self._writes.values()), many=True,
+            )
+            self._writes.clear()
+        if self._ops:
+            self.ex("INSERT INTO applied_ops (space, op_id, device_id, applied_at) VALUES (?, ?, ?, ?)",
+                    self._ops, many=True)
+            self._ops = []
+
     def live_messages(self, session_id: str) -> list[StoredRecord]:
+        self.flush()
         rows = self.ex(
             f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND session_id = ? "
             "AND resource = 'message' AND deleted = 0 ORDER BY seq",
             (self.space, session_id),
         )
         for r in rows:
-            self._sizes[("message", r[1])] = int(r[9])
+            self._known[("message", r[1])] = (_row(r), int(r[9]))
         return [_row(r) for r in rows]
 
     def cursor(self) -> int:
@@ -237,6 +273,7 @@ class SQLSyncStorage(ABC):
             row = ex(f"SELECT last_seq, bytes FROM spaces WHERE space = ?{self.space_lock}", (space,))[0]
             txn = SQLSpaceTransaction(ex, space, int(row[0]), int(row[1]))
             yield txn
+            txn.flush()
             if txn.changed:
                 ex("UPDATE spaces SET last_seq = ?, bytes = ? WHERE space = ?",
                    (txn.cursor(), txn.stored_bytes(), space))

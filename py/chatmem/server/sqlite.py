@@ -29,7 +29,10 @@ class SQLiteSyncStorage(SQLSyncStorage):
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self.migrate()
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _execute(self, sql: str, params: Sequence[Any], many: bool = False) -> list[tuple[Any, ...]]:
+        if many:
+            self._conn.executemany(sql, params)
+            return []
         return self._conn.execute(sql, tuple(params)).fetchall()
 
     @contextmanager

@@ -61,6 +61,10 @@ class SpaceTransaction(Protocol):
 
     def remember_op(self, op_id: str, device_id: str, now_ms: int) -> None: ...
 
+    def prefetch(self, keys: list[tuple[str, str]]) -> None:
+        """A hint: ``get`` will be asked for these (resource, id) keys; read them at once."""
+        ...
+
     def get(self, resource: str, record_id: str) -> StoredRecord | None: ...
 
     def put(self, record: StoredRecord) -> int:
