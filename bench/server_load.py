@@ -238,7 +238,7 @@ def run_w8(cfg: dict[str, Any], log: Any) -> dict[str, Any]:
         log(f"W8 {d} devices / {a} accounts x {n} ops, {inst} instances over PostgreSQL, 10% faults")
         result["postgres"] = _workload(db, inst, d, a, n, seed)
         with tempfile.TemporaryDirectory() as tmp:
-            log(f"W8 the same on one SQLite server")
+            log("W8 the same on one SQLite server")
             result["sqlite"] = _workload(str(Path(tmp) / "w8.db"), 1, d, a, n, seed)
         log("W8 live-change latency across instances")
         st = open_storage(db, pool_size=1)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from test_sync_browser import py
 
 import chatmem
 from chatmem.server import running_server
 from chatmem.sync import SyncConfig
 from conftest import Page, run, unique_name
-from test_sync_browser import py
 
 pytestmark = pytest.mark.browser
 

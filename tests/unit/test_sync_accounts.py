@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_sync_server import all_changes, call, hlc, mop, sop, statuses
 
 from chatmem.server import Quotas, running_server
 from chatmem.server.__main__ import main as server_main
 from chatmem.server.runner import SyncServer
-from test_sync_server import all_changes, call, hlc, mop, sop, statuses
 
 
 def cli(capsys: Any, *argv: str) -> tuple[int, list[str], str]:

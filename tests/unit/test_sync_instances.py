@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 import pytest
-
-from chatmem.server import add_account, issue_token, open_storage, running_server
 from test_sync_accounts import Stream
 from test_sync_server import hlc, sop
+
+from chatmem.server import add_account, issue_token, open_storage, running_server
 
 
 def free_port() -> int:

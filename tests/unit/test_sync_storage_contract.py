@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from chatmem.errors import DuplicateId
 from chatmem.server import SyncService
-from chatmem.server.storage import Account, StoredRecord, SyncStorage, TokenRecord, open_storage
 from chatmem.server.sqlbase import MIGRATIONS
+from chatmem.server.storage import Account, StoredRecord, SyncStorage, TokenRecord, open_storage
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_accounts_and_tokens_round_trip(store: Any) -> None:
     assert store.token("tid1")[0].revoked_at == 7
     assert store.set_account_quota("alice", 10, None)
     assert store.account("alice").ops_per_minute == 10
-    with pytest.raises(Exception):  # the name is unique
+    with pytest.raises(DuplicateId):  # the name is unique
         store.add_account(Account("acc2", "alice", "space-2", 5))
 
 

@@ -44,6 +44,7 @@ class PostgresSyncStorage(SQLSyncStorage):
     """``SyncStorage`` over a ``postgresql://`` URL with a pool of ``pool_size`` connections."""
 
     space_lock = " FOR UPDATE"
+    integrity_errors = (psycopg.IntegrityError,)
 
     def __init__(self, url: str, *, pool_size: int = 10, connect_timeout: float = 10.0):
         self.url = url
@@ -63,9 +64,9 @@ class PostgresSyncStorage(SQLSyncStorage):
             def ex(sql: str, params: Sequence[Any], many: bool = False) -> list[tuple[Any, ...]]:
                 if many:
                     with conn.cursor() as c:
-                        c.executemany(_pg(sql), params)  # type: ignore[arg-type]
+                        c.executemany(_pg(sql), params)
                     return []
-                cur = conn.execute(_pg(sql), tuple(params))  # type: ignore[arg-type]
+                cur = conn.execute(_pg(sql), tuple(params))
                 return cur.fetchall() if cur.description is not None else []
 
             yield ex

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
 
+from ..errors import DuplicateId
 from .storage import Account, StoredRecord, TokenRecord
 
 __all__ = ["Execute", "MIGRATIONS", "SQLSpaceTransaction", "SQLSyncStorage", "record_size"]
@@ -230,6 +231,8 @@ class SQLSyncStorage(ABC):
 
     #: appended to the SELECT of the space row (``" FOR UPDATE"`` where rows can be locked)
     space_lock = ""
+    #: the driver's unique-constraint errors (translated to ``DuplicateId``)
+    integrity_errors: tuple[type[Exception], ...] = ()
 
     @abstractmethod
     def _session(self) -> AbstractContextManager[Execute]:
@@ -237,6 +240,7 @@ class SQLSyncStorage(ABC):
 
     def _announce(self, ex: Execute, space: str, cursor: int) -> None:
         """Called inside a transaction that moved a space's cursor (before commit)."""
+        return None
 
     def migrate(self) -> int:
         """Apply the migrations not yet applied; return the schema version."""
@@ -258,6 +262,7 @@ class SQLSyncStorage(ABC):
 
     def _migration_lock(self, ex: Execute) -> None:
         """Keep two processes from migrating at once (the dialect's way)."""
+        return None
 
     def schema_version(self) -> int:
         with self._session() as ex:
@@ -308,10 +313,14 @@ class SQLSyncStorage(ABC):
 
     # ------------------------------------------------------------------ accounts
     def add_account(self, account: Account) -> None:
-        with self._session() as ex:
-            ex(f"INSERT INTO accounts ({_ACCOUNT}) VALUES (?, ?, ?, ?, ?, ?)",
-               (account.id, account.name, account.space, account.created_at,
-                account.ops_per_minute, account.max_bytes))
+        """``DuplicateId`` if the name (or id) is taken."""
+        try:
+            with self._session() as ex:
+                ex(f"INSERT INTO accounts ({_ACCOUNT}) VALUES (?, ?, ?, ?, ?, ?)",
+                   (account.id, account.name, account.space, account.created_at,
+                    account.ops_per_minute, account.max_bytes))
+        except self.integrity_errors as e:
+            raise DuplicateId(f"account {account.name!r} already exists") from e
 
     def set_account_quota(self, name: str, ops_per_minute: int | None, max_bytes: int | None) -> bool:
         with self._session() as ex:

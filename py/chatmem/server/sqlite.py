@@ -19,6 +19,8 @@ __all__ = ["SQLiteSyncStorage"]
 class SQLiteSyncStorage(SQLSyncStorage):
     """``SyncStorage`` in one SQLite file (or ``":memory:"``), safe to share between threads."""
 
+    integrity_errors = (sqlite3.IntegrityError,)
+
     def __init__(self, path: str = ":memory:"):
         self.path = path
         self._lock = threading.RLock()
