@@ -509,7 +509,7 @@ def main() -> int:
     }
     # the two generators must agree, or the comparison is not over the same data
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
-    if not args.no_browser:
+    if not args.no_browser and (not only or only - {"W8"}):
         assemble_page(dist)
         srv, site = build.serve_in_thread(dist, 0)
         b = Browser(site)

@@ -76,7 +76,8 @@ class Servers:
             subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", "--factory", "chatmem.server:create_app", "--host", "127.0.0.1",
                  "--port", str(p), "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                # stderr too: every injected `drop` makes uvicorn log an error line
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             for p in self.ports
         ]
