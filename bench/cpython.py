@@ -17,7 +17,7 @@ from typing import Any, Callable
 import payloads
 
 import chatmem
-from chatmem.tokenizer import EstimateTokenizer
+from chatmem.token_count import EstimateTokenizer
 from chatmem.window import fit_window
 
 __all__ = ["run_all"]

@@ -9,17 +9,6 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
-from .cache import LRUCache
-from .context import (
-    ContextManager,
-    ContextMessage,
-    ContextProvider,
-    ContextUpdateStrategy,
-    DatetimeProvider,
-    ModuleStateProvider,
-    UserProfileProvider,
-    render_context_message,
-)
 from .contextstore import (
     ContextStore,
     IndexedDBContextStore,
@@ -27,6 +16,7 @@ from .contextstore import (
     MemoryContextStore,
     SQLiteContextStore,
 )
+from .conversation import Session
 from .errors import (
     ChatmemError,
     ContextOverflow,
@@ -51,18 +41,28 @@ from .index import (
     SearchHit,
     SQLEngine,
 )
+from .live_context import (
+    ContextManager,
+    ContextMessage,
+    ContextProvider,
+    ContextUpdateStrategy,
+    DatetimeProvider,
+    ModuleStateProvider,
+    UserProfileProvider,
+    render_context_message,
+)
+from .lru import LRUCache
 from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
 from .offline import OfflineResponder
 from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
-from .session import Session
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
-from .tokenizer import BPETokenizer, EstimateTokenizer, Tokenizer
+from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 

@@ -18,13 +18,16 @@ from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from .errors import (
     DatabaseClosed,
+    IndexLocked,
     QueryError,
     SessionNotFound,
     StorageError,
+    TransportError,
+    TransportTimeout,
     UnsupportedEnvironment,
     translate_dom_error,
 )
-from .http import HTTPResponse, TransportError, TransportTimeout
+from .http import HTTPResponse
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
            "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
@@ -153,10 +156,6 @@ class DuckDBWasmEngine:
 
     async def close(self) -> None:
         await self._call("close")
-
-
-class IndexLocked(StorageError):
-    """The cached index file is held by another tab (OPFS files are one-writer)."""
 
 
 async def opfs_remove(name: str) -> bool:

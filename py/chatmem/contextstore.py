@@ -120,7 +120,7 @@ class InMemoryContextStore(MemoryContextStore):
 
     async def _open(self) -> Memory:
         from .memory import Memory
-        from .stores.memory import MemoryStore
+        from .stores.inprocess import MemoryStore
 
         return Memory(MemoryStore())
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .cache import LRUCache
 from .ids import Clock, IdGenerator
+from .lru import LRUCache
 from .outbox import Outbox
 from .stores.base import Store, clone
 

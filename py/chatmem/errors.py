@@ -12,12 +12,16 @@
     │   └── MessageNotFound
     ├── StorageError               the store refused or failed a write or read
     │   ├── QuotaExceeded          (DOMException QuotaExceededError, SQLITE_FULL)
+    │   │   ├── RateLimited        a sync server account spent its operations of this minute (429)
+    │   │   └── StorageFull        a sync server account's stored-bytes quota is full (413)
+    │   ├── DatabaseUnavailable    the sync server's database did not answer (503)
     │   ├── ConstraintViolation    (DOMException ConstraintError, sqlite IntegrityError)
     │   │   └── DuplicateId        a caller-chosen id that already exists
     │   ├── TransactionAborted     (DOMException AbortError, TransactionInactiveError)
     │   ├── VersionConflict        (DOMException VersionError: the database is newer)
     │   ├── UpgradeBlocked         another tab holds an old version open
-    │   └── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    │   ├── DatabaseClosed         the connection was closed (e.g. by an upgrade in another tab)
+    │   └── IndexLocked            the cached query-index file is held by another tab (OPFS)
     ├── SyncError                  a sync request did not succeed (messages never hold the api key)
     │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
@@ -30,6 +34,8 @@
     │   ├── ProviderServerError    5xx, or the stream broke off mid-answer
     │   ├── ProviderTimeout        no (complete) answer in time
     │   └── ProviderUnavailable    no answer at all: offline, refused, DNS
+    ├── TransportError             no HTTP response at all: refused, reset, DNS, offline
+    │   └── TransportTimeout       no (complete) response within the timeout
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
@@ -53,12 +59,18 @@ __all__ = [
     "MessageNotFound",
     "StorageError",
     "QuotaExceeded",
+    "RateLimited",
+    "StorageFull",
+    "DatabaseUnavailable",
     "ConstraintViolation",
     "DuplicateId",
     "TransactionAborted",
     "VersionConflict",
     "UpgradeBlocked",
     "DatabaseClosed",
+    "IndexLocked",
+    "TransportError",
+    "TransportTimeout",
     "SyncError",
     "SyncOffline",
     "SyncTransientError",
@@ -164,6 +176,23 @@ class QuotaExceeded(StorageError):
     """The browser (or disk) has no room left for this origin."""
 
 
+class RateLimited(QuotaExceeded):
+    """A sync server account pushed its operations of this minute (HTTP 429);
+    ``retry_after`` is the number of seconds to the next minute."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StorageFull(QuotaExceeded):
+    """A push would take a sync server account over its stored-bytes quota (HTTP 413)."""
+
+
+class DatabaseUnavailable(StorageError):
+    """The sync server's database failed or did not answer (HTTP 503: retry later)."""
+
+
 class ConstraintViolation(StorageError):
     """A uniqueness or key constraint of the store was violated."""
 
@@ -186,6 +215,22 @@ class UpgradeBlocked(StorageError):
 
 class DatabaseClosed(StorageError):
     """The connection is closed (by ``close()``, or by an upgrade in another tab: reload)."""
+
+
+class IndexLocked(StorageError):
+    """The cached index file is held by another tab (OPFS files are one-writer)."""
+
+
+class TransportError(ChatmemError):
+    """No HTTP response: connection refused or reset, DNS failure, offline.
+
+    Any HTTP status is a response, not an error; the sync client and the chat
+    provider turn a ``TransportError`` into ``SyncOffline`` / ``ProviderUnavailable``.
+    """
+
+
+class TransportTimeout(TransportError):
+    """No (complete) response within the timeout."""
 
 
 class SyncError(ChatmemError):

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
-from .errors import ChatmemError
+from .errors import TransportError, TransportTimeout
 
 __all__ = [
     "HTTPResponse",
@@ -32,14 +32,6 @@ __all__ = [
     "MockTransport",
     "default_transport",
 ]
-
-
-class TransportError(ChatmemError):
-    """No HTTP response: connection refused or reset, DNS failure, offline."""
-
-
-class TransportTimeout(TransportError):
-    """No (complete) response within the timeout."""
 
 
 @dataclass

@@ -11,10 +11,9 @@ import sys
 from types import TracebackType
 from typing import Any, AsyncIterator, Iterable
 
-from .builder import ContextBuilder
-from .cache import LRUCache
-from .context import ContextManager, ModuleStateProvider
+from .context_builder import ContextBuilder
 from .contextstore import ContextStore, MemoryContextStore
+from .conversation import Session
 from .core import Core
 from .errors import UnsupportedEnvironment, ValidationError
 from .ids import Clock, IdGenerator, system_clock
@@ -22,15 +21,16 @@ from .index.embed import Embedder
 from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
+from .live_context import ContextManager, ModuleStateProvider
+from .lru import LRUCache
 from .messages import Messages
 from .outbox import Outbox
 from .retention import Retention
-from .session import Session
 from .sessions import Sessions
 from .stores.base import Store
-from .stores.memory import MemoryStore
+from .stores.inprocess import MemoryStore
 from .sync.engine import SyncEngine
-from .tokenizer import EstimateTokenizer, Tokenizer
+from .token_count import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
 from .window import ModelBudget, WindowResult
 

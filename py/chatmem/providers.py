@@ -22,9 +22,11 @@ from .errors import (
     ProviderServerError,
     ProviderTimeout,
     ProviderUnavailable,
+    TransportError,
+    TransportTimeout,
     ValidationError,
 )
-from .http import HTTPResponse, Transport, TransportError, TransportTimeout, default_transport
+from .http import HTTPResponse, Transport, default_transport
 
 __all__ = ["ChatProvider", "OpenAICompatibleProvider", "provider_error"]
 

@@ -308,7 +308,7 @@ class Retention:
         (incremental). Originals are then archived (copied into an archived
         session whose ``parent_id`` is this one) or deleted, as the policy says.
         """
-        from .builder import summary_key
+        from .context_builder import summary_key
 
         policy = policy or MessageRetentionPolicy()
         mem = self._mem

@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 from .errors import ContextOverflow, ValidationError
 from .models import ChatMessage
 from .summarize import SUMMARY_PREFIX
-from .tokenizer import EstimateTokenizer, Tokenizer
+from .token_count import EstimateTokenizer, Tokenizer
 
 __all__ = [
     "ModelBudget",

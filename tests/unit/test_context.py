@@ -8,7 +8,8 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from chatmem.context import (
+from chatmem.errors import ValidationError
+from chatmem.live_context import (
     ContextManager,
     ContextMessage,
     ContextUpdateStrategy,
@@ -18,7 +19,6 @@ from chatmem.context import (
     json_stringify,
     render_context_message,
 )
-from chatmem.errors import ValidationError
 
 R = ContextUpdateStrategy.REPLACE_SELF
 A = ContextUpdateStrategy.APPEND_SELF
@@ -249,7 +249,7 @@ def test_register_requires_provide():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.context.__all__ is defined (the export list cannot rot)."""
-    import chatmem.context as mod
+    """Every name in chatmem.live_context.__all__ is defined (the export list cannot rot)."""
+    import chatmem.live_context as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -10,8 +10,8 @@ import pytest
 
 import chatmem
 from chatmem import errors
-from chatmem.cache import LRUCache
 from chatmem.ids import IdGenerator
+from chatmem.lru import LRUCache
 from conftest import run
 
 

@@ -153,7 +153,7 @@ def test_openai_embedder_learns_unknown_dimensions_and_feeds_semantic_search():
 
 def test_openai_embedder_retries_transport_errors_through_an_injected_transport():
     """A transport error then a 200: retried through the injected transport."""
-    from chatmem.http import TransportError
+    from chatmem.errors import TransportError
 
     calls = []
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import chatmem
-from chatmem.errors import ValidationError
-from chatmem.http import TransportError, UrllibTransport
+from chatmem.errors import TransportError, ValidationError
+from chatmem.http import UrllibTransport
 from chatmem.server import running_server
 from chatmem.server.faults import Fault
 from chatmem.sync import SyncConfig, SyncEngine

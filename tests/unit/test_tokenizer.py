@@ -6,7 +6,7 @@ import pytest
 
 from chatmem.errors import ValidationError
 from chatmem.models import ChatMessage, estimate_tokens
-from chatmem.tokenizer import DEFAULT_MESSAGE_OVERHEAD, EstimateTokenizer, Tokenizer, message_extra_text
+from chatmem.token_count import DEFAULT_MESSAGE_OVERHEAD, EstimateTokenizer, Tokenizer, message_extra_text
 
 
 @pytest.mark.parametrize("text, tokens", [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100), ("é" * 8, 2)])
@@ -52,7 +52,7 @@ def test_estimate_tokenizer_satisfies_the_protocol():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.tokenizer.__all__ is defined (the export list cannot rot)."""
-    import chatmem.tokenizer as mod
+    """Every name in chatmem.token_count.__all__ is defined (the export list cannot rot)."""
+    import chatmem.token_count as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

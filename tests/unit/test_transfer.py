@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from chatmem.errors import ImportFormatError, ValidationError
 from chatmem.ids import IdGenerator
 from chatmem.models import ChatMessage, SessionMeta, estimate_tokens, extract_text
-from chatmem.stores.memory import MemoryStore
+from chatmem.stores.inprocess import MemoryStore
 from chatmem.transfer import (
     EXPORT_VERSION,
     FORMATS,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from chatmem.errors import ContextOverflow, ValidationError
 from chatmem.models import ChatMessage, estimate_tokens
 from chatmem.summarize import SUMMARY_PREFIX
-from chatmem.tokenizer import EstimateTokenizer
+from chatmem.token_count import EstimateTokenizer
 from chatmem.window import PRESETS, ModelBudget, fit_window, preset, tool_call_ids
 
 TK = EstimateTokenizer()

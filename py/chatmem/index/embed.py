@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import EmbeddingError, ValidationError
-from ..http import Transport, TransportError, default_transport
+from ..errors import EmbeddingError, TransportError, ValidationError
+from ..http import Transport, default_transport
 from .tokenize import norm_text
 
 __all__ = ["Embedder", "HashingEmbedder", "OpenAIEmbedder", "store_embeddings", "vector_literal"]

@@ -32,7 +32,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-from ..errors import SessionNotFound, UnsupportedEnvironment
+from ..errors import IndexLocked, SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
 from .cache import IndexCache
 from .embed import Embedder, HashingEmbedder
@@ -63,7 +63,7 @@ async def default_engine(cache: str | None = None) -> SQLEngine:
     """DuckDB-Wasm in the browser (on the OPFS file ``cache`` when given and free,
     else in memory), the ``duckdb`` package on CPython."""
     if sys.platform == "emscripten":
-        from .._browser import DuckDBWasmEngine, IndexLocked
+        from .._browser import DuckDBWasmEngine
 
         if cache:
             try:

@@ -10,11 +10,12 @@ chatmem.server:create_app`` reads ``CHATMEM_SYNC_*``); tests use ``running_serve
 
 from __future__ import annotations
 
+from ..errors import RateLimited, StorageFull
 from .accounts import Authenticator, Principal, add_account, issue_token, list_tokens, revoke_token
 from .app import create_app, space_for_key
 from .faults import Fault, FaultPlan
 from .live import ChangeHub
-from .quotas import Quotas, RateLimited, StorageFull
+from .quotas import Quotas
 from .runner import SyncServer, running_server
 from .service import SyncService
 from .settings import ServerSettings

@@ -31,11 +31,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import ChatmemError, ValidationError
+from ..errors import ChatmemError, DatabaseUnavailable, RateLimited, StorageFull, ValidationError
 from .accounts import Authenticator, Principal, space_for_key
 from .faults import Fault, FaultPlan
 from .live import ChangeHub, sse_events
-from .quotas import Quotas, RateLimited, StorageFull
+from .quotas import Quotas
 from .service import MAX_OPS_PER_PUSH, SyncService
 from .settings import DEFAULT_MAX_BODY, ServerSettings
 from .storage import open_storage
@@ -52,10 +52,6 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-class _Unavailable(Exception):
-    """The database failed a request (answered 503: the client retries)."""
-
-
 async def _db(fn: Callable[..., T], *args: Any) -> T:
     try:
         return await run_in_threadpool(fn, *args)
@@ -63,7 +59,7 @@ async def _db(fn: Callable[..., T], *args: Any) -> T:
         raise
     except Exception as e:
         log.error(json.dumps({"event": "database-error", "error": type(e).__name__}))
-        raise _Unavailable(type(e).__name__) from e
+        raise DatabaseUnavailable(type(e).__name__) from e
 
 
 _UNAUTHORIZED = {"WWW-Authenticate": 'Bearer realm="chatmem-sync"'}
@@ -108,7 +104,7 @@ def create_app(
     async def health(request: Request) -> Response:
         try:
             await _db(storage.ping)
-        except _Unavailable:
+        except DatabaseUnavailable:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
         return JSONResponse({"status": "ok", "database": "ok", "stream": True})
 
@@ -163,7 +159,7 @@ def create_app(
         async def still_valid() -> bool:
             try:
                 return await _db(auth.authenticate, header) is not None
-            except _Unavailable:
+            except DatabaseUnavailable:
                 return True  # the database is down, not the token: keep the stream
 
         return StreamingResponse(
@@ -203,7 +199,7 @@ def create_app(
                 max_age=600,
             ),
         ],
-        exception_handlers={_Unavailable: unavailable},
+        exception_handlers={DatabaseUnavailable: unavailable},
         max_body_size=max_body,
         lifespan=lifespan,
     )

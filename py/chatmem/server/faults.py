@@ -27,6 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import ValidationError
+
 __all__ = ["Fault", "FaultPlan"]
 
 FaultKind = Literal["status", "delay", "drop"]
@@ -111,7 +113,7 @@ class FaultPlan:
         """With probability ``rate``, a request with no queued fault gets one of ``kinds``
         (half of them, by default, after the request was served)."""
         if not 0.0 <= rate <= 1.0:
-            raise ValueError("rate must be in [0, 1]")
+            raise ValidationError("rate must be in [0, 1]", field="rate")
         with self._lock:
             self._rate = rate
             self._rng = random.Random(seed)
@@ -193,5 +195,5 @@ class FaultPlan:
                 else:
                     raise ValueError(item)
             except (ValueError, IndexError) as e:
-                raise ValueError(f"bad fault {raw!r} in {spec!r}") from e
+                raise ValidationError(f"bad fault {raw!r} in {spec!r}", field="faults") from e
         return plan

@@ -18,27 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..errors import QuotaExceeded
+from ..errors import RateLimited, StorageFull
 
 if TYPE_CHECKING:
     from .storage import Account, SpaceTransaction
 
-__all__ = ["Quotas", "RateLimited", "StorageFull", "DEFAULT_OPS_PER_MINUTE", "DEFAULT_MAX_BYTES"]
+__all__ = ["Quotas", "DEFAULT_OPS_PER_MINUTE", "DEFAULT_MAX_BYTES"]
 
 DEFAULT_OPS_PER_MINUTE = 6_000
 DEFAULT_MAX_BYTES = 1 << 30
-
-
-class RateLimited(QuotaExceeded):
-    """The account pushed its operations for this minute (HTTP 429)."""
-
-    def __init__(self, message: str, retry_after: int):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class StorageFull(QuotaExceeded):
-    """The push would take the account over its stored-bytes quota (HTTP 413)."""
 
 
 @dataclass(frozen=True)

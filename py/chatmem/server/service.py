@@ -23,13 +23,13 @@ operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValidationError
 from ..ids import Clock, system_clock
 from ..sync.hlc import validate_device_id
+from ..sync.merge import is_newer, revives, same_message, winning_fields
 from ..sync.ops import MAX_ID_LENGTH, validate_op
 from .quotas import Quotas
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
@@ -41,10 +41,6 @@ MAX_CHANGES_LIMIT = 1000
 DEFAULT_CHANGES_LIMIT = 100
 
 Result = dict[str, Any]
-
-
-def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def parse_cursor(value: str | None) -> int:
@@ -148,7 +144,7 @@ class SyncService:
         if kind == "delete":
             return self._delete(txn, op, cur)
         data = {k: v for k, v in op["data"].items() if k != "sessionId"}
-        if cur is None or (cur.deleted and kind == "create" and h > cur.hlc):
+        if cur is None or (cur.deleted and revives(kind, h, cur.hlc)):
             rec = StoredRecord(
                 resource="session",
                 id=sid,
@@ -165,13 +161,14 @@ class SyncService:
         if cur.deleted:
             return _applied(op_id, "superseded: the session was deleted")
         assert cur.data is not None
-        newer = [k for k in data if h > cur.field_hlc.get(k, "")]
+        newer = winning_fields(data, h, cur.field_hlc)
         for k in newer:
             cur.data[k] = data[k]
             cur.field_hlc[k] = h
         if not newer:
             return _applied(op_id, "superseded: no field newer than the stored ones")
-        cur.hlc = max(cur.hlc, h)
+        if is_newer(h, cur.hlc):
+            cur.hlc = h
         txn.put(cur)
         return _applied(op_id)
 
@@ -186,12 +183,12 @@ class SyncService:
         if session is not None and session.deleted:
             return _applied(op_id, "superseded: its session was deleted")
         if cur is not None and not cur.deleted:
-            if cur.session_id == sid and _canonical(cur.data) == _canonical(data):
+            if cur.session_id == sid and cur.data is not None and same_message(cur.data, data):
                 return _applied(op_id, "already stored")
             return _rejected(
                 op_id, f"message {mid!r} exists with different data (messages are immutable)"
             )
-        if cur is not None and h <= cur.hlc:
+        if cur is not None and not revives(kind, h, cur.hlc):
             return _applied(op_id, "superseded: the message was deleted")
         txn.put(
             StoredRecord(
@@ -212,7 +209,7 @@ class SyncService:
         op_id, rid, h, resource = op["op_id"], op["id"], op["hlc"], op["resource"]
         if cur is not None and cur.deleted:
             return _applied(op_id, "already deleted")
-        if cur is not None and h <= cur.birth_hlc:
+        if cur is not None and not is_newer(h, cur.birth_hlc):
             return _applied(op_id, "superseded: re-created after this delete")
         sid: str | None = None
         if resource == "message":

@@ -5,6 +5,6 @@ transaction, and records are the plain dicts of ``chatmem.models``.
 """
 
 from .base import Store
-from .memory import MemoryStore
+from .inprocess import MemoryStore
 
 __all__ = ["Store", "MemoryStore"]

@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from .merge import is_newer, pending_field_hlcs, revives
+
 __all__ = ["STORE_OWNED_FIELDS", "ChangeTarget", "apply_changes_to", "placeholder_session"]
 
 #: session fields that belong to the local store and never come from a pull
@@ -88,12 +90,6 @@ def placeholder_session(session_id: str, created_at: int) -> dict[str, Any]:
     }
 
 
-def _newer_pending(
-    pending: Mapping[tuple[str, str], list[dict[str, Any]]], resource: str, rid: str, hlc: str
-) -> list[dict[str, Any]]:
-    return [op for op in pending.get((resource, rid), []) if str(op.get("hlc", "")) > hlc]
-
-
 def _index(ops: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for op in ops:
@@ -107,20 +103,19 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
     touched: dict[str, None] = {}
     for c in changes:
         resource, rid, hlc = c["resource"], str(c["id"]), str(c["hlc"])
-        newer = _newer_pending(pending, resource, rid, hlc)
+        ops = pending.get((resource, rid), [])
+        deleted_here = any(op["type"] == "delete" and is_newer(op.get("hlc", ""), hlc) for op in ops)
         if resource == "session":
             if c.get("deleted") or c.get("data") is None:
-                if any(op["type"] == "create" for op in newer):
+                if any(revives(op["type"], op.get("hlc", ""), hlc) for op in ops):
                     continue
                 target.drop_session(rid)
                 touched[rid] = None
                 continue
-            if any(op["type"] == "delete" for op in newer):
+            if deleted_here:
                 continue
-            keep: set[str] = set()
-            for op in newer:
-                if isinstance(op.get("data"), Mapping):
-                    keep.update(op["data"])
+            # per field, last writer wins: a newer pending write keeps its fields
+            keep = {k for k, h in pending_field_hlcs(ops).items() if is_newer(h, hlc)}
             local = target.get_session(rid)
             rec = dict(local) if local is not None else placeholder_session(rid, 0)
             for k, v in c["data"].items():
@@ -146,7 +141,7 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
                 target.put_session(sess)
             touched[sid] = None
             continue
-        if target.get_message(rid) is not None or any(op["type"] == "delete" for op in newer):
+        if target.get_message(rid) is not None or deleted_here:
             continue
         data = dict(c["data"], id=rid)
         sid = data["sessionId"]

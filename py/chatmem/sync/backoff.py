@@ -20,6 +20,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import ValidationError
+
 __all__ = ["BackoffPolicy", "backoff_delay", "parse_retry_after", "retry_delay"]
 
 Random = Callable[[], float]
@@ -53,7 +55,7 @@ class BackoffPolicy:
     def backoff(self, retry: int, rand: Random = random.random) -> int:
         """Delay before retry number ``retry`` (0 = the first retry), jittered."""
         if retry < 0:
-            raise ValueError("retry must be >= 0")
+            raise ValidationError("retry must be >= 0", field="retry")
         ceiling = min(self.max_ms, self.base_ms * (2 ** min(retry, 62)))
         half = ceiling / 2
         return int(half + rand() * half)

@@ -45,8 +45,7 @@ import logging
 import random
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     SyncAuthError,
@@ -61,6 +60,20 @@ from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .live import follow_stream
 from .protocol import SyncClient
+from .pull import CURSOR_KEY, pull_changes
+from .push import (
+    LEASE_MARGIN_MS,
+    WIRE_FIELDS,
+    DrainLock,
+    LocalDrainLock,
+    PullReport,
+    PushReport,
+    dead_record,
+    op_ids,
+    record_failures,
+    select_batch,
+    strip_lease,
+)
 from .status import SyncState, SyncStatus
 
 if TYPE_CHECKING:
@@ -81,75 +94,11 @@ __all__ = [
 log = logging.getLogger("chatmem.sync")
 
 CONFIG_KEY = "sync.config"
-CURSOR_KEY = "sync.cursor"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
 
-#: fields of an outbox record that travel in a push (the rest is local bookkeeping)
-WIRE_FIELDS = ("op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts")
-#: a lease outlives the request's timeout by this much (ms)
-LEASE_MARGIN_MS = 5_000
-#: changes per pulled page
-PULL_LIMIT = 500
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-class DrainLock(Protocol):
-    """Who may drain: ``acquire()`` never waits; False means someone else drains."""
-
-    #: True if holding it proves no other drainer exists (leases of others can be ignored)
-    exclusive: bool
-
-    async def acquire(self) -> bool: ...
-
-    async def release(self) -> None: ...
-
-
-class LocalDrainLock:
-    """One drainer per engine (CPython). Engines sharing a file respect each other's leases."""
-
-    exclusive = False
-
-    def __init__(self) -> None:
-        self._held = False
-
-    async def acquire(self) -> bool:
-        if self._held:
-            return False
-        self._held = True
-        return True
-
-    async def release(self) -> None:
-        self._held = False
-
-
-@dataclass(frozen=True)
-class PushReport:
-    #: push requests made
-    requests: int = 0
-    #: operations the server acknowledged (applied or duplicate)
-    acknowledged: int = 0
-    #: operations moved to the dead-letter store
-    dead_lettered: int = 0
-    #: operations still in the outbox
-    remaining: int = 0
-    state: SyncState = "idle"
-    #: False when another tab/engine holds the drain lock (nothing was done here)
-    drained: bool = True
-
-
-@dataclass(frozen=True)
-class PullReport:
-    pages: int = 0
-    changes: int = 0
-    cursor: str | None = None
-    state: SyncState = "idle"
-    drained: bool = True
-
-
-def _strip_lease(op: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in op.items() if k not in ("lease_owner", "lease_until", "key")}
 
 
 class SyncEngine:
@@ -327,29 +276,16 @@ class SyncEngine:
         """Dead-lettered operations: the op fields plus ``reason``, ``response``, ``status``, ``failed_at``."""
         return await self._core.store.dead_list()
 
-    @staticmethod
-    def _ids(which: str | Iterable[str]) -> list[str] | None:
-        if which == "all":
-            return None
-        if isinstance(which, str):
-            if not which:
-                raise ValidationError("op_id must be a non-empty string or 'all'", field="op_id")
-            return [which]
-        ids = list(which)
-        if not all(isinstance(i, str) and i for i in ids):
-            raise ValidationError("op ids must be non-empty strings", field="op_id")
-        return ids
-
     async def replay(self, which: str | Iterable[str]) -> int:
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
-        n = await self._core.store.dead_replay(self._ids(which))
+        n = await self._core.store.dead_replay(op_ids(which))
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(self._ids(which))
+        return await self._core.store.dead_discard(op_ids(which))
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -378,32 +314,6 @@ class SyncEngine:
     async def _pull_skipped(self) -> PullReport:
         return PullReport(state=(await self.status()).state, drained=False)
 
-    def _select(
-        self, ops: list[dict[str, Any]], now: int, limit: int
-    ) -> tuple[list[dict[str, Any]], int | None]:
-        """The next batch (per-session FIFO) and, if something waits, when it is due."""
-        blocked: set[str] = set()
-        batch: list[dict[str, Any]] = []
-        wake: int | None = None
-        for op in ops:
-            sid = str(op.get("session_id") or op.get("id"))
-            if sid in blocked:
-                continue
-            owner, until = op.get("lease_owner"), int(op.get("lease_until") or 0)
-            if owner not in (None, self.owner) and until > now and not self._lock.exclusive:
-                blocked.add(sid)
-                wake = until if wake is None else min(wake, until)
-                continue
-            due = int(op.get("next_attempt_at") or 0)
-            if due > now:
-                blocked.add(sid)
-                wake = due if wake is None else min(wake, due)
-                continue
-            batch.append(op)
-            if len(batch) >= limit:
-                break
-        return batch, wake
-
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
@@ -413,7 +323,7 @@ class SyncEngine:
         while True:
             now = self._now()
             ops = await store.outbox_list()
-            batch, wake = self._select(ops, now, cfg.batch_size)
+            batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -428,23 +338,23 @@ class SyncEngine:
             try:
                 resp = await client.push([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
             except SyncOffline as e:
-                await store.outbox_update([_strip_lease(op) for op in batch])
+                await store.outbox_update([strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
                 return PushReport(requests, acked, dead, await self._pending(), "offline")
             except SyncAuthError as e:
-                await store.outbox_update([_strip_lease(op) for op in batch])
+                await store.outbox_update([strip_lease(op) for op in batch])
                 self._paused = True
                 await self._set_state("paused-auth", error=str(e))
                 return PushReport(requests, acked, dead, await self._pending(), "paused-auth")
             except SyncTransientError as e:
-                dead += await self._failed(batch, e, cfg, policy)
+                dead += await record_failures(store, batch, e, cfg, policy, self._now(), self.rand)
                 self._last_error = str(e)
                 continue
             except (SyncPermanentError, ValidationError) as e:
                 status = getattr(e, "status", None)
                 response = getattr(e, "response", None)
                 await store.outbox_to_dead(
-                    [self._dead(op, f"the server refused the batch: {e}", response, status) for op in batch]
+                    [dead_record(op, f"the server refused the batch: {e}", response, status, self._now()) for op in batch]
                 )
                 dead += len(batch)
                 self._last_error = str(e)
@@ -452,9 +362,9 @@ class SyncEngine:
             by_id = resp.by_op_id()
             ok = [r.op_id for r in resp.results if r.delivered]
             rejected = [
-                self._dead(op, by_id[op["op_id"]].reason or "rejected by the server",
-                           json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                       "reason": by_id[op["op_id"]].reason}), 200)
+                dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
+                            json.dumps({"op_id": op["op_id"], "status": "rejected",
+                                        "reason": by_id[op["op_id"]].reason}), 200, self._now())
                 for op in batch
                 if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
             ]
@@ -465,7 +375,7 @@ class SyncEngine:
             missing = [op for op in batch if op["op_id"] in set(resp.missing)]
             if missing:
                 err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await self._failed(missing, err, cfg, policy)
+                dead += await record_failures(store, missing, err, cfg, policy, self._now(), self.rand)
             acked += len(ok)
             dead += len(rejected)
             self._last_success = self._now()
@@ -475,51 +385,6 @@ class SyncEngine:
 
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0]
-
-    def _dead(
-        self, op: Mapping[str, Any], reason: str, response: str | None, status: int | None
-    ) -> dict[str, Any]:
-        return dict(
-            _strip_lease(op), reason=reason, response=response, status=status, failed_at=self._now()
-        )
-
-    async def _failed(
-        self, ops: list[dict[str, Any]], err: SyncError, cfg: SyncConfig, policy: BackoffPolicy
-    ) -> int:
-        """Count a failed attempt on each op: schedule its retry, or dead-letter it."""
-        now = self._now()
-        retry: list[dict[str, Any]] = []
-        dead: list[dict[str, Any]] = []
-        delays: dict[int, int] = {}
-        for op in ops:
-            attempts = int(op.get("attempts") or 0) + 1
-            if attempts > cfg.max_retries:
-                dead.append(
-                    dict(
-                        self._dead(
-                            op,
-                            f"gave up after {attempts} failed attempts: {err}",
-                            err.response,
-                            err.status,
-                        ),
-                        attempts=attempts,
-                        last_error=str(err),
-                    )
-                )
-                continue
-            # one draw per retry number: ops that failed together stay one batch (same due time)
-            if attempts not in delays:
-                delays[attempts] = policy.delay(attempts - 1, err.retry_after_ms, now, self.rand)
-            delay = delays[attempts]
-            retry.append(
-                dict(_strip_lease(op), attempts=attempts, next_attempt_at=now + delay, last_error=str(err))
-            )
-        if retry:
-            await self._core.store.outbox_update(retry)
-        if dead:
-            await self._core.store.outbox_to_dead(dead)
-        log.info("sync push failed (%s): %d to retry, %d dead-lettered", err, len(retry), len(dead))
-        return len(dead)
 
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
@@ -549,44 +414,8 @@ class SyncEngine:
             return PullReport(state="error")
 
     async def _pull(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
-        store, core = self._core.store, self._core
-        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        cursor = await store.kv_get(CURSOR_KEY)
-        cursor = cursor if isinstance(cursor, str) and cursor else None
-        pages = n = failures = 0
-        restarted = False
         await self._set_state("syncing")
-        hlc = core.outbox.hlc
-        while True:
-            try:
-                page = await client.changes(since=cursor, limit=PULL_LIMIT)
-            except SyncPermanentError as e:
-                if e.status == 400 and cursor is not None and not restarted:
-                    cursor, restarted = None, True  # the server's feed was reset
-                    continue
-                raise
-            except SyncTransientError as e:
-                failures += 1
-                if failures > cfg.max_retries:
-                    raise
-                await self.sleep(policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000)
-                continue
-            changes = [
-                {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
-                for c in page.changes
-            ]
-            if hlc is not None:
-                for c in page.changes:
-                    hlc.update(c.hlc)
-            touched = await store.apply_changes(changes, {CURSOR_KEY: page.cursor})
-            for sid in touched:
-                core.invalidate(sid)
-                core.changed("session-synced", sid, None)
-            pages += 1
-            n += len(changes)
-            cursor = page.cursor
-            if not page.more:
-                break
+        pages, n, cursor = await pull_changes(self._core, client, cfg, sleep=self.sleep, rand=self.rand)
         await self._save_hlc()
         self._pulled_cursor = cursor
         await self._set_state("idle", success=True)

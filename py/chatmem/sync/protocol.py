@@ -39,9 +39,11 @@ from ..errors import (
     SyncOffline,
     SyncPermanentError,
     SyncTransientError,
+    TransportError,
+    TransportTimeout,
     ValidationError,
 )
-from ..http import HTTPResponse, Transport, TransportError, TransportTimeout, default_transport
+from ..http import HTTPResponse, Transport, default_transport
 from ..ids import Clock, system_clock
 from .backoff import parse_retry_after
 from .config import SyncConfig

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 
+from ..errors import ValidationError
 from ..models import ChatMessage, SessionMeta
 
 __all__ = [
@@ -80,7 +81,7 @@ class _Writer:
 
     def __init__(self, exported_at: int, chunk_size: int):
         if isinstance(exported_at, bool) or not isinstance(exported_at, int):
-            raise TypeError("exported_at must be an int (ms since the epoch)")
+            raise ValidationError("exported_at must be an int (ms since the epoch)", field="exported_at")
         self.chunk_size = chunk_size
         self.parts: list[str] = [
             '{"version":', canonical_dumps(EXPORT_VERSION),

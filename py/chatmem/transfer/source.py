@@ -12,7 +12,7 @@ __all__ = ["load_json", "describe"]
 
 
 def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise ImportFormatError(f"{name} is not valid JSON")
 
 
 def load_json(data: Any) -> Any:

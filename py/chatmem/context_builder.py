@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
-from .context import ContextManager
 from .errors import SessionNotFound, ValidationError
+from .live_context import ContextManager
 from .models import ChatMessage
 from .retention import MessageRetentionPolicy
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message
-from .tokenizer import EstimateTokenizer, Tokenizer
+from .token_count import EstimateTokenizer, Tokenizer
 from .window import ModelBudget, WindowResult, fit_window, preset
 
 if TYPE_CHECKING:

@@ -1,0 +1,79 @@
+"""The pull side of sync: read the server's change feed page by page and
+apply each page to the store in one transaction, with the new cursor
+(``Store.apply_changes``; the merge rules are in ``chatmem.sync.merge``).
+Nothing is enqueued: pulled changes are never echoed back to the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from ..errors import SyncPermanentError, SyncTransientError
+from .backoff import BackoffPolicy
+from .config import SyncConfig
+from .protocol import SyncClient
+
+if TYPE_CHECKING:
+    from ..core import Core
+
+__all__ = ["CURSOR_KEY", "PULL_LIMIT", "pull_changes"]
+
+CURSOR_KEY = "sync.cursor"
+#: changes per pulled page
+PULL_LIMIT = 500
+
+
+async def pull_changes(
+    core: Core,
+    client: SyncClient,
+    cfg: SyncConfig,
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    rand: Callable[[], float],
+) -> tuple[int, int, str | None]:
+    """Pull until the feed has no more; returns (pages, changes, cursor).
+
+    Transient failures are retried with backoff (``cfg.max_retries``), then
+    raised; a 400 for a stored cursor means the server's feed was reset: the
+    pull starts over from the beginning, once. Touched sessions are
+    invalidated in the caches and reported to listeners as ``session-synced``.
+    """
+    store = core.store
+    policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
+    stored = await store.kv_get(CURSOR_KEY)
+    cursor = stored if isinstance(stored, str) and stored else None
+    pages = n = failures = 0
+    restarted = False
+    hlc = core.outbox.hlc
+    while True:
+        try:
+            page = await client.changes(since=cursor, limit=PULL_LIMIT)
+        except SyncPermanentError as e:
+            if e.status == 400 and cursor is not None and not restarted:
+                cursor, restarted = None, True  # the server's feed was reset
+                continue
+            raise
+        except SyncTransientError as e:
+            failures += 1
+            if failures > cfg.max_retries:
+                raise
+            await sleep(policy.delay(failures - 1, e.retry_after_ms, core.now(), rand) / 1000)
+            continue
+        changes = [
+            {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
+            for c in page.changes
+        ]
+        if hlc is not None:
+            for c in page.changes:
+                hlc.update(c.hlc)
+        touched = await store.apply_changes(changes, {CURSOR_KEY: page.cursor})
+        for sid in touched:
+            core.invalidate(sid)
+            core.changed("session-synced", sid, None)
+        pages += 1
+        n += len(changes)
+        cursor = page.cursor
+        if not page.more:
+            break
+    return pages, n, cursor

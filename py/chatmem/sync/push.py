@@ -1,0 +1,186 @@
+"""The outbox side of a push, as plain functions over outbox records: which
+operations go next (per-session FIFO, leases, due times), what a dead letter
+holds, and how a failed attempt is recorded (backoff, or the dead-letter
+store). ``SyncEngine`` drives them; nothing here talks HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import SyncError, ValidationError
+from .backoff import BackoffPolicy
+from .config import SyncConfig
+from .status import SyncState
+
+if TYPE_CHECKING:
+    from ..stores.base import Store
+
+__all__ = [
+    "WIRE_FIELDS",
+    "LEASE_MARGIN_MS",
+    "DrainLock",
+    "LocalDrainLock",
+    "PushReport",
+    "PullReport",
+    "strip_lease",
+    "select_batch",
+    "dead_record",
+    "op_ids",
+    "record_failures",
+]
+
+log = logging.getLogger("chatmem.sync")
+
+#: fields of an outbox record that travel in a push (the rest is local bookkeeping)
+WIRE_FIELDS = ("op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts")
+#: a lease outlives the request's timeout by this much (ms)
+LEASE_MARGIN_MS = 5_000
+
+
+class DrainLock(Protocol):
+    """Who may drain: ``acquire()`` never waits; False means someone else drains."""
+
+    #: True if holding it proves no other drainer exists (leases of others can be ignored)
+    exclusive: bool
+
+    async def acquire(self) -> bool: ...
+
+    async def release(self) -> None: ...
+
+
+class LocalDrainLock:
+    """One drainer per engine (CPython). Engines sharing a file respect each other's leases."""
+
+    exclusive = False
+
+    def __init__(self) -> None:
+        self._held = False
+
+    async def acquire(self) -> bool:
+        if self._held:
+            return False
+        self._held = True
+        return True
+
+    async def release(self) -> None:
+        self._held = False
+
+
+@dataclass(frozen=True)
+class PushReport:
+    #: push requests made
+    requests: int = 0
+    #: operations the server acknowledged (applied or duplicate)
+    acknowledged: int = 0
+    #: operations moved to the dead-letter store
+    dead_lettered: int = 0
+    #: operations still in the outbox
+    remaining: int = 0
+    state: SyncState = "idle"
+    #: False when another tab/engine holds the drain lock (nothing was done here)
+    drained: bool = True
+
+
+@dataclass(frozen=True)
+class PullReport:
+    pages: int = 0
+    changes: int = 0
+    cursor: str | None = None
+    state: SyncState = "idle"
+    drained: bool = True
+
+
+def strip_lease(op: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in op.items() if k not in ("lease_owner", "lease_until", "key")}
+
+
+
+
+def select_batch(
+    ops: list[dict[str, Any]], now: int, limit: int, *, owner: str, exclusive: bool
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The next batch (per-session FIFO) and, if something waits, when it is due.
+
+    ``owner`` is this drainer's lease name; with an ``exclusive`` lock the
+    leases of others are stale (their drainer is gone) and are ignored.
+    """
+    blocked: set[str] = set()
+    batch: list[dict[str, Any]] = []
+    wake: int | None = None
+    for op in ops:
+        sid = str(op.get("session_id") or op.get("id"))
+        if sid in blocked:
+            continue
+        lease_owner, until = op.get("lease_owner"), int(op.get("lease_until") or 0)
+        if lease_owner not in (None, owner) and until > now and not exclusive:
+            blocked.add(sid)
+            wake = until if wake is None else min(wake, until)
+            continue
+        due = int(op.get("next_attempt_at") or 0)
+        if due > now:
+            blocked.add(sid)
+            wake = due if wake is None else min(wake, due)
+            continue
+        batch.append(op)
+        if len(batch) >= limit:
+            break
+    return batch, wake
+
+
+def dead_record(
+    op: Mapping[str, Any], reason: str, response: str | None, status: int | None, now: int
+) -> dict[str, Any]:
+    """The dead-letter record of ``op``: its fields plus why and when it failed for good."""
+    return dict(strip_lease(op), reason=reason, response=response, status=status, failed_at=now)
+
+
+async def record_failures(
+    store: Store,
+    ops: list[dict[str, Any]],
+    err: SyncError,
+    cfg: SyncConfig,
+    policy: BackoffPolicy,
+    now: int,
+    rand: Callable[[], float],
+) -> int:
+    """Count a failed attempt on each op: schedule its retry, or dead-letter it. Returns how many died."""
+    retry: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    delays: dict[int, int] = {}
+    for op in ops:
+        attempts = int(op.get("attempts") or 0) + 1
+        if attempts > cfg.max_retries:
+            reason = f"gave up after {attempts} failed attempts: {err}"
+            dead.append(dict(dead_record(op, reason, err.response, err.status, now),
+                             attempts=attempts, last_error=str(err)))
+            continue
+        # one draw per retry number: ops that failed together stay one batch (same due time)
+        if attempts not in delays:
+            delays[attempts] = policy.delay(attempts - 1, err.retry_after_ms, now, rand)
+        retry.append(
+            dict(strip_lease(op), attempts=attempts, next_attempt_at=now + delays[attempts], last_error=str(err))
+        )
+    if retry:
+        await store.outbox_update(retry)
+    if dead:
+        await store.outbox_to_dead(dead)
+    log.info("sync push failed (%s): %d to retry, %d dead-lettered", err, len(retry), len(dead))
+    return len(dead)
+
+
+def op_ids(which: str | Iterable[str]) -> list[str] | None:
+    """Dead-letter selection: one ``op_id``, several, or ``"all"`` (None)."""
+    if which == "all":
+        return None
+    if isinstance(which, str):
+        if not which:
+            raise ValidationError("op_id must be a non-empty string or 'all'", field="op_id")
+        return [which]
+    ids = list(which)
+    if not all(isinstance(i, str) and i for i in ids):
+        raise ValidationError("op ids must be non-empty strings", field="op_id")
+    return ids

@@ -1,0 +1,93 @@
+"""The public API is explicit: ``chatmem.__all__`` and ``chatmem.errors.__all__``
+are pinned to exact sets, and every exception chatmem defines lives in ``chatmem.errors``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import chatmem
+from chatmem import errors
+
+PKG = Path(chatmem.__file__).parent
+
+PUBLIC = {
+    "__version__", "open", "Memory", "IN_BROWSER",
+    "Sessions", "Messages", "Session", "SessionMeta", "ChatMessage", "Message",
+    "ContextStore", "MemoryContextStore", "InMemoryContextStore", "SQLiteContextStore", "IndexedDBContextStore",
+    "Store", "MemoryStore", "LRUCache", "Clock", "IdGenerator", "new_id", "system_clock",
+    "extract_text", "estimate_tokens",
+    "errors", "ChatmemError", "NotFound", "SessionNotFound", "MessageNotFound", "ValidationError",
+    "StorageError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError", "QueryError", "ProviderError",
+    "ContextManager", "ContextMessage", "ContextProvider", "ContextUpdateStrategy", "DatetimeProvider",
+    "ModuleStateProvider", "UserProfileProvider", "render_context_message",
+    "Tokenizer", "EstimateTokenizer", "BPETokenizer", "ModelBudget", "PRESETS", "WindowResult", "fit_window",
+    "Summarizer", "ExtractiveSummarizer", "LLMSummarizer",
+    "RetentionPolicy", "MessageRetentionPolicy", "RetentionReport",
+    "ChatProvider", "OpenAICompatibleProvider", "OfflineResponder",
+    "QueryIndex", "SQLEngine", "SearchHit", "RetrievalConfig", "HybridWeights",
+    "Embedder", "HashingEmbedder", "OpenAIEmbedder",
+    "ImportReport",
+    "SyncConfig", "SyncEngine", "SyncStatus", "PushReport", "PullReport",
+}
+
+ERRORS = {
+    "ChatmemError",
+    "ValidationError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError",
+    "NotFound", "SessionNotFound", "MessageNotFound",
+    "StorageError", "QuotaExceeded", "RateLimited", "StorageFull", "DatabaseUnavailable", "ConstraintViolation", "DuplicateId", "TransactionAborted",
+    "VersionConflict", "UpgradeBlocked", "DatabaseClosed", "IndexLocked",
+    "TransportError", "TransportTimeout",
+    "SyncError", "SyncOffline", "SyncTransientError", "SyncAuthError", "SyncPermanentError",
+    "ProviderError", "ProviderAuthError", "ProviderNotFound", "ProviderRateLimited", "ProviderServerError",
+    "ProviderTimeout", "ProviderUnavailable",
+    "QueryError", "EmbeddingError", "UnsupportedEnvironment",
+    "translate_dom_error",
+}
+
+
+def test_all_is_pinned() -> None:
+    """``chatmem.__all__`` is exactly the documented set, and every name in it exists."""
+    assert set(chatmem.__all__) == PUBLIC
+    assert len(chatmem.__all__) == len(PUBLIC)
+    for name in chatmem.__all__:
+        assert hasattr(chatmem, name), name
+
+
+def test_errors_all_is_pinned() -> None:
+    """``chatmem.errors.__all__`` is exactly the error tree, each a ``ChatmemError``."""
+    assert set(errors.__all__) == ERRORS
+    for name in ERRORS - {"translate_dom_error"}:
+        assert issubclass(getattr(errors, name), errors.ChatmemError), name
+    assert issubclass(errors.TransportTimeout, errors.TransportError)
+    assert issubclass(errors.IndexLocked, errors.StorageError)
+
+
+def test_error_tree_is_drawn_whole() -> None:
+    """Every error class appears in the tree drawn in the errors module's docstring."""
+    import re
+
+    drawn = set(re.findall(r"^\s*(?:[│ ]*[├└]── )?([A-Z][A-Za-z]+)\b", errors.__doc__ or "", re.M))
+    assert ERRORS - {"translate_dom_error"} <= drawn
+
+
+def test_every_exception_class_lives_in_errors() -> None:
+    """No module but ``chatmem.errors`` defines an exception class (one tree, one place)."""
+    found = []
+    for path in PKG.rglob("*.py"):
+        if path.name == "errors.py" and path.parent == PKG:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & (ERRORS | {"Exception", "BaseException", "ValueError", "RuntimeError", "LookupError"}):
+                    found.append(f"{path.relative_to(PKG)}:{node.name}")
+    assert found == []
+
+
+def test_moved_errors_stay_importable_where_they_were() -> None:
+    """``chatmem.http`` still offers the transport errors it used to define (the same classes)."""
+    from chatmem import http
+
+    assert http.TransportError is errors.TransportError
+    assert http.TransportTimeout is errors.TransportTimeout
