@@ -40,6 +40,7 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -58,7 +59,7 @@ from ..errors import (
 from ..http import Transport
 from .backoff import BackoffPolicy
 from .config import SyncConfig
-from .live import follow_stream
+from .live import LiveSync
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
@@ -96,7 +97,6 @@ log = logging.getLogger("chatmem.sync")
 CONFIG_KEY = "sync.config"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
-
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -139,10 +139,7 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
-        self._live: asyncio.Task[None] | None = None
-        self._pulled_cursor: str | None = None
-        #: how the live stream stands: "off", "following", "unsupported", "auth"
-        self.live_state = "off"
+        self._live = LiveSync(self._poke, core.listeners)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -177,13 +174,9 @@ class SyncEngine:
     def _set_config(self, cfg: SyncConfig) -> None:
         self._config = cfg
         self._client = None  # built by _ready(), once the device id is known
-        self._end_live()  # the auto-sync loop follows again with the new config
+        self._live.cancel()  # the auto-sync loop follows again with the new config
 
-    def _end_live(self) -> None:
-        live, self._live = self._live, None
-        if live is not None and not live.done():
-            live.cancel()
-        self.live_state = "off"
+    live_state = property(lambda self: self._live.state, doc="the stream: off, following, unsupported, auth")
 
     async def _load(self) -> None:
         """Read config, status and the HLC high-water mark from ``kv`` (once)."""
@@ -417,7 +410,7 @@ class SyncEngine:
         await self._set_state("syncing")
         pages, n, cursor = await pull_changes(self._core, client, cfg, sleep=self.sleep, rand=self.rand)
         await self._save_hlc()
-        self._pulled_cursor = cursor
+        self._live.pulled = cursor
         await self._set_state("idle", success=True)
         return PullReport(pages, n, cursor, "idle")
 
@@ -456,14 +449,7 @@ class SyncEngine:
             from .. import _browser
 
             self._stop_online = _browser.on_online(self._poke)
-        if self._on_write not in self._core.listeners:
-            self._core.listeners.append(self._on_write)
         self._auto = asyncio.get_running_loop().create_task(self._auto_loop())
-
-    def _on_write(self, kind: str, session_id: str, payload: Any) -> None:
-        """With ``live``, a local write is pushed at once (other devices see it live)."""
-        if kind != "session-synced" and self._config is not None and self._config.live:
-            self._poke()
 
     async def _auto_loop(self) -> None:
         assert self._wake is not None
@@ -471,11 +457,11 @@ class SyncEngine:
         while not self._closed:
             cfg = self._config
             if cfg is None or not cfg.enabled or not cfg.auto_sync:
-                self._end_live()
+                self._live.cancel()
                 return
             self._wake.clear()
-            if cfg.live and self._live is None:
-                self._live = asyncio.get_running_loop().create_task(self._follow())
+            if cfg.live:
+                self._live.start(self._ready, self.rand)
             try:
                 await self.run()
             except asyncio.CancelledError:
@@ -484,46 +470,23 @@ class SyncEngine:
                 log.warning("auto-sync run failed: %s", e)
                 self._last_error = str(e)
                 self._state = "error"
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
-            except TimeoutError:
-                pass
-
-    async def _follow(self) -> None:
-        """Wake the auto-sync loop whenever the server announces a cursor this device lacks."""
-        _, client = await self._ready()
-
-        def seen(cursor: str) -> None:
-            if cursor != self._pulled_cursor:
-                self._poke()
-
-        self.live_state = "following"
-        self.live_state = await follow_stream(client, seen, rand=self.rand)
 
     async def stop(self) -> None:
         """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
-        live, self._live = self._live, None
-        if live is not None and not live.done():
-            live.cancel()
-            try:
-                await live
-            except BaseException:  # noqa: BLE001 - cancelled or failed: either way it is over
-                pass
-        self.live_state = "off"
-        if self._on_write in self._core.listeners:
-            self._core.listeners.remove(self._on_write)
+        await self._live.stop()
         task, self._auto = self._auto, None
         if self._stop_online is not None:
             self._stop_online()
             self._stop_online = None
         if task is not None and not task.done():
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
-                log.warning("auto-sync ended with an error: %s", e)
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await task
+                except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
+                    log.warning("auto-sync ended with an error: %s", e)
 
     @property
     def running(self) -> bool:
