@@ -277,3 +277,34 @@ def test_access_log_has_no_tokens_or_content(accounts: dict[str, str], caplog: A
     text = caplog.text
     assert "secret words" not in text and accounts["alice1"] not in text
     assert accounts["alice1"].split("_")[2] not in text
+
+
+def test_settings_come_from_the_environment() -> None:
+    """CHATMEM_SYNC_* fill the factory's settings; a bad number is a ValidationError naming it."""
+    from chatmem.errors import ValidationError
+    from chatmem.server import ServerSettings
+
+    s = ServerSettings.from_env({
+        "CHATMEM_SYNC_DB": "postgresql://h/db", "CHATMEM_SYNC_API_KEYS": "a, b", "CHATMEM_SYNC_MAX_BODY": "1000",
+        "CHATMEM_SYNC_OPS_PER_MINUTE": "7", "CHATMEM_SYNC_MAX_BYTES": "0", "CHATMEM_SYNC_CORS_ORIGINS": "https://x.example",
+    })
+    assert (s.db, s.api_keys, s.max_body, s.cors_origins) == ("postgresql://h/db", ["a", "b"], 1000, ["https://x.example"])
+    assert (s.quotas.ops_per_minute, s.quotas.max_bytes) == (7, 0)
+    assert ServerSettings.from_env({}).db == "sync.db"
+    with pytest.raises(ValidationError) as e:
+        ServerSettings.from_env({"CHATMEM_SYNC_MAX_BODY": "lots"})
+    assert e.value.field == "CHATMEM_SYNC_MAX_BODY"
+
+
+def test_max_body_applies() -> None:
+    """A body over --max-body answers 413 before it is parsed; a smaller one is served."""
+    from chatmem.server import SyncServer
+
+    srv = SyncServer(["k"], max_body=2_000).start()
+    try:
+        small = {"device_id": "d", "ops": [sop("o", "s", {"title": "x" * 100}, hlc(1))]}
+        assert call(srv, "POST", "/v1/push", small, key="k")[0] == 200
+        big = {"device_id": "d", "ops": [sop("o2", "s2", {"title": "x" * 3_000}, hlc(2))]}
+        assert call(srv, "POST", "/v1/push", big, key="k")[0] == 413
+    finally:
+        srv.stop()
