@@ -2,7 +2,8 @@
 
 Routes: ``GET /v1/health`` (public; says whether the database answers),
 ``POST /v1/push``, ``GET /v1/changes``, ``GET /v1/stream`` (Server-Sent
-Events, ``live.py``); CORS for pages on other origins; Bearer auth mapping an
+Events, ``live.py``), the end-to-end encryption routes under ``/v1/e2e``
+(``e2e.py``); CORS for pages on other origins; Bearer auth mapping an
 account token (or an ``--api-key`` key) to its data space (``accounts.py``).
 Storage work runs in a worker thread, never on the event loop. One JSON log
 line per request: method, path, status, duration, account and operation
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ChatmemError, DatabaseUnavailable, RateLimited, StorageFull, ValidationError
 from .accounts import Authenticator, Principal, space_for_key
+from .e2e import CAPABILITY, E2EConflict, E2EService
 from .faults import Fault, FaultPlan
 from .live import ChangeHub, sse_events
 from .quotas import Quotas
@@ -76,6 +78,7 @@ def create_app(
     heartbeat: float = 15.0,
     hub: ChangeHub | None = None,
     settings: ServerSettings | None = None,
+    max_body_bytes: int | None = None,
 ) -> ASGIApp:
     """The ASGI app over ``service``; without a service, everything comes from ``settings``
     (default: ``ServerSettings.from_env()``) and the app owns (and closes) its storage."""
@@ -90,6 +93,9 @@ def create_app(
         logging.getLogger("chatmem.server").setLevel(settings.log_level.upper())
     storage = service.storage
     auth = Authenticator(storage, api_keys, quotas)
+    keys = E2EService(storage)
+    if max_body_bytes is not None:
+        max_body = max_body_bytes
     hub = hub if hub is not None else ChangeHub()
     listen = getattr(storage, "listen", None)
     if callable(listen):
@@ -106,7 +112,8 @@ def create_app(
             await _db(storage.ping)
         except DatabaseUnavailable:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
-        return JSONResponse({"status": "ok", "database": "ok", "stream": True})
+        return JSONResponse({"status": "ok", "protocol": 1, "capabilities": [CAPABILITY],
+                             "database": "ok", "stream": True})
 
     async def push(request: Request) -> Response:
         who = await principal(request)
@@ -114,6 +121,8 @@ def create_app(
             return _error(401, "missing, unknown or revoked token", _UNAUTHORIZED)
         try:
             payload = json.loads(await request.body())
+        except RecursionError:
+            return _error(400, "body is nested too deeply")
         except (ValueError, UnicodeDecodeError):
             return _error(400, "body is not valid JSON")
         ops = payload.get("ops") if isinstance(payload, dict) else None
@@ -130,6 +139,8 @@ def create_app(
             return _error(429, str(e), {"Retry-After": str(e.retry_after)})
         except StorageFull as e:
             return _error(413, str(e))
+        except E2EConflict as e:
+            return JSONResponse({"error": str(e), "code": e.code}, status_code=409)
         hub.publish(who.space, int(answer["cursor"]))
         return JSONResponse(answer)
 
@@ -143,6 +154,40 @@ def create_app(
         except ValidationError as e:
             return _error(400, str(e))
         return JSONResponse(answer)
+
+    async def call(request: Request, fn: Any, *args: Any) -> Response:
+        who = await principal(request)
+        if who is None:
+            return _error(401, "missing, unknown or revoked token", _UNAUTHORIZED)
+        try:
+            answer = await _db(fn, who.space, *args)
+        except ValidationError as e:
+            return _error(400, str(e))
+        except E2EConflict as e:
+            return JSONResponse({"error": str(e), "code": e.code}, status_code=409)
+        return JSONResponse(answer)
+
+    async def json_body(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+
+    async def e2e_state(request: Request) -> Response:
+        return await call(request, keys.state)
+
+    async def e2e_pending(request: Request) -> Response:
+        q = request.query_params
+        return await call(request, keys.pending, q.get("after"), q.get("limit"))
+
+    async def e2e_begin(request: Request) -> Response:
+        return await call(request, keys.begin, await json_body(request))
+
+    async def e2e_rewrite(request: Request) -> Response:
+        return await call(request, keys.rewrite, await json_body(request))
+
+    async def e2e_commit(request: Request) -> Response:
+        return await call(request, keys.commit, await json_body(request))
 
     async def stream(request: Request) -> Response:
         who = await principal(request)
@@ -184,6 +229,11 @@ def create_app(
             Route("/v1/push", push, methods=["POST"]),
             Route("/v1/changes", changes, methods=["GET"]),
             Route("/v1/stream", stream, methods=["GET"]),
+            Route("/v1/e2e", e2e_state, methods=["GET"]),
+            Route("/v1/e2e/pending", e2e_pending, methods=["GET"]),
+            Route("/v1/e2e/begin", e2e_begin, methods=["POST"]),
+            Route("/v1/e2e/rewrite", e2e_rewrite, methods=["POST"]),
+            Route("/v1/e2e/commit", e2e_commit, methods=["POST"]),
         ],
         middleware=[
             Middleware(AccessLog),

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import uvicorn
 
 from ..ids import Clock, system_clock
+from ..validation import DEFAULT_LIMITS, Limits
 from .accounts import space_for_key
 from .app import MAX_BODY_BYTES, create_app
 from .faults import FaultPlan
@@ -48,12 +49,14 @@ class SyncServer:
         max_body: int = MAX_BODY_BYTES,
         heartbeat: float = 15.0,
         pool_size: int = 10,
+        limits: Limits = DEFAULT_LIMITS,
+        max_body_bytes: int | None = None,
     ):
         self.api_keys = list(api_keys)
         self.storage: SyncStorage = (
             storage if storage is not None else open_storage(db, pool_size=pool_size)
         )
-        self.service = SyncService(self.storage, clock)
+        self.service = SyncService(self.storage, clock, limits=limits)
         self.faults = faults if faults is not None else FaultPlan()
         self.hub = ChangeHub()
         self.app = create_app(
@@ -62,7 +65,7 @@ class SyncServer:
             faults=self.faults,
             cors_origins=cors_origins,
             quotas=quotas,
-            max_body=max_body,
+            max_body=max_body if max_body_bytes is None else max_body_bytes,
             heartbeat=heartbeat,
             hub=self.hub,
         )

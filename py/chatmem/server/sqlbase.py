@@ -62,6 +62,10 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             space TEXT NOT NULL, minute BIGINT NOT NULL, ops BIGINT NOT NULL,
             PRIMARY KEY (space, minute))""",
     ]),
+    (3, [
+        """CREATE TABLE IF NOT EXISTS space_meta (
+            space TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (space, name))""",
+    ]),
 ]
 
 _COLUMNS = "resource, id, data, deleted, hlc, birth_hlc, field_hlc, session_id, seq"
@@ -213,6 +217,18 @@ class SQLSpaceTransaction:
     def stored_bytes(self) -> int:
         return self._bytes
 
+    def meta_get(self, name: str) -> Any:
+        rows = self.ex("SELECT value FROM space_meta WHERE space = ? AND name = ?", (self.space, name))
+        return json.loads(rows[0][0]) if rows else None
+
+    def meta_put(self, name: str, value: Any) -> None:
+        if value is None:
+            self.ex("DELETE FROM space_meta WHERE space = ? AND name = ?", (self.space, name))
+            return
+        self.ex("INSERT INTO space_meta (space, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (space, name) DO UPDATE SET value = excluded.value",
+                (self.space, name, json.dumps(value)))
+
     def count_ops(self, minute: int, n: int) -> int:
         """Add ``n`` to this space's operation count of ``minute``; return the count before."""
         self.ex("DELETE FROM usage WHERE space = ? AND minute < ?", (self.space, minute))
@@ -305,6 +321,10 @@ class SQLSyncStorage(ABC):
         with self._session() as ex:
             rows = ex("SELECT COUNT(*) FROM applied_ops WHERE space = ?", (space,))
         return int(rows[0][0])
+
+    def purge(self) -> None:
+        """Make replaced data unrecoverable from the files (the dialect's way)."""
+        return None
 
     def ping(self) -> None:
         """Raise if the database cannot answer a query."""

@@ -29,6 +29,8 @@ class SQLiteSyncStorage(SQLSyncStorage):
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA busy_timeout=10000")
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        # replaced rows (plain copies after encryption was turned on) are zeroed, not left in free pages
+        self._conn.execute("PRAGMA secure_delete=ON")
         self.migrate()
 
     def _execute(self, sql: str, params: Sequence[Any], many: bool = False) -> list[tuple[Any, ...]]:
@@ -47,6 +49,12 @@ class SQLiteSyncStorage(SQLSyncStorage):
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+
+    def purge(self) -> None:
+        """Fold the WAL into the database and truncate it, so no replaced page survives in it."""
+        with self._lock:
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         with self._lock:

@@ -89,6 +89,14 @@ class SpaceTransaction(Protocol):
         """The bytes of record data this space holds, as of this transaction."""
         ...
 
+    def meta_get(self, name: str) -> Any:
+        """A space setting (JSON value) or None, e.g. the end-to-end key parameters."""
+        ...
+
+    def meta_put(self, name: str, value: Any) -> None:
+        """Set (or, with None, remove) a space setting."""
+        ...
+
     def count_ops(self, minute: int, n: int) -> int:
         """Count ``n`` operations against ``minute`` (minutes since the epoch); return the count before."""
         ...
@@ -104,6 +112,11 @@ class SyncStorage(Protocol):
         ...
 
     def cursor(self, space: str) -> int: ...
+
+    def purge(self) -> None:
+        """Make replaced and deleted data unrecoverable from the database files
+        (called after a space's records were re-encrypted)."""
+        ...
 
     def ping(self) -> None:
         """Raise if the database cannot answer (``/v1/health``)."""
