@@ -234,9 +234,12 @@ class WebLock:
         return True
 
     async def release(self) -> None:
+        """Let the lock go; returns once another holder could take it."""
         release, self._release = self._release, None
         if release is not None:
-            release()
+            freed = release()
+            if freed is not None:
+                await freed
 
 
 def is_online() -> bool:

@@ -791,16 +791,17 @@ export async function tokenCounter(encoding) {
  *  (very old browsers) every caller gets a release function. */
 export function tryLock(name) {
   if (!globalThis.navigator?.locks) return Promise.resolve(() => {});
+  // the release function returns a promise that settles once the lock is free again
   return new Promise((resolve, reject) => {
-    navigator.locks
+    const held = navigator.locks
       .request(name, { ifAvailable: true }, (lock) => {
         if (!lock) {
           resolve(false);
           return undefined;
         }
-        return new Promise((release) => resolve(() => release()));
-      })
-      .catch(reject);
+        return new Promise((release) => resolve(() => { release(); return held; }));
+      });
+    held.catch(reject);
   });
 }
 
