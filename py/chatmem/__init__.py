@@ -9,6 +9,7 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
+from .anthropic import AnthropicProvider
 from .contextstore import (
     ContextStore,
     IndexedDBContextStore,
@@ -17,6 +18,7 @@ from .contextstore import (
     SQLiteContextStore,
 )
 from .conversation import Session
+from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
     ContextOverflow,
@@ -51,7 +53,7 @@ from .live_context import (
     UserProfileProvider,
     render_context_message,
 )
-from .lru import LRUCache
+from .lru import LFUCache, LRUCache
 from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
@@ -61,7 +63,15 @@ from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
+from .sync import (
+    EncryptionKey,
+    Passphrase,
+    PullReport,
+    PushReport,
+    SyncConfig,
+    SyncEngine,
+    SyncStatus,
+)
 from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
@@ -87,6 +97,7 @@ __all__ = [
     "Store",
     "MemoryStore",
     "LRUCache",
+    "LFUCache",
     "Clock",
     "IdGenerator",
     "new_id",
@@ -131,6 +142,7 @@ __all__ = [
     # chat
     "ChatProvider",
     "OpenAICompatibleProvider",
+    "AnthropicProvider",
     "OfflineResponder",
     # search
     "QueryIndex",
@@ -140,6 +152,8 @@ __all__ = [
     "HybridWeights",
     "Embedder",
     "HashingEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "OpenAIEmbedder",
     # export / import
     "ImportReport",
@@ -149,4 +163,6 @@ __all__ = [
     "SyncStatus",
     "PushReport",
     "PullReport",
+    "Passphrase",
+    "EncryptionKey",
 ]

@@ -8,6 +8,7 @@ and are turned into typed errors here (``errors.translate_dom_error``).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any, AsyncIterator, Callable
@@ -31,18 +32,21 @@ from .http import HTTPResponse
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
            "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
-           "open_index_engine",
-           "is_online", "on_online"]
+           "open_index_engine", "is_online", "on_online", "WebCryptoSuite"]
 
 
 def _bridge() -> Any:
     try:
         import chatmem_bridge  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise UnsupportedEnvironment(
-            "the chatmem JS bridge is not registered: import web/js/bridge.js and call "
-            "pyodide.registerJsModule('chatmem_bridge', bridge) before opening"
-        ) from e
+    except ImportError:
+        try:  # PyScript: config {"js_modules": {"main": {"./js/bridge.js": "chatmem_bridge"}}}
+            from pyscript.js_modules import chatmem_bridge  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UnsupportedEnvironment(
+                "the chatmem JS bridge is not registered: call loadChatmem(pyodide) from js/load.js "
+                "(or pyodide.registerJsModule('chatmem_bridge', bridge)), or under PyScript name "
+                "./js/bridge.js as 'chatmem_bridge' in js_modules.main"
+            ) from e
     return chatmem_bridge
 
 
@@ -101,6 +105,26 @@ async def storage_estimate() -> dict[str, Any]:
 
 async def request_persistence() -> bool:
     return bool(await _bridge().requestPersistence())
+
+
+class WebCryptoSuite:
+    """``chatmem.sync.e2e.CipherSuite`` on WebCrypto (``web/js/crypto.js``): one call per batch."""
+
+    async def pbkdf2_sha256(self, password: bytes, salt: bytes, iterations: int) -> bytes:
+        out = await _bridge().e2ePbkdf2(_b64(password), _b64(salt), iterations)
+        return base64.b64decode(str(out))
+
+    async def seal_many(self, key: bytes, items: Any) -> list[bytes]:
+        raw = await _bridge().e2eSeal(_b64(key), json.dumps([[_b64(x) for x in it] for it in items]))
+        return [base64.b64decode(c) for c in json.loads(str(raw))]
+
+    async def open_many(self, key: bytes, items: Any) -> list[bytes | None]:
+        raw = await _bridge().e2eOpen(_b64(key), json.dumps([[_b64(x) for x in it] for it in items]))
+        return [None if p is None else base64.b64decode(p) for p in json.loads(str(raw))]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 # ---------------------------------------------------------------------------- DuckDB-Wasm engine
@@ -208,6 +232,24 @@ async def bpe_counter(encoding: str) -> Callable[[str], int]:
     return lambda text: int(fn(text))
 
 
+# ---------------------------------------------------------------------------- the embedding model
+
+
+async def fetch_model() -> bytes:
+    """The static embedding model's bytes, fetched from this site (the service
+    worker caches the file on this first fetch). Its path is in ``build-info.json``."""
+    base = str(js.document.baseURI) if hasattr(js, "document") else str(js.location.href)
+    info = await (await js.fetch(js.URL.new("build-info.json", base).href)).json()
+    path = info.model if hasattr(info, "model") else None
+    if not path:
+        raise ValueError("build-info.json names no embedding model")
+    resp = await js.fetch(js.URL.new(str(path), base).href)
+    if not resp.ok:
+        raise ValueError(f"embedding model: HTTP {resp.status}")
+    buf = await resp.arrayBuffer()
+    return bytes(js.Uint8Array.new(buf).to_py())
+
+
 # ---------------------------------------------------------------------------- sync: Web Locks, online
 
 
@@ -234,12 +276,9 @@ class WebLock:
         return True
 
     async def release(self) -> None:
-        """Let the lock go; returns once another holder could take it."""
         release, self._release = self._release, None
         if release is not None:
-            freed = release()
-            if freed is not None:
-                await freed
+            await release()  # settles once the lock is free (a re-acquire right after succeeds)
 
 
 def is_online() -> bool:

@@ -23,7 +23,11 @@
     │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
     │   ├── SyncAuthError          401/403: pause sync until the key is fixed; dead-letter nothing
-    │   └── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    │   ├── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    │   ├── WrongPassphrase        end-to-end encryption: the key does not match the space's
+    │   │                          key check value (or none was entered): nothing sent or applied
+    │   └── DecryptionError        an encrypted record failed authentication (tampered or
+    │                              moved to another identity): nothing of its page applied
     ├── ProviderError              the chat model's server failed a request (never holds the key)
     │   ├── ProviderAuthError      401/403: check the api key
     │   ├── ProviderNotFound       404: wrong base URL or model name
@@ -35,6 +39,8 @@
     │   └── TransportTimeout       no (complete) response within the timeout
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
+    ├── EncryptionConflict         (reference server) a request does not fit the space's
+    │                              encryption state: answered 409 with its ``code``
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
@@ -70,9 +76,12 @@ __all__ = [
     "SyncTransientError",
     "SyncAuthError",
     "SyncPermanentError",
+    "WrongPassphrase",
+    "DecryptionError",
     "QueryError",
     "EmbeddingError",
     "UnsupportedEnvironment",
+    "EncryptionConflict",
     "ProviderError",
     "ProviderAuthError",
     "ProviderNotFound",
@@ -198,6 +207,16 @@ class IndexLocked(StorageError):
     """The cached index file is held by another tab (OPFS files are one-writer)."""
 
 
+class EncryptionConflict(ChatmemError):
+    """The reference server: a request does not fit the space's end-to-end encryption
+    state (plain content in an encrypted space, a stale key, a change in progress).
+    Answered ``409 {"error", "code"}``; ``code`` is e.g. ``e2e-required``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
 class TransportError(ChatmemError):
     """No HTTP response: connection refused or reset, DNS failure, offline.
 
@@ -246,6 +265,23 @@ class SyncAuthError(SyncError):
 
 class SyncPermanentError(SyncError):
     """The server refused the request itself (400/404/409/413/422, other 4xx)."""
+
+
+class WrongPassphrase(SyncError):
+    """The passphrase (or key) does not open this sync space's data.
+
+    Raised before anything is pushed or applied: the derived key does not
+    match the key check value the server keeps, no passphrase was entered on
+    this device, or the passphrase was changed on another device. The outbox
+    is untouched; ``mem.sync.status()`` reports ``wrong-passphrase`` or
+    ``locked``.
+    """
+
+
+class DecryptionError(SyncError):
+    """An encrypted record did not authenticate: its ciphertext, nonce or bound
+    identity (op_id, resource, id, hlc, field) was altered. Nothing of the page
+    that held it is applied and the pull cursor does not move."""
 
 
 class ProviderError(ChatmemError):

@@ -22,7 +22,7 @@ from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
 from .live_context import ContextManager, ModuleStateProvider
-from .lru import LRUCache
+from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
 from .outbox import Outbox
 from .retention import Retention
@@ -57,6 +57,7 @@ class Memory:
         clock: Clock | None = None,
         cache_size: int = 100,
         cache_ttl: int = 3_600_000,
+        cache_strategy: str = "lru",
         name: str | None = None,
         tokenizer: Tokenizer | None = None,
         embedder: Embedder | None = None,
@@ -72,8 +73,8 @@ class Memory:
             clock=clock,
             ids=ids,
             outbox=Outbox(store, ids, clock),
-            meta_cache=LRUCache(cache_size, cache_ttl, clock),
-            page_cache=LRUCache(cache_size, cache_ttl, clock),
+            meta_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
+            page_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
         )
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
@@ -87,7 +88,6 @@ class Memory:
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
         self.retention = Retention(self)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer)
-        self._builder.retention = self.retention
         self.sync = SyncEngine(self._core)
         self._closed = False
         #: the derived query index (DuckDB), built lazily on the first query
@@ -160,6 +160,13 @@ class Memory:
         self.embedding_task = asyncio.ensure_future(embed_all())
         return self.embedding_task
 
+    def embed_in_background(self, *, batch_size: int = 64) -> asyncio.Task[int]:
+        """Embed every stored message for the current embedder in the background (batches
+        that yield to the page; progress in ``mem.index.embed_progress``; the index cache is
+        saved after each batch, so a reload resumes). Returns the task."""
+        self.embedding_task = asyncio.ensure_future(self.index.embed_in_background(batch_size=batch_size))
+        return self.embedding_task
+
     async def rebuild_index(self) -> None:
         """Derive the query index again from the store (it is never the source of truth)."""
         await self.index.rebuild()
@@ -178,23 +185,30 @@ class Memory:
         self,
         session_id: str,
         *,
-        system_prompt: str | None,
+        system_prompt: str | None = None,
         max_tokens: int | None = None,
         reserve_tokens: int = 0,
         retrieval: Any = None,
         summarize: Any = None,
         budget: ModelBudget | str | int | None = None,
-    ) -> list[dict[str, Any]]:
+        format: str = "openai",
+        message_overhead: int | None = None,
+    ) -> Any:
         """Provider-ready messages: system, context, summary, retrieved, then the recent ones that fit.
 
         Never more than ``max_tokens - reserve_tokens`` (or a named ``budget``
-        preset); the system prompt and the newest user message are always kept
-        (``ContextOverflow`` if even they do not fit); tool calls stay with
-        their results. Reads only; ``summarize=`` may first store a summary.
+        preset); the system prompt (the session's ``system`` message at seq 0,
+        or ``system_prompt=`` which overrides it for this call) and the newest
+        user message are always kept (``ContextOverflow`` if even they do not
+        fit); tool calls stay with their results. ``format="openai"`` (a list
+        of chat messages) or ``"anthropic"`` (``{"system", "messages"}``); the
+        per-message token overhead follows it unless ``message_overhead=``.
+        Reads only: ``summarize=`` sends a computed summary, the store is untouched.
         """
         return await self._builder.build_context(
             session_id, system_prompt=system_prompt, max_tokens=max_tokens, reserve_tokens=reserve_tokens,
-            retrieval=retrieval, summarize=summarize, budget=budget)
+            retrieval=retrieval, summarize=summarize, budget=budget, format=format,
+            message_overhead=message_overhead)
 
     async def build_window(self, session_id: str, **kw: Any) -> WindowResult:
         """``build_context`` with the details: tokens per part, kept and dropped ids, summary used."""
@@ -293,6 +307,7 @@ async def open(
     store: Store | None = None,
     cache_size: int = 100,
     cache_ttl: int = 3_600_000,
+    cache_strategy: str = "lru",
     embedder: Embedder | None = None,
     tokenizer: Tokenizer | None = None,
 ) -> Memory:
@@ -302,6 +317,7 @@ async def open(
     - On CPython: in memory, or a SQLite file when ``persist="path/to/file.db"``.
     - ``store=`` injects any ``Store`` instead.
 
+    ``cache_strategy`` is ``"lru"`` or ``"lfu"`` (the original's ``CacheConfig.strategy``).
     ``durability`` is ``"relaxed"`` (survives a tab or process crash) or
     ``"strict"`` (flushed to disk before a write returns; slower).
     """
@@ -309,7 +325,10 @@ async def open(
         raise ValidationError("name must be a non-empty string", field="name")
     if durability not in DURABILITIES:
         raise ValidationError(f"durability must be one of {DURABILITIES}", field="durability")
+    if cache_strategy not in CACHE_STRATEGIES:
+        raise ValidationError(f"cache_strategy must be one of {CACHE_STRATEGIES}", field="cache_strategy")
     opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
+                            "cache_strategy": cache_strategy,
                             "embedder": embedder, "tokenizer": tokenizer}
     if store is not None:
         return Memory(store, name=name, **opts)

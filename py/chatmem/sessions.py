@@ -16,6 +16,8 @@ from .models import ChatMessage, SessionMeta
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 
 DEFAULT_TITLE = "New Conversation"
+#: kv key of the profile's active session id
+ACTIVE_KEY = "active_session"
 
 
 class _Unset:
@@ -105,6 +107,22 @@ class Sessions:
     async def get(self, session_id: str) -> SessionMeta:
         """The session's metadata; ``SessionNotFound`` if there is none."""
         return SessionMeta.from_record(await self._record(session_id))
+
+    async def active(self) -> str | None:
+        """The id of the profile's active session (the original's ``activeSessionId``),
+        or ``None`` when none is set or it was deleted since. Stored with the profile's
+        settings: it survives a reload or a restart."""
+        sid = await self._core.store.kv_get(ACTIVE_KEY)
+        if not isinstance(sid, str) or not await self.exists(sid):
+            return None
+        return sid
+
+    async def set_active(self, session_id: str | None) -> None:
+        """Make ``session_id`` the active session (``None`` clears it). Durable when it
+        returns; ``SessionNotFound`` (nothing written) for an unknown id."""
+        if session_id is not None:
+            await self._record(session_id)
+        await self._core.store.kv_set(ACTIVE_KEY, session_id)
 
     async def exists(self, session_id: str) -> bool:
         try:

@@ -11,6 +11,9 @@
 
 import { openDB, deleteDB } from "idb";
 
+// end-to-end encryption for sync: WebCrypto, in its own module
+export { e2eOpen, e2ePbkdf2, e2eSeal } from "./crypto.js";
+
 // kv key whose presence turns the outbox on (chatmem.stores.base.OUTBOX_KEY)
 const OUTBOX_KEY = "sync.outbox";
 
@@ -790,18 +793,21 @@ export async function tokenCounter(encoding) {
  *  release function, or false when another tab holds it. Without Web Locks
  *  (very old browsers) every caller gets a release function. */
 export function tryLock(name) {
-  if (!globalThis.navigator?.locks) return Promise.resolve(() => {});
-  // the release function returns a promise that settles once the lock is free again
+  if (!globalThis.navigator?.locks) return Promise.resolve(() => Promise.resolve());
   return new Promise((resolve, reject) => {
-    const held = navigator.locks
-      .request(name, { ifAvailable: true }, (lock) => {
-        if (!lock) {
-          resolve(false);
-          return undefined;
-        }
-        return new Promise((release) => resolve(() => { release(); return held; }));
-      });
-    held.catch(reject);
+    // the release function answers a promise that settles once the lock is free again,
+    // so the same tab can take it again right after (push, then pull)
+    const done = navigator.locks.request(name, { ifAvailable: true }, (lock) => {
+      if (!lock) {
+        resolve(false);
+        return undefined;
+      }
+      return new Promise((release) => resolve(() => {
+        release();
+        return done;
+      }));
+    });
+    done.catch(reject);
   });
 }
 

@@ -36,10 +36,11 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from ..embedding.local import default_embedder
 from ..errors import SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
 from .cache import IndexCache
-from .embed import Embedder, HashingEmbedder
+from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
@@ -97,7 +98,7 @@ class LiveIndex:
         else:
             self.cache = cache
         self._factory = engine_factory
-        self.embedder: Embedder = embedder or HashingEmbedder()
+        self.embedder: Embedder = embedder or default_embedder()
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
@@ -259,6 +260,28 @@ class LiveIndex:
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
+    async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64) -> int:
+        """Embed every message that lacks a vector, ``batch_size`` at a time, saving the
+        index cache after each batch: a reload resumes where the last saved batch
+        ended. Each batch yields to the event loop while it embeds; queries run
+        between batches. Returns how many were embedded; ``embed_progress`` shows
+        ``(done, total)`` meanwhile."""
+        emb = embedder or self.embedder
+        count = 0
+        while True:
+            index = await self.ready()
+            n = await index.embed_missing(emb, batch_size=batch_size, limit=batch_size)
+            if not n:
+                return count
+            count += n
+            self._schedule_save()
+            await asyncio.sleep(0)
+
+    @property
+    def embed_progress(self) -> tuple[int, int]:
+        """``(messages with a vector, messages)`` as of the last embedding batch."""
+        return self.index.embed_progress if self.index is not None else (0, 0)
+
     def warm(self) -> asyncio.Task[Any]:
         """Start opening (or hydrating) the index in the background; queries await the same work."""
         if self._warming is None or self._warming.done():
@@ -301,12 +324,28 @@ class LiveIndex:
         return await retrieve(await self.ready(), session_id, query, config, self.embedder)
 
     async def retriever(self, session_id: str, query: str, config: Any, exclude: set[str]) -> list[ChatMessage]:
-        """The window builder's hook: older relevant messages not already in the recent part."""
+        """The window builder's hook: older relevant messages not already in the recent part;
+        those from other sessions (``scope``) marked with where they came from."""
+        from .retrieve import mark_provenance
+
         try:
             hits = await self.retrieve(session_id, query, config)
         except SessionNotFound:
             return []
-        return [h.message for h in hits if h.message.id not in exclude]
+        out: list[ChatMessage] = []
+        titles: dict[str, tuple[str | None, int | None]] = {}
+        for h in hits:
+            if h.message.id in exclude:
+                continue
+            if h.session_id == session_id:
+                out.append(h.message)
+                continue
+            if h.session_id not in titles:
+                rows = await (await self.ready()).execute(
+                    "SELECT title, created_at FROM sessions WHERE session_id = ?", [h.session_id])
+                titles[h.session_id] = (rows[0]["title"], rows[0]["created_at"]) if rows else (None, None)
+            out.append(mark_provenance(h, *titles[h.session_id]))
+        return out
 
     async def close(self) -> None:
         for task in (self._warming, self._saving):  # both finish soon; neither is cut short

@@ -31,6 +31,7 @@ from ..ids import Clock, system_clock
 from ..sync.hlc import validate_device_id
 from ..sync.merge import is_newer, revives, same_message, winning_fields
 from ..sync.ops import MAX_ID_LENGTH, validate_op
+from . import e2e
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
 
 __all__ = ["SyncService", "parse_cursor", "MAX_OPS_PER_PUSH", "MAX_CHANGES_LIMIT"]
@@ -92,6 +93,7 @@ class SyncService:
         now = self.clock()
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
+            e2e.check_push(txn, ops)
             for op in ops:
                 op_id = op["op_id"]
                 if txn.op_seen(op_id):
@@ -101,6 +103,10 @@ class SyncService:
                     validate_op(op)
                 except ValidationError as e:
                     results.append(_rejected(op_id, f"invalid {e.field}: {e}"))
+                    continue
+                bad_envelope = e2e.check_op(op)
+                if bad_envelope is not None:
+                    results.append(_rejected(op_id, bad_envelope))
                     continue
                 result = self._apply(txn, op)
                 if result["status"] == "applied":

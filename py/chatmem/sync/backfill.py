@@ -29,6 +29,7 @@ from ..errors import (
     SyncPermanentError,
     SyncTransientError,
     ValidationError,
+    WrongPassphrase,
 )
 from ..stores.base import OUTBOX_KEY, SESSION_PRIVATE_FIELDS
 from .backoff import BackoffPolicy
@@ -153,7 +154,10 @@ async def push_history(
         while payload:
             counts[0] += 1
             try:
-                resp = await client.push(payload)
+                resp = await client.push(await engine._wire(payload))
+            except WrongPassphrase as e:  # nothing was sent: the history waits for the right key
+                await engine._wrong_key(e)
+                raise
             except SyncOffline as e:
                 await engine._set_state("offline", error=str(e))
                 stop.append("offline")

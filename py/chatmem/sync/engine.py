@@ -29,6 +29,8 @@ What is durable, and when:
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
+- End-to-end encryption: see ``chatmem.sync.unlock`` (key check before a push
+  or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
@@ -42,7 +44,7 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import logging
 import random
 import sys
@@ -50,17 +52,21 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    DecryptionError,
     SyncAuthError,
     SyncError,
     SyncOffline,
     SyncPermanentError,
     SyncTransientError,
     ValidationError,
+    WrongPassphrase,
 )
 from ..http import Transport
 from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
-from .config import SyncConfig
+from .cipher import default_suite
+from .config import CONFIG_KEY, SyncConfig
+from .keyring import Keyring
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
@@ -69,6 +75,8 @@ from .push import (
     LocalDrainLock,
     PullReport,
     PushReport,
+    apply_answer,
+    dead_letter_error,
     dead_record,
     op_ids,
     record_failures,
@@ -77,6 +85,7 @@ from .push import (
     strip_lease,
 )
 from .status import SyncState, SyncStatus
+from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -86,14 +95,13 @@ __all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "Lo
 
 log = logging.getLogger("chatmem.sync")
 
-CONFIG_KEY = "sync.config"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
 
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class SyncEngine:
+class SyncEngine(EncryptedSync):
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -131,6 +139,8 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
+        self.keyring = Keyring(core.store, default_suite, core.ids)
         self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
@@ -155,6 +165,7 @@ class SyncEngine:
         if cfg.enabled:  # from here on writes queue their ops; the history before is backfilled
             await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
+        await self._configured_encryption(cfg)
         self._set_config(cfg)
         self._paused = False
         self._last_error = None
@@ -247,14 +258,19 @@ class SyncEngine:
         pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
         if isinstance(st, dict) and st.get("owner") != self.owner:
-            return SyncStatus(
+            out = SyncStatus(
                 state=st.get("state", "idle"),
                 pending=pending,
                 dead_letters=dead,
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        else:
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        if dead and out.state == "idle":
+            # dead letters wait for the user: that is an error until replayed or discarded
+            out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
+        return out
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -265,12 +281,15 @@ class SyncEngine:
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
         n = await self._core.store.dead_replay(op_ids(which))
+        await self._after_dead_change()
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(op_ids(which))
+        n = await self._core.store.dead_discard(op_ids(which))
+        await self._after_dead_change()
+        return n
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -287,6 +306,9 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._push_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PushReport(remaining=await self._pending(), state=skipped)
             return await self._push(cfg, client, wait)
         finally:
             await self._lock.release()
@@ -327,7 +349,11 @@ class SyncEngine:
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push(payload)
+                resp = await client.push(await self._wire(payload))
+            except WrongPassphrase as e:  # the key changed under us: keep every op
+                await store.outbox_update([strip_lease(op) for op in batch])
+                await self._wrong_key(e)
+                raise
             except SyncOffline as e:
                 await store.outbox_update([strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
@@ -350,29 +376,22 @@ class SyncEngine:
                 dead += len(batch)
                 self._last_error = str(e)
                 continue
-            by_id = resp.by_op_id()
-            ok = [r.op_id for r in resp.results if r.delivered]
-            rejected = [
-                dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
-                            json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                        "reason": by_id[op["op_id"]].reason}), 200, self._now())
-                for op in batch
-                if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
-            ]
-            if ok:
-                await store.outbox_ack(ok)
-            if rejected:
-                await store.outbox_to_dead(rejected)
-            missing = [op for op in batch if op["op_id"] in set(resp.missing)]
-            if missing:
-                err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await record_failures(store, missing, err, cfg, policy, self._now(), self.rand)
-            acked += len(ok)
-            dead += len(rejected)
+            ok, died = await apply_answer(store, batch, resp, cfg, policy, self._now(), self.rand)
+            acked += ok
+            dead += died
             self._last_success = self._now()
-        await self._set_state(final, success=final == "idle" and requests > 0)
+        dead_error = await dead_letter_error(store)  # dead letters wait for the user: an error
+        final = "error" if dead_error else final
+        await self._set_state(final, error=dead_error, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
+
+    async def _after_dead_change(self) -> None:
+        """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
+        await self._load()
+        if self._state == "error" and await dead_letter_error(self._core.store) is None:
+            self._last_error = None
+            await self._set_state("idle")
 
     async def _pending(self) -> int:
         return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
@@ -386,16 +405,22 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._pull_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PullReport(state=skipped)
             return await self._pull_guarded(cfg, client)
         finally:
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
-        if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
-            return PullReport(state=stopped)
         try:
+            if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
+                return PullReport(state=stopped)
             return await self._pull(cfg, client)
+        except (WrongPassphrase, DecryptionError) as e:
+            await self._encryption_failed(e)
+            raise
         except SyncOffline as e:
             await self._set_state("offline", error=str(e))
             return PullReport(state="offline")
@@ -409,10 +434,13 @@ class SyncEngine:
 
     async def _pull(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         await self._set_state("syncing")
-        pages, n, cursor = await pull_changes(self._core, client, cfg, sleep=self.sleep, rand=self.rand)
+        pages, n, cursor = await pull_changes(
+            self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
+        )
         await self._save_hlc()
-        await self._set_state("idle", success=True)
-        return PullReport(pages, n, cursor, "idle")
+        dead_error = await dead_letter_error(self._core.store)
+        await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
+        return PullReport(pages, n, cursor, "error" if dead_error else "idle")
 
     async def _save_hlc(self) -> None:
         hlc = self._core.outbox.hlc
@@ -425,6 +453,8 @@ class SyncEngine:
         cfg, client = await self._ready()
         if not self._paused and await self._lock.acquire():
             try:
+                if await self._unlock(cfg, client) is not None:
+                    return await self.status()
                 report = await self._push(cfg, client, wait=True)
                 if report.state not in ("offline", "paused-auth"):
                     await self._pull_guarded(cfg, client)

@@ -6,8 +6,8 @@ Nothing is enqueued: pulled changes are never echoed back to the server.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SyncPermanentError, SyncTransientError
 from .backoff import BackoffPolicy
@@ -31,6 +31,7 @@ async def pull_changes(
     *,
     sleep: Callable[[float], Awaitable[None]],
     rand: Callable[[], float],
+    decode: Callable[[Sequence[dict[str, Any]]], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> tuple[int, int, str | None]:
     """Pull until the feed has no more; returns (pages, changes, cursor).
 
@@ -38,6 +39,8 @@ async def pull_changes(
     raised; a 400 for a stored cursor means the server's feed was reset: the
     pull starts over from the beginning, once. Touched sessions are
     invalidated in the caches and reported to listeners as ``session-synced``.
+    ``decode`` (end-to-end decryption) turns each page's changes into plain ones
+    before anything of it is applied; what it raises stops the pull there.
     """
     store = core.store
     policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
@@ -64,6 +67,8 @@ async def pull_changes(
             {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
             for c in page.changes
         ]
+        if decode is not None:
+            changes = await decode(changes)
         if hlc is not None:
             for c in page.changes:
                 hlc.update(c.hlc)

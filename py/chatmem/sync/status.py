@@ -12,6 +12,10 @@ States:
 - ``offline``: no network / server unreachable: waiting, nothing counted as a failure;
 - ``paused-auth``: the server refused the key (401/403); nothing is sent until
   the config changes;
+- ``locked``: the space is end-to-end encrypted and no passphrase was entered
+  on this device (nothing is sent or applied);
+- ``wrong-passphrase``: the passphrase does not match the space's key check
+  value, or was changed on another device (nothing is sent or applied);
 - ``error``: the last run failed (transient errors being retried, or an
   unexpected failure); ``last_error`` says why.
 """
@@ -26,8 +30,10 @@ from ..errors import ValidationError
 
 __all__ = ["SyncState", "SYNC_STATES", "SyncStatus"]
 
-SyncState = Literal["idle", "syncing", "offline", "paused-auth", "error"]
-SYNC_STATES: frozenset[str] = frozenset({"idle", "syncing", "offline", "paused-auth", "error"})
+SyncState = Literal["idle", "syncing", "offline", "paused-auth", "locked", "wrong-passphrase", "error"]
+SYNC_STATES: frozenset[str] = frozenset(
+    {"idle", "syncing", "offline", "paused-auth", "locked", "wrong-passphrase", "error"}
+)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ async def start(db_name: str = "chatmem") -> Any:
     app = App(mem, prefs)
     app.bind()
     await app.refresh_sessions()
-    first = next((s.session_id for s in app.sessions if not s.archived), None)
+    # the conversation open last time (mem.sessions.active(), kept per profile), else the newest
+    active = await mem.sessions.active()
+    first = active or next((s.session_id for s in app.sessions if not s.archived), None)
     await app.open_session(first)
     await start_background(app)
     step("ui", "done")
