@@ -168,10 +168,10 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
     class Failing(DuckDBEngine):
         fail_on = ""
 
-        async def execute(self, sql, params=None):
+        async def execute(self, sql, params=None, **kw):
             if self.fail_on and self.fail_on in sql:
                 raise QuotaExceeded(f"injected failure of: {self.fail_on}")
-            return await super().execute(sql, params)
+            return await super().execute(sql, params, **kw)
 
     def mem_failing(fail_on: str) -> Memory:
         async def engine():
