@@ -9,6 +9,7 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
+from .anthropic import AnthropicProvider
 from .contextstore import (
     ContextStore,
     IndexedDBContextStore,
@@ -17,14 +18,18 @@ from .contextstore import (
     SQLiteContextStore,
 )
 from .conversation import Session
+from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
+    ClockSkew,
     ContextOverflow,
     ImportFormatError,
+    LimitExceeded,
     MessageNotFound,
     NotFound,
     ProviderError,
     QueryError,
+    QueryTimeout,
     ReadOnlySQLError,
     SessionNotFound,
     StorageError,
@@ -51,7 +56,7 @@ from .live_context import (
     UserProfileProvider,
     render_context_message,
 )
-from .lru import LRUCache
+from .lru import LFUCache, LRUCache
 from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
@@ -72,6 +77,7 @@ from .sync import (
 )
 from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
+from .validation import DEFAULT_LIMITS, Limits
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
 __version__ = "0.1.0"
@@ -95,6 +101,7 @@ __all__ = [
     "Store",
     "MemoryStore",
     "LRUCache",
+    "LFUCache",
     "Clock",
     "IdGenerator",
     "new_id",
@@ -111,6 +118,11 @@ __all__ = [
     "ImportFormatError",
     "ContextOverflow",
     "ReadOnlySQLError",
+    "LimitExceeded",
+    "ClockSkew",
+    "QueryTimeout",
+    "Limits",
+    "DEFAULT_LIMITS",
     "QueryError",
     "ProviderError",
     # context providers and the window
@@ -139,6 +151,7 @@ __all__ = [
     # chat
     "ChatProvider",
     "OpenAICompatibleProvider",
+    "AnthropicProvider",
     "OfflineResponder",
     # search
     "QueryIndex",
@@ -148,6 +161,8 @@ __all__ = [
     "HybridWeights",
     "Embedder",
     "HashingEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "OpenAIEmbedder",
     # export / import
     "ImportReport",

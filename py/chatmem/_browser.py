@@ -8,6 +8,7 @@ and are turned into typed errors here (``errors.translate_dom_error``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -32,17 +33,21 @@ from .http import HTTPResponse
 
 __all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
            "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
-           "is_online", "on_online", "WebCryptoSuite"]
+           "open_index_engine", "is_online", "on_online", "WebCryptoSuite"]
 
 
 def _bridge() -> Any:
     try:
         import chatmem_bridge  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise UnsupportedEnvironment(
-            "the chatmem JS bridge is not registered: import web/js/bridge.js and call "
-            "pyodide.registerJsModule('chatmem_bridge', bridge) before opening"
-        ) from e
+    except ImportError:
+        try:  # PyScript: config {"js_modules": {"main": {"./js/bridge.js": "chatmem_bridge"}}}
+            from pyscript.js_modules import chatmem_bridge  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UnsupportedEnvironment(
+                "the chatmem JS bridge is not registered: call loadChatmem(pyodide) from js/load.js "
+                "(or pyodide.registerJsModule('chatmem_bridge', bridge)), or under PyScript name "
+                "./js/bridge.js as 'chatmem_bridge' in js_modules.main"
+            ) from e
     return chatmem_bridge
 
 
@@ -139,6 +144,8 @@ class DuckDBWasmEngine:
         self._handle = handle
         self.path = path
         self.persistent = bool(path)
+        #: the Web Lock that makes this tab the owner of the file (released on close)
+        self.owner_lock: WebLock | None = None
 
     @classmethod
     async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
@@ -162,10 +169,31 @@ class DuckDBWasmEngine:
             raise DatabaseClosed(err.get("message", "")) from cause
         raise QueryError(f"{err.get('name')}: {err.get('message')}") from cause
 
-    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        res = await self._call("execute", sql=sql, params=list(params) if params else None)
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
+        call = self._call("execute", sql=sql, params=list(params) if params else None,
+                          interruptible=interruptible)
+        res = await (self._interruptible(call) if interruptible else call)
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in res["rows"]]
+
+    async def _interruptible(self, call: Any) -> Any:
+        """Await ``call``; if the awaiting task is cancelled, cancel the query in the worker
+        and wait until it has stopped (the engine is free when this raises)."""
+        fut = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            await self._handle.cancel()
+            while not fut.done():
+                try:
+                    await asyncio.wait({fut})
+                except asyncio.CancelledError:
+                    continue
+            if not fut.cancelled():
+                fut.exception()
+            raise
 
     async def executemany(self, sql: str, rows: Any) -> None:
         await self._call("executemany", sql=sql, rows=[list(r) for r in rows])
@@ -176,7 +204,40 @@ class DuckDBWasmEngine:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
     async def close(self) -> None:
-        await self._call("close")
+        try:
+            await self._call("close")
+        finally:
+            lock, self.owner_lock = getattr(self, "owner_lock", None), None
+            if lock is not None:
+                await lock.release()
+
+
+async def open_index_engine(path: str) -> tuple[DuckDBWasmEngine, str | None]:
+    """The engine of the cached index at ``path`` and a notice for the user, if any.
+
+    The tab that gets the Web Lock ``chatmem-index:<path>`` (held until the engine
+    closes or the page goes) owns the file, so a file it cannot open is not held
+    by another tab but unreadable: it is deleted and opened afresh (the index is
+    rebuilt from the store), or, if that fails too, the index stays in memory.
+    A tab without the lock gets an in-memory index.
+    """
+    lock = WebLock(f"chatmem-index:{path}")
+    if not await lock.acquire():
+        return await DuckDBWasmEngine.open(), None
+    notice = None
+    try:
+        try:
+            engine = await DuckDBWasmEngine.open(path)
+        except StorageError as e:
+            await opfs_remove(path.removeprefix("opfs://"))
+            notice = f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
+            engine = await DuckDBWasmEngine.open(path)
+    except StorageError as e:
+        await lock.release()
+        note = f"The search index cannot be saved in this browser ({e}); it is kept in memory for this page."
+        return await DuckDBWasmEngine.open(), note
+    engine.owner_lock = lock
+    return engine, notice
 
 
 async def opfs_remove(name: str) -> bool:
@@ -191,6 +252,24 @@ async def bpe_counter(encoding: str) -> Callable[[str], int]:
     """A synchronous ``count(text)`` for an OpenAI BPE encoding, run in JS (gpt-tokenizer)."""
     fn = await _bridge().tokenCounter(encoding)
     return lambda text: int(fn(text))
+
+
+# ---------------------------------------------------------------------------- the embedding model
+
+
+async def fetch_model() -> bytes:
+    """The static embedding model's bytes, fetched from this site (the service
+    worker caches the file on this first fetch). Its path is in ``build-info.json``."""
+    base = str(js.document.baseURI) if hasattr(js, "document") else str(js.location.href)
+    info = await (await js.fetch(js.URL.new("build-info.json", base).href)).json()
+    path = info.model if hasattr(info, "model") else None
+    if not path:
+        raise ValueError("build-info.json names no embedding model")
+    resp = await js.fetch(js.URL.new(str(path), base).href)
+    if not resp.ok:
+        raise ValueError(f"embedding model: HTTP {resp.status}")
+    buf = await resp.arrayBuffer()
+    return bytes(js.Uint8Array.new(buf).to_py())
 
 
 # ---------------------------------------------------------------------------- sync: Web Locks, online

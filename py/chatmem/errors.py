@@ -5,13 +5,19 @@
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
     │   ├── ImportFormatError      an import file is malformed; names the path to the bad field
+    │   │   └── ImportLimitExceeded  ... because it passed a limit (also a LimitExceeded)
     │   ├── ContextOverflow        even the system prompt + newest user message exceed the budget
+    │   ├── LimitExceeded          a configured bound was passed (size, nesting depth; ``limit`` names it)
+    │   ├── ClockSkew              an HLC is further ahead of this clock than the skew bound allows
     │   └── ReadOnlySQLError       ``mem.sql`` was given something other than one read-only query
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
     ├── StorageError               the store refused or failed a write or read
     │   ├── QuotaExceeded          (DOMException QuotaExceededError, SQLITE_FULL)
+    │   │   ├── RateLimited        a sync server account spent its operations of this minute (429)
+    │   │   └── StorageFull        a sync server account's stored-bytes quota is full (413)
+    │   ├── DatabaseUnavailable    the sync server's database did not answer (503)
     │   ├── ConstraintViolation    (DOMException ConstraintError, sqlite IntegrityError)
     │   │   └── DuplicateId        a caller-chosen id that already exists
     │   ├── TransactionAborted     (DOMException AbortError, TransactionInactiveError)
@@ -38,6 +44,7 @@
     ├── TransportError             no HTTP response at all: refused, reset, DNS, offline
     │   └── TransportTimeout       no (complete) response within the timeout
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
+    │   └── QueryTimeout           ``mem.sql`` ran past its ``timeout``; the query was interrupted
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
     ├── EncryptionConflict         (reference server) a request does not fit the space's
     │                              encryption state: answered 409 with its ``code``
@@ -55,13 +62,19 @@ __all__ = [
     "ChatmemError",
     "ValidationError",
     "ImportFormatError",
+    "ImportLimitExceeded",
     "ContextOverflow",
+    "LimitExceeded",
+    "ClockSkew",
     "ReadOnlySQLError",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
     "StorageError",
     "QuotaExceeded",
+    "RateLimited",
+    "StorageFull",
+    "DatabaseUnavailable",
     "ConstraintViolation",
     "DuplicateId",
     "TransactionAborted",
@@ -79,6 +92,7 @@ __all__ = [
     "WrongPassphrase",
     "DecryptionError",
     "QueryError",
+    "QueryTimeout",
     "EmbeddingError",
     "UnsupportedEnvironment",
     "EncryptionConflict",
@@ -148,6 +162,42 @@ class ContextOverflow(ValidationError):
         self.needed = needed
         self.budget = budget
 
+class LimitExceeded(ValidationError):
+    """A configured bound (``chatmem.validation.Limits``) was passed: nothing was written.
+
+    ``limit`` is the name of the ``Limits`` field (e.g. ``"max_message_bytes"``,
+    ``"max_depth"``), ``maximum`` its value.
+    """
+
+    def __init__(self, message: str, *, limit: str = "", maximum: int = 0, field: str | None = None,
+                 index: int | None = None):
+        super().__init__(message, field=field, index=index)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class ImportLimitExceeded(ImportFormatError, LimitExceeded):
+    """An import passed a ``Limits`` bound (its size, a record's size or nesting)."""
+
+    def __init__(self, message: str, *, limit: str, maximum: int, path: str | None = None,
+                 field: str | None = None, session_index: int | None = None,
+                 message_index: int | None = None):
+        super().__init__(message, path=path, field=field, session_index=session_index,
+                         message_index=message_index)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class ClockSkew(ValidationError):
+    """A hybrid logical clock value lies further ahead of the local clock than
+    ``Limits.max_clock_skew_ms`` allows; nothing (not even the clock) changed."""
+
+    def __init__(self, message: str, *, ahead_ms: int, bound_ms: int):
+        super().__init__(message, field="hlc")
+        self.ahead_ms = ahead_ms
+        self.bound_ms = bound_ms
+
+
 class ReadOnlySQLError(ValidationError):
     """``mem.sql`` accepts one read-only statement (SELECT, WITH ... SELECT, ...); this was not one."""
 
@@ -177,6 +227,23 @@ class StorageError(ChatmemError):
 
 class QuotaExceeded(StorageError):
     """The browser (or disk) has no room left for this origin."""
+
+
+class RateLimited(QuotaExceeded):
+    """A sync server account pushed its operations of this minute (HTTP 429);
+    ``retry_after`` is the number of seconds to the next minute."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StorageFull(QuotaExceeded):
+    """A push would take a sync server account over its stored-bytes quota (HTTP 413)."""
+
+
+class DatabaseUnavailable(StorageError):
+    """The sync server's database failed or did not answer (HTTP 503: retry later)."""
 
 
 class ConstraintViolation(StorageError):
@@ -322,6 +389,10 @@ class QueryError(ChatmemError):
     The engine's own exception is kept as ``__cause__``. The index is a derived
     copy of the store: nothing durable is lost when it fails.
     """
+
+
+class QueryTimeout(QueryError):
+    """A query ran longer than its ``timeout`` and was interrupted; the index is free again."""
 
 
 class EmbeddingError(ChatmemError):

@@ -9,9 +9,20 @@ engine, which matters in the browser), plus at most one embedding of the query.
   phrase is checked against the normalised text). ``score`` is the BM25 sum.
 - ``semantic``: cosine similarity between the query's vector and the stored
   vectors of the embedder's model (``list_cosine_similarity``, brute force).
-  ``score`` is the similarity; ``threshold`` a minimum similarity.
-- ``hybrid``: ``weights`` mix of BM25 divided by the best BM25 of the query,
-  the similarity (negative counts as 0) and recency ``0.5 ** (age / half_life)``.
+  ``score`` is the similarity *calibrated* for the embedder (its
+  ``calibration = (lo, hi)`` maps raw cosine ``lo`` to 0 and ``hi`` to 1,
+  clipped to [-1, 1]; the static model is calibrated so that a paraphrase
+  scores at least 0.75 and an unrelated message below 0.7, the original's
+  defaults); ``threshold`` is a minimum calibrated score. The breakdown keeps
+  the raw ``similarity``. Results are *ranked* by the in-context vector when
+  the embedder stores one (a message with a little of the turn it answers:
+  better recall), while ``score`` and ``threshold`` read the message's own
+  vector (a message is never let through by its neighbour).
+- ``hybrid``: reciprocal rank fusion of the keyword and semantic rankings
+  (see ``fusion``): a message ranked ``r`` (1 = best) in a list earns
+  ``weight * (K + 1) / (K + r)`` from it (``K`` = ``RRF_K``), plus ``weights
+  ["recency"] * 0.5 ** (age / half_life)``. With the default weights the top
+  message of both lists scores 1.0.
 - ``substring``: the original ``searchMessages``: case-insensitive substring of
   the plain text, newest first (score 1.0), for parity.
 
@@ -25,14 +36,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
 from ..models import ROLES, ChatMessage
-from .embed import Embedder, HashingEmbedder, vector_literal
+from .embed import Embedder, calibration_of, context_model, vector_literal
 from .schema import MESSAGE_COLUMNS, row_to_message_record
 from .tokenize import ParsedQuery, parse_query, phrase_pattern
+
+if TYPE_CHECKING:
+    from .fusion import hybrid as hybrid
 
 __all__ = [
     "DAY_MS",
@@ -51,7 +65,7 @@ __all__ = [
 MODES = ("keyword", "semantic", "hybrid", "substring")
 K1, B = 1.2, 0.75
 DAY_MS = 86_400_000
-DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.35, "recency": 0.15}
+DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.5, "recency": 0.0}
 _MAX_LIMIT = 10_000
 _CJK_MAX = "\U0010ffff"
 _FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
@@ -282,8 +296,11 @@ async def _bm25_stats(index: Any) -> tuple[int, float]:
 
 
 def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
-    """The embedder given, else the index's, else the local ``HashingEmbedder()``."""
-    return embedder or getattr(index, "embedder", None) or HashingEmbedder()
+    """The embedder given, else the index's, else the local default (the static
+    model when it is available, else ``HashingEmbedder``)."""
+    from ..embedding.local import default_embedder as local
+
+    return embedder or getattr(index, "embedder", None) or local()
 
 
 async def _query_vector(index: Any, embedder: Embedder, query: str) -> str:
@@ -375,69 +392,49 @@ async def search(
 
     emb = default_embedder(index, embedder)
     vec = await _query_vector(index, emb, query)
+    lo, hi = calibration_of(emb)
+    # hybrid ranks within the filtered messages (RRF compares ranks); semantic filters outside
+    sflt = build_filters(session_ids, character_ids, date_range, roles, alias="sm")
+    sem_join = mode == "hybrid" and sflt.sql != "TRUE"
+    # ``sim``: the message's own vector (scores, thresholds); ``rsim``: its in-context
+    # vector when the embedder stores one (ranks), else the same
     sem_cte = (
         "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
-        "sem AS (SELECT e.message_id, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS sim "
-        "FROM embeddings e CROSS JOIN q WHERE e.model = ? AND e.dim = ?)"
+        "sem0 AS (SELECT e.message_id, e.model, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS s "
+        "FROM embeddings e CROSS JOIN q"
+        + (f" JOIN messages sm ON sm.id = e.message_id AND {sflt.sql}" if sem_join else "")
+        + " WHERE e.model IN (?, ?) AND e.dim = ?),\n"
+        "sem AS (SELECT message_id, max(s) FILTER (WHERE model = ?) AS sim, "
+        "coalesce(max(s) FILTER (WHERE model = ?), max(s) FILTER (WHERE model = ?)) AS rsim "
+        "FROM sem0 GROUP BY message_id HAVING count(*) FILTER (WHERE model = ?) > 0)"
     )
-    sem_params = [vec, emb.model, emb.dimensions]
+    ctxm = context_model(emb)
+    sem_params: list[Any] = [vec] + (sflt.params if sem_join else []) + [
+        emb.model, ctxm, emb.dimensions, emb.model, ctxm, emb.model, emb.model]
 
     if mode == "semantic":
-        conds = [flt.sql]
-        params = sem_params + flt.params
+        calibrated = "greatest(-1.0, least(1.0, (sem.sim - CAST(? AS DOUBLE)) / CAST(? AS DOUBLE)))"
+        params = sem_params + [lo, hi - lo] + flt.params
+        outer = ""
         if thr is not None:
-            conds.append("round(sem.sim, 9) >= ?")
+            outer = "WHERE score >= ?"
             params.append(thr)
         rows = await index.execute(
-            f"WITH {sem_cte}\nSELECT m.id, round(sem.sim, 9) AS score FROM sem "
-            f"JOIN messages m ON m.id = sem.message_id WHERE {' AND '.join(conds)} "
-            f"ORDER BY score DESC, m.created_at DESC, m.id DESC {lim_sql}",
+            f"WITH {sem_cte}\nSELECT * FROM (SELECT m.id, m.created_at, round({calibrated}, 9) AS score, "
+            f"round(sem.sim, 9) AS sim, sem.rsim FROM sem JOIN messages m ON m.id = sem.message_id "
+            f"WHERE {flt.sql}) {outer} ORDER BY rsim DESC, score DESC, created_at DESC, id DESC {lim_sql}",
             params + lim_params,
         )
         return [
             hit_from_row(r, float(k["score"]), {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0,
-                                        "similarity": float(k["score"])})
+                                        "similarity": float(k["sim"])})
             for r, k in await _fetch(index, rows)
         ]
 
-    # hybrid
+    from .fusion import hybrid
+
     assert pq is not None
-    ctes, cparams, required = bm25_ctes(pq, None, await _bm25_stats(index))
-    phrase, pparams = _phrase_sql(pq)
-    kwf = (
-        "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
-        + ("JOIN docs d ON d.message_id = kw.message_id " if phrase else "")
-        + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
-    )
-    now_ms = system_clock() if now is None else _int(now, "now")
-    parts = (
-        "? * coalesce(c.kw / nullif(mx.mx, 0), 0) AS p_kw, "
-        "? * greatest(c.sim, 0) AS p_sem, "
-        "? * pow(0.5, greatest(? - m.created_at, 0) / ?) AS p_rec"
-    )
-    inner = (
-        f"WITH {ctes},\n{kwf},\nmx AS (SELECT max(kw) AS mx FROM kwf),\n{sem_cte},\n"
-        "c AS (SELECT coalesce(kwf.message_id, sem.message_id) AS message_id, "
-        "coalesce(kwf.kw, 0) AS kw, coalesce(sem.sim, 0) AS sim "
-        "FROM kwf FULL OUTER JOIN sem ON kwf.message_id = sem.message_id)\n"
-        f"SELECT m.id, m.created_at, c.kw AS bm25, c.sim AS similarity, {parts} "
-        f"FROM c CROSS JOIN mx JOIN messages m ON m.id = c.message_id WHERE {flt.sql}"
-    )
-    params = (cparams + pparams + sem_params
-              + [w["keyword"], w["semantic"], w["recency"], now_ms, float(half_life_ms)] + flt.params)
-    outer_where = ""
-    if thr is not None:
-        outer_where = "WHERE round(p_kw + p_sem + p_rec, 9) >= ?"
-        params.append(thr)
-    rows = await index.execute(
-        f"SELECT *, round(p_kw + p_sem + p_rec, 9) AS score FROM ({inner}) {outer_where} "
-        f"ORDER BY score DESC, created_at DESC, id DESC {lim_sql}",
-        params + lim_params,
-    )
-    return [
-        hit_from_row(r, float(k["score"]), {
-            "keyword": float(k["p_kw"]), "semantic": float(k["p_sem"]), "recency": float(k["p_rec"]),
-            "bm25": float(k["bm25"]), "similarity": float(k["similarity"]),
-        })
-        for r, k in await _fetch(index, rows)
-    ]
+    return await hybrid(
+        index, pq, build_filters(session_ids, character_ids, date_range, roles, alias="d"), flt,
+        sem_cte, sem_params, await _bm25_stats(index), w,
+        system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params)

@@ -23,6 +23,8 @@ What is durable, and when:
 - Operations of one session go in order: an operation waiting for a retry
   (or leased by another drainer) holds back the later operations of its
   session only; other sessions go on.
+- History written before sync was first turned on is pushed from the store
+  before the outbox, and before a pull (``chatmem.sync.backfill``).
 - ``pull()`` applies one page of ``/v1/changes`` per store transaction
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
@@ -42,7 +44,8 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import dataclasses
 import logging
 import random
 import sys
@@ -60,10 +63,12 @@ from ..errors import (
     WrongPassphrase,
 )
 from ..http import Transport
+from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
 from .cipher import default_suite
 from .config import CONFIG_KEY, SyncConfig
 from .keyring import Keyring
+from .live import LiveSync
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
@@ -72,35 +77,29 @@ from .push import (
     LocalDrainLock,
     PullReport,
     PushReport,
+    apply_answer,
+    dead_letter_error,
     dead_record,
     op_ids,
     record_failures,
+    resolve_batch,
     select_batch,
     strip_lease,
 )
+from .quarantine import QUARANTINE_KEY
 from .status import SyncState, SyncStatus
 from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
 
-__all__ = [
-    "CONFIG_KEY",
-    "CURSOR_KEY",
-    "HLC_KEY",
-    "STATUS_KEY",
-    "DrainLock",
-    "LocalDrainLock",
-    "PullReport",
-    "PushReport",
-    "SyncEngine",
-]
+__all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
+           "PushReport", "SyncEngine"]
 
 log = logging.getLogger("chatmem.sync")
 
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
-
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -143,8 +142,10 @@ class SyncEngine(EncryptedSync):
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        self._live = LiveSync(self._poke, core.listeners)
         #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
         self.keyring = Keyring(core.store, default_suite, core.ids)
+        self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -165,6 +166,8 @@ class SyncEngine(EncryptedSync):
         cfg = config if isinstance(config, SyncConfig) else SyncConfig.from_dict(config)
         cfg.validate()
         await self._load()
+        if cfg.enabled:  # from here on writes queue their ops; the history before is backfilled
+            await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
         await self._configured_encryption(cfg)
         self._set_config(cfg)
@@ -180,6 +183,9 @@ class SyncEngine(EncryptedSync):
     def _set_config(self, cfg: SyncConfig) -> None:
         self._config = cfg
         self._client = None  # built by _ready(), once the device id is known
+        self._live.cancel()  # the auto-sync loop follows again with the new config
+
+    live_state = property(lambda self: self._live.state, doc="the stream: off, following, unsupported, auth")
 
     async def _load(self) -> None:
         """Read config, status and the HLC high-water mark from ``kv`` (once)."""
@@ -256,16 +262,39 @@ class SyncEngine(EncryptedSync):
         """Counts from the store, state from the drainer's ``kv`` record (any tab's)."""
         await self._load()
         pending, dead = await self._core.store.outbox_counts()
+        pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        quarantined = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
         if isinstance(st, dict) and st.get("owner") != self.owner:
-            return SyncStatus(
+            out = SyncStatus(
                 state=st.get("state", "idle"),
                 pending=pending,
                 dead_letters=dead,
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
+                quarantined=quarantined,
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        else:
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined)
+        if dead and out.state == "idle":
+            # dead letters wait for the user: that is an error until replayed or discarded
+            out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
+        return out
+
+    async def quarantined(self) -> list[dict[str, Any]]:
+        """Pulled changes that were set aside (newest last): ``{change, reason, field, at, cursor}``.
+
+        ``change`` holds the change as received, as JSON text (``{"json": ...}``)."""
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        return list(q.get("items", [])) if isinstance(q, dict) else []
+
+    async def clear_quarantine(self) -> int:
+        """Forget every set-aside change; returns how many were counted. Durable when it returns."""
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        n = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
+        await self._core.store.kv_set(QUARANTINE_KEY, {"count": 0, "items": []})
+        return int(n)
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -276,12 +305,15 @@ class SyncEngine(EncryptedSync):
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
         n = await self._core.store.dead_replay(op_ids(which))
+        await self._after_dead_change()
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(op_ids(which))
+        n = await self._core.store.dead_discard(op_ids(which))
+        await self._after_dead_change()
+        return n
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -316,13 +348,19 @@ class SyncEngine(EncryptedSync):
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        requests = acked = dead = 0
         final: SyncState = "idle"
         await self._set_state("syncing")
+        stopped, requests, acked, dead = await push_history(self, self._backfill, cfg, client, policy, wait)
+        if stopped is not None:  # the history goes first (chatmem.sync.backfill)
+            return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
             now = self._now()
             ops = await store.outbox_list()
             batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
+            if batch:
+                payload, batch = await resolve_batch(store, batch)
+                if not batch:
+                    continue
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -335,7 +373,7 @@ class SyncEngine(EncryptedSync):
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push(await self._wire(batch))
+                resp = await client.push(await self._wire(payload))
             except WrongPassphrase as e:  # the key changed under us: keep every op
                 await store.outbox_update([strip_lease(op) for op in batch])
                 await self._wrong_key(e)
@@ -362,32 +400,25 @@ class SyncEngine(EncryptedSync):
                 dead += len(batch)
                 self._last_error = str(e)
                 continue
-            by_id = resp.by_op_id()
-            ok = [r.op_id for r in resp.results if r.delivered]
-            rejected = [
-                dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
-                            json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                        "reason": by_id[op["op_id"]].reason}), 200, self._now())
-                for op in batch
-                if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
-            ]
-            if ok:
-                await store.outbox_ack(ok)
-            if rejected:
-                await store.outbox_to_dead(rejected)
-            missing = [op for op in batch if op["op_id"] in set(resp.missing)]
-            if missing:
-                err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await record_failures(store, missing, err, cfg, policy, self._now(), self.rand)
-            acked += len(ok)
-            dead += len(rejected)
+            ok, died = await apply_answer(store, batch, resp, cfg, policy, self._now(), self.rand)
+            acked += ok
+            dead += died
             self._last_success = self._now()
-        await self._set_state(final, success=final == "idle" and requests > 0)
+        dead_error = await dead_letter_error(store)  # dead letters wait for the user: an error
+        final = "error" if dead_error else final
+        await self._set_state(final, error=dead_error, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
 
+    async def _after_dead_change(self) -> None:
+        """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
+        await self._load()
+        if self._state == "error" and await dead_letter_error(self._core.store) is None:
+            self._last_error = None
+            await self._set_state("idle")
+
     async def _pending(self) -> int:
-        return (await self._core.store.outbox_counts())[0]
+        return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
 
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
@@ -406,7 +437,10 @@ class SyncEngine(EncryptedSync):
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
+        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
         try:
+            if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
+                return PullReport(state=stopped)
             return await self._pull(cfg, client)
         except (WrongPassphrase, DecryptionError) as e:
             await self._encryption_failed(e)
@@ -428,8 +462,10 @@ class SyncEngine(EncryptedSync):
             self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
         )
         await self._save_hlc()
-        await self._set_state("idle", success=True)
-        return PullReport(pages, n, cursor, "idle")
+        self._live.pulled = cursor
+        dead_error = await dead_letter_error(self._core.store)
+        await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
+        return PullReport(pages, n, cursor, "error" if dead_error else "idle")
 
     async def _save_hlc(self) -> None:
         hlc = self._core.outbox.hlc
@@ -476,8 +512,11 @@ class SyncEngine(EncryptedSync):
         while not self._closed:
             cfg = self._config
             if cfg is None or not cfg.enabled or not cfg.auto_sync:
+                self._live.cancel()
                 return
             self._wake.clear()
+            if cfg.live:
+                self._live.start(self._ready, self.rand)
             try:
                 await self.run()
             except asyncio.CancelledError:
@@ -486,25 +525,23 @@ class SyncEngine(EncryptedSync):
                 log.warning("auto-sync run failed: %s", e)
                 self._last_error = str(e)
                 self._state = "error"
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
-            except TimeoutError:
-                pass
 
     async def stop(self) -> None:
         """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
+        await self._live.stop()
         task, self._auto = self._auto, None
         if self._stop_online is not None:
             self._stop_online()
             self._stop_online = None
         if task is not None and not task.done():
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
-                log.warning("auto-sync ended with an error: %s", e)
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await task
+                except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
+                    log.warning("auto-sync ended with an error: %s", e)
 
     @property
     def running(self) -> bool:

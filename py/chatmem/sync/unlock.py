@@ -89,9 +89,10 @@ class EncryptedSync:
         elif not cfg.encryption.is_locked:
             self.keyring.key = None
 
-    async def _wire(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The push payload of ``batch``: its wire fields, ``data`` encrypted when configured."""
-        return await self.keyring.seal([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
+    async def _wire(self, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What goes on the wire for ``payload`` (resolved ops, ``chatmem.sync.wire``): its wire
+        fields, ``data`` encrypted when configured."""
+        return await self.keyring.seal([{k: op.get(k) for k in WIRE_FIELDS} for op in payload])
 
     async def _encryption_failed(self, e: WrongPassphrase | DecryptionError) -> None:
         if isinstance(e, WrongPassphrase):
