@@ -228,7 +228,8 @@ def patch_arrow_eval(path: Path) -> None:
 
 
 def write_vendor(dist: Path) -> None:
-    """idb, and DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map."""
+    """idb, DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map,
+    and PyScript's core (for pages that use chatmem under PyScript)."""
     arrow = (NODE / "apache-arrow").resolve()
     for f in esm_graph(arrow / "Arrow.dom.mjs"):
         copy(f, dist / "vendor" / "apache-arrow" / f.relative_to(arrow))
@@ -244,6 +245,12 @@ def write_vendor(dist: Path) -> None:
     for pkg in ("apache-arrow", "tslib", "flatbuffers", "gpt-tokenizer"):
         for lic in NODE.glob(f"{pkg}/LICENSE*"):
             copy(lic, dist / "vendor" / pkg / lic.name)
+    pyscript = NODE / "@pyscript" / "core"
+    for f in (pyscript / "dist").iterdir():  # core.js and the chunks it imports by relative path
+        if f.is_file() and not f.name.endswith(".map"):
+            copy(f, dist / "vendor" / "pyscript" / f.name)
+    for lic in pyscript.glob("LICENSE*"):
+        copy(lic, dist / "vendor" / "pyscript" / lic.name)
     idb = NODE / "idb" / "build"
     copy(idb / "index.js", dist / "vendor" / "idb" / "index.js")
     for lic in NODE.glob("idb/LICENSE*"):

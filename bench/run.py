@@ -298,31 +298,35 @@ def w6(b: Browser, cfg: dict[str, Any], res: Results) -> None:
 
 def w7(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     """W7 outbox drain: ``w7_ops`` operations to the reference sync server on 127.0.0.1,
-    which answers ~10% of pushes with a 500; in the page and on CPython, same server."""
+    which answers ~10% of pushes with a 500; in the page and on CPython, same server;
+    plain and end-to-end encrypted (AES-256-GCM per op) in the same run."""
     from chatmem.server import running_server
     from chatmem.server.faults import Fault, FaultPlan
 
     n, reps, rate = cfg["w7_ops"], cfg["w7_reps"], cfg["w7_fail_rate"]
     case = f"drain {n:,} ops, {rate:.0%} 500s"
     log(f"W7 {case}")
+    modes = ("", "bench passphrase")  # plain, then end-to-end encrypted: interleaved per rep
     for where in ("chromium", "cpython"):
-        runs = []
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for i in range(reps):
-            plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
-            with running_server(api_keys=["bench"], faults=plan) as srv:
-                if where == "chromium":
-                    r = b.call("w7", f"bench-cm-w7-{i}", srv.url, n, cfg["seed"] + i)
-                else:
-                    import cpython
+            for passphrase in modes:
+                plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
+                with running_server(api_keys=["bench"], faults=plan) as srv:
+                    if where == "chromium":
+                        r = b.call("w7", f"bench-cm-w7-{i}", srv.url, n, cfg["seed"] + i, passphrase)
+                    else:
+                        import cpython
 
-                    (r,) = cpython.w7(srv.url, n, cfg["seed"] + i, 1)
-                applied = srv.storage.applied_op_count(srv.space("bench"))
-            if r["left"] or r["dead"] or applied != r["ops"]:
-                raise SystemExit(f"W7 {where}: {r} but the server applied {applied}")
-            runs.append(r)
-        system = "chatmem" if where == "chromium" else "chatmem sqlite"
-        res.add("W7", case, system, [r["ms"] for r in runs], where=where, n_msgs=runs[0]["ops"])
-        res.extra.setdefault("w7", {})[where] = runs
+                        (r,) = cpython.w7(srv.url, n, cfg["seed"] + i, 1, passphrase)
+                    applied = srv.storage.applied_op_count(srv.space("bench"))
+                if r["left"] or r["dead"] or applied != r["ops"]:
+                    raise SystemExit(f"W7 {where}: {r} but the server applied {applied}")
+                runs[passphrase].append(r)
+        for passphrase, got in runs.items():
+            system = ("chatmem" if where == "chromium" else "chatmem sqlite") + (" e2e" if passphrase else "")
+            res.add("W7", case, system, [r["ms"] for r in got], where=where, n_msgs=got[0]["ops"])
+            res.extra.setdefault("w7", {})[where + (" e2e" if passphrase else "")] = got
 
 
 def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:

@@ -9,6 +9,7 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
+from .anthropic import AnthropicProvider
 from .contextstore import (
     ContextStore,
     IndexedDBContextStore,
@@ -20,12 +21,15 @@ from .conversation import Session
 from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
+    ClockSkew,
     ContextOverflow,
     ImportFormatError,
+    LimitExceeded,
     MessageNotFound,
     NotFound,
     ProviderError,
     QueryError,
+    QueryTimeout,
     ReadOnlySQLError,
     SessionNotFound,
     StorageError,
@@ -52,7 +56,7 @@ from .live_context import (
     UserProfileProvider,
     render_context_message,
 )
-from .lru import LRUCache
+from .lru import LFUCache, LRUCache
 from .memory import IN_BROWSER, Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
@@ -62,9 +66,18 @@ from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
+from .sync import (
+    EncryptionKey,
+    Passphrase,
+    PullReport,
+    PushReport,
+    SyncConfig,
+    SyncEngine,
+    SyncStatus,
+)
 from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
+from .validation import DEFAULT_LIMITS, Limits
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
 __version__ = "0.1.0"
@@ -88,6 +101,7 @@ __all__ = [
     "Store",
     "MemoryStore",
     "LRUCache",
+    "LFUCache",
     "Clock",
     "IdGenerator",
     "new_id",
@@ -104,6 +118,11 @@ __all__ = [
     "ImportFormatError",
     "ContextOverflow",
     "ReadOnlySQLError",
+    "LimitExceeded",
+    "ClockSkew",
+    "QueryTimeout",
+    "Limits",
+    "DEFAULT_LIMITS",
     "QueryError",
     "ProviderError",
     # context providers and the window
@@ -132,6 +151,7 @@ __all__ = [
     # chat
     "ChatProvider",
     "OpenAICompatibleProvider",
+    "AnthropicProvider",
     "OfflineResponder",
     # search
     "QueryIndex",
@@ -152,4 +172,6 @@ __all__ = [
     "SyncStatus",
     "PushReport",
     "PullReport",
+    "Passphrase",
+    "EncryptionKey",
 ]

@@ -32,15 +32,16 @@ first in ascending order, as JavaScript orders them.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from enum import Enum
-from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Mapping, Protocol, cast, runtime_checkable
 
-from .errors import ValidationError
+from .errors import LimitExceeded, ValidationError
 from .ids import Clock
 
 __all__ = [
@@ -112,13 +113,47 @@ class _Source:
 
 @runtime_checkable
 class ContextProvider(Protocol):
-    """Anything with an async ``provide()``; ``None`` means "nothing new".
+    """Anything with a ``provide()``, plain or async; ``None`` means "nothing new".
+    ``register`` also takes a bare callable (plain or async) returning the same.
 
     A provider may also define ``drain_removals() -> list[tuple[str, str | None]]``:
     ``(source_type, source_id)`` pairs to remove, applied after its messages.
     """
 
-    async def provide(self) -> ContextMessage | list[ContextMessage] | None: ...
+    def provide(self) -> Any: ...
+
+
+ProvideResult = ContextMessage | list[ContextMessage] | None
+
+
+async def maybe_await(value: Any) -> Any:
+    """``await value`` when it is awaitable, else ``value``: callbacks may be plain or async."""
+    return await value if inspect.isawaitable(value) else value
+
+
+class CallableProvider:
+    """A context provider made from a bare callable (plain or async)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    async def provide(self) -> ProvideResult:
+        out: ProvideResult = await maybe_await(self.fn())
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CallableProvider) and other.fn == self.fn
+
+    def __hash__(self) -> int:
+        return hash(self.fn)
+
+
+def _as_provider(provider: Any) -> ContextProvider:
+    if callable(getattr(provider, "provide", None)):
+        return cast(ContextProvider, provider)
+    if not callable(provider):
+        raise ValidationError("a context provider needs a provide() method or must be callable", field="provider")
+    return CallableProvider(provider)
 
 
 @dataclass(slots=True, frozen=True)
@@ -205,16 +240,20 @@ class ContextManager:
         return render_context_message(self.snapshot(now))
 
     # ---------------------------------------------------------------- providers
-    def register(self, provider: ContextProvider) -> None:
-        """Add a provider; ``refresh()`` (run before each turn) asks it for context."""
-        if not callable(getattr(provider, "provide", None)):
-            raise ValidationError("a context provider needs an async provide()", field="provider")
-        if provider not in self._providers:
-            self._providers.append(provider)
+    def register(self, provider: ContextProvider | Callable[[], Any]) -> None:
+        """Add a provider; ``refresh()`` (run before each turn) asks it for context.
 
-    def unregister(self, provider: ContextProvider) -> None:
-        if provider in self._providers:
-            self._providers.remove(provider)
+        ``provider`` has a ``provide()`` method, or is itself a callable; either
+        may be plain or async and returns a ``ContextMessage``, a list, or ``None``.
+        """
+        p = _as_provider(provider)
+        if p not in self._providers:
+            self._providers.append(p)
+
+    def unregister(self, provider: ContextProvider | Callable[[], Any]) -> None:
+        p = _as_provider(provider)
+        if p in self._providers:
+            self._providers.remove(p)
 
     @property
     def providers(self) -> list[ContextProvider]:
@@ -230,7 +269,7 @@ class ContextManager:
         failures: list[ProviderFailure] = []
         for provider in list(self._providers):
             try:
-                out = await provider.provide()
+                out = await maybe_await(provider.provide())
                 msgs = [] if out is None else [out] if isinstance(out, ContextMessage) else list(out)
                 for m in msgs:
                     if not isinstance(m, ContextMessage):
@@ -303,13 +342,13 @@ class DatetimeProvider:
 
 
 class UserProfileProvider:
-    """``module:user-profile``: the dict returned by ``await get_settings()``
-    (e.g. the user profile read from stored settings). An empty or ``None``
-    profile removes the entry."""
+    """``module:user-profile``: the dict returned by ``get_settings()``, a plain
+    or async callable (e.g. the user profile read from stored settings). An
+    empty or ``None`` profile removes the entry."""
 
     def __init__(
         self,
-        get_settings: Callable[[], Awaitable[Mapping[str, Any] | None]],
+        get_settings: Callable[[], Awaitable[Mapping[str, Any] | None] | Mapping[str, Any] | None],
         *,
         source_type: str = "module:user-profile",
         priority: int = 0,
@@ -320,7 +359,7 @@ class UserProfileProvider:
         self._remove = False
 
     async def provide(self) -> ContextMessage | None:
-        settings = await self._get()
+        settings = await maybe_await(self._get())
         self._remove = not settings
         if not settings:
             return None
@@ -439,7 +478,13 @@ def _js_string(s: str) -> str:
     return out
 
 
-def _stringify(v: Any, out: list[str]) -> None:
+_MAX_DEPTH = 64  # chatmem.validation.DEFAULT_LIMITS.max_depth
+
+
+def _stringify(v: Any, out: list[str], depth: int = 1) -> None:
+    if depth > _MAX_DEPTH and isinstance(v, (Mapping, list, tuple)):
+        raise LimitExceeded(f"a value is nested deeper than {_MAX_DEPTH} levels", limit="max_depth",
+                            maximum=_MAX_DEPTH, field="content")
     if v is None or v is True or v is False:
         out.append("null" if v is None else "true" if v else "false")
     elif isinstance(v, str):
@@ -460,14 +505,14 @@ def _stringify(v: Any, out: list[str]) -> None:
                 out.append(",")
             out.append(_js_string(k))
             out.append(":")
-            _stringify(val, out)
+            _stringify(val, out, depth + 1)
         out.append("}")
     elif isinstance(v, (list, tuple)):
         out.append("[")
         for i, item in enumerate(v):
             if i:
                 out.append(",")
-            _stringify(item, out)
+            _stringify(item, out, depth + 1)
         out.append("]")
     else:
         raise ValidationError(f"{type(v).__name__} is not a JSON value", field="content")

@@ -22,7 +22,7 @@ from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
 from .live_context import ContextManager, ModuleStateProvider
-from .lru import LRUCache
+from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
 from .outbox import Outbox
 from .retention import Retention
@@ -32,14 +32,25 @@ from .stores.inprocess import MemoryStore
 from .sync.engine import SyncEngine
 from .token_count import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
+from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
 
-__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
+__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT"]
 
 #: True when running in Pyodide (a browser page or worker)
 IN_BROWSER = sys.platform == "emscripten"
 
 DURABILITIES = ("relaxed", "strict")
+#: seconds ``Memory.sql`` lets one query run before it interrupts it
+DEFAULT_SQL_TIMEOUT = 30.0
+
+
+def _check_limits(limits: Limits | None) -> Limits:
+    if limits is None:
+        return DEFAULT_LIMITS
+    if not isinstance(limits, Limits):
+        raise ValidationError("limits must be a chatmem.Limits", field="limits")
+    return limits
 
 
 class Memory:
@@ -57,24 +68,30 @@ class Memory:
         clock: Clock | None = None,
         cache_size: int = 100,
         cache_ttl: int = 3_600_000,
+        cache_strategy: str = "lru",
         name: str | None = None,
         tokenizer: Tokenizer | None = None,
         embedder: Embedder | None = None,
         engine_factory: Any = None,
+        limits: Limits | None = None,
     ):
         clock = clock or system_clock
         self.name = name or store.kind
         self.store = store
         self.clock = clock
         ids = IdGenerator(clock)
+        limits = _check_limits(limits)
         self._core = Core(
             store=store,
             clock=clock,
             ids=ids,
-            outbox=Outbox(store, ids, clock),
-            meta_cache=LRUCache(cache_size, cache_ttl, clock),
-            page_cache=LRUCache(cache_size, cache_ttl, clock),
+            outbox=Outbox(store, ids, clock, max_skew_ms=limits.max_clock_skew_ms),
+            meta_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
+            page_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
+            limits=limits,
         )
+        #: the bounds this memory enforces (``chatmem.validation.Limits``)
+        self.limits = self._core.limits
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(self)
@@ -87,12 +104,12 @@ class Memory:
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
         self.retention = Retention(self)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer)
-        self._builder.retention = self.retention
         self.sync = SyncEngine(self._core)
         self._closed = False
         #: the derived query index (DuckDB), built lazily on the first query
         self.index = LiveIndex(self._core, engine_factory=engine_factory, embedder=embedder)
         self._core.listeners.append(self.index.on_change)
+        self._core.external_listeners.append(self.index.on_external)
         self._builder.retriever = self.index.retriever
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
@@ -107,13 +124,23 @@ class Memory:
     has_index = True
 
     # ------------------------------------------------------------------ query and search
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
+    async def sql(
+        self,
+        query: str,
+        params: list[Any] | tuple[Any, ...] | None = None,
+        *,
+        timeout: float | None = DEFAULT_SQL_TIMEOUT,
+    ) -> list[dict[str, Any]]:
         """Read-only SQL over the query index (tables ``sessions``, ``messages``, ...).
 
         Parameters are bound (``?``), never formatted in. Anything but one
         read-only query raises ``ReadOnlySQLError`` and leaves the index as it was.
+        The engine cannot reach files, the network or its own settings. A query
+        running longer than ``timeout`` seconds (default 30; None: no limit) is
+        interrupted and raises ``QueryTimeout``; cancelling the awaiting task
+        interrupts it too, and the index is free for the next call at once.
         """
-        return await self.index.sql(query, params)
+        return await self.index.sql(query, params, timeout=timeout)
 
     async def search(
         self,
@@ -185,23 +212,30 @@ class Memory:
         self,
         session_id: str,
         *,
-        system_prompt: str | None,
+        system_prompt: str | None = None,
         max_tokens: int | None = None,
         reserve_tokens: int = 0,
         retrieval: Any = None,
         summarize: Any = None,
         budget: ModelBudget | str | int | None = None,
-    ) -> list[dict[str, Any]]:
+        format: str = "openai",
+        message_overhead: int | None = None,
+    ) -> Any:
         """Provider-ready messages: system, context, summary, retrieved, then the recent ones that fit.
 
         Never more than ``max_tokens - reserve_tokens`` (or a named ``budget``
-        preset); the system prompt and the newest user message are always kept
-        (``ContextOverflow`` if even they do not fit); tool calls stay with
-        their results. Reads only; ``summarize=`` may first store a summary.
+        preset); the system prompt (the session's ``system`` message at seq 0,
+        or ``system_prompt=`` which overrides it for this call) and the newest
+        user message are always kept (``ContextOverflow`` if even they do not
+        fit); tool calls stay with their results. ``format="openai"`` (a list
+        of chat messages) or ``"anthropic"`` (``{"system", "messages"}``); the
+        per-message token overhead follows it unless ``message_overhead=``.
+        Reads only: ``summarize=`` sends a computed summary, the store is untouched.
         """
         return await self._builder.build_context(
             session_id, system_prompt=system_prompt, max_tokens=max_tokens, reserve_tokens=reserve_tokens,
-            retrieval=retrieval, summarize=summarize, budget=budget)
+            retrieval=retrieval, summarize=summarize, budget=budget, format=format,
+            message_overhead=message_overhead)
 
     async def build_window(self, session_id: str, **kw: Any) -> WindowResult:
         """``build_context`` with the details: tokens per part, kept and dropped ids, summary used."""
@@ -300,8 +334,10 @@ async def open(
     store: Store | None = None,
     cache_size: int = 100,
     cache_ttl: int = 3_600_000,
+    cache_strategy: str = "lru",
     embedder: Embedder | None = None,
     tokenizer: Tokenizer | None = None,
+    limits: Limits | None = None,
 ) -> Memory:
     """Open conversation memory.
 
@@ -309,6 +345,7 @@ async def open(
     - On CPython: in memory, or a SQLite file when ``persist="path/to/file.db"``.
     - ``store=`` injects any ``Store`` instead.
 
+    ``cache_strategy`` is ``"lru"`` or ``"lfu"`` (the original's ``CacheConfig.strategy``).
     ``durability`` is ``"relaxed"`` (survives a tab or process crash) or
     ``"strict"`` (flushed to disk before a write returns; slower).
     """
@@ -316,8 +353,11 @@ async def open(
         raise ValidationError("name must be a non-empty string", field="name")
     if durability not in DURABILITIES:
         raise ValidationError(f"durability must be one of {DURABILITIES}", field="durability")
+    if cache_strategy not in CACHE_STRATEGIES:
+        raise ValidationError(f"cache_strategy must be one of {CACHE_STRATEGIES}", field="cache_strategy")
     opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
-                            "embedder": embedder, "tokenizer": tokenizer}
+                            "cache_strategy": cache_strategy,
+                            "embedder": embedder, "tokenizer": tokenizer, "limits": limits}
     if store is not None:
         return Memory(store, name=name, **opts)
     if IN_BROWSER:

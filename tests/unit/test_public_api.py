@@ -15,7 +15,7 @@ PUBLIC = {
     "__version__", "open", "Memory", "IN_BROWSER",
     "Sessions", "Messages", "Session", "SessionMeta", "ChatMessage", "Message",
     "ContextStore", "MemoryContextStore", "InMemoryContextStore", "SQLiteContextStore", "IndexedDBContextStore",
-    "Store", "MemoryStore", "LRUCache", "Clock", "IdGenerator", "new_id", "system_clock",
+    "Store", "MemoryStore", "LRUCache", "LFUCache", "Clock", "IdGenerator", "new_id", "system_clock",
     "extract_text", "estimate_tokens",
     "errors", "ChatmemError", "NotFound", "SessionNotFound", "MessageNotFound", "ValidationError",
     "StorageError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError", "QueryError", "ProviderError",
@@ -24,11 +24,11 @@ PUBLIC = {
     "Tokenizer", "EstimateTokenizer", "BPETokenizer", "ModelBudget", "PRESETS", "WindowResult", "fit_window",
     "Summarizer", "ExtractiveSummarizer", "LLMSummarizer",
     "RetentionPolicy", "MessageRetentionPolicy", "RetentionReport",
-    "ChatProvider", "OpenAICompatibleProvider", "OfflineResponder",
+    "ChatProvider", "OpenAICompatibleProvider", "AnthropicProvider", "OfflineResponder",
     "QueryIndex", "SQLEngine", "SearchHit", "RetrievalConfig", "HybridWeights",
     "Embedder", "HashingEmbedder", "OpenAIEmbedder", "LocalEmbedder", "StaticEmbedder",
     "ImportReport",
-    "SyncConfig", "SyncEngine", "SyncStatus", "PushReport", "PullReport",
+    "SyncConfig", "SyncEngine", "SyncStatus", "PushReport", "PullReport", "Passphrase", "EncryptionKey",
 }
 
 ERRORS = {
@@ -39,6 +39,7 @@ ERRORS = {
     "VersionConflict", "UpgradeBlocked", "DatabaseClosed", "IndexLocked",
     "TransportError", "TransportTimeout",
     "SyncError", "SyncOffline", "SyncTransientError", "SyncAuthError", "SyncPermanentError",
+    "WrongPassphrase", "DecryptionError", "EncryptionConflict",
     "ProviderError", "ProviderAuthError", "ProviderNotFound", "ProviderRateLimited", "ProviderServerError",
     "ProviderTimeout", "ProviderUnavailable",
     "QueryError", "EmbeddingError", "UnsupportedEnvironment",

@@ -11,6 +11,12 @@
 
 import { openDB, deleteDB } from "idb";
 
+// end-to-end encryption for sync: WebCrypto, in its own module
+export { e2eOpen, e2ePbkdf2, e2eSeal } from "./crypto.js";
+
+// kv key whose presence turns the outbox on (chatmem.stores.base.OUTBOX_KEY)
+const OUTBOX_KEY = "sync.outbox";
+
 const SCHEMA = [
   // v1: the storage model of DESIGN.md section 3
   (db) => {
@@ -25,6 +31,15 @@ const SCHEMA = [
     outbox.createIndex("session_id", "session_id");
     db.createObjectStore("dead_letter", { keyPath: "op_id" });
     db.createObjectStore("kv");
+  },
+  // v2: the outbox fills only once sync was turned on (kv OUTBOX_KEY). A database
+  // with a sync config keeps its queue and is marked on; any other drops the queue
+  // it kept for nothing (turning sync on uploads the history from the store).
+  (db, tx) => {
+    const kv = tx.objectStore("kv");
+    kv.count("sync.config").then((n) => (n
+      ? kv.put({ at: 0, sessions: [] }, OUTBOX_KEY)
+      : tx.objectStore("outbox").clear()));
   },
 ];
 export const SCHEMA_VERSION = SCHEMA.length;
@@ -41,16 +56,23 @@ function sessionRange(sessionId) {
   return IDBKeyRange.bound([sessionId, -Infinity], [sessionId, Infinity]);
 }
 
-// Outbox operations enqueued in the same transaction as the change they describe;
-// a message op without data gets the stored record.
-function enqueue(tx, ops, records = [], created = true) {
+// Outbox operations enqueued in the same transaction as the change they describe,
+// once sync was turned on: the kv key OUTBOX_KEY is read
+// in that transaction (the scope must hold "kv"). A message create op keeps data
+// null: it refers to the stored message, which the push reads.
+
+function enqueue(db, tx, ops, created = true) {
   if (!ops || ops.length === 0) return [];
-  const byId = new Map(records.map((r) => [r.id, r]));
+  const keep = ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => op);
+  if (keep.length === 0) return [];
   const outbox = tx.objectStore("outbox");
-  return ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => {
-    if (op.data == null && op.resource === "message" && op.type !== "delete") op = { ...op, data: byId.get(op.id) ?? null };
-    return outbox.add(op);
-  });
+  const add = () => keep.map((op) => outbox.add(op));
+  if (db.outboxOn) return add();  // turned on for good: no need to look again
+  return [tx.objectStore("kv").count(OUTBOX_KEY).then((n) => {
+    if (!n) return null;
+    db.outboxOn = true;
+    return Promise.all(add());
+  })];
 }
 
 function nextSeqAfter(messages) {
@@ -106,11 +128,11 @@ class Database {
 
   // ------------------------------------------------------------------ sessions
   async createSession({ record, messages, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const rec = { ...record, nextSeq: nextSeqAfter(messages), messageCount: messages.length };
     const ps = [tx.objectStore("sessions").add(rec)];
     for (const m of messages) ps.push(tx.objectStore("messages").add(m));
-    ps.push(...enqueue(tx, ops, messages), tx.done);
+    ps.push(...enqueue(this, tx, ops), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("session", [record.sessionId]);
     return null;
@@ -125,7 +147,7 @@ class Database {
   }
 
   async updateSession({ sessionId, changes, ops }) {
-    const tx = this.tx(["sessions", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "outbox", "kv"], "readwrite");
     const store = tx.objectStore("sessions");
     const rec = await store.get(sessionId);
     if (!rec) {
@@ -134,26 +156,26 @@ class Database {
       throw new BridgeError("SessionNotFound", sessionId);
     }
     Object.assign(rec, changes);
-    await settle([store.put(rec), ...enqueue(tx, ops), tx.done]);
+    await settle([store.put(rec), ...enqueue(this, tx, ops), tx.done]);
     this.notify("session", [sessionId]);
     return rec;
   }
 
   async deleteSession({ sessionId, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const existed = (await sessions.count(sessionId)) > 0;
     const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     ps.push(sessions.delete(sessionId), tx.done);
-    if (existed) ps.push(...enqueue(tx, ops));
+    if (existed) ps.push(...enqueue(this, tx, ops));
     await settle(ps);
     this.notify("session", [sessionId]);
     return existed;
   }
 
   async clearSession({ sessionId, now, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const rec = await sessions.get(sessionId);
     if (!rec) {
@@ -164,7 +186,7 @@ class Database {
     const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     Object.assign(rec, { messageCount: 0, nextSeq: 0, updatedAt: now });
-    ps.push(sessions.put(rec), ...enqueue(tx, ops), tx.done);
+    ps.push(sessions.put(rec), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
     this.notify("session", [sessionId]);
     return rec;
@@ -174,7 +196,7 @@ class Database {
   async appendMessages({ sessionId, records, now, create, ops }) {
     // seq is read and assigned inside this readwrite transaction: IndexedDB
     // serialises overlapping readwrite transactions, so two tabs never share one.
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     let sess = await sessions.get(sessionId);
     const created = !sess;
@@ -193,7 +215,7 @@ class Database {
     sess.updatedAt = now;
     const messages = tx.objectStore("messages");
     const ps = out.map((m) => messages.add(m));
-    ps.push(sessions.put(sess), ...enqueue(tx, ops, out, created), tx.done);
+    ps.push(sessions.put(sess), ...enqueue(this, tx, ops, created), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("messages", [sessionId]);
     // the caller has the records: send back only what the transaction decided
@@ -201,7 +223,7 @@ class Database {
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const messages = tx.objectStore("messages");
     const sess = await sessions.get(sessionId);
@@ -216,7 +238,7 @@ class Database {
       if (m && m.sessionId === sessionId) ps.push(messages.delete(id));
     }
     sess.messageCount = (sess.messageCount ?? 0) - ps.length;
-    ps.push(sessions.put(sess), ...enqueue(tx, ops), tx.done);
+    ps.push(sessions.put(sess), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
     this.notify("messages", [sessionId]);
     return sess;
@@ -224,7 +246,7 @@ class Database {
 
   async importSessions({ items, replace, ops }) {
     // strict durability: an import is a large, deliberate write
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite", "strict");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite", "strict");
     const sessions = tx.objectStore("sessions");
     const messages = tx.objectStore("messages");
     const ps = [];
@@ -241,7 +263,7 @@ class Database {
         all.push(m);
       }
     }
-    ps.push(...enqueue(tx, ops, all), tx.done);
+    ps.push(...enqueue(this, tx, ops), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("session", items.map(([r]) => r.sessionId));
     return null;
@@ -249,6 +271,11 @@ class Database {
 
   async getMessage({ messageId }) {
     return (await this.db.get("messages", messageId)) ?? null;
+  }
+
+  async getMessages({ messageIds }) {
+    const store = this.tx(["messages"]).objectStore("messages");
+    return await Promise.all(messageIds.map((id) => store.get(id).then((r) => r ?? null)));
   }
 
   async listMessages({ sessionId, offset, limit, newestFirst }) {
@@ -375,9 +402,28 @@ class Database {
   }
 
   // ------------------------------------------------------------------ outbox
+  // Turn the outbox on for good; returns the snapshot of every session's nextSeq
+  // taken in the same transaction (what the backfill uploads).
+  async outboxActivate({ now }) {
+    const tx = this.tx(["sessions", "kv"], "readwrite", "strict");
+    const kv = tx.objectStore("kv");
+    let snap = await kv.get(OUTBOX_KEY);
+    if (snap === undefined) {
+      const pairs = (await tx.objectStore("sessions").getAll())
+        .map((s) => [s.sessionId, s.nextSeq ?? s.messageCount ?? 0]);
+      pairs.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      snap = { at: now, sessions: pairs };
+      kv.put(snap, OUTBOX_KEY);
+    }
+    await tx.done;
+    this.outboxOn = true;
+    return snap;
+  }
+
   async outboxPut({ ops }) {
     const tx = this.tx(["outbox"], "readwrite");
-    await settle([...enqueue(tx, ops), tx.done]);
+    const outbox = tx.objectStore("outbox");
+    await settle([...ops.map((op) => outbox.add(op)), tx.done]);
     return null;
   }
 
@@ -503,8 +549,8 @@ export async function open(name, durability = "relaxed") {
   let rejectBlocked;
   const blocked = new Promise((_, reject) => (rejectBlocked = reject));
   const opening = openDB(name, SCHEMA_VERSION, {
-    upgrade(db, oldVersion) {
-      for (let v = oldVersion; v < SCHEMA_VERSION; v++) SCHEMA[v](db);
+    upgrade(db, oldVersion, _newVersion, transaction) {
+      for (let v = oldVersion; v < SCHEMA_VERSION; v++) SCHEMA[v](db, transaction);
     },
     blocked() {
       blockedTimer = setTimeout(
@@ -632,9 +678,35 @@ class Duck {
     return st;
   }
 
-  async execute({ sql, params }) {
+  async execute({ sql, params, interruptible }) {
+    if (interruptible) return this.interruptible(sql, params);
     const table = params && params.length ? await (await this.statement(sql)).query(...params) : await this.conn.query(sql);
     return resultJSON(table);
+  }
+
+  // A user's query: sent as a pending query that `cancel()` can interrupt between
+  // steps (the worker polls it), so a cancelled or timed-out query stops and
+  // frees the engine. Parameters are bound by a prepared statement.
+  async interruptible(sql, params) {
+    this.cancelled = false;
+    const reader = params && params.length
+      ? await (await this.statement(sql)).send(...params)
+      : await this.conn.send(sql, true);
+    const batches = [];
+    for await (const batch of reader) {
+      if (this.cancelled) throw new BridgeError("Interrupted", "the query was cancelled");
+      batches.push(batch);
+    }
+    return resultJSON(new this.arrow.Table(reader.schema, batches));
+  }
+
+  /** Interrupt the query in flight (if any); resolves once the engine took the request. */
+  async cancel() {
+    this.cancelled = true;
+    try {
+      await this.conn.cancelSent();
+    } catch (_) { /* nothing in flight */ }
+    return null;
   }
 
   async executemany({ sql, rows }) {
@@ -672,7 +744,7 @@ class Duck {
   async call(method, argsJson) {
     try {
       if (this.closed) throw new BridgeError("DatabaseClosed", "the query index is closed");
-      if (!["execute", "executemany", "loadRows", "close"].includes(method)) {
+      if (!["execute", "executemany", "loadRows", "close", "cancel"].includes(method)) {
         throw new BridgeError("NotSupportedError", `unknown engine method ${method}`);
       }
       const value = await this[method](argsJson ? JSON.parse(argsJson) : {});
@@ -702,6 +774,9 @@ export async function duckdbOpen(path = null) {
     await conn.query("SET autoload_known_extensions=false");
     await conn.query("SET autoinstall_known_extensions=false");
     if (path) await conn.query("SELECT count(*) FROM duckdb_tables()"); // touch the file: fail here, not later
+    // no files (registered or OPFS), no network, and no SET that could undo it
+    await conn.query("SET enable_external_access=false");
+    await conn.query("SET lock_configuration=true");
   } catch (e) {
     try { await db.terminate(); } catch (_) { /* already gone */ }
     throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);
@@ -747,17 +822,21 @@ export async function tokenCounter(encoding) {
  *  release function, or false when another tab holds it. Without Web Locks
  *  (very old browsers) every caller gets a release function. */
 export function tryLock(name) {
-  if (!globalThis.navigator?.locks) return Promise.resolve(() => {});
+  if (!globalThis.navigator?.locks) return Promise.resolve(() => Promise.resolve());
   return new Promise((resolve, reject) => {
-    navigator.locks
-      .request(name, { ifAvailable: true }, (lock) => {
-        if (!lock) {
-          resolve(false);
-          return undefined;
-        }
-        return new Promise((release) => resolve(() => release()));
-      })
-      .catch(reject);
+    // the release function answers a promise that settles once the lock is free again,
+    // so the same tab can take it again right after (push, then pull)
+    const done = navigator.locks.request(name, { ifAvailable: true }, (lock) => {
+      if (!lock) {
+        resolve(false);
+        return undefined;
+      }
+      return new Promise((release) => resolve(() => {
+        release();
+        return done;
+      }));
+    });
+    done.catch(reject);
   });
 }
 

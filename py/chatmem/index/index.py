@@ -31,7 +31,7 @@ import inspect
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
@@ -128,9 +128,19 @@ class QueryIndex:
         async with self._lock:
             return await self.engine.execute(sql, params)
 
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
-        """Run one read-only statement from a user; ``ReadOnlySQLError`` for anything else."""
+    async def sql(
+        self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one read-only statement from a user; ``ReadOnlySQLError`` for anything else.
+
+        After ``timeout`` seconds (None: no limit) the statement is interrupted and
+        ``QueryTimeout`` raised; a cancelled caller interrupts it too. Either way the
+        index is free for the next statement when this returns or raises.
+        """
         check_read_only(query)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise ValidationError("timeout must be a number of seconds > 0, or None", field="timeout")
         if params is None:
             params = []
         if not isinstance(params, (list, tuple)):
@@ -141,7 +151,13 @@ class QueryIndex:
                     f"param {i} must be a str, int, float, bool or None, got {type(p).__name__}",
                     field="params", index=i,
                 )
-        return await self.execute(query, list(params))
+        await self.setup()
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(
+                    self.engine.execute(query, list(params), interruptible=True), timeout)
+            except TimeoutError as e:
+                raise QueryTimeout(f"the query ran longer than {timeout} s and was interrupted") from e
 
     async def bm25_stats(self) -> tuple[int, float]:
         """``(document count, mean document length)`` for BM25, cached until the next write."""

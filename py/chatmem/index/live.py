@@ -13,10 +13,14 @@ The store stays the source of truth; the index is derived and rebuildable.
   the sessions that differ are re-read, those gone are dropped, all in one
   transaction. The file is saved after a hydration, after a catch-up that
   changed something, on ``save()`` and on ``close()``; what was written after
-  the last save is caught up at the next opening. A second tab cannot open
-  the file (OPFS files are one-writer) and falls back to an in-memory index
-  hydrated from the store. An engine with ``persistent=True`` (e.g.
-  ``DuckDBEngine(path)`` on CPython) is treated the same way.
+  the last save is caught up at the next opening. The tab holding the Web
+  Lock of the file owns it; another tab gets an in-memory index hydrated from
+  the store. An engine with ``persistent=True`` (e.g. ``DuckDBEngine(path)``
+  on CPython) is treated the same way.
+- Recovery, never a hidden message: a cached file of an older schema, one that
+  cannot be read or loaded, or one that cannot be saved (e.g. the storage
+  quota) leads to a rebuild from the store or an in-memory index, and
+  ``notice`` says so in words for the user (the app shows it).
 - Fresh: every acknowledged write in this process is queued (a cheap,
   synchronous append) and the queue is applied before the next query, so a
   write is visible to every query issued after the awaited write returned.
@@ -33,7 +37,7 @@ import sys
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..embedding.local import default_embedder
-from ..errors import IndexLocked, SessionNotFound, UnsupportedEnvironment
+from ..errors import SessionNotFound, UnsupportedEnvironment
 from ..models import ChatMessage
 from .cache import IndexCache
 from .embed import Embedder
@@ -64,13 +68,12 @@ async def default_engine(cache: str | None = None) -> SQLEngine:
     """DuckDB-Wasm in the browser (on the OPFS file ``cache`` when given and free,
     else in memory), the ``duckdb`` package on CPython."""
     if sys.platform == "emscripten":
-        from .._browser import DuckDBWasmEngine
+        from .._browser import DuckDBWasmEngine, open_index_engine
 
         if cache:
-            try:
-                return await DuckDBWasmEngine.open(cache)
-            except IndexLocked:
-                pass  # another tab holds the file: this tab gets its own in-memory index
+            engine, notice = await open_index_engine(cache)
+            engine.notice = notice  # type: ignore[attr-defined]
+            return engine
         return await DuckDBWasmEngine.open()
     try:
         from .engine import DuckDBEngine
@@ -99,6 +102,7 @@ class LiveIndex:
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
+        self._resync = False
         self._lock = asyncio.Lock()
         self._warming: asyncio.Task[Any] | None = None
         self._cache: IndexCache | None = None
@@ -111,6 +115,8 @@ class LiveIndex:
         self.catchups = 0
         #: what the last opening did: "rebuilt", or "cached" with the sessions re-read and dropped
         self.last_open: dict[str, Any] = {}
+        #: a sentence for the user when the cached index had to be rebuilt or cannot be saved
+        self.notice: str | None = None
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
@@ -124,6 +130,11 @@ class LiveIndex:
     def on_remote(self, session_id: str) -> None:
         if self.index is not None:
             self._stale.add(session_id)
+
+    def on_external(self) -> None:
+        """Another process wrote to the store: compare every session before the next query."""
+        if self.index is not None:
+            self._resync = True
 
     # ------------------------------------------------------------------ keeping up
     async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -140,6 +151,7 @@ class LiveIndex:
 
     async def _hydrate(self, force: bool = False) -> QueryIndex:
         engine = await self._factory()
+        self.notice = getattr(engine, "notice", None) or self.notice
         persistent = bool(getattr(engine, "persistent", False))
         cache = None
         if persistent:
@@ -150,15 +162,22 @@ class LiveIndex:
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
-        if cache is not None and not force and await cache.valid():
-            await cache.load()
-            await index.setup()
-            caught = await self._catch_up(index)
-            if caught is not None:
-                self.catchups += 1
-                if caught:
-                    self._schedule_save()
-                return index
+        if cache is not None and not force:
+            try:
+                state = await cache.state()
+                if state == "valid":
+                    await cache.load()
+                    await index.setup()
+                    caught = await self._catch_up(index)
+                    if caught is not None:
+                        self.catchups += 1
+                        if caught:
+                            self._schedule_save()
+                        return index
+                elif state == "stale":
+                    self.notice = "The saved search index was made by an older version; it is being rebuilt."
+            except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
+                self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
         metas = await self._core.store.all_sessions()
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
@@ -203,7 +222,13 @@ class LiveIndex:
     async def _save(self) -> None:
         if self._cache is not None and self.index is not None:
             async with self.index._lock:
-                await self._cache.save()
+                try:
+                    await self._cache.save()
+                except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
+                    self._cache = None
+                    self.notice = (f"The search index cannot be saved ({e}); "
+                                   "it is kept in memory and rebuilt on the next visit.")
+                    self.last_open["persistent"] = False
             self._dirty = False
 
     async def save(self) -> bool:
@@ -271,8 +296,15 @@ class LiveIndex:
 
     async def ready(self) -> QueryIndex:
         """The index, hydrated and caught up with every acknowledged write."""
+        await self._core.check_external()
         async with self._lock:
             index = self.index or await self._hydrate()
+            if self._resync:
+                self._resync = False
+                if await self._catch_up(index) is None:
+                    metas = await self._core.store.all_sessions()
+                    await index.rebuild(metas, self._messages(metas))
+                self._dirty = True
             while self._pending or self._stale:
                 self._dirty = True
                 pending, self._pending = self._pending, []
@@ -293,8 +325,10 @@ class LiveIndex:
             await self._hydrate(force=True)
 
     # ------------------------------------------------------------------ queries
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
-        return await (await self.ready()).sql(query, params)
+    async def sql(
+        self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        return await (await self.ready()).sql(query, params, timeout=timeout)
 
     async def search(self, query: str, **kw: Any) -> list[SearchHit]:
         kw.setdefault("embedder", self.embedder)

@@ -1,6 +1,7 @@
 """The HTTP face of the reference server (Starlette, an ASGI framework).
 
-Routes: ``GET /v1/health``, ``POST /v1/push``, ``GET /v1/changes``; CORS for
+Routes: ``GET /v1/health``, ``POST /v1/push``, ``GET /v1/changes``, and the
+end-to-end encryption routes under ``/v1/e2e`` (see ``e2e``); CORS for
 pages on other origins; Bearer-key auth mapping each key to its own data
 space (the space is a hash of the key: the database never holds a key).
 Storage work runs in a worker thread, never on the event loop.
@@ -15,6 +16,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ValidationError
+from .e2e import CAPABILITY, E2EConflict, E2EService
 from .faults import Fault, FaultPlan
 from .service import MAX_OPS_PER_PUSH, SyncService
 
@@ -71,11 +74,48 @@ def create_app(
     *,
     faults: FaultPlan | None = None,
     cors_origins: Sequence[str] = ("*",),
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> ASGIApp:
+    """The ASGI app. Request bodies over ``max_body_bytes`` are refused with 413."""
     auth = _Auth(api_keys)
+    keys = E2EService(service.storage)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "protocol": 1, "capabilities": [CAPABILITY]})
+
+    async def call(request: Request, fn: Any, *args: Any) -> Response:
+        space = auth.space(request)
+        if space is None:
+            return _error(401, "missing or unknown api key", _UNAUTHORIZED)
+        try:
+            answer = await run_in_threadpool(fn, space, *args)
+        except ValidationError as e:
+            return _error(400, str(e))
+        except E2EConflict as e:
+            return JSONResponse({"error": str(e), "code": e.code}, status_code=409)
+        return JSONResponse(answer)
+
+    async def json_body(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    async def e2e_state(request: Request) -> Response:
+        return await call(request, keys.state)
+
+    async def e2e_pending(request: Request) -> Response:
+        q = request.query_params
+        return await call(request, keys.pending, q.get("after"), q.get("limit"))
+
+    async def e2e_begin(request: Request) -> Response:
+        return await call(request, keys.begin, await json_body(request))
+
+    async def e2e_rewrite(request: Request) -> Response:
+        return await call(request, keys.rewrite, await json_body(request))
+
+    async def e2e_commit(request: Request) -> Response:
+        return await call(request, keys.commit, await json_body(request))
 
     async def push(request: Request) -> Response:
         space = auth.space(request)
@@ -83,6 +123,8 @@ def create_app(
             return _error(401, "missing or unknown api key", _UNAUTHORIZED)
         try:
             payload = json.loads(await request.body())
+        except RecursionError:
+            return _error(400, "body is nested too deeply")
         except (ValueError, UnicodeDecodeError):
             return _error(400, "body is not valid JSON")
         ops = payload.get("ops") if isinstance(payload, dict) else None
@@ -92,6 +134,8 @@ def create_app(
             answer = await run_in_threadpool(service.push, space, payload)
         except ValidationError as e:
             return _error(400, str(e))
+        except E2EConflict as e:
+            return JSONResponse({"error": str(e), "code": e.code}, status_code=409)
         return JSONResponse(answer)
 
     async def changes(request: Request) -> Response:
@@ -110,6 +154,11 @@ def create_app(
             Route("/v1/health", health, methods=["GET"]),
             Route("/v1/push", push, methods=["POST"]),
             Route("/v1/changes", changes, methods=["GET"]),
+            Route("/v1/e2e", e2e_state, methods=["GET"]),
+            Route("/v1/e2e/pending", e2e_pending, methods=["GET"]),
+            Route("/v1/e2e/begin", e2e_begin, methods=["POST"]),
+            Route("/v1/e2e/rewrite", e2e_rewrite, methods=["POST"]),
+            Route("/v1/e2e/commit", e2e_commit, methods=["POST"]),
         ],
         middleware=[
             Middleware(
@@ -124,7 +173,7 @@ def create_app(
                 max_age=600,
             )
         ],
-        max_body_size=MAX_BODY_BYTES,
+        max_body_size=max_body_bytes,
     )
     if faults is not None:
         app = FaultMiddleware(app, faults)

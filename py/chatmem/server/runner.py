@@ -18,7 +18,8 @@ from contextlib import contextmanager
 import uvicorn
 
 from ..ids import Clock, system_clock
-from .app import create_app, space_for_key
+from ..validation import DEFAULT_LIMITS, Limits
+from .app import MAX_BODY_BYTES, create_app, space_for_key
 from .faults import FaultPlan
 from .service import SyncService
 from .storage import SQLiteSyncStorage, SyncStorage
@@ -41,13 +42,16 @@ class SyncServer:
         cors_origins: Sequence[str] = ("*",),
         clock: Clock = system_clock,
         log_level: str = "warning",
+        limits: Limits = DEFAULT_LIMITS,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ):
         self.api_keys = list(api_keys)
         self.storage: SyncStorage = storage if storage is not None else SQLiteSyncStorage(db)
-        self.service = SyncService(self.storage, clock)
+        self.service = SyncService(self.storage, clock, limits=limits)
         self.faults = faults if faults is not None else FaultPlan()
         self.app = create_app(
-            self.service, self.api_keys, faults=self.faults, cors_origins=cors_origins
+            self.service, self.api_keys, faults=self.faults, cors_origins=cors_origins,
+            max_body_bytes=max_body_bytes,
         )
         self.host = host
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -71,6 +71,14 @@ class SpaceTransaction(Protocol):
         """The highest ``seq`` handed out in this space (0 if none)."""
         ...
 
+    def meta_get(self, name: str) -> Any:
+        """A space setting (JSON value) or None, e.g. the end-to-end key parameters."""
+        ...
+
+    def meta_put(self, name: str, value: Any) -> None:
+        """Set (or, with None, remove) a space setting."""
+        ...
+
 
 class SyncStorage(Protocol):
     def transaction(self, space: str) -> Any:
@@ -82,6 +90,11 @@ class SyncStorage(Protocol):
         ...
 
     def cursor(self, space: str) -> int: ...
+
+    def purge(self) -> None:
+        """Make replaced and deleted data unrecoverable from the database files
+        (called after a space's records were re-encrypted)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -106,6 +119,12 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS records_feed ON records (space, seq);
 CREATE INDEX IF NOT EXISTS records_session ON records (space, session_id);
+CREATE TABLE IF NOT EXISTS space_meta (
+    space TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (space, name)
+);
 CREATE TABLE IF NOT EXISTS applied_ops (
     space TEXT NOT NULL,
     op_id TEXT NOT NULL,
@@ -192,6 +211,21 @@ class _SQLiteTransaction:
     def cursor(self) -> int:
         return self._seq
 
+    def meta_get(self, name: str) -> Any:
+        row = self.conn.execute(
+            "SELECT value FROM space_meta WHERE space = ? AND name = ?", (self.space, name)
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def meta_put(self, name: str, value: Any) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM space_meta WHERE space = ? AND name = ?", (self.space, name))
+            return
+        self.conn.execute(
+            "INSERT OR REPLACE INTO space_meta (space, name, value) VALUES (?, ?, ?)",
+            (self.space, name, json.dumps(value)),
+        )
+
 
 class SQLiteSyncStorage:
     """``SyncStorage`` in one SQLite file (or ``":memory:"``), safe to share between threads."""
@@ -203,6 +237,8 @@ class SQLiteSyncStorage:
         if path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        # replaced rows (plain copies after encryption was turned on) are zeroed, not left in free pages
+        self._conn.execute("PRAGMA secure_delete=ON")
         self._conn.executescript(_SCHEMA)
 
     @contextmanager
@@ -238,6 +274,12 @@ class SQLiteSyncStorage:
                 "SELECT COUNT(*) FROM applied_ops WHERE space = ?", (space,)
             ).fetchone()
         return int(row[0])
+
+    def purge(self) -> None:
+        """Fold the WAL into the database and truncate it, so no replaced page survives in it."""
+        with self._lock:
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         with self._lock:
