@@ -7,6 +7,7 @@ alternatives, in one Chromium page and one CPython process, in one run.
     python build.py bench --quick         # tiny sizes: checks that everything runs
     python build.py bench --durability strict
     python build.py bench --only W1,W3    # some workloads (W6 needs W2's data; it imports it itself)
+    python build.py bench --only W8 --w8-full   # W8 at full size: 200 devices in 20 accounts
 
 Writes bench/results/results.json, results.md and one SVG chart per workload.
 Each workload is one function in WORKLOADS; a later one (W4 keyword search,
@@ -359,6 +360,24 @@ def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     res.extra["w4"]["ratio_p50"] = t["ratio_p50"]
 
 
+def w8(cfg: dict[str, Any], res: Results) -> None:
+    """W8 (CPython, no browser): bench/server_load.py — devices x ops through 3 server processes
+    over one PostgreSQL with 10% faults, the same on one SQLite server, and live-change latency."""
+    import server_load
+
+    out = server_load.run_w8(cfg, log)
+    case = f"{out['devices']} devices / {out['accounts']} accounts x {out['ops']} ops, 10% faults"
+    for kind, system in (("postgres", f"server x{out['instances']} PostgreSQL"), ("sqlite", "server x1 SQLite")):
+        r = out[kind]
+        res.add("W8", case, system, r["lat"], where="cpython", ops_per_s=round(r["ops_per_s"]),
+                pushes_per_s=round(r["pushes_per_s"]))
+        log(f"  W8 {system}: {r['ops_per_s']:,.0f} ops/s, {r['pushes_per_s']:,.0f} pushes/s, exactly once, converged")
+    res.add("W8", "live change: push on one instance -> stream event on another", "server x2 PostgreSQL",
+            out["live_ms"], where="cpython")
+    res.extra["w8"] = {k: ({kk: vv for kk, vv in v.items() if kk != "lat"} if isinstance(v, dict) else v)
+                       for k, v in out.items() if k != "live_ms"}
+
+
 WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
     "W1": w1,
     "W2": w2,
@@ -428,6 +447,17 @@ def targets(res: Results, cfg: dict[str, Any]) -> list[dict[str, Any]]:
         q = rd["p50"] / br["p50"]
         t("W6 time to usable page", "<= 1.25x bare Pyodide boot (+ DuckDB instantiate, not loaded yet)",
           f"{report.fmt(rd['p50'])} vs {report.fmt(br['p50'])} ms = {q:.2f}x", q <= 1.25)
+    w8r = res.extra.get("w8")
+    if w8r:
+        pg_, sq = w8r["postgres"], w8r["sqlite"]
+        t("W8 correctness", "every op applied exactly once, devices converge, no cross-account read",
+          f"{pg_['acked']:,} ops on {w8r['instances']} instances and {sq['acked']:,} on SQLite: exactly once, "
+          "converged, 0 foreign records", pg_["exactly_once"] and pg_["converged"] and pg_["foreign"] == 0)
+        t("W8 throughput", "report PostgreSQL x3 vs SQLite x1",
+          f"{pg_['ops_per_s']:,.0f} vs {sq['ops_per_s']:,.0f} ops/s; push p50/p95 {pg_['p50_ms']:.0f}/{pg_['p95_ms']:.0f} "
+          f"vs {sq['p50_ms']:.0f}/{sq['p95_ms']:.0f} ms", "reported")
+        t("W8 live change", "another device sees a change within 1 s",
+          f"p50 {w8r['live_p50_ms']:.0f} ms, p95 {w8r['live_p95_ms']:.0f} ms", w8r["live_p95_ms"] < 1000)
     return out
 
 
@@ -444,10 +474,13 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.large:
         cfg["w2_points"].append((100000, 2))
+    cfg.update(w8_devices=100, w8_accounts=10, w8_ops=50, w8_instances=3, w8_live=50)
+    if args.w8_full:
+        cfg.update(w8_devices=200, w8_accounts=20, w8_live=100)
     if args.quick:
         cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
                    w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1, w7_ops=100, w7_reps=1,
-                   w4_messages=2000, w4_queries=20)
+                   w4_messages=2000, w4_queries=20, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
     return cfg
 
 
@@ -476,6 +509,7 @@ def main() -> int:
     ap.add_argument("--durability", choices=("relaxed", "strict"), default="relaxed")
     ap.add_argument("--seed", type=int, default=20261101)
     ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (CPython runs W1-W3)")
+    ap.add_argument("--w8-full", action="store_true", help="W8 with 200 devices in 20 accounts (default 100 in 10)")
     ap.add_argument("--no-cpython", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -502,7 +536,7 @@ def main() -> int:
     }
     # the two generators must agree, or the comparison is not over the same data
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
-    if not args.no_browser:
+    if not args.no_browser and (not only or only - {"W8"}):
         assemble_page(dist)
         srv, site = build.serve_in_thread(dist, 0)
         b = Browser(site)
@@ -525,6 +559,8 @@ def main() -> int:
         finally:
             b.close()
             srv.shutdown()
+    if not args.no_cpython and (not only or "W8" in only):
+        w8(cfg, res)
     if not args.no_cpython and (not only or only & {"W1", "W2", "W3"}):
         import cpython
 
@@ -622,6 +658,7 @@ WORKLOAD_TITLES = {
     "W6": "cold start",
     "W7": "outbox drain to the sync server",
     "W4": "ranked keyword search",
+    "W8": "sync server: many devices, several instances over PostgreSQL",
 }
 
 if __name__ == "__main__":

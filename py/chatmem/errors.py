@@ -15,6 +15,9 @@
     │   └── MessageNotFound
     ├── StorageError               the store refused or failed a write or read
     │   ├── QuotaExceeded          (DOMException QuotaExceededError, SQLITE_FULL)
+    │   │   ├── RateLimited        a sync server account spent its operations of this minute (429)
+    │   │   └── StorageFull        a sync server account's stored-bytes quota is full (413)
+    │   ├── DatabaseUnavailable    the sync server's database did not answer (503)
     │   ├── ConstraintViolation    (DOMException ConstraintError, sqlite IntegrityError)
     │   │   └── DuplicateId        a caller-chosen id that already exists
     │   ├── TransactionAborted     (DOMException AbortError, TransactionInactiveError)
@@ -69,6 +72,9 @@ __all__ = [
     "MessageNotFound",
     "StorageError",
     "QuotaExceeded",
+    "RateLimited",
+    "StorageFull",
+    "DatabaseUnavailable",
     "ConstraintViolation",
     "DuplicateId",
     "TransactionAborted",
@@ -221,6 +227,23 @@ class StorageError(ChatmemError):
 
 class QuotaExceeded(StorageError):
     """The browser (or disk) has no room left for this origin."""
+
+
+class RateLimited(QuotaExceeded):
+    """A sync server account pushed its operations of this minute (HTTP 429);
+    ``retry_after`` is the number of seconds to the next minute."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StorageFull(QuotaExceeded):
+    """A push would take a sync server account over its stored-bytes quota (HTTP 413)."""
+
+
+class DatabaseUnavailable(StorageError):
+    """The sync server's database failed or did not answer (HTTP 503: retry later)."""
 
 
 class ConstraintViolation(StorageError):

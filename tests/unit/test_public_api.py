@@ -17,7 +17,7 @@ PUBLIC = {
     "ContextStore", "MemoryContextStore", "InMemoryContextStore", "SQLiteContextStore", "IndexedDBContextStore",
     "Store", "MemoryStore", "LRUCache", "LFUCache", "Clock", "IdGenerator", "new_id", "system_clock",
     "extract_text", "estimate_tokens",
-    "errors", "ChatmemError", "NotFound", "SessionNotFound", "MessageNotFound", "ValidationError",
+    "errors", "ChatmemError", "LimitExceeded", "ClockSkew", "QueryTimeout", "DEFAULT_LIMITS", "Limits", "NotFound", "SessionNotFound", "MessageNotFound", "ValidationError",
     "StorageError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError", "QueryError", "ProviderError",
     "ContextManager", "ContextMessage", "ContextProvider", "ContextUpdateStrategy", "DatetimeProvider",
     "ModuleStateProvider", "UserProfileProvider", "render_context_message",
@@ -33,9 +33,10 @@ PUBLIC = {
 
 ERRORS = {
     "ChatmemError",
-    "ValidationError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError",
+    "ValidationError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError", "LimitExceeded", "ClockSkew",
+    "QueryTimeout", "ImportLimitExceeded",
     "NotFound", "SessionNotFound", "MessageNotFound",
-    "StorageError", "QuotaExceeded", "ConstraintViolation", "DuplicateId", "TransactionAborted",
+    "StorageError", "QuotaExceeded", "RateLimited", "StorageFull", "DatabaseUnavailable", "ConstraintViolation", "DuplicateId", "TransactionAborted",
     "VersionConflict", "UpgradeBlocked", "DatabaseClosed", "IndexLocked",
     "TransportError", "TransportTimeout",
     "SyncError", "SyncOffline", "SyncTransientError", "SyncAuthError", "SyncPermanentError",

@@ -125,9 +125,10 @@ def srv() -> Iterator[SyncServer]:
 
 
 def test_health_answers_without_a_key(srv: SyncServer) -> None:
-    """Health is public, says ok and lists end-to-end encryption among its capabilities."""
+    """Health is public, says ok with the database reachable, and lists end-to-end encryption."""
     status, _, body = call(srv, "GET", "/v1/health", key=None)
-    assert status == 200 and body["status"] == "ok" and "e2e-v1" in body["capabilities"]
+    assert status == 200 and body["status"] == "ok" and body["database"] == "ok"
+    assert "e2e-v1" in body["capabilities"]
 
 
 def test_push_applies_and_the_feed_returns_the_record(srv: SyncServer) -> None:

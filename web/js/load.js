@@ -24,7 +24,15 @@ export async function loadChatmem(pyodide, { base = new URL("../", import.meta.u
     if (!res.ok) throw new Error(`loadChatmem: build-info.json not found under ${base} (HTTP ${res.status})`);
     path = (await res.json()).wheel;
   }
-  await pyodide.loadPackage(new URL(path, base).href);
+  // micropip installs the wheel with its dependencies (pure-Python wheels this
+  // site serves, listed in its pyodide-lock.json); by URL, so nothing is looked up
+  await pyodide.loadPackage("micropip");
+  const micropip = pyodide.pyimport("micropip");
+  try {
+    await micropip.install(new URL(path, base).href);
+  } finally {
+    micropip.destroy();
+  }
   return pyodide.pyimport("chatmem");
 }
 

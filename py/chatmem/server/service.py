@@ -41,6 +41,7 @@ from ..sync.merge import is_newer, revives, same_message, winning_fields
 from ..sync.ops import MAX_ID_LENGTH
 from ..validation import DEFAULT_LIMITS, Limits
 from . import e2e
+from .quotas import Quotas
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
 
 __all__ = ["SyncService", "parse_cursor", "MAX_OPS_PER_PUSH", "MAX_CHANGES_LIMIT"]
@@ -61,6 +62,18 @@ def parse_cursor(value: str | None) -> int:
     return int(value)
 
 
+def _touched(ops: list[Any]) -> list[tuple[str, str]]:
+    """The records a batch may read: each op's own, and a message's session."""
+    keys: list[tuple[str, str]] = []
+    for op in ops:
+        rid, res, data = op.get("id"), op.get("resource"), op.get("data")
+        if isinstance(rid, str) and res in ("session", "message"):
+            keys.append((res, rid))
+        if res == "message" and isinstance(data, dict) and isinstance(data.get("sessionId"), str):
+            keys.append(("session", data["sessionId"]))
+    return keys
+
+
 def _applied(op_id: str, reason: str | None = None) -> Result:
     out: Result = {"op_id": op_id, "status": "applied"}
     if reason:
@@ -77,6 +90,8 @@ class SyncService:
         self.storage = storage
         self.clock = clock
         self.limits = limits
+        #: quotas per space (spaces without an entry are unlimited)
+        self.quotas: dict[str, Quotas] = {}
 
     # ------------------------------------------------------------------ push
     def check_push(self, payload: Any) -> tuple[str, list[Any]]:
@@ -98,15 +113,21 @@ class SyncService:
         return device_id, ops
 
     def push(self, space: str, payload: Any) -> dict[str, Any]:
-        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch."""
+        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch,
+        ``RateLimited``/``StorageFull`` (nothing applied) when the space's quotas
+        (``quotas[space]``, set by the HTTP layer from the account) refuse it."""
+        quotas = self.quotas.get(space)
         device_id, ops = self.check_push(payload)
         now = self.clock()
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
             e2e.check_push(txn, ops)
+            bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
+            seen = txn.seen_ops([op["op_id"] for op in ops])
+            txn.prefetch(_touched(ops))
             for op in ops:
                 op_id = op["op_id"]
-                if txn.op_seen(op_id):
+                if op_id in seen:
                     results.append({"op_id": op_id, "status": "duplicate"})
                     continue
                 try:
@@ -121,7 +142,10 @@ class SyncService:
                 result = self._apply(txn, op)
                 if result["status"] == "applied":
                     txn.remember_op(op_id, device_id, now)
+                    seen.add(op_id)
                 results.append(result)
+            if quotas is not None:
+                quotas.check_bytes(txn, bytes_before)
             cursor = txn.cursor()
         return {"results": results, "cursor": str(cursor)}
 

@@ -102,12 +102,15 @@ class SyncConfig:
     #: ms of the first backoff delay; doubles per retry up to ``backoff_max``
     backoff_base: int = 1_000
     backoff_max: int = 60_000
+    #: with ``auto_sync``: follow the server's ``/v1/stream`` (if it has one) and pull as
+    #: soon as another device pushed, instead of waiting for the next ``sync_interval``
+    live: bool = True
     #: end-to-end encryption of pushed data: ``Passphrase("…")`` or ``EncryptionKey(bytes)``
     encryption: Passphrase | EncryptionKey | None = field(default=None, repr=False, hash=False)
 
     def validate(self) -> SyncConfig:
         """Return self if valid, else raise ``ValidationError`` naming the field."""
-        for name in ("enabled", "auto_sync"):
+        for name in ("enabled", "auto_sync", "live"):
             if not isinstance(getattr(self, name), bool):
                 raise ValidationError(f"{name} must be a bool", field=name)
         if not isinstance(self.api_key, str):

@@ -44,6 +44,7 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -67,6 +68,7 @@ from .backoff import BackoffPolicy
 from .cipher import default_suite
 from .config import CONFIG_KEY, SyncConfig
 from .keyring import Keyring
+from .live import LiveSync
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
@@ -140,6 +142,7 @@ class SyncEngine(EncryptedSync):
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        self._live = LiveSync(self._poke, core.listeners)
         #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
         self.keyring = Keyring(core.store, default_suite, core.ids)
         self._backfill = Backfill(core)
@@ -180,6 +183,9 @@ class SyncEngine(EncryptedSync):
     def _set_config(self, cfg: SyncConfig) -> None:
         self._config = cfg
         self._client = None  # built by _ready(), once the device id is known
+        self._live.cancel()  # the auto-sync loop follows again with the new config
+
+    live_state = property(lambda self: self._live.state, doc="the stream: off, following, unsupported, auth")
 
     async def _load(self) -> None:
         """Read config, status and the HLC high-water mark from ``kv`` (once)."""
@@ -456,6 +462,7 @@ class SyncEngine(EncryptedSync):
             self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
         )
         await self._save_hlc()
+        self._live.pulled = cursor
         dead_error = await dead_letter_error(self._core.store)
         await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
         return PullReport(pages, n, cursor, "error" if dead_error else "idle")
@@ -505,8 +512,11 @@ class SyncEngine(EncryptedSync):
         while not self._closed:
             cfg = self._config
             if cfg is None or not cfg.enabled or not cfg.auto_sync:
+                self._live.cancel()
                 return
             self._wake.clear()
+            if cfg.live:
+                self._live.start(self._ready, self.rand)
             try:
                 await self.run()
             except asyncio.CancelledError:
@@ -515,25 +525,23 @@ class SyncEngine(EncryptedSync):
                 log.warning("auto-sync run failed: %s", e)
                 self._last_error = str(e)
                 self._state = "error"
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
-            except TimeoutError:
-                pass
 
     async def stop(self) -> None:
         """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
+        await self._live.stop()
         task, self._auto = self._auto, None
         if self._stop_online is not None:
             self._stop_online()
             self._stop_online = None
         if task is not None and not task.done():
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
-                log.warning("auto-sync ended with an error: %s", e)
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await task
+                except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
+                    log.warning("auto-sync ended with an error: %s", e)
 
     @property
     def running(self) -> bool:

@@ -31,7 +31,7 @@ import http.client
 import json
 import socket
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -68,6 +68,9 @@ __all__ = [
 OpStatus = Literal["applied", "duplicate", "rejected"]
 _OP_STATUSES = frozenset({"applied", "duplicate", "rejected"})
 MAX_CHANGES_LIMIT = 1000
+#: seconds a live stream may stay silent (the server pings every 15 s; in the page, fetch
+#: ends the request after this long and the stream reconnects)
+STREAM_TIMEOUT = 60.0
 _EXCERPT = 2000
 #: 409 codes meaning "this device's key does not fit the space" (see ``chatmem.server.e2e``)
 _KEY_CODES = frozenset({"e2e-required", "e2e-key-changed", "e2e-change-in-progress"})
@@ -362,6 +365,50 @@ class SyncClient:
             return []
         caps = answer.get("capabilities") if isinstance(answer, dict) else None
         return [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
+
+    async def stream(self) -> AsyncIterator[str]:
+        """Follow ``GET /v1/stream`` (Server-Sent Events): yield each announced cursor.
+
+        Raises like ``_call`` for an error status (``SyncPermanentError`` with status 404
+        when the server has no stream), ``SyncAuthError`` when the server ends the stream
+        because the key was revoked, ``SyncTransientError``/``SyncOffline`` when the
+        connection breaks. Returns when the server closes the stream.
+        """
+        url, secret = self.config.url("/v1/stream"), self.config.api_key
+        what = f"GET {url}"
+        if self._online is not None and not self._online():
+            raise SyncOffline(f"{what}: offline")
+        headers = {"Authorization": f"Bearer {secret}", "Accept": "text/event-stream"}
+        fields: dict[str, str] = {}
+        try:
+            async for item in self.transport.stream_lines(
+                "GET", url, headers=headers, timeout=max(self.config.timeout_seconds, STREAM_TIMEOUT)
+            ):
+                if isinstance(item, HTTPResponse):
+                    err = error_for_status(item, what=what, secret=secret, now_ms=self._clock())
+                    if err is not None:
+                        raise err
+                    if not (item.header("content-type") or "").startswith("text/event-stream"):
+                        raise SyncPermanentError(f"{what}: not an event stream")
+                    continue
+                if item:
+                    if not item.startswith(":"):
+                        name, _, value = item.partition(":")
+                        fields[name] = value[1:] if value.startswith(" ") else value
+                    continue
+                event, data = fields.get("event", "message"), fields.get("data", "")
+                fields = {}
+                if event == "revoked":
+                    raise SyncAuthError(f"{what}: the key was revoked", status=401)
+                if event == "cursor":
+                    try:
+                        cursor = json.loads(data).get("cursor")
+                    except (ValueError, AttributeError):
+                        cursor = None
+                    if isinstance(cursor, str):
+                        yield cursor
+        except TransportError as e:
+            raise error_for_transport(e, what=what, secret=secret, online=self._online) from e
 
     async def health(self) -> bool:
         """True if ``GET /v1/health`` answers 2xx (no key is sent)."""
