@@ -537,7 +537,7 @@ async def check_write_then_search_and_sql(make: Make) -> None:
         await mem.messages.append(s.session_id, "user", "My cat Miso likes tuna")
         assert (await mem.search("tuna"))[0].message.text == "My cat Miso likes tuna"
         await mem.messages.append(s.session_id, "assistant", "Tuna is a treat for most cats")
-        hits = await mem.search("tuna cats")
+        hits = await mem.search("tuna treats")
         assert [h.message.role for h in hits][:1] == ["assistant"], "more matching terms rank first"
         assert all(h.session_id == s.session_id and set(h.breakdown) >= {"keyword", "semantic", "recency"}
                    for h in hits)
