@@ -215,7 +215,8 @@ st = await mem.sync.status()
     t0 = time.monotonic()
     while True:
         st = py(p, f"st = await (sync_checks.MEMS[{db!r}]).sync.status()\n[st.state, st.pending]")
-        if st[1] == 0 or time.monotonic() - t0 > 10:
+        # the drain ends with a pull: wait until the run is over, not only the queue empty
+        if st == ["idle", 0] or time.monotonic() - t0 > 10:
             break
         time.sleep(0.1)
     took = time.monotonic() - t0
