@@ -842,6 +842,6 @@ async def check_changing_the_embedder_re_embeds_in_the_background(make: Make) ->
         task = mem.set_embedder(new)
         assert await task == 3
         rows = await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY model")
-        assert {"model": new.model, "n": 3} in rows and len(rows) == 2
+        assert {"model": new.model, "n": 3} in rows and len(rows) >= 2  # the old vectors (and in-context ones) stay
         hits = await mem.search("quick brown fox", mode="semantic", limit=2)
         assert {h.message.text for h in hits} == {"the quick brown fox jumps", "quick brown foxes jumping high"}
