@@ -1,7 +1,7 @@
 """The chat turn: ``await mem.session(id).send(text, provider=..., ...)``.
 
 1. The user message is appended (durable) before the model is called.
-2. The window is built (``mem.build_context``) within the budget.
+2. The window is built (``ContextBuilder.build_context``) within the budget.
 3. The answer is streamed; each piece goes to ``on_token``.
 4. Only a complete answer is stored, as one assistant message with
    ``provider`` and ``model`` set. On any failure (HTTP error, broken stream,
@@ -21,7 +21,8 @@ from .providers import ChatProvider
 from .window import ModelBudget
 
 if TYPE_CHECKING:
-    from .memory import Memory
+    from .context_builder import ContextBuilder
+    from .messages import Messages
 
 __all__ = ["send", "DEFAULT_SYSTEM_PROMPT"]
 
@@ -29,7 +30,8 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
 async def send(
-    memory: Memory,
+    messages: Messages,
+    builder: ContextBuilder,
     session_id: str,
     text: str | list[dict[str, Any]],
     *,
@@ -46,13 +48,13 @@ async def send(
         raise ValidationError("provider must be a ChatProvider (with stream())", field="provider")
     if isinstance(text, str) and not text.strip():
         raise ValidationError("the message is empty", field="text")
-    await memory.messages.append(session_id, "user", text)
-    messages = await memory.build_context(
+    await messages.append(session_id, "user", text)
+    window = await builder.build_context(
         session_id, system_prompt=system_prompt, budget=budget, retrieval=retrieval, summarize=summarize
     )
     used_model = model or getattr(provider, "model", None)
     pieces: list[str] = []
-    async for piece in provider.stream(messages, model=used_model, **options):
+    async for piece in provider.stream(window, model=used_model, **options):
         pieces.append(piece)
         if on_token is not None:
             out = on_token(piece)
@@ -60,7 +62,7 @@ async def send(
                 await out
         await asyncio.sleep(0)  # let a cancel land between pieces
     answer = "".join(pieces)
-    return await memory.messages.append(
+    return await messages.append(
         session_id, "assistant", answer,
         provider=getattr(provider, "name", type(provider).__name__), model=used_model,
     )

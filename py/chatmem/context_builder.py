@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 from .errors import SessionNotFound, ValidationError
 from .live_context import ContextManager
 from .models import ChatMessage
-from .retention import MessageRetentionPolicy
+from .retention import MessageRetentionPolicy, Retention, summary_key
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message
 from .token_count import EstimateTokenizer, Tokenizer
 from .window import ModelBudget, WindowResult, fit_window, preset
 
 if TYPE_CHECKING:
     from .core import Core
-    from .retention import Retention
 
 __all__ = ["ContextBuilder", "summary_key", "Retriever"]
 
@@ -34,11 +33,6 @@ __all__ = ["ContextBuilder", "summary_key", "Retriever"]
 Retriever = Callable[[str, str, Any, set[str]], Awaitable[list[ChatMessage]]]
 
 PAGE = 200
-
-
-def summary_key(session_id: str) -> str:
-    """kv key holding the id of the session's latest summary message."""
-    return f"summary.{session_id}"
 
 
 def resolve_budget(budget: ModelBudget | str | int | None, max_tokens: int | None, reserve_tokens: int) -> tuple[int, int]:
@@ -54,12 +48,23 @@ def resolve_budget(budget: ModelBudget | str | int | None, max_tokens: int | Non
 
 
 class ContextBuilder:
-    def __init__(self, core: Core, context: ContextManager, tokenizer: Tokenizer | None = None):
+    """Builds windows from the store; ``retention`` applies ``summarize=``, ``retriever``
+    serves retrieval strategies other than ``recent`` (both optional)."""
+
+    def __init__(
+        self,
+        core: Core,
+        context: ContextManager,
+        tokenizer: Tokenizer | None = None,
+        *,
+        retention: Retention | None = None,
+        retriever: Retriever | None = None,
+    ):
         self._core = core
         self.context = context
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
-        self.retriever: Retriever | None = None
-        self.retention: Retention | None = None
+        self.retriever = retriever
+        self.retention = retention
 
     async def _recent(self, session_id: str, budget: int) -> list[ChatMessage]:
         """Newest messages (oldest first) covering at least ``budget`` tokens and one user message."""

@@ -70,7 +70,7 @@ async function boot() {
   const micropip = pyodide.pyimport("micropip");
   await micropip.install(here("../" + info.wheel));
   micropip.destroy();
-  const browser = pyodide.pyimport("chatmem._browser");
+  const browser = pyodide.pyimport("chatmem.runtime.page");
   const runCode = browser.run_code;
   window.chatmem.pyodide = pyodide;
   window.chatmem.build = info.version;

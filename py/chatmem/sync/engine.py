@@ -32,8 +32,9 @@ What is durable, and when:
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
   plus the leases between engines sharing one SQLite file.
 
-Time is injected: ``clock`` (ms) comes from the ``Memory``; ``sleep``
-(seconds, like ``asyncio.sleep``) and ``rand`` can be passed in, so tests
+Everything that depends on where it runs is injected (``Memory`` passes its
+runtime's): the transport, the drain lock, ``online``/``on_online``, the
+``clock`` (ms, via the core), ``sleep`` (seconds) and ``rand``, so tests
 never really wait for a backoff.
 """
 
@@ -43,7 +44,6 @@ import asyncio
 import json
 import logging
 import random
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -112,21 +112,16 @@ class SyncEngine:
         rand: Callable[[], float] | None = None,
         lock: DrainLock | None = None,
         online: Callable[[], bool] | None = None,
+        on_online: Callable[[Callable[[], None]], Callable[[], None] | None] | None = None,
     ):
         self._core = core
         self.transport = transport
         self.sleep: Sleep = sleep or asyncio.sleep
         self.rand = rand or random.random
         self.owner = "e" + core.ids()
-        self._in_browser = sys.platform == "emscripten"
-        if (lock is None or online is None) and self._in_browser:
-            from .. import _browser
-
-            name = getattr(core.store, "name", "chatmem")
-            lock = lock or _browser.WebLock(f"chatmem-sync:{name}")
-            online = online or _browser.is_online
         self._lock: DrainLock = lock or LocalDrainLock()
         self._online = online
+        self._on_online = on_online
         self._config: SyncConfig | None = None
         self._client: SyncClient | None = None
         self._loaded = False
@@ -439,10 +434,8 @@ class SyncEngine:
             self._poke()
             return
         self._wake = asyncio.Event()
-        if self._in_browser and self._stop_online is None:
-            from .. import _browser
-
-            self._stop_online = _browser.on_online(self._poke)
+        if self._on_online is not None and self._stop_online is None:
+            self._stop_online = self._on_online(self._poke)
         self._auto = asyncio.get_running_loop().create_task(self._auto_loop())
 
     async def _auto_loop(self) -> None:
