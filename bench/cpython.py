@@ -260,7 +260,7 @@ def run_all(cfg: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
-async def _cm_w7(tmp: Path, url: str, n: int, seed: int) -> dict[str, Any]:
+async def _cm_w7(tmp: Path, url: str, n: int, seed: int, passphrase: str = "") -> dict[str, Any]:
     """W7 on CPython: the same drain from a SQLite store (see benchpy.w7)."""
     import chatmem
 
@@ -270,22 +270,28 @@ async def _cm_w7(tmp: Path, url: str, n: int, seed: int) -> dict[str, Any]:
     pending = (await mem.sync.status()).pending
     await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
                                                 batch_size=100, max_retries=10, backoff_base=20,
-                                                backoff_max=200, timeout=10_000))
+                                                backoff_max=200, timeout=10_000,
+                                                encryption=chatmem.Passphrase(passphrase) if passphrase else None))
+    t = time.perf_counter()
+    if passphrase:
+        await mem.sync.pull()  # sets the space's key up: once per device, not per drain
+    setup = (time.perf_counter() - t) * 1000
     t = time.perf_counter()
     report = await mem.sync.push()
     ms = (time.perf_counter() - t) * 1000
     status = await mem.sync.status()
     await mem.close()
     return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
-            "left": status.pending, "dead": status.dead_letters}
+            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup,
+            "state": status.state, "error": status.last_error}
 
 
-def w7(url: str, n: int, seed: int, reps: int) -> list[dict[str, Any]]:
+def w7(url: str, n: int, seed: int, reps: int, passphrase: str = "") -> list[dict[str, Any]]:
     """Runs on its own thread's event loop (the caller may hold Playwright's loop)."""
     import concurrent.futures
 
     out = []
     for i in range(reps):
         with tempfile.TemporaryDirectory() as d, concurrent.futures.ThreadPoolExecutor(1) as pool:
-            out.append(pool.submit(asyncio.run, _cm_w7(Path(d), url, n, seed + i)).result())
+            out.append(pool.submit(asyncio.run, _cm_w7(Path(d), url, n, seed + i, passphrase)).result())
     return out

@@ -7,6 +7,7 @@ alternatives, in one Chromium page and one CPython process, in one run.
     python build.py bench --quick         # tiny sizes: checks that everything runs
     python build.py bench --durability strict
     python build.py bench --only W1,W3    # some workloads (W6 needs W2's data; it imports it itself)
+    python build.py bench --only W8 --w8-full   # W8 at full size: 200 devices in 20 accounts
 
 Writes bench/results/results.json, results.md and one SVG chart per workload.
 Each workload is one function in WORKLOADS; a later one (W4 keyword search,
@@ -298,31 +299,35 @@ def w6(b: Browser, cfg: dict[str, Any], res: Results) -> None:
 
 def w7(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     """W7 outbox drain: ``w7_ops`` operations to the reference sync server on 127.0.0.1,
-    which answers ~10% of pushes with a 500; in the page and on CPython, same server."""
+    which answers ~10% of pushes with a 500; in the page and on CPython, same server;
+    plain and end-to-end encrypted (AES-256-GCM per op) in the same run."""
     from chatmem.server import running_server
     from chatmem.server.faults import Fault, FaultPlan
 
     n, reps, rate = cfg["w7_ops"], cfg["w7_reps"], cfg["w7_fail_rate"]
     case = f"drain {n:,} ops, {rate:.0%} 500s"
     log(f"W7 {case}")
+    modes = ("", "bench passphrase")  # plain, then end-to-end encrypted: interleaved per rep
     for where in ("chromium", "cpython"):
-        runs = []
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for i in range(reps):
-            plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
-            with running_server(api_keys=["bench"], faults=plan) as srv:
-                if where == "chromium":
-                    r = b.call("w7", f"bench-cm-w7-{i}", srv.url, n, cfg["seed"] + i)
-                else:
-                    import cpython
+            for passphrase in modes:
+                plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
+                with running_server(api_keys=["bench"], faults=plan) as srv:
+                    if where == "chromium":
+                        r = b.call("w7", f"bench-cm-w7-{i}", srv.url, n, cfg["seed"] + i, passphrase)
+                    else:
+                        import cpython
 
-                    (r,) = cpython.w7(srv.url, n, cfg["seed"] + i, 1)
-                applied = srv.storage.applied_op_count(srv.space("bench"))
-            if r["left"] or r["dead"] or applied != r["ops"]:
-                raise SystemExit(f"W7 {where}: {r} but the server applied {applied}")
-            runs.append(r)
-        system = "chatmem" if where == "chromium" else "chatmem sqlite"
-        res.add("W7", case, system, [r["ms"] for r in runs], where=where, n_msgs=runs[0]["ops"])
-        res.extra.setdefault("w7", {})[where] = runs
+                        (r,) = cpython.w7(srv.url, n, cfg["seed"] + i, 1, passphrase)
+                    applied = srv.storage.applied_op_count(srv.space("bench"))
+                if r["left"] or r["dead"] or applied != r["ops"]:
+                    raise SystemExit(f"W7 {where}: {r} but the server applied {applied}")
+                runs[passphrase].append(r)
+        for passphrase, got in runs.items():
+            system = ("chatmem" if where == "chromium" else "chatmem sqlite") + (" e2e" if passphrase else "")
+            res.add("W7", case, system, [r["ms"] for r in got], where=where, n_msgs=got[0]["ops"])
+            res.extra.setdefault("w7", {})[where + (" e2e" if passphrase else "")] = got
 
 
 def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:
@@ -353,6 +358,24 @@ def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     res.add("W4", case, "chatmem hybrid", s["hybrid"])
     res.extra["w4"] = {k: v for k, v in m.items() if k != "timings"}
     res.extra["w4"]["ratio_p50"] = t["ratio_p50"]
+
+
+def w8(cfg: dict[str, Any], res: Results) -> None:
+    """W8 (CPython, no browser): bench/server_load.py — devices x ops through 3 server processes
+    over one PostgreSQL with 10% faults, the same on one SQLite server, and live-change latency."""
+    import server_load
+
+    out = server_load.run_w8(cfg, log)
+    case = f"{out['devices']} devices / {out['accounts']} accounts x {out['ops']} ops, 10% faults"
+    for kind, system in (("postgres", f"server x{out['instances']} PostgreSQL"), ("sqlite", "server x1 SQLite")):
+        r = out[kind]
+        res.add("W8", case, system, r["lat"], where="cpython", ops_per_s=round(r["ops_per_s"]),
+                pushes_per_s=round(r["pushes_per_s"]))
+        log(f"  W8 {system}: {r['ops_per_s']:,.0f} ops/s, {r['pushes_per_s']:,.0f} pushes/s, exactly once, converged")
+    res.add("W8", "live change: push on one instance -> stream event on another", "server x2 PostgreSQL",
+            out["live_ms"], where="cpython")
+    res.extra["w8"] = {k: ({kk: vv for kk, vv in v.items() if kk != "lat"} if isinstance(v, dict) else v)
+                       for k, v in out.items() if k != "live_ms"}
 
 
 WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
@@ -424,6 +447,17 @@ def targets(res: Results, cfg: dict[str, Any]) -> list[dict[str, Any]]:
         q = rd["p50"] / br["p50"]
         t("W6 time to usable page", "<= 1.25x bare Pyodide boot (+ DuckDB instantiate, not loaded yet)",
           f"{report.fmt(rd['p50'])} vs {report.fmt(br['p50'])} ms = {q:.2f}x", q <= 1.25)
+    w8r = res.extra.get("w8")
+    if w8r:
+        pg_, sq = w8r["postgres"], w8r["sqlite"]
+        t("W8 correctness", "every op applied exactly once, devices converge, no cross-account read",
+          f"{pg_['acked']:,} ops on {w8r['instances']} instances and {sq['acked']:,} on SQLite: exactly once, "
+          "converged, 0 foreign records", pg_["exactly_once"] and pg_["converged"] and pg_["foreign"] == 0)
+        t("W8 throughput", "report PostgreSQL x3 vs SQLite x1",
+          f"{pg_['ops_per_s']:,.0f} vs {sq['ops_per_s']:,.0f} ops/s; push p50/p95 {pg_['p50_ms']:.0f}/{pg_['p95_ms']:.0f} "
+          f"vs {sq['p50_ms']:.0f}/{sq['p95_ms']:.0f} ms", "reported")
+        t("W8 live change", "another device sees a change within 1 s",
+          f"p50 {w8r['live_p50_ms']:.0f} ms, p95 {w8r['live_p95_ms']:.0f} ms", w8r["live_p95_ms"] < 1000)
     return out
 
 
@@ -440,11 +474,32 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.large:
         cfg["w2_points"].append((100000, 2))
+    cfg.update(w8_devices=100, w8_accounts=10, w8_ops=50, w8_instances=3, w8_live=50)
+    if args.w8_full:
+        cfg.update(w8_devices=200, w8_accounts=20, w8_live=100)
     if args.quick:
         cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
                    w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1, w7_ops=100, w7_reps=1,
-                   w4_messages=2000, w4_queries=20)
+                   w4_messages=2000, w4_queries=20, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
     return cfg
+
+
+def quality_main(args: argparse.Namespace) -> int:
+    """``--quality``: the LoCoMo table (see quality.py), printed and written to quality.md/json."""
+    import quality
+
+    from chatmem.embedding import default_embedder
+
+    t0 = time.perf_counter()
+    res = quality.run_quality(args.conversations)
+    table = quality.render_table(res, default_embedder().model)
+    print(table)
+    log(f"quality run: {time.perf_counter() - t0:.0f} s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "quality.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"),
+                                                       "results": res}, indent=1))
+    (args.out / "quality.md").write_text(table + "\n")
+    return 0
 
 
 def main() -> int:
@@ -454,11 +509,17 @@ def main() -> int:
     ap.add_argument("--durability", choices=("relaxed", "strict"), default="relaxed")
     ap.add_argument("--seed", type=int, default=20261101)
     ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (CPython runs W1-W3)")
+    ap.add_argument("--w8-full", action="store_true", help="W8 with 200 devices in 20 accounts (default 100 in 10)")
     ap.add_argument("--no-cpython", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--render", action="store_true", help="only re-render results.md and the charts from results.json")
+    ap.add_argument("--quality", action="store_true",
+                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython")
+    ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
     args = ap.parse_args()
+    if args.quality:
+        return quality_main(args)
     if args.render:
         doc = json.loads((args.out / "results.json").read_text())
         res = Results()
@@ -475,7 +536,7 @@ def main() -> int:
     }
     # the two generators must agree, or the comparison is not over the same data
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
-    if not args.no_browser:
+    if not args.no_browser and (not only or only - {"W8"}):
         assemble_page(dist)
         srv, site = build.serve_in_thread(dist, 0)
         b = Browser(site)
@@ -498,6 +559,8 @@ def main() -> int:
         finally:
             b.close()
             srv.shutdown()
+    if not args.no_cpython and (not only or "W8" in only):
+        w8(cfg, res)
     if not args.no_cpython and (not only or only & {"W1", "W2", "W3"}):
         import cpython
 
@@ -595,6 +658,7 @@ WORKLOAD_TITLES = {
     "W6": "cold start",
     "W7": "outbox drain to the sync server",
     "W4": "ranked keyword search",
+    "W8": "sync server: many devices, several instances over PostgreSQL",
 }
 
 if __name__ == "__main__":

@@ -158,3 +158,44 @@ def profile_dir(tmp_path: Path) -> Iterator[Path]:
     d.mkdir()
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A real PostgreSQL: ``CHATMEM_TEST_PG`` (set by ``build.py test``), else a throwaway
+    cluster started here (Debian's ``postgresql``), stopped at the end of the run."""
+    url = os.environ.get("CHATMEM_TEST_PG")
+    if url:
+        yield url
+        return
+    import build
+
+    cluster = build.PostgresCluster().start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test PostgreSQL (dropped afterwards)."""
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield pg_server.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def sync_db(request: Any, tmp_path: Path) -> str:
+    """A fresh sync-server database: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "sync.db")
+    return str(request.getfixturevalue("pg_url"))

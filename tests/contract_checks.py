@@ -378,9 +378,21 @@ async def check_cache_is_coherent(make: Make) -> None:
 
 
 @check
-async def check_every_change_enqueues_an_op(make: Make) -> None:
-    """Each change puts one sync op in the outbox, in its own transaction; a failed write puts none."""
+async def check_outbox_fills_only_once_sync_is_on(make: Make) -> None:
+    """Before sync is turned on no op is written; turning it on snapshots every session's
+    nextSeq in one transaction; after it each change puts one op in the outbox in its own
+    transaction (a failed write none), and a message op refers to the stored message."""
+    from chatmem.sync.wire import resolve
+
     async with await make() as mem:
+        old = await mem.sessions.create(title="before")
+        await mem.messages.append_many(old.session_id, [{"role": "user", "content": f"h{i}"} for i in range(3)])
+        await mem.sessions.update(old.session_id, title="before 2")
+        await mem.messages.add("early", "user", "x")
+        assert await mem.store.outbox_counts() == (0, 0), "nothing queued while sync was never on"
+        snap = await mem.store.outbox_activate(123)
+        assert snap == {"at": 123, "sessions": sorted([[old.session_id, 3], ["early", 1]])}
+        assert await mem.store.outbox_activate(456) == snap, "turned on once, for good"
         s = await mem.sessions.create(title="t")
         m = await mem.messages.append(s.session_id, "user", "hi")
         await mem.sessions.update(s.session_id, title="t2")
@@ -395,13 +407,19 @@ async def check_every_change_enqueues_an_op(make: Make) -> None:
             ("create", "session"), ("create", "message"), ("update", "session"),
             ("create", "message"), ("create", "session"), ("create", "message"), ("delete", "session"),
         ], kinds
-        assert ops[1]["data"]["id"] == m.id and ops[1]["data"]["seq"] == 0 and ops[1]["data"]["content"] == "hi"
+        assert ops[1]["id"] == m.id and ops[1]["data"] is None, "a message op refers, never copies"
         assert ops[2]["data"] == {"title": "t2"}
         assert all(set(o) >= {"op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts"} for o in ops)
         assert len({o["op_id"] for o in ops}) == len(ops)
         hlcs = [o["hlc"] for o in ops]
         assert hlcs == sorted(hlcs), "HLCs grow"
         assert await mem.store.outbox_counts() == (7, 0)
+        payload, gone = await resolve(mem.store, ops)
+        # the session (and its messages) was deleted: their creates have nothing to deliver
+        assert [o["id"] for o in gone] == [m.id, ops[3]["id"]]
+        fresh = next(p for p in payload if p["resource"] == "message")
+        assert fresh["data"] == (await mem.store.get_message(fresh["id"]))
+        assert fresh["data"]["sessionId"] == "fresh" and fresh["data"]["content"] == "creates fresh"
 
 
 # ---------------------------------------------------------------------------- export / import
@@ -473,6 +491,7 @@ async def check_import_creates_new_sessions_by_default(make: Make) -> None:
 async def check_bad_imports_write_nothing(make: Make) -> None:
     """Malformed JSON, a wrong version, one bad message among 1,000, an unknown format: a clear error, nothing written."""
     async with await make() as mem:
+        await mem.store.outbox_activate(0)
         s = await mem.sessions.create()
         good = await mem.export()
         msgs = [{"id": f"m{i}", "sessionId": "S", "seq": i, "role": "user", "content": f"x{i}",

@@ -449,9 +449,9 @@ async def check_retrieve_strategies(index: Any) -> None:
     assert ids(recent) == ["a2", "a3"]
     assert recent[-1].score == 1.0 and abs(recent[0].score - 0.5 ** 0.5) < 1e-9
     relevant = await retrieve(index, "s1", "configure the python asyncio event loop",
-                              RetrievalConfig(strategy="relevant", recent_count=5, relevance_threshold=0.3))
+                              RetrievalConfig(strategy="relevant", recent_count=5, relevance_threshold=0.7))
     assert "a1" in ids(relevant) and "a3" not in ids(relevant)
-    assert all(h.breakdown["similarity"] >= 0.3 for h in relevant)
+    assert all(h.breakdown["similarity"] >= 0.7 for h in relevant)
     hyb = await retrieve(index, "s1", "weather sun", RetrievalConfig(
         strategy="hybrid", recent_count=2, hybrid_weights=HybridWeights(recency=0.1, relevance=0.9)))
     assert "a3" in ids(hyb) and len(hyb) == 2

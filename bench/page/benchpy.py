@@ -276,10 +276,11 @@ async def ps_w2(db: str, seed: int, n: int, reps: int) -> dict[str, Any]:
     return {"times": times}
 
 
-async def w7(db: str, url: str, n: int, seed: int) -> dict[str, Any]:
+async def w7(db: str, url: str, n: int, seed: int, passphrase: str = "") -> dict[str, Any]:
     """W7 outbox drain: ``n`` queued operations pushed to a local sync server that
     fails ~10% of pushes with a 500 (injected by run.py); backoff kept short so the
-    figure is the drain's own cost, not waiting."""
+    figure is the drain's own cost, not waiting. With ``passphrase`` the drain
+    encrypts end to end; the one-time key setup (PBKDF2, key check) is timed apart."""
     await drop(db)
     mem = await chatmem.open(db)
     s = await mem.sessions.create(title="drain")
@@ -288,11 +289,17 @@ async def w7(db: str, url: str, n: int, seed: int) -> dict[str, Any]:
     pending = (await mem.sync.status()).pending
     await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
                                                 batch_size=100, max_retries=10, backoff_base=20,
-                                                backoff_max=200, timeout=10_000))
+                                                backoff_max=200, timeout=10_000,
+                                                encryption=chatmem.Passphrase(passphrase) if passphrase else None))
+    t = now()
+    if passphrase:
+        await mem.sync.pull()  # sets the space's key up: once per device, not per drain
+    setup = now() - t
     t = now()
     report = await mem.sync.push()
     ms = now() - t
     status = await mem.sync.status()
     await mem.close()
     return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
-            "left": status.pending, "dead": status.dead_letters}
+            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup,
+            "state": status.state, "error": status.last_error}

@@ -9,17 +9,22 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 from __future__ import annotations
 
 from . import errors
+from .anthropic import AnthropicProvider
 from .contextstore import ContextStore, MemoryContextStore
 from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore
 from .conversation import Session
+from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
+    ClockSkew,
     ContextOverflow,
     ImportFormatError,
+    LimitExceeded,
     MessageNotFound,
     NotFound,
     ProviderError,
     QueryError,
+    QueryTimeout,
     ReadOnlySQLError,
     SessionNotFound,
     StorageError,
@@ -46,7 +51,7 @@ from .live_context import (
     UserProfileProvider,
     render_context_message,
 )
-from .lru import LRUCache
+from .lru import LFUCache, LRUCache
 from .memory import Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
@@ -57,9 +62,18 @@ from .runtime import IN_BROWSER, Runtime
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .sync import PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus
+from .sync import (
+    EncryptionKey,
+    Passphrase,
+    PullReport,
+    PushReport,
+    SyncConfig,
+    SyncEngine,
+    SyncStatus,
+)
 from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport
+from .validation import DEFAULT_LIMITS, Limits
 from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
 __version__ = "0.1.0"
@@ -84,6 +98,7 @@ __all__ = [
     "Store",
     "MemoryStore",
     "LRUCache",
+    "LFUCache",
     "Clock",
     "IdGenerator",
     "new_id",
@@ -100,6 +115,11 @@ __all__ = [
     "ImportFormatError",
     "ContextOverflow",
     "ReadOnlySQLError",
+    "LimitExceeded",
+    "ClockSkew",
+    "QueryTimeout",
+    "Limits",
+    "DEFAULT_LIMITS",
     "QueryError",
     "ProviderError",
     # context providers and the window
@@ -128,6 +148,7 @@ __all__ = [
     # chat
     "ChatProvider",
     "OpenAICompatibleProvider",
+    "AnthropicProvider",
     "OfflineResponder",
     # search
     "QueryIndex",
@@ -137,6 +158,8 @@ __all__ = [
     "HybridWeights",
     "Embedder",
     "HashingEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "OpenAIEmbedder",
     # export / import
     "ImportReport",
@@ -146,4 +169,6 @@ __all__ = [
     "SyncStatus",
     "PushReport",
     "PullReport",
+    "Passphrase",
+    "EncryptionKey",
 ]

@@ -1,7 +1,10 @@
 """The chat turn: ``await mem.session(id).send(text, provider=..., ...)``.
 
 1. The user message is appended (durable) before the model is called.
-2. The window is built (``ContextBuilder.build_context``) within the budget.
+2. The window is built (``ContextBuilder.build_window``) within the budget, with the
+   session's own system prompt (seq 0) unless ``system_prompt=`` overrides it
+   (``DEFAULT_SYSTEM_PROMPT`` when the session has none), and the per-message
+   overhead of the provider's ``format`` (``"openai"`` unless it says otherwise).
 3. The answer is streamed; each piece goes to ``on_token``.
 4. Only a complete answer is stored, as one assistant message with
    ``provider`` and ``model`` set. On any failure (HTTP error, broken stream,
@@ -38,7 +41,7 @@ async def send(
     provider: ChatProvider,
     model: str | None = None,
     budget: ModelBudget | str | int = "gpt-4o",
-    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    system_prompt: str | None = None,
     retrieval: Any = None,
     summarize: Any = None,
     on_token: Callable[[str], Any] | None = None,
@@ -49,12 +52,15 @@ async def send(
     if isinstance(text, str) and not text.strip():
         raise ValidationError("the message is empty", field="text")
     await messages.append(session_id, "user", text)
-    window = await builder.build_context(
-        session_id, system_prompt=system_prompt, budget=budget, retrieval=retrieval, summarize=summarize
+    if system_prompt is None and await builder.system_prompt(session_id) is None:
+        system_prompt = DEFAULT_SYSTEM_PROMPT
+    window = await builder.build_window(
+        session_id, system_prompt=system_prompt, budget=budget, retrieval=retrieval, summarize=summarize,
+        format=getattr(provider, "format", "openai"),
     )
     used_model = model or getattr(provider, "model", None)
     pieces: list[str] = []
-    async for piece in provider.stream(window, model=used_model, **options):
+    async for piece in provider.stream(window.messages, model=used_model, **options):
         pieces.append(piece)
         if on_token is not None:
             out = on_token(piece)

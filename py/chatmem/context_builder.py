@@ -1,15 +1,22 @@
 """``mem.build_context``: the provider-ready messages for the next model call.
 
 Order, as the original injects them: the system prompt, the context message
-("Module X: {json}" lines from ``mem.context``), the stored summary of older
+("Module X: {json}" lines from ``mem.context``), the summary of older
 history (if any), retrieved older messages (if a retrieval config asks), then
 the most recent messages that fit ``max_tokens - reserve_tokens``.
 
-It reads only what it needs: pages of the newest messages until their stored
-token counts exceed the budget (and a user message has been seen), plus the
-session's latest summary message, whose id is kept in the kv store.
-Nothing here writes, except ``summarize=`` which first applies the
-message-level retention policy (storing a new summary, incrementally).
+The system prompt is the session's own (a ``system`` message at ``seq`` 0,
+the original's ``messages[0]``) unless ``system_prompt=`` overrides it for the
+call; either way exactly one system prompt is sent, first, and it is always
+kept. It reads only what it needs: the first message, pages of the newest
+messages until their stored token counts exceed the budget (and a user
+message has been seen), plus the session's latest stored summary message,
+whose id is kept in the kv store.
+
+Nothing here writes to the store. ``summarize=`` computes a summary of the
+older messages the policy would fold (incrementally, kept in process memory
+as derived data) and sends it in their place; the stored conversation is
+untouched (``mem.retention.apply_messages`` is the call that rewrites it).
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from .errors import SessionNotFound, ValidationError
+from .formats import FORMATS, to_anthropic
 from .live_context import ContextManager
 from .models import ChatMessage
-from .retention import MessageRetentionPolicy, Retention, summary_key
-from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message
-from .token_count import EstimateTokenizer, Tokenizer
+from .retention import MessageRetentionPolicy, plan_message_retention, summary_key
+from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
+from .token_count import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
 
 if TYPE_CHECKING:
@@ -48,8 +56,8 @@ def resolve_budget(budget: ModelBudget | str | int | None, max_tokens: int | Non
 
 
 class ContextBuilder:
-    """Builds windows from the store; ``retention`` applies ``summarize=``, ``retriever``
-    serves retrieval strategies other than ``recent`` (both optional)."""
+    """Builds windows from the store; ``retriever`` serves retrieval strategies other
+    than ``recent`` (optional). ``summarize=`` summaries are computed, never stored."""
 
     def __init__(
         self,
@@ -57,16 +65,26 @@ class ContextBuilder:
         context: ContextManager,
         tokenizer: Tokenizer | None = None,
         *,
-        retention: Retention | None = None,
         retriever: Retriever | None = None,
     ):
         self._core = core
         self.context = context
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
         self.retriever = retriever
-        self.retention = retention
+        #: computed summaries (derived data, process memory): session id -> (summarizer, ids covered, text)
+        self._summaries: dict[str, tuple[Any, tuple[str, ...], str]] = {}
+        self._default_summarizer = ExtractiveSummarizer()
 
-    async def _recent(self, session_id: str, budget: int) -> list[ChatMessage]:
+    async def system_prompt(self, session_id: str) -> ChatMessage | None:
+        """The session's stored system prompt (a ``system`` message at ``seq`` 0), if any."""
+        page = await self._core.store.list_messages(session_id, 0, 1, False)
+        if page:
+            m = ChatMessage.from_record(page[0])
+            if is_system_prompt(m):
+                return m
+        return None
+
+    async def _recent(self, session_id: str, budget: int, tk: Tokenizer, skip: set[str]) -> list[ChatMessage]:
         """Newest messages (oldest first) covering at least ``budget`` tokens and one user message."""
         store = self._core.store
         out: list[ChatMessage] = []
@@ -75,10 +93,10 @@ class ContextBuilder:
             page = await store.list_messages(session_id, offset, PAGE, True)
             for rec in page:
                 m = ChatMessage.from_record(rec)
-                if is_summary_message(m):
+                if is_summary_message(m) or m.id in skip or is_system_prompt(m):
                     continue
                 out.append(m)
-                tokens += self.tokenizer.count_message(m)
+                tokens += tk.count_message(m)
                 seen_user = seen_user or m.role == "user"
             offset += len(page)
             # one page past the budget keeps tool groups at the edge whole
@@ -98,23 +116,35 @@ class ContextBuilder:
         self,
         session_id: str,
         *,
-        system_prompt: str | None,
+        system_prompt: str | None = None,
         max_tokens: int | None = None,
         reserve_tokens: int = 0,
         budget: ModelBudget | str | int | None = None,
         retrieval: Any = None,
         summarize: Summarizer | MessageRetentionPolicy | bool | None = None,
         query: str | None = None,
+        format: str = "openai",
+        message_overhead: int | None = None,
     ) -> WindowResult:
         """Like ``build_context`` but returns the whole ``WindowResult`` (what was kept, dropped, summarized)."""
         max_tokens, reserve_tokens = resolve_budget(budget, max_tokens, reserve_tokens)
+        if format not in FORMATS:
+            raise ValidationError(f"format must be one of {FORMATS}", field="format")
+        tk = for_format(self.tokenizer, format, message_overhead)
         if await self._core.store.get_session(session_id) is None:
             raise SessionNotFound(session_id)
+        stored_prompt = await self.system_prompt(session_id)
+        if system_prompt is None and stored_prompt is not None:
+            system_prompt = stored_prompt.text
+        summary: str | ChatMessage | None = await self._summary(session_id)
+        folded: set[str] = set()
         if summarize:
-            await self._summarize(session_id, summarize)
+            computed = await self._summarize(session_id, summarize, summary if isinstance(summary, ChatMessage) else None)
+            if computed is not None:
+                summary, folded = computed
         await self.context.refresh()
         ctx = self.context.render()
-        recent = await self._recent(session_id, max_tokens - reserve_tokens)
+        recent = await self._recent(session_id, max_tokens - reserve_tokens, tk, folded)
         if retrieval is not None and getattr(retrieval, "strategy", "recent") == "recent":
             count = getattr(retrieval, "recent_count", None)
             if isinstance(count, int) and count >= 0:
@@ -129,25 +159,47 @@ class ContextBuilder:
                 query = next((m.text for m in reversed(recent) if m.role == "user"), "")
             if query.strip():
                 # the window sends a message once even if it is both retrieved and recent
-                retrieved = await self.retriever(session_id, query, retrieval, set())
-        summary = await self._summary(session_id)
+                skip = set(folded) | ({stored_prompt.id} if stored_prompt else set())
+                retrieved = [m for m in await self.retriever(session_id, query, retrieval, skip)
+                             if m.id not in skip]
         return fit_window(
             system_prompt, ctx, summary, retrieved, recent,
-            max_tokens=max_tokens, reserve_tokens=reserve_tokens, tokenizer=self.tokenizer,
+            max_tokens=max_tokens, reserve_tokens=reserve_tokens, tokenizer=tk,
         )
 
-    async def build_context(self, session_id: str, **kw: Any) -> list[dict[str, Any]]:
-        return (await self.build_window(session_id, **kw)).messages
+    async def build_context(self, session_id: str, **kw: Any) -> list[dict[str, Any]] | dict[str, Any]:
+        messages = (await self.build_window(session_id, **kw)).messages
+        return to_anthropic(messages) if kw.get("format") == "anthropic" else messages
 
-    async def _summarize(self, session_id: str, summarize: Summarizer | MessageRetentionPolicy | bool) -> None:
-        """Apply the message-level policy when the session has outgrown its cap."""
-        if self.retention is None:
-            return
+    async def _summarize(
+        self, session_id: str, summarize: Summarizer | MessageRetentionPolicy | bool, stored: ChatMessage | None
+    ) -> tuple[str, set[str]] | None:
+        """The summary the message-level policy would store, computed without storing it:
+        ``(text, ids it covers)``, or ``None`` while the session is within its cap."""
         policy = summarize if isinstance(summarize, MessageRetentionPolicy) else MessageRetentionPolicy()
-        summarizer = summarize if hasattr(summarize, "summarize") else ExtractiveSummarizer()
-        count = await self._core.store.count_messages(session_id)
-        if count > policy.max_messages_per_session:
-            await self.retention.apply_messages(session_id, policy, summarizer=summarizer)
+        summarizer: Any = summarize if hasattr(summarize, "summarize") else self._default_summarizer
+        store = self._core.store
+        if await store.count_messages(session_id) <= policy.max_messages_per_session:
+            return None
+        records = await store.list_messages(session_id, 0, None, False)
+        plan = plan_message_retention(records, policy)
+        if not plan.summarize:
+            return None
+        ids = tuple(plan.summarize)
+        by_id = {r["id"]: ChatMessage.from_record(r) for r in records}
+        cached = self._summaries.get(session_id)
+        previous: str | None
+        if cached is not None and cached[0] is summarizer and ids[: len(cached[1])] == cached[1]:
+            new, previous = ids[len(cached[1]):], cached[2]
+        else:
+            new, previous = ids, (summary_text(stored) if stored is not None else None)
+        text: str = previous or ""
+        if new:
+            text = str(await summarizer.summarize([by_id[i] for i in new], previous_summary=previous))
+        self._summaries[session_id] = (summarizer, ids, text)
+        if not text:
+            return None
+        return text, set(ids) | {m.id for m in by_id.values() if is_summary_message(m)}
 
 
 def _last_n_keeping_user(msgs: Sequence[ChatMessage], n: int) -> list[ChatMessage]:

@@ -10,6 +10,7 @@ from .ids import Clock, IdGenerator
 from .lru import LRUCache
 from .outbox import Outbox
 from .stores.base import Store, clone
+from .validation import DEFAULT_LIMITS, Limits
 
 __all__ = ["Core"]
 
@@ -26,6 +27,19 @@ class Core:
     outbox: Outbox
     #: called with (kind, session_id, payload) after every acknowledged write
     listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
+    #: bounds on what the API, import and sync accept
+    limits: Limits = DEFAULT_LIMITS
+    #: called (no arguments) when another process changed the store behind the caches
+    external_listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    async def check_external(self) -> None:
+        """Before trusting a cache: if another process (or connection) wrote to the store
+        since the last look (the store's ``changed_elsewhere``), forget every cached view."""
+        probe = getattr(self.store, "changed_elsewhere", None)
+        if probe is not None and await probe():
+            self.invalidate()
+            for fn in list(self.external_listeners):
+                fn()
 
     def now(self) -> int:
         return self.clock()

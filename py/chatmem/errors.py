@@ -5,13 +5,19 @@
     ChatmemError
     ├── ValidationError            bad input; raised before anything is written
     │   ├── ImportFormatError      an import file is malformed; names the path to the bad field
+    │   │   └── ImportLimitExceeded  ... because it passed a limit (also a LimitExceeded)
     │   ├── ContextOverflow        even the system prompt + newest user message exceed the budget
+    │   ├── LimitExceeded          a configured bound was passed (size, nesting depth; ``limit`` names it)
+    │   ├── ClockSkew              an HLC is further ahead of this clock than the skew bound allows
     │   └── ReadOnlySQLError       ``mem.sql`` was given something other than one read-only query
     ├── NotFound
     │   ├── SessionNotFound
     │   └── MessageNotFound
     ├── StorageError               the store refused or failed a write or read
     │   ├── QuotaExceeded          (DOMException QuotaExceededError, SQLITE_FULL)
+    │   │   ├── RateLimited        a sync server account spent its operations of this minute (429)
+    │   │   └── StorageFull        a sync server account's stored-bytes quota is full (413)
+    │   ├── DatabaseUnavailable    the sync server's database did not answer (503)
     │   ├── ConstraintViolation    (DOMException ConstraintError, sqlite IntegrityError)
     │   │   └── DuplicateId        a caller-chosen id that already exists
     │   ├── TransactionAborted     (DOMException AbortError, TransactionInactiveError)
@@ -23,7 +29,11 @@
     │   ├── SyncOffline            no network / server unreachable: wait, not counted as a retry
     │   ├── SyncTransientError     timeout, dropped connection, 5xx, 429, garbled answer: retry
     │   ├── SyncAuthError          401/403: pause sync until the key is fixed; dead-letter nothing
-    │   └── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    │   ├── SyncPermanentError     400/404/409/413/422 and other 4xx: retrying will not help
+    │   ├── WrongPassphrase        end-to-end encryption: the key does not match the space's
+    │   │                          key check value (or none was entered): nothing sent or applied
+    │   └── DecryptionError        an encrypted record failed authentication (tampered or
+    │                              moved to another identity): nothing of its page applied
     ├── ProviderError              the chat model's server failed a request (never holds the key)
     │   ├── ProviderAuthError      401/403: check the api key
     │   ├── ProviderNotFound       404: wrong base URL or model name
@@ -34,7 +44,10 @@
     ├── TransportError             no HTTP response at all: refused, reset, DNS, offline
     │   └── TransportTimeout       no (complete) response within the timeout
     ├── QueryError                 the query index (DuckDB) refused or failed a statement
+    │   └── QueryTimeout           ``mem.sql`` ran past its ``timeout``; the query was interrupted
     ├── EmbeddingError             an embedder failed for good (HTTP status, wrong dimension)
+    ├── EncryptionConflict         (reference server) a request does not fit the space's
+    │                              encryption state: answered 409 with its ``code``
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
@@ -49,13 +62,19 @@ __all__ = [
     "ChatmemError",
     "ValidationError",
     "ImportFormatError",
+    "ImportLimitExceeded",
     "ContextOverflow",
+    "LimitExceeded",
+    "ClockSkew",
     "ReadOnlySQLError",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
     "StorageError",
     "QuotaExceeded",
+    "RateLimited",
+    "StorageFull",
+    "DatabaseUnavailable",
     "ConstraintViolation",
     "DuplicateId",
     "TransactionAborted",
@@ -70,9 +89,13 @@ __all__ = [
     "SyncTransientError",
     "SyncAuthError",
     "SyncPermanentError",
+    "WrongPassphrase",
+    "DecryptionError",
     "QueryError",
+    "QueryTimeout",
     "EmbeddingError",
     "UnsupportedEnvironment",
+    "EncryptionConflict",
     "ProviderError",
     "ProviderAuthError",
     "ProviderNotFound",
@@ -139,6 +162,42 @@ class ContextOverflow(ValidationError):
         self.needed = needed
         self.budget = budget
 
+class LimitExceeded(ValidationError):
+    """A configured bound (``chatmem.validation.Limits``) was passed: nothing was written.
+
+    ``limit`` is the name of the ``Limits`` field (e.g. ``"max_message_bytes"``,
+    ``"max_depth"``), ``maximum`` its value.
+    """
+
+    def __init__(self, message: str, *, limit: str = "", maximum: int = 0, field: str | None = None,
+                 index: int | None = None):
+        super().__init__(message, field=field, index=index)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class ImportLimitExceeded(ImportFormatError, LimitExceeded):
+    """An import passed a ``Limits`` bound (its size, a record's size or nesting)."""
+
+    def __init__(self, message: str, *, limit: str, maximum: int, path: str | None = None,
+                 field: str | None = None, session_index: int | None = None,
+                 message_index: int | None = None):
+        super().__init__(message, path=path, field=field, session_index=session_index,
+                         message_index=message_index)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class ClockSkew(ValidationError):
+    """A hybrid logical clock value lies further ahead of the local clock than
+    ``Limits.max_clock_skew_ms`` allows; nothing (not even the clock) changed."""
+
+    def __init__(self, message: str, *, ahead_ms: int, bound_ms: int):
+        super().__init__(message, field="hlc")
+        self.ahead_ms = ahead_ms
+        self.bound_ms = bound_ms
+
+
 class ReadOnlySQLError(ValidationError):
     """``mem.sql`` accepts one read-only statement (SELECT, WITH ... SELECT, ...); this was not one."""
 
@@ -170,6 +229,23 @@ class QuotaExceeded(StorageError):
     """The browser (or disk) has no room left for this origin."""
 
 
+class RateLimited(QuotaExceeded):
+    """A sync server account pushed its operations of this minute (HTTP 429);
+    ``retry_after`` is the number of seconds to the next minute."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StorageFull(QuotaExceeded):
+    """A push would take a sync server account over its stored-bytes quota (HTTP 413)."""
+
+
+class DatabaseUnavailable(StorageError):
+    """The sync server's database failed or did not answer (HTTP 503: retry later)."""
+
+
 class ConstraintViolation(StorageError):
     """A uniqueness or key constraint of the store was violated."""
 
@@ -196,6 +272,16 @@ class DatabaseClosed(StorageError):
 
 class IndexLocked(StorageError):
     """The cached index file is held by another tab (OPFS files are one-writer)."""
+
+
+class EncryptionConflict(ChatmemError):
+    """The reference server: a request does not fit the space's end-to-end encryption
+    state (plain content in an encrypted space, a stale key, a change in progress).
+    Answered ``409 {"error", "code"}``; ``code`` is e.g. ``e2e-required``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class TransportError(ChatmemError):
@@ -248,6 +334,23 @@ class SyncPermanentError(SyncError):
     """The server refused the request itself (400/404/409/413/422, other 4xx)."""
 
 
+class WrongPassphrase(SyncError):
+    """The passphrase (or key) does not open this sync space's data.
+
+    Raised before anything is pushed or applied: the derived key does not
+    match the key check value the server keeps, no passphrase was entered on
+    this device, or the passphrase was changed on another device. The outbox
+    is untouched; ``mem.sync.status()`` reports ``wrong-passphrase`` or
+    ``locked``.
+    """
+
+
+class DecryptionError(SyncError):
+    """An encrypted record did not authenticate: its ciphertext, nonce or bound
+    identity (op_id, resource, id, hlc, field) was altered. Nothing of the page
+    that held it is applied and the pull cursor does not move."""
+
+
 class ProviderError(ChatmemError):
     """A chat-model request failed. ``status`` is the HTTP status when there was one."""
 
@@ -286,6 +389,10 @@ class QueryError(ChatmemError):
     The engine's own exception is kept as ``__cause__``. The index is a derived
     copy of the store: nothing durable is lost when it fails.
     """
+
+
+class QueryTimeout(QueryError):
+    """A query ran longer than its ``timeout`` and was interrupted; the index is free again."""
 
 
 class EmbeddingError(ChatmemError):

@@ -32,14 +32,14 @@ first in ascending order, as JavaScript orders them.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from enum import Enum
-from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Mapping, Protocol, cast, runtime_checkable
 
+from .context_render import json_stringify, render_context_message
 from .errors import ValidationError
 from .ids import Clock
 
@@ -112,13 +112,47 @@ class _Source:
 
 @runtime_checkable
 class ContextProvider(Protocol):
-    """Anything with an async ``provide()``; ``None`` means "nothing new".
+    """Anything with a ``provide()``, plain or async; ``None`` means "nothing new".
+    ``register`` also takes a bare callable (plain or async) returning the same.
 
     A provider may also define ``drain_removals() -> list[tuple[str, str | None]]``:
     ``(source_type, source_id)`` pairs to remove, applied after its messages.
     """
 
-    async def provide(self) -> ContextMessage | list[ContextMessage] | None: ...
+    def provide(self) -> Any: ...
+
+
+ProvideResult = ContextMessage | list[ContextMessage] | None
+
+
+async def maybe_await(value: Any) -> Any:
+    """``await value`` when it is awaitable, else ``value``: callbacks may be plain or async."""
+    return await value if inspect.isawaitable(value) else value
+
+
+class CallableProvider:
+    """A context provider made from a bare callable (plain or async)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    async def provide(self) -> ProvideResult:
+        out: ProvideResult = await maybe_await(self.fn())
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CallableProvider) and other.fn == self.fn
+
+    def __hash__(self) -> int:
+        return hash(self.fn)
+
+
+def _as_provider(provider: Any) -> ContextProvider:
+    if callable(getattr(provider, "provide", None)):
+        return cast(ContextProvider, provider)
+    if not callable(provider):
+        raise ValidationError("a context provider needs a provide() method or must be callable", field="provider")
+    return CallableProvider(provider)
 
 
 @dataclass(slots=True, frozen=True)
@@ -205,16 +239,20 @@ class ContextManager:
         return render_context_message(self.snapshot(now))
 
     # ---------------------------------------------------------------- providers
-    def register(self, provider: ContextProvider) -> None:
-        """Add a provider; ``refresh()`` (run before each turn) asks it for context."""
-        if not callable(getattr(provider, "provide", None)):
-            raise ValidationError("a context provider needs an async provide()", field="provider")
-        if provider not in self._providers:
-            self._providers.append(provider)
+    def register(self, provider: ContextProvider | Callable[[], Any]) -> None:
+        """Add a provider; ``refresh()`` (run before each turn) asks it for context.
 
-    def unregister(self, provider: ContextProvider) -> None:
-        if provider in self._providers:
-            self._providers.remove(provider)
+        ``provider`` has a ``provide()`` method, or is itself a callable; either
+        may be plain or async and returns a ``ContextMessage``, a list, or ``None``.
+        """
+        p = _as_provider(provider)
+        if p not in self._providers:
+            self._providers.append(p)
+
+    def unregister(self, provider: ContextProvider | Callable[[], Any]) -> None:
+        p = _as_provider(provider)
+        if p in self._providers:
+            self._providers.remove(p)
 
     @property
     def providers(self) -> list[ContextProvider]:
@@ -230,7 +268,7 @@ class ContextManager:
         failures: list[ProviderFailure] = []
         for provider in list(self._providers):
             try:
-                out = await provider.provide()
+                out = await maybe_await(provider.provide())
                 msgs = [] if out is None else [out] if isinstance(out, ContextMessage) else list(out)
                 for m in msgs:
                     if not isinstance(m, ContextMessage):
@@ -303,13 +341,13 @@ class DatetimeProvider:
 
 
 class UserProfileProvider:
-    """``module:user-profile``: the dict returned by ``await get_settings()``
-    (e.g. the user profile read from stored settings). An empty or ``None``
-    profile removes the entry."""
+    """``module:user-profile``: the dict returned by ``get_settings()``, a plain
+    or async callable (e.g. the user profile read from stored settings). An
+    empty or ``None`` profile removes the entry."""
 
     def __init__(
         self,
-        get_settings: Callable[[], Awaitable[Mapping[str, Any] | None]],
+        get_settings: Callable[[], Awaitable[Mapping[str, Any] | None] | Mapping[str, Any] | None],
         *,
         source_type: str = "module:user-profile",
         priority: int = 0,
@@ -320,7 +358,7 @@ class UserProfileProvider:
         self._remove = False
 
     async def provide(self) -> ContextMessage | None:
-        settings = await self._get()
+        settings = await maybe_await(self._get())
         self._remove = not settings
         if not settings:
             return None
@@ -379,103 +417,3 @@ class ModuleStateProvider:
     def drain_removals(self) -> list[tuple[str, str | None]]:
         out, self._cleared = self._cleared, []
         return out
-
-
-# ------------------------------------------------------------------ injection
-
-
-def render_context_message(snapshot: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The injected context message, or ``None`` for an empty snapshot::
-
-        {"role": "user", "content": [{"type": "text", "text": "Module k: {json}\\n..."}]}
-    """
-    if not snapshot:
-        return None
-    text = "\n".join(f"Module {key}: {json_stringify(value)}" for key, value in snapshot.items())
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
-
-
-_INDEX_KEY = re.compile(r"0|[1-9][0-9]*")
-_SURROGATE = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
-
-
-def _js_number(x: float) -> str:
-    """JavaScript's Number::toString for a finite float (shortest round trip)."""
-    if x == 0:
-        return "0"
-    if x < 0:
-        return "-" + _js_number(-x)
-    mantissa, _, exp_s = repr(x).partition("e")
-    int_part, _, frac = mantissa.partition(".")
-    raw = int_part + frac
-    stripped = raw.lstrip("0")
-    # value = 0.<digits> * 10**n
-    n = len(int_part) + (int(exp_s) if exp_s else 0) - (len(raw) - len(stripped))
-    digits = stripped.rstrip("0")
-    k = len(digits)
-    if k <= n <= 21:
-        return digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return "0." + "0" * (-n) + digits
-    e = n - 1
-    sign = "+" if e >= 0 else "-"
-    head = digits[0] + ("." + digits[1:] if k > 1 else "")
-    return f"{head}e{sign}{abs(e)}"
-
-
-def _js_string(s: str) -> str:
-    out = json.dumps(s, ensure_ascii=False)
-    if _SURROGATE.search(out):
-
-        def fix(m: re.Match[str]) -> str:
-            t = m.group()
-            if len(t) == 2:  # a well-formed pair JavaScript would print as is
-                return t.encode("utf-16", "surrogatepass").decode("utf-16")
-            return f"\\u{ord(t):04x}"
-
-        out = _SURROGATE.sub(fix, out)
-    return out
-
-
-def _stringify(v: Any, out: list[str]) -> None:
-    if v is None or v is True or v is False:
-        out.append("null" if v is None else "true" if v else "false")
-    elif isinstance(v, str):
-        out.append(_js_string(v))
-    elif isinstance(v, int):
-        out.append(str(v))
-    elif isinstance(v, float):
-        out.append(_js_number(v) if math.isfinite(v) else "null")
-    elif isinstance(v, Mapping):
-        keys = [str(k) if not isinstance(k, str) else k for k in v]
-        pairs = list(zip(keys, v.values()))
-        index = sorted((p for p in pairs if _INDEX_KEY.fullmatch(p[0]) and int(p[0]) < 2**32 - 1),
-                       key=lambda p: int(p[0]))
-        rest = [p for p in pairs if not (_INDEX_KEY.fullmatch(p[0]) and int(p[0]) < 2**32 - 1)]
-        out.append("{")
-        for i, (k, val) in enumerate(index + rest):
-            if i:
-                out.append(",")
-            out.append(_js_string(k))
-            out.append(":")
-            _stringify(val, out)
-        out.append("}")
-    elif isinstance(v, (list, tuple)):
-        out.append("[")
-        for i, item in enumerate(v):
-            if i:
-                out.append(",")
-            _stringify(item, out)
-        out.append("]")
-    else:
-        raise ValidationError(f"{type(v).__name__} is not a JSON value", field="content")
-
-
-def json_stringify(value: Any) -> str:
-    """``JSON.stringify(value)`` as JavaScript prints it (see the module docstring)."""
-    out: list[str] = []
-    _stringify(value, out)
-    return "".join(out)
-

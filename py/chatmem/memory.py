@@ -25,7 +25,7 @@ from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
 from .live_context import ContextManager, ModuleStateProvider
-from .lru import LRUCache
+from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
 from .outbox import Outbox
 from .retention import Retention
@@ -35,11 +35,22 @@ from .stores.base import Store
 from .sync.engine import SyncEngine
 from .token_count import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
+from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
 
-__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER"]
+__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT"]
 
 DURABILITIES = ("relaxed", "strict")
+#: seconds ``Memory.sql`` lets one query run before it interrupts it
+DEFAULT_SQL_TIMEOUT = 30.0
+
+
+def _check_limits(limits: Limits | None) -> Limits:
+    if limits is None:
+        return DEFAULT_LIMITS
+    if not isinstance(limits, Limits):
+        raise ValidationError("limits must be a chatmem.Limits", field="limits")
+    return limits
 
 
 class Memory:
@@ -59,11 +70,13 @@ class Memory:
         clock: Clock | None = None,
         cache_size: int = 100,
         cache_ttl: int = 3_600_000,
+        cache_strategy: str = "lru",
         name: str | None = None,
         tokenizer: Tokenizer | None = None,
         embedder: Embedder | None = None,
         engine_factory: Any = None,
         runtime: Runtime | None = None,
+        limits: Limits | None = None,
     ):
         self.runtime = runtime = runtime or default_runtime()
         clock = clock or runtime.clock
@@ -71,14 +84,18 @@ class Memory:
         self.store = store
         self.clock = clock
         ids = IdGenerator(clock)
+        limits = _check_limits(limits)
         self._core = Core(
             store=store,
             clock=clock,
             ids=ids,
-            outbox=Outbox(store, ids, clock),
-            meta_cache=LRUCache(cache_size, cache_ttl, clock),
-            page_cache=LRUCache(cache_size, cache_ttl, clock),
+            outbox=Outbox(store, ids, clock, max_skew_ms=limits.max_clock_skew_ms),
+            meta_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
+            page_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
+            limits=limits,
         )
+        #: the bounds this memory enforces (``chatmem.validation.Limits``)
+        self.limits = self._core.limits
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
@@ -93,7 +110,7 @@ class Memory:
         self.sync = SyncEngine(
             self._core, transport=runtime.transport, sleep=runtime.sleep, rand=runtime.rand,
             lock=runtime.drain_lock(getattr(store, "name", "chatmem")), online=runtime.online,
-            on_online=runtime.on_online)
+            on_online=runtime.on_online, cipher=runtime.cipher_suite)
         self._closed = False
         #: the derived query index (DuckDB), built lazily on the first query
         cache = None if engine_factory is not None else runtime.index_cache(store)
@@ -101,8 +118,8 @@ class Memory:
             self._core, engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
             embedder=embedder, cache=cache)
         self._core.listeners.append(self.index.on_change)
-        self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retention=self.retention,
-                                       retriever=self.index.retriever)
+        self._core.external_listeners.append(self.index.on_external)
+        self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
             subscribe(self._on_remote_change)
@@ -116,13 +133,23 @@ class Memory:
     has_index = True
 
     # ------------------------------------------------------------------ query and search
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
+    async def sql(
+        self,
+        query: str,
+        params: list[Any] | tuple[Any, ...] | None = None,
+        *,
+        timeout: float | None = DEFAULT_SQL_TIMEOUT,
+    ) -> list[dict[str, Any]]:
         """Read-only SQL over the query index (tables ``sessions``, ``messages``, ...).
 
         Parameters are bound (``?``), never formatted in. Anything but one
         read-only query raises ``ReadOnlySQLError`` and leaves the index as it was.
+        The engine cannot reach files, the network or its own settings. A query
+        running longer than ``timeout`` seconds (default 30; None: no limit) is
+        interrupted and raises ``QueryTimeout``; cancelling the awaiting task
+        interrupts it too, and the index is free for the next call at once.
         """
-        return await self.index.sql(query, params)
+        return await self.index.sql(query, params, timeout=timeout)
 
     async def search(
         self,
@@ -169,6 +196,13 @@ class Memory:
         self.embedding_task = asyncio.ensure_future(embed_all())
         return self.embedding_task
 
+    def embed_in_background(self, *, batch_size: int = 64) -> asyncio.Task[int]:
+        """Embed every stored message for the current embedder in the background (batches
+        that yield to the page; progress in ``mem.index.embed_progress``; the index cache is
+        saved after each batch, so a reload resumes). Returns the task."""
+        self.embedding_task = asyncio.ensure_future(self.index.embed_in_background(batch_size=batch_size))
+        return self.embedding_task
+
     async def rebuild_index(self) -> None:
         """Derive the query index again from the store (it is never the source of truth)."""
         await self.index.rebuild()
@@ -187,23 +221,30 @@ class Memory:
         self,
         session_id: str,
         *,
-        system_prompt: str | None,
+        system_prompt: str | None = None,
         max_tokens: int | None = None,
         reserve_tokens: int = 0,
         retrieval: Any = None,
         summarize: Any = None,
         budget: ModelBudget | str | int | None = None,
-    ) -> list[dict[str, Any]]:
+        format: str = "openai",
+        message_overhead: int | None = None,
+    ) -> Any:
         """Provider-ready messages: system, context, summary, retrieved, then the recent ones that fit.
 
         Never more than ``max_tokens - reserve_tokens`` (or a named ``budget``
-        preset); the system prompt and the newest user message are always kept
-        (``ContextOverflow`` if even they do not fit); tool calls stay with
-        their results. Reads only; ``summarize=`` may first store a summary.
+        preset); the system prompt (the session's ``system`` message at seq 0,
+        or ``system_prompt=`` which overrides it for this call) and the newest
+        user message are always kept (``ContextOverflow`` if even they do not
+        fit); tool calls stay with their results. ``format="openai"`` (a list
+        of chat messages) or ``"anthropic"`` (``{"system", "messages"}``); the
+        per-message token overhead follows it unless ``message_overhead=``.
+        Reads only: ``summarize=`` sends a computed summary, the store is untouched.
         """
         return await self._builder.build_context(
             session_id, system_prompt=system_prompt, max_tokens=max_tokens, reserve_tokens=reserve_tokens,
-            retrieval=retrieval, summarize=summarize, budget=budget)
+            retrieval=retrieval, summarize=summarize, budget=budget, format=format,
+            message_overhead=message_overhead)
 
     async def build_window(self, session_id: str, **kw: Any) -> WindowResult:
         """``build_context`` with the details: tokens per part, kept and dropped ids, summary used."""
@@ -297,9 +338,11 @@ async def open(
     store: Store | None = None,
     cache_size: int = 100,
     cache_ttl: int = 3_600_000,
+    cache_strategy: str = "lru",
     embedder: Embedder | None = None,
     tokenizer: Tokenizer | None = None,
     runtime: Runtime | None = None,
+    limits: Limits | None = None,
 ) -> Memory:
     """Open conversation memory.
 
@@ -310,6 +353,7 @@ async def open(
       transport, query engine, drain lock, online status, storage, token
       counter, clock, sleep, random); by default this platform's, chosen here once.
 
+    ``cache_strategy`` is ``"lru"`` or ``"lfu"`` (the original's ``CacheConfig.strategy``).
     ``durability`` is ``"relaxed"`` (survives a tab or process crash) or
     ``"strict"`` (flushed to disk before a write returns; slower).
     """
@@ -317,11 +361,14 @@ async def open(
         raise ValidationError("name must be a non-empty string", field="name")
     if durability not in DURABILITIES:
         raise ValidationError(f"durability must be one of {DURABILITIES}", field="durability")
+    if cache_strategy not in CACHE_STRATEGIES:
+        raise ValidationError(f"cache_strategy must be one of {CACHE_STRATEGIES}", field="cache_strategy")
     if runtime is not None and not isinstance(runtime, Runtime):
         raise ValidationError("runtime must be a chatmem.Runtime", field="runtime")
     runtime = runtime or default_runtime()
     opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
-                            "embedder": embedder, "tokenizer": tokenizer, "runtime": runtime}
+                            "cache_strategy": cache_strategy, "embedder": embedder, "tokenizer": tokenizer,
+                            "limits": limits, "runtime": runtime}
     if store is None:
         store = await runtime.open_store(name, persist=None if persist is None else str(persist),
                                          durability=durability)

@@ -14,6 +14,7 @@ from .core import Core
 from .errors import MessageNotFound, SessionNotFound, ValidationError
 from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from .sessions import DEFAULT_TITLE
+from .validation import check_value
 
 __all__ = ["Messages"]
 
@@ -33,6 +34,15 @@ class Messages:
         self, role: Any, content: Any, fields: Mapping[str, Any], *, index: int | None = None, now: int
     ) -> dict[str, Any]:
         """Validate one message and turn it into a record without ``seq`` or session."""
+        limits = self._core.limits
+        try:
+            check_value({"role": role, "content": content, **fields}, limits,
+                        max_bytes=limits.max_message_bytes)
+        except ValidationError as e:
+            if index is not None:
+                e.index = index
+                e.args = (f"item {index}: {e}",)
+            raise
         validate_message_fields(role, content, fields, index=index)
         token_count = fields.get("token_count")
         if token_count is None:
@@ -139,6 +149,7 @@ class Messages:
         """Like ``list`` but the stored records, served from the page cache when fresh."""
         _check_page(offset, limit)
         key = (session_id, offset, limit, newest_first)
+        await self._core.check_external()
         page = self._core.cached_page(key)
         if page is None:
             if self._core.cached_meta(session_id) is None and not await self._core.store.get_session(
@@ -150,6 +161,7 @@ class Messages:
         return page
 
     async def count(self, session_id: str) -> int:
+        await self._core.check_external()
         meta = self._core.cached_meta(session_id)
         if meta is None:
             meta = await self._core.store.get_session(session_id)

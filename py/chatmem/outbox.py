@@ -1,5 +1,6 @@
 """Sync operations for every change, made before the write and handed to the
-store, which enqueues them in the *same* transaction as the change.
+store, which enqueues them in the *same* transaction as the change, once sync
+was turned on (``Store.outbox_activate``; until then it drops them).
 
 ``Outbox`` knows this device's id (kept in the store's kv under
 ``sync.device_id``) and its hybrid logical clock; it never talks to a server
@@ -12,7 +13,7 @@ from typing import Any, Iterable
 
 from .ids import Clock, IdGenerator
 from .stores.base import Store
-from .sync.hlc import HybridLogicalClock
+from .sync.hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
 
 __all__ = ["Outbox", "DEVICE_KEY"]
 
@@ -20,8 +21,9 @@ DEVICE_KEY = "sync.device_id"
 
 
 class Outbox:
-    def __init__(self, store: Store, ids: IdGenerator, clock: Clock):
+    def __init__(self, store: Store, ids: IdGenerator, clock: Clock, *, max_skew_ms: int = DEFAULT_MAX_SKEW_MS):
         self._store = store
+        self._max_skew_ms = max_skew_ms
         self._ids = ids
         self._clock = clock
         self.hlc: HybridLogicalClock | None = None
@@ -35,16 +37,23 @@ class Outbox:
             if not device:
                 device = "d" + self._ids()
                 await self._store.kv_set(DEVICE_KEY, device)
-            self.hlc = HybridLogicalClock(device, self._clock)
+            self.hlc = HybridLogicalClock(device, self._clock, max_skew_ms=self._max_skew_ms)
         return self.hlc
 
     async def op(
-        self, type_: str, resource: str, id_: str, session_id: str, data: dict[str, Any] | None
+        self,
+        type_: str,
+        resource: str,
+        id_: str,
+        session_id: str,
+        data: dict[str, Any] | None,
+        op_id: str | None = None,
     ) -> dict[str, Any]:
-        """One operation; ``data=None`` on a message create means "the stored record"."""
+        """One operation; ``data=None`` on a message create means "the stored record"
+        (the op refers to it; ``chatmem.sync.wire`` reads it when pushing)."""
         hlc = await self._hlc()
         return {
-            "op_id": self._ids(),
+            "op_id": op_id or self._ids(),
             "type": type_,
             "resource": resource,
             "id": id_,
@@ -61,13 +70,9 @@ class Outbox:
         data = {k: v for k, v in record.items() if k not in ("nextSeq",)}
         return [await self.op("create", "session", record["sessionId"], record["sessionId"], data)]
 
-    async def messages_created(
-        self, session_id: str, records: Iterable[dict[str, Any]], with_data: bool = False
-    ) -> list[dict[str, Any]]:
-        return [
-            await self.op("create", "message", r["id"], session_id, r if with_data else None)
-            for r in records
-        ]
+    async def messages_created(self, session_id: str, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Reference ops: each refers to its stored message instead of copying it."""
+        return [await self.op("create", "message", r["id"], session_id, None) for r in records]
 
     async def messages_deleted(self, session_id: str, message_ids: Iterable[str]) -> list[dict[str, Any]]:
         return [

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Seq
 
 from .errors import ValidationError
 from .models import ChatMessage, SessionMeta
-from .summarize import SUMMARY_PREFIX, ExtractiveSummarizer, Summarizer, is_summary_message, summary_text
+from .summarize import (
+    SUMMARY_PREFIX,
+    ExtractiveSummarizer,
+    Summarizer,
+    is_summary_message,
+    is_system_prompt,
+    summary_text,
+)
 
 if TYPE_CHECKING:
     from .ids import Clock
@@ -198,8 +205,9 @@ def plan_message_retention(
 ) -> MessagePlan:
     """Plan the message-level policy for one session's messages (``seq`` order). Pure.
 
-    System messages are kept when ``keep_system_messages`` (stored summaries
-    excepted: a new summary supersedes them). Of the other messages the newest
+    The session's system prompt (a ``system`` message at ``seq`` 0) is always
+    kept; other system messages are kept when ``keep_system_messages`` (stored
+    summaries excepted: a new summary supersedes them). Of the other messages the newest
     ``min(summary_threshold, max_messages_per_session)`` are kept when
     ``summarize_old``, the newest ``max_messages_per_session`` otherwise; the
     older ones are summarized (or just removed). The cut never leaves a
@@ -211,7 +219,8 @@ def plan_message_retention(
     msgs = [m if isinstance(m, ChatMessage) else ChatMessage.from_record(m) for m in messages]
     action: Literal["archive", "delete"] = "archive" if policy.archive_originals else "delete"
     summaries = [m for m in msgs if is_summary_message(m)]
-    fixed = [m for m in msgs if not is_summary_message(m) and policy.keep_system_messages and m.role == "system"]
+    fixed = [m for m in msgs if not is_summary_message(m) and m.role == "system"
+             and (policy.keep_system_messages or is_system_prompt(m))]
     fixed_ids = {m.id for m in fixed}
     convo = [m for m in msgs if m.id not in fixed_ids and not is_summary_message(m)]
     keep_n = (

@@ -12,10 +12,13 @@ from typing import Any, Iterable
 from .core import Core
 from .errors import SessionNotFound, ValidationError
 from .models import ChatMessage, SessionMeta
+from .validation import check_session_record
 
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 
 DEFAULT_TITLE = "New Conversation"
+#: kv key of the profile's active session id
+ACTIVE_KEY = "active_session"
 
 
 class _Unset:
@@ -58,6 +61,7 @@ class Sessions:
 
     async def _record(self, session_id: str) -> dict[str, Any]:
         _check_str(session_id, "session_id")
+        await self._core.check_external()
         rec = self._core.cached_meta(session_id)
         if rec is None:
             rec = await self._core.store.get_session(session_id)
@@ -96,6 +100,7 @@ class Sessions:
             tags=tag_list,
         )
         rec = meta.to_record()
+        check_session_record(rec, self._core.limits)
         ops = await self._core.outbox.session_created(rec)
         await self._core.store.create_session(rec, [], ops)
         self._core.remember_meta(dict(rec, nextSeq=0))
@@ -105,6 +110,22 @@ class Sessions:
     async def get(self, session_id: str) -> SessionMeta:
         """The session's metadata; ``SessionNotFound`` if there is none."""
         return SessionMeta.from_record(await self._record(session_id))
+
+    async def active(self) -> str | None:
+        """The id of the profile's active session (the original's ``activeSessionId``),
+        or ``None`` when none is set or it was deleted since. Stored with the profile's
+        settings: it survives a reload or a restart."""
+        sid = await self._core.store.kv_get(ACTIVE_KEY)
+        if not isinstance(sid, str) or not await self.exists(sid):
+            return None
+        return sid
+
+    async def set_active(self, session_id: str | None) -> None:
+        """Make ``session_id`` the active session (``None`` clears it). Durable when it
+        returns; ``SessionNotFound`` (nothing written) for an unknown id."""
+        if session_id is not None:
+            await self._record(session_id)
+        await self._core.store.kv_set(ACTIVE_KEY, session_id)
 
     async def exists(self, session_id: str) -> bool:
         try:
@@ -173,6 +194,7 @@ class Sessions:
         _check_str(session_id, "session_id")
         if not changes:
             return await self.get(session_id)
+        check_session_record(changes, self._core.limits, partial=True)
         ops = [await self._core.outbox.op("update", "session", session_id, session_id, changes)]
         rec = await self._core.store.update_session(session_id, changes, ops)
         self._core.remember_meta(rec)
@@ -237,7 +259,7 @@ class Sessions:
         )
         rec = meta.to_record()
         ops = await self._core.outbox.session_created(rec)
-        ops += await self._core.outbox.messages_created(new_id, copies, with_data=True)
+        ops += await self._core.outbox.messages_created(new_id, copies)
         await self._core.store.create_session(rec, copies, ops)
         self._core.changed("session-created", new_id, rec)
         if copies:

@@ -38,6 +38,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "LLMSummarizer",
     "is_summary_message",
+    "is_system_prompt",
     "summary_text",
     "build_summary_prompt",
 ]
@@ -67,6 +68,13 @@ def is_summary_message(m: ChatMessage | Mapping[str, Any]) -> bool:
     """True for a stored summary message (``metadata["summary"]`` is true)."""
     meta = m.metadata if isinstance(m, ChatMessage) else m.get("metadata")
     return bool(isinstance(meta, Mapping) and meta.get("summary"))
+
+
+def is_system_prompt(m: ChatMessage | Mapping[str, Any]) -> bool:
+    """True for a session's system prompt: a ``system`` message at ``seq`` 0 (not a summary).
+    It is always sent, never summarized and never removed by retention."""
+    msg = _as_message(m)
+    return msg.seq == 0 and msg.role == "system" and not is_summary_message(msg)
 
 
 def summary_text(m: ChatMessage | Mapping[str, Any]) -> str:

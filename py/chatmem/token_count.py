@@ -6,14 +6,19 @@ what the store records as each message's ``token_count`` at write time. So
 the default tokenizer trusts a stored ``ChatMessage.token_count`` and never
 recounts the text of a stored message; any other tokenizer recounts.
 
-``count_message`` adds a fixed per-message overhead (default 4 tokens, after
-OpenAI's guidance that each message costs about 3-4 tokens of framing: role,
-separators) plus the tokens of any ``tool_calls`` (their compact JSON) and
-``name``/``tool_call_id``. The overhead is configurable per tokenizer.
+``count_message`` adds a per-message overhead (the framing a provider wraps
+around each message: role, separators) plus the tokens of any ``tool_calls``
+(their compact JSON) and ``name``/``tool_call_id``. The overhead follows the
+target format of the window (``MESSAGE_OVERHEAD``): 4 tokens for ``openai``
+(OpenAI's guidance: about 3-4 tokens per message), 3 for ``anthropic`` (the
+turn markers of the Messages API). A tokenizer built with an explicit
+``message_overhead=`` keeps it for every format; ``build_context(...,
+message_overhead=N)`` overrides both for one call.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
@@ -29,11 +34,15 @@ __all__ = [
     "BPETokenizer",
     "BPE_ENCODINGS",
     "DEFAULT_MESSAGE_OVERHEAD",
+    "MESSAGE_OVERHEAD",
+    "for_format",
     "message_extra_text",
 ]
 
 #: tokens of framing counted once per message (role, separators)
 DEFAULT_MESSAGE_OVERHEAD = 4
+#: tokens of framing per message, by the target format of a context window
+MESSAGE_OVERHEAD = {"openai": 4, "anthropic": 3}
 
 
 @runtime_checkable
@@ -66,6 +75,32 @@ def message_extra_text(message: ChatMessage | Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _check_overhead(value: int | None) -> int:
+    if value is None:
+        return DEFAULT_MESSAGE_OVERHEAD
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("message_overhead must be an int >= 0", field="message_overhead")
+    return value
+
+
+def for_format(tokenizer: Tokenizer, format: str, message_overhead: int | None = None) -> Tokenizer:
+    """``tokenizer`` counting the per-message overhead of ``format`` (see the module
+    docstring): ``message_overhead`` if given, else the tokenizer's own explicit
+    overhead, else ``MESSAGE_OVERHEAD[format]``. Returns a copy when that changes it."""
+    if format not in MESSAGE_OVERHEAD:
+        raise ValidationError(f"format must be one of {sorted(MESSAGE_OVERHEAD)}", field="format")
+    if message_overhead is None:
+        if getattr(tokenizer, "overhead_fixed", True):
+            return tokenizer
+        message_overhead = MESSAGE_OVERHEAD[format]
+    overhead = _check_overhead(message_overhead)
+    if getattr(tokenizer, "message_overhead", overhead) == overhead or not hasattr(tokenizer, "message_overhead"):
+        return tokenizer
+    out = copy.copy(tokenizer)
+    out.message_overhead = overhead
+    return out
+
+
 class EstimateTokenizer:
     """``ceil(len(text) / 4)`` per text, plus ``message_overhead`` per message.
 
@@ -77,10 +112,10 @@ class EstimateTokenizer:
 
     name = "estimate"
 
-    def __init__(self, message_overhead: int = DEFAULT_MESSAGE_OVERHEAD, *, trust_stored: bool = True):
-        if isinstance(message_overhead, bool) or not isinstance(message_overhead, int) or message_overhead < 0:
-            raise ValidationError("message_overhead must be an int >= 0", field="message_overhead")
-        self.message_overhead = message_overhead
+    def __init__(self, message_overhead: int | None = None, *, trust_stored: bool = True):
+        #: False while the overhead is the default, which then follows the window's format
+        self.overhead_fixed = message_overhead is not None
+        self.message_overhead = _check_overhead(message_overhead)
         self.trust_stored = trust_stored
 
     def __repr__(self) -> str:
@@ -118,12 +153,13 @@ class BPETokenizer:
     so this tokenizer recounts each message it is asked about.
     """
 
-    def __init__(self, encoding: str, count: Callable[[str], int], message_overhead: int = DEFAULT_MESSAGE_OVERHEAD):
+    def __init__(self, encoding: str, count: Callable[[str], int], message_overhead: int | None = None):
         if encoding not in BPE_ENCODINGS:
             raise ValidationError(f"encoding must be one of {sorted(BPE_ENCODINGS)}", field="encoding")
         self.name = encoding
         self._count = count
-        self.message_overhead = message_overhead
+        self.overhead_fixed = message_overhead is not None
+        self.message_overhead = _check_overhead(message_overhead)
 
     @classmethod
     async def load(cls, encoding: str = "o200k_base", *, runtime: Runtime | None = None) -> BPETokenizer:

@@ -12,7 +12,7 @@ import pytest
 
 from app.conftest import AppPage
 from chatmem.server import running_server
-from conftest import unique_name
+from conftest import run, unique_name
 from sync_checks import server_snapshot
 
 KEY = "k"
@@ -115,3 +115,72 @@ def test_sync_status_shows_pending_then_synced(ctx: Any, site: str, srv: Any) ->
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert not app.errors, app.errors
+
+
+def encrypted_settings(app: AppPage, endpoint: str, passphrase: str, remember: bool = False) -> None:
+    p = app.page
+    p.click(".tools [data-panel=settings]")
+    p.check("#set-sync-enabled")
+    p.fill("#set-sync-endpoint", endpoint)
+    p.fill("#set-sync-key", KEY)
+    p.set_checked("#set-sync-auto", False)
+    p.check("#set-sync-encrypt")
+    p.fill("#set-sync-passphrase", passphrase)
+    p.set_checked("#set-sync-remember", remember)
+    assert "cannot be read by anyone" in p.locator("#sync-e2e-warning").inner_text()
+    p.click("#settings-form button[type=submit]")
+    p.wait_for_selector("#settings-saved:has-text('Saved')")
+
+
+def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) -> None:
+    """Settings with a passphrase: the server's database never holds the message, a
+    CPython device with the passphrase reads it, the page's store never holds the
+    passphrase, and a second profile with a wrong one shows "Wrong passphrase"."""
+    import chatmem
+    from chatmem.server import SQLiteSyncStorage
+
+    secret = "tulip-marmalade-5521"
+    passphrase = "a long and honest passphrase"
+    db = tmp_path / "server.db"
+    with running_server(api_keys=[KEY], storage=SQLiteSyncStorage(str(db))) as srv:
+        page = ctx.new_page()
+        page.set_default_timeout(60_000)
+        app = AppPage(page, site, unique_name("e2e"))
+        app.new_session()
+        app.send(f"Remember {secret}")
+        encrypted_settings(app, srv.url, passphrase, remember=True)
+        # the form lets go of the passphrase once saved; the store holds only the derived key
+        assert page.locator("#set-sync-passphrase").input_value() == ""
+        sync_now(app)
+        assert wait_chip(app, "synced") == "Synced"
+        stored = app.py("import json, chatmem_app\nfrom chatmem.sync.keyring import KEY_KV\n"
+                        "mem = chatmem_app.app.mem\n"
+                        "json.dumps([await mem.store.kv_get(k) for k in ('sync.config', KEY_KV, 'app:settings')])")
+        assert passphrase not in stored and '"master"' in stored
+
+        async def cpython() -> list[str]:
+            mem = await chatmem.open()
+            await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
+                                                        encryption=chatmem.Passphrase(passphrase)))
+            await mem.sync.run()
+            return [m.content for s in await mem.sessions.list() for m in await mem.messages.list(s.session_id)]
+
+        assert f"Remember {secret}" in run(cpython())
+        assert secret.encode() not in db.read_bytes()
+
+        # change the passphrase from the sync panel: the old one stops working
+        page.fill("#sync-new-passphrase", "the second passphrase")
+        page.click("#panel [data-action=change-passphrase]")
+        page.wait_for_selector("text=Passphrase changed")
+        assert page.locator("#sync-new-passphrase").input_value() == ""
+        passphrase = "the second passphrase"
+        assert f"Remember {secret}" in run(cpython())
+
+        other = ctx.new_page()
+        other.set_default_timeout(60_000)
+        app2 = AppPage(other, site, unique_name("e2e-wrong"))
+        encrypted_settings(app2, srv.url, "not the passphrase")
+        sync_now(app2)
+        assert wait_chip(app2, "wrong-passphrase") == "Wrong passphrase"
+        assert "passphrase" in other.locator("#sync-error").inner_text()
+        assert not app.errors and not app2.errors, app.errors + app2.errors

@@ -22,8 +22,8 @@ class Shared:
     # one DuckDB-Wasm instance for every check; each check starts from empty tables
     def __init__(self, engine):
         self.engine = engine
-    async def execute(self, sql, params=None):
-        return await self.engine.execute(sql, params)
+    async def execute(self, sql, params=None, **kw):
+        return await self.engine.execute(sql, params, **kw)
     async def executemany(self, sql, rows):
         return await self.engine.executemany(sql, rows)
     async def load_rows(self, table, columns, rows):
@@ -160,3 +160,55 @@ def test_index_cached_in_opfs_catches_up_and_second_tab_falls_back(new_page) -> 
     last = a.py(AFTER_CRASH.replace("NAME", repr(name)))
     assert last["open"]["mode"] == "cached" and last["open"]["refreshed"] == 1 and last["hydrations"] == 0
     assert last["n"] == 8 and last["removed"] is True
+
+
+RECOVERY_FILL = """
+import chatmem
+mem = await chatmem.open(NAME)
+for t in ["a", "b", "c"]:
+    s = await mem.sessions.create(title=t)
+    await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"apple {t} ripe banana {i}"} for i in range(4)])
+await mem.search("apple")
+await mem.close()
+True
+"""
+
+RECOVERY_OPEN = """
+import chatmem
+mem = await chatmem.open(NAME)
+async def answers():
+    return [[(h.message.id, round(h.score, 9)) for h in await mem.search(q, limit=20)]
+            for q in ["apple", "ripe banana", "b", "zebra"]]
+got = await answers()
+out = {"open": mem.index.last_open, "notice": mem.index.notice, "n": len(got[0])}
+await mem.rebuild_index()
+out["same_as_fresh"] = got == await answers()
+await mem.close()
+out
+"""
+
+
+def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
+    """Garbage in the OPFS index file: the owner tab deletes it, rebuilds from IndexedDB,
+    says so, answers exactly like a fresh rebuild; the next opening uses the new file."""
+    from conftest import unique_name
+
+    name = unique_name("corrupt")
+    a = new_page()
+    assert a.py(RECOVERY_FILL.replace("NAME", repr(name))) is True
+    a.page.evaluate("""async (file) => {
+        const root = await navigator.storage.getDirectory();
+        const h = await root.getFileHandle(file, { create: true });
+        const w = await h.createWritable();
+        await w.write("this is not a database file ".repeat(4000));
+        await w.close();
+    }""", f"chatmem-index-{name}.duckdb")
+    a.reload()
+    got = a.py(RECOVERY_OPEN.replace("NAME", repr(name)))
+    assert got["n"] == 12 and got["same_as_fresh"] is True
+    assert got["open"]["mode"] == "rebuilt" and got["open"]["persistent"] is True
+    assert got["notice"] and "could not be read" in got["notice"]
+    a.reload()
+    again = a.py(RECOVERY_OPEN.replace("NAME", repr(name)))
+    assert again["open"]["mode"] == "cached" and again["notice"] is None and again["same_as_fresh"] is True
+    a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")

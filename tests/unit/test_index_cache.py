@@ -110,6 +110,7 @@ def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
         mem = _mem(db, idx)
         assert len(await mem.search("apple")) == 1
         assert mem.index.hydrations == 1 and mem.index.catchups == 0
+        assert mem.index.notice and "older version" in mem.index.notice
         await mem.close()
         _tamper(idx, "DELETE FROM index_meta WHERE key = 'complete'")
         mem = _mem(db, idx)
@@ -141,6 +142,75 @@ def test_many_changed_sessions_rebuild_instead(tmp_path):
         mem = _mem(db, idx)
         assert len(await mem.search("apple", limit=100)) == 60
         assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
+        await mem.close()
+
+    run(go())
+
+
+def _history(n_sessions: int = 5):
+    async def fill(mem: Memory) -> None:
+        for k in range(n_sessions):
+            s = await mem.sessions.create(title=f"s{k}")
+            await mem.messages.append_many(s.session_id, [
+                {"role": "user", "content": f"apple banana {k} {i} ripe banana cherry"} for i in range(8)])
+        await mem.messages.append(s.session_id, "assistant", "zebra apple")
+    return fill
+
+
+def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
+    """A cached file whose copy into memory fails is rebuilt from the store, and a save
+    that fails (the storage quota) leaves the index in memory; each time a notice says
+    so and the answers equal those of an index derived from scratch."""
+    from chatmem.errors import QuotaExceeded
+
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    class Failing(DuckDBEngine):
+        fail_on = ""
+
+        async def execute(self, sql, params=None, **kw):
+            if self.fail_on and self.fail_on in sql:
+                raise QuotaExceeded(f"injected failure of: {self.fail_on}")
+            return await super().execute(sql, params, **kw)
+
+    def mem_failing(fail_on: str) -> Memory:
+        async def engine():
+            e = Failing(idx)
+            e.fail_on = fail_on
+            return e
+
+        return Memory(SQLiteStore(db), engine_factory=engine)
+
+    async def go():
+        mem = _mem(db, idx)
+        await _history()(mem)
+        await mem.search("apple")
+        await mem.close()
+        fresh = _mem(db, None)
+        want = await _answers(fresh)
+        await fresh.close()
+
+        # the cached copy cannot be loaded: rebuilt from the store, said so
+        mem = mem_failing("COPY FROM DATABASE")
+        assert await _answers(mem) == want
+        assert mem.index.hydrations == 1 and "could not be read" in (mem.index.notice or "")
+        # ... and its save fails too (same statement): kept in memory, said so
+        assert await mem.index.save() is True
+        assert "kept in memory" in mem.index.notice and mem.index.last_open["persistent"] is False
+        await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple late")
+        assert len(await mem.search("late")) == 1, "writes still reach the in-memory index"
+        assert await mem.index.save() is False
+        await mem.close()
+
+        # only the save fails (quota): answers unchanged, notice, nothing lost
+        mem = mem_failing("CHECKPOINT")
+        got = await _answers(mem)
+        await mem.rebuild_index()
+        await mem.index.save()  # the save the rebuild scheduled, now rather than after its delay
+        fresh = _mem(db, None)
+        assert await _answers(mem) == got == await _answers(fresh)
+        assert "cannot be saved" in (mem.index.notice or "")
+        await fresh.close()
         await mem.close()
 
     run(go())

@@ -155,9 +155,13 @@ def test_summarizes_older_messages_keeping_system_and_newest_threshold():
 
 
 def test_system_messages_summarized_when_not_kept_and_delete_action():
-    """keep_system_messages=False lets the system prompt be summarized; archive_originals=False deletes."""
-    plan = plan_message_retention(convo(3), MessageRetentionPolicy(keep_system_messages=False, summary_threshold=2, archive_originals=False))
-    assert plan.summarize == ["sys", "m1"] and plan.action == "delete"
+    """keep_system_messages=False lets later system messages be summarized, never the system prompt
+    at seq 0; archive_originals=False deletes."""
+    msgs = convo(4)
+    msgs[1] = ChatMessage(id="note", session_id="s", seq=1, role="system", content="Be brief.", created_at=1)
+    plan = plan_message_retention(msgs, MessageRetentionPolicy(keep_system_messages=False, summary_threshold=2, archive_originals=False))
+    assert plan.summarize == ["note", "m2"] and plan.action == "delete"
+    assert "sys" in plan.keep and "sys" not in plan.remove
 
 
 def test_cap_without_summaries_removes_oldest():

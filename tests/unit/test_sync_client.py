@@ -581,11 +581,12 @@ def test_503_retry_after_date_and_echoed_key_is_redacted() -> None:
     assert KEY not in str(e.value) and KEY not in (e.value.response or "") and "***" in str(e.value)
 
 
-def test_malformed_change_is_refused() -> None:
-    """A change whose data and deleted flag disagree is a malformed answer."""
+def test_malformed_change_is_set_aside_not_the_page() -> None:
+    """A change whose data and deleted flag disagree is reported apart; the page (and its cursor) stays good."""
     body = b'{"changes": [{"resource": "session", "id": "s", "data": null, "deleted": false, "hlc": "0000000000001-0000-d"}], "cursor": "1", "more": false}'
-    with pytest.raises(SyncTransientError):
-        asyncio.run(mock_client(200, body).changes())
+    page = asyncio.run(mock_client(200, body).changes())
+    assert page.changes == [] and page.cursor == "1"
+    assert [m["change"]["id"] for m in page.malformed] == ["s"]
 
 
 @pytest.mark.parametrize("limit", [0, 1001, True, "10"])

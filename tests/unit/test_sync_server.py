@@ -42,7 +42,7 @@ def mop(
     op_id: str, mid: str, sid: str, h: str, text: str = "hi", type: str = "create"
 ) -> dict[str, Any]:
     data = (
-        None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text}
+        None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text, "createdAt": 1}
     )
     return {
         "op_id": op_id,
@@ -125,9 +125,10 @@ def srv() -> Iterator[SyncServer]:
 
 
 def test_health_answers_without_a_key(srv: SyncServer) -> None:
-    """Health is public and says ok."""
+    """Health is public, says ok with the database reachable, and lists end-to-end encryption."""
     status, _, body = call(srv, "GET", "/v1/health", key=None)
-    assert (status, body) == (200, {"status": "ok"})
+    assert status == 200 and body["status"] == "ok" and body["database"] == "ok"
+    assert "e2e-v1" in body["capabilities"]
 
 
 def test_push_applies_and_the_feed_returns_the_record(srv: SyncServer) -> None:

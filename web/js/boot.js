@@ -1,5 +1,5 @@
-// Boots Python in the page from this site only: Pyodide, micropip, the chatmem
-// wheel, the IndexedDB bridge, then the Python UI (app/chatmem_app). Exposes
+// Boots Python in the page from this site only: Pyodide, the chatmem wheel and
+// the IndexedDB bridge (loadChatmem, js/load.js), then the Python UI (app/chatmem_app). Exposes
 // the documented test hook:
 //   window.chatmem.ready          Promise, resolves when chatmem is importable
 //   window.chatmem.runPython(src) runs async Python (top-level await allowed)
@@ -8,6 +8,7 @@
 //   window.chatmem.timings        {step: ms since navigation start}
 // The UI itself is Python; this file is glue: loading, progress, service worker.
 import * as bridge from "./bridge.js";
+import { loadChatmem } from "./load.js";
 
 const here = (path) => new URL(path, import.meta.url).href;
 const progress = [];
@@ -61,15 +62,11 @@ async function boot() {
   report("Loading Python (Pyodide)…");
   const { loadPyodide } = await import(here("../pyodide/pyodide.mjs"));
   const pyodide = await loadPyodide({ indexURL: here("../pyodide/") });
-  pyodide.registerJsModule("chatmem_bridge", bridge);
   step("pyodide", "done");
   step("wheels", "active");
   report("Installing chatmem…");
   const info = await (await fetch(here("../build-info.json"), { cache: "no-cache" })).json();
-  await pyodide.loadPackage("micropip");
-  const micropip = pyodide.pyimport("micropip");
-  await micropip.install(here("../" + info.wheel));
-  micropip.destroy();
+  await loadChatmem(pyodide, { base: here("../"), wheel: info.wheel });  // the same call as in the README
   const browser = pyodide.pyimport("chatmem.runtime.page");
   const runCode = browser.run_code;
   window.chatmem.pyodide = pyodide;

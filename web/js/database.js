@@ -11,20 +11,26 @@ import { openDB, deleteDB } from "idb";
 
 import { applyChanges } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
-import { SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
+import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
 
 const BLOCKED_TIMEOUT_MS = 5000;
 
-// Outbox operations enqueued in the same transaction as the change they describe;
-// a message op without data gets the stored record.
-function enqueue(tx, ops, records = [], created = true) {
+// Outbox operations enqueued in the same transaction as the change they describe,
+// once sync was turned on: the kv key OUTBOX_KEY is read
+// in that transaction (the scope must hold "kv"). A message create op keeps data
+// null: it refers to the stored message, which the push reads.
+function enqueue(db, tx, ops, created = true) {
   if (!ops || ops.length === 0) return [];
-  const byId = new Map(records.map((r) => [r.id, r]));
+  const keep = ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => op);
+  if (keep.length === 0) return [];
   const outbox = tx.objectStore("outbox");
-  return ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => {
-    if (op.data == null && op.resource === "message" && op.type !== "delete") op = { ...op, data: byId.get(op.id) ?? null };
-    return outbox.add(op);
-  });
+  const add = () => keep.map((op) => outbox.add(op));
+  if (db.outboxOn) return add();  // turned on for good: no need to look again
+  return [tx.objectStore("kv").count(OUTBOX_KEY).then((n) => {
+    if (!n) return null;
+    db.outboxOn = true;
+    return Promise.all(add());
+  })];
 }
 
 function nextSeqAfter(messages) {
@@ -82,11 +88,11 @@ class Database {
 
   // ------------------------------------------------------------------ sessions
   async createSession({ record, messages, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const rec = { ...record, nextSeq: nextSeqAfter(messages), messageCount: messages.length };
     const ps = [tx.objectStore("sessions").add(rec)];
     for (const m of messages) ps.push(tx.objectStore("messages").add(m));
-    ps.push(...enqueue(tx, ops, messages), tx.done);
+    ps.push(...enqueue(this, tx, ops), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("session", [record.sessionId]);
     return null;
@@ -101,33 +107,33 @@ class Database {
   }
 
   async updateSession({ sessionId, changes, ops }) {
-    const tx = this.tx(["sessions", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "outbox", "kv"], "readwrite");
     const store = tx.objectStore("sessions");
     const rec = await store.get(sessionId);
     if (!rec) {
       await missing(tx, sessionId);
     }
     Object.assign(rec, changes);
-    await settle([store.put(rec), ...enqueue(tx, ops), tx.done]);
+    await settle([store.put(rec), ...enqueue(this, tx, ops), tx.done]);
     this.notify("session", [sessionId]);
     return rec;
   }
 
   async deleteSession({ sessionId, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const existed = (await sessions.count(sessionId)) > 0;
     const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     ps.push(sessions.delete(sessionId), tx.done);
-    if (existed) ps.push(...enqueue(tx, ops));
+    if (existed) ps.push(...enqueue(this, tx, ops));
     await settle(ps);
     this.notify("session", [sessionId]);
     return existed;
   }
 
   async clearSession({ sessionId, now, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const rec = await sessions.get(sessionId);
     if (!rec) {
@@ -136,7 +142,7 @@ class Database {
     const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     Object.assign(rec, { messageCount: 0, nextSeq: 0, updatedAt: now });
-    ps.push(sessions.put(rec), ...enqueue(tx, ops), tx.done);
+    ps.push(sessions.put(rec), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
     this.notify("session", [sessionId]);
     return rec;
@@ -146,7 +152,7 @@ class Database {
   async appendMessages({ sessionId, records, now, create, ops }) {
     // seq is read and assigned inside this readwrite transaction: IndexedDB
     // serialises overlapping readwrite transactions, so two tabs never share one.
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     let sess = await sessions.get(sessionId);
     const created = !sess;
@@ -163,7 +169,7 @@ class Database {
     sess.updatedAt = now;
     const messages = tx.objectStore("messages");
     const ps = out.map((m) => messages.add(m));
-    ps.push(sessions.put(sess), ...enqueue(tx, ops, out, created), tx.done);
+    ps.push(sessions.put(sess), ...enqueue(this, tx, ops, created), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("messages", [sessionId]);
     // the caller has the records: send back only what the transaction decided
@@ -171,7 +177,7 @@ class Database {
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const sessions = tx.objectStore("sessions");
     const messages = tx.objectStore("messages");
     const sess = await sessions.get(sessionId);
@@ -184,7 +190,7 @@ class Database {
       if (m && m.sessionId === sessionId) ps.push(messages.delete(id));
     }
     sess.messageCount = (sess.messageCount ?? 0) - ps.length;
-    ps.push(sessions.put(sess), ...enqueue(tx, ops), tx.done);
+    ps.push(sessions.put(sess), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
     this.notify("messages", [sessionId]);
     return sess;
@@ -192,7 +198,7 @@ class Database {
 
   async importSessions({ items, replace, ops }) {
     // strict durability: an import is a large, deliberate write
-    const tx = this.tx(["sessions", "messages", "outbox"], "readwrite", "strict");
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite", "strict");
     const sessions = tx.objectStore("sessions");
     const messages = tx.objectStore("messages");
     const ps = [];
@@ -209,7 +215,7 @@ class Database {
         all.push(m);
       }
     }
-    ps.push(...enqueue(tx, ops, all), tx.done);
+    ps.push(...enqueue(this, tx, ops), tx.done);
     await settle(ps).catch(duplicateId);
     this.notify("session", items.map(([r]) => r.sessionId));
     return null;
@@ -217,6 +223,11 @@ class Database {
 
   async getMessage({ messageId }) {
     return (await this.db.get("messages", messageId)) ?? null;
+  }
+
+  async getMessages({ messageIds }) {
+    const store = this.tx(["messages"]).objectStore("messages");
+    return await Promise.all(messageIds.map((id) => store.get(id).then((r) => r ?? null)));
   }
 
   async listMessages({ sessionId, offset, limit, newestFirst }) {
@@ -274,9 +285,28 @@ class Database {
   }
 
   // ------------------------------------------------------------------ outbox
+  // Turn the outbox on for good; returns the snapshot of every session's nextSeq
+  // taken in the same transaction (what the backfill uploads).
+  async outboxActivate({ now }) {
+    const tx = this.tx(["sessions", "kv"], "readwrite", "strict");
+    const kv = tx.objectStore("kv");
+    let snap = await kv.get(OUTBOX_KEY);
+    if (snap === undefined) {
+      const pairs = (await tx.objectStore("sessions").getAll())
+        .map((s) => [s.sessionId, s.nextSeq ?? s.messageCount ?? 0]);
+      pairs.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      snap = { at: now, sessions: pairs };
+      kv.put(snap, OUTBOX_KEY);
+    }
+    await tx.done;
+    this.outboxOn = true;
+    return snap;
+  }
+
   async outboxPut({ ops }) {
     const tx = this.tx(["outbox"], "readwrite");
-    await settle([...enqueue(tx, ops), tx.done]);
+    const outbox = tx.objectStore("outbox");
+    await settle([...ops.map((op) => outbox.add(op)), tx.done]);
     return null;
   }
 
@@ -392,8 +422,8 @@ export async function open(name, durability = "relaxed") {
   let rejectBlocked;
   const blocked = new Promise((_, reject) => (rejectBlocked = reject));
   const opening = openDB(name, SCHEMA_VERSION, {
-    upgrade(db, oldVersion) {
-      for (let v = oldVersion; v < SCHEMA_VERSION; v++) SCHEMA[v](db);
+    upgrade(db, oldVersion, _newVersion, transaction) {
+      for (let v = oldVersion; v < SCHEMA_VERSION; v++) SCHEMA[v](db, transaction);
     },
     blocked() {
       blockedTimer = setTimeout(

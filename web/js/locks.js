@@ -5,17 +5,21 @@
  *  release function, or false when another tab holds it. Without Web Locks
  *  (very old browsers) every caller gets a release function. */
 export function tryLock(name) {
-  if (!globalThis.navigator?.locks) return Promise.resolve(() => {});
+  if (!globalThis.navigator?.locks) return Promise.resolve(() => Promise.resolve());
   return new Promise((resolve, reject) => {
-    navigator.locks
-      .request(name, { ifAvailable: true }, (lock) => {
-        if (!lock) {
-          resolve(false);
-          return undefined;
-        }
-        return new Promise((release) => resolve(() => release()));
-      })
-      .catch(reject);
+    // the release function answers a promise that settles once the lock is free again,
+    // so the same tab can take it again right after (push, then pull)
+    const done = navigator.locks.request(name, { ifAvailable: true }, (lock) => {
+      if (!lock) {
+        resolve(false);
+        return undefined;
+      }
+      return new Promise((release) => resolve(() => {
+        release();
+        return done;
+      }));
+    });
+    done.catch(reject);
   });
 }
 

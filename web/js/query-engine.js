@@ -4,9 +4,8 @@
 // loads go through Arrow. The index is derived: IndexedDB stays the truth.
 
 import { BridgeError, callMethod, opened } from "./envelope.js";
-import { tryLock } from "./locks.js";
 
-const ENGINE_METHODS = new Set(["execute", "executemany", "loadRows", "close"]);
+const ENGINE_METHODS = new Set(["execute", "executemany", "loadRows", "close", "cancel"]);
 
 const here = (path) => new URL(path, import.meta.url).href;
 
@@ -64,7 +63,6 @@ class Duck {
     this.statements = new Map();
     this.closed = false;
     this.tmp = 0;
-    this.release = null; // the Web Lock on the cache file, when there is one
   }
 
   async statement(sql) {
@@ -81,9 +79,35 @@ class Duck {
     return st;
   }
 
-  async execute({ sql, params }) {
+  async execute({ sql, params, interruptible }) {
+    if (interruptible) return this.interruptible(sql, params);
     const table = params && params.length ? await (await this.statement(sql)).query(...params) : await this.conn.query(sql);
     return resultJSON(table);
+  }
+
+  // A user's query: sent as a pending query that `cancel()` can interrupt between
+  // steps (the worker polls it), so a cancelled or timed-out query stops and
+  // frees the engine. Parameters are bound by a prepared statement.
+  async interruptible(sql, params) {
+    this.cancelled = false;
+    const reader = params && params.length
+      ? await (await this.statement(sql)).send(...params)
+      : await this.conn.send(sql, true);
+    const batches = [];
+    for await (const batch of reader) {
+      if (this.cancelled) throw new BridgeError("Interrupted", "the query was cancelled");
+      batches.push(batch);
+    }
+    return resultJSON(new this.arrow.Table(reader.schema, batches));
+  }
+
+  /** Interrupt the query in flight (if any); resolves once the engine took the request. */
+  async cancel() {
+    this.cancelled = true;
+    try {
+      await this.conn.cancelSent();
+    } catch (_) { /* nothing in flight */ }
+    return null;
   }
 
   async executemany({ sql, rows }) {
@@ -112,13 +136,9 @@ class Duck {
   async close() {
     if (this.closed) return null;
     this.closed = true;
-    try {
-      for (const st of this.statements.values()) await st.close();
-      await this.conn.close();
-      await this.db.terminate();
-    } finally {
-      this.release?.(); // the cache file is free for the next tab
-    }
+    for (const st of this.statements.values()) await st.close();
+    await this.conn.close();
+    await this.db.terminate();
     return null;
   }
 
@@ -129,38 +149,17 @@ class Duck {
   }
 }
 
-/** Ms to wait between tries at a cache file no live tab holds (its last holder is going away). */
-const REOPEN_WAITS_MS = [100, 200, 300, 500, 500, 800, 1000, 1500];
-
 /**
  * Start DuckDB-Wasm from this site (no network): resolves to an engine handle.
  * `path` null: an in-memory database; `opfs://name.duckdb`: a database file in
- * the origin's private file system. One tab at a time holds it, under a Web
- * Lock named after the file: while another live tab holds that lock, the open
- * rejects at once with `{name: "IndexLocked"}` and starts no worker. When no
- * tab holds the lock but the file still refuses (the page that held it is
- * being torn down, e.g. by a reload), the open is retried for a few seconds
- * before it gives up with `IndexLocked` too.
+ * the origin's private file system (one tab at a time: the page runtime opens
+ * it only while holding the file's Web Lock). A file that cannot be opened
+ * rejects with `{name: "IndexLocked"}`.
  */
 export async function duckdbOpen(path = null) {
   const duckdb = await import("@duckdb/duckdb-wasm");
   const arrow = await import("apache-arrow");
-  if (!path) return start(duckdb, arrow, null);
-  const release = await tryLock(`chatmem-index:${path}`);
-  if (!release) throw new BridgeError("IndexLocked", `${path}: held by another tab`);
-  for (let i = 0; ; i++) {
-    try {
-      const duck = await start(duckdb, arrow, path);
-      duck.release = release;
-      return duck;
-    } catch (e) {
-      if (i >= REOPEN_WAITS_MS.length) {
-        release();
-        throw e;
-      }
-      await new Promise((resolve) => setTimeout(resolve, REOPEN_WAITS_MS[i]));
-    }
-  }
+  return start(duckdb, arrow, path);
 }
 
 async function start(duckdb, arrow, path) {
@@ -174,6 +173,9 @@ async function start(duckdb, arrow, path) {
     await conn.query("SET autoload_known_extensions=false");
     await conn.query("SET autoinstall_known_extensions=false");
     if (path) await conn.query("SELECT count(*) FROM duckdb_tables()"); // touch the file: fail here, not later
+    // no files (registered or OPFS), no network, and no SET that could undo it
+    await conn.query("SET enable_external_access=false");
+    await conn.query("SET lock_configuration=true");
   } catch (e) {
     try { await db.terminate(); } catch (_) { /* already gone */ }
     throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);

@@ -17,8 +17,21 @@ export function chatmemStores(db) {
   db.createObjectStore("kv");
 }
 
-/** Migrations: SCHEMA[v] upgrades a database from version v to v + 1. */
-export const SCHEMA = [chatmemStores];
+/** kv key whose presence turns the outbox on (chatmem.stores.base.OUTBOX_KEY). */
+export const OUTBOX_KEY = "sync.outbox";
+
+/** Version 2: the outbox fills only once sync was turned on (kv OUTBOX_KEY). A database
+ *  with a sync config keeps its queue and is marked on; any other drops the queue
+ *  it kept for nothing (turning sync on uploads the history from the store). */
+function outboxOnDemand(db, tx) {
+  const kv = tx.objectStore("kv");
+  kv.count("sync.config").then((n) => (n
+    ? kv.put({ at: 0, sessions: [] }, OUTBOX_KEY)
+    : tx.objectStore("outbox").clear()));
+}
+
+/** Migrations: SCHEMA[v](db, upgradeTransaction) upgrades a database from version v to v + 1. */
+export const SCHEMA = [chatmemStores, outboxOnDemand];
 export const SCHEMA_VERSION = SCHEMA.length;
 
 /** The messages of one session, in `seq` order, on the `sessionSeq` index. */

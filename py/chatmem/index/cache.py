@@ -50,6 +50,14 @@ class IndexCache:
             [self.file_db])
         return {r["table_name"] for r in rows}
 
+    async def state(self) -> str:
+        """``"valid"`` (a complete index of this schema version), ``"empty"`` (a new
+        file) or ``"stale"`` (something else: an older schema, an unfinished save)."""
+        tables = await self._tables()
+        if not tables:
+            return "empty"
+        return "valid" if await self.valid() else "stale"
+
     async def valid(self) -> bool:
         """The file holds a complete index of this schema version."""
         assert self.file_db is not None

@@ -31,7 +31,18 @@ from ..errors import EmbeddingError, TransportError, ValidationError
 from ..http import Transport
 from .tokenize import norm_text
 
-__all__ = ["Embedder", "HashingEmbedder", "OpenAIEmbedder", "store_embeddings", "vector_literal"]
+__all__ = [
+    "Embedder",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "calibration_of",
+    "context_model",
+    "contextualize",
+    "embed_messages",
+    "embedding_rows",
+    "store_embeddings",
+    "vector_literal",
+]
 
 
 @runtime_checkable
@@ -208,20 +219,84 @@ def vector_literal(vec: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vec) + "]"
 
 
-async def store_embeddings(engine: Any, embedder: Embedder, items: list[tuple[str, str]]) -> None:
-    """Embed ``(message_id, text)`` pairs and append them to ``embeddings``."""
-    if not items:
-        return
-    vecs = await embedder.embed([t for _, t in items])
-    if len(vecs) != len(items):
-        raise EmbeddingError(f"asked for {len(items)} embeddings, got {len(vecs)}")
+def calibration_of(embedder: Any) -> tuple[float, float]:
+    """``(lo, hi)``: the raw cosine an embedder's calibrated 0 and 1 stand for
+    (``(0, 1)``, the identity, for an embedder without ``calibration``)."""
+    try:
+        cal = getattr(embedder, "calibration", None)
+    except EmbeddingError:
+        return 0.0, 1.0
+    if not cal:
+        return 0.0, 1.0
+    lo, hi = cal
+    return float(lo), float(hi)
+
+
+def contextualize(vec: Sequence[float], prev: Sequence[float] | None, weight: float) -> list[float]:
+    """``vec`` plus ``weight`` times the previous message's vector, l2-normalised:
+    a stored message carries a little of the turn it answers. Deterministic."""
+    if prev is None or weight <= 0:
+        return list(vec)
+    out = [a + weight * b for a, b in zip(vec, prev)]
+    norm = math.sqrt(math.fsum(x * x for x in out))
+    return [x / norm for x in out] if norm > 0 else out
+
+
+async def _vectors(embedder: Embedder, texts: list[str]) -> dict[str, list[float]]:
+    """One vector per distinct text (each text embedded once), dimensions checked."""
+    uniq = list(dict.fromkeys(texts))
+    vecs = await embedder.embed(uniq)
+    if len(vecs) != len(uniq):
+        raise EmbeddingError(f"asked for {len(uniq)} embeddings, got {len(vecs)}")
     for v in vecs:
         if len(v) != embedder.dimensions:
             raise EmbeddingError(
                 f"embedder {embedder.model!r} returned {len(v)} dimensions, expected {embedder.dimensions}"
             )
-    await engine.load_rows(
-        "embeddings",
-        ["message_id", "model", "dim", "vec"],
-        [(mid, embedder.model, embedder.dimensions, list(v)) for (mid, _), v in zip(items, vecs)],
-    )
+    return dict(zip(uniq, vecs))
+
+
+async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str | None]]) -> list[list[float]]:
+    """The in-context vectors of ``(message_id, text, previous_text)`` items: each text's
+    vector, mixed with the previous message's when the embedder has a
+    ``context_weight`` (see ``contextualize``). Checks the dimensions."""
+    weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
+    by_text = await _vectors(embedder, [t for _, t, _ in items] + (
+        [p for _, _, p in items if p is not None] if weight > 0 else []))
+    return [contextualize(by_text[t], by_text[p] if (weight > 0 and p is not None) else None, weight)
+            for _, t, p in items]
+
+
+def context_model(embedder: Any) -> str:
+    """The ``embeddings.model`` of an embedder's in-context vectors (``<model>+ctx``)."""
+    return f"{embedder.model}+ctx"
+
+
+async def store_embeddings(engine: Any, embedder: Embedder,
+                           items: Sequence[tuple[str, str] | tuple[str, str, str | None]]) -> None:
+    """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``.
+
+    Every message gets its own vector under ``embedder.model`` (what similarity
+    scores and thresholds read); an embedder with a ``context_weight`` also
+    gets the in-context vector (``contextualize``) under ``context_model``
+    (what ranks). Both are written in one load.
+    """
+    if items:
+        await engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"],
+                               await embedding_rows(embedder, items))
+
+
+async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
+                         ) -> list[tuple[str, str, int, list[float]]]:
+    """The ``embeddings`` rows ``store_embeddings`` writes (computed, not written)."""
+    full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
+    weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
+    # every distinct text (a message, or the turn before it) is embedded once
+    by_text = await _vectors(embedder, [t for _, t, _ in full] + (
+        [p for _, _, p in full if p is not None] if weight > 0 else []))
+    rows = [(mid, embedder.model, embedder.dimensions, list(by_text[t])) for mid, t, _ in full]
+    if weight > 0:
+        rows += [(mid, context_model(embedder), embedder.dimensions,
+                  contextualize(by_text[t], by_text[p] if p is not None else None, weight))
+                 for mid, t, p in full]
+    return rows

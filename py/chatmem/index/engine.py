@@ -14,6 +14,12 @@ here) and over DuckDB-Wasm in the browser (the browser adapter):
 
 Every engine must have run ``SET autoload_known_extensions=false``: the index
 uses core SQL only (no json, fts, vss, icu), so nothing reaches for the network.
+Every engine is locked down before it serves a query: ``enable_external_access
+= false`` (no files, no network) and ``lock_configuration = true`` (no ``SET``
+can undo it), so even SQL that slips past the guard reads only the index.
+``execute(..., interruptible=True)`` (what ``mem.sql`` uses) is interrupted
+when the awaiting task is cancelled or times out, and the engine is free again
+when the cancellation has been delivered.
 
 Nothing here is durable: the index is a derived copy of the store.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -36,8 +43,12 @@ Row = Sequence[Any]
 
 @runtime_checkable
 class SQLEngine(Protocol):
-    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        """Run one statement with ``?`` bound to scalar ``params``; return its rows as dicts."""
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
+        """Run one statement with ``?`` bound to scalar ``params``; return its rows as dicts.
+
+        ``interruptible``: a cancellation of the awaiting task interrupts the statement."""
         ...
 
     async def executemany(self, sql: str, rows: Sequence[Row]) -> None:
@@ -69,13 +80,23 @@ def _csv_field(v: Any) -> str:
     return '"' + str(v).replace('"', '""') + '"'
 
 
+class _Call:
+    """One engine call: whether it was cancelled before it started."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+
 class DuckDBEngine:
     """``SQLEngine`` over the ``duckdb`` package (CPython only).
 
     Each call runs in a worker thread, one at a time (a lock), so the event loop
     never blocks on a query. ``path`` is ``":memory:"`` or a database file.
     Bulk loads go through a temporary CSV file read by DuckDB's core CSV reader
-    (about 2 M rows/s here; ``executemany`` manages a few thousand).
+    (about 2 M rows/s here; ``executemany`` manages a few thousand) from a
+    private temporary folder: the only place the locked-down engine may read.
     """
 
     def __init__(self, path: str = ":memory:"):
@@ -88,22 +109,53 @@ class DuckDBEngine:
         self._con = duckdb.connect(path)
         self._con.execute("SET autoload_known_extensions=false")
         self._con.execute("SET autoinstall_known_extensions=false")
+        #: bulk-load files live here; the engine may read nothing else
+        self._tmp = tempfile.mkdtemp(prefix="chatmem-index-")
+        allowed = os.path.join(os.path.realpath(self._tmp), "").replace("'", "''")
+        self._con.execute(f"SET allowed_directories=['{allowed}']")
+        self._con.execute("SET enable_external_access=false")
+        self._con.execute("SET lock_configuration=true")
         self._lock = threading.Lock()
+        self._running: _Call | None = None
         self._types: dict[str, dict[str, str]] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
-    def _run(self, fn: Any, *args: Any) -> Any:
+    def _run(self, call: _Call | None, fn: Any, *args: Any) -> Any:
         with self._lock:
             if self._closed:
                 raise DatabaseClosed("the query index is closed")
+            if call is not None and call.cancelled:
+                raise QueryError("cancelled before it started")
+            self._running = call
             try:
                 return fn(*args)
             except self._duckdb.Error as e:
                 raise QueryError(f"{type(e).__name__}: {e}") from e
+            finally:
+                self._running = None
 
     async def _call(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.to_thread(self._run, fn, *args)
+        return await asyncio.to_thread(self._run, None, fn, *args)
+
+    async def _interruptible(self, fn: Any, *args: Any) -> Any:
+        """Like ``_call``, but a cancellation interrupts the statement and waits until it stopped."""
+        call = _Call()
+        fut = asyncio.ensure_future(asyncio.to_thread(self._run, call, fn, *args))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            call.cancelled = True
+            while not fut.done():
+                if self._running is call:
+                    self._con.interrupt()
+                try:
+                    await asyncio.wait({fut}, timeout=0.05)
+                except asyncio.CancelledError:
+                    continue  # still stopping it: the engine must be free before we return
+            if not fut.cancelled():
+                fut.exception()  # retrieved: the interruption is the expected outcome
+            raise
 
     def _execute(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
         cur = self._con.execute(sql, params or [])
@@ -139,7 +191,7 @@ class DuckDBEngine:
             return
         self._types.pop(table, None)  # the schema may have been recreated since
         types = self._column_types(table)
-        fd, path = tempfile.mkstemp(prefix="chatmem-", suffix=".csv")
+        fd, path = tempfile.mkstemp(prefix="load-", suffix=".csv", dir=self._tmp)
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
                 f.writelines(",".join(map(_csv_field, r)) + "\n" for r in rows)
@@ -165,8 +217,11 @@ class DuckDBEngine:
             os.unlink(path)
 
     # ------------------------------------------------------------------ protocol
-    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._call(self._execute, sql, params)
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
+        run = self._interruptible if interruptible else self._call
+        result: list[dict[str, Any]] = await run(self._execute, sql, params)
         return result
 
     async def executemany(self, sql: str, rows: Sequence[Row]) -> None:
@@ -181,5 +236,6 @@ class DuckDBEngine:
                 if not self._closed:
                     self._closed = True
                     self._con.close()
+                    shutil.rmtree(self._tmp, ignore_errors=True)
 
         await asyncio.to_thread(_close)

@@ -31,7 +31,7 @@ import inspect
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
@@ -86,6 +86,8 @@ class QueryIndex:
         self._ready = False
         self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
+        #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
+        self.embed_progress: tuple[int, int] = (0, 0)
 
     # ------------------------------------------------------------------ setup
     async def setup(self) -> None:
@@ -126,9 +128,19 @@ class QueryIndex:
         async with self._lock:
             return await self.engine.execute(sql, params)
 
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
-        """Run one read-only statement from a user; ``ReadOnlySQLError`` for anything else."""
+    async def sql(
+        self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one read-only statement from a user; ``ReadOnlySQLError`` for anything else.
+
+        After ``timeout`` seconds (None: no limit) the statement is interrupted and
+        ``QueryTimeout`` raised; a cancelled caller interrupts it too. Either way the
+        index is free for the next statement when this returns or raises.
+        """
         check_read_only(query)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise ValidationError("timeout must be a number of seconds > 0, or None", field="timeout")
         if params is None:
             params = []
         if not isinstance(params, (list, tuple)):
@@ -139,7 +151,13 @@ class QueryIndex:
                     f"param {i} must be a str, int, float, bool or None, got {type(p).__name__}",
                     field="params", index=i,
                 )
-        return await self.execute(query, list(params))
+        await self.setup()
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(
+                    self.engine.execute(query, list(params), interruptible=True), timeout)
+            except TimeoutError as e:
+                raise QueryTimeout(f"the query ran longer than {timeout} s and was interrupted") from e
 
     async def bm25_stats(self) -> tuple[int, float]:
         """``(document count, mean document length)`` for BM25, cached until the next write."""
@@ -191,9 +209,19 @@ class QueryIndex:
                 # current and the vectors to ``embed_missing``
                 from .embed import store_embeddings
 
-                await store_embeddings(self.engine, self.embedder, to_embed)
+                await store_embeddings(self.engine, self.embedder, await self._with_previous(to_embed))
         if self.unsorted_postings > self.compact_after:
             await self.compact()
+
+    async def _with_previous(self, items: list[tuple[str, str]]) -> list[tuple[str, str, str | None]]:
+        """``(id, text, previous message's text)``: what a contextual embedder needs."""
+        if not getattr(self.embedder, "context_weight", 0):
+            return [(i, t, None) for i, t in items]
+        rows = await self.engine.execute(
+            "SELECT m.id, p.text AS prev FROM messages m LEFT JOIN messages p ON p.session_id = m.session_id "
+            f"AND p.seq = m.seq - 1 WHERE m.id IN ({_placeholders(len(items))})", [i for i, _ in items])
+        prev = {r["id"]: r["prev"] for r in rows}
+        return [(i, t, prev.get(i)) for i, t in items]
 
     async def _apply(self, kind: str, sid: str, payload: Any) -> None:
         ex = self.engine.execute
@@ -306,7 +334,9 @@ class QueryIndex:
                 )
         if fresh:
             await self._load_messages(fresh)
-            self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
+            if getattr(self.embedder, "loaded", True):
+                # a lazily loaded model is not fetched for a write: embed_missing catches up
+                self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
 
     async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
         """Tokenise ``records`` once and load them: ``messages`` and the staging table
@@ -407,12 +437,14 @@ class QueryIndex:
             await self.embed_missing(self.embedder)
 
     async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
-                            batch_size: int = 256) -> int:
-        """Embed the messages that have no vector for ``embedder.model`` yet; return how many.
+                            batch_size: int = 256, limit: int | None = None) -> int:
+        """Embed the messages that have no vector for ``embedder.model`` yet (at most
+        ``limit``, oldest first); return how many. ``embed_progress`` is then
+        ``(messages with a vector, messages)`` of the scope.
 
         Cheap when nothing is missing (two counts).
         """
-        from .embed import store_embeddings
+        from .embed import embedding_rows
 
         await self.setup()
         if not embedder.dimensions:
@@ -424,22 +456,28 @@ class QueryIndex:
             + (" AND e.message_id IN (SELECT id FROM messages WHERE session_id = ?)" if session_id else ""),
             [embedder.model, embedder.dimensions] + params,
         )
-        if int(total[0]["n"]) <= int(done[0]["n"]):
+        n_total, n_done = int(total[0]["n"]), int(done[0]["n"])
+        self.embed_progress = (min(n_done, n_total), n_total)
+        if n_total <= n_done:
             return 0
         rows = await self.execute(
-            "SELECT m.id, m.text FROM messages m "
+            "SELECT m.id, m.text, p.text AS prev FROM messages m "
+            "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
             + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
             + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
-            "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id",
-            params + [embedder.model, embedder.dimensions],
+            "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id" + (" LIMIT ?" if limit else ""),
+            params + [embedder.model, embedder.dimensions] + ([limit] if limit else []),
         )
         # a vector of another dimension under the same model name is stale: replace it
         for i in range(0, len(rows), batch_size):
             part = rows[i : i + batch_size]
+            # embedded outside the lock (it yields to the event loop); written under it
+            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part])
             async with self._lock:
                 await self.engine.execute(
-                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
-                    [embedder.model] + [r["id"] for r in part],
+                    f"DELETE FROM embeddings WHERE model IN (?, ?) AND message_id IN ({_placeholders(len(part))})",
+                    [embedder.model, f"{embedder.model}+ctx"] + [r["id"] for r in part],
                 )
-                await store_embeddings(self.engine, embedder, [(r["id"], r["text"]) for r in part])
+                await self.engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], vec_rows)
+            self.embed_progress = (min(n_done + i + len(part), n_total), n_total)
         return len(rows)

@@ -13,10 +13,14 @@ The store stays the source of truth; the index is derived and rebuildable.
   the sessions that differ are re-read, those gone are dropped, all in one
   transaction. The file is saved after a hydration, after a catch-up that
   changed something, on ``save()`` and on ``close()``; what was written after
-  the last save is caught up at the next opening. A second tab cannot open
-  the file (OPFS files are one-writer) and falls back to an in-memory index
-  hydrated from the store. An engine with ``persistent=True`` (e.g.
-  ``DuckDBEngine(path)`` on CPython) is treated the same way.
+  the last save is caught up at the next opening. The tab holding the Web
+  Lock of the file owns it; another tab gets an in-memory index hydrated from
+  the store. An engine with ``persistent=True`` (e.g. ``DuckDBEngine(path)``
+  on CPython) is treated the same way.
+- Recovery, never a hidden message: a cached file of an older schema, one that
+  cannot be read or loaded, or one that cannot be saved (e.g. the storage
+  quota) leads to a rebuild from the store or an in-memory index, and
+  ``notice`` says so in words for the user (the app shows it).
 - Fresh: every acknowledged write in this process is queued (a cheap,
   synchronous append) and the queue is applied before the next query, so a
   write is visible to every query issued after the awaited write returned.
@@ -31,10 +35,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
 from ..models import ChatMessage
 from .cache import IndexCache
-from .embed import Embedder, HashingEmbedder
+from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
@@ -63,10 +68,11 @@ class LiveIndex:
         self._core = core
         self.cache = cache
         self._factory = engine_factory
-        self.embedder: Embedder = embedder or HashingEmbedder()
+        self.embedder: Embedder = embedder or default_embedder()
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
+        self._resync = False
         self._lock = asyncio.Lock()
         self._warming: asyncio.Task[Any] | None = None
         self._cache: IndexCache | None = None
@@ -79,6 +85,8 @@ class LiveIndex:
         self.catchups = 0
         #: what the last opening did: "rebuilt", or "cached" with the sessions re-read and dropped
         self.last_open: dict[str, Any] = {}
+        #: a sentence for the user when the cached index had to be rebuilt or cannot be saved
+        self.notice: str | None = None
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
@@ -92,6 +100,11 @@ class LiveIndex:
     def on_remote(self, session_id: str) -> None:
         if self.index is not None:
             self._stale.add(session_id)
+
+    def on_external(self) -> None:
+        """Another process wrote to the store: compare every session before the next query."""
+        if self.index is not None:
+            self._resync = True
 
     # ------------------------------------------------------------------ keeping up
     async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -108,6 +121,7 @@ class LiveIndex:
 
     async def _hydrate(self, force: bool = False) -> QueryIndex:
         engine = await self._factory()
+        self.notice = getattr(engine, "notice", None) or self.notice
         persistent = bool(getattr(engine, "persistent", False))
         cache = None
         if persistent:
@@ -118,15 +132,22 @@ class LiveIndex:
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
-        if cache is not None and not force and await cache.valid():
-            await cache.load()
-            await index.setup()
-            caught = await self._catch_up(index)
-            if caught is not None:
-                self.catchups += 1
-                if caught:
-                    self._schedule_save()
-                return index
+        if cache is not None and not force:
+            try:
+                state = await cache.state()
+                if state == "valid":
+                    await cache.load()
+                    await index.setup()
+                    caught = await self._catch_up(index)
+                    if caught is not None:
+                        self.catchups += 1
+                        if caught:
+                            self._schedule_save()
+                        return index
+                elif state == "stale":
+                    self.notice = "The saved search index was made by an older version; it is being rebuilt."
+            except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
+                self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
         metas = await self._core.store.all_sessions()
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
@@ -171,7 +192,13 @@ class LiveIndex:
     async def _save(self) -> None:
         if self._cache is not None and self.index is not None:
             async with self.index._lock:
-                await self._cache.save()
+                try:
+                    await self._cache.save()
+                except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
+                    self._cache = None
+                    self.notice = (f"The search index cannot be saved ({e}); "
+                                   "it is kept in memory and rebuilt on the next visit.")
+                    self.last_open["persistent"] = False
             self._dirty = False
 
     async def save(self) -> bool:
@@ -209,6 +236,28 @@ class LiveIndex:
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
+    async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64) -> int:
+        """Embed every message that lacks a vector, ``batch_size`` at a time, saving the
+        index cache after each batch: a reload resumes where the last saved batch
+        ended. Each batch yields to the event loop while it embeds; queries run
+        between batches. Returns how many were embedded; ``embed_progress`` shows
+        ``(done, total)`` meanwhile."""
+        emb = embedder or self.embedder
+        count = 0
+        while True:
+            index = await self.ready()
+            n = await index.embed_missing(emb, batch_size=batch_size, limit=batch_size)
+            if not n:
+                return count
+            count += n
+            self._schedule_save()
+            await asyncio.sleep(0)
+
+    @property
+    def embed_progress(self) -> tuple[int, int]:
+        """``(messages with a vector, messages)`` as of the last embedding batch."""
+        return self.index.embed_progress if self.index is not None else (0, 0)
+
     def warm(self) -> asyncio.Task[Any]:
         """Start opening (or hydrating) the index in the background; queries await the same work."""
         if self._warming is None or self._warming.done():
@@ -217,8 +266,15 @@ class LiveIndex:
 
     async def ready(self) -> QueryIndex:
         """The index, hydrated and caught up with every acknowledged write."""
+        await self._core.check_external()
         async with self._lock:
             index = self.index or await self._hydrate()
+            if self._resync:
+                self._resync = False
+                if await self._catch_up(index) is None:
+                    metas = await self._core.store.all_sessions()
+                    await index.rebuild(metas, self._messages(metas))
+                self._dirty = True
             while self._pending or self._stale:
                 self._dirty = True
                 pending, self._pending = self._pending, []
@@ -239,8 +295,10 @@ class LiveIndex:
             await self._hydrate(force=True)
 
     # ------------------------------------------------------------------ queries
-    async def sql(self, query: str, params: list[Any] | tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
-        return await (await self.ready()).sql(query, params)
+    async def sql(
+        self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        return await (await self.ready()).sql(query, params, timeout=timeout)
 
     async def search(self, query: str, **kw: Any) -> list[SearchHit]:
         kw.setdefault("embedder", self.embedder)
@@ -251,12 +309,28 @@ class LiveIndex:
         return await retrieve(await self.ready(), session_id, query, config, self.embedder)
 
     async def retriever(self, session_id: str, query: str, config: Any, exclude: set[str]) -> list[ChatMessage]:
-        """The window builder's hook: older relevant messages not already in the recent part."""
+        """The window builder's hook: older relevant messages not already in the recent part;
+        those from other sessions (``scope``) marked with where they came from."""
+        from .retrieve import mark_provenance
+
         try:
             hits = await self.retrieve(session_id, query, config)
         except SessionNotFound:
             return []
-        return [h.message for h in hits if h.message.id not in exclude]
+        out: list[ChatMessage] = []
+        titles: dict[str, tuple[str | None, int | None]] = {}
+        for h in hits:
+            if h.message.id in exclude:
+                continue
+            if h.session_id == session_id:
+                out.append(h.message)
+                continue
+            if h.session_id not in titles:
+                rows = await (await self.ready()).execute(
+                    "SELECT title, created_at FROM sessions WHERE session_id = ?", [h.session_id])
+                titles[h.session_id] = (rows[0]["title"], rows[0]["created_at"]) if rows else (None, None)
+            out.append(mark_provenance(h, *titles[h.session_id]))
+        return out
 
     async def close(self) -> None:
         for task in (self._warming, self._saving):  # both finish soon; neither is cut short

@@ -14,6 +14,18 @@ The original ``RetrievalConfig``:
 
 Results come back in conversation order (by ``seq``), each a ``SearchHit``
 whose ``breakdown`` shows its recency and semantic parts.
+
+Similarities are *calibrated* for the embedder (see ``search``): with the
+static model ``relevance_threshold=0.7`` keeps a paraphrase of the query and
+drops an unrelated message, as the original's default meant.
+
+``scope`` reaches past the session: ``"character"`` also searches the other
+sessions of the same character (and user), ``"user"`` every other session of
+the same user. From those, up to ``recent_count`` messages whose calibrated
+similarity to the query is at least ``relevance_threshold`` come after the
+session's own, most relevant first; their ``SearchHit.session_id`` names the
+session they came from (``build_context`` marks them with it, see
+``mark_provenance``). ``"session"`` (the default) is the original behaviour.
 """
 
 from __future__ import annotations
@@ -22,12 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SessionNotFound, ValidationError
-from .embed import Embedder
+from ..models import ChatMessage
+from .embed import Embedder, calibration_of, vector_literal
 from .search import SearchHit, default_embedder, hit_from_row
 
-__all__ = ["STRATEGIES", "HybridWeights", "RetrievalConfig", "retrieve"]
+__all__ = ["SCOPES", "STRATEGIES", "HybridWeights", "RetrievalConfig", "mark_provenance", "retrieve"]
 
 STRATEGIES = ("recent", "relevant", "hybrid")
+SCOPES = ("session", "character", "user")
 
 
 @dataclass(slots=True)
@@ -42,8 +56,12 @@ class RetrievalConfig:
     recent_count: int = 10
     relevance_threshold: float = 0.7
     hybrid_weights: HybridWeights = field(default_factory=HybridWeights)
+    #: where relevant messages may come from: this session, the character's sessions, the user's
+    scope: str = "session"
 
     def validate(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValidationError(f"scope must be one of {SCOPES}, got {self.scope!r}", field="scope")
         if self.strategy not in STRATEGIES:
             raise ValidationError(f"strategy must be one of {STRATEGIES}", field="strategy")
         n = self.recent_count
@@ -95,20 +113,21 @@ async def retrieve(
         return sorted(hits, key=lambda h: h.message.seq)
 
     emb = default_embedder(index, embedder)
-    await index.embed_missing(emb, session_id=session_id)
+    await index.embed_missing(emb, session_id=None if config.scope != "session" else session_id)
     (vec,) = await emb.embed([query or ""])
-    from .embed import vector_literal
+    lo, hi = calibration_of(emb)
+    cal = "greatest(-1.0, least(1.0, (CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) - ?) / ?))"
 
     wr, wl = (0.0, 1.0) if config.strategy == "relevant" else (config.hybrid_weights.recency,
                                                                config.hybrid_weights.relevance)
     where = "WHERE sim >= ?" if config.strategy == "relevant" else ""
-    params: list[Any] = [vector_literal(vec), float(n), emb.model, emb.dimensions, session_id, wr, wl]
+    params: list[Any] = [vector_literal(vec), float(n), lo, hi - lo, emb.model, emb.dimensions, session_id, wr, wl]
     if where:
         params.append(float(config.relevance_threshold))
     rows = await index.execute(
         "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
         f"s AS (SELECT m.*, {rec} AS recency, "
-        "coalesce(round(CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE), 9), 0) AS sim "
+        f"coalesce(round({cal}, 9), 0) AS sim "
         "FROM messages m CROSS JOIN q LEFT JOIN embeddings e "
         "ON e.message_id = m.id AND e.model = ? AND e.dim = ? WHERE m.session_id = ?)\n"
         "SELECT *, ? * recency AS p_rec, ? * greatest(sim, 0) AS p_sem FROM s "
@@ -122,4 +141,50 @@ async def retrieve(
         })
         for r in rows
     ]
-    return sorted(hits, key=lambda h: h.message.seq)
+    own = sorted(hits, key=lambda h: h.message.seq)
+    if config.scope == "session":
+        return own
+    return own + await _other_sessions(index, session_id, config, vec, emb, (lo, hi))
+
+
+async def _other_sessions(index: Any, session_id: str, config: RetrievalConfig, vec: list[float],
+                          emb: Embedder, cal: tuple[float, float]) -> list[SearchHit]:
+    """The most relevant messages of the scope's other sessions, above the threshold."""
+    lo, hi = cal
+    if config.scope == "character":
+        same = ("s.character_id = me.character_id AND s.user_id = me.user_id")
+    else:
+        same = "s.user_id = me.user_id"
+    rows = await index.execute(
+        "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
+        "me AS (SELECT character_id, user_id FROM sessions WHERE session_id = ?),\n"
+        f"other AS (SELECT s.session_id FROM sessions s, me WHERE {same} AND s.session_id <> ?),\n"
+        "r AS (SELECT m.*, round(greatest(-1.0, least(1.0, (CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE)"
+        " - ?) / ?)), 9) AS sim FROM messages m JOIN embeddings e ON e.message_id = m.id "
+        "AND e.model = ? AND e.dim = ? CROSS JOIN q WHERE m.session_id IN (SELECT session_id FROM other))\n"
+        "SELECT * FROM r WHERE sim >= ? ORDER BY sim DESC, created_at DESC, id DESC LIMIT ?",
+        [vector_literal(vec), session_id, session_id, lo, hi - lo, emb.model, emb.dimensions,
+         float(config.relevance_threshold), config.recent_count],
+    )
+    return [hit_from_row(r, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
+                                              "similarity": float(r["sim"])}) for r in rows]
+
+
+def mark_provenance(hit: SearchHit, title: str | None, created_at: int | None) -> ChatMessage:
+    """A copy of a hit's message from another session, marked with where it came from:
+    its text starts with ``[From an earlier conversation "<title>" (<date>)]`` and its
+    ``metadata["retrievedFrom"]`` holds ``sessionId``, ``title`` and ``createdAt``."""
+    import dataclasses
+    import time
+
+    m = hit.message
+    day = time.strftime("%Y-%m-%d", time.gmtime((created_at if created_at is not None else m.created_at) / 1000))
+    label = f'[From an earlier conversation "{title or "untitled"}" ({day})] '
+    content: Any
+    if isinstance(m.content, str):
+        content = label + m.content
+    else:
+        content = [{"type": "text", "text": label.strip()}, *m.content]
+    meta = dict(m.metadata or {})
+    meta["retrievedFrom"] = {"sessionId": hit.session_id, "title": title, "createdAt": created_at}
+    return dataclasses.replace(m, content=content, metadata=meta)

@@ -14,7 +14,15 @@ semicolon or a keyword inside them is harmless. Then:
   PRAGMA SET RESET CALL EXPORT IMPORT ...``); a column that has such a name
   must be double-quoted;
 - no function that reads files or runs SQL text (``read_csv``, ``glob``,
-  ``query``, ``query_table``...).
+  ``query``, ``query_table``...), whether its name is written bare or
+  double-quoted (``"read_csv"(...)``);
+- no file named as a table: a string literal or a quoted name that looks like
+  a path (``FROM 'x.csv'``, ``FROM "notes.csv"``, ``SUMMARIZE '...'``,
+  ``DESCRIBE "x.parquet"``).
+
+The engine behind ``mem.sql`` is locked down as well (no file or network
+access, configuration locked: see ``chatmem.index.engine``); the guard is the
+first wall, not the only one.
 
 This is a guard for honest mistakes and hostile strings alike, and the index
 is a derived copy: even so, it is strict rather than clever.
@@ -56,9 +64,12 @@ def _fail(msg: str) -> ReadOnlySQLError:
     return ReadOnlySQLError(msg, field="query")
 
 
-def strip_sql(sql: str) -> str:
+def strip_sql(sql: str, idents: list[str] | None = None) -> str:
     """``sql`` with comments removed and every literal or quoted identifier replaced
-    by a placeholder (``''`` or ``""``), so that what is left is only SQL structure."""
+    by a placeholder (``''`` or ``""``), so that what is left is only SQL structure.
+
+    When ``idents`` is given, the names inside the quoted identifiers are appended
+    to it in order (``""`` doubled quotes undone)."""
     out: list[str] = []
     i, n = 0, len(sql)
     while i < n:
@@ -109,6 +120,8 @@ def strip_sql(sql: str) -> str:
                         continue
                     break
                 j += 1
+            if idents is not None:
+                idents.append(sql[i + 1 : j].replace('""', '"'))
             i = j + 1
             out.append('""')
         elif c == "$" and (m := _DOLLAR.match(sql, i)) and (i == 0 or not sql[i - 1].isalnum()):
@@ -128,7 +141,8 @@ def check_read_only(sql: str) -> None:
     """Raise ``ReadOnlySQLError`` unless ``sql`` is exactly one read-only statement."""
     if not isinstance(sql, str):
         raise _fail("query must be a string")
-    bare = strip_sql(sql).strip()
+    idents: list[str] = []
+    bare = strip_sql(sql, idents).strip()
     while bare.endswith(";"):
         bare = bare[:-1].rstrip()
     if not bare:
@@ -150,28 +164,42 @@ def check_read_only(sql: str) -> None:
     for m in re.finditer(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", bare):
         if m.group(1).lower() in FORBIDDEN_FUNCTIONS:
             raise _fail(f"{m.group(1)}() reads files or runs SQL text and is not allowed")
-    _check_no_file_tables(bare)
+    _check_tokens(bare, idents)
 
 
 _CLAUSES = frozenset({"select", "from", "join", "where", "group", "having", "order", "limit",
                       "qualify", "window", "union", "except", "intersect", "on", "using", "offset"})
-_TOKEN = re.compile(r"''|[A-Za-z_][A-Za-z0-9_$]*|[(),]")
+_TOKEN = re.compile(r"''|\"\"|[A-Za-z_][A-Za-z0-9_$]*|[(),]")
+#: statements whose operand may be a table (and so a file)
+_TABLE_STARTS = frozenset({"summarize", "describe", "show", "table"})
+_PATHLIKE = re.compile(r"[./\\:*?~]")
 
 
-def _check_no_file_tables(bare: str) -> None:
-    """Reject a string literal used as a table (``FROM 'x.csv'``, ``FROM t, 'x.csv'``,
-    ``JOIN 'x.csv'``): DuckDB would read that file."""
+def _check_tokens(bare: str, idents: list[str]) -> None:
+    """Reject a string literal or a path-like quoted name used as a table (``FROM 'x.csv'``,
+    ``FROM t, "x.csv"``, ``JOIN 'x.csv'``, ``SUMMARIZE 'x.csv'``): DuckDB would read that
+    file. Reject a quoted name called as a forbidden function (``"read_csv"(...)``)."""
     clause = [""]  # the current clause keyword at each parenthesis depth
     prev = ""
-    for tok in _TOKEN.findall(bare):
+    toks = _TOKEN.findall(bare)
+    names = iter(idents)
+    for k, tok in enumerate(toks):
         low = tok.lower()
-        if tok == "(":
+        table_pos = (clause[-1] in ("from", "join") and prev in ("from", "join", ",", "(")) or (
+            prev in _TABLE_STARTS)
+        if tok == '""':
+            name = next(names, "")
+            if k + 1 < len(toks) and toks[k + 1] == "(" and name.lower() in FORBIDDEN_FUNCTIONS:
+                raise _fail(f"{name}() reads files or runs SQL text and is not allowed")
+            if table_pos and _PATHLIKE.search(name):
+                raise _fail(f"reading a file by name is not allowed ({name!r} is not a table)")
+        elif tok == "(":
             clause.append("")
         elif tok == ")":
             if len(clause) > 1:
                 clause.pop()
         elif low in _CLAUSES:
             clause[-1] = low
-        elif tok == "''" and clause[-1] in ("from", "join") and prev in ("from", "join", ",", "("):
+        elif tok == "''" and table_pos:
             raise _fail("reading a file by name is not allowed")
         prev = low

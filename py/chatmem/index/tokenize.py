@@ -17,9 +17,18 @@ Text is normalised the same way at write time and at query time:
    starts some term, so a one-character query (``京``) is answered by a term
    prefix range, still touching only its own rows.
 
-``words`` keeps CJK runs whole: it is what phrase matching compares
-(``norm_text``), while ``tokens`` is what the inverted index stores;
-``analyze`` gives both from one pass over the text (what indexing uses).
+5. every other word is reduced to its stem (``stem``: Snowball stemmers,
+   pure Python, memoised): Latin-script words by the English stemmer,
+   Cyrillic by the Russian, Greek by the Greek, Arabic by the Arabic one, so
+   ``painting``, ``painted`` and ``paints`` are one term. Numbers, and words
+   mixing digits, are kept as they are.
+
+``words`` keeps CJK runs whole and unstemmed: it is what phrase matching
+compares (``norm_text``), so a quoted phrase still matches exactly; ``tokens``
+is what the inverted index stores (stems and CJK bigrams); ``analyze`` gives
+both from one pass over the text (what indexing uses). ``tokens``, ``stem`` and
+``words`` are pure functions of their text: any other consumer (an index
+builder elsewhere, a worker) gets the same terms by calling them.
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Any
+
+import snowballstemmer  # type: ignore[import-untyped]
 
 from ..errors import ValidationError
 
@@ -39,6 +51,7 @@ __all__ = [
     "normalize",
     "parse_query",
     "phrase_pattern",
+    "stem",
     "tokens",
     "words",
 ]
@@ -110,6 +123,35 @@ def words(text: str) -> list[str]:
     return out
 
 
+_STEMMERS: dict[str, Any] = {}
+_STEMS: dict[str, str] = {}
+_STEM_CACHE = 500_000
+
+
+def _stemmer_for(word: str) -> Any:
+    o = ord(word[0])
+    lang = ("russian" if 0x0400 <= o <= 0x04FF else "greek" if 0x0370 <= o <= 0x03FF
+            else "arabic" if 0x0600 <= o <= 0x06FF else "english")
+    st = _STEMMERS.get(lang)
+    if st is None:
+        st = _STEMMERS[lang] = snowballstemmer.stemmer(lang)
+    return st
+
+
+def stem(word: str) -> str:
+    """The stem of one normalised word (see the module docstring); memoised."""
+    hit = _STEMS.get(word)
+    if hit is not None:
+        return hit
+    if len(word) < 3 or not word.isalpha() or is_cjk(word[0]):
+        out = word
+    else:
+        out = _stemmer_for(word).stemWord(word) or word
+    if len(_STEMS) < _STEM_CACHE:
+        _STEMS[word] = out
+    return out
+
+
 def _cjk_terms(run: str) -> list[str]:
     if len(run) == 1:
         return [run]
@@ -119,13 +161,15 @@ def _cjk_terms(run: str) -> list[str]:
 def _terms_of(ws: list[str]) -> list[str]:
     out: list[str] = []
     append = out.append
+    stems = _STEMS
     for w in ws:
-        if w.isascii():
-            append(w[:_MAX_TOKEN])
+        hit = stems.get(w)
+        if hit is not None:
+            append(hit)
         elif is_cjk(w[0]):
             out.extend(_cjk_terms(w))
         else:
-            append(w[:_MAX_TOKEN])
+            append(stem(w[:_MAX_TOKEN]))
     return out
 
 
@@ -187,7 +231,7 @@ def _query_terms(ws: list[str]) -> list[QueryTerm]:
             else:
                 out.extend(QueryTerm(w[i : i + 2]) for i in range(len(w) - 1))
         else:
-            out.append(QueryTerm(w[:_MAX_TOKEN]))
+            out.append(QueryTerm(stem(w[:_MAX_TOKEN])))
     return out
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..http import Transport
     from ..index.engine import SQLEngine
     from ..stores.base import Store
+    from ..sync.e2e import CipherSuite
 
 __all__ = ["Runtime", "DrainLock", "LocalDrainLock", "Sleep", "Random"]
 
@@ -141,3 +142,12 @@ class Runtime:
     async def token_counter(self, encoding: str) -> Callable[[str], int]:
         """A synchronous ``count(text)`` for an OpenAI BPE encoding."""
         raise UnsupportedEnvironment("the bundled BPE counter runs in the browser; pass count= on CPython")
+
+    # ------------------------------------------------------------------ embedding model, encryption
+    def model_loader(self) -> Callable[[], Awaitable[bytes]] | None:
+        """How to get the shipped embedding model's bytes here (None: read its file)."""
+        return None
+
+    def cipher_suite(self) -> CipherSuite:
+        """AES-GCM and PBKDF2 for end-to-end encrypted sync."""
+        raise UnsupportedEnvironment(f"{self.kind} runtime has no cipher suite")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import socket
+import threading
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any, AsyncIterator
@@ -19,6 +21,7 @@ from .base import LocalDrainLock, Runtime
 if TYPE_CHECKING:
     from ..index.engine import SQLEngine
     from ..stores.base import Store
+    from ..sync.e2e import CipherSuite
 
 __all__ = ["CPythonRuntime", "UrllibTransport", "LocalDrainLock"]
 
@@ -78,21 +81,58 @@ class UrllibTransport:
         body: bytes | None = None,
         timeout: float | None = 30.0,
     ) -> AsyncIterator[HTTPResponse | str]:
+        """``timeout`` bounds the wait for each read. Lines are read by a daemon thread, so
+        abandoning the stream (cancel, ``aclose``) returns at once: the socket is shut down."""
         resp = await asyncio.to_thread(self._open, method, url, headers or {}, body, timeout)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+
+        def put(item: bytes | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody is listening
+                pass
+
+        def reader() -> None:
+            try:
+                while True:
+                    line = resp.readline()
+                    put(line)
+                    if not line:
+                        return
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                put(e)
+
+        threading.Thread(target=reader, daemon=True, name="chatmem-stream").start()
         try:
             yield HTTPResponse(resp.status if hasattr(resp, "status") else resp.code, dict(resp.headers))
             while True:
-                try:
-                    line = await asyncio.to_thread(resp.readline)
-                except TimeoutError as e:
-                    raise TransportTimeout(f"{method} {url}: timed out mid-stream") from e
-                except (ConnectionError, OSError) as e:
-                    raise TransportError(f"{method} {url}: {e}") from e
-                if not line:
+                item = await queue.get()
+                if isinstance(item, TimeoutError):
+                    raise TransportTimeout(f"{method} {url}: timed out mid-stream") from item
+                if isinstance(item, (ConnectionError, OSError, ValueError, http.client.HTTPException)):
+                    raise TransportError(f"{method} {url}: {item!r}") from item
+                if isinstance(item, BaseException):
+                    raise item
+                if not item:
                     return
-                yield line.decode("utf-8").rstrip("\r\n")
+                yield item.decode("utf-8").rstrip("\r\n")
         finally:
-            await asyncio.to_thread(resp.close)
+            _abandon(resp)
+
+
+def _abandon(resp: Any) -> None:
+    """Close a response another thread may be reading: shut its socket down first."""
+    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        resp.close()
+    except Exception:  # noqa: BLE001 - closing a half-read response may complain; it is closed
+        pass
 
 
 class CPythonRuntime(Runtime):
@@ -131,3 +171,8 @@ class CPythonRuntime(Runtime):
 
     async def request_persistence(self, store: Store) -> bool:
         return getattr(store, "path", None) is not None
+
+    def cipher_suite(self) -> CipherSuite:
+        from ..sync.cipher import CryptographySuite
+
+        return CryptographySuite()

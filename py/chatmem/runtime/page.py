@@ -9,9 +9,11 @@ are turned into typed errors here (``errors.translate_dom_error``).
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import dataclasses
 import json
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import js  # type: ignore[import-not-found]
 from pyodide.code import eval_code_async  # type: ignore[import-not-found]
@@ -35,17 +37,22 @@ from .base import Runtime
 
 __all__ = ["PageRuntime", "BridgeDB", "open_database", "drop_database", "run_code", "FetchTransport",
            "storage_estimate", "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove",
-           "index_cache_path", "WebLock", "is_online", "on_online", "bpe_counter"]
+           "index_cache_path", "open_index_engine", "WebLock", "is_online", "on_online", "bpe_counter",
+           "WebCryptoSuite", "fetch_model"]
 
 
 def _bridge() -> Any:
     try:
         import chatmem_bridge  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise UnsupportedEnvironment(
-            "the chatmem JS bridge is not registered: import web/js/bridge.js and call "
-            "pyodide.registerJsModule('chatmem_bridge', bridge) before opening"
-        ) from e
+    except ImportError:
+        try:  # PyScript: config {"js_modules": {"main": {"./js/bridge.js": "chatmem_bridge"}}}
+            from pyscript.js_modules import chatmem_bridge  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UnsupportedEnvironment(
+                "the chatmem JS bridge is not registered: call loadChatmem(pyodide) from js/load.js "
+                "(or pyodide.registerJsModule('chatmem_bridge', bridge)), or under PyScript name "
+                "./js/bridge.js as 'chatmem_bridge' in js_modules.main"
+            ) from e
     return chatmem_bridge
 
 
@@ -129,6 +136,26 @@ async def request_persistence() -> bool:
     return bool(await _bridge().requestPersistence())
 
 
+class WebCryptoSuite:
+    """``chatmem.sync.e2e.CipherSuite`` on WebCrypto (``web/js/crypto.js``): one call per batch."""
+
+    async def pbkdf2_sha256(self, password: bytes, salt: bytes, iterations: int) -> bytes:
+        out = await _bridge().e2ePbkdf2(_b64(password), _b64(salt), iterations)
+        return base64.b64decode(str(out))
+
+    async def seal_many(self, key: bytes, items: Any) -> list[bytes]:
+        raw = await _bridge().e2eSeal(_b64(key), json.dumps([[_b64(x) for x in it] for it in items]))
+        return [base64.b64decode(c) for c in json.loads(str(raw))]
+
+    async def open_many(self, key: bytes, items: Any) -> list[bytes | None]:
+        raw = await _bridge().e2eOpen(_b64(key), json.dumps([[_b64(x) for x in it] for it in items]))
+        return [None if p is None else base64.b64decode(p) for p in json.loads(str(raw))]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
 # ---------------------------------------------------------------------------- DuckDB-Wasm engine
 
 
@@ -145,6 +172,10 @@ class DuckDBWasmEngine:
         self._handle = handle
         self.path = path
         self.persistent = bool(path)
+        #: the Web Lock that makes this tab the owner of the file (released on close)
+        self.owner_lock: WebLock | None = None
+        #: a sentence for the user when the cached file had to be rebuilt or cannot be kept
+        self.notice: str | None = None
 
     @classmethod
     async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
@@ -154,10 +185,31 @@ class DuckDBWasmEngine:
     async def _call(self, method: str, **args: Any) -> Any:
         return await _call(self._handle, method, args, _engine_error)
 
-    async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        res = await self._call("execute", sql=sql, params=list(params) if params else None)
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
+        call = self._call("execute", sql=sql, params=list(params) if params else None,
+                          interruptible=interruptible)
+        res = await (self._interruptible(call) if interruptible else call)
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in res["rows"]]
+
+    async def _interruptible(self, call: Any) -> Any:
+        """Await ``call``; if the awaiting task is cancelled, cancel the query in the worker
+        and wait until it has stopped (the engine is free when this raises)."""
+        fut = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            await self._handle.cancel()
+            while not fut.done():
+                try:
+                    await asyncio.wait({fut})
+                except asyncio.CancelledError:
+                    continue
+            if not fut.cancelled():
+                fut.exception()
+            raise
 
     async def executemany(self, sql: str, rows: Any) -> None:
         await self._call("executemany", sql=sql, rows=[list(r) for r in rows])
@@ -168,7 +220,40 @@ class DuckDBWasmEngine:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
     async def close(self) -> None:
-        await self._call("close")
+        try:
+            await self._call("close")
+        finally:
+            lock, self.owner_lock = getattr(self, "owner_lock", None), None
+            if lock is not None:
+                await lock.release()
+
+
+async def open_index_engine(path: str) -> tuple[DuckDBWasmEngine, str | None]:
+    """The engine of the cached index at ``path`` and a notice for the user, if any.
+
+    The tab that gets the Web Lock ``chatmem-index:<path>`` (held until the engine
+    closes or the page goes) owns the file, so a file it cannot open is not held
+    by another tab but unreadable: it is deleted and opened afresh (the index is
+    rebuilt from the store), or, if that fails too, the index stays in memory.
+    A tab without the lock gets an in-memory index.
+    """
+    lock = WebLock(f"chatmem-index:{path}")
+    if not await lock.acquire():
+        return await DuckDBWasmEngine.open(), None
+    notice = None
+    try:
+        try:
+            engine = await DuckDBWasmEngine.open(path)
+        except StorageError as e:
+            await opfs_remove(path.removeprefix("opfs://"))
+            notice = f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
+            engine = await DuckDBWasmEngine.open(path)
+    except StorageError as e:
+        await lock.release()
+        note = f"The search index cannot be saved in this browser ({e}); it is kept in memory for this page."
+        return await DuckDBWasmEngine.open(), note
+    engine.owner_lock = lock
+    return engine, notice
 
 
 async def opfs_remove(name: str) -> bool:
@@ -183,6 +268,24 @@ async def bpe_counter(encoding: str) -> Callable[[str], int]:
     """A synchronous ``count(text)`` for an OpenAI BPE encoding, run in JS (gpt-tokenizer)."""
     fn = await _bridge().tokenCounter(encoding)
     return lambda text: int(fn(text))
+
+
+# ---------------------------------------------------------------------------- the embedding model
+
+
+async def fetch_model() -> bytes:
+    """The static embedding model's bytes, fetched from this site (the service
+    worker caches the file on this first fetch). Its path is in ``build-info.json``."""
+    base = str(js.document.baseURI) if hasattr(js, "document") else str(js.location.href)
+    info = await (await js.fetch(js.URL.new("build-info.json", base).href)).json()
+    path = info.model if hasattr(info, "model") else None
+    if not path:
+        raise ValueError("build-info.json names no embedding model")
+    resp = await js.fetch(js.URL.new(str(path), base).href)
+    if not resp.ok:
+        raise ValueError(f"embedding model: HTTP {resp.status}")
+    buf = await resp.arrayBuffer()
+    return bytes(js.Uint8Array.new(buf).to_py())
 
 
 # ---------------------------------------------------------------------------- sync: Web Locks, online
@@ -213,7 +316,7 @@ class WebLock:
     async def release(self) -> None:
         release, self._release = self._release, None
         if release is not None:
-            release()
+            await release()  # settles once the lock is free (a re-acquire right after succeeds)
 
 
 def is_online() -> bool:
@@ -361,10 +464,9 @@ class PageRuntime(Runtime):
 
     async def open_query_engine(self, cache: str | None = None) -> DuckDBWasmEngine:
         if cache:
-            try:
-                return await DuckDBWasmEngine.open(cache)
-            except IndexLocked:
-                pass  # another tab holds the file: this tab gets its own in-memory index
+            engine, notice = await open_index_engine(cache)
+            engine.notice = notice
+            return engine
         return await DuckDBWasmEngine.open()
 
     def drain_lock(self, name: str) -> WebLock:
@@ -383,3 +485,9 @@ class PageRuntime(Runtime):
 
     async def token_counter(self, encoding: str) -> Callable[[str], int]:
         return await bpe_counter(encoding)
+
+    def model_loader(self) -> Callable[[], Awaitable[bytes]]:
+        return fetch_model
+
+    def cipher_suite(self) -> WebCryptoSuite:
+        return WebCryptoSuite()

@@ -1,62 +1,78 @@
-"""``python -m chatmem.server --port 8787 --db sync.db --api-key KEY [--api-key KEY2 ...]``
+"""``python -m chatmem.server [--port 8787] [--db sync.db|postgresql://...] [--api-key KEY ...]``
 
-Keys may also come from ``CHATMEM_SYNC_API_KEYS`` (comma-separated), which
-keeps them out of the process list. Each key gets its own data space.
+Serves the sync protocol. Every flag can also come from the environment
+(``CHATMEM_SYNC_DB``, ``CHATMEM_SYNC_API_KEYS`` comma-separated, ... see
+``settings.py``), which keeps keys out of the process list. Clients authenticate
+with account tokens (``python -m chatmem.server accounts add`` / ``tokens issue``)
+or, as a single-account shortcut, with an ``--api-key`` key (its own data space).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import logging
 import sys
 
+from ..errors import ValidationError
+from .backends import open_storage
+from .cli import ADMIN_COMMANDS, admin_main
 from .faults import FaultPlan
 from .runner import SyncServer
+from .settings import ServerSettings
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ADMIN_COMMANDS:
+        return admin_main(argv)
     p = argparse.ArgumentParser(
-        prog="python -m chatmem.server", description=__doc__.splitlines()[0]
+        prog="python -m chatmem.server",
+        description=__doc__.splitlines()[0],
+        epilog="administration: python -m chatmem.server {accounts,tokens} ... (see --help of each)",
     )
+    try:
+        env = ServerSettings.from_env()
+    except ValidationError as e:
+        p.error(str(e))
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8787)
-    p.add_argument(
-        "--db", default="sync.db", help="SQLite file (':memory:' for a throwaway server)"
-    )
-    p.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY")
-    p.add_argument(
-        "--cors-origin",
-        action="append",
-        default=[],
-        dest="cors_origins",
-        metavar="ORIGIN",
-        help="allowed page origin (repeatable; default: any)",
-    )
-    p.add_argument("--faults", default="", help="fault plan for testing, e.g. '500x3,429:2,drop'")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--db", default=env.db,
+                   help="SQLite file (':memory:' for a throwaway server) or a postgresql:// URL")
+    p.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY",
+                   help="single-account shortcut: a key with its own data space (repeatable)")
+    p.add_argument("--cors-origin", action="append", default=[], dest="cors_origins", metavar="ORIGIN",
+                   help="allowed page origin (repeatable; default: any)")
+    p.add_argument("--max-body", type=int, default=env.max_body, help="largest request body in bytes")
+    p.add_argument("--ops-per-minute", type=int, default=env.ops_per_minute,
+                   help="default per-account push quota (0: unlimited; default 6000)")
+    p.add_argument("--max-bytes", type=int, default=env.max_bytes,
+                   help="default per-account stored-bytes quota (0: unlimited; default 1 GiB)")
+    p.add_argument("--pool-size", type=int, default=env.pool_size, help="PostgreSQL connections")
+    p.add_argument("--heartbeat", type=float, default=env.heartbeat, help="seconds between stream pings")
+    p.add_argument("--faults", default=env.faults, help="fault plan for testing, e.g. '500x3,429:2,drop'")
+    p.add_argument("--log-level", default=env.log_level)
     args = p.parse_args(argv)
-    keys = list(args.api_keys)
-    keys += [k for k in os.environ.get("CHATMEM_SYNC_API_KEYS", "").split(",") if k]
-    if not keys:
-        p.error("give at least one --api-key (or set CHATMEM_SYNC_API_KEYS)")
+    keys = list(args.api_keys) + env.api_keys
     try:
         faults = FaultPlan.parse(args.faults) if args.faults else None
     except ValueError as e:
         p.error(str(e))
+    storage = open_storage(args.db, pool_size=args.pool_size)
+    if not keys and not storage.accounts():
+        storage.close()
+        p.error("give at least one --api-key (or set CHATMEM_SYNC_API_KEYS), or add an account: "
+                "python -m chatmem.server accounts add NAME --db DB")
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     server = SyncServer(
-        keys,
-        db=args.db,
-        host=args.host,
-        port=args.port,
-        faults=faults,
-        cors_origins=args.cors_origins or ("*",),
-        log_level=args.log_level,
+        keys, storage=storage, host=args.host, port=args.port, faults=faults,
+        cors_origins=args.cors_origins or env.cors_origins, log_level=args.log_level,
+        max_body=args.max_body, heartbeat=args.heartbeat,
+        quotas=ServerSettings(ops_per_minute=args.ops_per_minute, max_bytes=args.max_bytes).quotas,
     )
-    print(
-        f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db})", file=sys.stderr
-    )
+    print(f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db.split('@')[-1]})",
+          file=sys.stderr)
     try:
         server.serve_forever()
     finally:

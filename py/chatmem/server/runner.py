@@ -18,10 +18,15 @@ from contextlib import contextmanager
 import uvicorn
 
 from ..ids import Clock, system_clock
-from .app import create_app, space_for_key
+from ..validation import DEFAULT_LIMITS, Limits
+from .accounts import space_for_key
+from .app import MAX_BODY_BYTES, create_app
+from .backends import open_storage
 from .faults import FaultPlan
+from .live import ChangeHub
+from .quotas import Quotas
 from .service import SyncService
-from .storage import SQLiteSyncStorage, SyncStorage
+from .storage import SyncStorage
 
 __all__ = ["SyncServer", "running_server"]
 
@@ -41,13 +46,29 @@ class SyncServer:
         cors_origins: Sequence[str] = ("*",),
         clock: Clock = system_clock,
         log_level: str = "warning",
+        quotas: Quotas | None = None,
+        max_body: int = MAX_BODY_BYTES,
+        heartbeat: float = 15.0,
+        pool_size: int = 10,
+        limits: Limits = DEFAULT_LIMITS,
+        max_body_bytes: int | None = None,
     ):
         self.api_keys = list(api_keys)
-        self.storage: SyncStorage = storage if storage is not None else SQLiteSyncStorage(db)
-        self.service = SyncService(self.storage, clock)
+        self.storage: SyncStorage = (
+            storage if storage is not None else open_storage(db, pool_size=pool_size)
+        )
+        self.service = SyncService(self.storage, clock, limits=limits)
         self.faults = faults if faults is not None else FaultPlan()
+        self.hub = ChangeHub()
         self.app = create_app(
-            self.service, self.api_keys, faults=self.faults, cors_origins=cors_origins
+            self.service,
+            self.api_keys,
+            faults=self.faults,
+            cors_origins=cors_origins,
+            quotas=quotas,
+            max_body=max_body if max_body_bytes is None else max_body_bytes,
+            heartbeat=heartbeat,
+            hub=self.hub,
         )
         self.host = host
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -97,8 +118,9 @@ class SyncServer:
         self._server.run(sockets=[self._sock])
 
     def stop(self) -> None:
-        """Stop serving (held requests end early) and close the storage."""
+        """Stop serving (held requests and open streams end early) and close the storage."""
         self.faults.stopping.set()
+        self.hub.close()
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -117,10 +139,14 @@ def running_server(
     host: str = "127.0.0.1",
     port: int = 0,
     clock: Clock = system_clock,
+    quotas: Quotas | None = None,
+    heartbeat: float = 15.0,
 ) -> Iterator[SyncServer]:
-    """A started ``SyncServer`` on 127.0.0.1 (port 0: a free port), stopped on exit."""
+    """A started ``SyncServer`` on 127.0.0.1 (port 0: a free port), stopped on exit.
+    ``db`` may be a SQLite path, ``":memory:"`` or a ``postgresql://`` URL."""
     srv = SyncServer(
-        api_keys, storage=storage, db=db, host=host, port=port, faults=faults, clock=clock
+        api_keys, storage=storage, db=db, host=host, port=port, faults=faults, clock=clock,
+        quotas=quotas, heartbeat=heartbeat,
     )
     srv.start()
     try:

@@ -15,6 +15,12 @@ operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
   revives a tombstone; only a ``create`` with an HLC after the tombstone's
   does (restoring a backup). An operation that loses is still ``applied``
   (acknowledged, with a ``reason`` saying it was superseded).
+- every operation is checked first (``chatmem.sync.admit``: shape, record,
+  HLC at most ``limits.max_clock_skew_ms`` ahead of the server's clock); one
+  that fails is ``rejected`` with the reason, the others of the push go on.
+- a page of the change feed holds at most ``limits.changes_page_records``
+  records and about ``limits.changes_page_bytes`` bytes of record data (at
+  least one record, so a page always moves the cursor).
 - messages are immutable: a create of a message that exists with the same
   data is ``applied`` (no change); with different data it is ``rejected``.
   The server keeps messages whose session it has not seen (the client
@@ -23,14 +29,19 @@ operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValidationError
 from ..ids import Clock, system_clock
+from ..sync.admit import admit_op
 from ..sync.hlc import validate_device_id
 from ..sync.merge import is_newer, revives, same_message, winning_fields
-from ..sync.ops import MAX_ID_LENGTH, validate_op
+from ..sync.ops import MAX_ID_LENGTH
+from ..validation import DEFAULT_LIMITS, Limits
+from . import e2e
+from .quotas import Quotas
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
 
 __all__ = ["SyncService", "parse_cursor", "MAX_OPS_PER_PUSH", "MAX_CHANGES_LIMIT"]
@@ -51,6 +62,18 @@ def parse_cursor(value: str | None) -> int:
     return int(value)
 
 
+def _touched(ops: list[Any]) -> list[tuple[str, str]]:
+    """The records a batch may read: each op's own, and a message's session."""
+    keys: list[tuple[str, str]] = []
+    for op in ops:
+        rid, res, data = op.get("id"), op.get("resource"), op.get("data")
+        if isinstance(rid, str) and res in ("session", "message"):
+            keys.append((res, rid))
+        if res == "message" and isinstance(data, dict) and isinstance(data.get("sessionId"), str):
+            keys.append(("session", data["sessionId"]))
+    return keys
+
+
 def _applied(op_id: str, reason: str | None = None) -> Result:
     out: Result = {"op_id": op_id, "status": "applied"}
     if reason:
@@ -63,9 +86,12 @@ def _rejected(op_id: str, reason: str) -> Result:
 
 
 class SyncService:
-    def __init__(self, storage: SyncStorage, clock: Clock = system_clock):
+    def __init__(self, storage: SyncStorage, clock: Clock = system_clock, *, limits: Limits = DEFAULT_LIMITS):
         self.storage = storage
         self.clock = clock
+        self.limits = limits
+        #: quotas per space (spaces without an entry are unlimited)
+        self.quotas: dict[str, Quotas] = {}
 
     # ------------------------------------------------------------------ push
     def check_push(self, payload: Any) -> tuple[str, list[Any]]:
@@ -87,25 +113,39 @@ class SyncService:
         return device_id, ops
 
     def push(self, space: str, payload: Any) -> dict[str, Any]:
-        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch."""
+        """Apply a push body in one transaction; ``ValidationError`` for a malformed batch,
+        ``RateLimited``/``StorageFull`` (nothing applied) when the space's quotas
+        (``quotas[space]``, set by the HTTP layer from the account) refuse it."""
+        quotas = self.quotas.get(space)
         device_id, ops = self.check_push(payload)
         now = self.clock()
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
+            e2e.check_push(txn, ops)
+            bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
+            seen = txn.seen_ops([op["op_id"] for op in ops])
+            txn.prefetch(_touched(ops))
             for op in ops:
                 op_id = op["op_id"]
-                if txn.op_seen(op_id):
+                if op_id in seen:
                     results.append({"op_id": op_id, "status": "duplicate"})
                     continue
                 try:
-                    validate_op(op)
+                    admit_op(op, self.limits, now)
                 except ValidationError as e:
                     results.append(_rejected(op_id, f"invalid {e.field}: {e}"))
+                    continue
+                bad_envelope = e2e.check_op(op)
+                if bad_envelope is not None:
+                    results.append(_rejected(op_id, bad_envelope))
                     continue
                 result = self._apply(txn, op)
                 if result["status"] == "applied":
                     txn.remember_op(op_id, device_id, now)
+                    seen.add(op_id)
                 results.append(result)
+            if quotas is not None:
+                quotas.check_bytes(txn, bytes_before)
             cursor = txn.cursor()
         return {"results": results, "cursor": str(cursor)}
 
@@ -222,7 +262,7 @@ class SyncService:
             raise ValidationError(f"bad limit {limit!r}", field="limit")
         if n < 1:
             raise ValidationError("limit must be at least 1", field="limit")
-        n = min(n, MAX_CHANGES_LIMIT)
+        n = min(n, MAX_CHANGES_LIMIT, self.limits.changes_page_records)
         if start > self.storage.cursor(space):
             raise ValidationError(
                 "cursor is ahead of this server's feed (was its data reset?): pull from the start",
@@ -230,6 +270,12 @@ class SyncService:
             )
         rows = self.storage.changes(space, start, n + 1)
         page, more = rows[:n], len(rows) > n
+        budget = self.limits.changes_page_bytes
+        for i, r in enumerate(page):
+            budget -= len(json.dumps(r.data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) + 200
+            if budget < 0 and i > 0:  # the page ends before the record that passes the budget
+                page, more = page[:i], True
+                break
         return {
             "changes": [
                 {

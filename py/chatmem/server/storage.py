@@ -1,12 +1,15 @@
-"""Where the reference server keeps its data: the ``SyncStorage`` interface
-and its SQLite implementation (standard library ``sqlite3``).
+"""Where the reference server keeps its data: the ``SyncStorage`` interface.
+Implementations: ``SQLiteSyncStorage`` (one file, one process; ``sqlite.py``)
+and ``PostgresSyncStorage`` (many processes and machines; ``postgres.py``);
+``backends.open_storage(db)`` picks one by the ``--db`` value.
 
-The storage is deliberately dumb: it keeps, per *space* (one per api key),
+The storage is deliberately dumb: it keeps, per *space* (one per account),
 the latest state of every record with the feed position (``seq``) of its
 last change, and the set of applied ``op_id``s. The merge rules (LWW by HLC,
 tombstones, immutability) live in ``service.py``, so another database only
 has to implement these few methods. Methods are synchronous; the server
-calls them from a worker thread.
+calls them from a worker thread. Accounts and tokens live beside the spaces
+(``Account``, ``TokenRecord``; token secrets are stored only as hashes).
 
 Durability: a ``transaction()`` block commits when it exits normally (one
 push = one transaction) and rolls everything back when it raises.
@@ -14,15 +17,16 @@ push = one transaction) and rolls everything back when it raises.
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["StoredRecord", "SpaceTransaction", "SyncStorage", "SQLiteSyncStorage"]
+__all__ = [
+    "Account",
+    "TokenRecord",
+    "StoredRecord",
+    "SpaceTransaction",
+    "SyncStorage",
+]
 
 
 @dataclass
@@ -49,7 +53,15 @@ class SpaceTransaction(Protocol):
 
     def op_seen(self, op_id: str) -> bool: ...
 
+    def seen_ops(self, op_ids: list[str]) -> set[str]:
+        """Which of ``op_ids`` were applied in this space (one query for a whole push)."""
+        ...
+
     def remember_op(self, op_id: str, device_id: str, now_ms: int) -> None: ...
+
+    def prefetch(self, keys: list[tuple[str, str]]) -> None:
+        """A hint: ``get`` will be asked for these (resource, id) keys; read them at once."""
+        ...
 
     def get(self, resource: str, record_id: str) -> StoredRecord | None: ...
 
@@ -71,6 +83,22 @@ class SpaceTransaction(Protocol):
         """The highest ``seq`` handed out in this space (0 if none)."""
         ...
 
+    def stored_bytes(self) -> int:
+        """The bytes of record data this space holds, as of this transaction."""
+        ...
+
+    def meta_get(self, name: str) -> Any:
+        """A space setting (JSON value) or None, e.g. the end-to-end key parameters."""
+        ...
+
+    def meta_put(self, name: str, value: Any) -> None:
+        """Set (or, with None, remove) a space setting."""
+        ...
+
+    def count_ops(self, minute: int, n: int) -> int:
+        """Count ``n`` operations against ``minute`` (minutes since the epoch); return the count before."""
+        ...
+
 
 class SyncStorage(Protocol):
     def transaction(self, space: str) -> Any:
@@ -83,162 +111,53 @@ class SyncStorage(Protocol):
 
     def cursor(self, space: str) -> int: ...
 
+    def purge(self) -> None:
+        """Make replaced and deleted data unrecoverable from the database files
+        (called after a space's records were re-encrypted)."""
+        ...
+
+    def ping(self) -> None:
+        """Raise if the database cannot answer (``/v1/health``)."""
+        ...
+
+    def account(self, name: str) -> Account | None: ...
+
+    def accounts(self) -> list[Account]: ...
+
+    def add_account(self, account: Account) -> None: ...
+
+    def set_account_quota(self, name: str, ops_per_minute: int | None, max_bytes: int | None) -> bool: ...
+
+    def add_token(self, token: TokenRecord) -> None: ...
+
+    def token(self, token_id: str) -> tuple[TokenRecord, Account] | None: ...
+
+    def tokens(self, account_id: str) -> list[TokenRecord]: ...
+
+    def revoke_token(self, token_id: str, now_ms: int) -> bool: ...
+
     def close(self) -> None: ...
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spaces (
-    space TEXT PRIMARY KEY,
-    last_seq INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS records (
-    space TEXT NOT NULL,
-    resource TEXT NOT NULL,
-    id TEXT NOT NULL,
-    data TEXT,
-    deleted INTEGER NOT NULL,
-    hlc TEXT NOT NULL,
-    birth_hlc TEXT NOT NULL,
-    field_hlc TEXT NOT NULL,
-    session_id TEXT,
-    seq INTEGER NOT NULL,
-    PRIMARY KEY (space, resource, id)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS records_feed ON records (space, seq);
-CREATE INDEX IF NOT EXISTS records_session ON records (space, session_id);
-CREATE TABLE IF NOT EXISTS applied_ops (
-    space TEXT NOT NULL,
-    op_id TEXT NOT NULL,
-    device_id TEXT NOT NULL,
-    applied_at INTEGER NOT NULL,
-    PRIMARY KEY (space, op_id)
-);
-"""
+@dataclass
+class Account:
+    """An account owns one data space; quotas of None mean "the server's default"."""
 
-_COLUMNS = "resource, id, data, deleted, hlc, birth_hlc, field_hlc, session_id, seq"
+    id: str
+    name: str
+    space: str
+    created_at: int
+    ops_per_minute: int | None = None
+    max_bytes: int | None = None
 
 
-def _row(r: tuple[Any, ...]) -> StoredRecord:
-    return StoredRecord(
-        resource=r[0],
-        id=r[1],
-        data=json.loads(r[2]) if r[2] is not None else None,
-        deleted=bool(r[3]),
-        hlc=r[4],
-        birth_hlc=r[5],
-        field_hlc=json.loads(r[6]),
-        session_id=r[7],
-        seq=r[8],
-    )
+@dataclass
+class TokenRecord:
+    """A bearer token as stored: ``hash`` is the SHA-256 of the whole token, never the token."""
 
-
-class _SQLiteTransaction:
-    def __init__(self, conn: sqlite3.Connection, space: str):
-        self.conn = conn
-        self.space = space
-        row = conn.execute("SELECT last_seq FROM spaces WHERE space = ?", (space,)).fetchone()
-        self._seq = row[0] if row else 0
-        if row is None:
-            conn.execute("INSERT INTO spaces (space, last_seq) VALUES (?, 0)", (space,))
-
-    def op_seen(self, op_id: str) -> bool:
-        row = self.conn.execute(
-            "SELECT 1 FROM applied_ops WHERE space = ? AND op_id = ?", (self.space, op_id)
-        ).fetchone()
-        return row is not None
-
-    def remember_op(self, op_id: str, device_id: str, now_ms: int) -> None:
-        self.conn.execute(
-            "INSERT INTO applied_ops (space, op_id, device_id, applied_at) VALUES (?, ?, ?, ?)",
-            (self.space, op_id, device_id, now_ms),
-        )
-
-    def get(self, resource: str, record_id: str) -> StoredRecord | None:
-        row = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM records WHERE space = ? AND resource = ? AND id = ?",
-            (self.space, resource, record_id),
-        ).fetchone()
-        return _row(row) if row else None
-
-    def put(self, record: StoredRecord) -> int:
-        self._seq += 1
-        record.seq = self._seq
-        self.conn.execute(
-            f"INSERT OR REPLACE INTO records (space, {_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                self.space,
-                record.resource,
-                record.id,
-                json.dumps(record.data, ensure_ascii=False) if record.data is not None else None,
-                int(record.deleted),
-                record.hlc,
-                record.birth_hlc,
-                json.dumps(record.field_hlc),
-                record.session_id,
-                record.seq,
-            ),
-        )
-        self.conn.execute("UPDATE spaces SET last_seq = ? WHERE space = ?", (self._seq, self.space))
-        return self._seq
-
-    def live_messages(self, session_id: str) -> list[StoredRecord]:
-        rows = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM records WHERE space = ? AND session_id = ? "
-            "AND resource = 'message' AND deleted = 0 ORDER BY seq",
-            (self.space, session_id),
-        ).fetchall()
-        return [_row(r) for r in rows]
-
-    def cursor(self) -> int:
-        return self._seq
-
-
-class SQLiteSyncStorage:
-    """``SyncStorage`` in one SQLite file (or ``":memory:"``), safe to share between threads."""
-
-    def __init__(self, path: str = ":memory:"):
-        self.path = path
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        if path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-
-    @contextmanager
-    def transaction(self, space: str) -> Iterator[_SQLiteTransaction]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield _SQLiteTransaction(self._conn, space)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def changes(self, space: str, since: int, limit: int) -> list[StoredRecord]:
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM records WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (space, since, limit),
-            ).fetchall()
-        return [_row(r) for r in rows]
-
-    def cursor(self, space: str) -> int:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT last_seq FROM spaces WHERE space = ?", (space,)
-            ).fetchone()
-        return row[0] if row else 0
-
-    def applied_op_count(self, space: str) -> int:
-        """How many operations were applied in a space (for tests and operators)."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT COUNT(*) FROM applied_ops WHERE space = ?", (space,)
-            ).fetchone()
-        return int(row[0])
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+    id: str
+    account: str
+    label: str
+    hash: str
+    created_at: int
+    revoked_at: int | None = None

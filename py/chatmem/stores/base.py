@@ -8,8 +8,12 @@ Records are the JSON-ready dicts of ``chatmem.models`` (``SessionMeta.to_record`
 Every write method is one atomic transaction: when it returns, the write is
 durable (as durable as the store is); when it raises, nothing was written.
 Every write method takes ``ops``: sync operations to enqueue in the ``outbox``
-*in the same transaction* (an op whose ``data`` is ``None`` and whose
-``resource`` is ``"message"`` gets the stored message record as its data).
+*in the same transaction*, but only once sync was turned on for this store:
+the write's transaction reads the ``kv`` key ``OUTBOX_KEY`` (set for good by
+``outbox_activate``) and drops the ops while it is absent, so a store that
+never synced holds no outbox at all. A message ``create`` op keeps ``data``
+``None``: it refers to the stored message (immutable) instead of copying it;
+``chatmem.sync.wire`` reads the record when the op is pushed.
 
 Outbox records: ``{op_id, type, resource, id, session_id, data, timestamp,
 hlc, attempts, next_attempt_at, last_error}``, kept in FIFO order; dead
@@ -22,7 +26,11 @@ from typing import Any, Iterable, Protocol, TypeVar, cast, runtime_checkable
 
 T = TypeVar("T")
 
-__all__ = ["Store", "SESSION_PRIVATE_FIELDS", "clone", "fill_ops", "next_seq_after"]
+__all__ = ["Store", "SESSION_PRIVATE_FIELDS", "OUTBOX_KEY", "clone", "gate_ops", "snapshot_of", "next_seq_after"]
+
+#: kv key whose presence means "sync was turned on: enqueue ops"; its value is the
+#: backfill snapshot ``{"at": ms, "sessions": [[sessionId, nextSeq], ...]}``
+OUTBOX_KEY = "sync.outbox"
 
 #: record fields that belong to the store, not to the user-visible model
 SESSION_PRIVATE_FIELDS = ("nextSeq",)
@@ -39,22 +47,28 @@ def clone(value: T) -> T:
     return value
 
 
-def fill_ops(ops: Ops, records: Iterable[dict[str, Any]], created: bool = True) -> list[dict[str, Any]]:
-    """Give message ops without data the stored record they describe.
+def gate_ops(ops: Ops, created: bool = True) -> list[dict[str, Any]]:
+    """The ops a write enqueues: those marked ``only_if_created`` only if it created the session.
 
-    Ops marked ``only_if_created`` are dropped unless the write created the session.
+    Call only when ``OUTBOX_KEY`` is set (in the write's transaction).
     """
     if not ops:
         return []
-    by_id = {r["id"]: r for r in records}
     out = []
     for op in ops:
         if op.pop("only_if_created", False) and not created:
             continue
-        if op.get("data") is None and op["resource"] == "message" and op["type"] != "delete":
-            op = dict(op, data=by_id.get(op["id"]))
         out.append(op)
     return out
+
+
+def snapshot_of(sessions: Iterable[dict[str, Any]], now: int) -> dict[str, Any]:
+    """The ``OUTBOX_KEY`` value: every session with the ``nextSeq`` it had (sorted by id).
+
+    Messages below that ``seq`` are the backfill's; later ones have outbox ops.
+    """
+    pairs = sorted([s["sessionId"], int(s.get("nextSeq", s.get("messageCount", 0)) or 0)] for s in sessions)
+    return {"at": now, "sessions": pairs}
 
 
 def next_seq_after(messages: list[dict[str, Any]]) -> int:
@@ -131,6 +145,10 @@ class Store(Protocol):
 
     async def get_message(self, message_id: str) -> dict[str, Any] | None: ...
 
+    async def get_messages(self, message_ids: list[str]) -> list[dict[str, Any] | None]:
+        """The records of ``message_ids`` (``None`` where absent), in order, in one read."""
+        ...
+
     async def list_messages(
         self, session_id: str, offset: int, limit: int | None, newest_first: bool
     ) -> list[dict[str, Any]]:
@@ -154,6 +172,15 @@ class Store(Protocol):
     async def kv_set(self, key: str, value: Any) -> None: ...
 
     # ------------------------------------------------------------------ outbox
+    async def outbox_activate(self, now: int) -> dict[str, Any]:
+        """Turn the outbox on for good and return the ``OUTBOX_KEY`` snapshot.
+
+        In one transaction: if the key is set, its value; else every session's
+        ``nextSeq`` is recorded under it (``snapshot_of``). A write before this
+        is in the snapshot, a write after it enqueues its ops: nothing falls between.
+        """
+        ...
+
     async def outbox_put(self, ops: list[dict[str, Any]]) -> None: ...
 
     async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:

@@ -93,6 +93,9 @@ class IndexedDBStore:
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         return await self._db.call("getMessage", messageId=message_id)  # type: ignore[no-any-return]
 
+    async def get_messages(self, message_ids: list[str]) -> list[dict[str, Any] | None]:
+        return await self._db.call("getMessages", messageIds=message_ids)  # type: ignore[no-any-return]
+
     async def list_messages(
         self, session_id: str, offset: int, limit: int | None, newest_first: bool
     ) -> list[dict[str, Any]]:
@@ -113,6 +116,9 @@ class IndexedDBStore:
 
     async def kv_set(self, key: str, value: Any) -> None:
         await self._db.call("kvSet", key=key, value=value)
+
+    async def outbox_activate(self, now: int) -> dict[str, Any]:
+        return await self._db.call("outboxActivate", now=now)  # type: ignore[no-any-return]
 
     async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
         await self._db.call("outboxPut", ops=ops)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import DuplicateId, SessionNotFound
 from ..sync.apply import apply_changes_to
-from .base import Ops, clone, fill_ops, next_seq_after
+from .base import OUTBOX_KEY, Ops, clone, gate_ops, next_seq_after, snapshot_of
 
 __all__ = ["MemoryStore"]
 
@@ -24,8 +24,10 @@ class MemoryStore:
         self._outbox: dict[str, dict[str, Any]] = {}  # insertion order = FIFO
         self._dead: dict[str, dict[str, Any]] = {}
 
-    def _enqueue(self, ops: Ops, records: list[dict[str, Any]] = (), created: bool = True) -> None:  # type: ignore[assignment]
-        for op in fill_ops(ops, records, created):
+    def _enqueue(self, ops: Ops, created: bool = True, gated: bool = True) -> None:
+        if gated and OUTBOX_KEY not in self._kv:
+            return
+        for op in gate_ops(ops, created):
             self._outbox[op["op_id"]] = clone(op)
 
     # ------------------------------------------------------------------ sessions
@@ -42,7 +44,7 @@ class MemoryStore:
         self._sessions[sid] = rec
         self._by_session[sid] = []
         self._insert(messages)
-        self._enqueue(ops, messages)
+        self._enqueue(ops)
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         rec = self._sessions.get(session_id)
@@ -108,7 +110,7 @@ class MemoryStore:
             self._sessions[sess["sessionId"]] = sess
             self._by_session[sess["sessionId"]] = []
             self._insert(msgs)
-        self._enqueue(ops, [m for _, msgs in items for m in msgs])
+        self._enqueue(ops)
 
     # ------------------------------------------------------------------ messages
     def _check_new_ids(self, messages: list[dict[str, Any]]) -> None:
@@ -152,7 +154,7 @@ class MemoryStore:
             out.append(rec)
         self._insert(out)
         sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
-        self._enqueue(ops, out, created)
+        self._enqueue(ops, created)
         return clone(out), clone(sess)
 
     async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
@@ -170,6 +172,9 @@ class MemoryStore:
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         rec = self._messages.get(message_id)
         return clone(rec) if rec is not None else None
+
+    async def get_messages(self, message_ids: list[str]) -> list[dict[str, Any] | None]:
+        return [clone(self._messages.get(mid)) for mid in message_ids]
 
     async def list_messages(
         self, session_id: str, offset: int, limit: int | None, newest_first: bool
@@ -206,8 +211,13 @@ class MemoryStore:
         self._kv[key] = clone(value)
 
     # ------------------------------------------------------------------ outbox
+    async def outbox_activate(self, now: int) -> dict[str, Any]:
+        if OUTBOX_KEY not in self._kv:
+            self._kv[OUTBOX_KEY] = snapshot_of(self._sessions.values(), now)
+        return clone(self._kv[OUTBOX_KEY])
+
     async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
-        self._enqueue(ops)
+        self._enqueue(ops, gated=False)
 
     async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
         ops = list(self._outbox.values())

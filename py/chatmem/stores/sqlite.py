@@ -24,42 +24,12 @@ from ..errors import (
     VersionConflict,
 )
 from ..sync.apply import apply_changes_to
-from .base import Ops, fill_ops, next_seq_after
+from .base import OUTBOX_KEY, Ops, gate_ops, next_seq_after, snapshot_of
+from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
 T = TypeVar("T")
-
-#: each entry migrates from version i to i+1; never drops data
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE sessions (
-        id TEXT PRIMARY KEY,
-        created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL,
-        record TEXT NOT NULL
-    );
-    CREATE INDEX sessions_updated ON sessions(updated_at);
-    CREATE TABLE messages (
-        id TEXT PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        created_at INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        record TEXT NOT NULL,
-        UNIQUE (session_id, seq)
-    );
-    CREATE INDEX messages_created ON messages(created_at);
-    CREATE TABLE outbox (
-        key INTEGER PRIMARY KEY AUTOINCREMENT,
-        op_id TEXT UNIQUE NOT NULL,
-        record TEXT NOT NULL
-    );
-    CREATE TABLE dead_letter (op_id TEXT PRIMARY KEY, record TEXT NOT NULL);
-    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    """,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def _translate(e: sqlite3.Error) -> StorageError:
@@ -97,6 +67,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA synchronous=" + ("FULL" if durability == "strict" else "NORMAL"))
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            self._data_version: int = int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error as e:
             raise _translate(e) from e
 
@@ -121,6 +92,20 @@ class SQLiteStore:
     async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
         async with self._lock:
             return await asyncio.to_thread(self._call, fn, write)
+
+    async def changed_elsewhere(self) -> bool:
+        """True if another connection (another process, say) committed to the file since the
+        last call (``PRAGMA data_version``); the caller then drops what it cached."""
+        if self.path == ":memory:":
+            return False
+
+        def probe(db: sqlite3.Connection) -> int:
+            return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+        version = await self._run(probe)
+        changed = version != self._data_version
+        self._data_version = version
+        return changed
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
         db = self._db
@@ -155,10 +140,12 @@ class SQLiteStore:
         )
 
     @staticmethod
-    def _enqueue(
-        db: sqlite3.Connection, ops: Ops, records: list[dict[str, Any]] | None = None, created: bool = True
-    ) -> None:
-        filled = fill_ops(ops, records or [], created)
+    def _enqueue(db: sqlite3.Connection, ops: Ops, created: bool = True, gated: bool = True) -> None:
+        if not ops:
+            return
+        if gated and db.execute("SELECT 1 FROM kv WHERE key = ?", (OUTBOX_KEY,)).fetchone() is None:
+            return
+        filled = gate_ops(ops, created)
         if filled:
             db.executemany(
                 "INSERT INTO outbox (op_id, record) VALUES (?, ?)",
@@ -184,7 +171,7 @@ class SQLiteStore:
         def tx(db: sqlite3.Connection) -> None:
             self._put_session(db, rec, insert=True)
             self._put_messages(db, messages)
-            self._enqueue(db, ops, messages)
+            self._enqueue(db, ops)
 
         await self._run(tx, write=True)
 
@@ -253,7 +240,7 @@ class SQLiteStore:
             sess.update(nextSeq=seq, messageCount=sess.get("messageCount", 0) + len(out), updatedAt=now)
             self._put_session(db, sess, insert=insert)
             self._put_messages(db, out)
-            self._enqueue(db, ops, out, created=insert)
+            self._enqueue(db, ops, created=insert)
             return out, sess
 
         return await self._run(tx, write=True)
@@ -287,7 +274,7 @@ class SQLiteStore:
                 sess = dict(rec, nextSeq=next_seq_after(msgs), messageCount=len(msgs))
                 self._put_session(db, sess, insert=True)
                 self._put_messages(db, msgs)
-            self._enqueue(db, ops, [m for _, msgs in items for m in msgs])
+            self._enqueue(db, ops)
 
         await self._run(tx, write=True)
 
@@ -296,6 +283,18 @@ class SQLiteStore:
             lambda db: db.execute("SELECT record FROM messages WHERE id = ?", (message_id,)).fetchone()
         )
         return json.loads(row[0]) if row else None
+
+    async def get_messages(self, message_ids: list[str]) -> list[dict[str, Any] | None]:
+        def read(db: sqlite3.Connection) -> dict[str, str]:
+            found: dict[str, str] = {}
+            for i in range(0, len(message_ids), 500):
+                chunk = message_ids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                found.update(db.execute(f"SELECT id, record FROM messages WHERE id IN ({marks})", chunk).fetchall())
+            return found
+
+        found = await self._run(read)
+        return [json.loads(found[mid]) if mid in found else None for mid in message_ids]
 
     async def list_messages(
         self, session_id: str, offset: int, limit: int | None, newest_first: bool
@@ -341,8 +340,19 @@ class SQLiteStore:
         )
 
     # ------------------------------------------------------------------ outbox
+    async def outbox_activate(self, now: int) -> dict[str, Any]:
+        def tx(db: sqlite3.Connection) -> dict[str, Any]:
+            row = db.execute("SELECT value FROM kv WHERE key = ?", (OUTBOX_KEY,)).fetchone()
+            if row:
+                return json.loads(row[0])  # type: ignore[no-any-return]
+            snap = snapshot_of((json.loads(r[0]) for r in db.execute("SELECT record FROM sessions")), now)
+            db.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (OUTBOX_KEY, _dumps(snap)))
+            return snap
+
+        return await self._run(tx, write=True)
+
     async def outbox_put(self, ops: list[dict[str, Any]]) -> None:
-        await self._run(lambda db: self._enqueue(db, ops), write=True)
+        await self._run(lambda db: self._enqueue(db, ops, gated=False), write=True)
 
     async def outbox_list(self, limit: int | None = None) -> list[dict[str, Any]]:
         rows = await self._run(

@@ -9,6 +9,12 @@ Validation (``validate()``, also run by ``from_dict``) raises
 ``ValidationError`` naming the field: the endpoint must be ``https://``,
 except ``http://`` to ``localhost`` / ``127.0.0.1`` / ``[::1]``; it carries no
 credentials, query or fragment.
+
+``encryption`` (``Passphrase`` / ``EncryptionKey``, see ``chatmem.sync.e2e``)
+turns on end-to-end encryption. Its secret is in no dict: the public and the
+storage dicts say only ``{"kind", "remember"}``, and a config read back from
+storage holds a *locked* passphrase (the device then uses the derived key it
+remembered, if the person asked for that, or waits for the passphrase).
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ValidationError
+from .e2e import EncryptionKey, Passphrase
 
-__all__ = ["SyncConfig", "LOCAL_HOSTS", "normalize_endpoint"]
+__all__ = ["SyncConfig", "CONFIG_KEY", "LOCAL_HOSTS", "normalize_endpoint"]
+
+#: where ``mem.sync`` keeps its config in the store's ``kv``
+CONFIG_KEY = "sync.config"
 
 LOCAL_HOSTS: frozenset[str] = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -92,10 +102,15 @@ class SyncConfig:
     #: ms of the first backoff delay; doubles per retry up to ``backoff_max``
     backoff_base: int = 1_000
     backoff_max: int = 60_000
+    #: with ``auto_sync``: follow the server's ``/v1/stream`` (if it has one) and pull as
+    #: soon as another device pushed, instead of waiting for the next ``sync_interval``
+    live: bool = True
+    #: end-to-end encryption of pushed data: ``Passphrase("…")`` or ``EncryptionKey(bytes)``
+    encryption: Passphrase | EncryptionKey | None = field(default=None, repr=False, hash=False)
 
     def validate(self) -> SyncConfig:
         """Return self if valid, else raise ``ValidationError`` naming the field."""
-        for name in ("enabled", "auto_sync"):
+        for name in ("enabled", "auto_sync", "live"):
             if not isinstance(getattr(self, name), bool):
                 raise ValidationError(f"{name} must be a bool", field=name)
         if not isinstance(self.api_key, str):
@@ -117,6 +132,11 @@ class SyncConfig:
         _int(self.timeout, "timeout", 100)
         _int(self.backoff_base, "backoff_base", 0)
         _int(self.backoff_max, "backoff_max", self.backoff_base)
+        if self.encryption is not None and not isinstance(self.encryption, (Passphrase, EncryptionKey)):
+            raise ValidationError(
+                "encryption must be chatmem.Passphrase(...) or chatmem.EncryptionKey(...)",
+                field="encryption",
+            )
         return self
 
     def __post_init__(self) -> None:
@@ -149,7 +169,7 @@ class SyncConfig:
             name = _ALIASES.get(key, key)
             if name not in names:
                 raise ValidationError(f"unknown sync config field {key!r}", field=str(key))
-            kwargs[name] = value
+            kwargs[name] = _encryption(value) if name == "encryption" else value
         return cls(**kwargs)
 
     def to_public_dict(self) -> dict[str, Any]:
@@ -157,14 +177,37 @@ class SyncConfig:
         out = {
             _CAMEL.get(f.name, f.name): getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name != "api_key"
+            if f.name not in ("api_key", "encryption")
         }
         out["hasApiKey"] = bool(self.api_key)
+        enc = self.encryption
+        out["encryption"] = (
+            None if enc is None else {"kind": enc.kind, "remember": enc.remember, "locked": enc.is_locked}
+        )
         return out
 
     def to_storage_dict(self) -> dict[str, Any]:
         """Everything, the key included: only for the local settings store, never for export."""
         out = self.to_public_dict()
         del out["hasApiKey"]
+        if out["encryption"] is not None:
+            del out["encryption"]["locked"]
         out["apiKey"] = self.api_key
         return out
+
+
+def _encryption(value: Any) -> Passphrase | EncryptionKey | None:
+    """``encryption`` from a dict: an instance, None, ``{"passphrase", "remember"}`` (a form),
+    or ``{"kind", "remember"}`` (stored: no secret, so a locked passphrase)."""
+    if value is None or isinstance(value, (Passphrase, EncryptionKey)):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValidationError("encryption must be an object or null", field="encryption")
+    remember = value.get("remember", False)
+    if not isinstance(remember, bool):
+        raise ValidationError("encryption.remember must be a bool", field="encryption")
+    if value.get("passphrase"):
+        return Passphrase(value["passphrase"], remember=remember)
+    if value.get("kind") in ("passphrase", "key"):
+        return Passphrase.locked(remember=remember)
+    raise ValidationError("encryption needs a passphrase", field="encryption")

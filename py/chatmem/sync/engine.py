@@ -23,10 +23,14 @@ What is durable, and when:
 - Operations of one session go in order: an operation waiting for a retry
   (or leased by another drainer) holds back the later operations of its
   session only; other sessions go on.
+- History written before sync was first turned on is pushed from the store
+  before the outbox, and before a pull (``chatmem.sync.backfill``).
 - ``pull()`` applies one page of ``/v1/changes`` per store transaction
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
+- End-to-end encryption: see ``chatmem.sync.unlock`` (key check before a push
+  or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
@@ -41,66 +45,67 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    DecryptionError,
     SyncAuthError,
     SyncError,
     SyncOffline,
     SyncPermanentError,
     SyncTransientError,
     ValidationError,
+    WrongPassphrase,
 )
 from ..http import Transport
+from .auto import AutoSync
+from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
-from .config import SyncConfig
+from .cipher import default_suite
+from .config import CONFIG_KEY, SyncConfig
+from .keyring import Keyring
+from .live import LiveSync
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
     LEASE_MARGIN_MS,
-    WIRE_FIELDS,
     DrainLock,
     LocalDrainLock,
     PullReport,
     PushReport,
+    apply_answer,
+    dead_letter_error,
     dead_record,
     op_ids,
     record_failures,
+    resolve_batch,
     select_batch,
     strip_lease,
 )
+from .quarantine import QUARANTINE_KEY
 from .status import SyncState, SyncStatus
+from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
+    from .e2e import CipherSuite
 
-__all__ = [
-    "CONFIG_KEY",
-    "CURSOR_KEY",
-    "HLC_KEY",
-    "STATUS_KEY",
-    "DrainLock",
-    "LocalDrainLock",
-    "PullReport",
-    "PushReport",
-    "SyncEngine",
-]
+__all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
+           "PushReport", "SyncEngine"]
 
 log = logging.getLogger("chatmem.sync")
 
-CONFIG_KEY = "sync.config"
 STATUS_KEY = "sync.status"
 HLC_KEY = "sync.hlc"
-
 
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class SyncEngine:
+class SyncEngine(AutoSync, EncryptedSync):
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -113,6 +118,7 @@ class SyncEngine:
         lock: DrainLock | None = None,
         online: Callable[[], bool] | None = None,
         on_online: Callable[[Callable[[], None]], Callable[[], None] | None] | None = None,
+        cipher: Callable[[], CipherSuite] | None = None,
     ):
         self._core = core
         self.transport = transport
@@ -133,6 +139,10 @@ class SyncEngine:
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
+        self._live = LiveSync(self._poke, core.listeners)
+        #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
+        self.keyring = Keyring(core.store, cipher or default_suite, core.ids)
+        self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
@@ -153,7 +163,10 @@ class SyncEngine:
         cfg = config if isinstance(config, SyncConfig) else SyncConfig.from_dict(config)
         cfg.validate()
         await self._load()
+        if cfg.enabled:  # from here on writes queue their ops; the history before is backfilled
+            await self._core.store.outbox_activate(self._now())
         await self._core.store.kv_set(CONFIG_KEY, cfg.to_storage_dict())
+        await self._configured_encryption(cfg)
         self._set_config(cfg)
         self._paused = False
         self._last_error = None
@@ -167,6 +180,9 @@ class SyncEngine:
     def _set_config(self, cfg: SyncConfig) -> None:
         self._config = cfg
         self._client = None  # built by _ready(), once the device id is known
+        self._live.cancel()  # the auto-sync loop follows again with the new config
+
+    live_state = property(lambda self: self._live.state, doc="the stream: off, following, unsupported, auth")
 
     async def _load(self) -> None:
         """Read config, status and the HLC high-water mark from ``kv`` (once)."""
@@ -243,16 +259,39 @@ class SyncEngine:
         """Counts from the store, state from the drainer's ``kv`` record (any tab's)."""
         await self._load()
         pending, dead = await self._core.store.outbox_counts()
+        pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        quarantined = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
         if isinstance(st, dict) and st.get("owner") != self.owner:
-            return SyncStatus(
+            out = SyncStatus(
                 state=st.get("state", "idle"),
                 pending=pending,
                 dead_letters=dead,
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
+                quarantined=quarantined,
             )
-        return SyncStatus(self._state, pending, dead, self._last_success, self._last_error)
+        else:
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined)
+        if dead and out.state == "idle":
+            # dead letters wait for the user: that is an error until replayed or discarded
+            out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
+        return out
+
+    async def quarantined(self) -> list[dict[str, Any]]:
+        """Pulled changes that were set aside (newest last): ``{change, reason, field, at, cursor}``.
+
+        ``change`` holds the change as received, as JSON text (``{"json": ...}``)."""
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        return list(q.get("items", [])) if isinstance(q, dict) else []
+
+    async def clear_quarantine(self) -> int:
+        """Forget every set-aside change; returns how many were counted. Durable when it returns."""
+        q = await self._core.store.kv_get(QUARANTINE_KEY)
+        n = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
+        await self._core.store.kv_set(QUARANTINE_KEY, {"count": 0, "items": []})
+        return int(n)
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -263,12 +302,15 @@ class SyncEngine:
         """Move dead letters (an ``op_id``, several, or ``"all"``) back to the end of the
         outbox with ``attempts`` reset; durable when this returns. Returns how many."""
         n = await self._core.store.dead_replay(op_ids(which))
+        await self._after_dead_change()
         self._poke()
         return n
 
     async def discard(self, which: str | Iterable[str]) -> int:
         """Delete dead letters for good (an ``op_id``, several, or ``"all"``). Returns how many."""
-        return await self._core.store.dead_discard(op_ids(which))
+        n = await self._core.store.dead_discard(op_ids(which))
+        await self._after_dead_change()
+        return n
 
     # ------------------------------------------------------------------ push
     async def push(self, *, wait: bool = True) -> PushReport:
@@ -285,6 +327,9 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._push_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PushReport(remaining=await self._pending(), state=skipped)
             return await self._push(cfg, client, wait)
         finally:
             await self._lock.release()
@@ -300,13 +345,19 @@ class SyncEngine:
     async def _push(self, cfg: SyncConfig, client: SyncClient, wait: bool) -> PushReport:
         store = self._core.store
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
-        requests = acked = dead = 0
         final: SyncState = "idle"
         await self._set_state("syncing")
+        stopped, requests, acked, dead = await push_history(self, self._backfill, cfg, client, policy, wait)
+        if stopped is not None:  # the history goes first (chatmem.sync.backfill)
+            return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
             now = self._now()
             ops = await store.outbox_list()
             batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
+            if batch:
+                payload, batch = await resolve_batch(store, batch)
+                if not batch:
+                    continue
             if not batch:
                 if wake is not None and wait and not self._closed:
                     await self.sleep(max(0, wake - now) / 1000)
@@ -319,7 +370,11 @@ class SyncEngine:
             await store.outbox_update(leased)
             requests += 1
             try:
-                resp = await client.push([{k: op.get(k) for k in WIRE_FIELDS} for op in batch])
+                resp = await client.push(await self._wire(payload))
+            except WrongPassphrase as e:  # the key changed under us: keep every op
+                await store.outbox_update([strip_lease(op) for op in batch])
+                await self._wrong_key(e)
+                raise
             except SyncOffline as e:
                 await store.outbox_update([strip_lease(op) for op in batch])
                 await self._set_state("offline", error=str(e))
@@ -342,32 +397,25 @@ class SyncEngine:
                 dead += len(batch)
                 self._last_error = str(e)
                 continue
-            by_id = resp.by_op_id()
-            ok = [r.op_id for r in resp.results if r.delivered]
-            rejected = [
-                dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
-                            json.dumps({"op_id": op["op_id"], "status": "rejected",
-                                        "reason": by_id[op["op_id"]].reason}), 200, self._now())
-                for op in batch
-                if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
-            ]
-            if ok:
-                await store.outbox_ack(ok)
-            if rejected:
-                await store.outbox_to_dead(rejected)
-            missing = [op for op in batch if op["op_id"] in set(resp.missing)]
-            if missing:
-                err = SyncTransientError("the server's answer did not mention these operations")
-                dead += await record_failures(store, missing, err, cfg, policy, self._now(), self.rand)
-            acked += len(ok)
-            dead += len(rejected)
+            ok, died = await apply_answer(store, batch, resp, cfg, policy, self._now(), self.rand)
+            acked += ok
+            dead += died
             self._last_success = self._now()
-        await self._set_state(final, success=final == "idle" and requests > 0)
+        dead_error = await dead_letter_error(store)  # dead letters wait for the user: an error
+        final = "error" if dead_error else final
+        await self._set_state(final, error=dead_error, success=final == "idle" and requests > 0)
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
 
+    async def _after_dead_change(self) -> None:
+        """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
+        await self._load()
+        if self._state == "error" and await dead_letter_error(self._core.store) is None:
+            self._last_error = None
+            await self._set_state("idle")
+
     async def _pending(self) -> int:
-        return (await self._core.store.outbox_counts())[0]
+        return (await self._core.store.outbox_counts())[0] + await self._backfill.remaining()
 
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
@@ -378,13 +426,22 @@ class SyncEngine:
         if not await self._lock.acquire():
             return await self._pull_skipped()
         try:
+            skipped = await self._unlock(cfg, client)
+            if skipped is not None:
+                return PullReport(state=skipped)
             return await self._pull_guarded(cfg, client)
         finally:
             await self._lock.release()
 
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
+        policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
         try:
+            if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
+                return PullReport(state=stopped)
             return await self._pull(cfg, client)
+        except (WrongPassphrase, DecryptionError) as e:
+            await self._encryption_failed(e)
+            raise
         except SyncOffline as e:
             await self._set_state("offline", error=str(e))
             return PullReport(state="offline")
@@ -398,10 +455,14 @@ class SyncEngine:
 
     async def _pull(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         await self._set_state("syncing")
-        pages, n, cursor = await pull_changes(self._core, client, cfg, sleep=self.sleep, rand=self.rand)
+        pages, n, cursor = await pull_changes(
+            self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
+        )
         await self._save_hlc()
-        await self._set_state("idle", success=True)
-        return PullReport(pages, n, cursor, "idle")
+        self._live.pulled = cursor
+        dead_error = await dead_letter_error(self._core.store)
+        await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
+        return PullReport(pages, n, cursor, "error" if dead_error else "idle")
 
     async def _save_hlc(self) -> None:
         hlc = self._core.outbox.hlc
@@ -414,70 +475,14 @@ class SyncEngine:
         cfg, client = await self._ready()
         if not self._paused and await self._lock.acquire():
             try:
+                if await self._unlock(cfg, client) is not None:
+                    return await self.status()
                 report = await self._push(cfg, client, wait=True)
                 if report.state not in ("offline", "paused-auth"):
                     await self._pull_guarded(cfg, client)
             finally:
                 await self._lock.release()
         return await self.status()
-
-    # ------------------------------------------------------------------ auto-sync
-    def _poke(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    def start(self) -> None:
-        """Start auto-sync: ``run()`` now, then every ``sync_interval`` (and, in the
-        browser, on the ``online`` event), if the (stored) config enables it. Call it
-        after reopening to resume; ``configure()`` calls it. Needs a running event loop."""
-        if self._auto is not None and not self._auto.done():
-            self._poke()
-            return
-        self._wake = asyncio.Event()
-        if self._on_online is not None and self._stop_online is None:
-            self._stop_online = self._on_online(self._poke)
-        self._auto = asyncio.get_running_loop().create_task(self._auto_loop())
-
-    async def _auto_loop(self) -> None:
-        assert self._wake is not None
-        await self._load()  # after a reload: the stored config says whether to run
-        while not self._closed:
-            cfg = self._config
-            if cfg is None or not cfg.enabled or not cfg.auto_sync:
-                return
-            self._wake.clear()
-            try:
-                await self.run()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - keep the loop alive; the status says why
-                log.warning("auto-sync run failed: %s", e)
-                self._last_error = str(e)
-                self._state = "error"
-            try:
-                await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
-            except TimeoutError:
-                pass
-
-    async def stop(self) -> None:
-        """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
-        task, self._auto = self._auto, None
-        if self._stop_online is not None:
-            self._stop_online()
-            self._stop_online = None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
-                log.warning("auto-sync ended with an error: %s", e)
-
-    @property
-    def running(self) -> bool:
-        """True while auto-sync is on."""
-        return self._auto is not None and not self._auto.done()
 
     async def close(self) -> None:
         """Stop auto-sync and release the drain lock (called by ``Memory.close``)."""

@@ -10,6 +10,13 @@ A clock never goes backwards: ``now()`` is strictly greater than every HLC it
 produced or received through ``update()`` before. When the counter would pass
 9999 within one millisecond, the clock borrows the next millisecond.
 
+**Skew bound.** ``update()`` refuses (``ClockSkew``) an HLC whose wall time
+is more than ``max_skew_ms`` (default 5 minutes) ahead of this clock's own
+physical time, and changes nothing then: one device with a wild clock (or a
+forged HLC such as ``9999999999999-9999-x``) can never drag every other
+device's clock into the far future. Every method computes its new state and
+checks it before it stores it, so a failed call leaves the clock as it was.
+
 Nothing here is durable: the owner persists ``last`` (e.g. in the ``kv``
 store) if it wants monotonicity across reloads, and passes it back as
 ``last=`` when it builds the clock again.
@@ -20,11 +27,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ..errors import ValidationError
+from ..errors import ClockSkew, ValidationError
 from ..ids import Clock, system_clock
 
 __all__ = [
     "HLC_PATTERN",
+    "DEFAULT_MAX_SKEW_MS",
+    "check_skew",
     "MAX_DEVICE_ID_LENGTH",
     "HLCParts",
     "HybridLogicalClock",
@@ -41,6 +50,8 @@ MAX_DEVICE_ID_LENGTH = 128
 _MAX_COUNTER = 9999
 _MAX_WALL = 10**13 - 1
 _DEVICE_RE = re.compile(r"^[!-~]{1,128}$")
+#: how far (ms) a received HLC may be ahead of the local clock (``Limits.max_clock_skew_ms``)
+DEFAULT_MAX_SKEW_MS = 5 * 60 * 1000
 
 
 class HLCParts(NamedTuple):
@@ -82,6 +93,17 @@ def is_hlc(value: object) -> bool:
     return isinstance(value, str) and HLC_PATTERN.match(value) is not None
 
 
+def check_skew(hlc: object, now_ms: int, max_skew_ms: int = DEFAULT_MAX_SKEW_MS) -> HLCParts:
+    """Parse ``hlc``; ``ClockSkew`` if its wall time is more than ``max_skew_ms`` after ``now_ms``."""
+    parts = parse_hlc(hlc)
+    ahead = parts.wall_ms - now_ms
+    if ahead > max_skew_ms:
+        raise ClockSkew(
+            f"HLC {hlc!s:.60} is {ahead} ms ahead of this clock (at most {max_skew_ms} ms allowed)",
+            ahead_ms=ahead, bound_ms=max_skew_ms)
+    return parts
+
+
 def compare_hlc(a: str, b: str) -> int:
     """-1, 0 or 1 as ``a`` is before, equal to or after ``b`` (both must be valid HLCs)."""
     parse_hlc(a)
@@ -92,13 +114,15 @@ def compare_hlc(a: str, b: str) -> int:
 class HybridLogicalClock:
     """A monotonic HLC for one device, over an injected millisecond ``clock``."""
 
-    def __init__(self, device_id: str, clock: Clock = system_clock, *, last: str | None = None):
+    def __init__(self, device_id: str, clock: Clock = system_clock, *, last: str | None = None,
+                 max_skew_ms: int = DEFAULT_MAX_SKEW_MS):
         self.device_id = validate_device_id(device_id)
         self._clock = clock
+        self.max_skew_ms = max_skew_ms
         self._wall = 0
         self._counter = -1
         if last is not None:
-            self._observe(parse_hlc(last))
+            self._observe(check_skew(last, int(clock()), max_skew_ms))
 
     @property
     def last(self) -> str | None:
@@ -110,8 +134,9 @@ class HybridLogicalClock:
     def _tick(self, wall: int, counter: int) -> str:
         if counter > _MAX_COUNTER:
             wall, counter = wall + 1, 0
+        out = format_hlc(wall, counter, self.device_id)  # raises before anything changes
         self._wall, self._counter = wall, counter
-        return format_hlc(wall, counter, self.device_id)
+        return out
 
     def _observe(self, remote: HLCParts) -> None:
         self._wall, self._counter = max(
@@ -128,10 +153,11 @@ class HybridLogicalClock:
     def update(self, remote_hlc: str) -> str:
         """Merge an HLC received from elsewhere; return a new local HLC after both.
 
-        ``ValidationError`` if ``remote_hlc`` is not an HLC (nothing changes then).
+        ``ValidationError`` if ``remote_hlc`` is not an HLC, ``ClockSkew`` if it is
+        more than ``max_skew_ms`` ahead of the physical clock; nothing changes then.
         """
-        remote = parse_hlc(remote_hlc)
         physical = int(self._clock())
+        remote = check_skew(remote_hlc, physical, self.max_skew_ms)
         wall = max(physical, self._wall, remote.wall_ms)
         if wall == self._wall and wall == remote.wall_ms:
             counter = max(self._counter, remote.counter) + 1

@@ -12,6 +12,8 @@ no connection (refused, DNS, offline) ``SyncOffline``             wait; not a fa
 timeout, reset, 5xx, 429, bad answer  ``SyncTransientError``      count an attempt, back off
                                                                   (``retry_after_ms`` if set)
 401, 403                              ``SyncAuthError``           pause; dead-letter nothing
+409 with an ``e2e-*`` code             ``WrongPassphrase``         pause; keep the ops (encryption
+                                                                  key changed, or required)
 400, 404, 409, 413, 422, other 4xx    ``SyncPermanentError``      dead-letter the batch's ops
 200                                   ``PushResponse``            per op: applied / duplicate ->
                                                                   remove; rejected -> dead letter;
@@ -29,8 +31,8 @@ import http.client
 import json
 import socket
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import (
@@ -42,6 +44,7 @@ from ..errors import (
     TransportError,
     TransportTimeout,
     ValidationError,
+    WrongPassphrase,
 )
 from ..http import HTTPResponse, Transport
 from ..ids import Clock, system_clock
@@ -65,7 +68,12 @@ __all__ = [
 OpStatus = Literal["applied", "duplicate", "rejected"]
 _OP_STATUSES = frozenset({"applied", "duplicate", "rejected"})
 MAX_CHANGES_LIMIT = 1000
+#: seconds a live stream may stay silent (the server pings every 15 s; in the page, fetch
+#: ends the request after this long and the stream reconnects)
+STREAM_TIMEOUT = 60.0
 _EXCERPT = 2000
+#: 409 codes meaning "this device's key does not fit the space" (see ``chatmem.server.e2e``)
+_KEY_CODES = frozenset({"e2e-required", "e2e-key-changed", "e2e-change-in-progress"})
 _UNREACHABLE_ERRNOS = frozenset(
     {errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EADDRNOTAVAIL}
 )
@@ -113,6 +121,9 @@ class ChangesPage:
     cursor: str
     #: more changes wait after ``cursor``: ask again at once
     more: bool
+    #: entries of the page that are not changes at all: ``{"change": <as received>, "reason": ...}``
+    #: (the page is still good: the caller sets these aside and moves on)
+    malformed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _redact(text: str, secret: str) -> str:
@@ -131,14 +142,18 @@ def error_for_status(
     if 200 <= status < 300:
         return None
     body = _excerpt(resp, secret)
-    detail = ""
+    detail = code = ""
     try:
         parsed = json.loads(body) if body else None
         if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
             detail = ": " + parsed["error"]
+        if isinstance(parsed, dict) and isinstance(parsed.get("code"), str):
+            code = parsed["code"]
     except ValueError:
         pass
     msg = f"{what}: HTTP {status}{detail}"
+    if status == 409 and code in _KEY_CODES:
+        return WrongPassphrase(msg, status=status, response=body)
     if status in (401, 403):
         return SyncAuthError(
             f"{msg} (the server refused the api key: check your key)", status=status, response=body
@@ -317,6 +332,7 @@ class SyncClient:
         if not isinstance(answer.get("cursor"), str) or not isinstance(answer.get("more"), bool):
             raise self._malformed(path, "no cursor or more", answer)
         out: list[Change] = []
+        malformed: list[dict[str, Any]] = []
         for c in answer["changes"]:
             if (
                 not isinstance(c, dict)
@@ -327,9 +343,76 @@ class SyncClient:
                 or not (c.get("data") is None or isinstance(c.get("data"), dict))
                 or (c["data"] is None) != c["deleted"]
             ):
-                raise self._malformed(path, "a change is not well-formed", answer)
+                malformed.append({"change": c, "reason": "not a well-formed change"})
+                continue
             out.append(Change(c["resource"], c["id"], c["data"], c["deleted"], c["hlc"]))
-        return ChangesPage(out, answer["cursor"], answer["more"])
+        return ChangesPage(out, answer["cursor"], answer["more"], malformed)
+
+    async def call(self, method: str, path: str, params: Mapping[str, str | None] | None = None,
+                   body: Any = None) -> Any:
+        """One request to another route of the server (e.g. ``/v1/e2e``): the JSON answer,
+        or the typed ``SyncError`` of the table above."""
+        raw = None
+        if body is not None:
+            raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        return await self._call(method, path, query, raw)
+
+    async def capabilities(self) -> list[str]:
+        """The server's ``GET /v1/health`` capabilities (empty for a server that lists none)."""
+        try:
+            resp = await self.transport.request(
+                "GET", self.config.url("/v1/health"), timeout=self.config.timeout_seconds
+            )
+            answer = resp.json() if 200 <= resp.status < 300 else {}
+        except (TransportError, ValueError, UnicodeDecodeError):
+            return []
+        caps = answer.get("capabilities") if isinstance(answer, dict) else None
+        return [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
+
+    async def stream(self) -> AsyncIterator[str]:
+        """Follow ``GET /v1/stream`` (Server-Sent Events): yield each announced cursor.
+
+        Raises like ``_call`` for an error status (``SyncPermanentError`` with status 404
+        when the server has no stream), ``SyncAuthError`` when the server ends the stream
+        because the key was revoked, ``SyncTransientError``/``SyncOffline`` when the
+        connection breaks. Returns when the server closes the stream.
+        """
+        url, secret = self.config.url("/v1/stream"), self.config.api_key
+        what = f"GET {url}"
+        if self._online is not None and not self._online():
+            raise SyncOffline(f"{what}: offline")
+        headers = {"Authorization": f"Bearer {secret}", "Accept": "text/event-stream"}
+        fields: dict[str, str] = {}
+        try:
+            async for item in self.transport.stream_lines(
+                "GET", url, headers=headers, timeout=max(self.config.timeout_seconds, STREAM_TIMEOUT)
+            ):
+                if isinstance(item, HTTPResponse):
+                    err = error_for_status(item, what=what, secret=secret, now_ms=self._clock())
+                    if err is not None:
+                        raise err
+                    if not (item.header("content-type") or "").startswith("text/event-stream"):
+                        raise SyncPermanentError(f"{what}: not an event stream")
+                    continue
+                if item:
+                    if not item.startswith(":"):
+                        name, _, value = item.partition(":")
+                        fields[name] = value[1:] if value.startswith(" ") else value
+                    continue
+                event, data = fields.get("event", "message"), fields.get("data", "")
+                fields = {}
+                if event == "revoked":
+                    raise SyncAuthError(f"{what}: the key was revoked", status=401)
+                if event == "cursor":
+                    try:
+                        cursor = json.loads(data).get("cursor")
+                    except (ValueError, AttributeError):
+                        cursor = None
+                    if isinstance(cursor, str):
+                        yield cursor
+        except TransportError as e:
+            raise error_for_transport(e, what=what, secret=secret, online=self._online) from e
 
     async def health(self) -> bool:
         """True if ``GET /v1/health`` answers 2xx (no key is sent)."""

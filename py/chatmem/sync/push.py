@@ -6,19 +6,22 @@ store). ``SyncEngine`` drives them; nothing here talks HTTP.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SyncError, ValidationError
+from ..errors import SyncError, SyncTransientError, ValidationError
 from ..runtime.base import DrainLock, LocalDrainLock
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .status import SyncState
+from .wire import WIRE_FIELDS, resolve
 
 if TYPE_CHECKING:
     from ..stores.base import Store
+    from .protocol import PushResponse
 
 __all__ = [
     "WIRE_FIELDS",
@@ -29,15 +32,16 @@ __all__ = [
     "PullReport",
     "strip_lease",
     "select_batch",
+    "resolve_batch",
     "dead_record",
     "op_ids",
     "record_failures",
+    "apply_answer",
+    "dead_letter_error",
 ]
 
 log = logging.getLogger("chatmem.sync")
 
-#: fields of an outbox record that travel in a push (the rest is local bookkeeping)
-WIRE_FIELDS = ("op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts")
 #: a lease outlives the request's timeout by this much (ms)
 LEASE_MARGIN_MS = 5_000
 
@@ -103,6 +107,20 @@ def select_batch(
     return batch, wake
 
 
+async def resolve_batch(
+    store: Store, batch: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(payload, the ops it carries): reads the messages the batch refers to
+    (``chatmem.sync.wire``); a create whose message was deleted before it was
+    pushed is acknowledged here, unsent (its delete follows in the outbox)."""
+    payload, gone = await resolve(store, batch)
+    if not gone:
+        return payload, batch
+    await store.outbox_ack([op["op_id"] for op in gone])
+    dropped = {op["op_id"] for op in gone}
+    return payload, [op for op in batch if op["op_id"] not in dropped]
+
+
 def dead_record(
     op: Mapping[str, Any], reason: str, response: str | None, status: int | None, now: int
 ) -> dict[str, Any]:
@@ -156,3 +174,47 @@ def op_ids(which: str | Iterable[str]) -> list[str] | None:
     if not all(isinstance(i, str) and i for i in ids):
         raise ValidationError("op ids must be non-empty strings", field="op_id")
     return ids
+
+
+async def apply_answer(
+    store: Store,
+    batch: list[dict[str, Any]],
+    resp: PushResponse,
+    cfg: SyncConfig,
+    policy: BackoffPolicy,
+    now: int,
+    rand: Callable[[], float],
+) -> tuple[int, int]:
+    """Apply the server's per-operation answer to a pushed batch: acknowledged ops leave the
+    outbox, rejected ones are dead-lettered, unmentioned ones count a failed attempt.
+    Returns (acknowledged, dead-lettered)."""
+    by_id = resp.by_op_id()
+    ok = [r.op_id for r in resp.results if r.delivered]
+    rejected = [
+        dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
+                    json.dumps({"op_id": op["op_id"], "status": "rejected", "reason": by_id[op["op_id"]].reason}),
+                    200, now)
+        for op in batch
+        if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
+    ]
+    if ok:
+        await store.outbox_ack(ok)
+    if rejected:
+        await store.outbox_to_dead(rejected)
+    dead = len(rejected)
+    missing = [op for op in batch if op["op_id"] in set(resp.missing)]
+    if missing:
+        err = SyncTransientError("the server's answer did not mention these operations")
+        dead += await record_failures(store, missing, err, cfg, policy, now, rand)
+    return len(ok), dead
+
+
+async def dead_letter_error(store: Store) -> str | None:
+    """``last_error`` while dead letters wait for ``replay``/``discard`` (count and last reason), else None."""
+    if not (await store.outbox_counts())[1]:
+        return None
+    letters = await store.dead_list()
+    if not letters:
+        return None
+    last = max(letters, key=lambda d: int(d.get("failed_at") or 0))
+    return f"{len(letters)} operation(s) dead-lettered; last: {last.get('reason')}"

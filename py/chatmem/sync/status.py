@@ -12,6 +12,10 @@ States:
 - ``offline``: no network / server unreachable: waiting, nothing counted as a failure;
 - ``paused-auth``: the server refused the key (401/403); nothing is sent until
   the config changes;
+- ``locked``: the space is end-to-end encrypted and no passphrase was entered
+  on this device (nothing is sent or applied);
+- ``wrong-passphrase``: the passphrase does not match the space's key check
+  value, or was changed on another device (nothing is sent or applied);
 - ``error``: the last run failed (transient errors being retried, or an
   unexpected failure); ``last_error`` says why.
 """
@@ -26,14 +30,17 @@ from ..errors import ValidationError
 
 __all__ = ["SyncState", "SYNC_STATES", "SyncStatus"]
 
-SyncState = Literal["idle", "syncing", "offline", "paused-auth", "error"]
-SYNC_STATES: frozenset[str] = frozenset({"idle", "syncing", "offline", "paused-auth", "error"})
+SyncState = Literal["idle", "syncing", "offline", "paused-auth", "locked", "wrong-passphrase", "error"]
+SYNC_STATES: frozenset[str] = frozenset(
+    {"idle", "syncing", "offline", "paused-auth", "locked", "wrong-passphrase", "error"}
+)
 
 
 @dataclass(frozen=True)
 class SyncStatus:
     state: SyncState = "idle"
-    #: operations in the outbox (in flight included)
+    #: operations in the outbox (in flight included), plus the history still to upload
+    #: after sync was first turned on (an upper bound: one per session and message)
     pending: int = 0
     #: operations in the dead-letter store
     dead_letters: int = 0
@@ -41,13 +48,15 @@ class SyncStatus:
     last_success: int | None = None
     #: human-readable reason of the last failure (never contains the api key)
     last_error: str | None = None
+    #: pulled changes set aside because they failed validation (``mem.sync.quarantined()``)
+    quarantined: int = 0
 
     def __post_init__(self) -> None:
         if self.state not in SYNC_STATES:
             raise ValidationError(
                 f"state must be one of {sorted(SYNC_STATES)}, got {self.state!r}", field="state"
             )
-        for name in ("pending", "dead_letters"):
+        for name in ("pending", "dead_letters", "quarantined"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValidationError(f"{name} must be a non-negative int", field=name)
@@ -60,6 +69,7 @@ class SyncStatus:
             "deadLetters": self.dead_letters,
             "lastSuccess": self.last_success,
             "lastError": self.last_error,
+            "quarantined": self.quarantined,
         }
 
     @classmethod
@@ -70,4 +80,5 @@ class SyncStatus:
             dead_letters=int(d.get("deadLetters", d.get("dead_letters", 0))),
             last_success=d.get("lastSuccess", d.get("last_success")),
             last_error=d.get("lastError", d.get("last_error")),
+            quarantined=int(d.get("quarantined", 0)),
         )

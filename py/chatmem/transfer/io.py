@@ -100,7 +100,8 @@ class Transfer:
         self, data: Any, *, preserve_ids: bool = False, format: str | None = None
     ) -> ImportReport:
         """Import a chatmem, AIRI, ChatGPT or Claude export (dict, list, str or bytes JSON)."""
-        name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids)
+        name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids,
+                                          limits=self._core.limits)
         report = ImportReport(format=name)
         todo: NormalizedImport = []
         for rec, msgs in normalized:

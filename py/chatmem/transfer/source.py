@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ImportFormatError
+from ..errors import ImportFormatError, ImportLimitExceeded
+from ..validation import DEFAULT_LIMITS, Limits
 
 __all__ = ["load_json", "describe"]
 
@@ -15,14 +16,19 @@ def _no_constants(name: str) -> Any:
     raise ImportFormatError(f"{name} is not valid JSON")
 
 
-def load_json(data: Any) -> Any:
+def load_json(data: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
     """``data`` itself when it is already a dict or list; parsed JSON when it is text.
 
     ``bytes`` may be UTF-8 (with or without a byte-order mark). ``NaN`` and
-    ``Infinity`` are refused, as JSON forbids them.
+    ``Infinity`` are refused, as JSON forbids them. Text longer than
+    ``limits.max_import_bytes`` or nested deeper than the records allow raises
+    ``LimitExceeded`` (an ``ImportFormatError`` is raised for the rest).
     """
     if isinstance(data, (dict, list)):
         return data
+    if isinstance(data, (str, bytes, bytearray, memoryview)) and len(data) > limits.max_import_bytes:
+        raise ImportLimitExceeded(f"the import is larger than {limits.max_import_bytes} bytes",
+                            limit="max_import_bytes", maximum=limits.max_import_bytes)
     if isinstance(data, (bytes, bytearray, memoryview)):
         try:
             data = bytes(data).decode("utf-8-sig")
@@ -35,6 +41,9 @@ def load_json(data: Any) -> Any:
             raise ImportFormatError("malformed JSON: the input is empty")
         try:
             return json.loads(data, parse_constant=_no_constants)
+        except RecursionError as e:
+            raise ImportLimitExceeded("the import is nested too deeply to be records", limit="max_depth",
+                                maximum=limits.max_depth) from e
         except json.JSONDecodeError as e:
             raise ImportFormatError(
                 f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import ImportFormatError, ValidationError
+from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError
 from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..stores.base import SESSION_PRIVATE_FIELDS
+from ..validation import DEFAULT_LIMITS, Limits, check_value
 from .export_format import EXPORT_VERSION
 from .normalized import NormalizedImport
 from .source import describe, load_json
@@ -58,6 +59,18 @@ def _err(
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_limits(rec: Any, limits: Limits, path: str, max_bytes: int, limit_name: str,
+                  si: int | None, mi: int | None = None) -> int:
+    """``check_value`` of one record, its error re-raised as an ``ImportFormatError`` with the path."""
+    try:
+        return check_value(rec, limits, max_bytes=max_bytes, limit_name=limit_name)
+    except LimitExceeded as e:
+        raise ImportLimitExceeded(str(e), limit=e.limit, maximum=e.maximum, path=path, field=e.field,
+                                  session_index=si, message_index=mi) from e
+    except ValidationError as e:
+        raise ImportFormatError(str(e), path=path, field=e.field, session_index=si, message_index=mi) from e
 
 
 def check_session_record(meta: Any, *, path: str, si: int | None = None) -> dict[str, Any]:
@@ -153,7 +166,7 @@ def check_message_record(
     return ChatMessage.from_record(dict(rec, sessionId=session_id, seq=seq, tokenCount=token_count)).to_record()
 
 
-def validate_normalized(sessions: Any, *, path: str = "sessions") -> NormalizedImport:
+def validate_normalized(sessions: Any, *, path: str = "sessions", limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:
     """Validate a list of ``{"meta", "messages"}`` objects or ``(meta, messages)`` pairs.
 
     Session ids and message ids must be unique within the import. Returns the
@@ -164,6 +177,7 @@ def validate_normalized(sessions: Any, *, path: str = "sessions") -> NormalizedI
     out: NormalizedImport = []
     seen_sessions: dict[str, int] = {}
     seen_messages: dict[str, str] = {}
+    total = 0
     for si, entry in enumerate(sessions):
         spath = f"{path}[{si}]"
         if isinstance(entry, tuple) and len(entry) == 2:
@@ -179,6 +193,8 @@ def validate_normalized(sessions: Any, *, path: str = "sessions") -> NormalizedI
         else:
             raise _err(spath, f"must be an object with 'meta' and 'messages', got {describe(entry)}",
                        si=si)
+        total += _check_limits(meta_in, limits, f"{spath}.meta", limits.max_session_bytes,
+                               "max_session_bytes", si)
         meta = check_session_record(meta_in, path=f"{spath}.meta", si=si)
         sid = meta["sessionId"]
         if sid in seen_sessions:
@@ -192,6 +208,11 @@ def validate_normalized(sessions: Any, *, path: str = "sessions") -> NormalizedI
         prev = -1
         for mi, rec in enumerate(msgs_in):
             mpath = f"{spath}.messages[{mi}]"
+            total += _check_limits(rec, limits, mpath, limits.max_message_bytes, "max_message_bytes", si, mi)
+            if total > limits.max_import_bytes:
+                raise ImportLimitExceeded(f"the import is larger than {limits.max_import_bytes} bytes",
+                                          limit="max_import_bytes", maximum=limits.max_import_bytes,
+                                          path=mpath, session_index=si, message_index=mi)
             m = check_message_record(rec, path=mpath, session_id=sid, prev_seq=prev, si=si, mi=mi)
             if m["id"] in seen_messages:
                 raise _err(f"{mpath}.id", f"duplicate message id {m['id']!r} "
@@ -204,13 +225,13 @@ def validate_normalized(sessions: Any, *, path: str = "sessions") -> NormalizedI
     return out
 
 
-def validate_export(data: Any) -> NormalizedImport:
+def validate_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:
     """Check a whole chatmem export (dict or JSON text) and return what to write.
 
     Raises ``ImportFormatError`` (a ``ValidationError``) naming the path of the
     first bad value; nothing is returned unless every record is valid.
     """
-    data = load_json(data)
+    data = load_json(data, limits)
     if not isinstance(data, Mapping):
         raise _err("$", f"a chatmem export must be an object, got {describe(data)}")
     for key in data:
@@ -226,4 +247,4 @@ def validate_export(data: Any) -> NormalizedImport:
                    field="exportedAt")
     if "sessions" not in data:
         raise _err("sessions", "is required", field="sessions")
-    return validate_normalized(data["sessions"])
+    return validate_normalized(data["sessions"], limits=limits)

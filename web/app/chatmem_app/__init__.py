@@ -32,7 +32,9 @@ async def start(db_name: str = "chatmem") -> Any:
     app = App(mem, prefs)
     app.bind()
     await app.refresh_sessions()
-    first = next((s.session_id for s in app.sessions if not s.archived), None)
+    # the conversation open last time (mem.sessions.active(), kept per profile), else the newest
+    active = await mem.sessions.active()
+    first = active or next((s.session_id for s in app.sessions if not s.archived), None)
     await app.open_session(first)
     await app.start_background()
     step("ui", "done")
@@ -55,5 +57,7 @@ async def _index(app: Any, step: Any) -> None:
         app.toast(f"The search index did not start ({e}); searching will try again.", error=True)
     else:
         step("index", "done")
+        if app.mem.index.notice:  # rebuilt from the messages, or kept in memory only
+            app.toast(app.mem.index.notice)
     finally:
         box.setAttribute("placeholder", "Search all conversations")

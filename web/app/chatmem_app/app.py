@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from chatmem.errors import SessionNotFound
+
 from . import (
     context_panel,
     conversation,
@@ -163,6 +165,11 @@ class App:
 
     async def open_session(self, session_id: str | None, *, focus_message: str | None = None) -> None:
         self.current = session_id
+        if session_id is not None and session_id != await self.mem.sessions.active():
+            try:
+                await self.mem.sessions.set_active(session_id)  # reopened after a reload
+            except SessionNotFound:
+                pass
         q("#app").classList.remove("sidebar-open")
         sidebar.render(self)
         await conversation.render(self)

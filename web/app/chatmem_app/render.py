@@ -16,6 +16,11 @@ __all__ = ["Node", "highlight", "inline", "markdown", "snippet", "terms"]
 
 Node = str | tuple[str, dict[str, Any], list[Any]]
 
+#: quotes nested deeper than this are shown as their text; the tree (and every walk of it) stays shallow
+MAX_QUOTE_DEPTH = 8
+#: inline markup nested deeper than this (bold in italic in bold ...) is shown as text
+MAX_INLINE_DEPTH = 6
+
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _HEADING = re.compile(r"^(#{1,4})\s+(.*)$")
 _BULLET = re.compile(r"^\s*[-*+]\s+(.*)$")
@@ -29,8 +34,10 @@ _INLINE = re.compile(
 _LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?://)[^\s)]+)\)")
 
 
-def inline(text: str) -> list[Node]:
+def inline(text: str, depth: int = 0) -> list[Node]:
     """Inline markup of one block: code, bold, italic, links; the rest is text."""
+    if depth >= MAX_INLINE_DEPTH:
+        return [text]
     out: list[Node] = []
     pos = 0
     for m in _INLINE.finditer(text):
@@ -40,9 +47,9 @@ def inline(text: str) -> list[Node]:
         if m.group("code"):
             out.append(("code", {}, [s[1:-1]]))
         elif m.group("bold"):
-            out.append(("strong", {}, inline(s[2:-2])))
+            out.append(("strong", {}, inline(s[2:-2], depth + 1)))
         elif m.group("em"):
-            out.append(("em", {}, inline(s[1:-1])))
+            out.append(("em", {}, inline(s[1:-1], depth + 1)))
         else:
             lm = _LINK.match(s)
             assert lm is not None
@@ -54,8 +61,8 @@ def inline(text: str) -> list[Node]:
     return out
 
 
-def markdown(text: str) -> list[Node]:
-    """Block structure of ``text`` as a list of nodes."""
+def markdown(text: str, depth: int = 0) -> list[Node]:
+    """Block structure of ``text`` as a list of nodes (quotes nest at most ``MAX_QUOTE_DEPTH`` deep)."""
     lines = text.replace("\r\n", "\n").split("\n")
     out: list[Node] = []
     para: list[str] = []
@@ -96,7 +103,10 @@ def markdown(text: str) -> list[Node]:
             while i < len(lines) and lines[i].startswith(">"):
                 quote.append(lines[i][1:].lstrip())
                 i += 1
-            out.append(("blockquote", {}, markdown("\n".join(quote))))
+            if depth + 1 >= MAX_QUOTE_DEPTH:
+                out.append(("blockquote", {}, [("p", {}, ["\n".join(quote)])]))
+            else:
+                out.append(("blockquote", {}, markdown("\n".join(quote), depth + 1)))
             continue
         for pattern, tag in ((_BULLET, "ul"), (_NUMBERED, "ol")):
             if pattern.match(line):

@@ -41,7 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "context": {"datetime": True},
     "retention": {"max_sessions": 1000, "max_age_days": 90, "archive_after_days": 30,
                   "delete_archived": False, "auto": False},
-    "sync": {"enabled": False, "endpoint": "", "api_key": "", "interval_s": 60, "auto": True},
+    "sync": {"enabled": False, "endpoint": "", "api_key": "", "interval_s": 60, "auto": True,
+             # end-to-end encryption; the passphrase lives only in memory until handed to mem.sync
+             "encrypt": False, "passphrase": "", "remember": False},
 }
 
 
@@ -99,6 +101,8 @@ def validate(s: dict[str, Any]) -> list[str]:
         errs.append("Sync interval: at least 5 seconds")
     if sy["enabled"] and not (sy["endpoint"] and sy["api_key"]):
         errs.append("Sync: an endpoint and a key are needed to turn sync on")
+    if sy["encrypt"] and not sy["passphrase"] and not sy.get("has_passphrase"):
+        errs.append("Sync: enter a passphrase to encrypt end to end")
     if not any(e.startswith("Sync") for e in errs):
         try:
             sync_config(s)
@@ -134,11 +138,24 @@ def retention_policy(ret: dict[str, Any]) -> chatmem.RetentionPolicy:
                                    delete_archived=ret["delete_archived"])
 
 
-def sync_config(s: dict[str, Any]) -> chatmem.SyncConfig:
-    """``ValidationError`` (naming the field) when the sync settings are not valid."""
+def sync_config(s: dict[str, Any], current: Any = None) -> chatmem.SyncConfig:
+    """``ValidationError`` (naming the field) when the sync settings are not valid.
+
+    An empty passphrase field keeps the passphrase already entered (``current``'s),
+    or a locked one that waits for it."""
     sy = s["sync"]
+    enc = None
+    if sy["encrypt"]:
+        if sy["passphrase"]:
+            enc = chatmem.Passphrase(sy["passphrase"], remember=bool(sy["remember"]))
+        elif current is not None and current.encryption is not None and not current.encryption.is_locked:
+            enc = current.encryption
+            enc.remember = bool(sy["remember"])
+        else:
+            enc = chatmem.Passphrase.locked(remember=bool(sy["remember"]))
     return chatmem.SyncConfig(enabled=sy["enabled"], endpoint=sy["endpoint"], api_key=sy["api_key"],
-                              auto_sync=bool(sy["enabled"] and sy["auto"]), sync_interval=sy["interval_s"] * 1000)
+                              auto_sync=bool(sy["enabled"] and sy["auto"]), sync_interval=sy["interval_s"] * 1000,
+                              encryption=enc)
 
 
 async def load(mem: Any) -> dict[str, Any]:
@@ -147,8 +164,11 @@ async def load(mem: Any) -> dict[str, Any]:
     await mem.sync.status()  # reads the stored sync config
     cfg = mem.sync.config
     if cfg is not None:
+        enc = cfg.encryption
         s["sync"] = {"enabled": cfg.enabled, "endpoint": cfg.endpoint, "api_key": cfg.api_key,
-                     "interval_s": cfg.sync_interval // 1000, "auto": cfg.auto_sync or not cfg.enabled}
+                     "interval_s": cfg.sync_interval // 1000, "auto": cfg.auto_sync or not cfg.enabled,
+                     "encrypt": enc is not None, "passphrase": "", "remember": bool(enc and enc.remember),
+                     "has_passphrase": bool(enc and not enc.is_locked)}
     return s
 
 

@@ -18,9 +18,15 @@ OnRetention = Callable[[Any], Awaitable[None]]
 
 
 async def apply_sync(mem: Any, prefs: dict[str, Any]) -> None:
-    """Hand the saved sync settings to ``mem.sync.configure`` (durable in kv when this returns)."""
+    """Hand the saved sync settings to ``mem.sync.configure`` (durable in kv when this returns).
+
+    A passphrase in ``prefs`` goes to ``mem.sync`` and is cleared from ``prefs``:
+    only ``has_passphrase`` says one was entered."""
     if mem.sync.config is not None or prefs["sync"]["enabled"] or prefs["sync"]["endpoint"]:
-        await mem.sync.configure(settings.sync_config(prefs))
+        cfg = await mem.sync.configure(settings.sync_config(prefs, mem.sync.config))
+        enc = cfg.encryption
+        # the passphrase now lives only inside mem.sync; the form never shows it again
+        prefs["sync"].update(passphrase="", has_passphrase=bool(enc and not enc.is_locked))
 
 
 def apply_retention_schedule(mem: Any, prefs: dict[str, Any], on_run: OnRetention) -> None:

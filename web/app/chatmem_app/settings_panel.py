@@ -91,6 +91,18 @@ async def render(app: Any, body: Any) -> None:
              _field("Interval (seconds)", "set-sync-interval", sy["interval_s"], "number", min="5"),
              _field("Sync automatically (every interval and when back online)", "set-sync-auto", sy["auto"],
                     "checkbox"),
+             _field("Encrypt end to end (the server keeps only ciphertext)", "set-sync-encrypt", sy["encrypt"],
+                    "checkbox"),
+             _field("Passphrase", "set-sync-passphrase", "", "password",
+                    placeholder="entered — leave empty to keep it" if sy.get("has_passphrase") else "",
+                    autocomplete="new-password"),
+             _field("Remember on this device (keeps the derived key here, never the passphrase)",
+                    "set-sync-remember", sy["remember"], "checkbox"),
+             h("p", {"class": "note", "id": "sync-e2e-warning"},
+               "Your conversations are encrypted on this device before they are sent. Nobody can reset or "
+               "recover the passphrase: if you lose it, the copy on the server cannot be read by anyone, you "
+               "included (this device's own copy stays readable). Use the same passphrase on every device. "
+               "Remembering it lets anyone who can open this browser profile sync as you."),
              h("div", {"id": "settings-errors", "role": "alert"}),
              h("div", {"class": "row"}, h("button", {"type": "submit", "class": "btn primary"}, "Save settings"),
                h("span", {"id": "settings-saved", "class": "note", "role": "status"})))
@@ -127,7 +139,9 @@ def read_form() -> dict[str, Any]:
                       "archive_after_days": _num("set-archive-after"), "delete_archived": c("set-delete-archived"),
                       "auto": c("set-retention-auto")},
         "sync": {"enabled": c("set-sync-enabled"), "endpoint": v("set-sync-endpoint"), "api_key": v("set-sync-key"),
-                 "interval_s": _num("set-sync-interval"), "auto": c("set-sync-auto")},
+                 "interval_s": _num("set-sync-interval"), "auto": c("set-sync-auto"),
+                 "encrypt": c("set-sync-encrypt"), "passphrase": str(q("#set-sync-passphrase").value),
+                 "remember": c("set-sync-remember")},
     }
 
 
@@ -138,11 +152,16 @@ def _errors(errs: list[str]) -> None:
 
 async def _save(app: Any, el: Any, ev: Any) -> None:
     new = settings.merge(settings.DEFAULTS, read_form())
+    new["sync"]["has_passphrase"] = bool(app.settings["sync"].get("has_passphrase"))
     errs = settings.validate(new)
     _errors(errs)
     if errs:
         return
     await app.save_settings(new, sync=True)
+    box = q("#set-sync-passphrase")  # handed to mem.sync: the form lets go of it
+    box.value = ""
+    box.setAttribute("placeholder", "entered — leave empty to keep it" if app.settings["sync"].get("has_passphrase")
+                     else "")
     dom.mount(q("#retention-schedule"), _schedule_text(app))
     dom.mount(q("#settings-saved"), "Saved.")
 

@@ -1,7 +1,7 @@
 """Sync status — the chip in the sidebar and its panel — from ``mem.sync``:
 pending changes, dead letters with replay/discard, last sync, errors, and
 "Sync now". The chip shows the engine's own state (idle, syncing, offline,
-paused-auth, error) with the outbox counts; it never claims "synced" while
+paused-auth, locked, wrong-passphrase, error) with the outbox counts; it never claims "synced" while
 anything waits. Auto-sync itself is ``mem.sync``'s loop; the page only
 re-reads the status every few seconds while sync is on.
 """
@@ -36,6 +36,10 @@ def chip_text(st: Any, enabled: bool, busy: bool = False) -> tuple[str, str]:
         return "offline", f"Offline · {st.pending} waiting" if st.pending else "Offline"
     if st.state == "paused-auth":
         return "paused-auth", "Sync key rejected"
+    if st.state == "locked":
+        return "locked", "Passphrase needed"
+    if st.state == "wrong-passphrase":
+        return "wrong-passphrase", "Wrong passphrase"
     if st.state == "error":
         return "error", "Sync error" + (f" · {st.pending} waiting" if st.pending else "")
     if st.dead_letters:
@@ -98,6 +102,7 @@ async def render(app: Any, body: Any) -> None:
                None if enabled else h("p", {"class": "note"},
                                       "Sync is off. Every change is kept in the outbox on this device and is sent "
                                       "once you turn sync on in Settings."),
+               _passphrase_box(cfg),
                h("h3", {}, "Failed changes"),
                h("ul", {"class": "ctx-list", "id": "sync-dead-list"}, rows) if rows else h("p", {"class": "note"}, "None."),
                h("div", {"class": "row"},
@@ -105,6 +110,41 @@ async def render(app: Any, body: Any) -> None:
                    "Replay all"),
                  h("button", {"type": "button", "class": "btn small danger", "data-action": "dead-discard",
                               "data-op": "all"}, "Discard all")) if rows else None)
+
+
+def _passphrase_box(cfg: Any) -> Any:
+    """Change the end-to-end passphrase (shown only when sync is encrypted)."""
+    if cfg is None or cfg.encryption is None:
+        return None
+    return h("div", {"class": "e2e-change"},
+             h("h3", {}, "Encryption passphrase"),
+             h("p", {"class": "note"},
+               "Changing it re-encrypts everything on the server. Other devices then need the new one. "
+               "If it is interrupted, enter the same new passphrase again: it goes on where it stopped."),
+             h("label", {"class": "field", "for": "sync-new-passphrase"}, "New passphrase",
+               h("input", {"id": "sync-new-passphrase", "type": "password", "autocomplete": "new-password"})),
+             h("button", {"type": "button", "class": "btn small", "data-action": "change-passphrase"},
+               "Change passphrase"))
+
+
+async def _change_passphrase(app: Any, el: Any, ev: Any) -> None:
+    import chatmem
+
+    box = q("#sync-new-passphrase")
+    new, box.value = str(box.value), ""  # the field lets go of it at once
+    cfg = app.mem.sync.config
+    if not new or cfg is None or cfg.encryption is None:
+        app.toast("Enter the new passphrase first.", error=True)
+        return
+    await refresh_chip(app, busy=True)
+    try:
+        await app.mem.sync.change_passphrase(chatmem.Passphrase(new, remember=cfg.encryption.remember))
+    except ChatmemError as e:
+        app.toast(f"The passphrase was not changed: {e}", error=True)
+    else:
+        app.toast("Passphrase changed: everything on the server is encrypted with the new one.")
+    finally:
+        await refresh_chip(app)
 
 
 async def _dead(app: Any, el: Any, replay: bool) -> None:
@@ -161,4 +201,5 @@ async def start_polling(app: Any) -> None:
     _poll(app)
 
 
-ACTIONS = {"sync-now": _sync_now, "dead-replay": _replay, "dead-discard": _discard}
+ACTIONS = {"sync-now": _sync_now, "dead-replay": _replay, "dead-discard": _discard,
+           "change-passphrase": _change_passphrase}

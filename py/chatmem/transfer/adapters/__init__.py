@@ -14,9 +14,10 @@ from typing import Any
 
 from ...errors import ImportFormatError
 from ...ids import IdGenerator
+from ...validation import DEFAULT_LIMITS, Limits
 from ..normalized import NormalizedImport, assign_new_ids
 from ..source import describe, load_json
-from ..validate import validate_normalized
+from ..validate import validate_export, validate_normalized
 from . import airi, chatgpt, chatmem, claude
 
 __all__ = ["ADAPTERS", "FORMATS", "detect_format", "convert", "prepare_import"]
@@ -57,14 +58,15 @@ def detect_format(data: Any) -> str:
     )
 
 
-def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = None) -> NormalizedImport:
+def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = None,
+            limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:
     """Validated ``NormalizedImport`` from ``data`` in ``format`` (detected when None).
 
     Ids: a chatmem export keeps its own; every other format gets fresh ids
     from ``ids``. Raises ``ImportFormatError`` (a ``ValidationError``) naming
     the path of the first bad value; nothing is returned unless all of it is valid.
     """
-    data = load_json(data)
+    data = load_json(data, limits)
     if format is None:
         format = detect_format(data)
     module = ADAPTERS.get(format)
@@ -73,10 +75,11 @@ def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = N
                                 path="format", field="format")
     if format != chatmem.NAME and not module.detect(data):
         raise ImportFormatError(f"the input is not in the {format!r} format")
+    if format == chatmem.NAME:
+        return validate_export(data, limits=limits)
     normalized: NormalizedImport = module.to_normalized(data, ids=ids)
-    if format != chatmem.NAME:
-        # what an adapter made must pass the same checks as a chatmem export
-        normalized = validate_normalized(normalized)
+    # what an adapter made must pass the same checks as a chatmem export
+    return validate_normalized(normalized, limits=limits)
     return normalized
 
 
@@ -86,6 +89,7 @@ def prepare_import(
     format: str | None = None,
     preserve_ids: bool = False,
     ids: IdGenerator | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[str, NormalizedImport]:
     """``(format name, records to write)`` for an import.
 
@@ -93,9 +97,9 @@ def prepare_import(
     session and message ids (fork links between imported sessions kept);
     foreign formats always get fresh ids.
     """
-    data = load_json(data)
+    data = load_json(data, limits)
     name = format or detect_format(data)
-    normalized = convert(data, name, ids=ids)
+    normalized = convert(data, name, ids=ids, limits=limits)
     if name == chatmem.NAME and not preserve_ids:
         normalized = assign_new_ids(normalized, ids)
     return name, normalized

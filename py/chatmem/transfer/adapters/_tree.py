@@ -38,14 +38,21 @@ def _path_to(leaf: str, parent_of: Mapping[str, str | None]) -> list[str]:
 
 
 def _descend(start: str, children_of: Mapping[str, Sequence[str]], taken: set[str]) -> list[str]:
+    """From ``start``, always to the newest child not taken yet: linear in the path's length."""
     path = [start]
+    on_path = {start}
     node = start
     while True:
-        kids = [c for c in children_of.get(node, ()) if c not in taken and c not in path]
-        if not kids:
+        node_next = None
+        for c in reversed(children_of.get(node, ())):
+            if c not in taken and c not in on_path:
+                node_next = c
+                break
+        if node_next is None:
             return path
-        node = kids[-1]
+        node = node_next
         path.append(node)
+        on_path.add(node)
 
 
 def split_lines(

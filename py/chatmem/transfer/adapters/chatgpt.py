@@ -160,9 +160,11 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
         parent_of[key] = parent
         children_of[key] = [k for k in kids if k in mapping]
     # a child listed only through its own ``parent`` link still belongs to the tree
+    listed = {k: set(v) for k, v in children_of.items()}
     for key, parent in parent_of.items():
-        if parent in children_of and key not in children_of[parent]:
+        if parent in children_of and key not in listed[parent]:
             children_of[parent].append(key)
+            listed[parent].add(key)
 
     # nodes -> records (None when not imported); times fall back to the nearest earlier one
     records: dict[str, dict[str, Any] | None] = {}

@@ -1,0 +1,135 @@
+"""Retrieval quality on LoCoMo (``shared/quality/locomo-dev``), on CPython.
+
+Each conversation goes into its own chatmem ``Memory`` (one session per LoCoMo
+session, ``Speaker: text`` as the content, a shared photo's caption appended,
+the session's date as ``created_at``). Every question of categories 1-4 is
+asked within its conversation; a hit is an evidence turn (``dia_id``). Reports
+R@5, R@10, hit@10 and the median query latency of chatmem's ``keyword``,
+``semantic`` and ``hybrid`` modes, and of rank_bm25's ``BM25Okapi`` over the
+same texts (tokenised by chatmem's ``words``: unstemmed), in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import chatmem
+from chatmem.index.tokenize import words
+
+__all__ = ["locomo_dir", "load_conversations", "run_quality", "render_table"]
+
+MODES = ("keyword", "semantic", "hybrid")
+
+
+def locomo_dir() -> Path:
+    """``quality/locomo-dev`` of the shared folder: ``$CHATMEM_SHARED`` or a ``shared/``
+    beside the repository (searched upward)."""
+    env = os.environ.get("CHATMEM_SHARED")
+    if env:
+        return Path(env) / "quality" / "locomo-dev"
+    here = Path(__file__).resolve()
+    for base in here.parents:
+        cand = base / "shared" / "quality" / "locomo-dev"
+        if cand.is_dir():
+            return cand
+    raise SystemExit("LoCoMo data not found: set CHATMEM_SHARED to the shared/ folder")
+
+
+def _ms(date: str) -> int:
+    return int(datetime.strptime(date, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def load_conversations(limit: int | None = None) -> list[dict[str, Any]]:
+    """``[{name, speakers, sessions: [(created_ms, [turn...])], questions}]``."""
+    out = []
+    for f in sorted(locomo_dir().glob("*.json"))[:limit]:
+        c = json.loads(f.read_text("utf-8"))
+        sessions = []
+        n = 1
+        while f"session_{n}" in c:
+            if c[f"session_{n}"]:
+                sessions.append((_ms(c[f"session_{n}_date_time"]), c[f"session_{n}"]))
+            n += 1
+        qs = [q for q in c["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")]
+        out.append({"name": f.stem, "speakers": (c["speaker_a"], c["speaker_b"]), "sessions": sessions,
+                    "questions": qs})
+    return out
+
+
+def turn_text(t: dict[str, Any]) -> str:
+    text = f"{t['speaker']}: {t['text']}"
+    if t.get("blip_caption"):
+        text += f" [shares a photo: {t['blip_caption']}]"
+    return text
+
+
+def _score(evidence: set[str], got: list[str], acc: dict[str, list[float]]) -> None:
+    acc["R@5"].append(len(evidence & set(got[:5])) / len(evidence))
+    acc["R@10"].append(len(evidence & set(got[:10])) / len(evidence))
+    acc["hit@10"].append(1.0 if evidence & set(got[:10]) else 0.0)
+
+
+async def _conversation(conv: dict[str, Any], res: dict[str, dict[str, list[float]]]) -> None:
+    from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
+
+    mem = await chatmem.open(f"locomo-{conv['name']}")
+    dia_of: dict[str, str] = {}
+    texts: list[str] = []
+    dias: list[str] = []
+    a, _b = conv["speakers"]
+    for i, (created, turns) in enumerate(conv["sessions"]):
+        s = await mem.sessions.create(title=f"session {i + 1}", character_id=conv["name"], created_at=created)
+        items = [{"role": "user" if t["speaker"] == a else "assistant", "content": turn_text(t),
+                  "created_at": created + j * 1000} for j, t in enumerate(turns)]
+        for t, m in zip(turns, await mem.messages.append_many(s.session_id, items)):
+            dia_of[m.id] = t["dia_id"]
+            texts.append(m.text)
+            dias.append(t["dia_id"])
+    bm = BM25Okapi([words(t) or ["_"] for t in texts])
+    await mem.search("warm up", mode="hybrid", limit=10)  # builds the index and embeds every message
+    for q in conv["questions"]:
+        ev = set(q["evidence"])
+        for mode in MODES:
+            t0 = time.perf_counter()
+            hits = await mem.search(q["question"], mode=mode, limit=10)
+            res[mode]["ms"].append((time.perf_counter() - t0) * 1000)
+            _score(ev, [dia_of[h.message.id] for h in hits], res[mode])
+        t0 = time.perf_counter()
+        scores = bm.get_scores(words(q["question"]))
+        top = sorted(range(len(texts)), key=lambda i: -scores[i])[:10]
+        res["rank_bm25"]["ms"].append((time.perf_counter() - t0) * 1000)
+        _score(ev, [dias[i] for i in top], res["rank_bm25"])
+    await mem.close()
+
+
+async def _run(limit: int | None) -> dict[str, dict[str, float]]:
+    res: dict[str, dict[str, list[float]]] = {
+        m: {"R@5": [], "R@10": [], "hit@10": [], "ms": []} for m in (*MODES, "rank_bm25")}
+    convs = load_conversations(limit)
+    for conv in convs:
+        await _conversation(conv, res)
+    out: dict[str, dict[str, float]] = {}
+    for m, acc in res.items():
+        out[m] = {k: round(statistics.fmean(v), 4) for k, v in acc.items() if k != "ms"}
+        out[m]["p50_ms"] = round(statistics.median(acc["ms"]), 2)
+        out[m]["questions"] = len(acc["R@10"])
+    return out
+
+
+def run_quality(limit: int | None = None) -> dict[str, dict[str, float]]:
+    """The table, as ``{mode: {R@5, R@10, hit@10, p50_ms, questions}}``."""
+    return asyncio.run(_run(limit))
+
+
+def render_table(res: dict[str, dict[str, float]], embedder: str) -> str:
+    lines = [f"| LoCoMo dev, top 10 ({embedder}) | R@5 | R@10 | hit@10 | p50 ms |", "|---|---|---|---|---|"]
+    for m, r in res.items():
+        lines.append(f"| {m} | {r['R@5']:.3f} | {r['R@10']:.3f} | {r['hit@10']:.3f} | {r['p50_ms']:.2f} |")
+    return "\n".join(lines)

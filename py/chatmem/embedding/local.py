@@ -1,0 +1,120 @@
+"""``LocalEmbedder``: the default embedder, the static model loaded on first use.
+
+Its ``model`` and ``dimensions`` are known without loading anything, so an
+index can be set up with it at once; the model file (about 12 MB) is read on
+the first ``embed``: from ``chatmem/embedding/data/`` on CPython, fetched from
+the site in the browser (the service worker caches it then, never before the
+page asked for semantic or hybrid search). ``default_embedder()`` gives it
+when the model is available, else ``HashingEmbedder``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import EmbeddingError
+from .static import StaticEmbedder, find_model_file
+
+__all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
+
+#: the name of the vectors the shipped static model makes (the index stores vectors per model)
+LOCAL_MODEL = "minilm-l6-tokens-zipf-int8-v1"
+#: longest stretch of embedding between two yields to the event loop
+SLICE_S = 0.03
+
+
+def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
+    """The runtime's way to the model (the page fetches it), None to read the file."""
+    from ..runtime import default_runtime
+
+    return default_runtime().model_loader()
+
+
+async def _load_bytes() -> bytes:
+    loader = _runtime_loader()
+    if loader is not None:
+        return await loader()
+    path = find_model_file()
+    if path is None:
+        raise EmbeddingError("the static embedding model is not built (run `python build.py build`)")
+    return path.read_bytes()
+
+
+class LocalEmbedder:
+    """The shipped static model behind a lazy load (see the module docstring)."""
+
+    model = LOCAL_MODEL
+    dimensions = 384
+
+    def __init__(self, loader: Callable[[], Awaitable[bytes]] | None = None):
+        self._loader = loader or _load_bytes
+        self._model: StaticEmbedder | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    async def load(self) -> StaticEmbedder:
+        """The model, read (or downloaded) once. ``EmbeddingError`` if it cannot be."""
+        if self._model is None:
+            async with self._lock:
+                if self._model is None:
+                    try:
+                        data = await self._loader()
+                    except EmbeddingError:
+                        raise
+                    except Exception as e:  # a fetch or file error, translated once here
+                        raise EmbeddingError(f"could not load the embedding model: {e}") from e
+                    m = StaticEmbedder.from_bytes(data)
+                    if m.model != self.model or m.dimensions != self.dimensions:
+                        raise EmbeddingError(f"model file holds {m.model!r}, expected {self.model!r}")
+                    self._model = m
+        return self._model
+
+    @property
+    def context_weight(self) -> float:
+        return self._model.context_weight if self._model is not None else 0.3
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """The vectors of ``texts``, yielding to the event loop every ``SLICE_S`` seconds
+        (in the page: the interface never waits more than one slice for a batch)."""
+        m = await self.load()
+        out: list[list[float]] = []
+        start = time.perf_counter()
+        for t in texts:
+            out.append(m.embed_one(t))
+            if time.perf_counter() - start > SLICE_S:
+                await asyncio.sleep(0)
+                start = time.perf_counter()
+        return out
+
+    def embed_one(self, text: str) -> list[float]:
+        """One vector, synchronously (the model must be loaded: ``await load()`` first)."""
+        if self._model is None:
+            raise EmbeddingError("the embedding model is not loaded yet: await load() first")
+        return self._model.embed_one(text)
+
+    def calibrate(self, similarity: float) -> float:
+        if self._model is None:
+            raise EmbeddingError("the embedding model is not loaded yet: await load() first")
+        return self._model.calibrate(similarity)
+
+    @property
+    def calibration(self) -> tuple[float, float]:
+        if self._model is None:
+            raise EmbeddingError("the embedding model is not loaded yet: await load() first")
+        return self._model.calibration
+
+
+def default_embedder() -> Any:
+    """``LocalEmbedder()`` when the static model is available (always in the page,
+    on CPython once built), else ``HashingEmbedder()``."""
+    if _runtime_loader() is not None or find_model_file() is not None:
+        return LocalEmbedder()
+    from ..index.embed import HashingEmbedder
+
+    return HashingEmbedder()

@@ -1,0 +1,154 @@
+"""``StaticEmbedder``: a learned static (lookup-table) embedding model, in pure Python.
+
+Every WordPiece token has one stored vector (int8 with a per-token scale); a
+text's vector is the sum of its tokens' vectors, l2-normalised. The table is
+distilled at build time from all-MiniLM-L6-v2 (each vocabulary token run
+through the whole transformer), so it knows that "automobile" is near "car".
+The arithmetic is plain Python floats in a fixed order: the same text gives
+bit-for-bit the same vector on CPython and in Pyodide.
+
+The model file (``chatmem-static-v1``): 8 magic bytes, a little-endian u32
+header length, a JSON header (``model``, ``dimensions``, ``vocab``,
+``calibration``), then ``len(vocab) * dimensions`` int8 values and
+``len(vocab)`` float32 scales. Reading it is pure Python (``array``).
+
+``calibrate(similarity)`` maps this model's raw cosine onto the scale the
+original's thresholds were written for (0.75 for search, 0.7 for
+retrieval: a paraphrase passes them, an unrelated message does not).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import EmbeddingError
+from .wordpiece import WordPiece
+
+__all__ = ["MAGIC", "MODEL_FILE", "StaticEmbedder", "find_model_file"]
+
+MAGIC = b"CMSTAT01"
+#: the file name of the default model, in ``chatmem/embedding/data/`` and the site's ``models/``
+MODEL_FILE = "minilm-l6-static-v1.bin"
+_MAX_TOKENS = 512
+_WEIGHT_ONE = 1 << 20
+_ROW_CACHE = 8192  # packed rows kept (3 KB each at 384 dimensions)
+
+
+def find_model_file() -> Path | None:
+    """The default model shipped beside this module (``data/``), if it was built."""
+    p = Path(__file__).with_name("data") / MODEL_FILE
+    return p if p.is_file() else None
+
+
+class StaticEmbedder:
+    """Text to vector by summing distilled token vectors (see the module docstring)."""
+
+    def __init__(self, header: dict[str, Any], table: array.array[int], scales: array.array[float]):
+        self.model: str = str(header["model"])
+        self.dimensions: int = int(header["dimensions"])
+        vocab = header["vocab"]
+        if len(table) != len(vocab) * self.dimensions or len(scales) != len(vocab):
+            raise EmbeddingError(f"model file {self.model!r}: table size does not match its vocabulary")
+        self.tokenizer = WordPiece(vocab)
+        self._table = table
+        top = max(scales) if len(scales) else 1.0
+        # integer weights (20 bits): the per-token scale relative to the largest
+        self._weights = [round(float(x) / top * _WEIGHT_ONE) if top > 0 else 0 for x in scales]
+        self._rows: dict[int, int] = {}
+        lo, hi = header.get("calibration", (0.0, 1.0))
+        self.calibration: tuple[float, float] = (float(lo), float(hi))
+        #: how much of the previous message's vector a stored message carries (see ``contextualize``)
+        self.context_weight: float = float(header.get("context_weight", 0.0))
+        for t in ("[CLS]", "[SEP]", "[PAD]"):
+            if t in self.tokenizer.ids:
+                self._weights[self.tokenizer.ids[t]] = 0
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StaticEmbedder:
+        """Parse a model file's bytes. ``EmbeddingError`` if it is not one."""
+        if data[:8] != MAGIC or len(data) < 12:
+            raise EmbeddingError("not a chatmem static embedding model (bad magic)")
+        (n,) = struct.unpack("<I", data[8:12])
+        try:
+            header = json.loads(data[12 : 12 + n].decode("utf-8"))
+        except ValueError as e:
+            raise EmbeddingError("static embedding model: unreadable header") from e
+        v, d = len(header["vocab"]), int(header["dimensions"])
+        start = 12 + n
+        table = array.array("b")
+        table.frombytes(data[start : start + v * d])
+        scales = array.array("f")
+        scales.frombytes(data[start + v * d : start + v * d + 4 * v])
+        if sys.byteorder != "little":
+            scales.byteswap()
+        return cls(header, table, scales)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> StaticEmbedder:
+        """Read a model file (default: the one shipped with chatmem). ``EmbeddingError`` if missing."""
+        p = Path(path) if path is not None else find_model_file()
+        if p is None or not p.is_file():
+            raise EmbeddingError("the static embedding model is not built (run `python build.py build`)")
+        return cls.from_bytes(p.read_bytes())
+
+    # ------------------------------------------------------------------ embedding
+    def _packed(self, i: int) -> int:
+        """Token ``i``'s int8 row as one big integer of 64-bit lanes, each ``value + 128``."""
+        hit = self._rows.get(i)
+        if hit is not None:
+            return hit
+        dim = self.dimensions
+        buf = bytearray(dim * 8)
+        buf[0::8] = bytes((x + 128) & 0xFF for x in self._table[i * dim : (i + 1) * dim])
+        packed = int.from_bytes(buf, "little")
+        if len(self._rows) >= _ROW_CACHE:
+            self._rows.clear()
+        self._rows[i] = packed
+        return packed
+
+    def embed_ids(self, ids: list[int]) -> list[float]:
+        """The l2-normalised weighted sum of the tokens' vectors (zeros for no token).
+
+        The sum is exact integer arithmetic: every row is packed into one big
+        integer (one 64-bit lane per dimension) and added with its integer
+        weight, so a text costs one big-integer multiply-add per token and the
+        result is the same on every machine.
+        """
+        dim = self.dimensions
+        acc = 0
+        wsum = 0
+        weights = self._weights
+        for i in ids[:_MAX_TOKENS]:
+            w = weights[i]
+            if w:
+                acc += w * self._packed(i)
+                wsum += w
+        if not wsum:
+            return [0.0] * dim
+        lanes = array.array("Q")
+        lanes.frombytes(acc.to_bytes(dim * 8, "little"))
+        if sys.byteorder != "little":
+            lanes.byteswap()
+        off = 128 * wsum
+        vec = [float(x - off) for x in lanes]
+        norm = math.sqrt(math.fsum(x * x for x in vec))
+        return [x / norm for x in vec] if norm > 0 else vec
+
+    def embed_one(self, text: str) -> list[float]:
+        """One text's vector."""
+        return self.embed_ids(self.tokenizer.encode(text))
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_one(t) for t in texts]
+
+    def calibrate(self, similarity: float) -> float:
+        """This model's cosine on the original's scale: ``lo`` maps to 0, ``hi`` to 1, linear, clipped to [-1, 1]."""
+        lo, hi = self.calibration
+        return max(-1.0, min(1.0, (similarity - lo) / (hi - lo)))

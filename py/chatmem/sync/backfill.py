@@ -1,0 +1,208 @@
+"""Uploading the history that existed when sync was first turned on.
+
+Until sync is turned on nothing is queued (see ``chatmem.stores.base``).
+``Store.outbox_activate`` records, in the transaction that turns the outbox
+on, every session with its ``nextSeq``: the messages below it are the
+history, everything after has outbox operations. ``Backfill.run`` reads that
+history from the store, session by session, and hands it to the push as
+operations whose ``op_id`` is derived from the record's id: a batch re-sent
+after a crash, a reload or a lost answer is a duplicate the server applies
+once. Progress (the next session) is kept in ``kv`` under ``BACKFILL_KEY``
+after each session; the drain sends the outbox only once the backfill is done,
+so a session's create always reaches the server before its later changes.
+
+A session or message deleted after sync was turned on is skipped (its delete
+is in the outbox); a session changed since is sent as it is now (its queued
+update carries an older HLC and changes nothing more).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    SyncAuthError,
+    SyncOffline,
+    SyncPermanentError,
+    SyncTransientError,
+    ValidationError,
+    WrongPassphrase,
+)
+from ..stores.base import OUTBOX_KEY, SESSION_PRIVATE_FIELDS
+from .backoff import BackoffPolicy
+from .config import SyncConfig
+from .push import dead_record
+from .status import SyncState
+from .wire import resolve
+
+if TYPE_CHECKING:
+    from ..core import Core
+    from .protocol import SyncClient
+    from .unlock import EncryptedSync
+
+__all__ = ["BACKFILL_KEY", "Backfill", "backfill_op_id", "push_history"]
+
+#: kv key of the backfill's progress: ``{"pos": <next session index>, "done": bool}``
+BACKFILL_KEY = "sync.backfill"
+
+#: sends one batch (ops, records already read by message id); False = stop for now
+Send = Callable[[list[dict[str, Any]], dict[str, dict[str, Any]]], Awaitable[bool]]
+
+
+def backfill_op_id(resource: str, id_: str) -> str:
+    """The stable ``op_id`` of a record's backfill operation (the same on every attempt)."""
+    return "b" + hashlib.sha256(f"{resource}\0{id_}".encode()).hexdigest()[:32]
+
+
+class Backfill:
+    """The history upload of one store (used by ``SyncEngine`` under its drain lock)."""
+
+    def __init__(self, core: Core):
+        self._core = core
+        self._done = False
+
+    async def _state(self) -> tuple[list[list[Any]], int] | None:
+        """(snapshot pairs, next position), or None when there is nothing (more) to send."""
+        if self._done:
+            return None
+        store = self._core.store
+        snap = await store.kv_get(OUTBOX_KEY)
+        prog = await store.kv_get(BACKFILL_KEY)
+        prog = prog if isinstance(prog, dict) else {}
+        pairs = snap.get("sessions") if isinstance(snap, dict) else None
+        pos = int(prog.get("pos") or 0)
+        if prog.get("done") or not pairs or pos >= len(pairs):
+            self._done = isinstance(snap, dict)
+            return None
+        return pairs, pos
+
+    async def remaining(self) -> int:
+        """An upper bound of the operations still to send (sessions + messages)."""
+        state = await self._state()
+        if state is None:
+            return 0
+        pairs, pos = state
+        return sum(1 + int(upto) for _, upto in pairs[pos:])
+
+    async def run(self, send: Send, batch_size: int) -> bool:
+        """Send the rest of the history in batches; True once all of it was delivered."""
+        state = await self._state()
+        if state is None:
+            return True
+        pairs, pos = state
+        store = self._core.store
+        while pos < len(pairs):
+            sid, upto = pairs[pos]
+            if not await self._session(str(sid), int(upto), send, batch_size):
+                return False
+            pos += 1
+            await store.kv_set(BACKFILL_KEY, {"pos": pos, "done": pos >= len(pairs)})
+        self._done = True
+        return True
+
+    async def _session(self, sid: str, upto: int, send: Send, size: int) -> bool:
+        store, outbox = self._core.store, self._core.outbox
+        rec = await store.get_session(sid)
+        if rec is None:
+            return True  # deleted since: its delete is queued
+        data = {k: v for k, v in rec.items() if k not in SESSION_PRIVATE_FIELDS}
+        buf = [await outbox.op("create", "session", sid, sid, data, backfill_op_id("session", sid))]
+        known: dict[str, dict[str, Any]] = {}
+        offset, count = 0, rec.get("messageCount")
+        while upto > 0:
+            page = await store.list_messages(sid, offset, size, False)
+            now = await store.get_session(sid)
+            if now is None:
+                return True
+            if now.get("messageCount", 0) < (count or 0):
+                # a delete shifted the positions under this read: start the session over
+                # (what was sent already is sent again as duplicates, applied once)
+                offset, count, buf, known = 0, now.get("messageCount"), [], {}
+                continue
+            count = now.get("messageCount")
+            for m in page:
+                if int(m["seq"]) < upto:
+                    known[m["id"]] = m
+                    buf.append(await outbox.op("create", "message", m["id"], sid, None,
+                                               backfill_op_id("message", m["id"])))
+            offset += len(page)
+            while len(buf) >= size:
+                batch, buf = buf[:size], buf[size:]
+                if not await send(batch, known):
+                    return False
+            if len(page) < size or (page and int(page[-1]["seq"]) >= upto):
+                break
+        return await send(buf, known) if buf else True
+
+
+async def push_history(
+    engine: EncryptedSync, backfill: Backfill, cfg: SyncConfig, client: SyncClient, policy: BackoffPolicy, wait: bool
+) -> tuple[SyncState | None, int, int, int]:
+    """Push the history through ``client`` for ``engine`` (under its drain lock):
+    (state if it stopped early, requests, acknowledged, dead-lettered)."""
+    store = engine._core.store
+    counts = [0, 0, 0]
+    stop: list[SyncState] = []
+
+    async def send(batch: list[dict[str, Any]], known: dict[str, dict[str, Any]]) -> bool:
+        payload, _gone = await resolve(store, batch, known)
+        by_op = {op["op_id"]: op for op in batch}
+        failures = 0
+        while payload:
+            counts[0] += 1
+            try:
+                resp = await client.push(await engine._wire(payload))
+            except WrongPassphrase as e:  # nothing was sent: the history waits for the right key
+                await engine._wrong_key(e)
+                raise
+            except SyncOffline as e:
+                await engine._set_state("offline", error=str(e))
+                stop.append("offline")
+                return False
+            except SyncAuthError as e:
+                engine._paused = True
+                await engine._set_state("paused-auth", error=str(e))
+                stop.append("paused-auth")
+                return False
+            except SyncTransientError as e:
+                failures += 1
+                engine._last_error = str(e)
+                if failures > cfg.max_retries or not wait or engine._closed:
+                    stop.append("error")
+                    return False
+                await engine.sleep(policy.delay(failures - 1, e.retry_after_ms, engine._now(), engine.rand) / 1000)
+                continue
+            except (SyncPermanentError, ValidationError) as e:
+                await store.outbox_to_dead([
+                    dead_record(by_op[p["op_id"]], f"the server refused the batch: {e}",
+                            getattr(e, "response", None), getattr(e, "status", None), engine._now())
+                    for p in payload
+                ])
+                counts[2] += len(payload)
+                return True
+            results = resp.by_op_id()
+            rejected = [p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"]
+            if rejected:
+                await store.outbox_to_dead([
+                    dead_record(by_op[p["op_id"]], results[p["op_id"]].reason or "rejected by the server",
+                            json.dumps({"op_id": p["op_id"], "status": "rejected",
+                                        "reason": results[p["op_id"]].reason}), 200, engine._now())
+                    for p in rejected
+                ])
+            counts[1] += sum(1 for r in resp.results if r.delivered)
+            counts[2] += len(rejected)
+            engine._last_success = engine._now()
+            missing = set(resp.missing)
+            payload = [p for p in payload if p["op_id"] in missing]
+        for op in batch:
+            known.pop(op["id"], None)
+        return True
+
+    if await backfill.run(send, cfg.batch_size):
+        return None, counts[0], counts[1], counts[2]
+    if not stop or stop[0] == "error":
+        await engine._set_state("error", error=engine._last_error)
+    return (stop[0] if stop else "error"), counts[0], counts[1], counts[2]

@@ -1,0 +1,149 @@
+"""End-to-end encryption in ``mem.sync``: the engine's part (``SyncEngine``
+inherits it). The format is ``chatmem.sync.e2e``, the device's key and the
+re-encryption ``chatmem.sync.keyring``.
+
+- Before a push or a pull the device's key is checked against the space's key
+  check value; a mismatch raises ``WrongPassphrase`` and sets the state
+  ``wrong-passphrase`` (or ``locked`` when no passphrase was entered here),
+  with nothing sent or applied.
+- The outbox keeps plain records: ``data`` is encrypted when a push is built
+  and decrypted when a pulled page is applied (``DecryptionError`` if it does
+  not authenticate: that page is not applied and the cursor stays).
+- ``change_passphrase`` re-encrypts the space (resumable, each record once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    DecryptionError,
+    SyncAuthError,
+    SyncError,
+    SyncOffline,
+    SyncTransientError,
+    ValidationError,
+    WrongPassphrase,
+)
+from .config import CONFIG_KEY, SyncConfig
+from .e2e import EncryptionKey, Passphrase
+from .keyring import Keyring
+from .protocol import SyncClient
+from .push import WIRE_FIELDS
+from .status import SyncState
+
+if TYPE_CHECKING:
+    from ..core import Core
+    from ..runtime.base import Sleep
+    from .push import DrainLock
+
+__all__ = ["EncryptedSync"]
+
+
+class EncryptedSync:
+    """The encryption steps of ``SyncEngine`` (a mixin: it uses the engine's state)."""
+
+    keyring: Keyring
+    _config: SyncConfig | None
+    _paused: bool
+    _closed: bool
+    _last_error: str | None
+    _last_success: int | None
+    _lock: DrainLock
+    _core: Core
+    sleep: Sleep
+    rand: Callable[[], float]
+
+    if TYPE_CHECKING:
+
+        def _now(self) -> int: ...
+
+        async def _set_state(self, state: SyncState, *, error: str | None = None, success: bool = False,
+                             write: bool = True) -> None: ...
+
+        async def _ready(self) -> tuple[SyncConfig, SyncClient]: ...
+
+        def _set_config(self, cfg: SyncConfig) -> None: ...
+
+    async def _unlock(self, cfg: SyncConfig, client: SyncClient) -> SyncState | None:
+        """Check this device's end-to-end key (a no-op without encryption). Returns the
+        state to stop in when the server could not be asked; ``WrongPassphrase`` if it
+        does not match (state ``wrong-passphrase`` / ``locked``, nothing sent)."""
+        if cfg.encryption is None:
+            self.keyring.key = None
+            return None
+        try:
+            await self.keyring.ensure(cfg.encryption, client)
+        except WrongPassphrase as e:
+            await self._wrong_key(e)
+            raise
+        except SyncOffline as e:
+            await self._set_state("offline", error=str(e))
+            return "offline"
+        except SyncAuthError as e:
+            self._paused = True
+            await self._set_state("paused-auth", error=str(e))
+            return "paused-auth"
+        except SyncError as e:
+            await self._set_state("error", error=str(e))
+            return "error"
+        return None
+
+    async def _configured_encryption(self, cfg: SyncConfig) -> None:
+        """After ``configure``: drop a remembered key that is no longer wanted; check a
+        newly entered passphrase again before the next push or pull."""
+        if cfg.encryption is None or not cfg.encryption.remember:
+            await self.keyring.forget()
+        elif not cfg.encryption.is_locked:
+            self.keyring.key = None
+
+    async def _wire(self, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What goes on the wire for ``payload`` (resolved ops, ``chatmem.sync.wire``): its wire
+        fields, ``data`` encrypted when configured."""
+        return await self.keyring.seal([{k: op.get(k) for k in WIRE_FIELDS} for op in payload])
+
+    async def _encryption_failed(self, e: WrongPassphrase | DecryptionError) -> None:
+        if isinstance(e, WrongPassphrase):
+            await self._wrong_key(e)
+        else:
+            await self._set_state("error", error=str(e))
+
+    async def _wrong_key(self, e: WrongPassphrase) -> None:
+        enc = self._config.encryption if self._config else None
+        locked = enc is None or enc.is_locked
+        await self._set_state("locked" if locked else "wrong-passphrase", error=str(e))
+
+    async def change_passphrase(self, new: Passphrase | EncryptionKey) -> SyncConfig:
+        """Re-encrypt the space under ``new`` and keep it as this device's encryption.
+
+        Resumable: if it is interrupted, call it again with the same ``new``; every
+        record is rewritten exactly once. ``WrongPassphrase`` if the current
+        passphrase does not match, or another change (to another passphrase) is in
+        progress. Other devices get ``WrongPassphrase`` until given the new one.
+        Durable when this returns: the space's key on the server, the config here.
+        """
+        if not isinstance(new, (Passphrase, EncryptionKey)):
+            raise ValidationError("the new passphrase must be a Passphrase or EncryptionKey", field="encryption")
+        cfg, client = await self._ready()
+        if cfg.encryption is None:
+            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        if not await self._lock.acquire():
+            raise SyncTransientError("another tab is syncing: try again in a moment")
+        try:
+            await self._set_state("syncing")
+            try:
+                await self.keyring.change(cfg.encryption, new, client)
+            except WrongPassphrase as e:
+                await self._wrong_key(e)
+                raise
+            except SyncError as e:
+                await self._set_state("error", error=str(e))
+                raise
+            updated = cfg.replace(encryption=new)
+            await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
+            self._set_config(updated)
+            await self._set_state("idle", success=True)
+            return updated
+        finally:
+            await self._lock.release()

@@ -1,0 +1,106 @@
+"""End-to-end encrypted sync between the page (WebCrypto through the bridge) and
+CPython (the ``cryptography`` package), through the reference server: each reads
+the other's changes, the server's database and every pushed body hold no
+plaintext, a wrong passphrase in the page is typed and applies nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chatmem
+from chatmem.sync import SyncConfig
+from chatmem.sync.e2e import Passphrase
+from conftest import Page, run, unique_name
+from e2e_server import STORAGES, e2e_server, stored_bytes
+
+pytestmark = pytest.mark.browser
+
+KEY = "browser-e2e-Key-3"
+MARKER = "okapi-nebula-4417"
+PASS = "page and python agree"
+
+
+@pytest.fixture(params=STORAGES)
+def srv(request: Any, tmp_path: Path) -> Iterator[Any]:
+    with e2e_server(request, tmp_path, [KEY]) as s:
+        yield s
+
+
+def page_device(srv: Any, db: str, passphrase: str) -> str:
+    return f"""
+import chatmem
+from chatmem.sync import SyncConfig
+from chatmem.sync.e2e import Passphrase
+mem = await chatmem.open({db!r})
+await mem.sync.configure(SyncConfig(enabled=True, endpoint={srv.url!r}, api_key={KEY!r},
+    backoff_base=20, backoff_max=200, encryption=Passphrase({passphrase!r}, iterations=10_000)))
+"""
+
+
+def test_page_and_cpython_read_each_others_encrypted_changes(page: Page, srv: Any) -> None:
+    """Page writes and pushes; CPython pulls and reads it, replies; the page pulls the
+    reply. Nothing the server stored or received contains the marker."""
+    db = unique_name("e2e")
+    sid = page.py(page_device(srv, db, PASS) + f"""
+s = await mem.sessions.create(title="page {MARKER}")
+await mem.messages.append(s.session_id, "user", "from the page {MARKER} ünï ✓")
+await mem.sync.pull()  # sets the space's key up
+report = await mem.sync.push()  # right after: the tab takes its own Web Lock again
+assert report.drained and report.acknowledged == 2, report
+st = await mem.sync.status()
+assert st.state == "idle" and st.pending == 0, st
+s.session_id
+""")
+
+    async def cpython() -> tuple[list[str], str]:
+        mem = await chatmem.open()
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
+                                            encryption=Passphrase(PASS, iterations=10_000)))
+        await mem.sync.run()
+        got = [m.content for m in await mem.messages.list(sid)]
+        title = (await mem.sessions.get(sid)).title
+        await mem.messages.append(sid, "assistant", f"from python {MARKER}")
+        await mem.sync.run()
+        return got, title
+
+    got, title = run(cpython())
+    assert got == [f"from the page {MARKER} ünï ✓"] and title == f"page {MARKER}"
+    back = page.py(page_device(srv, db, PASS) + f"""
+await mem.sync.run()
+[m.content for m in await mem.messages.list({sid!r})]
+""")
+    assert back == [f"from the page {MARKER} ünï ✓", f"from python {MARKER}"]
+    assert srv.pushed and all(MARKER not in body for body in srv.pushed)
+    assert MARKER.encode() not in stored_bytes(srv)
+
+
+def test_wrong_passphrase_in_the_page_is_typed_and_applies_nothing(page: Page, srv: Any) -> None:
+    """A CPython device encrypts the space; the page with another passphrase gets
+    WrongPassphrase from run(), status 'wrong-passphrase', keeps its outbox, applies nothing."""
+
+    async def cpython() -> None:
+        mem = await chatmem.open()
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
+                                            encryption=Passphrase(PASS, iterations=10_000)))
+        s = await mem.sessions.create(title=f"cpython {MARKER}")
+        await mem.messages.append(s.session_id, "user", MARKER)
+        await mem.sync.run()
+
+    run(cpython())
+    db = unique_name("e2e-wrong")
+    out = page.py(page_device(srv, db, "not the passphrase") + """
+from chatmem.errors import WrongPassphrase
+await mem.sessions.create(title="mine")
+try:
+    await mem.sync.run()
+    err = None
+except WrongPassphrase as e:
+    err = type(e).__name__
+st = await mem.sync.status()
+[err, st.state, st.pending, len(await mem.sessions.list())]
+""")
+    assert out == ["WrongPassphrase", "wrong-passphrase", 1, 1]

@@ -1,0 +1,99 @@
+"""The shipped embedding model in the page (Pyodide, network blocked): fetched from the
+site on first use, the same vectors as on CPython, and meaning-aware search over IndexedDB."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatmem.embedding import StaticEmbedder, find_model_file
+from conftest import Page, unique_name
+
+pytestmark = pytest.mark.browser
+
+TEXTS = ["I finally bought a new car, a red one with leather seats", "automobile",
+         "Caroline went to the LGBTQ support group on 7 May", "東京タワー Straße café 😀"]
+
+
+def test_same_vectors_in_the_page_as_on_cpython(page: Page) -> None:
+    """Every text gives the same vector in Pyodide as on CPython (to 1e-5; in fact bit for bit)."""
+    path = find_model_file()
+    assert path is not None, "the model is built with dist/"
+    here = StaticEmbedder.load(path)
+    there = page.py(f"""
+from chatmem.embedding import LocalEmbedder
+emb = LocalEmbedder()
+await emb.embed(["warm"])
+[emb.embed_one(t) for t in {TEXTS!r}]
+""")
+    for text, got in zip(TEXTS, there):
+        want = here.embed_one(text)
+        assert len(got) == len(want) == 384
+        assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-5, text
+
+
+def test_default_embedder_finds_a_synonym_in_the_page(page: Page) -> None:
+    """Semantic search with the default embedder in the page: "automobile" finds the car
+    message first, and the calibrated 0.75 threshold keeps only the paraphrase."""
+    db = unique_name("sem")
+    out = page.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+s = await mem.sessions.create(title="cars")
+for t in ["I finally bought a new car, a red one with leather seats", "My grandmother bakes bread every Sunday",
+          "The quarterly tax report is due on Friday", "Please water the plants while I am away"]:
+    await mem.messages.append(s.session_id, "user", t)
+hits = await mem.search("automobile", mode="semantic", limit=4)
+strict = await mem.search("I bought a new car", mode="semantic", limit=4, threshold=0.75)
+hyb = await mem.search("new automobile", mode="hybrid", limit=2)
+res = [mem.index.embedder.model, [h.message.text for h in hits], [h.message.text for h in strict],
+       hyb[0].message.text, sorted(hyb[0].breakdown)]
+await mem.close()
+res
+""")
+    model, ranked, strict, hyb_top, parts = out
+    assert model.startswith("minilm-l6")
+    assert ranked[0].startswith("I finally bought a new car")
+    assert strict == ["I finally bought a new car, a red one with leather seats"]
+    assert hyb_top.startswith("I finally bought a new car")
+    assert {"keyword", "semantic", "recency", "bm25", "similarity"} <= set(parts)
+
+
+EMBED_PART = """
+import chatmem
+mem = await chatmem.open(NAME)
+s = await mem.sessions.create(title="long")
+await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i}: the garden needs water"}
+                                              for i in range(120)])
+index = await mem.index.ready()
+# embedding stops part-way (as if the tab went away after 60); the saved cache holds the 60
+n = await index.embed_missing(mem.index.embedder, batch_size=30, limit=60)
+saved = await mem.index.save()
+[n, saved, index.embed_progress]
+"""
+
+EMBED_RESUME = """
+import chatmem
+mem = await chatmem.open(NAME)
+index = await mem.index.ready()
+rows = await index.execute("SELECT count(*) AS n FROM embeddings WHERE model = ?", [mem.index.embedder.model])
+before = int(rows[0]["n"])
+task = mem.embed_in_background(batch_size=25)
+done = await task
+rows = await index.execute("SELECT count(*) AS n FROM embeddings WHERE model = ?", [mem.index.embedder.model])
+out = [mem.index.last_open["mode"], before, done, int(rows[0]["n"]), list(mem.index.embed_progress)]
+await mem.close()
+out
+"""
+
+
+def test_background_embedding_resumes_after_a_reload(new_page) -> None:
+    """Vectors embedded before a reload come back with the cached index; the background
+    embedding then does only the rest, and its progress reaches the total."""
+    name = unique_name("embres")
+    a = new_page()
+    n, saved, progress = a.py(EMBED_PART.replace("NAME", repr(name)))
+    assert n == 60 and saved is True and progress == [60, 120]
+    a.reload()
+    mode, before, done, after, progress = a.py(EMBED_RESUME.replace("NAME", repr(name)))
+    assert mode == "cached" and before == 60
+    assert done == 60 and after == 120 and progress == [120, 120]
