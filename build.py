@@ -265,7 +265,7 @@ const VERSION = "{version}";
 const CACHE = `chatmem-${{VERSION}}`;
 const FILES = {files};
 // the embedding model: not precached; cached on its first (lazy) fetch, kept across builds
-const MODELS = "chatmem-models";
+const MODELS = "chatmem.models";
 
 self.addEventListener("install", (event) => {{
   event.waitUntil(caches.open(CACHE).then((cache) =>
@@ -275,7 +275,7 @@ self.addEventListener("install", (event) => {{
 self.addEventListener("activate", (event) => {{
   event.waitUntil((async () => {{
     for (const key of await caches.keys()) {{
-      if (key.startsWith("chatmem-") && key !== CACHE && key !== MODELS) await caches.delete(key);
+      if (key.startsWith("chatmem-") && key !== CACHE) await caches.delete(key);
     }}
     await self.clients.claim();
   }})());
@@ -381,11 +381,14 @@ def build() -> Path:
     write_csp(tmp)
     files = sorted(str(p.relative_to(tmp)).replace(os.sep, "/") for p in tmp.rglob("*") if p.is_file()
                    and "__pycache__" not in p.parts)
+    # the embedding model is fetched lazily, never precached: listed apart from the files
+    model_file = next(f for f in files if f.startswith("models/"))
+    files = [f for f in files if not f.startswith("models/")]
     info = {
         "version": digest[:16],
         "wheel": f"wheels/{wheel.name}",
         "wheel_sha256": sha256(wheel),
-        "model": next(f for f in files if f.startswith("models/")),
+        "model": model_file,
         "files": files,
     }
     (tmp / "build-info.json").write_text(json.dumps(info, indent=1))

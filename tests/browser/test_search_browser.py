@@ -210,5 +210,5 @@ def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
     assert got["notice"] and "could not be read" in got["notice"]
     a.reload()
     again = a.py(RECOVERY_OPEN.replace("NAME", repr(name)))
-    assert again["open"]["mode"] == "cached" and again["notice"] is None and again["same_as_fresh"] is True
+    assert again["open"]["mode"] == "cached" and again["notice"] is None and again["same_as_fresh"] is True, again
     a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")

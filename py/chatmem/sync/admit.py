@@ -9,7 +9,9 @@
    of the right types (the server merges them per field), a message ``create``
    a whole message record (``chatmem.validation``: fields, types, ranges, sizes,
    nesting, valid Unicode, 64-bit integers, no NaN); a ``delete``'s data is at
-   most ``{"sessionId": ...}``.
+   most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.e2e``
+   envelopes) cannot be read here: only its JSON and size are checked; the
+   receiving client checks the decrypted record.
 
 Any failure raises ``ValidationError``: the server answers ``rejected`` for
 that operation (with the reason) and goes on with the others of the push. The
