@@ -607,7 +607,7 @@ async def llm_plan(*plan: str) -> None:
     """Tell the test model server what to do with the next requests (and clear its log)."""
     import json as _json
 
-    from chatmem.http import default_transport
+    from chatmem.runtime import default_transport
 
     await default_transport().request("POST", SERVICES["llm"] + "/control",
                                       headers={"Content-Type": "application/json"},
@@ -615,7 +615,7 @@ async def llm_plan(*plan: str) -> None:
 
 
 async def llm_requests() -> list[dict[str, Any]]:
-    from chatmem.http import default_transport
+    from chatmem.runtime import default_transport
 
     resp = await default_transport().request("POST", SERVICES["llm"] + "/requests", body=b"{}")
     return resp.json()  # type: ignore[no-any-return]

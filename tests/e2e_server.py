@@ -12,8 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from chatmem.server import running_server
-from chatmem.server.storage import SQLiteSyncStorage
+from chatmem.server import SQLiteSyncStorage, running_server
 
 __all__ = ["STORAGES", "e2e_server", "stored_bytes"]
 
@@ -25,7 +24,7 @@ STORAGES = ["sqlite"] + (["postgres"] if importlib.util.find_spec("chatmem.serve
 def e2e_server(request: Any, tmp_path: Path, api_keys: list[str]) -> Iterator[Any]:
     """A running reference server on the storage ``request.param``; records every push body."""
     if request.param == "postgres":
-        from chatmem.server.storage import open_storage  # type: ignore[attr-defined]
+        from chatmem.server import open_storage
 
         url = request.getfixturevalue("pg_url")
         storage, where = open_storage(url), url

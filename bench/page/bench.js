@@ -16,6 +16,7 @@ import { openDB, deleteDB } from "idb";
 import Dexie from "dexie";
 import { createStorage } from "unstorage";
 import indexedDbDriver from "unstorage/drivers/indexedb";
+import { chatmemStores } from "../js/schema.js";
 import * as payloads from "./payloads.js";
 
 const now = () => performance.now();
@@ -63,19 +64,6 @@ const tick = () => new Promise((r) => setTimeout(r, 0));
 // ---------------------------------------------------------------- systems
 const clone = (m) => ({ ...m });
 
-// chatmem's schema (web/js/bridge.js v1): the indexes every write must also maintain
-function chatmemSchema(db) {
-  const sessions = db.createObjectStore("sessions", { keyPath: "sessionId" });
-  for (const k of ["userId", "characterId", "updatedAt", "createdAt"]) sessions.createIndex(k, k);
-  const messages = db.createObjectStore("messages", { keyPath: "id" });
-  messages.createIndex("sessionSeq", ["sessionId", "seq"], { unique: true });
-  messages.createIndex("createdAt", "createdAt");
-  messages.createIndex("role", "role");
-  const outbox = db.createObjectStore("outbox", { keyPath: "key", autoIncrement: true });
-  outbox.createIndex("op_id", "op_id", { unique: true });
-  outbox.createIndex("session_id", "session_id");
-}
-
 // a message and its outbox op shaped as chatmem stores them
 function chatmemShape(rec) {
   const full = { tokenCount: Math.ceil(rec.content.length / 4), provider: null, model: null, slices: null,
@@ -92,7 +80,7 @@ function rawSystem(withOutbox, sameSchema = false) {
       this.durability = durability;
       this.db = await openDB(name, 1, {
         upgrade(db) {
-          if (sameSchema) return chatmemSchema(db);
+          if (sameSchema) return chatmemStores(db); // the indexes every chatmem write maintains
           db.createObjectStore("sessions", { keyPath: "sessionId" });
           const ms = db.createObjectStore("messages", { keyPath: "id" });
           ms.createIndex("sessionSeq", ["sessionId", "seq"], { unique: true });

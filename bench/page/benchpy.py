@@ -15,7 +15,7 @@ from typing import Any
 import js  # type: ignore[import-not-found]
 
 import chatmem
-from chatmem import _browser
+from chatmem.runtime import page as _browser
 from chatmem.window import fit_window
 
 bench = js.window.bench

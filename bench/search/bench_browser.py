@@ -171,7 +171,7 @@ True
 """
 
 REMOVE_CACHE = """
-from chatmem import _browser
+from chatmem.runtime import page as _browser
 removed = []
 if hasattr(_browser, "opfs_remove"):
     removed.append(await _browser.opfs_remove("chatmem-index-" + NAME + ".duckdb"))

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from . import errors
 from .anthropic import AnthropicProvider
-from .contextstore import (
-    ContextStore,
-    IndexedDBContextStore,
-    InMemoryContextStore,
-    MemoryContextStore,
-    SQLiteContextStore,
-)
+from .contextstore import ContextStore, MemoryContextStore
+from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore
 from .conversation import Session
 from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
@@ -57,12 +52,13 @@ from .live_context import (
     render_context_message,
 )
 from .lru import LFUCache, LRUCache
-from .memory import IN_BROWSER, Memory, open
+from .memory import Memory, open
 from .messages import Messages
 from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
 from .offline import OfflineResponder
 from .providers import ChatProvider, OpenAICompatibleProvider
 from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
+from .runtime import IN_BROWSER, Runtime
 from .sessions import Sessions
 from .stores import MemoryStore, Store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
@@ -87,6 +83,7 @@ __all__ = [
     "open",
     "Memory",
     "IN_BROWSER",
+    "Runtime",
     "Sessions",
     "Messages",
     "Session",

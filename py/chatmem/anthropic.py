@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from .errors import ProviderServerError, ProviderTimeout, ProviderUnavailable, ValidationError
 from .formats import from_anthropic_blocks, to_anthropic
-from .http import HTTPResponse, Transport, TransportError, TransportTimeout, default_transport
+from .http import HTTPResponse, Transport, TransportError, TransportTimeout
 from .providers import provider_error
 
 __all__ = ["AnthropicProvider", "ANTHROPIC_VERSION"]
@@ -74,6 +74,8 @@ class AnthropicProvider:
     @property
     def transport(self) -> Transport:
         if self._transport is None:
+            from .runtime import default_transport
+
             self._transport = default_transport()
         return self._transport
 

@@ -1,7 +1,7 @@
 """The chat turn: ``await mem.session(id).send(text, provider=..., ...)``.
 
 1. The user message is appended (durable) before the model is called.
-2. The window is built (``mem.build_window``) within the budget, with the
+2. The window is built (``ContextBuilder.build_window``) within the budget, with the
    session's own system prompt (seq 0) unless ``system_prompt=`` overrides it
    (``DEFAULT_SYSTEM_PROMPT`` when the session has none), and the per-message
    overhead of the provider's ``format`` (``"openai"`` unless it says otherwise).
@@ -24,7 +24,8 @@ from .providers import ChatProvider
 from .window import ModelBudget
 
 if TYPE_CHECKING:
-    from .memory import Memory
+    from .context_builder import ContextBuilder
+    from .messages import Messages
 
 __all__ = ["send", "DEFAULT_SYSTEM_PROMPT"]
 
@@ -32,7 +33,8 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
 async def send(
-    memory: Memory,
+    messages: Messages,
+    builder: ContextBuilder,
     session_id: str,
     text: str | list[dict[str, Any]],
     *,
@@ -49,17 +51,16 @@ async def send(
         raise ValidationError("provider must be a ChatProvider (with stream())", field="provider")
     if isinstance(text, str) and not text.strip():
         raise ValidationError("the message is empty", field="text")
-    await memory.messages.append(session_id, "user", text)
-    if system_prompt is None and await memory._builder.system_prompt(session_id) is None:
+    await messages.append(session_id, "user", text)
+    if system_prompt is None and await builder.system_prompt(session_id) is None:
         system_prompt = DEFAULT_SYSTEM_PROMPT
-    window = await memory.build_window(
+    window = await builder.build_window(
         session_id, system_prompt=system_prompt, budget=budget, retrieval=retrieval, summarize=summarize,
         format=getattr(provider, "format", "openai"),
     )
-    messages = window.messages
     used_model = model or getattr(provider, "model", None)
     pieces: list[str] = []
-    async for piece in provider.stream(messages, model=used_model, **options):
+    async for piece in provider.stream(window.messages, model=used_model, **options):
         pieces.append(piece)
         if on_token is not None:
             out = on_token(piece)
@@ -67,7 +68,7 @@ async def send(
                 await out
         await asyncio.sleep(0)  # let a cancel land between pieces
     answer = "".join(pieces)
-    return await memory.messages.append(
+    return await messages.append(
         session_id, "assistant", answer,
         provider=getattr(provider, "name", type(provider).__name__), model=used_model,
     )

@@ -27,7 +27,7 @@ from .errors import SessionNotFound, ValidationError
 from .formats import FORMATS, to_anthropic
 from .live_context import ContextManager
 from .models import ChatMessage
-from .retention import MessageRetentionPolicy, plan_message_retention
+from .retention import MessageRetentionPolicy, plan_message_retention, summary_key
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
 from .token_count import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
@@ -43,11 +43,6 @@ Retriever = Callable[[str, str, Any, set[str]], Awaitable[list[ChatMessage]]]
 PAGE = 200
 
 
-def summary_key(session_id: str) -> str:
-    """kv key holding the id of the session's latest summary message."""
-    return f"summary.{session_id}"
-
-
 def resolve_budget(budget: ModelBudget | str | int | None, max_tokens: int | None, reserve_tokens: int) -> tuple[int, int]:
     if isinstance(budget, str):
         budget = preset(budget)
@@ -61,11 +56,21 @@ def resolve_budget(budget: ModelBudget | str | int | None, max_tokens: int | Non
 
 
 class ContextBuilder:
-    def __init__(self, core: Core, context: ContextManager, tokenizer: Tokenizer | None = None):
+    """Builds windows from the store; ``retriever`` serves retrieval strategies other
+    than ``recent`` (optional). ``summarize=`` summaries are computed, never stored."""
+
+    def __init__(
+        self,
+        core: Core,
+        context: ContextManager,
+        tokenizer: Tokenizer | None = None,
+        *,
+        retriever: Retriever | None = None,
+    ):
         self._core = core
         self.context = context
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
-        self.retriever: Retriever | None = None
+        self.retriever = retriever
         #: computed summaries (derived data, process memory): session id -> (summarizer, ids covered, text)
         self._summaries: dict[str, tuple[Any, tuple[str, ...], str]] = {}
         self._default_summarizer = ExtractiveSummarizer()

@@ -1,7 +1,9 @@
 """AIR's six-method ``ContextStore`` contract and its three implementations.
 
-Each implementation is a thin view over a ``Memory`` (so ``mem.context_store``
-and ``mem.sessions`` see the same data). None of them stores API keys or
+``MemoryContextStore`` is a thin view over the ``sessions`` and ``messages``
+APIs (so ``mem.context_store`` and ``mem.sessions`` see the same data); the
+three standalone implementations (``contextstore_backends``) open their own
+memory on first use. None of them stores API keys or
 provider objects: only session id, role, content, provider name, model and a
 timestamp. ``add_message`` creates the session when it does not exist yet.
 """
@@ -9,21 +11,17 @@ timestamp. ``add_message`` creates the session when it does not exist yet.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .conversation import history_of
 from .errors import SessionNotFound
 from .models import Message
 
 if TYPE_CHECKING:
-    from .memory import Memory
+    from .messages import Messages
+    from .sessions import Sessions
 
-__all__ = [
-    "ContextStore",
-    "MemoryContextStore",
-    "InMemoryContextStore",
-    "SQLiteContextStore",
-    "IndexedDBContextStore",
-]
+__all__ = ["ContextStore", "MemoryContextStore", "SessionsAndMessages"]
 
 
 class ContextStore(abc.ABC):
@@ -55,16 +53,27 @@ class ContextStore(abc.ABC):
     async def list_sessions(self) -> list[str]: ...
 
 
-class MemoryContextStore(ContextStore):
-    """``ContextStore`` over a ``Memory``; opens it lazily when given a factory."""
+class SessionsAndMessages(Protocol):
+    """What the view reads and writes through (a ``Memory`` is one)."""
 
-    def __init__(self, memory: Memory | None = None):
+    @property
+    def sessions(self) -> Sessions: ...
+
+    @property
+    def messages(self) -> Messages: ...
+
+
+class MemoryContextStore(ContextStore):
+    """``ContextStore`` over a ``Memory`` (or anything with ``sessions`` and
+    ``messages``); subclasses open theirs lazily (``_open``) and own it."""
+
+    def __init__(self, memory: SessionsAndMessages | None = None):
         self._memory = memory
 
-    async def _open(self) -> Memory:
+    async def _open(self) -> SessionsAndMessages:
         raise NotImplementedError  # pragma: no cover - subclasses that open lazily override
 
-    async def memory(self) -> Memory:
+    async def memory(self) -> SessionsAndMessages:
         if self._memory is None:
             self._memory = await self._open()
         return self._memory
@@ -86,7 +95,7 @@ class MemoryContextStore(ContextStore):
     async def get_history(self, session_id: str) -> list[dict[str, Any]]:
         mem = await self.memory()
         try:
-            return await mem.session(session_id).history()
+            return history_of(await mem.messages.list(session_id))
         except SessionNotFound:
             return []
 
@@ -111,42 +120,6 @@ class MemoryContextStore(ContextStore):
         return [m.session_id for m in metas]
 
     async def close(self) -> None:
-        if self._memory is not None:
-            await self._memory.close()
-
-
-class InMemoryContextStore(MemoryContextStore):
-    """A plain in-process store; nothing persisted, no file created."""
-
-    async def _open(self) -> Memory:
-        from .memory import Memory
-        from .stores.inprocess import MemoryStore
-
-        return Memory(MemoryStore())
-
-
-class SQLiteContextStore(MemoryContextStore):
-    """Backed by one ``sqlite3`` connection guarded by an ``asyncio.Lock``. Call ``close()``."""
-
-    def __init__(self, path: str):
-        super().__init__()
-        self.path = path
-
-    async def _open(self) -> Memory:
-        from .memory import Memory
-        from .stores.sqlite import SQLiteStore
-
-        return Memory(SQLiteStore(self.path))
-
-
-class IndexedDBContextStore(MemoryContextStore):
-    """Backed by the IndexedDB database ``name`` (Pyodide in a browser only)."""
-
-    def __init__(self, name: str = "chatmem"):
-        super().__init__()
-        self.name = name
-
-    async def _open(self) -> Memory:
-        from .memory import open_indexeddb
-
-        return await open_indexeddb(self.name)
+        close = getattr(self._memory, "close", None)
+        if close is not None:
+            await close()

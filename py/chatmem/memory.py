@@ -1,13 +1,16 @@
-"""``Memory``: the facade over one store, and ``open()`` which picks the store.
+"""``Memory``: the facade over one store, and ``open()`` which picks the runtime and the store.
 
-In Pyodide ``open(name)`` opens (and migrates) the IndexedDB database ``name``;
-on CPython it gives an in-memory store, or SQLite when ``persist`` names a file.
+``open()`` chooses the runtime once (``runtime=``, or this platform's): in
+Pyodide it opens (and migrates) the IndexedDB database ``name``; on CPython it
+gives an in-memory store, or SQLite when ``persist`` names a file. ``Memory``
+then builds every service from the store and the runtime, through their
+constructors; none of them refers back to the ``Memory``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, AsyncIterator, Iterable
 
@@ -15,8 +18,8 @@ from .context_builder import ContextBuilder
 from .contextstore import ContextStore, MemoryContextStore
 from .conversation import Session
 from .core import Core
-from .errors import UnsupportedEnvironment, ValidationError
-from .ids import Clock, IdGenerator, system_clock
+from .errors import ValidationError
+from .ids import Clock, IdGenerator
 from .index.embed import Embedder
 from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
@@ -26,9 +29,9 @@ from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
 from .outbox import Outbox
 from .retention import Retention
+from .runtime import IN_BROWSER, Runtime, default_runtime
 from .sessions import Sessions
 from .stores.base import Store
-from .stores.inprocess import MemoryStore
 from .sync.engine import SyncEngine
 from .token_count import EstimateTokenizer, Tokenizer
 from .transfer.io import ImportReport, Transfer
@@ -36,9 +39,6 @@ from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT"]
-
-#: True when running in Pyodide (a browser page or worker)
-IN_BROWSER = sys.platform == "emscripten"
 
 DURABILITIES = ("relaxed", "strict")
 #: seconds ``Memory.sql`` lets one query run before it interrupts it
@@ -58,7 +58,9 @@ class Memory:
 
     ``sessions`` and ``messages`` are the API; ``session(id)`` gives a handle
     on one conversation; ``context_store`` is AIR's six-method view of the same
-    data. Close it with ``await mem.close()`` or use ``async with``.
+    data. Close it with ``await mem.close()`` or use ``async with``. ``runtime``
+    (this platform's by default) gives the clock, the HTTP transport, the
+    query engine, the drain lock and the rest of what depends on the platform.
     """
 
     def __init__(
@@ -73,9 +75,11 @@ class Memory:
         tokenizer: Tokenizer | None = None,
         embedder: Embedder | None = None,
         engine_factory: Any = None,
+        runtime: Runtime | None = None,
         limits: Limits | None = None,
     ):
-        clock = clock or system_clock
+        self.runtime = runtime = runtime or default_runtime()
+        clock = clock or runtime.clock
         self.name = name or store.kind
         self.store = store
         self.clock = clock
@@ -94,7 +98,7 @@ class Memory:
         self.limits = self._core.limits
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
-        self.context_store: ContextStore = MemoryContextStore(self)
+        self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
         self._transfer = Transfer(self._core)
         #: live context from modules (the original's "Active Context")
         self.context = ContextManager(clock)
@@ -102,15 +106,20 @@ class Memory:
         self.modules = ModuleStateProvider()
         self.context.register(self.modules)
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
-        self.retention = Retention(self)
-        self._builder = ContextBuilder(self._core, self.context, self.tokenizer)
-        self.sync = SyncEngine(self._core)
+        self.retention = Retention(self.sessions, self.messages, store, clock, runtime.sleep)
+        self.sync = SyncEngine(
+            self._core, transport=runtime.transport, sleep=runtime.sleep, rand=runtime.rand,
+            lock=runtime.drain_lock(getattr(store, "name", "chatmem")), online=runtime.online,
+            on_online=runtime.on_online, cipher=runtime.cipher_suite)
         self._closed = False
         #: the derived query index (DuckDB), built lazily on the first query
-        self.index = LiveIndex(self._core, engine_factory=engine_factory, embedder=embedder)
+        cache = None if engine_factory is not None else runtime.index_cache(store)
+        self.index = LiveIndex(
+            self._core, engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
+            embedder=embedder, cache=cache)
         self._core.listeners.append(self.index.on_change)
         self._core.external_listeners.append(self.index.on_external)
-        self._builder.retriever = self.index.retriever
+        self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
             subscribe(self._on_remote_change)
@@ -205,7 +214,7 @@ class Memory:
         """A handle on one conversation (no I/O until it is used)."""
         if not isinstance(session_id, str) or not session_id:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
-        return Session(self, session_id)
+        return Session(session_id, sessions=self.sessions, messages=self.messages, builder=self._builder)
 
     # ------------------------------------------------------------------ context window
     async def build_context(
@@ -244,23 +253,11 @@ class Memory:
     # ------------------------------------------------------------------ storage
     async def storage_estimate(self) -> dict[str, Any]:
         """``{"usage", "quota", "persisted"}`` in bytes (browser); file size on SQLite."""
-        if IN_BROWSER:
-            from . import _browser
-
-            return await _browser.storage_estimate()
-        import os
-
-        path = getattr(self.store, "path", None)
-        usage = os.path.getsize(path) if path and path != ":memory:" and os.path.exists(path) else None
-        return {"usage": usage, "quota": None, "persisted": path is not None}
+        return await self.runtime.storage_estimate(self.store)
 
     async def request_persistence(self) -> bool:
         """Ask the browser to keep this origin's data ("keep my data"). True when granted."""
-        if IN_BROWSER:
-            from . import _browser
-
-            return await _browser.request_persistence()
-        return getattr(self.store, "path", None) is not None
+        return await self.runtime.request_persistence(self.store)
 
     async def delete_old_sessions(self, *, older_than: int, now: int | None = None) -> list[str]:
         """Delete unpinned sessions idle for more than ``older_than`` ms (the quota remedy)."""
@@ -315,14 +312,21 @@ class Memory:
         await self.close()
 
 
-async def open_indexeddb(name: str = "chatmem", *, durability: str = "relaxed", **kwargs: Any) -> Memory:
-    """Open the IndexedDB database ``name`` (Pyodide only), migrating it if needed."""
-    if not IN_BROWSER:
-        raise UnsupportedEnvironment("IndexedDB needs Pyodide in a browser; use persist= on CPython")
-    from .stores.indexeddb import IndexedDBStore
+@dataclass(frozen=True)
+class _Api:
+    """The two APIs ``mem.context_store`` reads and writes through."""
 
-    store = await IndexedDBStore.open(name, durability=durability)
-    return Memory(store, name=name, **kwargs)
+    sessions: Sessions
+    messages: Messages
+
+
+async def open_indexeddb(
+    name: str = "chatmem", *, durability: str = "relaxed", runtime: Runtime | None = None, **kwargs: Any
+) -> Memory:
+    """Open the IndexedDB database ``name`` (Pyodide only), migrating it if needed."""
+    runtime = runtime or default_runtime()
+    store = await runtime.open_indexeddb(name, durability=durability)
+    return Memory(store, name=name, runtime=runtime, **kwargs)
 
 
 async def open(
@@ -337,6 +341,7 @@ async def open(
     cache_strategy: str = "lru",
     embedder: Embedder | None = None,
     tokenizer: Tokenizer | None = None,
+    runtime: Runtime | None = None,
     limits: Limits | None = None,
 ) -> Memory:
     """Open conversation memory.
@@ -344,6 +349,9 @@ async def open(
     - In Pyodide: the IndexedDB database ``name`` (created and migrated as needed).
     - On CPython: in memory, or a SQLite file when ``persist="path/to/file.db"``.
     - ``store=`` injects any ``Store`` instead.
+    - ``runtime=`` injects what depends on the platform (store opener, HTTP
+      transport, query engine, drain lock, online status, storage, token
+      counter, clock, sleep, random); by default this platform's, chosen here once.
 
     ``cache_strategy`` is ``"lru"`` or ``"lfu"`` (the original's ``CacheConfig.strategy``).
     ``durability`` is ``"relaxed"`` (survives a tab or process crash) or
@@ -355,18 +363,13 @@ async def open(
         raise ValidationError(f"durability must be one of {DURABILITIES}", field="durability")
     if cache_strategy not in CACHE_STRATEGIES:
         raise ValidationError(f"cache_strategy must be one of {CACHE_STRATEGIES}", field="cache_strategy")
+    if runtime is not None and not isinstance(runtime, Runtime):
+        raise ValidationError("runtime must be a chatmem.Runtime", field="runtime")
+    runtime = runtime or default_runtime()
     opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
-                            "cache_strategy": cache_strategy,
-                            "embedder": embedder, "tokenizer": tokenizer, "limits": limits}
-    if store is not None:
-        return Memory(store, name=name, **opts)
-    if IN_BROWSER:
-        if persist is not None:
-            raise ValidationError("persist= is for CPython; in the browser data lives in IndexedDB",
-                                  field="persist")
-        return await open_indexeddb(name, durability=durability, **opts)
-    if persist is not None:
-        from .stores.sqlite import SQLiteStore
-
-        return Memory(SQLiteStore(str(persist), durability=durability), name=name, **opts)
-    return Memory(MemoryStore(), name=name, **opts)
+                            "cache_strategy": cache_strategy, "embedder": embedder, "tokenizer": tokenizer,
+                            "limits": limits, "runtime": runtime}
+    if store is None:
+        store = await runtime.open_store(name, persist=None if persist is None else str(persist),
+                                         durability=durability)
+    return Memory(store, name=name, **opts)

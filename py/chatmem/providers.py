@@ -26,7 +26,7 @@ from .errors import (
     TransportTimeout,
     ValidationError,
 )
-from .http import HTTPResponse, Transport, default_transport
+from .http import HTTPResponse, Transport
 
 __all__ = ["ChatProvider", "OpenAICompatibleProvider", "provider_error"]
 
@@ -110,6 +110,8 @@ class OpenAICompatibleProvider:
     @property
     def transport(self) -> Transport:
         if self._transport is None:
+            from .runtime import default_transport
+
             self._transport = default_transport()
         return self._transport
 

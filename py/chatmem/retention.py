@@ -39,7 +39,10 @@ from .summarize import (
 )
 
 if TYPE_CHECKING:
-    from .memory import Memory
+    from .ids import Clock
+    from .messages import Messages
+    from .sessions import Sessions
+    from .stores.base import Store
 
 __all__ = [
     "DAY_MS",
@@ -52,9 +55,15 @@ __all__ = [
     "plan_message_retention",
     "summary_message_fields",
     "Retention",
+    "summary_key",
 ]
 
 DAY_MS = 24 * 60 * 60 * 1000
+
+
+def summary_key(session_id: str) -> str:
+    """kv key holding the id of the session's latest summary message."""
+    return f"summary.{session_id}"
 
 
 def _nonneg_int(v: Any, name: str) -> None:
@@ -275,16 +284,27 @@ class Retention:
     sync operation). ``dry_run`` plans and reports without writing anything.
     """
 
-    def __init__(self, memory: Memory):
-        self._mem = memory
+    def __init__(
+        self,
+        sessions: Sessions,
+        messages: Messages,
+        store: Store,
+        clock: Clock,
+        sleep: Callable[[float], Any] | None = None,
+    ):
+        self._sessions = sessions
+        self._messages = messages
+        self._store = store
+        self._clock = clock
+        self._sleep = sleep or asyncio.sleep
         self._task: asyncio.Task[None] | None = None
         self.last_report: RetentionReport | None = None
         self.last_error: BaseException | None = None
 
     async def plan(self, policy: RetentionPolicy | None = None, *, now: int | None = None) -> RetentionPlan:
         policy = policy or RetentionPolicy()
-        metas = await self._mem.sessions.list(limit=None, archived=None, pinned_first=False)
-        return plan_retention(metas, policy, self._mem.clock() if now is None else now)
+        metas = await self._sessions.list(limit=None, archived=None, pinned_first=False)
+        return plan_retention(metas, policy, self._clock() if now is None else now)
 
     async def apply(
         self, policy: RetentionPolicy | None = None, *, dry_run: bool = False, now: int | None = None
@@ -295,9 +315,9 @@ class Retention:
         plan = await self.plan(policy, now=now)
         if not dry_run:
             for sid in plan.archive:
-                await self._mem.sessions.archive(sid)
+                await self._sessions.archive(sid)
             for sid in plan.delete:
-                await self._mem.sessions.delete(sid)
+                await self._sessions.delete(sid)
         report = RetentionReport(archived=list(plan.archive), deleted=list(plan.delete), dry_run=dry_run)
         self.last_report = report
         return report
@@ -317,11 +337,8 @@ class Retention:
         (incremental). Originals are then archived (copied into an archived
         session whose ``parent_id`` is this one) or deleted, as the policy says.
         """
-        from .context_builder import summary_key
-
         policy = policy or MessageRetentionPolicy()
-        mem = self._mem
-        records = await mem.messages.records(session_id, limit=None)
+        records = await self._messages.records(session_id, limit=None)
         plan = plan_message_retention(records, policy)
         if dry_run or not plan:
             return plan
@@ -333,23 +350,23 @@ class Retention:
                 [by_id[i] for i in plan.summarize], previous_summary=summary_text(prev) if prev else None
             )
             fields = summary_message_fields(text, plan)
-            msg = await mem.messages.append(session_id, fields.pop("role"), fields.pop("content"), **fields)
-            await mem.store.kv_set(summary_key(session_id), msg.id)
+            msg = await self._messages.append(session_id, fields.pop("role"), fields.pop("content"), **fields)
+            await self._store.kv_set(summary_key(session_id), msg.id)
         if plan.action == "archive":
             removed = [by_id[i] for i in plan.remove]
             if removed:
-                await mem.sessions.archive_copy(session_id, removed)
-        await mem.sessions.delete_messages(session_id, plan.remove)
+                await self._sessions.archive_copy(session_id, removed)
+        await self._sessions.delete_messages(session_id, plan.remove)
         return plan
 
     async def delete_old_sessions(self, *, older_than: int, now: int | None = None) -> list[str]:
         """Delete unpinned sessions not updated for ``older_than`` ms (the original's quota remedy)."""
         _nonneg_int(older_than, "older_than")
-        now = self._mem.clock() if now is None else now
+        now = self._clock() if now is None else now
         gone = []
-        for m in await self._mem.sessions.list(limit=None, archived=None, pinned_first=False):
+        for m in await self._sessions.list(limit=None, archived=None, pinned_first=False):
             if not m.pinned and now - m.updated_at > older_than:
-                await self._mem.sessions.delete(m.session_id)
+                await self._sessions.delete(m.session_id)
                 gone.append(m.session_id)
         return gone
 
@@ -364,7 +381,7 @@ class Retention:
         """Apply ``policy`` now and then every ``interval`` ms (the original: hourly) until ``stop()``."""
         _nonneg_int(interval, "interval")
         self.stop()
-        nap = sleep or asyncio.sleep
+        nap = sleep or self._sleep
 
         async def loop() -> None:
             while True:

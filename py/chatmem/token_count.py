@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
-from .errors import UnsupportedEnvironment, ValidationError
+from .errors import ValidationError
 from .models import ChatMessage, estimate_tokens, extract_text
+
+if TYPE_CHECKING:
+    from .runtime.base import Runtime
 
 __all__ = [
     "Tokenizer",
@@ -159,16 +162,16 @@ class BPETokenizer:
         self.message_overhead = _check_overhead(message_overhead)
 
     @classmethod
-    async def load(cls, encoding: str = "o200k_base") -> BPETokenizer:
-        import sys
-
+    async def load(cls, encoding: str = "o200k_base", *, runtime: Runtime | None = None) -> BPETokenizer:
+        """The bundled counter of ``runtime`` (this platform's by default); on CPython
+        ``UnsupportedEnvironment``: pass ``count=`` there instead."""
         if encoding not in BPE_ENCODINGS:
             raise ValidationError(f"encoding must be one of {sorted(BPE_ENCODINGS)}", field="encoding")
-        if sys.platform != "emscripten":
-            raise UnsupportedEnvironment("the bundled BPE counter runs in the browser; pass count= on CPython")
-        from . import _browser
+        if runtime is None:
+            from .runtime import default_runtime
 
-        return cls(encoding, await _browser.bpe_counter(encoding))
+            runtime = default_runtime()
+        return cls(encoding, await runtime.token_counter(encoding))
 
     def count(self, text: str) -> int:
         return self._count(text) if text else 0

@@ -11,6 +11,11 @@ import pytest
 
 from conftest import unique_name
 
+#: the stored user messages (not the draft shown while storing) whose text is ``t``
+SENT_JS = ("t => { const norm = (s) => s.replace(/\\s+/g, ' ').trim();"
+           " return [...document.querySelectorAll('#messages > li.msg.user')].filter("
+           "li => li.dataset.id !== 'draft' && norm(li.querySelector('.body').textContent) === norm(t)); }")
+
 
 class AppPage:
     """The app at ``?db=<unique>``, booted until its interface is ready."""
@@ -30,13 +35,21 @@ class AppPage:
         return self.page.evaluate("code => window.chatmem.runPython(code)", code)
 
     def send(self, text: str) -> None:
-        """Type a message and press Enter; wait until the reply is stored."""
-        n = self.page.locator("#messages .msg.assistant:not(.streaming)").count()
+        """Type a message and press Enter; wait until it is stored and answered (or refused).
+
+        The condition is the message itself: one more stored (non-draft) user message
+        with this text, followed by a finished reply or an alert. Counting reply bubbles
+        instead races with the list being drawn again while the answer streams.
+        """
+        n = self.page.evaluate(f"t => ({SENT_JS})(t).length", text)
         self.page.fill("#composer-input", text)
         self.page.press("#composer-input", "Enter")
         self.page.wait_for_function(
-            "n => document.querySelectorAll('#messages .msg.assistant:not(.streaming)').length > n "
-            "|| document.querySelector('#messages .msg.system[role=alert]')", arg=n)
+            f"([t, n]) => {{ const sent = ({SENT_JS})(t); if (sent.length <= n) return false;"
+            " let li = sent[sent.length - 1].nextElementSibling;"
+            " for (; li; li = li.nextElementSibling)"
+            "   if (li.matches('.msg.assistant:not(.streaming), .msg.system[role=alert]')) return true;"
+            " return false; }", arg=[text, n])
 
     def new_session(self) -> None:
         n = self.page.locator("#session-list .session").count()

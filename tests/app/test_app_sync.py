@@ -138,7 +138,7 @@ def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) ->
     CPython device with the passphrase reads it, the page's store never holds the
     passphrase, and a second profile with a wrong one shows "Wrong passphrase"."""
     import chatmem
-    from chatmem.server.storage import SQLiteSyncStorage
+    from chatmem.server import SQLiteSyncStorage
 
     secret = "tulip-marmalade-5521"
     passphrase = "a long and honest passphrase"

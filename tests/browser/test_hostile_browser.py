@@ -101,7 +101,7 @@ def test_duckdb_wasm_engine_is_locked_down(page: Page) -> None:
     """Below the guard: DuckDB-Wasm refuses files and URLs and refuses to change its settings;
     its bulk path still works."""
     out = page.py(
-        "from chatmem._browser import DuckDBWasmEngine\n"
+        "from chatmem.runtime.page import DuckDBWasmEngine\n"
         "from chatmem.errors import QueryError\n"
         "eng = await DuckDBWasmEngine.open()\n"
         "refused = []\n"

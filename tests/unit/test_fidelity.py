@@ -192,6 +192,7 @@ def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded(then:
     replay (and a successful run) or discard ends it."""
     import asyncio
 
+    from chatmem.runtime import CPythonRuntime
     from chatmem.server import running_server
     from chatmem.sync import SyncConfig
 
@@ -201,8 +202,7 @@ def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded(then:
         await asyncio.sleep(0)
 
     async def go(url: str, srv) -> tuple:
-        mem = await chatmem.open()
-        mem.sync.sleep = no_wait
+        mem = await chatmem.open(runtime=CPythonRuntime(sleep=no_wait))
         await mem.sync.configure(SyncConfig(enabled=True, endpoint=url, api_key=key, timeout=2_000))
         s = await mem.sessions.create(title="ok")
         await mem.sync.run()

@@ -206,6 +206,7 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         mem = mem_failing("CHECKPOINT")
         got = await _answers(mem)
         await mem.rebuild_index()
+        await mem.index.save()  # the save the rebuild scheduled, now rather than after its delay
         fresh = _mem(db, None)
         assert await _answers(mem) == got == await _answers(fresh)
         await mem.index.save()  # the save after the rebuild, now rather than in the background

@@ -12,7 +12,7 @@ from chatmem import errors
 PKG = Path(chatmem.__file__).parent
 
 PUBLIC = {
-    "__version__", "open", "Memory", "IN_BROWSER",
+    "__version__", "open", "Memory", "IN_BROWSER", "Runtime",
     "Sessions", "Messages", "Session", "SessionMeta", "ChatMessage", "Message",
     "ContextStore", "MemoryContextStore", "InMemoryContextStore", "SQLiteContextStore", "IndexedDBContextStore",
     "Store", "MemoryStore", "LRUCache", "LFUCache", "Clock", "IdGenerator", "new_id", "system_clock",

@@ -12,6 +12,7 @@ import pytest
 from test_sync_engine import KEY, FakeTime, cfg
 
 import chatmem
+from chatmem.runtime import CPythonRuntime
 from chatmem.server import running_server
 from chatmem.stores.sqlite import SQLiteStore
 from chatmem.sync.backfill import BACKFILL_KEY, backfill_op_id
@@ -45,8 +46,8 @@ def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_pa
 
     async def go() -> tuple[Any, ...]:
         t = FakeTime()
-        mem = await chatmem.open(persist=str(tmp_path / "a.db") if backend == "sqlite" else None, clock=t.clock)
-        mem.sync.sleep, mem.sync.rand = t.sleep, (lambda: 0.0)
+        mem = await chatmem.open(persist=str(tmp_path / "a.db") if backend == "sqlite" else None,
+                                 runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0))
         ids = await _history(mem)
         queued_before = await mem.store.outbox_counts()
         await mem.sync.configure(cfg(srv.url, batch_size=25))
@@ -90,8 +91,7 @@ def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_path: Pa
 
     async def first_part() -> tuple[Any, Any]:
         t = FakeTime()
-        mem = await chatmem.open(persist=path, clock=t.clock)
-        mem.sync.sleep, mem.sync.rand = t.sleep, (lambda: 0.0)
+        mem = await chatmem.open(persist=path, runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0))
         await _history(mem, sessions=3, messages=40)
         await mem.sync.configure(cfg(srv.url, batch_size=30, max_retries=0))
         await mem.sync.push()  # the whole history: 3 x 41 ops in 6 requests

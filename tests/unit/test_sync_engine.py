@@ -17,7 +17,7 @@ import pytest
 
 import chatmem
 from chatmem.errors import TransportError, ValidationError
-from chatmem.http import UrllibTransport
+from chatmem.runtime import CPythonRuntime, UrllibTransport
 from chatmem.server import running_server
 from chatmem.server.faults import Fault
 from chatmem.sync import SyncConfig, SyncEngine
@@ -52,6 +52,10 @@ class FakeTime:
         self.now += int(seconds * 1000)
         await asyncio.sleep(0)
 
+    def runtime(self) -> CPythonRuntime:
+        """CPython with this fake time; backoff = half the ceiling (rand 0): 500, 1000, 2000 ms ..."""
+        return CPythonRuntime(clock=self.clock, sleep=self.sleep, rand=lambda: 0.0)
+
 
 def cfg(url: str, **kw: Any) -> SyncConfig:
     base: dict[str, Any] = {"enabled": True, "endpoint": url, "api_key": KEY, "timeout": 2_000,
@@ -62,9 +66,7 @@ def cfg(url: str, **kw: Any) -> SyncConfig:
 
 async def device(url: str, t: FakeTime | None = None, persist: str | None = None, **kw: Any) -> chatmem.Memory:
     t = t or FakeTime()
-    mem = await chatmem.open(persist=persist, clock=t.clock)
-    mem.sync.sleep = t.sleep
-    mem.sync.rand = lambda: 0.0  # backoff = half the ceiling: 500, 1000, 2000 ms ...
+    mem = await chatmem.open(persist=persist, runtime=t.runtime())
     await mem.sync.configure(cfg(url, **kw))
     return mem
 
@@ -341,8 +343,7 @@ def test_crash_mid_push_resends_the_same_op_ids_after_the_lease(srv: Any, tmp_pa
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        b = await chatmem.open(persist=db, clock=t.clock)  # "after the restart"
-        b.sync.sleep = t.sleep
+        b = await chatmem.open(persist=db, runtime=t.runtime())  # "after the restart"
         blocked = await b.sync.push(wait=False)  # leased by the dead process: not yet
         await asyncio.sleep(1.3)  # the held request completes on the server meanwhile
         t.now += 2_000 + 5_000  # the lease (timeout + margin) runs out

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from chatmem.errors import DuplicateId
-from chatmem.server import SyncService
+from chatmem.server import SyncService, open_storage
 from chatmem.server.sqlbase import MIGRATIONS
-from chatmem.server.storage import Account, StoredRecord, SyncStorage, TokenRecord, open_storage
+from chatmem.server.storage import Account, StoredRecord, SyncStorage, TokenRecord
 
 
 @pytest.fixture

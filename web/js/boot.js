@@ -67,7 +67,7 @@ async function boot() {
   report("Installing chatmem…");
   const info = await (await fetch(here("../build-info.json"), { cache: "no-cache" })).json();
   await loadChatmem(pyodide, { base: here("../"), wheel: info.wheel });  // the same call as in the README
-  const browser = pyodide.pyimport("chatmem._browser");
+  const browser = pyodide.pyimport("chatmem.runtime.page");
   const runCode = browser.run_code;
   window.chatmem.pyodide = pyodide;
   window.chatmem.build = info.version;

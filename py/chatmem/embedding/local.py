@@ -11,7 +11,6 @@ when the model is available, else ``HashingEmbedder``.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,16 +22,21 @@ __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
 
 #: the name of the vectors the shipped static model makes (the index stores vectors per model)
 LOCAL_MODEL = "minilm-l6-tokens-zipf-int8-v1"
-_IN_BROWSER = sys.platform == "emscripten"
 #: longest stretch of embedding between two yields to the event loop
 SLICE_S = 0.03
 
 
-async def _load_bytes() -> bytes:
-    if _IN_BROWSER:
-        from .. import _browser
+def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
+    """The runtime's way to the model (the page fetches it), None to read the file."""
+    from ..runtime import default_runtime
 
-        return await _browser.fetch_model()
+    return default_runtime().model_loader()
+
+
+async def _load_bytes() -> bytes:
+    loader = _runtime_loader()
+    if loader is not None:
+        return await loader()
     path = find_model_file()
     if path is None:
         raise EmbeddingError("the static embedding model is not built (run `python build.py build`)")
@@ -109,7 +113,7 @@ class LocalEmbedder:
 def default_embedder() -> Any:
     """``LocalEmbedder()`` when the static model is available (always in the page,
     on CPython once built), else ``HashingEmbedder()``."""
-    if _IN_BROWSER or find_model_file() is not None:
+    if _runtime_loader() is not None or find_model_file() is not None:
         return LocalEmbedder()
     from ..index.embed import HashingEmbedder
 

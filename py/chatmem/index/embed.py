@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EmbeddingError, TransportError, ValidationError
-from ..http import Transport, default_transport
+from ..http import Transport
 from .tokenize import norm_text
 
 __all__ = [
@@ -145,7 +145,11 @@ class OpenAIEmbedder:
         self.dimensions: int = dimensions or _KNOWN_DIMENSIONS.get(model, 0)
         self.batch_size = batch_size
         self.max_retries = max_retries
-        self.transport = transport or default_transport()
+        if transport is None:
+            from ..runtime import default_transport
+
+            transport = default_transport()
+        self.transport = transport
         self.backoff = backoff
         self.timeout = timeout
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .search import Filters, SearchHit, _fetch, _phrase_sql, bm25_ctes, hit_from_row
+from .hits import Filters, SearchHit, _fetch, _phrase_sql, bm25_ctes, hit_from_row
 from .tokenize import ParsedQuery
 
 __all__ = ["RRF_K", "hybrid"]

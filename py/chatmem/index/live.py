@@ -6,7 +6,7 @@ The store stays the source of truth; the index is derived and rebuildable.
   page) never waits for it. The first query hydrates the index from the store
   in bulk (``QueryIndex.rebuild``); ``warm()`` starts that in the background.
 - Cached: in the browser the index is saved to an OPFS file named after the
-  store (``opfs://chatmem-index-<name>.duckdb``), so a reload does not
+  store (``opfs://chatmem-index-<name>.duckdb``, chosen by the page runtime), so a reload does not
   re-derive it: the first query copies the file into memory (queries always
   run on an in-memory database, see ``cache.py``) and catches up with the
   store: each session's stored record is compared with the index's row; only
@@ -33,11 +33,10 @@ The store stays the source of truth; the index is derived and rebuildable.
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..embedding.local import default_embedder
-from ..errors import SessionNotFound, UnsupportedEnvironment
+from ..errors import SessionNotFound
 from ..models import ChatMessage
 from .cache import IndexCache
 from .embed import Embedder
@@ -50,7 +49,7 @@ from .search import SearchHit, search
 if TYPE_CHECKING:
     from ..core import Core
 
-__all__ = ["LiveIndex", "default_engine"]
+__all__ = ["LiveIndex", "EngineFactory"]
 
 EngineFactory = Callable[[], Awaitable[SQLEngine]]
 PAGE = 1000
@@ -58,45 +57,16 @@ PAGE = 1000
 REBUILD_SHARE = 0.25
 
 
-def cache_path(store_name: str) -> str:
-    """The OPFS file of the cached index of the store ``store_name``."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in store_name)
-    return f"opfs://chatmem-index-{safe}.duckdb"
-
-
-async def default_engine(cache: str | None = None) -> SQLEngine:
-    """DuckDB-Wasm in the browser (on the OPFS file ``cache`` when given and free,
-    else in memory), the ``duckdb`` package on CPython."""
-    if sys.platform == "emscripten":
-        from .._browser import DuckDBWasmEngine, open_index_engine
-
-        if cache:
-            engine, notice = await open_index_engine(cache)
-            engine.notice = notice  # type: ignore[attr-defined]
-            return engine
-        return await DuckDBWasmEngine.open()
-    try:
-        from .engine import DuckDBEngine
-
-        return DuckDBEngine()
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise UnsupportedEnvironment("the query index needs the duckdb package: pip install duckdb") from e
-
-
 class LiveIndex:
+    """The query index of one store; ``engine_factory()`` opens its SQL engine
+    (the runtime's, on the cache file ``cache`` when there is one)."""
+
     def __init__(
-        self, core: Core, *, engine_factory: EngineFactory | None = None, embedder: Embedder | None = None,
+        self, core: Core, *, engine_factory: EngineFactory, embedder: Embedder | None = None,
         cache: str | None = None,
     ):
         self._core = core
-        if engine_factory is None:
-            name = getattr(core.store, "name", None)
-            if cache is None and sys.platform == "emscripten" and core.store.kind == "indexeddb" and name:
-                cache = cache_path(name)
-            self.cache = cache
-            engine_factory = lambda: default_engine(self.cache)  # noqa: E731
-        else:
-            self.cache = cache
+        self.cache = cache
         self._factory = engine_factory
         self.embedder: Embedder = embedder or default_embedder()
         self.index: QueryIndex | None = None

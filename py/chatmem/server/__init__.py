@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import RateLimited, StorageFull
 from .accounts import Authenticator, Principal, add_account, issue_token, list_tokens, revoke_token
 from .app import create_app, space_for_key
+from .backends import SQLiteSyncStorage, open_storage
 from .faults import Fault, FaultPlan
 from .live import ChangeHub
 from .quotas import Quotas
@@ -22,11 +23,9 @@ from .settings import ServerSettings
 from .storage import (
     Account,
     SpaceTransaction,
-    SQLiteSyncStorage,
     StoredRecord,
     SyncStorage,
     TokenRecord,
-    open_storage,
 )
 
 __all__ = [

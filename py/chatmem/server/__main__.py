@@ -14,11 +14,11 @@ import logging
 import sys
 
 from ..errors import ValidationError
+from .backends import open_storage
 from .cli import ADMIN_COMMANDS, admin_main
 from .faults import FaultPlan
 from .runner import SyncServer
 from .settings import ServerSettings
-from .storage import open_storage
 
 __all__ = ["main"]
 

@@ -34,13 +34,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ChatmemError, DatabaseUnavailable, RateLimited, StorageFull, ValidationError
 from .accounts import Authenticator, Principal, space_for_key
+from .backends import open_storage
 from .e2e import CAPABILITY, E2EConflict, E2EService
 from .faults import Fault, FaultPlan
 from .live import ChangeHub, sse_events
 from .quotas import Quotas
 from .service import MAX_OPS_PER_PUSH, SyncService
 from .settings import DEFAULT_MAX_BODY, ServerSettings
-from .storage import open_storage
 
 __all__ = ["create_app", "space_for_key", "FaultMiddleware", "AccessLog", "MAX_BODY_BYTES"]
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 from ..errors import ChatmemError
 from .accounts import add_account, issue_token, list_tokens, revoke_token
-from .storage import SyncStorage, open_storage
+from .backends import open_storage
+from .storage import SyncStorage
 
 __all__ = ["admin_main", "ADMIN_COMMANDS"]
 

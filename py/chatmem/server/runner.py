@@ -21,11 +21,12 @@ from ..ids import Clock, system_clock
 from ..validation import DEFAULT_LIMITS, Limits
 from .accounts import space_for_key
 from .app import MAX_BODY_BYTES, create_app
+from .backends import open_storage
 from .faults import FaultPlan
 from .live import ChangeHub
 from .quotas import Quotas
 from .service import SyncService
-from .storage import SyncStorage, open_storage
+from .storage import SyncStorage
 
 __all__ = ["SyncServer", "running_server"]
 

@@ -1,7 +1,7 @@
 """Where the reference server keeps its data: the ``SyncStorage`` interface.
 Implementations: ``SQLiteSyncStorage`` (one file, one process; ``sqlite.py``)
 and ``PostgresSyncStorage`` (many processes and machines; ``postgres.py``);
-``open_storage(db)`` picks one by the ``--db`` value.
+``backends.open_storage(db)`` picks one by the ``--db`` value.
 
 The storage is deliberately dumb: it keeps, per *space* (one per account),
 the latest state of every record with the feed position (``seq``) of its
@@ -26,8 +26,6 @@ __all__ = [
     "StoredRecord",
     "SpaceTransaction",
     "SyncStorage",
-    "SQLiteSyncStorage",
-    "open_storage",
 ]
 
 
@@ -163,22 +161,3 @@ class TokenRecord:
     hash: str
     created_at: int
     revoked_at: int | None = None
-
-
-def is_postgres_url(db: str) -> bool:
-    return db.startswith(("postgresql://", "postgres://"))
-
-
-def open_storage(db: str, *, pool_size: int = 10) -> SyncStorage:
-    """``PostgresSyncStorage`` for a ``postgresql://`` URL, else ``SQLiteSyncStorage`` (a file
-    or ``:memory:``). Either is migrated to the current schema before it is returned."""
-    if is_postgres_url(db):
-        from .postgres import PostgresSyncStorage
-
-        return PostgresSyncStorage(db, pool_size=pool_size)
-    return SQLiteSyncStorage(db)
-
-
-from .sqlite import SQLiteSyncStorage  # noqa: E402  (it builds on the names above)
-
-

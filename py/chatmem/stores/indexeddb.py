@@ -10,25 +10,36 @@ its cached view of those sessions).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from .. import _browser
 from .base import Ops
 
-__all__ = ["IndexedDBStore"]
+__all__ = ["IndexedDBStore", "BridgeHandle"]
+
+
+class BridgeHandle(Protocol):
+    """One open database of the JS bridge (the page runtime's ``BridgeDB``)."""
+
+    name: str
+
+    async def call(self, method: str, **args: Any) -> Any:
+        """Run one bridge method = one IndexedDB transaction; typed errors on failure."""
+        ...
+
+    def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class IndexedDBStore:
+    """The store over one bridge database (the page runtime opens it: ``PageRuntime.open_store``)."""
+
     kind = "indexeddb"
 
-    def __init__(self, db: _browser.BridgeDB, durability: str):
+    def __init__(self, db: BridgeHandle, durability: str):
         self._db = db
         self.name = db.name
         self.durability = durability
-
-    @classmethod
-    async def open(cls, name: str, *, durability: str = "relaxed") -> IndexedDBStore:
-        return cls(await _browser.open_database(name, durability), durability)
 
     def subscribe(self, fn: Callable[[str], None]) -> None:
         def on_notice(notice: dict[str, Any]) -> None:

@@ -40,8 +40,8 @@ from .wire import resolve
 
 if TYPE_CHECKING:
     from ..core import Core
-    from .engine import SyncEngine
     from .protocol import SyncClient
+    from .unlock import EncryptedSync
 
 __all__ = ["BACKFILL_KEY", "Backfill", "backfill_op_id", "push_history"]
 
@@ -139,7 +139,7 @@ class Backfill:
 
 
 async def push_history(
-    engine: SyncEngine, backfill: Backfill, cfg: SyncConfig, client: SyncClient, policy: BackoffPolicy, wait: bool
+    engine: EncryptedSync, backfill: Backfill, cfg: SyncConfig, client: SyncClient, policy: BackoffPolicy, wait: bool
 ) -> tuple[SyncState | None, int, int, int]:
     """Push the history through ``client`` for ``engine`` (under its drain lock):
     (state if it stopped early, requests, acknowledged, dead-lettered)."""

@@ -1,11 +1,10 @@
-"""The ``CipherSuite`` of each runtime: ``cryptography`` on CPython, WebCrypto
-in the page (through the browser adapter). Both give the same bytes for the
-same inputs; ``default_suite()`` picks the one for where it runs."""
+"""The CPython ``CipherSuite``: ``cryptography`` (the page runtime has its own on
+WebCrypto, ``chatmem.runtime.page.WebCryptoSuite``). Both give the same bytes for
+the same inputs; each runtime's ``cipher_suite()`` gives its own."""
 
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections.abc import Sequence
 
 from ..errors import UnsupportedEnvironment
@@ -49,9 +48,5 @@ class CryptographySuite:
 
 
 def default_suite() -> CipherSuite:
-    """WebCrypto in the page, ``cryptography`` elsewhere."""
-    if sys.platform == "emscripten":
-        from .. import _browser
-
-        return _browser.WebCryptoSuite()
+    """``cryptography``'s suite (what an engine made without a runtime uses)."""
     return CryptographySuite()

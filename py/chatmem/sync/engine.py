@@ -36,19 +36,18 @@ What is durable, and when:
   ``sync.status`` that the drainer writes); on CPython a lock per engine,
   plus the leases between engines sharing one SQLite file.
 
-Time is injected: ``clock`` (ms) comes from the ``Memory``; ``sleep``
-(seconds, like ``asyncio.sleep``) and ``rand`` can be passed in, so tests
+Everything that depends on where it runs is injected (``Memory`` passes its
+runtime's): the transport, the drain lock, ``online``/``on_online``, the
+``clock`` (ms, via the core), ``sleep`` (seconds) and ``rand``, so tests
 never really wait for a backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import random
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +62,7 @@ from ..errors import (
     WrongPassphrase,
 )
 from ..http import Transport
+from .auto import AutoSync
 from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy
 from .cipher import default_suite
@@ -92,6 +92,7 @@ from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
+    from .e2e import CipherSuite
 
 __all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
            "PushReport", "SyncEngine"]
@@ -104,7 +105,7 @@ HLC_KEY = "sync.hlc"
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class SyncEngine(EncryptedSync):
+class SyncEngine(AutoSync, EncryptedSync):
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -116,21 +117,17 @@ class SyncEngine(EncryptedSync):
         rand: Callable[[], float] | None = None,
         lock: DrainLock | None = None,
         online: Callable[[], bool] | None = None,
+        on_online: Callable[[Callable[[], None]], Callable[[], None] | None] | None = None,
+        cipher: Callable[[], CipherSuite] | None = None,
     ):
         self._core = core
         self.transport = transport
         self.sleep: Sleep = sleep or asyncio.sleep
         self.rand = rand or random.random
         self.owner = "e" + core.ids()
-        self._in_browser = sys.platform == "emscripten"
-        if (lock is None or online is None) and self._in_browser:
-            from .. import _browser
-
-            name = getattr(core.store, "name", "chatmem")
-            lock = lock or _browser.WebLock(f"chatmem-sync:{name}")
-            online = online or _browser.is_online
         self._lock: DrainLock = lock or LocalDrainLock()
         self._online = online
+        self._on_online = on_online
         self._config: SyncConfig | None = None
         self._client: SyncClient | None = None
         self._loaded = False
@@ -144,7 +141,7 @@ class SyncEngine(EncryptedSync):
         self._closed = False
         self._live = LiveSync(self._poke, core.listeners)
         #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
-        self.keyring = Keyring(core.store, default_suite, core.ids)
+        self.keyring = Keyring(core.store, cipher or default_suite, core.ids)
         self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
@@ -486,67 +483,6 @@ class SyncEngine(EncryptedSync):
             finally:
                 await self._lock.release()
         return await self.status()
-
-    # ------------------------------------------------------------------ auto-sync
-    def _poke(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    def start(self) -> None:
-        """Start auto-sync: ``run()`` now, then every ``sync_interval`` (and, in the
-        browser, on the ``online`` event), if the (stored) config enables it. Call it
-        after reopening to resume; ``configure()`` calls it. Needs a running event loop."""
-        if self._auto is not None and not self._auto.done():
-            self._poke()
-            return
-        self._wake = asyncio.Event()
-        if self._in_browser and self._stop_online is None:
-            from .. import _browser
-
-            self._stop_online = _browser.on_online(self._poke)
-        self._auto = asyncio.get_running_loop().create_task(self._auto_loop())
-
-    async def _auto_loop(self) -> None:
-        assert self._wake is not None
-        await self._load()  # after a reload: the stored config says whether to run
-        while not self._closed:
-            cfg = self._config
-            if cfg is None or not cfg.enabled or not cfg.auto_sync:
-                self._live.cancel()
-                return
-            self._wake.clear()
-            if cfg.live:
-                self._live.start(self._ready, self.rand)
-            try:
-                await self.run()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - keep the loop alive; the status says why
-                log.warning("auto-sync run failed: %s", e)
-                self._last_error = str(e)
-                self._state = "error"
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
-
-    async def stop(self) -> None:
-        """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
-        await self._live.stop()
-        task, self._auto = self._auto, None
-        if self._stop_online is not None:
-            self._stop_online()
-            self._stop_online = None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                try:
-                    await task
-                except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
-                    log.warning("auto-sync ended with an error: %s", e)
-
-    @property
-    def running(self) -> bool:
-        """True while auto-sync is on."""
-        return self._auto is not None and not self._auto.done()
 
     async def close(self) -> None:
         """Stop auto-sync and release the drain lock (called by ``Memory.close``)."""

@@ -46,7 +46,7 @@ from ..errors import (
     ValidationError,
     WrongPassphrase,
 )
-from ..http import HTTPResponse, Transport, default_transport
+from ..http import HTTPResponse, Transport
 from ..ids import Clock, system_clock
 from .backoff import parse_retry_after
 from .config import SyncConfig
@@ -220,7 +220,11 @@ class SyncClient:
         if not config.endpoint or not config.api_key:
             raise ValidationError("sync needs an endpoint and an api_key", field="endpoint")
         self.config = config
-        self.transport = transport if transport is not None else default_transport()
+        if transport is None:
+            from ..runtime import default_transport
+
+            transport = default_transport()
+        self.transport = transport
         self.device_id = validate_device_id(device_id)
         self._clock = clock
         self._online = online

@@ -10,9 +10,10 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SyncError, SyncTransientError, ValidationError
+from ..runtime.base import DrainLock, LocalDrainLock
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .status import SyncState
@@ -43,35 +44,6 @@ log = logging.getLogger("chatmem.sync")
 
 #: a lease outlives the request's timeout by this much (ms)
 LEASE_MARGIN_MS = 5_000
-
-
-class DrainLock(Protocol):
-    """Who may drain: ``acquire()`` never waits; False means someone else drains."""
-
-    #: True if holding it proves no other drainer exists (leases of others can be ignored)
-    exclusive: bool
-
-    async def acquire(self) -> bool: ...
-
-    async def release(self) -> None: ...
-
-
-class LocalDrainLock:
-    """One drainer per engine (CPython). Engines sharing a file respect each other's leases."""
-
-    exclusive = False
-
-    def __init__(self) -> None:
-        self._held = False
-
-    async def acquire(self) -> bool:
-        if self._held:
-            return False
-        self._held = True
-        return True
-
-    async def release(self) -> None:
-        self._held = False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ re-encryption ``chatmem.sync.keyring``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -34,6 +35,7 @@ from .status import SyncState
 
 if TYPE_CHECKING:
     from ..core import Core
+    from ..runtime.base import Sleep
     from .push import DrainLock
 
 __all__ = ["EncryptedSync"]
@@ -45,10 +47,17 @@ class EncryptedSync:
     keyring: Keyring
     _config: SyncConfig | None
     _paused: bool
+    _closed: bool
+    _last_error: str | None
+    _last_success: int | None
     _lock: DrainLock
     _core: Core
+    sleep: Sleep
+    rand: Callable[[], float]
 
     if TYPE_CHECKING:
+
+        def _now(self) -> int: ...
 
         async def _set_state(self, state: SyncState, *, error: str | None = None, success: bool = False,
                              write: bool = True) -> None: ...

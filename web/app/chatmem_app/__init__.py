@@ -22,7 +22,6 @@ async def start(db_name: str = "chatmem") -> Any:
 
     from . import dom, settings
     from .app import App
-    from .sync_panel import start_background
 
     step = js.window.chatmem.step
     step("store", "active")
@@ -37,7 +36,7 @@ async def start(db_name: str = "chatmem") -> Any:
     active = await mem.sessions.active()
     first = active or next((s.session_id for s in app.sessions if not s.archived), None)
     await app.open_session(first)
-    await start_background(app)
+    await app.start_background()
     step("ui", "done")
     # the interface works without the index (it is derived, and queries wait for it):
     # DuckDB-Wasm starts after the first paint instead of before it

@@ -21,6 +21,7 @@ from . import (
     insights,
     search,
     settings,
+    settings_apply,
     settings_panel,
     sidebar,
     sync_panel,
@@ -199,11 +200,31 @@ class App:
             dom.clear_timeout(self._sync_timer)
         self._sync_timer = dom.set_timeout(lambda: self.run(sync_panel.refresh_chip(self)), 150)
 
-    async def save_settings(self, new: dict[str, Any]) -> None:
+    async def save_settings(self, new: dict[str, Any], *, sync: bool = False) -> None:
+        """Store the settings (durable when this returns) and apply them: the live context,
+        the retention schedule and, with ``sync``, ``mem.sync``'s config."""
         await settings.save(self.mem, new)
         self.settings = new
         context_panel.share_datetime(self)
         conversation.render_mode_note(self)
+        if sync:
+            await settings_apply.apply_sync(self.mem, new)
+            await sync_panel.refresh_chip(self)
+        settings_apply.apply_retention_schedule(self.mem, new, self._retention_ran)
+
+    async def start_background(self) -> None:
+        """After the first paint: resume auto-sync and the retention schedule, poll the sync status."""
+        settings_apply.resume(self.mem, self.settings, self._retention_ran)
+        await sync_panel.start_polling(self)
+
+    async def _retention_ran(self, report: Any) -> None:
+        """A scheduled retention run changed something: show the list as it now is."""
+        try:
+            await self.refresh_sessions()
+            if self.current not in {s.session_id for s in self.sessions}:
+                await self.open_session(None)
+        except Exception as e:  # noqa: BLE001 - the schedule keeps running; the page says why
+            self.toast(f"Could not refresh the list: {e}", error=True)
 
 
 async def _open_panel(app: App, el: Any, ev: Any) -> None:

@@ -195,6 +195,12 @@ class _Draft:
         self.metadata, self.name, self.tool_calls = {}, None, None
 
 
+def _failure_el(text: str) -> Any:
+    return h("li", {"class": "msg system", "role": "alert"},
+             h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
+             h("div", {"class": "body"}, h("p", {}, text)))
+
+
 async def send(app: Any, text: str) -> None:
     """One chat turn through ``mem.session(id).send``: the user message is stored first,
     the reply streams into the view and is stored only once complete."""
@@ -224,8 +230,19 @@ async def send(app: Any, text: str) -> None:
         failure = f"{e}. Your message is saved; try again later."
     except ContextOverflow as e:
         failure = f"Your message is saved, but it is too long for the {s['budget']} budget ({e})."
+    except BaseException:
+        live.el.remove()  # no half answer left on screen; the error is shown by the caller
+        raise
     finally:
         await app.refresh_sessions()
+    if not (draft.isConnected and live.el.isConnected):
+        # the list was drawn again while the answer streamed (the session was re-read or
+        # another one opened): the stored messages are the truth, show them as stored
+        if app.current == sid:
+            await render(app)
+            if failure:
+                _append_el(_failure_el(failure))
+        return
     stored = await mem.messages.list(sid, limit=1 if failure else 2, newest_first=True)
     for m in reversed(stored):
         el = message_el(m)
@@ -235,9 +252,7 @@ async def send(app: Any, text: str) -> None:
             live.el.replaceWith(el)
     if failure:
         live.el.remove()
-        _append_el(h("li", {"class": "msg system", "role": "alert"},
-                     h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
-                     h("div", {"class": "body"}, h("p", {}, failure))))
+        _append_el(_failure_el(failure))
         return
     _scroll_bottom()
     if app.panel == "context":

@@ -13,7 +13,7 @@ import chatmem
 from . import dom, settings
 from .dom import h, q
 
-__all__ = ["ACTIONS", "apply_retention_schedule", "read_form", "render"]
+__all__ = ["ACTIONS", "read_form", "render"]
 
 
 def _field(label: str, id_: str, value: Any, type_: str = "text", **attrs: Any) -> Any:
@@ -157,41 +157,13 @@ async def _save(app: Any, el: Any, ev: Any) -> None:
     _errors(errs)
     if errs:
         return
-    await app.save_settings(new)
-    from .sync_panel import apply_sync_settings
-
-    await apply_sync_settings(app)
+    await app.save_settings(new, sync=True)
     box = q("#set-sync-passphrase")  # handed to mem.sync: the form lets go of it
     box.value = ""
     box.setAttribute("placeholder", "entered — leave empty to keep it" if app.settings["sync"].get("has_passphrase")
                      else "")
-    apply_retention_schedule(app)
     dom.mount(q("#retention-schedule"), _schedule_text(app))
     dom.mount(q("#settings-saved"), "Saved.")
-
-
-def apply_retention_schedule(app: Any) -> None:
-    """Start ``mem.retention.schedule`` with the saved policy when it is turned on; stop it otherwise."""
-    ret = app.settings["retention"]
-    if not ret["auto"]:
-        app.mem.retention.stop()
-        return
-    seen: list[Any] = [None]
-
-    async def nap(seconds: float) -> None:
-        # after each scheduled run: show what it changed, then wait for the next
-        report = app.mem.retention.last_report
-        if report is not None and report is not seen[0] and (report.archived or report.deleted):
-            seen[0] = report
-            try:
-                await app.refresh_sessions()
-                if app.current not in {s.session_id for s in app.sessions}:
-                    await app.open_session(None)
-            except Exception as e:  # noqa: BLE001 - the schedule keeps running; the page says why
-                app.toast(f"Could not refresh the list: {e}", error=True)
-        await asyncio.sleep(seconds)
-
-    app.mem.retention.schedule(settings.retention_policy(ret), sleep=nap)
 
 
 def _ret_from_form() -> dict[str, Any] | None:
@@ -241,7 +213,6 @@ async def _auto(app: Any, el: Any, ev: Any) -> None:
         return
     new = settings.merge(app.settings, {"retention": ret})
     await app.save_settings(new)
-    apply_retention_schedule(app)
     await asyncio.sleep(0)  # the first scheduled run starts now
     dom.mount(q("#retention-schedule"), _schedule_text(app))
 

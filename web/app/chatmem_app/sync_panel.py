@@ -15,7 +15,7 @@ from chatmem.errors import ChatmemError
 from . import dom, settings
 from .dom import h, q
 
-__all__ = ["ACTIONS", "apply_sync_settings", "chip_text", "refresh_chip", "render", "start_background", "sync_now"]
+__all__ = ["ACTIONS", "chip_text", "refresh_chip", "render", "start_polling", "sync_now"]
 
 #: ms between status reads while sync is on (the drain runs in mem.sync's own loop)
 POLL_MS = 2000
@@ -180,17 +180,6 @@ async def _sync_now(app: Any, el: Any, ev: Any) -> None:
     await sync_now(app)
 
 
-async def apply_sync_settings(app: Any) -> None:
-    """Hand the saved sync settings to ``mem.sync.configure`` (which starts or stops auto-sync)."""
-    s = app.settings
-    if app.mem.sync.config is not None or s["sync"]["enabled"] or s["sync"]["endpoint"]:
-        cfg = await app.mem.sync.configure(settings.sync_config(s, app.mem.sync.config))
-        enc = cfg.encryption
-        # the passphrase now lives only inside mem.sync; the form never shows it again
-        s["sync"].update(passphrase="", has_passphrase=bool(enc and not enc.is_locked))
-    await refresh_chip(app)
-
-
 def _poll(app: Any) -> None:
     def tick() -> None:
         app.run(_tick(app))
@@ -206,14 +195,8 @@ async def _tick(app: Any) -> None:
         _poll(app)
 
 
-async def start_background(app: Any) -> None:
-    """Resume auto-sync from the stored config, start the retention schedule if on, poll the status."""
-    from .settings_panel import apply_retention_schedule
-
-    cfg = app.mem.sync.config
-    if cfg is not None and cfg.enabled and cfg.auto_sync:
-        app.mem.sync.start()  # resume auto-sync after a reload
-    apply_retention_schedule(app)
+async def start_polling(app: Any) -> None:
+    """Show the status now, then re-read it every ``POLL_MS`` while sync is on."""
     await refresh_chip(app)
     _poll(app)
 

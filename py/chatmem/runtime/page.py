@@ -1,9 +1,10 @@
-"""The browser adapter: the only module that imports ``js`` / ``pyodide``.
+"""The page runtime: the only Python module that imports ``js`` / ``pyodide``.
 
-It reaches the JS bridge (``web/js/bridge.js``), which the page registers as
-the JS module ``chatmem_bridge`` (``pyodide.registerJsModule``). Everything
-crosses as JSON text; bridge failures come back as ``{"name", "message"}``
-and are turned into typed errors here (``errors.translate_dom_error``).
+It reaches the JS bridge (``web/js/bridge.js`` and the modules it gathers),
+which the page registers as the JS module ``chatmem_bridge``
+(``pyodide.registerJsModule``). Everything crosses as JSON text; every bridge
+handle answers ``{"ok", "value" | "error": {"name", "message"}}`` and failures
+are turned into typed errors here (``errors.translate_dom_error``).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import asyncio
 import base64
 import dataclasses
 import json
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import js  # type: ignore[import-not-found]
 from pyodide.code import eval_code_async  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
-from .errors import (
+from ..errors import (
     DatabaseClosed,
     IndexLocked,
     QueryError,
@@ -27,13 +28,17 @@ from .errors import (
     TransportError,
     TransportTimeout,
     UnsupportedEnvironment,
+    ValidationError,
     translate_dom_error,
 )
-from .http import HTTPResponse
+from ..http import HTTPResponse, Transport
+from ..stores.indexeddb import IndexedDBStore
+from .base import Runtime
 
-__all__ = ["BridgeDB", "open_database", "run_code", "FetchTransport", "storage_estimate",
-           "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove", "WebLock",
-           "open_index_engine", "is_online", "on_online", "WebCryptoSuite"]
+__all__ = ["PageRuntime", "BridgeDB", "open_database", "drop_database", "run_code", "FetchTransport",
+           "storage_estimate", "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove",
+           "index_cache_path", "open_index_engine", "WebLock", "is_online", "on_online", "bpe_counter",
+           "WebCryptoSuite", "fetch_model"]
 
 
 def _bridge() -> Any:
@@ -51,11 +56,44 @@ def _bridge() -> Any:
     return chatmem_bridge
 
 
-def _error(err: dict[str, Any]) -> Exception:
+# ---------------------------------------------------------------------------- the envelope
+# Every bridge handle answers {"ok", "value" | "error": {"name", "message"}}
+# (web/js/envelope.js); each kind of handle translates the error its own way.
+
+Translate = Callable[[dict[str, Any]], Exception]
+
+
+def _store_error(err: dict[str, Any]) -> Exception:
     name, message = err.get("name", "Error"), err.get("message", "")
     if name == "SessionNotFound":
         return SessionNotFound(message)
     return translate_dom_error(name, message)
+
+
+def _engine_error(err: dict[str, Any]) -> Exception:
+    name, message = err.get("name", "Error"), err.get("message", "")
+    if name == "DatabaseClosed":
+        return DatabaseClosed(message)
+    if name == "IndexLocked":
+        return IndexLocked(message)
+    return QueryError(f"{name}: {message}")
+
+
+async def _call(handle: Any, method: str, args: dict[str, Any], translate: Translate) -> Any:
+    """One call through a bridge handle: JSON in, the envelope's value out, or the
+    translated error raised (the bridge's own words kept as ``__cause__``)."""
+    envelope = json.loads(await handle.call(method, json.dumps(args, separators=(",", ":"))))
+    if envelope["ok"]:
+        return envelope["value"]
+    err = envelope["error"]
+    raise translate(err) from StorageError(f"{err.get('name')}: {err.get('message')}")
+
+
+def _opened(res: Any, translate: Translate) -> Any:
+    """The handle of an ``opened`` answer ({ok, value, error}), or its translated error."""
+    if not res.ok:
+        raise translate(json.loads(res.error))
+    return res.value
 
 
 class BridgeDB:
@@ -67,14 +105,7 @@ class BridgeDB:
         self._proxies: list[Any] = []
 
     async def call(self, method: str, **args: Any) -> Any:
-        raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
-        envelope = json.loads(raw)
-        if envelope["ok"]:
-            return envelope["value"]
-        err = envelope["error"]
-        exc = _error(err)
-        cause = StorageError(f"{err.get('name')}: {err.get('message')}")
-        raise exc from cause
+        return await _call(self._handle, method, args, _store_error)
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(notice)`` when another tab writes to this database."""
@@ -90,10 +121,7 @@ class BridgeDB:
 
 
 async def open_database(name: str, durability: str = "relaxed") -> BridgeDB:
-    res = await _bridge().openEnvelope(name, durability)
-    if not res.ok:
-        raise _error(json.loads(res.error))
-    return BridgeDB(res.db, name)
+    return BridgeDB(_opened(await _bridge().openEnvelope(name, durability), _store_error), name)
 
 
 async def drop_database(name: str) -> None:
@@ -132,7 +160,7 @@ def _b64(data: bytes) -> str:
 
 
 class DuckDBWasmEngine:
-    """``chatmem.index.SQLEngine`` over DuckDB-Wasm in a worker (see bridge.js ``duckdbOpen``).
+    """``chatmem.index.SQLEngine`` over DuckDB-Wasm in a worker (see query-engine.js ``duckdbOpen``).
 
     ``path`` None is an in-memory database; ``opfs://<file>`` a database file in
     the origin private file system that survives reloads (``persistent``).
@@ -146,28 +174,16 @@ class DuckDBWasmEngine:
         self.persistent = bool(path)
         #: the Web Lock that makes this tab the owner of the file (released on close)
         self.owner_lock: WebLock | None = None
+        #: a sentence for the user when the cached file had to be rebuilt or cannot be kept
+        self.notice: str | None = None
 
     @classmethod
     async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
         """Open DuckDB-Wasm; ``IndexLocked`` when another tab holds the ``opfs://`` file."""
-        res = await _bridge().duckdbOpenEnvelope(path)
-        if not res.ok:
-            err = json.loads(res.error)
-            if err.get("name") == "IndexLocked":
-                raise IndexLocked(err.get("message", ""))
-            raise QueryError(f"{err.get('name')}: {err.get('message')}")
-        return cls(res.engine, path)
+        return cls(_opened(await _bridge().duckdbOpenEnvelope(path), _engine_error), path)
 
     async def _call(self, method: str, **args: Any) -> Any:
-        raw = await self._handle.call(method, json.dumps(args, separators=(",", ":")))
-        envelope = json.loads(raw)
-        if envelope["ok"]:
-            return envelope["value"]
-        err = envelope["error"]
-        cause = StorageError(f"{err.get('name')}: {err.get('message')}")
-        if err.get("name") == "DatabaseClosed":
-            raise DatabaseClosed(err.get("message", "")) from cause
-        raise QueryError(f"{err.get('name')}: {err.get('message')}") from cause
+        return await _call(self._handle, method, args, _engine_error)
 
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
@@ -414,3 +430,64 @@ class FetchTransport:
                 controller.abort()
             except Exception:
                 pass
+
+
+# ---------------------------------------------------------------------------- the runtime
+
+
+def index_cache_path(store_name: str) -> str:
+    """The OPFS file of the cached query index of the IndexedDB database ``store_name``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in store_name)
+    return f"opfs://chatmem-index-{safe}.duckdb"
+
+
+class PageRuntime(Runtime):
+    """chatmem in a browser page (Pyodide): IndexedDB, DuckDB-Wasm, ``fetch``, Web Locks."""
+
+    kind = "page"
+
+    def _default_transport(self) -> Transport:
+        return FetchTransport()
+
+    async def open_store(self, name: str, *, persist: str | None, durability: str) -> IndexedDBStore:
+        if persist is not None:
+            raise ValidationError("persist= is for CPython; in the browser data lives in IndexedDB",
+                                  field="persist")
+        return await self.open_indexeddb(name, durability=durability)
+
+    async def open_indexeddb(self, name: str, *, durability: str) -> IndexedDBStore:
+        return IndexedDBStore(await open_database(name, durability), durability)
+
+    def index_cache(self, store: Any) -> str | None:
+        name = getattr(store, "name", None)
+        return index_cache_path(name) if store.kind == "indexeddb" and name else None
+
+    async def open_query_engine(self, cache: str | None = None) -> DuckDBWasmEngine:
+        if cache:
+            engine, notice = await open_index_engine(cache)
+            engine.notice = notice
+            return engine
+        return await DuckDBWasmEngine.open()
+
+    def drain_lock(self, name: str) -> WebLock:
+        return WebLock(f"chatmem-sync:{name}")
+
+    online = staticmethod(is_online)
+
+    def on_online(self, fn: Callable[[], None]) -> Callable[[], None]:
+        return on_online(fn)
+
+    async def storage_estimate(self, store: Any) -> dict[str, Any]:
+        return await storage_estimate()
+
+    async def request_persistence(self, store: Any) -> bool:
+        return await request_persistence()
+
+    async def token_counter(self, encoding: str) -> Callable[[str], int]:
+        return await bpe_counter(encoding)
+
+    def model_loader(self) -> Callable[[], Awaitable[bytes]]:
+        return fetch_model
+
+    def cipher_suite(self) -> WebCryptoSuite:
+        return WebCryptoSuite()

@@ -1,0 +1,91 @@
+// Pulled changes applied to IndexedDB in one transaction: the merge rules of
+// chatmem/sync/merge.py and chatmem/sync/apply.py (read their docstrings), in
+// JavaScript because no Python await may sit inside an IndexedDB transaction.
+// Remote changes are merged under the pending outbox operations (newer = a
+// greater HLC), nothing is enqueued, and `kv` (the new cursor) is written in
+// the same transaction. A parity test holds this to the Python stores.
+
+import { sessionRange } from "./schema.js";
+
+// session fields that belong to the local store and never come from a pull
+const STORE_OWNED = new Set(["messageCount", "nextSeq", "sessionId"]);
+
+function placeholderSession(sessionId, createdAt) {
+  return {
+    sessionId, title: "", createdAt, updatedAt: createdAt, userId: "local", characterId: "default",
+    pinned: false, archived: false, tags: [], parentId: null, forkIndex: null, forkReason: null,
+    messageCount: 0, nextSeq: 0,
+  };
+}
+
+/** Apply `changes` (and write `kv`) in the readwrite transaction `tx`; resolves to the touched session ids. */
+export async function applyChanges(tx, changes, kv) {
+  const sessions = tx.objectStore("sessions");
+  const messages = tx.objectStore("messages");
+  const bySeq = messages.index("sessionSeq");
+  const pending = new Map();
+  for (const op of await tx.objectStore("outbox").getAll()) {
+    const k = `${op.resource}\u0000${op.id}`;
+    if (!pending.has(k)) pending.set(k, []);
+    pending.get(k).push(op);
+  }
+  const touched = new Set();
+  const ps = [];
+  for (const c of changes) {
+    const hlc = String(c.hlc);
+    const newer = (pending.get(`${c.resource}\u0000${c.id}`) || []).filter((op) => String(op.hlc ?? "") > hlc);
+    const isDelete = c.deleted || c.data == null;
+    if (c.resource === "session") {
+      if (isDelete) {
+        if (newer.some((op) => op.type === "create")) continue;
+        for (const k of await bySeq.getAllKeys(sessionRange(c.id))) ps.push(messages.delete(k));
+        ps.push(sessions.delete(c.id));
+        touched.add(c.id);
+        continue;
+      }
+      if (newer.some((op) => op.type === "delete")) continue;
+      const keep = new Set();
+      for (const op of newer) if (op.data && typeof op.data === "object") for (const k of Object.keys(op.data)) keep.add(k);
+      const local = await sessions.get(c.id);
+      const rec = local ? { ...local } : placeholderSession(c.id, 0);
+      for (const [k, value] of Object.entries(c.data)) {
+        if (STORE_OWNED.has(k) || (local && keep.has(k))) continue;
+        rec[k] = k === "updatedAt" && local ? Math.max(Number(local.updatedAt || 0), Number(value || 0)) : value;
+      }
+      rec.sessionId = c.id;
+      ps.push(sessions.put(rec));
+      touched.add(c.id);
+      continue;
+    }
+    if (isDelete) {
+      const old = await messages.get(c.id);
+      if (!old) continue;
+      ps.push(messages.delete(c.id));
+      const sess = await sessions.get(old.sessionId);
+      if (sess) {
+        sess.messageCount = Math.max(0, Number(sess.messageCount || 0) - 1);
+        ps.push(sessions.put(sess));
+      }
+      touched.add(old.sessionId);
+      continue;
+    }
+    if ((await messages.get(c.id)) || newer.some((op) => op.type === "delete")) continue;
+    const data = { ...c.data, id: c.id };
+    const sid = data.sessionId;
+    const created = Number(data.createdAt || 0);
+    const sess = (await sessions.get(sid)) || placeholderSession(sid, created);
+    const nextSeq = Number(sess.nextSeq ?? sess.messageCount ?? 0);
+    let seq = data.seq;
+    if (!Number.isInteger(seq) || seq < 0 || (await bySeq.count([sid, seq])) > 0) seq = nextSeq;
+    data.seq = seq;
+    sess.nextSeq = Math.max(nextSeq, seq + 1);
+    sess.messageCount = Number(sess.messageCount || 0) + 1;
+    sess.updatedAt = Math.max(Number(sess.updatedAt || 0), created);
+    ps.push(sessions.put(sess), messages.put(data));
+    touched.add(sid);
+  }
+  for (const [k, v] of Object.entries(kv || {})) ps.push(tx.objectStore("kv").put(v, k));
+  ps.push(tx.done);
+  await Promise.all(ps);
+  return [...touched];
+}

@@ -1,0 +1,471 @@
+// The IndexedDB database of one chatmem store (through `idb`).
+//
+// Rules:
+// - One call = one IndexedDB transaction. Python never awaits inside one:
+//   every call carries its whole batch, and resolves only once the
+//   transaction has completed (`tx.done`), so an acknowledged write is durable.
+// - Arguments and results cross as JSON text, in the envelope of envelope.js.
+// - Writes post a notice on a BroadcastChannel so other tabs drop stale caches.
+
+import { openDB, deleteDB } from "idb";
+
+import { applyChanges } from "./apply-changes.js";
+import { BridgeError, callMethod, opened } from "./envelope.js";
+import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
+
+const BLOCKED_TIMEOUT_MS = 5000;
+
+// Outbox operations enqueued in the same transaction as the change they describe,
+// once sync was turned on: the kv key OUTBOX_KEY is read
+// in that transaction (the scope must hold "kv"). A message create op keeps data
+// null: it refers to the stored message, which the push reads.
+function enqueue(db, tx, ops, created = true) {
+  if (!ops || ops.length === 0) return [];
+  const keep = ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => op);
+  if (keep.length === 0) return [];
+  const outbox = tx.objectStore("outbox");
+  const add = () => keep.map((op) => outbox.add(op));
+  if (db.outboxOn) return add();  // turned on for good: no need to look again
+  return [tx.objectStore("kv").count(OUTBOX_KEY).then((n) => {
+    if (!n) return null;
+    db.outboxOn = true;
+    return Promise.all(add());
+  })];
+}
+
+function nextSeqAfter(messages) {
+  let max = -1;
+  for (const m of messages) if (m.seq > max) max = m.seq;
+  return max + 1;
+}
+
+async function settle(promises) {
+  // Wait for every request and the transaction; the first failure wins.
+  await Promise.all(promises);
+}
+
+/** The session is not there: abort the transaction (nothing written) and say so. */
+async function missing(tx, sessionId) {
+  tx.abort();
+  await tx.done.catch(() => {});
+  throw new BridgeError("SessionNotFound", sessionId);
+}
+
+function duplicateId(e) {
+  // the only ConstraintError an add can raise here is a key that exists
+  if (e?.name === "ConstraintError") throw new BridgeError("DuplicateId", e.message);
+  throw e;
+}
+
+class Database {
+  constructor(name, db, durability) {
+    this.name = name;
+    this.db = db;
+    this.durability = durability;
+    this.closed = false;
+    this.closedReason = null;
+    this.listeners = [];
+    this.channel = typeof BroadcastChannel === "function" ? new BroadcastChannel(`chatmem:${name}`) : null;
+    if (this.channel) {
+      this.channel.onmessage = (ev) => {
+        for (const fn of this.listeners) {
+          try { fn(JSON.stringify(ev.data)); } catch (e) { console.error(e); }
+        }
+      };
+    }
+  }
+
+  tx(stores, mode = "readonly", durability = this.durability) {
+    if (this.closed) throw new BridgeError("DatabaseClosed", this.closedReason || "the database is closed");
+    return mode === "readwrite"
+      ? this.db.transaction(stores, mode, { durability })
+      : this.db.transaction(stores, mode);
+  }
+
+  notify(kind, sessionIds) {
+    if (this.channel) this.channel.postMessage({ kind, sessions: sessionIds });
+  }
+
+  // ------------------------------------------------------------------ sessions
+  async createSession({ record, messages, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const rec = { ...record, nextSeq: nextSeqAfter(messages), messageCount: messages.length };
+    const ps = [tx.objectStore("sessions").add(rec)];
+    for (const m of messages) ps.push(tx.objectStore("messages").add(m));
+    ps.push(...enqueue(this, tx, ops), tx.done);
+    await settle(ps).catch(duplicateId);
+    this.notify("session", [record.sessionId]);
+    return null;
+  }
+
+  async getSession({ sessionId }) {
+    return (await this.db.get("sessions", sessionId)) ?? null;
+  }
+
+  async allSessions() {
+    return await this.tx(["sessions"]).objectStore("sessions").getAll();
+  }
+
+  async updateSession({ sessionId, changes, ops }) {
+    const tx = this.tx(["sessions", "outbox", "kv"], "readwrite");
+    const store = tx.objectStore("sessions");
+    const rec = await store.get(sessionId);
+    if (!rec) {
+      await missing(tx, sessionId);
+    }
+    Object.assign(rec, changes);
+    await settle([store.put(rec), ...enqueue(this, tx, ops), tx.done]);
+    this.notify("session", [sessionId]);
+    return rec;
+  }
+
+  async deleteSession({ sessionId, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    const existed = (await sessions.count(sessionId)) > 0;
+    const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
+    const ps = keys.map((k) => tx.objectStore("messages").delete(k));
+    ps.push(sessions.delete(sessionId), tx.done);
+    if (existed) ps.push(...enqueue(this, tx, ops));
+    await settle(ps);
+    this.notify("session", [sessionId]);
+    return existed;
+  }
+
+  async clearSession({ sessionId, now, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    const rec = await sessions.get(sessionId);
+    if (!rec) {
+      await missing(tx, sessionId);
+    }
+    const keys = await tx.objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
+    const ps = keys.map((k) => tx.objectStore("messages").delete(k));
+    Object.assign(rec, { messageCount: 0, nextSeq: 0, updatedAt: now });
+    ps.push(sessions.put(rec), ...enqueue(this, tx, ops), tx.done);
+    await settle(ps);
+    this.notify("session", [sessionId]);
+    return rec;
+  }
+
+  // ------------------------------------------------------------------ messages
+  async appendMessages({ sessionId, records, now, create, ops }) {
+    // seq is read and assigned inside this readwrite transaction: IndexedDB
+    // serialises overlapping readwrite transactions, so two tabs never share one.
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    let sess = await sessions.get(sessionId);
+    const created = !sess;
+    if (!sess) {
+      if (!create) {
+        await missing(tx, sessionId);
+      }
+      sess = { ...create, nextSeq: 0, messageCount: 0 };
+    }
+    let seq = sess.nextSeq ?? sess.messageCount ?? 0;
+    const out = records.map((r) => ({ ...r, sessionId, seq: seq++ }));
+    sess.nextSeq = seq;
+    sess.messageCount = (sess.messageCount ?? 0) + out.length;
+    sess.updatedAt = now;
+    const messages = tx.objectStore("messages");
+    const ps = out.map((m) => messages.add(m));
+    ps.push(sessions.put(sess), ...enqueue(this, tx, ops, created), tx.done);
+    await settle(ps).catch(duplicateId);
+    this.notify("messages", [sessionId]);
+    // the caller has the records: send back only what the transaction decided
+    return [out.length ? out[0].seq : sess.nextSeq, sess];
+  }
+
+  async deleteMessages({ sessionId, messageIds, ops }) {
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const sessions = tx.objectStore("sessions");
+    const messages = tx.objectStore("messages");
+    const sess = await sessions.get(sessionId);
+    if (!sess) {
+      await missing(tx, sessionId);
+    }
+    const ps = [];
+    for (const id of messageIds) {
+      const m = await messages.get(id);
+      if (m && m.sessionId === sessionId) ps.push(messages.delete(id));
+    }
+    sess.messageCount = (sess.messageCount ?? 0) - ps.length;
+    ps.push(sessions.put(sess), ...enqueue(this, tx, ops), tx.done);
+    await settle(ps);
+    this.notify("messages", [sessionId]);
+    return sess;
+  }
+
+  async importSessions({ items, replace, ops }) {
+    // strict durability: an import is a large, deliberate write
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite", "strict");
+    const sessions = tx.objectStore("sessions");
+    const messages = tx.objectStore("messages");
+    const ps = [];
+    const all = [];
+    for (const [record, msgs] of items) {
+      if (replace) {
+        const keys = await messages.index("sessionSeq").getAllKeys(sessionRange(record.sessionId));
+        for (const k of keys) ps.push(messages.delete(k));
+        ps.push(sessions.delete(record.sessionId));
+      }
+      ps.push(sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length }));
+      for (const m of msgs) {
+        ps.push(messages.add(m));
+        all.push(m);
+      }
+    }
+    ps.push(...enqueue(this, tx, ops), tx.done);
+    await settle(ps).catch(duplicateId);
+    this.notify("session", items.map(([r]) => r.sessionId));
+    return null;
+  }
+
+  async getMessage({ messageId }) {
+    return (await this.db.get("messages", messageId)) ?? null;
+  }
+
+  async getMessages({ messageIds }) {
+    const store = this.tx(["messages"]).objectStore("messages");
+    return await Promise.all(messageIds.map((id) => store.get(id).then((r) => r ?? null)));
+  }
+
+  async listMessages({ sessionId, offset, limit, newestFirst }) {
+    const tx = this.tx(["sessions", "messages"]);
+    const index = tx.objectStore("messages").index("sessionSeq");
+    const sess = await tx.objectStore("sessions").get(sessionId);
+    if (!sess) return [];
+    const count = sess.messageCount ?? 0;
+    const want = limit === null ? Infinity : limit;
+    if (sess.nextSeq === count) {
+      // dense seq 0..count-1: the page is a key range, no cursor walk
+      let lo, hi;
+      if (newestFirst) {
+        hi = count - 1 - offset;
+        lo = Math.max(0, hi - want + 1);
+      } else {
+        lo = offset;
+        hi = Math.min(count - 1, offset + want - 1);
+      }
+      if (hi < lo || hi < 0) return [];
+      const page = await index.getAll(IDBKeyRange.bound([sessionId, lo], [sessionId, hi]));
+      return newestFirst ? page.reverse() : page;
+    }
+    const out = [];
+    let cursor = await index.openCursor(sessionRange(sessionId), newestFirst ? "prev" : "next");
+    if (cursor && offset > 0) cursor = await cursor.advance(offset);
+    while (cursor && out.length < want) {
+      out.push(cursor.value);
+      cursor = await cursor.continue();
+    }
+    return out;
+  }
+
+  async countMessages({ sessionId }) {
+    return await this.tx(["messages"]).objectStore("messages").index("sessionSeq").count(sessionRange(sessionId));
+  }
+
+  // ------------------------------------------------------------------ pulled changes
+  async applyChanges({ changes, kv }) {
+    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const touched = await applyChanges(tx, changes, kv);
+    if (touched.length) this.notify("session", touched);
+    return touched;
+  }
+
+  // ------------------------------------------------------------------ kv
+  async kvGet({ key }) {
+    return (await this.db.get("kv", key)) ?? null;
+  }
+
+  async kvSet({ key, value }) {
+    const tx = this.tx(["kv"], "readwrite");
+    await settle([tx.objectStore("kv").put(value, key), tx.done]);
+    return null;
+  }
+
+  // ------------------------------------------------------------------ outbox
+  // Turn the outbox on for good; returns the snapshot of every session's nextSeq
+  // taken in the same transaction (what the backfill uploads).
+  async outboxActivate({ now }) {
+    const tx = this.tx(["sessions", "kv"], "readwrite", "strict");
+    const kv = tx.objectStore("kv");
+    let snap = await kv.get(OUTBOX_KEY);
+    if (snap === undefined) {
+      const pairs = (await tx.objectStore("sessions").getAll())
+        .map((s) => [s.sessionId, s.nextSeq ?? s.messageCount ?? 0]);
+      pairs.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      snap = { at: now, sessions: pairs };
+      kv.put(snap, OUTBOX_KEY);
+    }
+    await tx.done;
+    this.outboxOn = true;
+    return snap;
+  }
+
+  async outboxPut({ ops }) {
+    const tx = this.tx(["outbox"], "readwrite");
+    const outbox = tx.objectStore("outbox");
+    await settle([...ops.map((op) => outbox.add(op)), tx.done]);
+    return null;
+  }
+
+  async outboxList({ limit }) {
+    return await this.tx(["outbox"]).objectStore("outbox").getAll(null, limit ?? undefined);
+  }
+
+  async outboxUpdate({ ops }) {
+    const tx = this.tx(["outbox"], "readwrite");
+    const index = tx.objectStore("outbox").index("op_id");
+    const ps = [];
+    for (const op of ops) {
+      const key = await index.getKey(op.op_id);
+      if (key !== undefined) ps.push(tx.objectStore("outbox").put({ ...op, key }));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return null;
+  }
+
+  async outboxAck({ opIds }) {
+    const tx = this.tx(["outbox"], "readwrite");
+    const index = tx.objectStore("outbox").index("op_id");
+    const ps = [];
+    for (const id of opIds) {
+      const key = await index.getKey(id);
+      if (key !== undefined) ps.push(tx.objectStore("outbox").delete(key));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return null;
+  }
+
+  async outboxToDead({ entries }) {
+    const tx = this.tx(["outbox", "dead_letter"], "readwrite");
+    const index = tx.objectStore("outbox").index("op_id");
+    const ps = [];
+    for (const e of entries) {
+      const key = await index.getKey(e.op_id);
+      if (key !== undefined) ps.push(tx.objectStore("outbox").delete(key));
+      const { key: _drop, ...rest } = e;
+      ps.push(tx.objectStore("dead_letter").put(rest));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return null;
+  }
+
+  async deadList() {
+    return await this.tx(["dead_letter"]).objectStore("dead_letter").getAll();
+  }
+
+  async deadReplay({ opIds }) {
+    const tx = this.tx(["outbox", "dead_letter"], "readwrite");
+    const dead = tx.objectStore("dead_letter");
+    const all = await dead.getAll();
+    const wanted = opIds === null ? all : all.filter((e) => opIds.includes(e.op_id));
+    const ps = [];
+    for (const e of wanted) {
+      const { reason: _r, response: _p, key: _k, ...op } = e;
+      ps.push(dead.delete(e.op_id), tx.objectStore("outbox").add({ ...op, attempts: 0, next_attempt_at: 0, last_error: null }));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return wanted.length;
+  }
+
+  async deadDiscard({ opIds }) {
+    const tx = this.tx(["dead_letter"], "readwrite");
+    const dead = tx.objectStore("dead_letter");
+    const keys = opIds === null ? await dead.getAllKeys() : opIds;
+    let n = 0;
+    const ps = [];
+    for (const k of keys) {
+      if ((await dead.count(k)) > 0) n++;
+      ps.push(dead.delete(k));
+    }
+    ps.push(tx.done);
+    await settle(ps);
+    return n;
+  }
+
+  async outboxCounts() {
+    const tx = this.tx(["outbox", "dead_letter"]);
+    return [await tx.objectStore("outbox").count(), await tx.objectStore("dead_letter").count()];
+  }
+
+  async close() {
+    this.closed = true;
+    this.closedReason = "closed";
+    if (this.channel) this.channel.close();
+    this.db.close();
+    return null;
+  }
+
+  // ------------------------------------------------------------------ the one entry point
+  call(method, argsJson) {
+    return callMethod(this, DATABASE_METHODS, method, argsJson);
+  }
+
+  subscribe(fn) {
+    this.listeners.push(fn);
+  }
+}
+
+/** What Python may call: every method but the plumbing. */
+const DATABASE_METHODS = new Set(Object.getOwnPropertyNames(Database.prototype).filter(
+  (n) => !n.startsWith("_") && !["constructor", "call", "subscribe", "tx", "notify"].includes(n)));
+
+/** Open (creating or migrating) the database `name`. Resolves to a Database. */
+export async function open(name, durability = "relaxed") {
+  let blockedTimer = null;
+  let rejectBlocked;
+  const blocked = new Promise((_, reject) => (rejectBlocked = reject));
+  const opening = openDB(name, SCHEMA_VERSION, {
+    upgrade(db, oldVersion, _newVersion, transaction) {
+      for (let v = oldVersion; v < SCHEMA_VERSION; v++) SCHEMA[v](db, transaction);
+    },
+    blocked() {
+      blockedTimer = setTimeout(
+        () => rejectBlocked(new BridgeError("UpgradeBlocked", "another tab keeps an older version open; close it or reload it")),
+        BLOCKED_TIMEOUT_MS,
+      );
+    },
+    blocking() {
+      // another tab upgrades: let it, and tell this page to reload
+      wrapper.closed = true;
+      wrapper.closedReason = "the database was upgraded in another tab: reload this page";
+      wrapper.db.close();
+      globalThis.dispatchEvent?.(new CustomEvent("chatmem:versionchange", { detail: { name } }));
+    },
+  });
+  let db;
+  try {
+    db = await Promise.race([opening, blocked]);
+  } catch (e) {
+    throw e;
+  } finally {
+    clearTimeout(blockedTimer);
+  }
+  const wrapper = new Database(name, db, durability === "strict" ? "strict" : "relaxed");
+  return wrapper;
+}
+
+/** `open` as an envelope (never rejects): {ok, value: Database, error: JSON text} (for Python). */
+export function openEnvelope(name, durability) {
+  return opened(open(name, durability));
+}
+
+export async function drop(name) {
+  await deleteDB(name);
+}
+
+export async function storageEstimate() {
+  const est = (await navigator.storage?.estimate?.()) || {};
+  const persisted = (await navigator.storage?.persisted?.()) || false;
+  return JSON.stringify({ usage: est.usage ?? null, quota: est.quota ?? null, persisted });
+}
+
+export async function requestPersistence() {
+  return (await navigator.storage?.persist?.()) || false;
+}

@@ -1,0 +1,201 @@
+// The query index's engine: one DuckDB-Wasm database (the `eh` build) in a
+// worker. Extensions are never autoloaded (they would reach the internet).
+// Results cross as JSON {columns, rows} in the envelope of envelope.js; bulk
+// loads go through Arrow. The index is derived: IndexedDB stays the truth.
+
+import { BridgeError, callMethod, opened } from "./envelope.js";
+
+const ENGINE_METHODS = new Set(["execute", "executemany", "loadRows", "close", "cancel"]);
+
+const here = (path) => new URL(path, import.meta.url).href;
+
+function plain(v) {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "bigint") return Number(v);
+  if (v instanceof Date) return v.getTime();
+  if (typeof v === "object" && typeof v.toArray === "function") return Array.from(v.toArray(), plain);
+  if (ArrayBuffer.isView(v)) return Array.from(v, plain);
+  return v;
+}
+
+// HUGEINT / DECIMAL results arrive as 32-bit words (little-endian, two's complement)
+function decimal(words, scale) {
+  if (words === null || words === undefined) return null;
+  let x = 0n;
+  for (let i = words.length - 1; i >= 0; i--) x = (x << 32n) | BigInt(words[i] >>> 0);
+  if (words[words.length - 1] & 0x80000000) x -= 1n << BigInt(32 * words.length);
+  return Number(x) / 10 ** scale;
+}
+
+function resultJSON(table) {
+  const fields = table.schema.fields;
+  const columns = fields.map((f) => f.name);
+  const vectors = columns.map((_, i) => table.getChildAt(i));
+  const convert = fields.map((f) => (f.type.typeId === 7 /* Decimal */ ? (v) => decimal(v, f.type.scale) : plain));
+  const rows = new Array(table.numRows);
+  for (let r = 0; r < table.numRows; r++) {
+    const row = new Array(columns.length);
+    for (let c = 0; c < columns.length; c++) row[c] = convert[c](vectors[c].get(r));
+    rows[r] = row;
+  }
+  return { columns, rows };
+}
+
+function arrowColumn(arrow, values) {
+  const sample = values.find((v) => v !== null && v !== undefined);
+  let type;
+  if (typeof sample === "boolean") type = new arrow.Bool();
+  else if (typeof sample === "number") type = new arrow.Float64();
+  else if (Array.isArray(sample)) {
+    const inner = values.flat().find((v) => v !== null && v !== undefined);
+    const child = typeof inner === "number" ? new arrow.Float64() : new arrow.Utf8();
+    type = new arrow.List(new arrow.Field("item", child, true));
+  } else type = new arrow.Utf8();
+  return arrow.vectorFromArray(values, type);
+}
+
+class Duck {
+  constructor(duckdb, arrow, db, conn) {
+    this.duckdb = duckdb;
+    this.arrow = arrow;
+    this.db = db;
+    this.conn = conn;
+    this.statements = new Map();
+    this.closed = false;
+    this.tmp = 0;
+  }
+
+  async statement(sql) {
+    let st = this.statements.get(sql);
+    if (!st) {
+      st = await this.conn.prepare(sql);
+      this.statements.set(sql, st);
+      if (this.statements.size > 256) {
+        const [oldSql, old] = this.statements.entries().next().value;
+        this.statements.delete(oldSql);
+        await old.close();
+      }
+    }
+    return st;
+  }
+
+  async execute({ sql, params, interruptible }) {
+    if (interruptible) return this.interruptible(sql, params);
+    const table = params && params.length ? await (await this.statement(sql)).query(...params) : await this.conn.query(sql);
+    return resultJSON(table);
+  }
+
+  // A user's query: sent as a pending query that `cancel()` can interrupt between
+  // steps (the worker polls it), so a cancelled or timed-out query stops and
+  // frees the engine. Parameters are bound by a prepared statement.
+  async interruptible(sql, params) {
+    this.cancelled = false;
+    const reader = params && params.length
+      ? await (await this.statement(sql)).send(...params)
+      : await this.conn.send(sql, true);
+    const batches = [];
+    for await (const batch of reader) {
+      if (this.cancelled) throw new BridgeError("Interrupted", "the query was cancelled");
+      batches.push(batch);
+    }
+    return resultJSON(new this.arrow.Table(reader.schema, batches));
+  }
+
+  /** Interrupt the query in flight (if any); resolves once the engine took the request. */
+  async cancel() {
+    this.cancelled = true;
+    try {
+      await this.conn.cancelSent();
+    } catch (_) { /* nothing in flight */ }
+    return null;
+  }
+
+  async executemany({ sql, rows }) {
+    const st = await this.statement(sql);
+    for (const row of rows) await st.query(...row);
+    return null;
+  }
+
+  // `cols` (one array per column) is the compact form Python sends; `rows` (arrays) also works
+  async loadRows({ table, columns, rows, cols: data }) {
+    data = data || columns.map((_, i) => rows.map((r) => r[i]));
+    if (!data.length || !data[0].length) return null;
+    const cols = {};
+    columns.forEach((name, i) => (cols[name] = arrowColumn(this.arrow, data[i])));
+    const tmp = `__chatmem_load_${++this.tmp}`;
+    await this.conn.insertArrowTable(new this.arrow.Table(cols), { name: tmp, create: true });
+    const list = columns.map((c) => `"${c}"`).join(", ");
+    try {
+      await this.conn.query(`INSERT INTO "${table}" (${list}) SELECT ${list} FROM "${tmp}"`);
+    } finally {
+      await this.conn.query(`DROP TABLE IF EXISTS "${tmp}"`);
+    }
+    return null;
+  }
+
+  async close() {
+    if (this.closed) return null;
+    this.closed = true;
+    for (const st of this.statements.values()) await st.close();
+    await this.conn.close();
+    await this.db.terminate();
+    return null;
+  }
+
+  call(method, argsJson) {
+    return callMethod(this, ENGINE_METHODS, method, argsJson, () => {
+      if (this.closed) throw new BridgeError("DatabaseClosed", "the query index is closed");
+    });
+  }
+}
+
+/**
+ * Start DuckDB-Wasm from this site (no network): resolves to an engine handle.
+ * `path` null: an in-memory database; `opfs://name.duckdb`: a database file in
+ * the origin's private file system (one tab at a time: the page runtime opens
+ * it only while holding the file's Web Lock). A file that cannot be opened
+ * rejects with `{name: "IndexLocked"}`.
+ */
+export async function duckdbOpen(path = null) {
+  const duckdb = await import("@duckdb/duckdb-wasm");
+  const arrow = await import("apache-arrow");
+  return start(duckdb, arrow, path);
+}
+
+async function start(duckdb, arrow, path) {
+  const worker = new Worker(here("../duckdb/duckdb-browser-eh.worker.js"));
+  const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
+  await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
+  let conn;
+  try {
+    if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
+    conn = await db.connect();
+    await conn.query("SET autoload_known_extensions=false");
+    await conn.query("SET autoinstall_known_extensions=false");
+    if (path) await conn.query("SELECT count(*) FROM duckdb_tables()"); // touch the file: fail here, not later
+    // no files (registered or OPFS), no network, and no SET that could undo it
+    await conn.query("SET enable_external_access=false");
+    await conn.query("SET lock_configuration=true");
+  } catch (e) {
+    try { await db.terminate(); } catch (_) { /* already gone */ }
+    throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);
+  }
+  const duck = new Duck(duckdb, arrow, db, conn);
+  duck.path = path;
+  return duck;
+}
+
+/** `duckdbOpen` as an envelope (never rejects): {ok, value: engine, error: JSON text} (for Python). */
+export function duckdbOpenEnvelope(path = null) {
+  return opened(duckdbOpen(path));
+}
+
+/** Remove an OPFS file (a cached index); true when it existed. */
+export async function opfsRemove(name) {
+  const root = await navigator.storage.getDirectory();
+  let found = false;
+  for (const n of [name, `${name}.wal`]) {
+    try { await root.removeEntry(n); found = found || n === name; } catch (_) { /* absent */ }
+  }
+  return found;
+}
