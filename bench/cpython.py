@@ -265,9 +265,7 @@ async def _cm_w7(tmp: Path, url: str, n: int, seed: int, passphrase: str = "") -
     import chatmem
 
     mem = await chatmem.open(persist=str(tmp / "w7.db"))
-    s = await mem.sessions.create(title="drain")
-    await mem.messages.append_many(s.session_id, [_item(m) for m in payloads.messages(seed, n - 1)])
-    pending = (await mem.sync.status()).pending
+    # sync on first, so the writes below queue outbox operations (the drain measured)
     await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
                                                 batch_size=100, max_retries=10, backoff_base=20,
                                                 backoff_max=200, timeout=10_000,
@@ -276,6 +274,9 @@ async def _cm_w7(tmp: Path, url: str, n: int, seed: int, passphrase: str = "") -
     if passphrase:
         await mem.sync.pull()  # sets the space's key up: once per device, not per drain
     setup = (time.perf_counter() - t) * 1000
+    s = await mem.sessions.create(title="drain")
+    await mem.messages.append_many(s.session_id, [_item(m) for m in payloads.messages(seed, n - 1)])
+    pending = (await mem.sync.status()).pending
     t = time.perf_counter()
     report = await mem.sync.push()
     ms = (time.perf_counter() - t) * 1000

@@ -283,10 +283,7 @@ async def w7(db: str, url: str, n: int, seed: int, passphrase: str = "") -> dict
     encrypts end to end; the one-time key setup (PBKDF2, key check) is timed apart."""
     await drop(db)
     mem = await chatmem.open(db)
-    s = await mem.sessions.create(title="drain")
-    msgs = payload(seed, n - 1)
-    await mem.messages.append_many(s.session_id, [item(m) for m in msgs])
-    pending = (await mem.sync.status()).pending
+    # sync on first, so the writes below queue outbox operations (the drain measured)
     await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
                                                 batch_size=100, max_retries=10, backoff_base=20,
                                                 backoff_max=200, timeout=10_000,
@@ -295,6 +292,10 @@ async def w7(db: str, url: str, n: int, seed: int, passphrase: str = "") -> dict
     if passphrase:
         await mem.sync.pull()  # sets the space's key up: once per device, not per drain
     setup = now() - t
+    s = await mem.sessions.create(title="drain")
+    msgs = payload(seed, n - 1)
+    await mem.messages.append_many(s.session_id, [item(m) for m in msgs])
+    pending = (await mem.sync.status()).pending
     t = now()
     report = await mem.sync.push()
     ms = now() - t
