@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 from .errors import ProviderServerError, ProviderTimeout, ProviderUnavailable, ValidationError
 from .formats import from_anthropic_blocks, to_anthropic
 from .http import HTTPResponse, Transport, TransportError, TransportTimeout
-from .providers import provider_error
+from .providers import HTTPProvider, provider_error
 
 __all__ = ["AnthropicProvider", "ANTHROPIC_VERSION"]
 
@@ -32,7 +32,7 @@ __all__ = ["AnthropicProvider", "ANTHROPIC_VERSION"]
 ANTHROPIC_VERSION = "2023-06-01"
 
 
-class AnthropicProvider:
+class AnthropicProvider(HTTPProvider):
     """A Claude model behind the Messages API (or any server speaking it)."""
 
     #: the window format this provider wants (sets the per-message token overhead)
@@ -70,14 +70,6 @@ class AnthropicProvider:
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"  # no key
-
-    @property
-    def transport(self) -> Transport:
-        if self._transport is None:
-            from .runtime import default_transport
-
-            self._transport = default_transport()
-        return self._transport
 
     def _request(
         self, messages: Sequence[Mapping[str, Any]] | Mapping[str, Any], model: str | None, stream: bool,

@@ -28,7 +28,7 @@ from .errors import (
 )
 from .http import HTTPResponse, Transport
 
-__all__ = ["ChatProvider", "OpenAICompatibleProvider", "provider_error"]
+__all__ = ["ChatProvider", "HTTPProvider", "OpenAICompatibleProvider", "provider_error"]
 
 
 @runtime_checkable
@@ -76,7 +76,22 @@ def provider_error(resp: HTTPResponse, url: str) -> ProviderError:
     return ProviderError(where, status=s)
 
 
-class OpenAICompatibleProvider:
+class HTTPProvider:
+    """What the HTTP chat providers share: the transport, the runtime's default
+    unless one was given (no I/O until the first request)."""
+
+    _transport: Transport | None
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            from .runtime import default_transport
+
+            self._transport = default_transport()
+        return self._transport
+
+
+class OpenAICompatibleProvider(HTTPProvider):
     """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint."""
 
     def __init__(
@@ -106,14 +121,6 @@ class OpenAICompatibleProvider:
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleProvider({self.base_url!r}, model={self.model!r})"  # no key
-
-    @property
-    def transport(self) -> Transport:
-        if self._transport is None:
-            from .runtime import default_transport
-
-            self._transport = default_transport()
-        return self._transport
 
     def _request(self, messages: list[dict[str, Any]], model: str | None, stream: bool, kw: dict[str, Any]) -> tuple[str, dict[str, str], bytes]:
         body: dict[str, Any] = {"model": model or self.model, "messages": messages, "stream": stream}
