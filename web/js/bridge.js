@@ -1,6 +1,6 @@
 // chatmem's bridge to the browser, one ES module per concept, gathered here:
 // the page registers this module as `chatmem_bridge` for Python
-// (chatmem/runtime/page.py is its only caller).
+// (the chatmem/runtime/page package is its only caller).
 //
 //   database.js       one IndexedDB database: one call = one transaction
 //   apply-changes.js  pulled sync changes, merged in one transaction

@@ -1,0 +1,88 @@
+"""The page runtime: the only Python package that imports ``js`` / ``pyodide``.
+
+It reaches the JS bridge (``web/js/bridge.js`` and the modules it gathers),
+which the page registers as the JS module ``chatmem_bridge``
+(``pyodide.registerJsModule``). Everything crosses as JSON text; every bridge
+handle answers ``{"ok", "value" | "error": {"name", "message"}}`` and failures
+are turned into typed errors here (``errors.translate_dom_error``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from ...errors import IndexLocked, ValidationError
+from ...http import Transport
+from ...stores.indexeddb import IndexedDBStore
+from ..base import Runtime
+from .bridge import (
+    BridgeDB,
+    WebCryptoSuite,
+    bpe_counter,
+    drop_database,
+    fetch_model,
+    open_database,
+    request_persistence,
+    run_code,
+    storage_estimate,
+)
+from .engine import DuckDBWasmEngine, index_cache_path, open_index_engine, opfs_remove
+from .fetch import FetchTransport
+from .locks import WebLock, is_online, on_online
+
+__all__ = ["PageRuntime", "BridgeDB", "open_database", "drop_database", "run_code", "FetchTransport",
+           "storage_estimate", "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove",
+           "index_cache_path", "open_index_engine", "WebLock", "is_online", "on_online", "bpe_counter",
+           "WebCryptoSuite", "fetch_model"]
+
+
+class PageRuntime(Runtime):
+    """chatmem in a browser page (Pyodide): IndexedDB, DuckDB-Wasm, ``fetch``, Web Locks."""
+
+    kind = "page"
+
+    def _default_transport(self) -> Transport:
+        return FetchTransport()
+
+    async def open_store(self, name: str, *, persist: str | None, durability: str) -> IndexedDBStore:
+        if persist is not None:
+            raise ValidationError("persist= is for CPython; in the browser data lives in IndexedDB",
+                                  field="persist")
+        return await self.open_indexeddb(name, durability=durability)
+
+    async def open_indexeddb(self, name: str, *, durability: str) -> IndexedDBStore:
+        return IndexedDBStore(await open_database(name, durability), durability)
+
+    def index_cache(self, store: Any) -> str | None:
+        name = getattr(store, "name", None)
+        return index_cache_path(name) if store.kind == "indexeddb" and name else None
+
+    async def open_query_engine(self, cache: str | None = None) -> DuckDBWasmEngine:
+        if cache:
+            engine, notice = await open_index_engine(cache)
+            engine.notice = notice
+            return engine
+        return await DuckDBWasmEngine.open()
+
+    def drain_lock(self, name: str) -> WebLock:
+        return WebLock(f"chatmem-sync:{name}")
+
+    online = staticmethod(is_online)
+
+    def on_online(self, fn: Callable[[], None]) -> Callable[[], None]:
+        return on_online(fn)
+
+    async def storage_estimate(self, store: Any) -> dict[str, Any]:
+        return await storage_estimate()
+
+    async def request_persistence(self, store: Any) -> bool:
+        return await request_persistence()
+
+    async def token_counter(self, encoding: str) -> Callable[[str], int]:
+        return await bpe_counter(encoding)
+
+    def model_loader(self) -> Callable[[], Awaitable[bytes]]:
+        return fetch_model
+
+    def cipher_suite(self) -> WebCryptoSuite:
+        return WebCryptoSuite()

@@ -1,0 +1,120 @@
+"""The query engine in the page: DuckDB-Wasm in a worker, its OPFS file and who owns it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ...errors import StorageError
+from .bridge import bridge, call, engine_error, opened
+from .locks import WebLock
+
+__all__ = ["DuckDBWasmEngine", "index_cache_path", "open_index_engine", "opfs_remove"]
+
+
+class DuckDBWasmEngine:
+    """``chatmem.index.SQLEngine`` over DuckDB-Wasm in a worker (see query-engine.js ``duckdbOpen``).
+
+    ``path`` None is an in-memory database; ``opfs://<file>`` a database file in
+    the origin private file system that survives reloads (``persistent``).
+    """
+
+    kind = "duckdb-wasm"
+
+    def __init__(self, handle: Any, path: str | None = None):
+        self._handle = handle
+        self.path = path
+        self.persistent = bool(path)
+        #: the Web Lock that makes this tab the owner of the file (released on close)
+        self.owner_lock: WebLock | None = None
+        #: a sentence for the user when the cached file had to be rebuilt or cannot be kept
+        self.notice: str | None = None
+
+    @classmethod
+    async def open(cls, path: str | None = None) -> DuckDBWasmEngine:
+        """Open DuckDB-Wasm; ``IndexLocked`` when another tab holds the ``opfs://`` file."""
+        return cls(opened(await bridge().duckdbOpenEnvelope(path), engine_error), path)
+
+    async def _call(self, method: str, **args: Any) -> Any:
+        return await call(self._handle, method, args, engine_error)
+
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
+        call = self._call("execute", sql=sql, params=list(params) if params else None,
+                          interruptible=interruptible)
+        res = await (self._interruptible(call) if interruptible else call)
+        cols = res["columns"]
+        return [dict(zip(cols, row)) for row in res["rows"]]
+
+    async def _interruptible(self, call: Any) -> Any:
+        """Await ``call``; if the awaiting task is cancelled, cancel the query in the worker
+        and wait until it has stopped (the engine is free when this raises)."""
+        fut = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            await self._handle.cancel()
+            while not fut.done():
+                try:
+                    await asyncio.wait({fut})
+                except asyncio.CancelledError:
+                    continue
+            if not fut.cancelled():
+                fut.exception()
+            raise
+
+    async def executemany(self, sql: str, rows: Any) -> None:
+        await self._call("executemany", sql=sql, rows=[list(r) for r in rows])
+
+    async def load_rows(self, table: str, columns: list[str], rows: Any) -> None:
+        # column-major: one JSON array per column, half the size of row arrays
+        if rows:
+            await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
+
+    async def close(self) -> None:
+        try:
+            await self._call("close")
+        finally:
+            lock, self.owner_lock = getattr(self, "owner_lock", None), None
+            if lock is not None:
+                await lock.release()
+
+
+async def open_index_engine(path: str) -> tuple[DuckDBWasmEngine, str | None]:
+    """The engine of the cached index at ``path`` and a notice for the user, if any.
+
+    The tab that gets the Web Lock ``chatmem-index:<path>`` (held until the engine
+    closes or the page goes) owns the file, so a file it cannot open is not held
+    by another tab but unreadable: it is deleted and opened afresh (the index is
+    rebuilt from the store), or, if that fails too, the index stays in memory.
+    A tab without the lock gets an in-memory index.
+    """
+    lock = WebLock(f"chatmem-index:{path}")
+    if not await lock.acquire():
+        return await DuckDBWasmEngine.open(), None
+    notice = None
+    try:
+        try:
+            engine = await DuckDBWasmEngine.open(path)
+        except StorageError as e:
+            await opfs_remove(path.removeprefix("opfs://"))
+            notice = f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
+            engine = await DuckDBWasmEngine.open(path)
+    except StorageError as e:
+        await lock.release()
+        note = f"The search index cannot be saved in this browser ({e}); it is kept in memory for this page."
+        return await DuckDBWasmEngine.open(), note
+    engine.owner_lock = lock
+    return engine, notice
+
+
+async def opfs_remove(name: str) -> bool:
+    """Delete a file (and its ``.wal``) from the origin private file system."""
+    return bool(await bridge().opfsRemove(name))
+
+
+def index_cache_path(store_name: str) -> str:
+    """The OPFS file of the cached query index of the IndexedDB database ``store_name``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in store_name)
+    return f"opfs://chatmem-index-{safe}.duckdb"
