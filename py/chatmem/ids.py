@@ -24,12 +24,15 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: every two-character run of the alphabet, indexed by its 10-bit value
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+
+
 def _encode(value: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    """``value`` as ``length`` base32 characters, most significant first."""
+    if length % 2:
+        return _ALPHABET[(value >> (5 * (length - 1))) & 31] + _encode(value, length - 1)
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(5 * (length - 2), -1, -10)])
 
 
 class IdGenerator:
@@ -47,7 +50,7 @@ class IdGenerator:
         else:
             self._last_ms = ms
             self._last_rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to count up
-        return _encode(ms, 10) + _encode(self._last_rand, 16)
+        return _encode((ms << 80) | self._last_rand, 26)
 
 
 _default = IdGenerator()

@@ -112,7 +112,7 @@ class Messages:
         records = []
         seen: set[str] = set()
         for i, item in enumerate(items):
-            if not isinstance(item, Mapping):
+            if type(item) is not dict and not isinstance(item, Mapping):
                 raise ValidationError(f"item {i}: must be a dict", index=i)
             fields = {k: v for k, v in item.items() if k not in ("role", "content")}
             if "role" not in item or "content" not in item:

@@ -229,6 +229,8 @@ def _fail(msg: str, field_name: str | None = None, index: int | None = None) -> 
 
 
 def _check_json(value: Any, name: str, index: int | None) -> None:
+    if value is None:
+        return
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as e:

@@ -51,7 +51,10 @@ class Outbox:
     ) -> dict[str, Any]:
         """One operation; ``data=None`` on a message create means "the stored record"
         (the op refers to it; ``chatmem.sync.wire`` reads it when pushing)."""
-        hlc = await self._hlc()
+        return self._make(await self._hlc(), type_, resource, id_, session_id, data, op_id)
+
+    def _make(self, hlc: HybridLogicalClock, type_: str, resource: str, id_: str, session_id: str,
+              data: dict[str, Any] | None, op_id: str | None = None) -> dict[str, Any]:
         return {
             "op_id": op_id or self._ids(),
             "type": type_,
@@ -72,7 +75,8 @@ class Outbox:
 
     async def messages_created(self, session_id: str, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Reference ops: each refers to its stored message instead of copying it."""
-        return [await self.op("create", "message", r["id"], session_id, None) for r in records]
+        hlc = await self._hlc()
+        return [self._make(hlc, "create", "message", r["id"], session_id, None) for r in records]
 
     async def messages_deleted(self, session_id: str, message_ids: Iterable[str]) -> list[dict[str, Any]]:
         return [

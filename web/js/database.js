@@ -12,51 +12,9 @@ import { openDB, deleteDB } from "idb";
 import { applyChanges } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
+import { KnownSessions, appendMessages, duplicateId, enqueue, missing, nextSeqAfter, settle } from "./writes.js";
 
 const BLOCKED_TIMEOUT_MS = 5000;
-
-// Outbox operations enqueued in the same transaction as the change they describe,
-// once sync was turned on: the kv key OUTBOX_KEY is read
-// in that transaction (the scope must hold "kv"). A message create op keeps data
-// null: it refers to the stored message, which the push reads.
-function enqueue(db, tx, ops, created = true) {
-  if (!ops || ops.length === 0) return [];
-  const keep = ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => op);
-  if (keep.length === 0) return [];
-  const outbox = tx.objectStore("outbox");
-  const add = () => keep.map((op) => outbox.add(op));
-  if (db.outboxOn) return add();  // turned on for good: no need to look again
-  return [tx.objectStore("kv").count(OUTBOX_KEY).then((n) => {
-    if (!n) return null;
-    db.outboxOn = true;
-    return Promise.all(add());
-  })];
-}
-
-function nextSeqAfter(messages) {
-  let max = -1;
-  for (const m of messages) if (m.seq > max) max = m.seq;
-  return max + 1;
-}
-
-async function settle(promises) {
-  // Wait for every request and the transaction; the first failure wins.
-  await Promise.all(promises);
-}
-
-/** The session is not there: abort the transaction (nothing written) and say so. */
-async function missing(tx, sessionId) {
-  tx.abort();
-  await tx.done.catch(() => {});
-  throw new BridgeError("SessionNotFound", sessionId);
-}
-
-function duplicateId(e) {
-  // the only ConstraintError an add can raise here is a key that exists
-  if (e?.name === "ConstraintError") throw new BridgeError("DuplicateId", e.message);
-  throw e;
-}
-
 class Database {
   constructor(name, db, durability) {
     this.name = name;
@@ -65,9 +23,11 @@ class Database {
     this.closed = false;
     this.closedReason = null;
     this.listeners = [];
+    this.known = new KnownSessions();
     this.channel = typeof BroadcastChannel === "function" ? new BroadcastChannel(`chatmem:${name}`) : null;
     if (this.channel) {
       this.channel.onmessage = (ev) => {
+        for (const sid of ev.data?.sessions ?? []) this.known.delete(sid);
         for (const fn of this.listeners) {
           try { fn(JSON.stringify(ev.data)); } catch (e) { console.error(e); }
         }
@@ -94,6 +54,7 @@ class Database {
     for (const m of messages) ps.push(tx.objectStore("messages").add(m));
     ps.push(...enqueue(this, tx, ops), tx.done);
     await settle(ps).catch(duplicateId);
+    this.known.remember(rec);
     this.notify("session", [record.sessionId]);
     return null;
   }
@@ -115,6 +76,7 @@ class Database {
     }
     Object.assign(rec, changes);
     await settle([store.put(rec), ...enqueue(this, tx, ops), tx.done]);
+    this.known.remember(rec);
     this.notify("session", [sessionId]);
     return rec;
   }
@@ -127,6 +89,7 @@ class Database {
     const ps = keys.map((k) => tx.objectStore("messages").delete(k));
     ps.push(sessions.delete(sessionId), tx.done);
     if (existed) ps.push(...enqueue(this, tx, ops));
+    this.known.delete(sessionId);
     await settle(ps);
     this.notify("session", [sessionId]);
     return existed;
@@ -144,36 +107,14 @@ class Database {
     Object.assign(rec, { messageCount: 0, nextSeq: 0, updatedAt: now });
     ps.push(sessions.put(rec), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
+    this.known.remember(rec);
     this.notify("session", [sessionId]);
     return rec;
   }
 
   // ------------------------------------------------------------------ messages
-  async appendMessages({ sessionId, records, now, create, ops }) {
-    // seq is read and assigned inside this readwrite transaction: IndexedDB
-    // serialises overlapping readwrite transactions, so two tabs never share one.
-    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
-    const sessions = tx.objectStore("sessions");
-    let sess = await sessions.get(sessionId);
-    const created = !sess;
-    if (!sess) {
-      if (!create) {
-        await missing(tx, sessionId);
-      }
-      sess = { ...create, nextSeq: 0, messageCount: 0 };
-    }
-    let seq = sess.nextSeq ?? sess.messageCount ?? 0;
-    const out = records.map((r) => ({ ...r, sessionId, seq: seq++ }));
-    sess.nextSeq = seq;
-    sess.messageCount = (sess.messageCount ?? 0) + out.length;
-    sess.updatedAt = now;
-    const messages = tx.objectStore("messages");
-    const ps = out.map((m) => messages.add(m));
-    ps.push(sessions.put(sess), ...enqueue(this, tx, ops, created), tx.done);
-    await settle(ps).catch(duplicateId);
-    this.notify("messages", [sessionId]);
-    // the caller has the records: send back only what the transaction decided
-    return [out.length ? out[0].seq : sess.nextSeq, sess];
+  async appendMessages(args) {
+    return await appendMessages(this, args);
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {
@@ -192,6 +133,7 @@ class Database {
     sess.messageCount = (sess.messageCount ?? 0) - ps.length;
     ps.push(sessions.put(sess), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
+    this.known.remember(sess);
     this.notify("messages", [sessionId]);
     return sess;
   }
@@ -204,6 +146,7 @@ class Database {
     const ps = [];
     const all = [];
     for (const [record, msgs] of items) {
+      this.known.delete(record.sessionId);
       if (replace) {
         const keys = await messages.index("sessionSeq").getAllKeys(sessionRange(record.sessionId));
         for (const k of keys) ps.push(messages.delete(k));
@@ -269,6 +212,7 @@ class Database {
   async applyChanges({ changes, kv }) {
     const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
     const touched = await applyChanges(tx, changes, kv);
+    for (const sid of touched) this.known.delete(sid);
     if (touched.length) this.notify("session", touched);
     return touched;
   }
