@@ -422,6 +422,36 @@ async def check_outbox_fills_only_once_sync_is_on(make: Make) -> None:
         assert fresh["data"]["sessionId"] == "fresh" and fresh["data"]["content"] == "creates fresh"
 
 
+@check
+async def check_big_batches_and_imports_queue_ops_only_once_sync_is_on(make: Make) -> None:
+    """A batch past the eager size and an import build their ops only when the outbox is on:
+    none before; after, one per session and message, in order, HLCs growing; a failed batch none."""
+    n = 40
+    async with await make() as mem:
+        s = await mem.sessions.create(title="big")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"b{i}"} for i in range(n)])
+        await mem.import_sessions(await mem.export([s.session_id]))
+        assert await mem.store.outbox_counts() == (0, 0), "nothing queued while sync was never on"
+        await mem.store.outbox_activate(1)
+        msgs = await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"a{i}"} for i in range(n)])
+        report = await mem.import_sessions(await mem.export([s.session_id]))
+        ops = await mem.store.outbox_list()
+        assert [(o["type"], o["resource"], o["id"], o["data"]) for o in ops[:n]] == [
+            ("create", "message", m.id, None) for m in msgs]
+        new_sid = report.session_ids[0]
+        assert (ops[n]["type"], ops[n]["resource"], ops[n]["id"]) == ("create", "session", new_sid)
+        assert "nextSeq" not in ops[n]["data"] and ops[n]["data"]["title"] == "big"
+        imported = await mem.store.list_messages(new_sid, 0, None, False)
+        assert [o["id"] for o in ops[n + 1:]] == [m["id"] for m in imported] and len(imported) == 2 * n
+        hlcs = [o["hlc"] for o in ops]
+        assert hlcs == sorted(hlcs) and len(set(o["op_id"] for o in ops)) == len(ops)
+        batch = [{"role": "user", "content": f"x{i}"} for i in range(20)] + [
+            {"role": "user", "content": "y", "id": msgs[0].id}]
+        await raises(errors.DuplicateId, mem.messages.append_many(s.session_id, batch))
+        assert (await mem.store.outbox_counts())[0] == len(ops), "a failed batch queues nothing"
+        assert await mem.messages.count(s.session_id) == 2 * n
+
+
 # ---------------------------------------------------------------------------- export / import
 
 

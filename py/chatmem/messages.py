@@ -14,9 +14,14 @@ from .core import Core
 from .errors import MessageNotFound, SessionNotFound, ValidationError
 from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from .sessions import DEFAULT_TITLE
+from .stores.base import Ops
 from .validation import check_value
 
 __all__ = ["Messages"]
+
+#: up to this many messages a write hands the store its ops built (cheap); a bigger
+#: batch hands a function the store calls only if the outbox is on
+EAGER_OPS = 16
 
 
 def _check_page(offset: Any, limit: Any) -> None:
@@ -71,8 +76,12 @@ class Messages:
     ) -> list[ChatMessage]:
         if not isinstance(session_id, str) or not session_id:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
-        ops = [dict(op, only_if_created=True) for op in await self._core.outbox.session_created(create)] if create else []
-        ops += await self._core.outbox.messages_created(session_id, records)
+        ops: Ops
+        if create or len(records) <= EAGER_OPS:
+            ops = [dict(op, only_if_created=True) for op in await self._core.outbox.session_created(create)] if create else []
+            ops += await self._core.outbox.messages_created(session_id, records)
+        else:  # a batch: its ops are built only if the outbox is on
+            ops = await self._core.outbox.messages_created_later(session_id, records)
         stored, sess = await self._core.store.append_messages(session_id, records, now, create, ops)
         self._core.remember_meta(sess)
         self._core.changed("messages-appended", session_id, {"messages": stored, "session": sess})

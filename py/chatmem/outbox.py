@@ -9,7 +9,7 @@ was turned on (``Store.outbox_activate``; until then it drops them).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .ids import Clock, IdGenerator
 from .stores.base import Store
@@ -70,16 +70,43 @@ class Outbox:
         }
 
     async def session_created(self, record: dict[str, Any]) -> list[dict[str, Any]]:
-        data = {k: v for k, v in record.items() if k not in ("nextSeq",)}
-        return [await self.op("create", "session", record["sessionId"], record["sessionId"], data)]
+        return [await self.op("create", "session", record["sessionId"], record["sessionId"], _session_data(record))]
 
     async def messages_created(self, session_id: str, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Reference ops: each refers to its stored message instead of copying it."""
         hlc = await self._hlc()
         return [self._make(hlc, "create", "message", r["id"], session_id, None) for r in records]
 
+    async def import_later(self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+                           ) -> Callable[[], list[dict[str, Any]]]:
+        """The ops of an import (each session's create, then its messages') as a function
+        a store calls only if its outbox is on."""
+        hlc = await self._hlc()
+
+        def build() -> list[dict[str, Any]]:
+            out = []
+            for rec, msgs in items:
+                sid = rec["sessionId"]
+                out.append(self._make(hlc, "create", "session", sid, sid, _session_data(rec)))
+                out += [self._make(hlc, "create", "message", m["id"], sid, None) for m in msgs]
+            return out
+
+        return build
+
+    async def messages_created_later(
+        self, session_id: str, records: list[dict[str, Any]]
+    ) -> Callable[[], list[dict[str, Any]]]:
+        """``messages_created`` as a function a store calls only if its outbox is on."""
+        hlc = await self._hlc()
+        return lambda: [self._make(hlc, "create", "message", r["id"], session_id, None) for r in records]
+
     async def messages_deleted(self, session_id: str, message_ids: Iterable[str]) -> list[dict[str, Any]]:
         return [
             await self.op("delete", "message", mid, session_id, {"sessionId": session_id})
             for mid in message_ids
         ]
+
+
+def _session_data(record: dict[str, Any]) -> dict[str, Any]:
+    """A session create's data: the record without the store's own fields."""
+    return {k: v for k, v in record.items() if k not in ("nextSeq",)}

@@ -113,8 +113,8 @@ class Database {
   }
 
   // ------------------------------------------------------------------ messages
-  async appendMessages(args) {
-    return await appendMessages(this, args);
+  async appendMessages(args, opsLater) {
+    return await appendMessages(this, { ...args, ops: args.ops ?? opsLater });
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {
@@ -138,7 +138,8 @@ class Database {
     return sess;
   }
 
-  async importSessions({ items, replace, ops }) {
+  async importSessions({ items, replace, ops }, opsLater) {
+    ops = ops ?? opsLater;
     // strict durability: an import is a large, deliberate write
     const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite", "strict");
     const sessions = tx.objectStore("sessions");
@@ -347,8 +348,10 @@ class Database {
   }
 
   // ------------------------------------------------------------------ the one entry point
-  call(method, argsJson) {
-    return callMethod(this, DATABASE_METHODS, method, argsJson);
+  // `opsLater` (optional): a function answering the write's outbox ops as JSON text,
+  // called inside the transaction only if the outbox is on (Python builds them then)
+  call(method, argsJson, opsLater) {
+    return callMethod(this, DATABASE_METHODS, method, argsJson, undefined, opsLater);
   }
 
   subscribe(fn) {

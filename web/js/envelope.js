@@ -29,12 +29,12 @@ export async function reply(fn, argsJson) {
   }
 }
 
-/** A handle's `call`: `target[method]` if `allowed` names it (and `check()` passes), as an envelope. */
-export function callMethod(target, allowed, method, argsJson, check = () => {}) {
+/** A handle's `call`: `target[method](args, extra)` if `allowed` names it (and `check()` passes), as an envelope. */
+export function callMethod(target, allowed, method, argsJson, check = () => {}, extra = undefined) {
   return reply((args) => {
     check();
     if (!allowed.has(method)) throw new BridgeError("NotSupportedError", `unknown bridge method ${method}`);
-    return target[method](args);
+    return target[method](args, extra);
   }, argsJson);
 }
 

@@ -11,13 +11,17 @@ const KNOWN_SESSIONS = 64;
 // Outbox operations enqueued in the same transaction as the change they describe,
 // once sync was turned on: the kv key OUTBOX_KEY is read
 // in that transaction (the scope must hold "kv"). A message create op keeps data
-// null: it refers to the stored message, which the push reads.
+// null: it refers to the stored message, which the push reads. `ops` is a list, or
+// a function answering the list as JSON text, called (synchronously, inside the
+// transaction) only if the outbox is on: a big write skips building ops nobody keeps.
 export function enqueue(db, tx, ops, created = true) {
-  if (!ops || ops.length === 0) return [];
-  const keep = ops.filter((op) => created || !op.only_if_created).map(({ only_if_created: _o, ...op }) => op);
-  if (keep.length === 0) return [];
+  if (!ops || (Array.isArray(ops) && ops.length === 0)) return [];
   const outbox = tx.objectStore("outbox");
-  const add = () => keep.map((op) => outbox.add(op));
+  const add = () => {
+    const list = Array.isArray(ops) ? ops : JSON.parse(ops());
+    return list.filter((op) => created || !op.only_if_created)
+      .map(({ only_if_created: _o, ...op }) => outbox.add(op));
+  };
   if (db.outboxOn) return add();  // turned on for good: no need to look again
   return [tx.objectStore("kv").count(OUTBOX_KEY).then((n) => {
     if (!n) return null;

@@ -13,7 +13,10 @@ the write's transaction reads the ``kv`` key ``OUTBOX_KEY`` (set for good by
 ``outbox_activate``) and drops the ops while it is absent, so a store that
 never synced holds no outbox at all. A message ``create`` op keeps ``data``
 ``None``: it refers to the stored message (immutable) instead of copying it;
-``chatmem.sync.wire`` reads the record when the op is pushed.
+``chatmem.sync.wire`` reads the record when the op is pushed. ``ops`` may
+also be a zero-argument function answering the list: the store calls it in
+the write's transaction only if the outbox is on (a big write by a store that
+never synced builds no ops at all).
 
 Outbox records: ``{op_id, type, resource, id, session_id, data, timestamp,
 hlc, attempts, next_attempt_at, last_error}``, kept in FIFO order; dead
@@ -22,7 +25,7 @@ letters add ``reason`` and ``response``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, TypeVar, cast, runtime_checkable
 
 T = TypeVar("T")
 
@@ -35,7 +38,8 @@ OUTBOX_KEY = "sync.outbox"
 #: record fields that belong to the store, not to the user-visible model
 SESSION_PRIVATE_FIELDS = ("nextSeq",)
 
-Ops = list[dict[str, Any]] | None
+#: a write's outbox ops: the list, a function answering it (called only if the outbox is on), or none
+Ops = list[dict[str, Any]] | Callable[[], list[dict[str, Any]]] | None
 
 
 def clone(value: T) -> T:
@@ -52,6 +56,8 @@ def gate_ops(ops: Ops, created: bool = True) -> list[dict[str, Any]]:
 
     Call only when ``OUTBOX_KEY`` is set (in the write's transaction).
     """
+    if callable(ops):
+        ops = ops()
     if not ops:
         return []
     out = []

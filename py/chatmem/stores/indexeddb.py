@@ -23,7 +23,10 @@ class BridgeHandle(Protocol):
     name: str
 
     async def call(self, method: str, **args: Any) -> Any:
-        """Run one bridge method = one IndexedDB transaction; typed errors on failure."""
+        """Run one bridge method = one IndexedDB transaction; typed errors on failure.
+
+        An ``ops`` that is a function is not sent: the bridge calls it inside the
+        transaction, only if the outbox is on."""
         ...
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None: ...

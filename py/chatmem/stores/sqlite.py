@@ -225,6 +225,8 @@ class SQLiteStore:
         create: dict[str, Any] | None = None,
         ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        ops = ops() if callable(ops) else ops  # here, not in the worker thread: ids and clocks are not thread-safe
+
         def tx(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             sess = self._session(db, session_id)
             insert = sess is None
@@ -267,6 +269,8 @@ class SQLiteStore:
     async def import_sessions(
         self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
     ) -> None:
+        ops = ops() if callable(ops) else ops  # here, not in the worker thread: ids and clocks are not thread-safe
+
         def tx(db: sqlite3.Connection) -> None:
             for rec, msgs in items:
                 if replace:

@@ -113,10 +113,8 @@ class Transfer:
                 report.sessions_replaced += 1
             todo.append((rec, msgs))
         if todo:
-            ops: list[dict[str, Any]] = []
-            for rec, msgs in todo:
-                ops += await self._core.outbox.session_created(rec)
-                ops += await self._core.outbox.messages_created(rec["sessionId"], msgs)
+            # built only if the store finds its outbox on (a profile that never synced skips them)
+            ops = await self._core.outbox.import_later(todo)
             await self._core.store.import_sessions(todo, replace=preserve_ids, ops=ops)
             for rec, msgs in todo:
                 self._core.invalidate(rec["sessionId"])

@@ -66,10 +66,11 @@ def engine_error(err: dict[str, Any]) -> Exception:
     return QueryError(f"{name}: {message}")
 
 
-async def call(handle: Any, method: str, args: dict[str, Any], translate: Translate) -> Any:
+async def call(handle: Any, method: str, args: dict[str, Any], translate: Translate, *extra: Any) -> Any:
     """One call through a bridge handle: JSON in, the envelope's value out, or the
-    translated error raised (the bridge's own words kept as ``__cause__``)."""
-    envelope = json.loads(await handle.call(method, json.dumps(args, separators=(",", ":"))))
+    translated error raised (the bridge's own words kept as ``__cause__``).
+    ``extra`` (JS values or proxies) follow the JSON text as arguments."""
+    envelope = json.loads(await handle.call(method, json.dumps(args, separators=(",", ":")), *extra))
     if envelope["ok"]:
         return envelope["value"]
     err = envelope["error"]
@@ -92,7 +93,15 @@ class BridgeDB:
         self._proxies: list[Any] = []
 
     async def call(self, method: str, **args: Any) -> Any:
-        return await call(self._handle, method, args, _store_error)
+        ops = args.get("ops")
+        if not callable(ops):
+            return await call(self._handle, method, args, _store_error)
+        # built only if the transaction finds the outbox on, synchronously inside it
+        later = create_proxy(lambda: json.dumps(ops(), separators=(",", ":")))
+        try:
+            return await call(self._handle, method, dict(args, ops=None), _store_error, later)
+        finally:
+            later.destroy()
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(notice)`` when another tab writes to this database."""
