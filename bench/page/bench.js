@@ -376,11 +376,11 @@ export async function w5(system, { db, durability, reps, sessions }) {
  * the method (its IndexedDB transaction included) and JSON.stringify separately. */
 export function instrument(db) {
   const parts = [];
-  db.call = async function (method, argsJson) {
+  db.call = async function (method, argsJson, extra) {
     const t0 = now();
     const args = argsJson ? JSON.parse(argsJson) : {};
     const t1 = now();
-    const value = await this[method](args);
+    const value = await this[method](args, extra);
     const t2 = now();
     const out = JSON.stringify({ ok: true, value });
     parts.push([t1 - t0, t2 - t1, now() - t2]);

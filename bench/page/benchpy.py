@@ -59,10 +59,10 @@ class _Profile:
         outer = self
 
         class Handle:
-            async def call(self, method: str, args: str) -> Any:
+            async def call(self, method: str, args: str, *extra: Any) -> Any:
                 t0 = now()
                 try:
-                    return await outer.handle.call(method, args)
+                    return await outer.handle.call(method, args, *extra)
                 finally:
                     outer.js += now() - t0
 
