@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
-from .embed import Embedder
+from .embed import EMBEDDING_COLUMNS, Embedder
 from .engine import SQLEngine
 from .schema import (
     INDEX_STATEMENTS,
@@ -86,6 +86,8 @@ class QueryIndex:
         self._ready = False
         self._stats: tuple[int, float] | None = None
         self._to_embed: list[tuple[str, str]] = []
+        #: ``(model, dim)`` of the embedders every message has a vector of; emptied by any write
+        self._complete: set[tuple[str, int]] = set()
         #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
         self.embed_progress: tuple[int, int] = (0, 0)
 
@@ -103,6 +105,11 @@ class QueryIndex:
             "INSERT INTO index_meta SELECT 'schema', ? WHERE NOT EXISTS "
             "(SELECT 1 FROM index_meta WHERE key = 'schema')", [SCHEMA_VERSION])
         self._ready = True
+
+    def _forget(self) -> None:
+        """Messages change: the cached BM25 statistics and embedding completeness are stale."""
+        self._stats = None
+        self._complete.clear()
 
     async def meta(self, key: str) -> str | None:
         """A value of ``index_meta`` (``None`` when absent or the table is missing)."""
@@ -125,6 +132,8 @@ class QueryIndex:
     async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         """Run trusted SQL (the library's own) under the index lock."""
         await self.setup()
+        if (sql.split(None, 1) or [""])[0].upper() not in ("SELECT", "WITH"):
+            self._complete.clear()  # it may write: embed_missing counts again
         async with self._lock:
             return await self.engine.execute(sql, params)
 
@@ -194,7 +203,7 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             self._to_embed = []
-            self._stats = None
+            self._forget()
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 await self._apply(kind, session_id, payload)
@@ -202,7 +211,7 @@ class QueryIndex:
                 await self.engine.execute("ROLLBACK")
                 raise
             await self.engine.execute("COMMIT")
-            self._stats = None
+            self._forget()
             to_embed, self._to_embed = self._to_embed, []
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
@@ -275,7 +284,7 @@ class QueryIndex:
         await self.setup()
         sids = [str(s["sessionId"]) for s in sessions] + [str(d) for d in drop]
         async with self._lock:
-            self._stats = None
+            self._forget()
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 for i in range(0, len(sids), 500):
@@ -290,7 +299,7 @@ class QueryIndex:
                 await self.engine.execute("ROLLBACK")
                 raise
             await self.engine.execute("COMMIT")
-            self._stats = None
+            self._forget()
         if self.unsorted_postings > self.compact_after:
             await self.compact()
 
@@ -397,7 +406,7 @@ class QueryIndex:
         ``embed_missing`` does it later.
         """
         async with self._lock:
-            self._stats = None
+            self._forget()
             ex = self.engine.execute
             for stmt in ("DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
                          "DROP INDEX IF EXISTS terms_term"):
@@ -432,7 +441,7 @@ class QueryIndex:
             for stmt in INDEX_STATEMENTS:
                 await ex(stmt)
             self.unsorted_postings = 0
-            self._stats = None
+            self._forget()
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 
@@ -442,13 +451,17 @@ class QueryIndex:
         ``limit``, oldest first); return how many. ``embed_progress`` is then
         ``(messages with a vector, messages)`` of the scope.
 
-        Cheap when nothing is missing (two counts).
+        Cheap when nothing is missing: two counts, and none at all once a whole-index
+        check found every message embedded and no message was written since.
         """
         from .embed import embedding_rows
 
         await self.setup()
         if not embedder.dimensions:
             await embedder.embed(["dimension probe"])  # an HTTP embedder learns its size
+        key = (embedder.model, embedder.dimensions)
+        if key in self._complete:
+            return 0
         where, params = ("WHERE session_id = ?", [session_id]) if session_id else ("", [])
         total = await self.execute(f"SELECT count(*) AS n FROM messages {where}", params)
         done = await self.execute(
@@ -459,6 +472,8 @@ class QueryIndex:
         n_total, n_done = int(total[0]["n"]), int(done[0]["n"])
         self.embed_progress = (min(n_done, n_total), n_total)
         if n_total <= n_done:
+            if not session_id:
+                self._complete.add(key)
             return 0
         rows = await self.execute(
             "SELECT m.id, m.text, p.text AS prev FROM messages m "
@@ -475,9 +490,9 @@ class QueryIndex:
             vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part])
             async with self._lock:
                 await self.engine.execute(
-                    f"DELETE FROM embeddings WHERE model IN (?, ?) AND message_id IN ({_placeholders(len(part))})",
-                    [embedder.model, f"{embedder.model}+ctx"] + [r["id"] for r in part],
+                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
+                    [embedder.model] + [r["id"] for r in part],
                 )
-                await self.engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], vec_rows)
+                await self.engine.load_rows("embeddings", EMBEDDING_COLUMNS, vec_rows)
             self.embed_progress = (min(n_done + i + len(part), n_total), n_total)
         return len(rows)

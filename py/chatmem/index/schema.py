@@ -18,7 +18,13 @@
                 ranks, breaks ties and fetches the winners without a join
     terms       (term, df): the document frequency of every indexed term
     stats       one row (n, total): the number of docs and the sum of doc_len
-    embeddings  (message_id, model, dim, vec FLOAT[]): one vector per message and model
+    embeddings  one row per message and embedder model: (message_id, model, dim,
+                vec TINYINT[], scale, cvec TINYINT[], cscale): the message's own
+                vector and its in-context vector (NULL when the embedder has none,
+                or it equals ``vec``), each l2-normalised and quantised to int8
+                with one FLOAT scale (``embed.quantize``): ``dim + 4`` bytes a
+                vector instead of ``4 * dim``, and the cosine with a unit query
+                vector is ``scale * (vec · q)`` (``embed.cosine_sql``)
     index_meta  (key, value): the schema version of a cached (OPFS) index
 
 ``terms`` and ``stats`` are kept exact on every write (integer counts), so the
@@ -116,13 +122,16 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("message_id", "VARCHAR"),
         ("model", "VARCHAR"),
         ("dim", "INTEGER"),
-        ("vec", "FLOAT[]"),
+        ("vec", "TINYINT[]"),
+        ("scale", "FLOAT"),
+        ("cvec", "TINYINT[]"),
+        ("cscale", "FLOAT"),
     ],
     "index_meta": [("key", "VARCHAR"), ("value", "VARCHAR")],
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 #: the staging table a batch of messages goes through: ``docs`` plus ``toks``
 #: (the message's index terms joined by spaces; terms never hold a space),
