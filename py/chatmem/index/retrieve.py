@@ -40,6 +40,7 @@ from typing import Any
 from ..errors import SessionNotFound, ValidationError
 from ..models import ChatMessage
 from .embed import Embedder, calibration_of, cosine_sql, query_literal
+from .hits import _fetch
 from .search import SearchHit, default_embedder, hit_from_row
 
 __all__ = ["SCOPES", "STRATEGIES", "HybridWeights", "RetrievalConfig", "mark_provenance", "retrieve"]
@@ -112,8 +113,8 @@ async def retrieve(
             "ORDER BY seq DESC LIMIT ?",
             [float(n), session_id, n],
         )
-        hits = [hit_from_row(r, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
-                                              "recency": float(r["recency"])}) for r in rows]
+        hits = [hit_from_row(m, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
+                                              "recency": float(r["recency"])}) for m, r in await _fetch(index, rows)]
         return sorted(hits, key=lambda h: h.message.seq)
 
     emb = default_embedder(index, embedder)
@@ -140,11 +141,11 @@ async def retrieve(
         params + [n],
     )
     hits = [
-        hit_from_row(r, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
+        hit_from_row(m, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
             "keyword": 0.0, "semantic": float(r["p_sem"]), "recency": float(r["p_rec"]),
             "relevance": float(r["sim"]), "similarity": _raw(r["raw"]),
         })
-        for r in rows
+        for m, r in await _fetch(index, rows)
     ]
     own = sorted(hits, key=lambda h: h.message.seq)
     if config.scope == "session":
@@ -171,9 +172,9 @@ async def _other_sessions(index: Any, session_id: str, config: RetrievalConfig, 
         [query_literal(vec), session_id, session_id, emb.model, emb.dimensions, lo, hi - lo,
          float(config.relevance_threshold), config.recent_count],
     )
-    return [hit_from_row(r, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
+    return [hit_from_row(m, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
                                               "relevance": float(r["sim"]), "similarity": _raw(r["raw"])})
-            for r in rows]
+            for m, r in await _fetch(index, rows)]
 
 
 def _raw(v: Any) -> float:
