@@ -34,6 +34,8 @@ sys.path.insert(0, str(HERE))
 import build  # noqa: E402
 import payloads  # noqa: E402
 import report  # noqa: E402
+import goals  # noqa: E402
+import scale  # noqa: E402
 
 NODE = ROOT / "node_modules"
 RESULTS = HERE / "results"
@@ -95,6 +97,8 @@ class Browser:
         self.page.set_default_timeout(900_000)
         self.errors: list[str] = []
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: m.text.startswith("[bench page]") and log(m.text))
+        self.page.on("crash", lambda _: self.errors.append("the page crashed"))
         self.page.goto(site + "bench/index.html")
         self.page.evaluate("window.benchReady")
 
@@ -104,8 +108,10 @@ class Browser:
     def py(self, code: str) -> Any:
         return self.page.evaluate("c => window.chatmem.runPython(c)", code)
 
-    def call(self, fn: str, *args: Any) -> Any:
-        return self.py(f"import benchpy\nawait benchpy.{fn}(*{list(args)!r})")
+    def call(self, fn: str, *args: Any, mod: str = "benchpy") -> Any:
+        return self.py(f"import {mod}\nawait {mod}.{fn}(*{list(args)!r})")
+
+    log = staticmethod(log)
 
     def env(self) -> dict[str, Any]:
         return {
@@ -386,7 +392,7 @@ WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
     "W5": w5,
     "W7": w7,
     "W4": w4,
-    # "W4": keyword search, "W7": outbox drain — land with their issues
+    "W9": scale.w9,
 }
 
 # ---------------------------------------------------------------------------- targets
@@ -470,7 +476,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         "w1_points": [(1000, 200), (5000, 100)], "w1_warmup": 20, "w1_block_reps": 60,
         "w2_points": [(10000, 4)], "w2_ps_reps": 2, "w3_n": 10000, "w3_budget": 8000, "w3_reps": 40,
         "w5_reps": 3, "w6_loads": 4, "w7_ops": 1000, "w7_reps": 3, "w7_fail_rate": 0.10,
-        "w4_messages": 100_000, "w4_queries": 200,
+        "w4_messages": 100_000, "w4_queries": 200, "w9_messages": 50_000,
     }
     if args.large:
         cfg["w2_points"].append((100000, 2))
@@ -480,7 +486,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:
         cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
                    w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1, w7_ops=100, w7_reps=1,
-                   w4_messages=2000, w4_queries=20, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
+                   w4_messages=2000, w4_queries=20, w9_messages=2000, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
     return cfg
 
 
@@ -502,6 +508,31 @@ def quality_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def huge_main(args: argparse.Namespace) -> int:
+    """``--huge``: ``--huge-n`` messages in one page (scale.run_huge); writes huge.json and huge.md."""
+    dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
+    assemble_page(dist)
+    srv, site = build.serve_in_thread(dist, 0)
+    b = Browser(site)
+    t0 = time.perf_counter()
+    try:
+        env = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "cpu": _cpu(), **b.env()}
+        log(f"--huge: {args.huge_n:,} messages in one page (Chromium {env['chromium']}, Pyodide {env['pyodide']})")
+        h = scale.run_huge(b, args.huge_n, log)
+    finally:
+        b.close()
+        srv.shutdown()
+    h["env"], h["wall_s"] = env, time.perf_counter() - t0
+    rows = goals.rows(None, None, h)
+    md = scale.huge_markdown(h) + "\n" + goals.markdown(rows, huge_only=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "huge.json").write_text(json.dumps({**h, "goals": rows}, indent=1, default=str) + "\n")
+    (args.out / "huge.md").write_text(md)
+    print("\n" + md)
+    log(f"--huge took {h['wall_s'] / 60:.1f} min; wrote {args.out}/huge.json and huge.md")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--large", action="store_true", help="W2 also at 100,000 messages")
@@ -517,7 +548,12 @@ def main() -> int:
     ap.add_argument("--quality", action="store_true",
                     help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython")
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
+    ap.add_argument("--huge", action="store_true",
+                    help="only the large-history run: --huge-n messages stored, windowed, exported, searched in one page")
+    ap.add_argument("--huge-n", type=int, default=1_000_000, help="messages for --huge (default 1,000,000)")
     args = ap.parse_args()
+    if args.huge:
+        return huge_main(args)
     if args.quality:
         return quality_main(args)
     if args.render:
@@ -592,7 +628,8 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.svg"):
         old.unlink()
-    doc = {"env": env, "rows": res.rows, "extra": res.extra, "targets": tg}
+    gl = goals.rows(res, env["config"], None)
+    doc = {"env": env, "rows": res.rows, "extra": res.extra, "targets": tg, "goals": gl}
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     md = [
         "# chatmem benchmark results\n",
@@ -603,6 +640,7 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
         "W6: from navigation start). `vs raw` = this ÷ raw in the same run; `chatmem ÷ this` = chatmem's p50 ÷ this "
         "row's p50 (below 1: chatmem is faster). CPython rows compare chatmem's store of the same kind.\n",
         report.markdown(res.rows),
+        goals.markdown(gl),
         "## Targets\n",
         "| target | goal | measured | status |", "|---|---|---|---|",
         *[f"| {x['target']} | {x['goal']} | {x['measured']} | {x['status']} |" for x in tg],
@@ -647,6 +685,7 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
     print("\n" + report.markdown(res.rows))
     for x in tg:
         print(f"{x['status']:>12}  {x['target']}: {x['measured']}  (goal: {x['goal']})")
+    print("\n" + goals.markdown(gl))
     log(f"wrote {out}/results.json, results.md and {len(charts)} charts")
 
 

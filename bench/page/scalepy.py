@@ -1,0 +1,244 @@
+"""The large-history cases of the bench, in the page's Pyodide (run.py drives them).
+
+- ``Words``: the seeded 30,000-word vocabulary with Zipf frequencies and the
+  30-150-word messages of bench/search/bench_browser.py (same seed, same draws).
+- ``chatgpt_import``: a ChatGPT ``conversations.json`` made in the page, imported
+  through ``mem.import_sessions`` and timed until a keyword search finds it.
+- ``huge_*``: the 1,000,000-message run, one phase per call (fill in chunks,
+  window, export, first search, search p50), each returning its time and the
+  heaps measurable from the page at its end (``heap``). Every phase runs under a
+  watchdog, so a dead engine worker is reported as a timeout, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import statistics
+from typing import Any
+
+import js  # type: ignore[import-not-found]
+
+import chatmem
+from chatmem.runtime import page as _browser
+
+now = js.performance.now
+MARKER = "zqxchatgptmarker"
+
+
+class Words:
+    """The vocabulary and message texts of bench_browser.py's fill (seed 7)."""
+
+    def __init__(self, seed: int = 7):
+        rng = random.Random(seed)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        vocab: set[str] = set()
+        while len(vocab) < 30000:
+            vocab.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 10))))
+        self.vocab = sorted(vocab)
+        rng.shuffle(self.vocab)
+        self.cum = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(self.vocab))))
+        self.rng = rng
+
+    def text(self) -> str:
+        r = self.rng
+        return " ".join(r.choices(self.vocab, cum_weights=self.cum, k=r.randint(30, 150)))
+
+    def queries(self, n: int, seed: int = 11) -> list[str]:
+        """1-3 words drawn uniformly from the vocabulary except its 50 most frequent."""
+        r = random.Random(seed)
+        return [" ".join(r.choice(self.vocab[50:]) for _ in range(r.randint(1, 3))) for _ in range(n)]
+
+
+# ---------------------------------------------------------------- heaps
+
+
+def _wasm_bytes() -> int:
+    return int(js.window.chatmem.pyodide._module.HEAP8.length)
+
+
+async def heap(mem: Any = None) -> dict[str, Any]:
+    """What the page can measure of its own memory: Pyodide's Wasm memory (it never
+    shrinks, so it is also the peak), the main thread's JS heap (``performance.memory``,
+    Chromium only) and DuckDB's buffer manager in its worker (``duckdb_memory()``) when
+    the index is open. The engine worker's own Wasm memory is not reachable from here."""
+    out: dict[str, Any] = {"pyodide_wasm": _wasm_bytes()}
+    pm = getattr(js.performance, "memory", None)
+    if pm is not None:
+        out["js_heap_used"] = int(pm.usedJSHeapSize)
+        out["js_heap_total"] = int(pm.totalJSHeapSize)
+    idx = getattr(getattr(mem, "index", None), "index", None) if mem is not None else None
+    if idx is not None:
+        try:
+            rows = await idx.execute("SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()")
+            out["duckdb_buffer"] = int(rows[0]["b"] or 0)
+        except Exception as e:  # noqa: BLE001  (a dead worker: say so, do not fail the report)
+            out["duckdb_buffer_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _log(msg: str) -> None:
+    js.console.log(f"[bench page] {msg}")
+
+
+async def _watch(coro: Any, seconds: float) -> Any:
+    return await asyncio.wait_for(coro, seconds)
+
+
+# ---------------------------------------------------------------- ChatGPT export -> searchable
+
+
+def chatgpt_export(n: int, per: int = 100, seed: int = 7) -> str:
+    """A ChatGPT ``conversations.json`` of ``n`` messages (``per`` per conversation,
+    user and assistant in turn, one linear path below the ``message: null`` root),
+    the marker word in one message of the middle conversation."""
+    w = Words(seed)
+    convs = []
+    t = 1_700_000_000.0
+    mid = (n // per) // 2
+    for c in range((n + per - 1) // per):
+        mapping: dict[str, Any] = {f"c{c}-root": {"id": f"c{c}-root", "message": None, "parent": None,
+                                                  "children": [f"c{c}-0"]}}
+        k = min(per, n - c * per)
+        for i in range(k):
+            t += 7.0
+            text = w.text() + (f" {MARKER}" if c == mid and i == k // 2 else "")
+            mapping[f"c{c}-{i}"] = {
+                "id": f"c{c}-{i}", "parent": f"c{c}-{i - 1}" if i else f"c{c}-root",
+                "children": [f"c{c}-{i + 1}"] if i + 1 < k else [],
+                "message": {"id": f"c{c}-{i}", "author": {"role": ("user", "assistant")[i % 2], "name": None,
+                                                          "metadata": {}},
+                            "create_time": t, "update_time": None,
+                            "content": {"content_type": "text", "parts": [text]},
+                            "status": "finished_successfully", "end_turn": True, "weight": 1.0,
+                            "metadata": {"model_slug": "gpt-4o"} if i % 2 else {}, "recipient": "all"}}
+        convs.append({"title": f"conversation {c}", "create_time": t - 7 * k, "update_time": t,
+                      "mapping": mapping, "current_node": f"c{c}-{k - 1}", "conversation_id": f"conv-{c}",
+                      "is_archived": False, "moderation_results": [], "plugin_ids": None})
+    return json.dumps(convs)
+
+
+async def chatgpt_import(db: str, n: int, timeout_s: float = 600) -> dict[str, Any]:
+    """Import an ``n``-message ChatGPT export into an empty store whose index is up,
+    then search for the marker until a hit from the import comes back."""
+    await _browser.drop_database(db)
+    await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
+    text = chatgpt_export(n)
+    mem = await chatmem.open(db)
+    await mem.search("warm", limit=1)  # the app is up: the (empty) index is open
+    t0 = now()
+    report = await mem.import_sessions(text)
+    t1 = now()
+    hits: list[Any] = []
+    tries = 0
+    while not hits and now() - t0 < timeout_s * 1000:
+        tries += 1
+        hits = [h for h in await mem.search(MARKER, limit=5) if MARKER in (h.message.text or "")]
+        if not hits:
+            await asyncio.sleep(0.05)
+    t2 = now()
+    imported = report.messages_imported
+    await mem.close()
+    await _browser.drop_database(db)
+    await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
+    return {"import_ms": t1 - t0, "search_ms": t2 - t1, "total_ms": t2 - t0, "found": bool(hits),
+            "tries": tries, "messages": imported, "bytes": len(text.encode())}
+
+
+# ---------------------------------------------------------------- the 1,000,000-message run
+
+_huge: dict[str, Any] = {}
+
+
+async def huge_open(db: str, per_session: int) -> dict[str, Any]:
+    """A fresh store (and no cached index) for the run."""
+    await _browser.drop_database(db)
+    await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
+    _huge.clear()
+    _huge.update(db=db, words=Words(), per=per_session, mem=await chatmem.open(db), done=0, text_bytes=0,
+                 sessions=[])
+    return {"heap": await heap(_huge["mem"])}
+
+
+async def huge_fill(count: int, timeout_s: float) -> dict[str, Any]:
+    """Store ``count`` more messages through ``append_many``, a session of ``per`` at a time."""
+    async def fill() -> None:
+        mem, w, per = _huge["mem"], _huge["words"], _huge["per"]
+        left = count
+        while left > 0:
+            k = min(per, left)
+            s = await mem.sessions.create(title=f"session {len(_huge['sessions'])}")
+            texts = [w.text() for _ in range(k)]
+            _huge["text_bytes"] += sum(len(t.encode()) for t in texts)
+            await mem.messages.append_many(s.session_id, [
+                {"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)])
+            _huge["sessions"].append(s.session_id)
+            _huge["done"] += k
+            left -= k
+
+    t0 = now()
+    await _watch(fill(), timeout_s)
+    return {"ms": now() - t0, "stored": _huge["done"], "text_bytes": _huge["text_bytes"],
+            "heap": await heap(_huge["mem"])}
+
+
+async def huge_window(budget: int, timeout_s: float) -> dict[str, Any]:
+    """The context window (``build_window``) of the newest session, under ``budget`` tokens."""
+    mem = _huge["mem"]
+    t0 = now()
+    res = await _watch(mem.build_window(_huge["sessions"][-1], max_tokens=budget), timeout_s)
+    return {"ms": now() - t0, "kept": len(res.kept_ids), "heap": await heap(mem)}
+
+
+async def huge_export(timeout_s: float) -> dict[str, Any]:
+    """Everything through ``export_iter`` (streamed; only its size is kept)."""
+    mem = _huge["mem"]
+
+    async def run() -> int:
+        size = 0
+        async for chunk in mem.export_iter(batch_size=2000):
+            size += len(chunk)
+        return size
+
+    t0 = now()
+    size = await _watch(run(), timeout_s)
+    return {"ms": now() - t0, "chars": size, "heap": await heap(mem)}
+
+
+async def huge_first_search(timeout_s: float) -> dict[str, Any]:
+    """The first keyword search: the index is derived from the store (none is cached)."""
+    mem = _huge["mem"]
+    q = _huge["words"].queries(1)[0]
+    t0 = now()
+    hits = await _watch(mem.search(q, limit=10), timeout_s)
+    return {"ms": now() - t0, "hits": len(hits), "heap": await heap(mem)}
+
+
+async def huge_search(queries: int, timeout_s: float) -> dict[str, Any]:
+    """Keyword top-10 over ``queries`` queries (after 5 warm-up ones): the samples."""
+    mem = _huge["mem"]
+    qs = _huge["words"].queries(queries + 5, seed=13)
+
+    async def run() -> list[float]:
+        for q in qs[:5]:
+            await mem.search(q, limit=10)
+        out = []
+        for q in qs[5:]:
+            t = now()
+            await mem.search(q, limit=10)
+            out.append(now() - t)
+        return out
+
+    times = await _watch(run(), timeout_s)
+    return {"times": times, "p50": statistics.median(times), "heap": await heap(mem)}
+
+
+async def huge_close() -> dict[str, Any]:
+    mem = _huge.pop("mem", None)
+    if mem is not None:
+        await mem.close()
+    await _browser.drop_database(_huge["db"])
+    await _browser.opfs_remove(_browser.index_cache_path(_huge["db"]).removeprefix("opfs://"))
+    return {"heap": await heap()}
