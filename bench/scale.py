@@ -118,10 +118,11 @@ def _heap_line(h: dict[str, Any], mem: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
-def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 50_000,
+def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
              queries: int = 100, per_session: int = 100) -> dict[str, Any]:
     """The ``--huge`` run; returns ``{n, phases: [...], failed, ...}`` (never raises for a
     failure of chatmem: it is the result)."""
+    chunk = chunk or min(50_000, max(5_000, n // 20))
     mon = RendererMemory().start()
     out: dict[str, Any] = {"n": n, "phases": [], "failed": None, "measurable": MEASURABLE}
     stored = 0
@@ -161,8 +162,8 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 50_000,
         out["text_bytes"] = r["text_bytes"]
         for name, fn, args, limit in (
             ("window", "huge_window", (8000,), 300),
-            ("export", "huge_export", (), 60 + n / 2000),
-            ("first search (index derived from the store)", "huge_first_search", (), 300 + n / 200),
+            ("export", "huge_export", (), 120 + n / 1000),
+            ("first search (index derived from the store)", "huge_first_search", (), 300 + n / 400),
             (f"keyword search x{queries}", "huge_search", (queries,), 60 + queries * 5),
         ):
             r = phase(name, fn, *args, limit_s=limit)
