@@ -57,6 +57,11 @@ def assemble_page(dist: Path) -> Path:
     out = dist / "bench"
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(HERE / "page", out)
+    shutil.copy2(HERE / "quality.py", out / "quality.py")  # run_page: the same questions in the page
+    # the page runtime finds the embedding model through build-info.json beside the document
+    info = json.loads((dist / "build-info.json").read_text())
+    if info.get("model"):
+        (out / "build-info.json").write_text(json.dumps({"model": "../" + info["model"]}))
     vendor = out / "vendor"
 
     def cp(src: str, dst: str) -> None:
@@ -491,19 +496,36 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def quality_main(args: argparse.Namespace) -> int:
-    """``--quality``: the LoCoMo table (see quality.py), printed and written to quality.md/json."""
+    """``--quality``: the LoCoMo table (see quality.py) on CPython and, unless ``--no-browser``,
+    in the page in the same run; printed and written to quality.md/json."""
     import quality
 
     from chatmem.embedding import default_embedder
 
     t0 = time.perf_counter()
     res = quality.run_quality(args.conversations)
-    table = quality.render_table(res, default_embedder().model)
+    log(f"quality on CPython: {time.perf_counter() - t0:.0f} s")
+    page = None
+    if not args.no_browser:
+        convs = quality.load_conversations(args.conversations)
+        dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
+        assemble_page(dist)
+        srv, site = build.serve_in_thread(dist, 0)
+        b = Browser(site)
+        try:
+            t1 = time.perf_counter()
+            b.page.evaluate("d => { window.benchLocomo = d; }", json.dumps(convs))
+            page = b.py("import json, js, quality\nawait quality.run_page(json.loads(js.window.benchLocomo))")
+            log(f"quality in the page: {time.perf_counter() - t1:.0f} s")
+        finally:
+            b.close()
+            srv.shutdown()
+    table = quality.render_table(res, default_embedder().model, page)
     print(table)
     log(f"quality run: {time.perf_counter() - t0:.0f} s")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quality.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"),
-                                                       "results": res}, indent=1))
+                                                       "results": res, "page": page}, indent=1))
     (args.out / "quality.md").write_text(table + "\n")
     return 0
 
@@ -546,7 +568,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--render", action="store_true", help="only re-render results.md and the charts from results.json")
     ap.add_argument("--quality", action="store_true",
-                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython")
+                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython and in the page")
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
     ap.add_argument("--huge", action="store_true",
                     help="only the large-history run: --huge-n messages stored, windowed, exported, searched in one page")
