@@ -1,6 +1,6 @@
-"""The large-history goals table: each measure with the figure before this work
-("before", as measured on this 2-core machine when the goals were set), the figure
-of this run, the goal, and met / missed / not run.
+"""The large-history goals table: each measure with its figure when the goals were
+set ("today", measured on this 2-core machine then), the figure of this run
+("new"), the goal, and met / missed / reported / not run.
 
 Rows read the default run's results (W1, W2, W4, W6, W9) and, for the
 1,000,000-message rows, a ``--huge`` run (``scale.run_huge``); a row whose
@@ -16,9 +16,9 @@ __all__ = ["rows", "markdown"]
 GB = 1e9
 
 
-def _row(measure: str, before: str, goal: str, new: str | None, ok: bool | None, how: str = "") -> dict[str, Any]:
+def _row(measure: str, today: str, goal: str, new: str | None, ok: bool | None, how: str = "") -> dict[str, Any]:
     status = "not run" if new is None else {True: "met", False: "missed", None: "reported"}[ok]
-    return {"measure": measure, "before": before, "new": new if new is not None else f"not run{how}",
+    return {"measure": measure, "today": today, "new": new if new is not None else f"not run{how}",
             "goal": goal, "status": status}
 
 
@@ -122,5 +122,5 @@ def markdown(table: list[dict[str, Any]], *, huge_only: bool = False) -> str:
     head = "## Large-history goals (`--huge` rows)\n" if huge_only else "## Large-history goals\n"
     lines = [head, "`today`: the figure on this 2-core machine when the goals were set; `new`: this run.\n",
              "| measure | today | new | goal | status |", "|---|---|---|---|---|"]
-    lines += [f"| {r['measure']} | {r['before']} | {r['new']} | {r['goal']} | {r['status']} |" for r in table]
+    lines += [f"| {r['measure']} | {r['today']} | {r['new']} | {r['goal']} | {r['status']} |" for r in table]
     return "\n".join(lines) + "\n"
