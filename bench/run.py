@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))  # build.py: the static server
 sys.path.insert(0, str(HERE))
 
 import build  # noqa: E402
+import goals  # noqa: E402
 import payloads  # noqa: E402
 import report  # noqa: E402
-import goals  # noqa: E402
 import scale  # noqa: E402
 
 NODE = ROOT / "node_modules"

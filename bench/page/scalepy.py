@@ -16,10 +16,10 @@ import statistics
 from typing import Any
 
 import js  # type: ignore[import-not-found]
+from scalegen import MARKER, Words, chatgpt_export
 
 import chatmem
 from chatmem.runtime import page as _browser
-from scalegen import MARKER, Words, chatgpt_export
 
 now = js.performance.now
 
