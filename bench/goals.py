@@ -34,10 +34,10 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     v = w4.get("first_query_cached_s")
     out.append(_row(f"first keyword search after a cold page load, 100,000 stored, index cached{at}", "3–12 s",
                     "≤ 1.0 s after `ready`", None if v is None else _s(v), None if v is None else v <= 1.0,
-                    " (W4)"))
+                    " (W4: `--scale`)"))
     v = w4.get("first_query_uncached_s")
     out.append(_row(f"the same with no cached index{at}", "19–38 s", "≤ 6 s",
-                    None if v is None else _s(v), None if v is None else v <= 6, " (W4)"))
+                    None if v is None else _s(v), None if v is None else v <= 6, " (W4: `--scale`)"))
     t2, t3 = w4.get("second_tab_s"), w4.get("third_tab_s")
     if t2 is not None and t3 is not None:
         mode = (w4.get("second_tab_open") or {}).get("mode")
@@ -46,7 +46,7 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                         "≤ 0.5 s after `ready`, no second copy of the index", new, max(t2, t3) <= 0.5))
     else:
         out.append(_row("a second / third tab's first search while the first tab is open", "38–73 s",
-                        "≤ 0.5 s after `ready`, no second copy of the index", None, None, " (W4)"))
+                        "≤ 0.5 s after `ready`, no second copy of the index", None, None, " (W4: `--scale`)"))
     ib, tb = w4.get("index_bytes"), w4.get("text_bytes")
     if ib and tb:
         out.append(_row(f"keyword index size (OPFS, no embeddings) vs the messages' UTF-8 text{at}",
@@ -54,10 +54,10 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                         f"{ib / GB:.3f} GB vs {tb / GB:.3f} GB = {ib / tb:.2f}x", ib <= tb))
     else:
         out.append(_row("keyword index size (OPFS, no embeddings) vs the messages' UTF-8 text",
-                        "0.2–0.7 GB (7.7x the text)", "≤ 1x the text", None, None, " (W4)"))
+                        "0.2–0.7 GB (7.7x the text)", "≤ 1x the text", None, None, " (W4: `--scale`)"))
     kw = res.find("W4", f"search {n4:,} msgs", "chatmem keyword (BM25, DuckDB-Wasm)")
     out.append(_row(f"keyword search p50 over {n4:,}", "5.8 ms", "≤ 8 ms",
-                    None if not kw else f"{kw['p50']:.1f} ms", None if not kw else kw["p50"] <= 8, " (W4)"))
+                    None if not kw else f"{kw['p50']:.1f} ms", None if not kw else kw["p50"] <= 8, " (W4: `--scale`)"))
     b1 = cfg["w1_points"][0][0]
     c1, s1 = (res.find("W1", f"append @{b1:,}", s) for s in ("chatmem", "rawschema"))
     q = c1["p50"] / s1["p50"] if c1 and s1 else None
@@ -81,7 +81,7 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     out.append(_row(f"import of a {n9:,}-message ChatGPT export → searchable", "not measured", "≤ 10 s",
                     None if not w9 else f"{w9['total_ms'] / 1000:.1f} s (import {w9['import_ms'] / 1000:.1f} s "
                     f"+ first hit {w9['search_ms'] / 1000:.2f} s)",
-                    None if not w9 else w9["total_ms"] <= 10_000, " (W9)"))
+                    None if not w9 else w9["total_ms"] <= 10_000, " (W9: `--scale`)"))
     return out
 
 

@@ -2,7 +2,10 @@
 """chatmem benchmarks: the same seeded workloads through chatmem and the
 alternatives, in one Chromium page and one CPython process, in one run.
 
-    python build.py bench                 # default sizes (~10 minutes on 2 cores)
+    python build.py bench                 # default sizes (~6 minutes on 2 cores)
+    python build.py bench --scale         # also W4 (100,000 messages) and W9 (a 50,000-message ChatGPT import)
+    python build.py bench --huge [--huge-n N]   # only: 1,000,000 (N) messages in one page
+    python build.py bench --quality       # LoCoMo retrieval quality, CPython and the page
     python build.py bench --large         # W2 also at 100,000 messages
     python build.py bench --quick         # tiny sizes: checks that everything runs
     python build.py bench --durability strict
@@ -399,6 +402,8 @@ WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
     "W4": w4,
     "W9": scale.w9,
 }
+#: the large-history cases, run with --scale (or named in --only): minutes each with today's index
+SCALE = {"W4", "W9"}
 
 # ---------------------------------------------------------------------------- targets
 
@@ -570,6 +575,8 @@ def main() -> int:
     ap.add_argument("--quality", action="store_true",
                     help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython and in the page")
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
+    ap.add_argument("--scale", action="store_true",
+                    help="also the 100,000-message cases: W4 search and first queries, W9 ChatGPT import")
     ap.add_argument("--huge", action="store_true",
                     help="only the large-history run: --huge-n messages stored, windowed, exported, searched in one page")
     ap.add_argument("--huge-n", type=int, default=1_000_000, help="messages for --huge (default 1,000,000)")
@@ -607,6 +614,9 @@ def main() -> int:
             log(f"Chromium {env['chromium']}, Pyodide {env['pyodide']}, {env['cores']} cores, durability {cfg['durability']}")
             needs_w2 = {"W5", "W6"} & only and "W2" not in only
             for name, fn in WORKLOADS.items():
+                if name in SCALE and not args.scale and name not in only:
+                    log(f"{name} skipped (a 100,000-message history case: --scale)")
+                    continue
                 if only and name not in only:
                     if name == "W2" and needs_w2:
                         w2(b, cfg, Results())  # the data W5/W6 read, not reported
