@@ -571,7 +571,8 @@ def main() -> int:
     ap.add_argument("--no-cpython", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", action="store_true", help="only re-render results.md and the charts from results.json")
+    ap.add_argument("--render", action="store_true",
+                    help="only re-render results.md and the charts from results.json (and huge.json, if there)")
     ap.add_argument("--quality", action="store_true",
                     help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython and in the page")
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
@@ -589,7 +590,8 @@ def main() -> int:
         doc = json.loads((args.out / "results.json").read_text())
         res = Results()
         res.rows, res.extra = doc["rows"], doc["extra"]
-        write(args.out, doc["env"], res, doc["targets"])
+        huge = args.out / "huge.json"
+        write(args.out, doc["env"], res, doc["targets"], json.loads(huge.read_text()) if huge.exists() else None)
         return 0
     cfg = config(args)
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
@@ -656,11 +658,14 @@ def _cpu() -> str:
     return platform.processor() or "unknown"
 
 
-def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]) -> None:
+def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]],
+          huge: dict[str, Any] | None = None) -> None:
+    """results.json, results.md and the charts; ``huge`` (``--render`` with a huge.json
+    beside results.json) fills the 1,000,000-message goal rows and adds its section."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.svg"):
         old.unlink()
-    gl = goals.rows(res, env["config"], None)
+    gl = goals.rows(res, env["config"], huge)
     doc = {"env": env, "rows": res.rows, "extra": res.extra, "targets": tg, "goals": gl}
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     md = [
@@ -673,6 +678,7 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
         "row's p50 (below 1: chatmem is faster). CPython rows compare chatmem's store of the same kind.\n",
         report.markdown(res.rows),
         goals.markdown(gl),
+        *([scale.huge_markdown(huge)] if huge else []),
         "## Targets\n",
         "| target | goal | measured | status |", "|---|---|---|---|",
         *[f"| {x['target']} | {x['goal']} | {x['measured']} | {x['status']} |" for x in tg],
