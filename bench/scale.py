@@ -28,10 +28,14 @@ class RendererMemory:
     seconds (a thread reading ``/proc``): the current and peak (``VmHWM``) RSS of the
     largest renderer, and the largest sum over all Chromium processes seen."""
 
-    def __init__(self, every: float = 1.0):
+    def __init__(self, every: float = 1.0, log: Callable[[str], None] | None = None, log_every: float = 60.0):
         self.every = every
         self.peak_total = 0
         self.last: dict[str, int] = {}
+        #: with ``log``: a line every ``log_every`` seconds into a phase (set ``phase``), so a
+        #: long first search shows it is alive and how its memory grows
+        self.log, self.log_every = log, log_every
+        self.phase: tuple[str, float] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -79,8 +83,19 @@ class RendererMemory:
         return self.last
 
     def _run(self) -> None:
+        current, next_log = None, 0.0
         while not self._stop.wait(self.every):
-            self.sample()
+            m = self.sample()
+            phase = self.phase
+            if not (self.log and phase):
+                continue
+            if phase is not current:
+                current, next_log = phase, self.log_every
+            took = time.perf_counter() - phase[1]
+            if took >= next_log:
+                next_log += self.log_every
+                self.log(f"  … {took:,.0f} s into {phase[0]}: renderer RSS {_mb(m['renderer_rss'])}, "
+                         f"all Chromium processes {_mb(m['chromium_total_rss'])}")
 
     def start(self) -> RendererMemory:
         self.sample()
@@ -123,12 +138,13 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
     """The ``--huge`` run; returns ``{n, phases: [...], failed, ...}`` (never raises for a
     failure of chatmem: it is the result)."""
     chunk = chunk or min(50_000, max(5_000, n // 20))
-    mon = RendererMemory().start()
+    mon = RendererMemory(log=log).start()
     out: dict[str, Any] = {"n": n, "phases": [], "failed": None, "measurable": MEASURABLE}
     stored = 0
 
     def phase(name: str, fn: str, *args: Any, limit_s: float) -> dict[str, Any] | None:
         t = time.perf_counter()
+        mon.phase = (name, t)
         try:
             r = b.call(fn, *args, limit_s, mod="scalepy")
         except Exception as e:  # noqa: BLE001  (a crash, an OOM, a timeout: reported, not raised)
@@ -142,6 +158,7 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
             log(f"HUGE FAILED in {name} with {stored:,} stored after {time.perf_counter() - t:.0f} s: "
                 f"{out['failed']['error'].splitlines()[0]}; {_heap_line(h, out['failed']['memory'])}")
             return None
+        mon.phase = None
         r["memory"] = mon.sample()
         r["phase"] = name
         out["phases"].append(r)
