@@ -736,6 +736,7 @@ WORKLOAD_TITLES = {
     "W7": "outbox drain to the sync server",
     "W4": "ranked keyword search",
     "W8": "sync server: many devices, several instances over PostgreSQL",
+    "W9": "a ChatGPT export imported until a search finds it",
 }
 
 if __name__ == "__main__":
