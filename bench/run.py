@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 
 import build  # noqa: E402
 import goals  # noqa: E402
+import modes  # noqa: E402
 import payloads  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
@@ -500,64 +501,18 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def quality_main(args: argparse.Namespace) -> int:
-    """``--quality``: the LoCoMo table (see quality.py) on CPython and, unless ``--no-browser``,
-    in the page in the same run; printed and written to quality.md/json."""
-    import quality
-
-    from chatmem.embedding import default_embedder
-
-    t0 = time.perf_counter()
-    res = quality.run_quality(args.conversations)
-    log(f"quality on CPython: {time.perf_counter() - t0:.0f} s")
-    page = None
-    if not args.no_browser:
-        convs = quality.load_conversations(args.conversations)
-        dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
-        assemble_page(dist)
-        srv, site = build.serve_in_thread(dist, 0)
-        b = Browser(site)
-        try:
-            t1 = time.perf_counter()
-            b.page.evaluate("d => { window.benchLocomo = d; }", json.dumps(convs))
-            page = b.py("import json, js, quality\nawait quality.run_page(json.loads(js.window.benchLocomo))")
-            log(f"quality in the page: {time.perf_counter() - t1:.0f} s")
-        finally:
-            b.close()
-            srv.shutdown()
-    table = quality.render_table(res, default_embedder().model, page)
-    print(table)
-    log(f"quality run: {time.perf_counter() - t0:.0f} s")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quality.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"),
-                                                       "results": res, "page": page}, indent=1))
-    (args.out / "quality.md").write_text(table + "\n")
-    return 0
-
-
-def huge_main(args: argparse.Namespace) -> int:
-    """``--huge``: ``--huge-n`` messages in one page (scale.run_huge); writes huge.json and huge.md."""
+def open_page() -> tuple[Browser, Callable[[], None]]:
+    """The bench page on a fresh static server; returns it and the function that closes both."""
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
     assemble_page(dist)
     srv, site = build.serve_in_thread(dist, 0)
     b = Browser(site)
-    t0 = time.perf_counter()
-    try:
-        env = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "cpu": _cpu(), **b.env()}
-        log(f"--huge: {args.huge_n:,} messages in one page (Chromium {env['chromium']}, Pyodide {env['pyodide']})")
-        h = scale.run_huge(b, args.huge_n, log)
-    finally:
+
+    def stop() -> None:
         b.close()
         srv.shutdown()
-    h["env"], h["wall_s"] = env, time.perf_counter() - t0
-    rows = goals.rows(None, None, h)
-    md = scale.huge_markdown(h) + "\n" + goals.markdown(rows, huge_only=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "huge.json").write_text(json.dumps({**h, "goals": rows}, indent=1, default=str) + "\n")
-    (args.out / "huge.md").write_text(md)
-    print("\n" + md)
-    log(f"--huge took {h['wall_s'] / 60:.1f} min; wrote {args.out}/huge.json and huge.md")
-    return 0
+
+    return b, stop
 
 
 def main() -> int:
@@ -583,9 +538,9 @@ def main() -> int:
     ap.add_argument("--huge-n", type=int, default=1_000_000, help="messages for --huge (default 1,000,000)")
     args = ap.parse_args()
     if args.huge:
-        return huge_main(args)
+        return modes.huge_main(args, open_page, _cpu(), log)
     if args.quality:
-        return quality_main(args)
+        return modes.quality_main(args, open_page, log)
     if args.render:
         doc = json.loads((args.out / "results.json").read_text())
         res = Results()
