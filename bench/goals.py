@@ -22,6 +22,10 @@ def _row(measure: str, today: str, goal: str, new: str | None, ok: bool | None, 
             "goal": goal, "status": status}
 
 
+def _size(b: float) -> str:
+    return f"{b / GB:.2f} GB" if b >= GB else f"{b / 1e6:,.1f} MB"
+
+
 def _s(x: float) -> str:
     return f"{x:.2f} s" if x < 10 else f"{x:.1f} s"
 
@@ -51,7 +55,7 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     if ib and tb:
         out.append(_row(f"keyword index size (OPFS, no embeddings) vs the messages' UTF-8 text{at}",
                         "0.2–0.7 GB (7.7x the text)", "≤ 1x the text",
-                        f"{ib / GB:.3f} GB vs {tb / GB:.3f} GB = {ib / tb:.2f}x", ib <= tb))
+                        f"{_size(ib)} vs {_size(tb)} = {ib / tb:.2f}x", ib <= tb))
     else:
         out.append(_row("keyword index size (OPFS, no embeddings) vs the messages' UTF-8 text",
                         "0.2–0.7 GB (7.7x the text)", "≤ 1x the text", None, None, " (W4: `--scale`)"))
