@@ -44,9 +44,11 @@ async def heap(mem: Any = None) -> dict[str, Any]:
     idx = getattr(getattr(mem, "index", None), "index", None) if mem is not None else None
     if idx is not None:
         try:
-            rows = await idx.execute("SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()")
+            # bounded: after a failed phase the worker may still be busy (or gone)
+            rows = await asyncio.wait_for(
+                idx.execute("SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()"), 10)
             out["duckdb_buffer"] = int(rows[0]["b"] or 0)
-        except Exception as e:  # noqa: BLE001  (a dead worker: say so, do not fail the report)
+        except Exception as e:  # noqa: BLE001  (a busy or dead worker, a timeout: say so)
             out["duckdb_buffer_error"] = f"{type(e).__name__}: {e}"
     return out
 
@@ -180,7 +182,13 @@ async def huge_search(queries: int, timeout_s: float) -> dict[str, Any]:
 async def huge_close() -> dict[str, Any]:
     mem = _huge.pop("mem", None)
     if mem is not None:
-        await mem.close()
-    await _browser.drop_database(_huge["db"])
-    await _browser.opfs_remove(_browser.index_cache_path(_huge["db"]).removeprefix("opfs://"))
+        try:  # bounded: after a failed phase the engine may never answer again
+            await asyncio.wait_for(mem.close(), 60)
+        except Exception as e:  # noqa: BLE001  (a timeout too)
+            _log(f"closing the huge store: {type(e).__name__}: {e}")
+    try:
+        await asyncio.wait_for(_browser.drop_database(_huge["db"]), 60)
+        await asyncio.wait_for(_browser.opfs_remove(_browser.index_cache_path(_huge["db"]).removeprefix("opfs://")), 60)
+    except Exception as e:  # noqa: BLE001  (left for the next run's huge_open, which drops it first)
+        _log(f"removing the huge store: {type(e).__name__}: {e}")
     return {"heap": await heap()}
