@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scale import short_error
+
 __all__ = ["rows", "markdown"]
 
 GB = 1e9
@@ -102,7 +104,8 @@ def _huge_rows(huge: dict[str, Any] | None) -> list[dict[str, Any]]:
     mem = (f"peak: Pyodide Wasm {pk.get('pyodide_wasm', 0) / GB:.2f} GB, JS heap {pk.get('js_heap_used', 0) / GB:.2f} GB, "
            f"renderer RSS {pk.get('renderer_peak', 0) / GB:.2f} GB")
     if f:
-        works = f"failed in {f['phase']} at {f['stored']:,} stored: {f['error'].splitlines()[0][:120]}; {mem}"
+        works = f"failed in {f['phase']} at {f['stored']:,} stored after {f['after_s']:,.0f} s: " \
+                f"{short_error(f['error'], 200)}; {mem}"
     else:
         works = f"works; {mem}"
     return [_row(f"keyword search p50 over {at}", "—", "≤ 25 ms",

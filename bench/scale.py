@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["w9", "run_huge", "RendererMemory", "huge_markdown"]
+__all__ = ["w9", "run_huge", "RendererMemory", "huge_markdown", "short_error"]
 
 MB = 1 << 20
 
@@ -121,6 +121,14 @@ def w9(b: Any, cfg: dict[str, Any], res: Any) -> None:
     res.extra["w9"] = r
 
 
+def short_error(error: str, limit: int = 240) -> str:
+    """The first line of an error without Playwright's and Pyodide's wrappers."""
+    line = error.strip().splitlines()[0] if error.strip() else ""
+    for prefix in ("Error: Page.evaluate: ", "PythonError: "):
+        line = line.removeprefix(prefix)
+    return line[:limit]
+
+
 def _mb(x: int | None) -> str:
     return "–" if not x else f"{x / MB:,.0f} MB"
 
@@ -156,7 +164,7 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
                              "error": f"{type(e).__name__}: {str(e).strip()[:600]}", "heap": h,
                              "memory": mon.sample()}
             log(f"HUGE FAILED in {name} with {stored:,} stored after {time.perf_counter() - t:.0f} s: "
-                f"{out['failed']['error'].splitlines()[0]}; {_heap_line(h, out['failed']['memory'])}")
+                f"{short_error(out['failed']['error'])}; {_heap_line(h, out['failed']['memory'])}")
             return None
         mon.phase = None
         r["memory"] = mon.sample()
@@ -235,7 +243,7 @@ def huge_markdown(h: dict[str, Any]) -> str:
     lines.append("")
     if f:
         lines.append(f"**Failed** in *{f['phase']}* with {f['stored']:,} messages stored, after {f['after_s']} s: "
-                     f"`{f['error'].splitlines()[0][:300]}`; at that point {_heap_line(f['heap'], f['memory'])}.\n")
+                     f"`{short_error(f['error'], 400)}`; at that point {_heap_line(f['heap'], f['memory'])}.\n")
     else:
         lines.append(f"All phases passed: {h['n']:,} stored in {h.get('store_s', 0):,.0f} s "
                      f"({h.get('text_bytes', 0) / 1e6:,.0f} MB of text).\n")
