@@ -133,10 +133,17 @@ def _mb(x: int | None) -> str:
     return "–" if not x else f"{x / MB:,.0f} MB"
 
 
+def _duck(h: dict[str, Any]) -> str:
+    """DuckDB's buffers, or why not: "busy" when the worker did not answer within 10 s
+    (e.g. saving the index file in the background), "–" when no index is open."""
+    err = h.get("duckdb_buffer_error", "")
+    return "busy" if err.startswith("TimeoutError") else "error" if err else _mb(h.get("duckdb_buffer"))
+
+
 def _heap_line(h: dict[str, Any], mem: dict[str, int]) -> str:
     parts = [f"Pyodide Wasm {_mb(h.get('pyodide_wasm'))}", f"JS heap {_mb(h.get('js_heap_used'))}"]
-    if "duckdb_buffer" in h:
-        parts.append(f"DuckDB buffers {_mb(h['duckdb_buffer'])}")
+    if "duckdb_buffer" in h or "duckdb_buffer_error" in h:
+        parts.append(f"DuckDB buffers {_duck(h)}")
     parts.append(f"renderer RSS {_mb(mem.get('renderer_rss'))} (peak {_mb(mem.get('renderer_peak'))})")
     return ", ".join(parts)
 
@@ -238,7 +245,7 @@ def huge_markdown(h: dict[str, Any]) -> str:
         took = f"p50 {p['p50']:.1f} ms" if "p50" in p else f"{p['ms'] / 1000:,.1f} s"
         hp, m = p.get("heap", {}), p.get("memory", {})
         lines.append(f"| {p['phase']} | {took} | {_mb(hp.get('pyodide_wasm'))} | {_mb(hp.get('js_heap_used'))} "
-                     f"| {_mb(hp.get('duckdb_buffer'))} | {_mb(m.get('renderer_rss'))} ({_mb(m.get('renderer_peak'))}) |")
+                     f"| {_duck(hp)} | {_mb(m.get('renderer_rss'))} ({_mb(m.get('renderer_peak'))}) |")
     f = h.get("failed")
     lines.append("")
     if f:
