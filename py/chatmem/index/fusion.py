@@ -61,7 +61,13 @@ async def hybrid(
 ) -> list[SearchHit]:
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered), ranks, fusion, ``flt`` over ``messages m``."""
-    ctes, cparams, required = bm25_ctes(pq, kw_flt, stats)
+    terms = await _term_stats(index, pq)
+    if terms is not None:
+        # the term-id form keyword search uses: postings by term id, no per-term unions
+        kw_sql, cparams, required = bm25_sql(pq, stats, kw_flt, terms)
+        ctes = f"kw AS ({kw_sql})"
+    else:
+        ctes, cparams, required = bm25_ctes(pq, kw_flt, stats)
     phrase, pparams = _phrase_sql(await _phrase_ids(index, pq, kw_flt, stats))
     kwf = (
         "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
