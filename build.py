@@ -34,6 +34,8 @@ NODE = ROOT / "node_modules"
 
 #: pure-Python wheels the page loads, pinned; fetched from PyPI for Python 3.14
 PAGE_WHEELS = {"micropip": "0.11.1", "snowballstemmer": "3.1.1"}
+#: those chatmem depends on in the page (micropip is there for PyScript)
+PAGE_DEPS = {"snowballstemmer"}
 PYODIDE_PY = "3.14"
 #: exact BPE counters shipped for the browser (gpt-tokenizer, ranks bundled; loaded on demand)
 BPE_ENCODINGS = ("o200k_base", "cl100k_base")
@@ -388,6 +390,9 @@ def build() -> Path:
         "version": digest[:16],
         "wheel": f"wheels/{wheel.name}",
         "wheel_sha256": sha256(wheel),
+        # what js/load.js installs: the wheel and the pure-Python wheels it depends on
+        "wheels": [{"path": f"wheels/{wheel.name}", "sha256": sha256(wheel)}] + [
+            {"path": f"pyodide/{w.name}", "sha256": sha256(w)} for w in extra if w.name.split("-")[0] in PAGE_DEPS],
         "model": model_file,
         "files": files,
     }
