@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 from typing import Any
-from urllib.parse import urlsplit
 
 import chatmem
 from chatmem.errors import ValidationError
@@ -67,6 +66,8 @@ def merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
 def _url(value: str, field: str) -> list[str]:
     if not value:
         return []
+    from urllib.parse import urlsplit  # on use: it loads ipaddress, costly at start-up in the page
+
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return [f"{field}: must be an http(s) URL such as https://api.example.com/v1"]
