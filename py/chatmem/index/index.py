@@ -325,9 +325,9 @@ class QueryIndex:
         for i in range(0, len(ids), 500):
             part = ids[i : i + 500]
             got = await self.engine.execute(
-                f"SELECT id FROM messages WHERE id IN ({_placeholders(len(part))})", part
+                f"SELECT message_id FROM docs WHERE message_id IN ({_placeholders(len(part))})", part
             )
-            have.update(r["id"] for r in got)
+            have.update(r["message_id"] for r in got)
         fresh = [dict(r, sessionId=sid) for r in records if r["id"] not in have]
         if session is not None:
             await self.engine.execute("DELETE FROM sessions WHERE session_id = ?", [sid])

@@ -129,12 +129,11 @@ SCHEMA_VERSION = "5"
 STAGE_COLUMNS: list[tuple[str, str]] = TABLES["docs"] + [("toks", "VARCHAR")]
 
 
-#: ART indexes: messages by id (the id lookups of writes, records, user SQL),
-#: docs by doc (a search's few winners joined to their ids without a scan),
-#: terms by term (a query's term ids). Postings have none: sorted by tid,
-#: their zone maps find a term's rows.
+#: ART indexes: docs by doc (a search's few winners joined to their ids
+#: without a scan), terms by term (a query's term ids). Postings have none:
+#: sorted by tid, their zone maps find a term's rows; messages have none (an
+#: index on their 26-character ids would cost more than a scan of them saves).
 INDEX_STATEMENTS = [
-    "CREATE INDEX IF NOT EXISTS messages_id ON messages (id)",
     "CREATE INDEX IF NOT EXISTS docs_doc ON docs (doc)",
     "CREATE INDEX IF NOT EXISTS terms_term ON terms (term)",
 ]
