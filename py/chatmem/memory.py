@@ -116,7 +116,7 @@ class Memory:
         cache = None if engine_factory is not None else runtime.index_cache(store)
         self.index = LiveIndex(
             self._core, engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
-            embedder=embedder, cache=cache)
+            embedder=embedder, cache=cache, share=runtime.index_share(cache) if cache else None)
         self._core.listeners.append(self.index.on_change)
         self._core.external_listeners.append(self.index.on_external)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)
