@@ -43,53 +43,18 @@ import asyncio
 import itertools
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from .. import errors
 from ..errors import QueryError, ValidationError
+from ..runtime.base import ShareTransport
 from .embed import Embedder
 from .index import QueryIndex
 from .sqlguard import check_read_only
 
-if TYPE_CHECKING:
-    from .live import LiveIndex
-
-__all__ = ["IndexShare", "RemoteEngine", "RemoteQueryIndex", "ShareTransport", "answer_guest"]
+__all__ = ["IndexHost", "IndexShare", "RemoteEngine", "RemoteQueryIndex", "ShareTransport", "answer_guest"]
 
 Host = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class ShareTransport(Protocol):
-    """What a runtime offers to share one index between tabs (the page: ``web/js/index-share.js``)."""
-
-    async def claim(self, on_owner: Callable[[], None]) -> str:
-        """``"owner"``, ``"guest"`` (``on_owner()`` is called when this tab's turn
-        comes) or ``"solo"`` (no sharing here: every tab keeps its own index)."""
-        ...
-
-    async def request(self, rid: str, body: str) -> str:
-        """Send a request to the owner (this tab included); its answer, after any takeover."""
-        ...
-
-    def forget(self, rid: str) -> None:
-        """Stop waiting for ``rid`` (its ``request`` answers at once)."""
-        ...
-
-    def serve(self, handler: Callable[[str, str], None]) -> None:
-        """As owner: pass every request, queued ones first, to ``handler(rid, body)``."""
-        ...
-
-    def answer(self, rid: str, body: str) -> None:
-        """As owner: deliver the answer to ``rid`` to the tab that asked."""
-        ...
-
-    def stop(self) -> None:
-        """Take no more requests (those taken are still answered)."""
-        ...
-
-    async def close(self) -> None:
-        """Leave: stop waiting in line, or release ownership (the next tab takes over)."""
-        ...
 
 
 def _plain(value: Any) -> Any:
@@ -167,8 +132,9 @@ class IndexShare:
     async def _answer(self, host: Host, rid: str, body: str) -> None:
         try:
             req = json.loads(body)
+            value = None
             if req.get("op") == "cancel":
-                value = await self._cancel(str(req.get("target")))
+                await self._cancel(str(req.get("target")))
             else:
                 value = await host(req)
             text = json.dumps({"ok": True, "value": value}, default=_plain)
@@ -277,11 +243,29 @@ class RemoteQueryIndex(QueryIndex):
         raise QueryError(_GUEST_WRITE)
 
 
+class IndexHost(Protocol):
+    """What the owner's index (``LiveIndex``) offers to answer guests."""
+
+    embedder: Embedder
+
+    def mark_stale(self, session_ids: list[str], resync: bool = False) -> None: ...
+
+    def changed_in_background(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def ready(self) -> QueryIndex: ...
+
+    async def rebuild(self) -> None: ...
+
+    async def save(self) -> bool: ...
+
+
 def _rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]}
 
 
-async def answer_guest(live: LiveIndex, req: dict[str, Any]) -> Any:
+async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
     """The owner's answer to one request of a guest (see the module docstring)."""
     op = req.get("op")
     if op == "ready":

@@ -13,7 +13,6 @@ from typing import Any, Awaitable, Callable
 
 from ...errors import IndexLocked, ValidationError
 from ...http import Transport
-from ...index.shared import IndexShare
 from ...stores.indexeddb import IndexedDBStore
 from ..base import Runtime
 from .bridge import (
@@ -71,8 +70,8 @@ class PageRuntime(Runtime):
             return engine
         return await DuckDBWasmEngine.open()
 
-    def index_share(self, cache: str) -> IndexShare:
-        return IndexShare(PageShareTransport(cache, self._owned))
+    def index_share(self, cache: str) -> PageShareTransport:
+        return PageShareTransport(cache, self._owned)
 
     def drain_lock(self, name: str) -> WebLock:
         return WebLock(f"chatmem-sync:{name}")
