@@ -47,10 +47,10 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from .. import errors
 from ..errors import QueryError, ValidationError
-from ..runtime.base import ShareTransport
 from .embed import Embedder
 from .index import QueryIndex
 from .sqlguard import check_read_only
+from .transport import ShareTransport
 
 __all__ = ["IndexHost", "IndexShare", "RemoteEngine", "RemoteQueryIndex", "ShareTransport", "answer_guest"]
 
