@@ -157,9 +157,23 @@ class Duck {
  * rejects with `{name: "IndexLocked"}`.
  */
 export async function duckdbOpen(path = null) {
-  const duckdb = await import("@duckdb/duckdb-wasm");
-  const arrow = await import("apache-arrow");
+  const duckdb = await importAgain("@duckdb/duckdb-wasm", "../duckdb/duckdb-browser.mjs");
+  const arrow = await importAgain("apache-arrow", "../vendor/apache-arrow/Arrow.dom.mjs");
   return start(duckdb, arrow, path);
+}
+
+/**
+ * `import(specifier)`, tried once more under a fresh URL if the first fetch failed
+ * (a busy server or a dropped connection): the browser keeps a failed module import
+ * for its URL, so the same URL would fail again for the rest of the page's life.
+ */
+async function importAgain(specifier, path) {
+  try {
+    return await import(specifier);
+  } catch (e) {
+    if (!(e instanceof TypeError)) throw e;
+    return await import(`${here(path)}?again=${Date.now()}`);
+  }
 }
 
 async function start(duckdb, arrow, path) {
@@ -190,12 +204,27 @@ export function duckdbOpenEnvelope(path = null) {
   return opened(duckdbOpen(path));
 }
 
-/** Remove an OPFS file (a cached index); true when it existed. */
-export async function opfsRemove(name) {
+/**
+ * Remove an OPFS file (a cached index) and its `.wal`; true when it existed.
+ * A DuckDB worker that has just been terminated may still hold the file's access
+ * handle for a moment (removal then fails with NoModificationAllowedError): the
+ * removal is tried again until the handle is gone, for up to `patienceMs`.
+ */
+export async function opfsRemove(name, patienceMs = 5000) {
   const root = await navigator.storage.getDirectory();
+  const until = Date.now() + patienceMs;
   let found = false;
   for (const n of [name, `${name}.wal`]) {
-    try { await root.removeEntry(n); found = found || n === name; } catch (_) { /* absent */ }
+    for (let wait = 20; ; wait = Math.min(wait * 2, 500)) {
+      try {
+        await root.removeEntry(n);
+        found = found || n === name;
+        break;
+      } catch (e) {
+        if (e?.name === "NotFoundError" || Date.now() >= until) break;
+        await new Promise((r) => setTimeout(r, wait)); // the handle's release cannot be awaited
+      }
+    }
   }
   return found;
 }
