@@ -111,6 +111,8 @@ class LiveIndex:
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
         if self.index is None:
+            if self.share is not None and self.role is None:
+                self._stale.add(session_id)  # should this tab become a guest: the owner re-reads it
             return  # hydration reads the store as it is then
         if self.role == "guest":
             self._stale.add(session_id)  # the owner re-reads it from the store
