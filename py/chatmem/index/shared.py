@@ -91,6 +91,7 @@ class IndexShare:
         self._prefix = uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._serving = False
         #: requests answered as owner (other tabs' and this tab's own through the share)
         self.served = 0
 
@@ -122,7 +123,10 @@ class IndexShare:
 
     # ------------------------------------------------------------------ as owner
     def serve(self, host: Host) -> None:
-        """Answer requests with ``host(request)`` from now on (queued ones first)."""
+        """Answer requests with ``host(request)`` from now on (queued ones first); once."""
+        if self._serving:
+            return
+        self._serving = True
 
         def handler(rid: str, body: str) -> None:
             self._running[rid] = asyncio.ensure_future(self._answer(host, rid, body))

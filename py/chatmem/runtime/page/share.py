@@ -55,8 +55,9 @@ class PageShareTransport:
         self._js.stop()
 
     async def close(self) -> None:
-        await self._js.close()
+        # before the release: the next owner may be another memory of this page
         self._owned.discard(self.path)
+        await self._js.close()
         for p in self._proxies:
             p.destroy()
         self._proxies.clear()
