@@ -101,8 +101,7 @@ async def main() -> None:
     dfs = []
     for q in queries:
         rows = await index.sql(
-            "SELECT max(n) AS n FROM (SELECT count(*) AS n FROM postings WHERE term IN ("
-            + ", ".join("?" for _ in q.split()) + ") GROUP BY term)", q.split())
+            "SELECT max(df) AS n FROM terms WHERE term IN (" + ", ".join("?" for _ in q.split()) + ")", q.split())
         dfs.append(rows[0]["n"] or 0)
     rare = [t for t, d in zip(kw, dfs) if d < len(messages) // 100]
     common = [t for t, d in zip(kw, dfs) if d >= len(messages) // 100]

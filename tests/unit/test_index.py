@@ -124,21 +124,30 @@ def test_load_rows_round_trips_awkward_values(n):
 
 # --------------------------------------------------------------------------- schema
 
-def test_records_round_trip_through_rows():
-    """A message record survives messages-row -> record (JSON columns parsed back)."""
+def test_message_rows_copy_no_record_payload():
+    """The index keeps a message's scalar fields and plain text, never its content,
+    slices, tool results, categorization or metadata (the store has them)."""
     rec = ChatMessage(id="m1", session_id="s", seq=0, role="assistant",
                       content=[{"type": "text", "text": "Hi 東京"}, {"type": "image_url", "image_url": {"url": "u"}}],
                       created_at=5, slices=[{"type": "text", "text": "Hi"}],
                       categorization={"speech": "hi"}, metadata={"k": [1]}, token_count=3).to_record()
-    mrow, stage = message_rows(rec)
+    mrow, stage, toks = message_rows(rec)
     cols = [c for c, _ in TABLES["messages"]]
     row = dict(zip(cols, mrow))
-    assert row["text"] == "Hi 東京"
-    assert row_to_message_record(row) == rec
-    # the staging row: docs columns, then the terms joined by spaces
-    assert stage == ("m1", "s", "assistant", 5, 3, " hi 東京 ", "hi 東京 京")
+    assert row["text"] == "Hi 東京" and row["token_count"] == 3
+    assert not {"content", "slices", "tool_results", "categorization", "tool_calls", "metadata"} & set(cols)
+    assert "image_url" not in repr(mrow) and "speech" not in repr(mrow)
+    # a record made from the row alone: the scalar fields, the text as content
+    back = row_to_message_record(row)
+    assert back["content"] == "Hi 東京" and back["id"] == "m1" and back["tokenCount"] == 3
+    assert back["metadata"] is None and back["slices"] is None
+    # the staging row: docs columns but doc, then the terms joined by spaces
+    assert stage == ("m1", "s", "assistant", 5, 3, "hi 東京 京") and toks == ["hi", "東京", "京"]
     srow = session_row(SessionMeta("s", "t", 1, 2, tags=["a"]).to_record())
     assert srow[0] == "s" and srow[8] == ["a"]
+    # postings, terms and docs hold integers and the terms only: no text column
+    assert [t for _, t in TABLES["postings"]] == ["INTEGER"] * 4
+    assert "norm_text" not in {c for c, _ in TABLES["docs"]}
 
 
 # --------------------------------------------------------------------------- apply / rebuild
@@ -196,8 +205,8 @@ def test_compaction_keeps_answers_and_sorts_postings():
             if i == 4:
                 before = [h.message.id for h in await search(idx, "common word3", limit=10)]
         assert idx.unsorted_postings < 10
-        terms = [r["term"] for r in await idx.sql("SELECT term FROM postings")]
-        assert terms[: len(terms) - idx.unsorted_postings] == sorted(terms[: len(terms) - idx.unsorted_postings])
+        tids = [(r["tid"], r["doc"]) for r in await idx.sql("SELECT tid, doc FROM postings")]
+        assert tids[: len(tids) - idx.unsorted_postings] == sorted(tids[: len(tids) - idx.unsorted_postings])
         after = [h.message.id for h in await search(idx, "common word3", limit=10)]
         assert after[0] == "m3" and set(before) < set(after)
         await idx.close()

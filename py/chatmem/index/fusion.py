@@ -19,12 +19,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .hits import Filters, SearchHit, _fetch, _phrase_sql, bm25_ctes, hit_from_row
+from .hits import (
+    Filters,
+    SearchHit,
+    _fetch,
+    _phrase_sql,
+    _term_stats,
+    bm25_ctes,
+    bm25_sql,
+    hit_from_row,
+    phrase_matches,
+)
 from .tokenize import ParsedQuery
 
 __all__ = ["RRF_K", "hybrid"]
 
 RRF_K = 10
+
+
+async def _phrase_ids(index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple[int, float]) -> list[str] | None:
+    """The ids of the keyword candidates that hold every phrase (None: no phrase)."""
+    if not pq.phrases:
+        return None
+    sql, params, required = bm25_sql(pq, stats, kw_flt, await _term_stats(index, pq))
+    rows = await index.execute(f"SELECT k.message_id AS id FROM ({sql}) k WHERE k.req = {required}", params)
+    return [str(r["id"]) for _, r in await phrase_matches(index, pq, rows)]
 
 
 async def hybrid(
@@ -35,10 +54,9 @@ async def hybrid(
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered), ranks, fusion, ``flt`` over ``messages m``."""
     ctes, cparams, required = bm25_ctes(pq, kw_flt, stats)
-    phrase, pparams = _phrase_sql(pq)
+    phrase, pparams = _phrase_sql(await _phrase_ids(index, pq, kw_flt, stats))
     kwf = (
         "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
-        + ("JOIN docs d ON d.message_id = kw.message_id " if phrase else "")
         + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
     )
     k = float(RRF_K)

@@ -3,26 +3,24 @@ reading hits back from the index (``search`` and ``fusion`` both build on it).""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ValidationError
-from ..models import ROLES, ChatMessage
-from .schema import MESSAGE_COLUMNS, row_to_message_record
-from .tokenize import ParsedQuery, phrase_pattern
+from ..models import ROLES, ChatMessage, extract_text
+from .schema import row_to_message_record
+from .tokenize import ParsedQuery, norm_text, phrase_pattern
 
 __all__ = ["K1", "B", "DAY_MS", "DEFAULT_WEIGHTS", "SearchHit", "Filters", "build_filters", "bm25_sql",
-           "bm25_ctes", "hit_from_row"]
+           "bm25_ctes", "hit_from_row", "phrase_matches", "rank_top", "top_sql"]
 
 K1, B = 1.2, 0.75
 DAY_MS = 86_400_000
 DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.5, "recency": 0.0}
 _MAX_LIMIT = 10_000
 _CJK_MAX = "\U0010ffff"
-_FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
-#: what a hit's message needs (not the derived ``text``)
-_RECORD_COLUMNS = ", ".join(c for c, _, key in MESSAGE_COLUMNS if key)
 
 
 @dataclass(slots=True)
@@ -123,75 +121,142 @@ def _stats_params(stats: tuple[int, float]) -> list[Any]:
     return [int(n), K1 * (1 - B), K1 * B / avgdl]
 
 
+def _idf(n: int, df: int) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def _f(x: float) -> str:
+    """A DOUBLE literal (with an exponent: a plain decimal literal would be a DECIMAL)."""
+    return f"{x:.17e}"
+
+
 #: the BM25 weight of one posting ``p`` of a term whose ``w.df`` is known; binds n, c1, c2
 _WEIGHT = ("ln(1 + (CAST(? AS BIGINT) - w.df + 0.5) / (w.df + 0.5)) * p.tf * " + str(K1 + 1)
-           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * p.doc_len)")
+           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * p.dl)")
+_NOTHING = ("SELECT NULL::VARCHAR AS message_id, NULL::DOUBLE AS kw, NULL::BIGINT AS req, "
+            "NULL::BIGINT AS created_at WHERE FALSE")
 
 
-def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None) -> tuple[str, list[Any], int]:
+def _scored(pq: ParsedQuery, stats: tuple[int, float],
+            terms: Mapping[str, tuple[int, int]]) -> tuple[str | None, int]:
+    """``SELECT doc, kw, req``: the BM25 score of every doc holding a query term and
+    how many required terms it holds, from one scan of each term's postings
+    (``tid = constant``: the zone maps of the tid-sorted postings skip to it),
+    weighted by an idf computed here. None when nothing can match."""
+    req_values = list(dict.fromkeys(t.value for t in pq.required))
+    if any(v not in terms for v in req_values):
+        return None, len(req_values)
+    req = set(req_values)
+    n, avgdl = stats
+    parts = []
+    for v in dict.fromkeys(t.value for t in pq.all_terms):
+        if v not in terms:
+            continue
+        tid, df = terms[v]
+        parts.append(f"SELECT doc, {_f(_idf(n, df))} * tf * {_f(K1 + 1)} / (tf + {_f(K1 * (1 - B))} + "
+                     f"{_f(K1 * B / avgdl)} * dl) AS w, {int(v in req)} AS r FROM postings WHERE tid = {int(tid)}")
+    if not parts:
+        return None, len(req_values)
+    return (f"SELECT doc, sum(w) AS kw, sum(r) AS req FROM ({' UNION ALL '.join(parts)}) GROUP BY doc",
+            len(req_values))
+
+
+def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None,
+             terms: Mapping[str, tuple[int, int]] | None = None) -> tuple[str, list[Any], int]:
     """One ``SELECT`` of ``(message_id, kw, req, created_at)``: the BM25 score of every
     message holding a query term and passing the filters (``flt`` over alias ``d``
     of ``docs``), how many of the required terms it holds, and its time.
 
-    The query's terms are read in one ``term IN (...)`` over the ART-indexed,
-    term-sorted ``postings``, joined to their ``terms.df``; the document count
-    and mean length are ``stats`` (the index's cached ``stats`` row). Never
-    reads ``messages``. A one-character CJK term (a term prefix) takes
-    ``bm25_ctes``. Returns (sql, params, number of required terms).
+    ``terms`` maps the query's terms to their ``(tid, df)`` (``QueryIndex.term_stats``):
+    then the statement reads only the postings of those term ids, grouped by
+    doc, and ``docs`` for the message id, time and filters; ``stats`` is
+    ``(n, avgdl)``. Without ``terms``, or for a one-character CJK term (a term
+    prefix), it is ``bm25_ctes``. Returns (sql, params, number of required terms).
     """
-    terms = pq.all_terms
-    if any(t.prefix for t in terms):
+    if terms is None or any(t.prefix for t in pq.all_terms):
         ctes, params, required = bm25_ctes(pq, flt, stats)
         return f"WITH {ctes}\nSELECT * FROM kw", params, required
-    values = [t.value for t in terms]
-    req_values = list(dict.fromkeys(t.value for t in pq.required))
-    marks = ", ".join("?" for _ in values)
-    if req_values:
-        req = f"count(*) FILTER (WHERE p.term IN ({', '.join('?' for _ in req_values)}))"
-    else:
-        req = "0"
+    scored, required = _scored(pq, stats, terms)
+    if scored is None:
+        return _NOTHING, [], required
     flt = flt or Filters("TRUE", [], False)
-    where = f" AND p.message_id IN (SELECT d.message_id FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
-    sql = (f"SELECT p.message_id, sum({_WEIGHT}) AS kw, {req} AS req, max(p.created_at) AS created_at "
-           f"FROM postings p JOIN terms w ON w.term = p.term "
-           f"WHERE p.term IN ({marks}) AND w.term IN ({marks}){where} GROUP BY p.message_id")
-    return sql, _stats_params(stats) + req_values + values + values + flt.params, len(req_values)
+    sql = (f"SELECT d.message_id, s.kw, s.req, d.created_at FROM ({scored}) s JOIN docs d ON d.doc = s.doc"
+           + (f" WHERE {flt.sql}" if flt.sql != "TRUE" else ""))
+    return sql, list(flt.params), required
+
+
+def top_sql(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple[int, int]],
+            limit: int, threshold: float | None = None, *, exact: bool = False) -> tuple[str, list[Any]] | None:
+    """The best messages of an unfiltered keyword query without phrases or prefix
+    terms, as ``(id, score, created_at)`` (score = BM25 rounded to 1e-9). The docs
+    are scored and cut before ``docs`` is read, so the join reads a few rows
+    through its ART index. By default the ``limit + 1`` best by score alone (the
+    caller orders ties, see ``rank_top``); ``exact``: every doc scoring at least
+    the ``limit``-th best, ties included. None when nothing can match."""
+    scored, required = _scored(pq, stats, terms)
+    if scored is None:
+        return None
+    conds = [f"req = {required}"] if required else []
+    params: list[Any] = []
+    if threshold is not None:
+        conds.append("round(kw, 9) >= ?")
+        params.append(threshold)
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    if exact:
+        sql = (f"WITH c AS (SELECT doc, round(kw, 9) AS score FROM ({scored}){where}), "
+               "t AS (SELECT doc, score FROM c WHERE score >= (SELECT min(score) FROM "
+               f"(SELECT score FROM c ORDER BY score DESC LIMIT {int(limit)}))) "
+               "SELECT d.message_id AS id, t.score, d.created_at FROM t JOIN docs d ON d.doc = t.doc")
+    else:
+        sql = (f"SELECT d.message_id AS id, t.score, d.created_at FROM (SELECT doc, round(kw, 9) AS score "
+               f"FROM ({scored}){where} ORDER BY score DESC LIMIT {int(limit) + 1}) t JOIN docs d ON d.doc = t.doc")
+    return sql, params
+
+
+def rank_top(rows: list[dict[str, Any]], limit: int, exact: bool) -> list[dict[str, Any]] | None:
+    """``top_sql``'s rows in rank order (score, then newest, then id, all descending),
+    at most ``limit``; None when a tie crosses the cut of a non-``exact`` answer
+    (then ask again with ``exact``)."""
+    rows = sorted(rows, key=lambda r: (r["score"], r["created_at"], r["id"]), reverse=True)
+    if not exact and len(rows) > limit and rows[limit]["score"] == rows[limit - 1]["score"]:
+        return None
+    return rows[:limit]
 
 
 def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
               stats: tuple[int, float] | None = None) -> tuple[str, list[Any], int]:
     """CTEs ending in ``kw(message_id, kw, req, created_at)``, the general form of
     ``bm25_sql`` that also answers one-character CJK terms (a term range whose
-    document frequency is the number of distinct messages in it). Without
-    ``stats`` the ``stats`` table is read in the query.
-    Returns (sql, params, number of required terms).
+    document frequency is the number of distinct messages in it). ``flt`` is
+    over alias ``d`` of ``docs``. Without ``stats`` the ``stats`` table is read
+    in the query. Returns (sql, params, number of required terms).
     """
-    terms = pq.all_terms
+    qterms = pq.all_terms
     required = len(dict.fromkeys(pq.required))
     hits: list[str] = []
     dfs: list[str] = []
     hparams: list[Any] = []
     dparams: list[Any] = []
-    for i, t in enumerate(terms):
+    for i, t in enumerate(qterms):
         if t.prefix:
             # several index terms answer one query term: add their frequencies first
-            hits.append(f"SELECT {i} AS qi, message_id, sum(tf) AS tf, min(doc_len) AS doc_len, "
-                        "min(created_at) AS created_at FROM postings WHERE term >= ? AND term <= ? "
-                        "GROUP BY message_id")
+            hits.append(f"SELECT {i} AS qi, doc, sum(tf) AS tf, min(dl) AS dl FROM postings WHERE tid IN "
+                        "(SELECT tid FROM terms WHERE term >= ? AND term <= ?) GROUP BY doc")
             hparams.extend([t.value, t.value + _CJK_MAX])
             dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
         else:
-            hits.append(f"SELECT {i} AS qi, message_id, tf, doc_len, created_at FROM postings WHERE term = ?")
+            hits.append(f"SELECT {i} AS qi, doc, tf, dl FROM postings WHERE tid = "
+                        "(SELECT tid FROM terms WHERE term = ?)")
             hparams.append(t.value)
             dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
             dparams.append(t.value)
     flt = flt or Filters("TRUE", [], False)
-    where = f"WHERE p.message_id IN (SELECT d.message_id FROM docs d WHERE {flt.sql})" if flt.sql != "TRUE" else ""
+    where = f"WHERE {flt.sql}" if flt.sql != "TRUE" else ""
     if stats is None:
         st = ("st AS (SELECT CAST(n AS BIGINT) AS n, CAST(greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS DOUBLE) "
               "AS avgdl FROM stats),\n")
         weight = (f"ln(1 + (st.n - w.df + 0.5) / (w.df + 0.5)) * p.tf * {K1 + 1} / "
-                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * p.doc_len)")
+                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * p.dl)")
         join, sparams = " CROSS JOIN st", []
     else:
         st, weight, join, sparams = "", _WEIGHT, "", _stats_params(stats)
@@ -199,42 +264,77 @@ def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
 {st}h AS ({' UNION ALL '.join(hits)}),
 f AS ({' UNION ALL '.join(dfs)}),
 kw AS (
-  SELECT p.message_id, sum({weight}) AS kw, count(*) FILTER (WHERE p.qi < {required}) AS req,
-         max(p.created_at) AS created_at
-  FROM h p JOIN f w ON w.qi = p.qi{join} {where}
-  GROUP BY p.message_id
+  SELECT d.message_id, sum({weight}) AS kw, count(*) FILTER (WHERE p.qi < {required}) AS req,
+         max(d.created_at) AS created_at
+  FROM h p JOIN f w ON w.qi = p.qi{join} JOIN docs d ON d.doc = p.doc {where}
+  GROUP BY d.message_id
 )"""
     return sql, hparams + dparams + sparams + flt.params, required
 
 
-def _phrase_sql(pq: ParsedQuery) -> tuple[str, list[Any]]:
-    if not pq.phrases:
+def _phrase_sql(matches: list[str] | None, column: str = "kw.message_id") -> tuple[str, list[Any]]:
+    """The condition that keeps only ``matches`` (the message ids ``phrase_matches``
+    found; ``None``: the query has no phrase, no condition)."""
+    if matches is None:
         return "", []
-    conds = " AND ".join("contains(d.norm_text, ?)" for _ in pq.phrases)
-    return conds, [phrase_pattern(p) for p in pq.phrases]
+    if not matches:
+        return "FALSE", []
+    return f"{column} IN ({', '.join('?' for _ in matches)})", list(matches)
+
+
+def _phrase_ok(pq: ParsedQuery, rec: Mapping[str, Any]) -> bool:
+    text = norm_text(extract_text(rec.get("content")))
+    return all(phrase_pattern(p) in text for p in pq.phrases)
+
+
+async def phrase_matches(index: Any, pq: ParsedQuery, rows: Sequence[Mapping[str, Any]],
+                         limit: int | None = None) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+    """``(record, row)`` of the ``rows`` (ranked, ``id`` first) whose message holds every
+    phrase of ``pq`` word for word (its normalised text), in rank order, at most
+    ``limit``. The records are read in growing pages, so a query stops reading
+    once it has ``limit`` matches."""
+    out: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
+    i, page = 0, max(20, 2 * (limit or 0))
+    while i < len(rows):
+        part = rows[i : i + page]
+        recs = await _records(index, [str(r["id"]) for r in part])
+        for rec, r in zip(recs, part):
+            if rec is not None and _phrase_ok(pq, rec):
+                out.append((rec, r))
+                if limit is not None and len(out) >= limit:
+                    return out
+        i += len(part)
+        page = min(page * 4, 4000)
+    return out
 
 
 def hit_from_row(row: Mapping[str, Any], score: float, breakdown: dict[str, float]) -> SearchHit:
-    msg = ChatMessage.from_record(row_to_message_record(row))
+    """A hit from a message record (camelCase, e.g. from ``records``), or from a
+    ``messages`` row of the index (its content is then the plain text)."""
+    rec = row if "sessionId" in row else row_to_message_record(row)
+    msg = ChatMessage.from_record(dict(rec))
     return SearchHit(msg, msg.session_id, score, breakdown)
 
 
-async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Full message rows for ranked light rows (``id`` first), in rank order.
+async def _records(index: Any, ids: list[str]) -> list[dict[str, Any] | None]:
+    fn = getattr(index, "records", None)
+    if fn is not None:
+        return await fn(ids)  # type: ignore[no-any-return]
+    rows = await index.execute(f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in ids)})", ids)
+    by_id = {r["id"]: row_to_message_record(r) for r in rows}
+    return [by_id.get(i) for i in ids]
 
-    Ranking reads only light columns; the heavy ones (content, text...) are read
-    here for the few winners through the ART index on ``messages.id``.
+
+async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The message records of ranked light rows (``id`` first), in rank order.
+
+    Ranking reads only the index; the records of the few winners are read from
+    the store (``index.records``), which holds them.
     """
     if not rows:
         return []
-    ids = [r["id"] for r in rows]
-    size = next((n for n in _FETCH_SIZES if n >= len(ids)), len(ids))
-    padded = ids + [ids[0]] * (size - len(ids))  # one prepared statement per size class
-    full = await index.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM messages WHERE id IN ({', '.join('?' for _ in padded)})", padded
-    )
-    by_id = {r["id"]: r for r in full}
-    return [(by_id[r["id"]], r) for r in rows if r["id"] in by_id]
+    recs = await _records(index, [r["id"] for r in rows])
+    return [(rec, r) for rec, r in zip(recs, rows) if rec is not None]
 
 
 async def _bm25_stats(index: Any) -> tuple[int, float]:
@@ -245,3 +345,11 @@ async def _bm25_stats(index: Any) -> tuple[int, float]:
     rows = await index.execute("SELECT n, total FROM stats")
     n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
     return n, max(total / max(n, 1), 1e-9)
+
+
+async def _term_stats(index: Any, pq: ParsedQuery) -> dict[str, tuple[int, int]] | None:
+    """The query terms' ``(tid, df)`` when the index keeps them (else None: ``bm25_ctes``)."""
+    fn = getattr(index, "term_stats", None)
+    if fn is None or any(t.prefix for t in pq.all_terms):
+        return None
+    return await fn([t.value for t in pq.all_terms])  # type: ignore[no-any-return]

@@ -10,16 +10,21 @@ Kept fresh two ways that give the same answers:
 - ``rebuild(sessions, messages)`` from the store, through the engine's bulk
   path, then sorts ``postings`` by term.
 
-A batch of messages is tokenised once in Python and goes to the engine as one
-bulk load of ``messages`` and one of a staging table (a row per message with
-its terms as one string); SQL then derives ``docs``, ``postings`` and the
-``terms`` / ``stats`` counts from it, so no posting row ever crosses the
-boundary. The BM25 statistics (``terms.df``, ``stats.n``, ``stats.total``) are
+A batch of messages is tokenised once in Python and loaded in bulk; SQL
+derives ``docs``, ``terms``, the integer ``postings`` and the counts from it
+(``keywords.py``), so no posting row ever crosses the boundary. The BM25 statistics (``terms.df``, ``stats.n``, ``stats.total``) are
 integer counts kept exact on every write, so the incremental index answers
-exactly like a rebuilt one. Postings appended since the last sort sit in an
-unsorted tail (a rare term is still found through the ART index on
-``postings.term``); ``compact()`` re-sorts, and runs by itself once the tail
-passes ``compact_after`` rows.
+exactly like a rebuilt one; the index also keeps the figures its queries read
+(``stats`` and the id and df of recently queried terms) in Python, updated
+exactly by each append and dropped by a delete, so that a keyword search is
+one statement. Postings appended since the last sort sit in an unsorted tail
+(each batch sorted in itself); ``compact()`` re-sorts, and runs by itself once
+the tail passes ``compact_after`` rows.
+
+The index holds no copy of a message record beyond its scalar fields and
+plain text: ``records(ids)`` reads hits' records from the store (``records=``,
+e.g. ``store.get_messages``), or, for an index without a store, makes them
+from its own rows (content = the plain text).
 
 Nothing here is durable: the store is the source of truth.
 """
@@ -28,20 +33,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
+from .keywords import KeywordFigures, drop_sessions, load_messages
 from .schema import (
     INDEX_STATEMENTS,
     SCHEMA_VERSION,
-    STAGE_COLUMNS,
     TABLES,
     create_statements,
-    message_rows,
+    row_to_message_record,
     row_to_session_record,
     session_row,
 )
@@ -54,13 +59,9 @@ EVENT_KINDS = frozenset(
 )
 
 _COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
-_STAGE = [c for c, _ in STAGE_COLUMNS]
-_STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
-_DOCS = ", ".join(_COLS["docs"])
-#: one row per (term, message) of the staged batch
-_STAGE_TERMS = ("SELECT message_id, doc_len, created_at, unnest(string_split(toks, ' ')) AS term "
-                "FROM stage WHERE toks <> ''")
 _CHUNK = 20_000
+_FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
+RecordSource = Callable[[list[str]], Awaitable[list[dict[str, Any] | None]]]
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
 
 
@@ -77,14 +78,15 @@ class QueryIndex:
     """
 
     def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
-                 compact_after: int = 200_000):
+                 compact_after: int = 200_000, records: RecordSource | None = None):
         self.engine = engine
         self.embedder = embedder
         self.compact_after = compact_after
         self.unsorted_postings = 0
+        self._records = records
         self._lock = asyncio.Lock()
         self._ready = False
-        self._stats: tuple[int, float] | None = None
+        self._figures = KeywordFigures()
         self._to_embed: list[tuple[str, str]] = []
         #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
         self.embed_progress: tuple[int, int] = (0, 0)
@@ -160,13 +162,39 @@ class QueryIndex:
                 raise QueryTimeout(f"the query ran longer than {timeout} s and was interrupted") from e
 
     async def bm25_stats(self) -> tuple[int, float]:
-        """``(document count, mean document length)`` for BM25, cached until the next write."""
-        if self._stats is None:
-            await self.setup()
-            rows = await self.engine.execute("SELECT n, total FROM stats")
-            n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
-            self._stats = (n, max(total / max(n, 1), 1e-9))
-        return self._stats
+        """``(document count, mean document length)`` for BM25 (kept exact by every write)."""
+        await self.setup()
+        return await self._figures.bm25(self.engine)
+
+    async def term_stats(self, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """``{term: (tid, df)}`` for those of ``terms`` that are indexed; read once,
+        then kept exact by every write."""
+        await self.setup()
+        return await self._figures.lookup(self.engine, terms)
+
+    def _forget_stats(self) -> None:
+        self._figures.forget()
+
+    async def _drop_messages(self, sids: str | list[str]) -> None:
+        await drop_sessions(self.engine, [sids] if isinstance(sids, str) else list(sids), self._figures)
+
+    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
+        added = await load_messages(self.engine, records, self._figures, counts=counts)
+        if counts:
+            self.unsorted_postings += added
+
+    async def records(self, ids: list[str]) -> list[dict[str, Any] | None]:
+        """The message records of ``ids``, in order (None where absent): from the
+        store when the index has one, else made from the index's own rows."""
+        if not ids:
+            return []
+        if self._records is not None:
+            return await self._records(list(ids))
+        size = next((n for n in _FETCH_SIZES if n >= len(ids)), len(ids))
+        padded = list(ids) + [ids[0]] * (size - len(ids))  # one prepared statement per size class
+        rows = await self.execute(f"SELECT * FROM messages WHERE id IN ({_placeholders(size)})", padded)
+        by_id = {r["id"]: r for r in rows}
+        return [row_to_message_record(by_id[i]) if i in by_id else None for i in ids]
 
     async def counts(self) -> dict[str, int]:
         """Rows per table (for tests and status displays)."""
@@ -194,15 +222,14 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             self._to_embed = []
-            self._stats = None
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 await self._apply(kind, session_id, payload)
             except BaseException:
+                self._forget_stats()
                 await self.engine.execute("ROLLBACK")
                 raise
             await self.engine.execute("COMMIT")
-            self._stats = None
             to_embed, self._to_embed = self._to_embed, []
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
@@ -247,26 +274,6 @@ class QueryIndex:
                 raise ValidationError("messages-appended needs a list of message records", field="payload")
             await self._append(sid, records, session)
 
-    async def _drop_messages(self, sids: str | list[str]) -> None:
-        """Remove the sessions' messages and their postings, keeping ``terms`` and ``stats`` exact."""
-        ids = [sids] if isinstance(sids, str) else list(sids)
-        if not ids:
-            return
-        ex = self.engine.execute
-        inl = f"IN ({_placeholders(len(ids))})"
-        gone = f"(SELECT message_id FROM docs WHERE session_id {inl})"
-        await ex(
-            "UPDATE terms SET df = terms.df - g.c FROM (SELECT term, count(*)::INTEGER AS c FROM postings "
-            f"WHERE message_id IN {gone} GROUP BY term) g WHERE terms.term = g.term", ids)
-        await ex("DELETE FROM terms WHERE df <= 0")
-        await ex(
-            "UPDATE stats SET n = stats.n - g.n, total = stats.total - g.t FROM (SELECT count(*) AS n, "
-            f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g", ids)
-        await ex(f"DELETE FROM postings WHERE message_id IN {gone}", ids)
-        await ex(f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", ids)
-        await ex(f"DELETE FROM docs WHERE session_id {inl}", ids)
-        await ex(f"DELETE FROM messages WHERE session_id {inl}", ids)
-
     async def resync(self, sessions: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                      drop: Iterable[str] = ()) -> None:
         """In one transaction: replace the ``sessions`` (records) and all their
@@ -275,7 +282,7 @@ class QueryIndex:
         await self.setup()
         sids = [str(s["sessionId"]) for s in sessions] + [str(d) for d in drop]
         async with self._lock:
-            self._stats = None
+            self._forget_stats()
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 for i in range(0, len(sids), 500):
@@ -290,7 +297,7 @@ class QueryIndex:
                 await self.engine.execute("ROLLBACK")
                 raise
             await self.engine.execute("COMMIT")
-            self._stats = None
+            self._forget_stats()
         if self.unsorted_postings > self.compact_after:
             await self.compact()
 
@@ -338,49 +345,15 @@ class QueryIndex:
                 # a lazily loaded model is not fetched for a write: embed_missing catches up
                 self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
 
-    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
-        """Tokenise ``records`` once and load them: ``messages`` and the staging table
-        in bulk, then ``docs`` and ``postings`` (and, with ``counts``, the
-        ``terms`` / ``stats`` counts) derived in SQL."""
-        mrows, srows = [], []
-        for rec in records:
-            m, st = message_rows(rec)
-            mrows.append(m)
-            srows.append(st)
-        ex = self.engine.execute
-        await ex(_STAGE_DDL)
-        await self.engine.load_rows("messages", _COLS["messages"], mrows)
-        await self.engine.load_rows("stage", _STAGE, srows)
-        await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
-        await ex(
-            "INSERT INTO postings SELECT term, message_id, count(*)::INTEGER, any_value(doc_len), "
-            f"any_value(created_at) FROM ({_STAGE_TERMS}) GROUP BY term, message_id ORDER BY term, message_id")
-        if counts:
-            await ex(
-                "CREATE OR REPLACE TEMP TABLE delta AS SELECT term, count(DISTINCT message_id)::INTEGER AS c "
-                f"FROM ({_STAGE_TERMS}) GROUP BY term")
-            await ex("UPDATE terms SET df = terms.df + delta.c FROM delta WHERE terms.term = delta.term")
-            await ex("INSERT INTO terms SELECT d.term, d.c FROM delta d "
-                     "WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = d.term)")
-            await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
-                     "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
-            self.unsorted_postings += sum(len(set(r[-1].split())) for r in srows)
-        await ex("DROP TABLE IF EXISTS stage")
-        await ex("DROP TABLE IF EXISTS delta")
-
     async def compact(self) -> None:
-        """Rewrite ``postings`` sorted by term, so queries skip to their terms again."""
+        """Rewrite ``postings`` sorted by (tid, doc), so queries skip to their terms again."""
         await self.setup()
         async with self._lock:
             await self._sort_postings()
             self.unsorted_postings = 0
 
     async def _sort_postings(self) -> None:
-        await self.engine.execute("DROP INDEX IF EXISTS postings_term")
-        await self.engine.execute(
-            "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id")
-        for stmt in INDEX_STATEMENTS:
-            await self.engine.execute(stmt)
+        await self.engine.execute("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
 
     async def rebuild(
         self,
@@ -397,10 +370,10 @@ class QueryIndex:
         ``embed_missing`` does it later.
         """
         async with self._lock:
-            self._stats = None
+            self._forget_stats()
             ex = self.engine.execute
             for stmt in ("DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
-                         "DROP INDEX IF EXISTS terms_term"):
+                         "DROP INDEX IF EXISTS docs_doc", "DROP INDEX IF EXISTS terms_term"):
                 await ex(stmt)
             # the ART indexes are built once at the end, not row by row
             for stmt in create_statements(replace=True):
@@ -424,15 +397,15 @@ class QueryIndex:
             if chunk:
                 await self._load_messages(chunk, counts=False)
             await ex("CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id")
-            await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, message_id")
-            await ex("CREATE OR REPLACE TABLE terms AS SELECT term, count(*)::INTEGER AS df FROM postings "
-                     "GROUP BY term ORDER BY term")
+            await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
+            await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
+                     "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
             await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
                      "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
             for stmt in INDEX_STATEMENTS:
                 await ex(stmt)
             self.unsorted_postings = 0
-            self._stats = None
+            self._forget_stats()
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 

@@ -169,7 +169,7 @@ class LiveIndex:
             cache = IndexCache(engine)
             await cache.attach_work()
         self._cache = cache
-        index = QueryIndex(engine, embedder=self.embedder)
+        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()

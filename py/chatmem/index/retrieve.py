@@ -36,6 +36,7 @@ from typing import Any
 from ..errors import SessionNotFound, ValidationError
 from ..models import ChatMessage
 from .embed import Embedder, calibration_of, vector_literal
+from .hits import _fetch
 from .search import SearchHit, default_embedder, hit_from_row
 
 __all__ = ["SCOPES", "STRATEGIES", "HybridWeights", "RetrievalConfig", "mark_provenance", "retrieve"]
@@ -108,8 +109,8 @@ async def retrieve(
             "ORDER BY seq DESC LIMIT ?",
             [float(n), session_id, n],
         )
-        hits = [hit_from_row(r, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
-                                              "recency": float(r["recency"])}) for r in rows]
+        hits = [hit_from_row(m, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
+                                              "recency": float(r["recency"])}) for m, r in await _fetch(index, rows)]
         return sorted(hits, key=lambda h: h.message.seq)
 
     emb = default_embedder(index, embedder)
@@ -135,11 +136,11 @@ async def retrieve(
         params + [n],
     )
     hits = [
-        hit_from_row(r, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
+        hit_from_row(m, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
             "keyword": 0.0, "semantic": float(r["p_sem"]), "recency": float(r["p_rec"]),
             "similarity": float(r["sim"]),
         })
-        for r in rows
+        for m, r in await _fetch(index, rows)
     ]
     own = sorted(hits, key=lambda h: h.message.seq)
     if config.scope == "session":
@@ -166,8 +167,8 @@ async def _other_sessions(index: Any, session_id: str, config: RetrievalConfig, 
         [vector_literal(vec), session_id, session_id, lo, hi - lo, emb.model, emb.dimensions,
          float(config.relevance_threshold), config.recent_count],
     )
-    return [hit_from_row(r, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
-                                              "similarity": float(r["sim"])}) for r in rows]
+    return [hit_from_row(m, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
+                                              "similarity": float(r["sim"])}) for m, r in await _fetch(index, rows)]
 
 
 def mark_provenance(hit: SearchHit, title: str | None, created_at: int | None) -> ChatMessage:

@@ -3,26 +3,29 @@
 ::
 
     sessions    one row per session: the SessionMeta fields in snake_case
-    messages    one row per message: the ChatMessage fields in snake_case;
-                content / slices / tool_results / categorization / tool_calls /
-                metadata as JSON text; text = plain text of the content;
-                token_count as stored
-    docs        per message: message_id, session_id, role, created_at
-                (immutable, copied so that ranking and filtering never read
-                ``messages``), doc_len (number of index terms) and norm_text
-                (normalised words, for exact phrase checks)
-    postings    the inverted index: (term, message_id, tf, doc_len,
-                created_at), kept sorted by term and with an ART index on
-                term, so that a query reads only its terms' rows (a rare term
-                by index lookup, a common one by a zone-map-skipping scan) and
-                ranks, breaks ties and fetches the winners without a join
-    terms       (term, df): the document frequency of every indexed term
+    messages    one row per message: its scalar fields in snake_case and
+                text = the plain text of its content (for ``mem.sql``,
+                substring search, phrase checks and embedding); the record
+                itself (content parts, slices, tool results, metadata...) is
+                not copied: it is read from the store
+    docs        per message: doc (a dense integer id), message_id, session_id,
+                role, created_at (immutable, copied so that ranking and
+                filtering never read ``messages``) and doc_len (index terms)
+    postings    the inverted index: (tid, doc, tf, dl) integers only, kept
+                sorted by (tid, doc) so that a query reads only its terms'
+                rows (zone maps skip the rest); ``dl`` is the doc's length,
+                so BM25 needs no join to score
+    terms       (term, tid, df): every indexed term, its integer id and its
+                document frequency (ART index on term)
     stats       one row (n, total): the number of docs and the sum of doc_len
     embeddings  (message_id, model, dim, vec FLOAT[]): one vector per message and model
     index_meta  (key, value): the schema version of a cached (OPFS) index
 
 ``terms`` and ``stats`` are kept exact on every write (integer counts), so the
-BM25 statistics of the incremental index equal those of a rebuild.
+BM25 statistics of the incremental index equal those of a rebuild. Integer ids
+(``tid``, ``doc``) are internal: they differ between an index built by events
+and one rebuilt, the answers do not. A posting leads back to its message in one
+step (``docs.doc``, which is also the docs' sort order).
 
 Column types are DuckDB core types only. The whole index is derived from the
 store and can be dropped and rebuilt at any time.
@@ -30,19 +33,18 @@ store and can be dropped and rebuilt at any time.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..models import extract_text
-from .tokenize import analyze
+from .tokenize import tokens
 
 __all__ = [
     "INDEX_STATEMENTS",
     "SCHEMA_VERSION",
     "STAGE_COLUMNS",
-    "JSON_COLUMNS",
     "MESSAGE_COLUMNS",
+    "RECORD_ONLY",
     "SESSION_COLUMNS",
     "TABLES",
     "create_statements",
@@ -74,43 +76,31 @@ MESSAGE_COLUMNS: list[tuple[str, str, str]] = [
     ("session_id", "VARCHAR", "sessionId"),
     ("seq", "INTEGER", "seq"),
     ("role", "VARCHAR", "role"),
-    ("content", "VARCHAR", "content"),
     ("created_at", "BIGINT", "createdAt"),
     ("provider", "VARCHAR", "provider"),
     ("model", "VARCHAR", "model"),
-    ("slices", "VARCHAR", "slices"),
-    ("tool_results", "VARCHAR", "tool_results"),
-    ("categorization", "VARCHAR", "categorization"),
-    ("tool_calls", "VARCHAR", "toolCalls"),
     ("tool_call_id", "VARCHAR", "toolCallId"),
     ("name", "VARCHAR", "name"),
-    ("metadata", "VARCHAR", "metadata"),
     ("token_count", "INTEGER", "tokenCount"),
     ("text", "VARCHAR", ""),
 ]
 
-#: message columns stored as JSON text
-JSON_COLUMNS = frozenset({"content", "slices", "tool_results", "categorization", "tool_calls", "metadata"})
+#: record keys the index does not copy (a hit's message is read from the store)
+RECORD_ONLY = ("content", "slices", "tool_results", "categorization", "toolCalls", "metadata")
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "sessions": [(c, t) for c, t, _ in SESSION_COLUMNS],
     "messages": [(c, t) for c, t, _ in MESSAGE_COLUMNS],
     "docs": [
+        ("doc", "INTEGER"),
         ("message_id", "VARCHAR"),
         ("session_id", "VARCHAR"),
         ("role", "VARCHAR"),
         ("created_at", "BIGINT"),
         ("doc_len", "INTEGER"),
-        ("norm_text", "VARCHAR"),
     ],
-    "postings": [
-        ("term", "VARCHAR"),
-        ("message_id", "VARCHAR"),
-        ("tf", "INTEGER"),
-        ("doc_len", "INTEGER"),
-        ("created_at", "BIGINT"),
-    ],
-    "terms": [("term", "VARCHAR"), ("df", "INTEGER")],
+    "postings": [("tid", "INTEGER"), ("doc", "INTEGER"), ("tf", "INTEGER"), ("dl", "INTEGER")],
+    "terms": [("term", "VARCHAR"), ("tid", "INTEGER"), ("df", "INTEGER")],
     "stats": [("n", "BIGINT"), ("total", "BIGINT")],
     "embeddings": [
         ("message_id", "VARCHAR"),
@@ -122,19 +112,21 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
-#: the staging table a batch of messages goes through: ``docs`` plus ``toks``
-#: (the message's index terms joined by spaces; terms never hold a space),
-#: from which SQL derives ``postings`` and the ``terms`` counts
+#: the staging table a batch of messages goes through: the ``docs`` columns
+#: plus ``toks`` (the message's index terms joined by spaces; terms never hold
+#: a space), from which SQL derives ``docs``, ``terms``, ``postings`` and the counts
 STAGE_COLUMNS: list[tuple[str, str]] = TABLES["docs"] + [("toks", "VARCHAR")]
 
 
-#: ART indexes: messages by id (fetching the few winners of a search), postings
-#: and terms by term (a rare term's rows without a scan)
+#: ART indexes: messages by id (the id lookups of writes, records, user SQL),
+#: docs by doc (a search's few winners joined to their ids without a scan),
+#: terms by term (a query's term ids). Postings have none: sorted by tid,
+#: their zone maps find a term's rows.
 INDEX_STATEMENTS = [
     "CREATE INDEX IF NOT EXISTS messages_id ON messages (id)",
-    "CREATE INDEX IF NOT EXISTS postings_term ON postings (term)",
+    "CREATE INDEX IF NOT EXISTS docs_doc ON docs (doc)",
     "CREATE INDEX IF NOT EXISTS terms_term ON terms (term)",
 ]
 
@@ -171,40 +163,31 @@ def session_row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _json(v: Any) -> str | None:
-    return None if v is None else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-
-
-def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The ``messages`` row and the staging row (``STAGE_COLUMNS``) of one message record.
-    Tokenises the text once."""
+def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...], list[str]]:
+    """The ``messages`` row, the staging row (``STAGE_COLUMNS`` but ``doc``) and
+    the index terms of one message record. Tokenises the text once."""
     text = extract_text(rec.get("content"))
     row: list[Any] = []
     for col, _, key in MESSAGE_COLUMNS:
         if col == "text":
             row.append(text)
-        elif col in JSON_COLUMNS:
-            row.append(_json(rec.get(key)))
         elif col == "token_count":
             row.append(int(rec.get(key) or 0))
         else:
             row.append(rec.get(key))
-    toks, norm = analyze(text)
-    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), norm,
-             " ".join(toks))
-    return tuple(row), stage
+    toks = tokens(text)
+    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), " ".join(toks))
+    return tuple(row), stage, toks
 
 
 def row_to_message_record(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The camelCase record of a ``messages`` row (JSON columns parsed)."""
-    rec: dict[str, Any] = {}
+    """The camelCase record of a ``messages`` row: what the index holds of a
+    message, with its plain ``text`` as content (the store has the record itself)."""
+    rec: dict[str, Any] = {key: None for key in RECORD_ONLY}
     for col, _, key in MESSAGE_COLUMNS:
-        if not key:
-            continue
-        v = row.get(col)
-        if col in JSON_COLUMNS and v is not None:
-            v = json.loads(v)
-        rec[key] = v
+        if key:
+            rec[key] = row.get(col)
+    rec["content"] = row.get("text") or ""
     return rec
 
 

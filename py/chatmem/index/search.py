@@ -1,12 +1,17 @@
 """``search``: ranked keyword (BM25), semantic, hybrid and substring search over a ``QueryIndex``.
 
 Every mode is one SQL statement with bound parameters (one round trip to the
-engine, which matters in the browser), plus at most one embedding of the query.
+engine, which matters in the browser), plus at most one embedding of the query;
+the winners' records are then read from the store in one call (the index holds
+no copy of them). Keyword search reads the query terms' ids and document
+frequencies from the index's Python-side figures (one more statement only for
+a term it has not seen since the last delete).
 
 - ``keyword``: BM25 (k1=1.2, b=0.75) over the inverted index. Bare words are
   alternatives (a message with more, and rarer, query words ranks higher);
-  ``"quoted phrases"`` must occur exactly (their words are required and the
-  phrase is checked against the normalised text). ``score`` is the BM25 sum.
+  ``"quoted phrases"`` must occur exactly (their words are required, and the
+  candidates' records are checked, best first, against the phrase in their
+  normalised text until ``limit`` pass). ``score`` is the BM25 sum.
 - ``semantic``: cosine similarity between the query's vector and the stored
   vectors of the embedder's model (``list_cosine_similarity``, brute force).
   ``score`` is the similarity *calibrated* for the embedder (its
@@ -49,11 +54,14 @@ from .hits import (
     _bm25_stats,
     _fetch,
     _int,
-    _phrase_sql,
+    _term_stats,
     bm25_ctes,
     bm25_sql,
     build_filters,
     hit_from_row,
+    phrase_matches,
+    rank_top,
+    top_sql,
 )
 from .tokenize import parse_query
 
@@ -152,24 +160,38 @@ async def search(
     if mode == "keyword":
         assert pq is not None
         stats = await _bm25_stats(index)
-        kw_sql, params, required = bm25_sql(
-            pq, stats, build_filters(session_ids, character_ids, date_range, roles, alias="d"))
-        phrase, pparams = _phrase_sql(pq)
-        join = "JOIN docs d ON d.message_id = k.message_id" if phrase else ""
-        conds = [f"k.req = {required}"] + ([phrase] if phrase else [])
-        params = params + pparams
+        terms = await _term_stats(index, pq)
+        kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
+        if terms is not None and limit is not None and not pq.phrases and kflt.sql == "TRUE":
+            ranked: list[dict[str, Any]] | None = None
+            for exact in (False, True):
+                top = top_sql(pq, stats, terms, limit, thr, exact=exact)
+                ranked = rank_top(await index.execute(*top) if top is not None else [], limit, exact)
+                if ranked is not None:
+                    break
+            return [
+                hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0,
+                                                    "recency": 0.0, "bm25": float(k["score"])})
+                for r, k in await _fetch(index, ranked or [])
+            ]
+        kw_sql, params, required = bm25_sql(pq, stats, kflt, terms)
+        conds = [f"k.req = {required}"] if required else []
         if thr is not None:
             conds.append("round(k.kw, 9) >= ?")
-            params.append(thr)
+            params = params + [thr]
+        where = f"WHERE {' AND '.join(conds)} " if conds else ""
+        # a phrase is checked on the records of the ranked candidates, best first
+        lim_kw, lim_kw_params = ("", []) if pq.phrases else (lim_sql, lim_params)
         rows = await index.execute(
-            f"SELECT k.message_id AS id, round(k.kw, 9) AS score FROM ({kw_sql}) k {join} "
-            f"WHERE {' AND '.join(conds)} ORDER BY score DESC, k.created_at DESC, k.message_id DESC {lim_sql}",
-            params + lim_params,
+            f"SELECT k.message_id AS id, round(k.kw, 9) AS score FROM ({kw_sql}) k {where}"
+            f"ORDER BY score DESC, k.created_at DESC, k.message_id DESC {lim_kw}",
+            params + lim_kw_params,
         )
+        found = await phrase_matches(index, pq, rows, limit) if pq.phrases else await _fetch(index, rows)
         return [
             hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
                                         "bm25": float(k["score"])})
-            for r, k in await _fetch(index, rows)
+            for r, k in found
         ]
 
     emb = default_embedder(index, embedder)

@@ -1,0 +1,201 @@
+"""The keyword tables of the query index: how a batch of messages enters and
+leaves ``docs``, ``terms``, ``postings`` and ``stats``, and the figures a
+search reads kept in Python (``KeywordFigures``).
+
+A batch is tokenised once in Python (``schema.message_rows``); the engine gets
+one bulk load of ``messages`` and one of a staging table (a row per message:
+its doc id, its ``docs`` columns and its terms as one string). SQL derives the
+rest, so no posting row crosses the boundary: ``docs``; the batch's new terms,
+numbered after the highest ``tid``; the integer postings ``(tid, doc, tf,
+dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
+
+``KeywordFigures`` holds ``(n, total)`` and ``term -> (tid, df)`` for the
+terms queries asked about (the whole vocabulary while it has at most
+``TERM_CACHE`` terms), updated exactly by each append and forgotten by a delete,
+a rebuild or a failed write: a keyword search then needs no statement to learn
+them. Nothing here is durable.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from .engine import SQLEngine
+from .schema import STAGE_COLUMNS, TABLES, message_rows
+
+__all__ = ["TERM_CACHE", "KeywordFigures", "drop_sessions", "load_messages"]
+
+#: query terms whose id and df are kept in Python (then forgotten all at once)
+TERM_CACHE = 50_000
+#: appends of more messages than this forget the cached terms instead of updating them
+_EXACT_UPDATE = 500
+
+_COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
+_STAGE = [c for c, _ in STAGE_COLUMNS]
+_STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
+_DOCS = ", ".join(_COLS["docs"])
+#: one row per (term, doc) of the staged batch, with its tf
+_STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::INTEGER AS tf, "
+                "any_value(doc_len) AS dl FROM (SELECT doc, doc_len, unnest(string_split(toks, ' ')) AS term "
+                "FROM stage WHERE toks <> '') GROUP BY term, doc")
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" for _ in range(n))
+
+
+class KeywordFigures:
+    """BM25's ``(n, total)`` and the ``(tid, df)`` of known terms, exact as of the
+    last write through ``load_messages`` / ``drop_sessions``."""
+
+    def __init__(self) -> None:
+        #: (n, total) as in ``stats``; None: read it at the next query
+        self.stats: tuple[int, int] | None = None
+        #: term -> (tid, df), or None for a term not indexed
+        self.terms: dict[str, tuple[int, int] | None] = {}
+        #: ``terms`` holds the whole vocabulary (a term not in it is not indexed)
+        self.whole = False
+        #: whether the vocabulary was counted since the figures were last forgotten
+        self.sized = False
+
+    def forget(self) -> None:
+        self.stats = None
+        self.forget_terms()
+
+    def forget_terms(self) -> None:
+        self.terms.clear()
+        self.whole = self.sized = False
+
+    async def bm25(self, engine: SQLEngine) -> tuple[int, float]:
+        """``(document count, mean document length)``."""
+        if self.stats is None:
+            rows = await engine.execute("SELECT n, total FROM stats")
+            self.stats = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
+        n, total = self.stats
+        return n, max(total / max(n, 1), 1e-9)
+
+    async def lookup(self, engine: SQLEngine, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """``{term: (tid, df)}`` for those of ``terms`` that are indexed."""
+        want = list(dict.fromkeys(terms))
+        if not self.sized:
+            # a small vocabulary is read whole, once: then a search needs no lookup at all
+            self.sized = True
+            size = await engine.execute("SELECT count(*) AS n FROM terms")
+            if int(size[0]["n"]) <= TERM_CACHE:
+                rows = await engine.execute("SELECT term, tid, df FROM terms")
+                self.terms = {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
+                self.whole = True
+        missing = [] if self.whole else [t for t in want if t not in self.terms]
+        if missing and len(self.terms) + len(missing) > TERM_CACHE:
+            self.terms.clear()
+            missing = want
+        if missing:
+            rows = await engine.execute(f"SELECT term, tid, df FROM terms WHERE term IN ({_marks(len(missing))})",
+                                        missing)
+            for t in missing:
+                self.terms[t] = None
+            for r in rows:
+                self.terms[r["term"]] = (int(r["tid"]), int(r["df"]))
+        out = {}
+        for t in want:
+            v = self.terms.get(t)
+            if v is not None:
+                out[t] = v
+        return out
+
+    def count(self, toks: list[list[str]]) -> None:
+        """Bring the figures up to an append of docs with terms ``toks`` (before its
+        new terms are read)."""
+        if self.stats is not None:
+            n, total = self.stats
+            self.stats = (n + len(toks), total + sum(len(t) for t in toks))
+        if not self.terms:
+            return
+        if len(toks) > _EXACT_UPDATE:
+            self.forget_terms()
+            return
+        delta: Counter[str] = Counter()
+        for t in toks:
+            delta.update(set(t))
+        for term, c in delta.items():
+            if term in self.terms:
+                v = self.terms[term]
+                if v is None:
+                    del self.terms[term]  # newly indexed: its id is read at the next query
+                else:
+                    self.terms[term] = (v[0], v[1] + c)
+
+    async def add_new(self, engine: SQLEngine, first_tid: int) -> None:
+        """While the whole vocabulary is kept: read the terms numbered from ``first_tid``."""
+        if not self.whole:
+            return
+        new = await engine.execute("SELECT term, tid, df FROM terms WHERE tid >= ?", [first_tid])
+        if len(self.terms) + len(new) > TERM_CACHE:
+            self.forget_terms()
+        else:
+            self.terms.update((r["term"], (int(r["tid"]), int(r["df"]))) for r in new)
+
+
+async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
+                        *, counts: bool = True) -> int:
+    """Tokenise ``records`` once and load them: ``messages`` and the staging table
+    in bulk, then ``docs``, new ``terms`` and ``postings`` (and, with ``counts``,
+    the ``terms.df`` / ``stats`` counts and ``figures``) derived in SQL. Returns
+    the number of postings added."""
+    ex = engine.execute
+    base = await ex("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
+                    "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
+    doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
+    mrows, srows, toks = [], [], []
+    for rec in records:
+        m, st, tk = message_rows(rec)
+        mrows.append(m)
+        srows.append((doc,) + st)
+        toks.append(tk)
+        doc += 1
+    await ex(_STAGE_DDL)
+    await engine.load_rows("messages", _COLS["messages"], mrows)
+    await engine.load_rows("stage", _STAGE, srows)
+    await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
+    await ex(_STAGE_TERMS)
+    await ex(
+        "INSERT INTO terms SELECT term, (SELECT coalesce(max(tid) + 1, 0) FROM terms) "
+        "+ (row_number() OVER (ORDER BY term))::INTEGER - 1, 0 FROM (SELECT DISTINCT term FROM st) n "
+        "WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = n.term)")
+    await ex("INSERT INTO postings SELECT t.tid, st.doc, st.tf, st.dl FROM st JOIN terms t ON t.term = st.term "
+             "ORDER BY t.tid, st.doc")
+    if counts:
+        await ex("UPDATE terms SET df = terms.df + d.c FROM (SELECT term, count(*)::INTEGER AS c FROM st "
+                 "GROUP BY term) d WHERE terms.term = d.term")
+        await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
+                 "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
+        figures.count(toks)
+        await figures.add_new(engine, first_tid)
+    await ex("DROP TABLE IF EXISTS stage")
+    await ex("DROP TABLE IF EXISTS st")
+    return sum(len(set(t)) for t in toks)
+
+
+async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigures) -> None:
+    """Remove the sessions' messages, docs, postings and vectors, keeping ``terms``
+    and ``stats`` exact (``figures`` are forgotten)."""
+    if not sids:
+        return
+    figures.forget()
+    ex = engine.execute
+    inl = f"IN ({_marks(len(sids))})"
+    await ex(f"CREATE OR REPLACE TEMP TABLE gone AS SELECT doc FROM docs WHERE session_id {inl}", sids)
+    await ex(
+        "UPDATE terms SET df = terms.df - g.c FROM (SELECT tid, count(*)::INTEGER AS c FROM postings "
+        "WHERE doc IN (SELECT doc FROM gone) GROUP BY tid) g WHERE terms.tid = g.tid")
+    await ex("DELETE FROM terms WHERE df <= 0")
+    await ex(
+        "UPDATE stats SET n = stats.n - g.n, total = stats.total - g.t FROM (SELECT count(*) AS n, "
+        f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g", sids)
+    await ex("DELETE FROM postings WHERE doc IN (SELECT doc FROM gone)")
+    await ex(f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", sids)
+    await ex(f"DELETE FROM docs WHERE session_id {inl}", sids)
+    await ex(f"DELETE FROM messages WHERE session_id {inl}", sids)
+    await ex("DROP TABLE IF EXISTS gone")
