@@ -310,7 +310,8 @@ class LiveIndex:
         if self.share is not None and self.role is None:
             self.role = await self.share.claim(self._on_owner)
             if self.role == "guest":
-                self.index = RemoteQueryIndex(self.share, embedder=self.embedder)
+                self.index = RemoteQueryIndex(self.share, embedder=self.embedder,
+                                              records=self._core.store.get_messages)
                 self._pending.clear()
                 return self.index
         self.role = self.role or "solo"

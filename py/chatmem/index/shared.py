@@ -43,12 +43,12 @@ import asyncio
 import itertools
 import json
 import uuid
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from .. import errors
 from ..errors import QueryError, ValidationError
 from .embed import Embedder
-from .index import QueryIndex
+from .index import QueryIndex, RecordSource
 from .sqlguard import check_read_only
 from .transport import ShareTransport
 
@@ -202,8 +202,9 @@ class RemoteQueryIndex(QueryIndex):
     """A guest's view of the owner's index: reads through ``RemoteEngine``; nothing
     the store derives is written from here (the owner re-reads the store instead)."""
 
-    def __init__(self, share: IndexShare, *, embedder: Embedder | None = None):
-        super().__init__(RemoteEngine(share), embedder=embedder)
+    def __init__(self, share: IndexShare, *, embedder: Embedder | None = None,
+                 records: RecordSource | None = None):
+        super().__init__(RemoteEngine(share), embedder=embedder, records=records)
         self.share = share
         self._ready = True
 
@@ -211,8 +212,13 @@ class RemoteQueryIndex(QueryIndex):
         return None  # the owner's index exists
 
     async def bm25_stats(self) -> tuple[int, float]:
-        self._stats = None  # the owner's writes change them: never cached here
+        self._figures.stats = None  # the owner's writes change them: never kept here
         return await super().bm25_stats()
+
+    async def term_stats(self, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
+        self._figures.forget_terms()
+        self._figures.sized = True  # look up just these terms, every time
+        return await super().term_stats(terms)
 
     async def catch_up(self, stale: list[str], resync: bool) -> None:
         """Have the owner re-read these sessions (or everything) from the store before it answers."""
