@@ -83,7 +83,8 @@ await mem.messages.append(SID, "assistant", "banana bread from the third tab")
     seen = _run(b, UNTIL_FOUND, name, WORD="banana")
     assert seen["found"] == ["banana bread from the third tab"]
 
-    # the owner goes; tab 3 writes and both ask at once: they wait for the takeover
+    # the owner saves (as it does by itself a moment after a change), then goes without closing
+    assert _run(a, MEM + "await mem.index.save()", name) is True
     a.page.close()
     during = _run(c, MEM + """
 await mem.messages.append(SID, "user", "cherry jam written during the handover")
