@@ -34,6 +34,8 @@ NODE = ROOT / "node_modules"
 
 #: pure-Python wheels the page loads, pinned; fetched from PyPI for Python 3.14
 PAGE_WHEELS = {"micropip": "0.11.1", "snowballstemmer": "3.1.1"}
+#: those chatmem depends on in the page (micropip is there for PyScript)
+PAGE_DEPS = {"snowballstemmer"}
 PYODIDE_PY = "3.14"
 #: exact BPE counters shipped for the browser (gpt-tokenizer, ranks bundled; loaded on demand)
 BPE_ENCODINGS = ("o200k_base", "cl100k_base")
@@ -122,6 +124,42 @@ def page_wheels() -> list[Path]:
             found = list(out.glob(f"{name}-{version}-*.whl"))
         wheels.append(found[0])
     return wheels
+
+
+def precompile(wheel: Path) -> Path:
+    """The wheel plus its modules compiled to the page's Python bytecode (tools/pyc.mjs runs
+    Pyodide in Node): the page imports them without compiling, most of the import's time.
+    Deterministic (fixed zip dates), cached by the wheel's, the tool's and Pyodide's hashes."""
+    import base64
+    import zipfile
+
+    tool = ROOT / "tools" / "pyc.mjs"
+    key = hashlib.sha256(wheel.read_bytes() + tool.read_bytes()
+                         + (NODE / "pyodide" / "package.json").read_bytes()).hexdigest()[:16]
+    out = CACHE / "pyc" / key / wheel.name
+    if out.exists():
+        return out
+    work = CACHE / "pyc" / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(work)
+    run([shutil.which("node") or "node", str(tool), str(work)])
+    pycs = sorted(str(p.relative_to(work)).replace(os.sep, "/") for p in work.rglob("*.pyc"))
+    record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+    lines = (work / record).read_text().splitlines()
+    for name in pycs:
+        digest = base64.urlsafe_b64encode(hashlib.sha256((work / name).read_bytes()).digest()).rstrip(b"=")
+        lines.append(f"{name},sha256={digest.decode()},{(work / name).stat().st_size}")
+    (work / record).write_text("\n".join(lines) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out.with_suffix(".tmp"), "w", zipfile.ZIP_DEFLATED) as z:
+        for name in [n for n in names if n != record and not n.endswith("/")] + pycs + [record]:
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), (work / name).read_bytes(),
+                       zipfile.ZIP_DEFLATED)
+    out.with_suffix(".tmp").rename(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return out
 
 
 #: the registry package whose weights the static embedding model is derived from
@@ -338,7 +376,8 @@ def write_service_worker(dist: Path, version: str, files: list[str]) -> None:
 
 def inputs_digest() -> str:
     h = hashlib.sha256()
-    paths = [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__), *sorted((ROOT / "tools").glob("*.py"))]
+    paths = [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__), *sorted((ROOT / "tools").glob("*.py")),
+             *sorted((ROOT / "tools").glob("*.mjs"))]
     for base in (ROOT / "py", ROOT / "web"):
         paths += sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for p in paths:
@@ -367,8 +406,9 @@ def build() -> Path:
     check_js()
     model = static_model()
     digest = inputs_digest()
-    wheel = build_chatmem_wheel()
-    extra = page_wheels()
+    # the page's wheels carry their bytecode: importing chatmem then compiles nothing
+    wheel = precompile(build_chatmem_wheel())
+    extra = [precompile(w) if w.name.split("-")[0] in PAGE_DEPS else w for w in page_wheels()]
     tmp = ROOT / "dist.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(ROOT / "web", tmp, ignore=shutil.ignore_patterns("__pycache__"))
@@ -388,6 +428,9 @@ def build() -> Path:
         "version": digest[:16],
         "wheel": f"wheels/{wheel.name}",
         "wheel_sha256": sha256(wheel),
+        # what js/load.js installs: the wheel and the pure-Python wheels it depends on
+        "wheels": [{"path": f"wheels/{wheel.name}", "sha256": sha256(wheel)}] + [
+            {"path": f"pyodide/{w.name}", "sha256": sha256(w)} for w in extra if w.name.split("-")[0] in PAGE_DEPS],
         "model": model_file,
         "files": files,
     }

@@ -16,7 +16,7 @@ import sys
 import time
 
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, search
-from chatmem.index.embed import vector_literal  # noqa: F401  (kept for parity with the browser bench)
+from chatmem.index.embed import EMBEDDING_COLUMNS, quantize
 from chatmem.models import extract_text
 
 
@@ -142,9 +142,10 @@ async def main() -> None:
             v = [rng.gauss(0, 1) for _ in range(args.dims)]
             n = math.sqrt(sum(x * x for x in v))
             v = [x / n for x in v]
-        rows.append((m["id"], emb.model, args.dims, v))
+        q, scale = quantize(v)
+        rows.append((m["id"], emb.model, args.dims, q, scale, None, None))
     s = time.perf_counter()
-    await index.engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], rows)
+    await index.engine.load_rows("embeddings", EMBEDDING_COLUMNS, rows)
     print(f"load {len(rows):,} x {args.dims} vectors: {time.perf_counter() - s:.1f} s")
     index.embedder = emb
     sem = await timed(lambda q: search(index, q, limit=10, mode="semantic"))

@@ -1,4 +1,4 @@
-"""Retrieval quality on LoCoMo (``shared/quality/locomo-dev``), on CPython.
+"""Retrieval quality on LoCoMo (``shared/quality/locomo-dev``), on CPython and in the page.
 
 Each conversation goes into its own chatmem ``Memory`` (one session per LoCoMo
 session, ``Speaker: text`` as the content, a shared photo's caption appended,
@@ -7,6 +7,10 @@ asked within its conversation; a hit is an evidence turn (``dia_id``). Reports
 R@5, R@10, hit@10 and the median query latency of chatmem's ``keyword``,
 ``semantic`` and ``hybrid`` modes, and of rank_bm25's ``BM25Okapi`` over the
 same texts (tokenised by chatmem's ``words``: unstemmed), in the same run.
+``run_page`` asks the same questions in the page (this module is copied into
+the bench page's Pyodide): each conversation stored in IndexedDB, searched
+through DuckDB-Wasm; rank_bm25 needs numpy, which the page does not ship, so
+its row comes from the CPython side of the same run.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Any
 import chatmem
 from chatmem.index.tokenize import words
 
-__all__ = ["locomo_dir", "load_conversations", "run_quality", "render_table"]
+__all__ = ["locomo_dir", "load_conversations", "run_quality", "run_page", "render_table", "store_conversation",
+           "ask_chatmem", "ask_bm25", "summarize"]
 
 MODES = ("keyword", "semantic", "hybrid")
 
@@ -76,10 +81,8 @@ def _score(evidence: set[str], got: list[str], acc: dict[str, list[float]]) -> N
     acc["hit@10"].append(1.0 if evidence & set(got[:10]) else 0.0)
 
 
-async def _conversation(conv: dict[str, Any], res: dict[str, dict[str, list[float]]]) -> None:
-    from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
-
-    mem = await chatmem.open(f"locomo-{conv['name']}")
+async def store_conversation(mem: Any, conv: dict[str, Any]) -> tuple[dict[str, str], list[str], list[str]]:
+    """Store one conversation through ``mem``; (message id -> dia_id, texts, their dia_ids)."""
     dia_of: dict[str, str] = {}
     texts: list[str] = []
     dias: list[str] = []
@@ -92,7 +95,12 @@ async def _conversation(conv: dict[str, Any], res: dict[str, dict[str, list[floa
             dia_of[m.id] = t["dia_id"]
             texts.append(m.text)
             dias.append(t["dia_id"])
-    bm = BM25Okapi([words(t) or ["_"] for t in texts])
+    return dia_of, texts, dias
+
+
+async def ask_chatmem(mem: Any, conv: dict[str, Any], dia_of: dict[str, str],
+                      res: dict[str, dict[str, list[float]]]) -> None:
+    """Every question of ``conv`` in each of chatmem's modes, scored into ``res``."""
     await mem.search("warm up", mode="hybrid", limit=10)  # builds the index and embeds every message
     for q in conv["questions"]:
         ev = set(q["evidence"])
@@ -101,20 +109,27 @@ async def _conversation(conv: dict[str, Any], res: dict[str, dict[str, list[floa
             hits = await mem.search(q["question"], mode=mode, limit=10)
             res[mode]["ms"].append((time.perf_counter() - t0) * 1000)
             _score(ev, [dia_of[h.message.id] for h in hits], res[mode])
+
+
+def ask_bm25(conv: dict[str, Any], texts: list[str], dias: list[str], res: dict[str, dict[str, list[float]]]) -> None:
+    """The same questions through rank_bm25's BM25Okapi over the same texts (CPython: it needs numpy)."""
+    from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
+
+    bm = BM25Okapi([words(t) or ["_"] for t in texts])
+    for q in conv["questions"]:
         t0 = time.perf_counter()
         scores = bm.get_scores(words(q["question"]))
         top = sorted(range(len(texts)), key=lambda i: -scores[i])[:10]
         res["rank_bm25"]["ms"].append((time.perf_counter() - t0) * 1000)
-        _score(ev, [dias[i] for i in top], res["rank_bm25"])
-    await mem.close()
+        _score(set(q["evidence"]), [dias[i] for i in top], res["rank_bm25"])
 
 
-async def _run(limit: int | None) -> dict[str, dict[str, float]]:
-    res: dict[str, dict[str, list[float]]] = {
-        m: {"R@5": [], "R@10": [], "hit@10": [], "ms": []} for m in (*MODES, "rank_bm25")}
-    convs = load_conversations(limit)
-    for conv in convs:
-        await _conversation(conv, res)
+def _empty(systems: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+    return {m: {"R@5": [], "R@10": [], "hit@10": [], "ms": []} for m in systems}
+
+
+def summarize(res: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    """Means of R@5, R@10, hit@10 and the median latency per system."""
     out: dict[str, dict[str, float]] = {}
     for m, acc in res.items():
         out[m] = {k: round(statistics.fmean(v), 4) for k, v in acc.items() if k != "ms"}
@@ -123,13 +138,56 @@ async def _run(limit: int | None) -> dict[str, dict[str, float]]:
     return out
 
 
+async def _run(limit: int | None) -> dict[str, dict[str, float]]:
+    res = _empty((*MODES, "rank_bm25"))
+    for conv in load_conversations(limit):
+        mem = await chatmem.open(f"locomo-{conv['name']}")
+        dia_of, texts, dias = await store_conversation(mem, conv)
+        await ask_chatmem(mem, conv, dia_of, res)
+        ask_bm25(conv, texts, dias, res)
+        await mem.close()
+    return summarize(res)
+
+
+async def run_page(convs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """In the page (Pyodide): each conversation stored in its own IndexedDB database,
+    the same questions in chatmem's modes; the databases and index files are removed after."""
+    from chatmem.runtime import page as _browser
+
+    res = _empty(MODES)
+    for conv in convs:
+        name = f"locomo-{conv['name']}"
+        cache = _browser.index_cache_path(name).removeprefix("opfs://")
+        await _browser.drop_database(name)
+        await _browser.opfs_remove(cache)
+        mem = await chatmem.open(name)
+        dia_of, _texts, _dias = await store_conversation(mem, conv)
+        await ask_chatmem(mem, conv, dia_of, res)
+        await mem.close()
+        await _browser.drop_database(name)
+        await _browser.opfs_remove(cache)
+    return summarize(res)
+
+
 def run_quality(limit: int | None = None) -> dict[str, dict[str, float]]:
     """The table, as ``{mode: {R@5, R@10, hit@10, p50_ms, questions}}``."""
     return asyncio.run(_run(limit))
 
 
-def render_table(res: dict[str, dict[str, float]], embedder: str) -> str:
-    lines = [f"| LoCoMo dev, top 10 ({embedder}) | R@5 | R@10 | hit@10 | p50 ms |", "|---|---|---|---|---|"]
-    for m, r in res.items():
-        lines.append(f"| {m} | {r['R@5']:.3f} | {r['R@10']:.3f} | {r['hit@10']:.3f} | {r['p50_ms']:.2f} |")
+WHERE = {"cpython": "CPython (memory store, duckdb)", "chromium": "Chromium (Pyodide, IndexedDB, DuckDB-Wasm)"}
+
+
+def render_table(res: dict[str, dict[str, float]], embedder: str,
+                 page: dict[str, dict[str, float]] | None = None) -> str:
+    """One row per system and runtime; rank_bm25 (pure Python over numpy) runs on CPython only."""
+    lines = [f"| LoCoMo dev, top 10 ({embedder}) | where | R@5 | R@10 | hit@10 | p50 ms |",
+             "|---|---|---|---|---|---|"]
+    runs = [("cpython", res)] + ([("chromium", page)] if page else [])
+    for m in (*MODES, "rank_bm25"):
+        for where, rs in runs:
+            r = rs.get(m)
+            if r:
+                place = "CPython (the same texts)" if m == "rank_bm25" else WHERE[where]
+                lines.append(f"| {m} | {place} | {r['R@5']:.3f} | {r['R@10']:.3f} | {r['hit@10']:.3f} "
+                             f"| {r['p50_ms']:.2f} |")
     return "\n".join(lines)

@@ -2,7 +2,10 @@
 """chatmem benchmarks: the same seeded workloads through chatmem and the
 alternatives, in one Chromium page and one CPython process, in one run.
 
-    python build.py bench                 # default sizes (~10 minutes on 2 cores)
+    python build.py bench                 # default sizes (~6 minutes on 2 cores)
+    python build.py bench --scale         # also W4 (100,000 messages) and W9 (a 50,000-message ChatGPT import)
+    python build.py bench --huge [--huge-n N]   # only: 1,000,000 (N) messages in one page
+    python build.py bench --quality       # LoCoMo retrieval quality, CPython and the page
     python build.py bench --large         # W2 also at 100,000 messages
     python build.py bench --quick         # tiny sizes: checks that everything runs
     python build.py bench --durability strict
@@ -32,8 +35,11 @@ sys.path.insert(0, str(ROOT))  # build.py: the static server
 sys.path.insert(0, str(HERE))
 
 import build  # noqa: E402
+import goals  # noqa: E402
+import modes  # noqa: E402
 import payloads  # noqa: E402
 import report  # noqa: E402
+import scale  # noqa: E402
 
 NODE = ROOT / "node_modules"
 RESULTS = HERE / "results"
@@ -55,6 +61,11 @@ def assemble_page(dist: Path) -> Path:
     out = dist / "bench"
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(HERE / "page", out)
+    shutil.copy2(HERE / "quality.py", out / "quality.py")  # run_page: the same questions in the page
+    # the page runtime finds the embedding model through build-info.json beside the document
+    info = json.loads((dist / "build-info.json").read_text())
+    if info.get("model"):
+        (out / "build-info.json").write_text(json.dumps({"model": "../" + info["model"]}))
     vendor = out / "vendor"
 
     def cp(src: str, dst: str) -> None:
@@ -95,6 +106,8 @@ class Browser:
         self.page.set_default_timeout(900_000)
         self.errors: list[str] = []
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: m.text.startswith("[bench page]") and log(m.text))
+        self.page.on("crash", lambda _: self.errors.append("the page crashed"))
         self.page.goto(site + "bench/index.html")
         self.page.evaluate("window.benchReady")
 
@@ -104,8 +117,10 @@ class Browser:
     def py(self, code: str) -> Any:
         return self.page.evaluate("c => window.chatmem.runPython(c)", code)
 
-    def call(self, fn: str, *args: Any) -> Any:
-        return self.py(f"import benchpy\nawait benchpy.{fn}(*{list(args)!r})")
+    def call(self, fn: str, *args: Any, mod: str = "benchpy") -> Any:
+        return self.py(f"import {mod}\nawait {mod}.{fn}(*{list(args)!r})")
+
+    log = staticmethod(log)
 
     def env(self) -> dict[str, Any]:
         return {
@@ -386,8 +401,10 @@ WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
     "W5": w5,
     "W7": w7,
     "W4": w4,
-    # "W4": keyword search, "W7": outbox drain — land with their issues
+    "W9": scale.w9,
 }
+#: the large-history cases, run with --scale (or named in --only): minutes each with today's index
+SCALE = {"W4", "W9"}
 
 # ---------------------------------------------------------------------------- targets
 
@@ -470,7 +487,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         "w1_points": [(1000, 200), (5000, 100)], "w1_warmup": 20, "w1_block_reps": 60,
         "w2_points": [(10000, 4)], "w2_ps_reps": 2, "w3_n": 10000, "w3_budget": 8000, "w3_reps": 40,
         "w5_reps": 3, "w6_loads": 4, "w7_ops": 1000, "w7_reps": 3, "w7_fail_rate": 0.10,
-        "w4_messages": 100_000, "w4_queries": 200,
+        "w4_messages": 100_000, "w4_queries": 200, "w9_messages": 50_000,
     }
     if args.large:
         cfg["w2_points"].append((100000, 2))
@@ -480,26 +497,22 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:
         cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
                    w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1, w7_ops=100, w7_reps=1,
-                   w4_messages=2000, w4_queries=20, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
+                   w4_messages=2000, w4_queries=20, w9_messages=2000, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
     return cfg
 
 
-def quality_main(args: argparse.Namespace) -> int:
-    """``--quality``: the LoCoMo table (see quality.py), printed and written to quality.md/json."""
-    import quality
+def open_page() -> tuple[Browser, Callable[[], None]]:
+    """The bench page on a fresh static server; returns it and the function that closes both."""
+    dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
+    assemble_page(dist)
+    srv, site = build.serve_in_thread(dist, 0)
+    b = Browser(site)
 
-    from chatmem.embedding import default_embedder
+    def stop() -> None:
+        b.close()
+        srv.shutdown()
 
-    t0 = time.perf_counter()
-    res = quality.run_quality(args.conversations)
-    table = quality.render_table(res, default_embedder().model)
-    print(table)
-    log(f"quality run: {time.perf_counter() - t0:.0f} s")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quality.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"),
-                                                       "results": res}, indent=1))
-    (args.out / "quality.md").write_text(table + "\n")
-    return 0
+    return b, stop
 
 
 def main() -> int:
@@ -513,18 +526,27 @@ def main() -> int:
     ap.add_argument("--no-cpython", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", action="store_true", help="only re-render results.md and the charts from results.json")
+    ap.add_argument("--render", action="store_true",
+                    help="only re-render results.md and the charts from results.json (and huge.json, if there)")
     ap.add_argument("--quality", action="store_true",
-                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython")
+                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython and in the page")
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
+    ap.add_argument("--scale", action="store_true",
+                    help="also the 100,000-message cases: W4 search and first queries, W9 ChatGPT import")
+    ap.add_argument("--huge", action="store_true",
+                    help="only the large-history run: --huge-n messages stored, windowed, exported, searched in one page")
+    ap.add_argument("--huge-n", type=int, default=1_000_000, help="messages for --huge (default 1,000,000)")
     args = ap.parse_args()
+    if args.huge:
+        return modes.huge_main(args, open_page, _cpu(), log)
     if args.quality:
-        return quality_main(args)
+        return modes.quality_main(args, open_page, log)
     if args.render:
         doc = json.loads((args.out / "results.json").read_text())
         res = Results()
         res.rows, res.extra = doc["rows"], doc["extra"]
-        write(args.out, doc["env"], res, doc["targets"])
+        huge = args.out / "huge.json"
+        write(args.out, doc["env"], res, doc["targets"], json.loads(huge.read_text()) if huge.exists() else None)
         return 0
     cfg = config(args)
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
@@ -549,6 +571,9 @@ def main() -> int:
             log(f"Chromium {env['chromium']}, Pyodide {env['pyodide']}, {env['cores']} cores, durability {cfg['durability']}")
             needs_w2 = {"W5", "W6"} & only and "W2" not in only
             for name, fn in WORKLOADS.items():
+                if name in SCALE and not args.scale and name not in only:
+                    log(f"{name} skipped (a 100,000-message history case: --scale)")
+                    continue
                 if only and name not in only:
                     if name == "W2" and needs_w2:
                         w2(b, cfg, Results())  # the data W5/W6 read, not reported
@@ -588,11 +613,15 @@ def _cpu() -> str:
     return platform.processor() or "unknown"
 
 
-def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]) -> None:
+def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]],
+          huge: dict[str, Any] | None = None) -> None:
+    """results.json, results.md and the charts; ``huge`` (``--render`` with a huge.json
+    beside results.json) fills the 1,000,000-message goal rows and adds its section."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.svg"):
         old.unlink()
-    doc = {"env": env, "rows": res.rows, "extra": res.extra, "targets": tg}
+    gl = goals.rows(res, env["config"], huge)
+    doc = {"env": env, "rows": res.rows, "extra": res.extra, "targets": tg, "goals": gl}
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     md = [
         "# chatmem benchmark results\n",
@@ -603,6 +632,8 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
         "W6: from navigation start). `vs raw` = this ÷ raw in the same run; `chatmem ÷ this` = chatmem's p50 ÷ this "
         "row's p50 (below 1: chatmem is faster). CPython rows compare chatmem's store of the same kind.\n",
         report.markdown(res.rows),
+        goals.markdown(gl),
+        *([scale.huge_markdown(huge)] if huge else []),
         "## Targets\n",
         "| target | goal | measured | status |", "|---|---|---|---|",
         *[f"| {x['target']} | {x['goal']} | {x['measured']} | {x['status']} |" for x in tg],
@@ -647,6 +678,7 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
     print("\n" + report.markdown(res.rows))
     for x in tg:
         print(f"{x['status']:>12}  {x['target']}: {x['measured']}  (goal: {x['goal']})")
+    print("\n" + goals.markdown(gl))
     log(f"wrote {out}/results.json, results.md and {len(charts)} charts")
 
 
@@ -659,6 +691,7 @@ WORKLOAD_TITLES = {
     "W7": "outbox drain to the sync server",
     "W4": "ranked keyword search",
     "W8": "sync server: many devices, several instances over PostgreSQL",
+    "W9": "a ChatGPT export imported until a search finds it",
 }
 
 if __name__ == "__main__":

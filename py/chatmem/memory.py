@@ -24,6 +24,7 @@ from .index.embed import Embedder
 from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
+from .index.shared import IndexShare
 from .live_context import ContextManager, ModuleStateProvider
 from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
@@ -116,7 +117,7 @@ class Memory:
         cache = None if engine_factory is not None else runtime.index_cache(store)
         self.index = LiveIndex(
             self._core, engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
-            embedder=embedder, cache=cache)
+            embedder=embedder, cache=cache, share=_share(runtime, cache))
         self._core.listeners.append(self.index.on_change)
         self._core.external_listeners.append(self.index.on_external)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)
@@ -310,6 +311,12 @@ class Memory:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _share(runtime: Runtime, cache: str | None) -> IndexShare | None:
+    """How this memory's index is shared with the other tabs of the profile (None: it is not)."""
+    transport = runtime.index_share(cache) if cache else None
+    return IndexShare(transport) if transport is not None else None
 
 
 @dataclass(frozen=True)

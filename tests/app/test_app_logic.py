@@ -134,3 +134,31 @@ def test_bar_chart_scales_to_the_largest_value() -> None:
     assert heights[1] == 100 - 18 - 8 and heights[0] == heights[1] / 2 and heights[2] == 0
     assert chart.per_day([{"day": 10, "messages": 3, "tokens": 9}], today=11, days=3) == [
         (9, 0, 0), (10, 3, 9), (11, 0, 0)]
+
+
+def test_relevance_threshold_default_is_the_originals() -> None:
+    """0.7, the original's relevanceThreshold and the library's default (calibrated per embedder)."""
+    assert settings.DEFAULTS["retrieval"]["relevance_threshold"] == 0.7
+    assert settings.retrieval_config(settings.DEFAULTS).relevance_threshold == chatmem.RetrievalConfig().relevance_threshold
+
+
+def test_settings_saved_with_the_uncalibrated_default_move_to_the_new_one() -> None:
+    from conftest import run
+
+    async def go() -> tuple[float, float, float]:
+        mem = await chatmem.open("settings-threshold")
+        old = settings.merge(settings.DEFAULTS, {"budget": "gpt-4o"})
+        old["retrieval"] = {k: v for k, v in old["retrieval"].items() if k != "calibrated"}
+        old["retrieval"]["relevance_threshold"] = 0.3  # saved by an earlier version
+        await mem.store.kv_set(settings.KEY, {k: v for k, v in old.items() if k != "sync"})
+        moved = (await settings.load(mem))["retrieval"]["relevance_threshold"]
+        chosen = settings.merge(settings.DEFAULTS, {"retrieval": {"relevance_threshold": 0.3}})
+        await settings.save(mem, chosen)  # chosen now, on the calibrated scale: kept
+        kept = (await settings.load(mem))["retrieval"]["relevance_threshold"]
+        other = dict(old, retrieval=dict(old["retrieval"], relevance_threshold=0.5))
+        await mem.store.kv_set(settings.KEY, {k: v for k, v in other.items() if k != "sync"})
+        own = (await settings.load(mem))["retrieval"]["relevance_threshold"]
+        await mem.close()
+        return moved, kept, own
+
+    assert run(go()) == (0.7, 0.3, 0.5)

@@ -43,11 +43,18 @@ function step(id, state, detail) {
   bar?.parentElement?.setAttribute("aria-valuenow", String(pct));
 }
 
-async function installApp(pyodide, info) {
-  // the UI package: every file under app/ in the build's file list, into the
-  // interpreter's file system, then imported
+/** The app's Python files (every app/*.py of the build's file list), fetched now. */
+async function fetchApp(info) {
   const files = info.files.filter((f) => f.startsWith("app/") && f.endsWith(".py"));
-  const texts = await Promise.all(files.map(async (f) => [f, await (await fetch(here("../" + f))).text()]));
+  return Promise.all(files.map(async (f) => {
+    const res = await fetch(here("../" + f));
+    if (!res.ok) throw new Error(`${f}: HTTP ${res.status}`);
+    return [f, await res.text()];
+  }));
+}
+
+/** The UI package into the interpreter's file system, importable as chatmem_app. */
+function installApp(pyodide, texts) {
   const root = "/home/pyodide/app";
   for (const [f, text] of texts) {
     const path = `/home/pyodide/${f}`;
@@ -58,21 +65,25 @@ async function installApp(pyodide, info) {
 }
 
 async function boot() {
+  // everything the first paint needs starts at once: Pyodide, and meanwhile the
+  // wheels (fetched and unzipped by loadChatmem) and the app's files; DuckDB-Wasm,
+  // the index and the embedding model come after the interface is up
   step("pyodide", "active");
-  report("Loading Python (Pyodide)…");
-  const { loadPyodide } = await import(here("../pyodide/pyodide.mjs"));
-  const pyodide = await loadPyodide({ indexURL: here("../pyodide/") });
-  step("pyodide", "done");
   step("wheels", "active");
-  report("Installing chatmem…");
-  const info = await (await fetch(here("../build-info.json"), { cache: "no-cache" })).json();
-  await loadChatmem(pyodide, { base: here("../"), wheel: info.wheel });  // the same call as in the README
-  const browser = pyodide.pyimport("chatmem.runtime.page");
-  const runCode = browser.run_code;
-  window.chatmem.pyodide = pyodide;
-  window.chatmem.build = info.version;
+  report("Loading Python (Pyodide)…");
+  const info = fetch(here("../build-info.json"), { cache: "no-cache" }).then((r) => r.json());
+  const app = info.then(fetchApp);
+  app.catch(() => {});  // awaited below
+  const pyodide = import(here("../pyodide/pyodide.mjs"))
+    .then(({ loadPyodide }) => loadPyodide({ indexURL: here("../pyodide/") }))
+    .then((py) => { step("pyodide", "done"); report("Installing chatmem…"); return py; });
+  await loadChatmem(pyodide, { base: here("../") });  // the same call as in the README
+  const py = await pyodide;
+  const runCode = py.pyimport("chatmem.runtime.page").run_code;
+  window.chatmem.pyodide = py;
+  window.chatmem.build = (await info).version;
   window.chatmem.runPython = async (code) => JSON.parse(await runCode(code));
-  await installApp(pyodide, info);
+  installApp(py, await app);
   step("wheels", "done");
   report("Ready");
   return true;

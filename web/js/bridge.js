@@ -9,6 +9,7 @@
 //   query-engine.js   DuckDB-Wasm, the derived query index (and its OPFS cache file)
 //   token-counter.js  exact BPE token counts (gpt-tokenizer)
 //   locks.js          Web Locks and the online status, for sync
+//   index-share.js    one query index for all tabs: the owner answers the others
 //   crypto.js         WebCrypto for end-to-end encrypted sync
 //   envelope.js       the {"ok", "value" | "error"} answer every handle gives
 
@@ -17,4 +18,5 @@ export { SCHEMA_VERSION } from "./schema.js";
 export { duckdbOpen, duckdbOpenEnvelope, opfsRemove } from "./query-engine.js";
 export { tokenCounter } from "./token-counter.js";
 export { isOnline, onOnline, tryLock } from "./locks.js";
+export { indexShare } from "./index-share.js";
 export { e2eOpen, e2ePbkdf2, e2eSeal } from "./crypto.js";

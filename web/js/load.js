@@ -1,39 +1,50 @@
-// Loads chatmem into a Pyodide the page already has: one call.
+// Loads chatmem into a Pyodide the page already has (or is starting): one call.
 //
 //   import { loadChatmem } from "./js/load.js";
-//   const pyodide = await loadPyodide({ indexURL: "./pyodide/" });
-//   await loadChatmem(pyodide);            // now `import chatmem` works
+//   await loadChatmem(loadPyodide({ indexURL: "./pyodide/" }));   // now `import chatmem` works
 //
 // It registers the JS bridge (IndexedDB, DuckDB-Wasm) as the module
-// `chatmem_bridge`, installs the chatmem wheel named in build-info.json (by URL:
-// no package index, nothing from the internet), checks that `import chatmem`
-// works, and resolves to the `chatmem` module proxy. The page needs the import
-// map of the README (idb, @duckdb/duckdb-wasm, apache-arrow, tslib, flatbuffers).
-// `base` is the URL of the folder holding build-info.json, wheels/, js/ (by
-// default the folder above this file); `wheel` names the wheel instead.
+// `chatmem_bridge`, installs the chatmem wheel and the pure-Python wheels it
+// depends on, all named with their SHA-256 in build-info.json (from this site:
+// no package index, nothing from the internet), imports `chatmem` and resolves
+// to the module proxy. Given the promise of `loadPyodide()` rather than its
+// result, it fetches and unzips the wheels while Pyodide is still starting.
+// The page needs the import map of the README (idb, @duckdb/duckdb-wasm,
+// apache-arrow, tslib, flatbuffers). `base` is the URL of the folder holding
+// build-info.json, wheels/, js/ (by default the folder above this file);
+// `wheel` names a chatmem wheel instead, installed by micropip (which finds
+// its dependencies in the Pyodide's pyodide-lock.json).
 import * as bridge from "./bridge.js";
+import { fetchWheels, installWheels } from "./wheels.js";
 
 export async function loadChatmem(pyodide, { base = new URL("../", import.meta.url), wheel = null } = {}) {
+  const wheels = wheel ? null : listedWheels(base).then((list) => fetchWheels(base, list));
+  wheels?.catch(() => {});  // awaited below; a failure is reported there, not as unhandled
+  pyodide = await pyodide;
   if (!pyodide || typeof pyodide.registerJsModule !== "function") {
-    throw new TypeError("loadChatmem(pyodide): pass the object loadPyodide() resolved to");
+    throw new TypeError("loadChatmem(pyodide): pass the object loadPyodide() resolves to (or its promise)");
   }
   pyodide.registerJsModule("chatmem_bridge", bridge);
-  let path = wheel;
-  if (!path) {
-    const res = await fetch(new URL("build-info.json", base), { cache: "no-cache" });
-    if (!res.ok) throw new Error(`loadChatmem: build-info.json not found under ${base} (HTTP ${res.status})`);
-    path = (await res.json()).wheel;
-  }
-  // micropip installs the wheel with its dependencies (pure-Python wheels this
-  // site serves, listed in its pyodide-lock.json); by URL, so nothing is looked up
-  await pyodide.loadPackage("micropip");
-  const micropip = pyodide.pyimport("micropip");
-  try {
-    await micropip.install(new URL(path, base).href);
-  } finally {
-    micropip.destroy();
+  if (wheels) {
+    installWheels(pyodide, await wheels);
+  } else {
+    await pyodide.loadPackage("micropip");
+    const micropip = pyodide.pyimport("micropip");
+    try {
+      await micropip.install(new URL(wheel, base).href);
+    } finally {
+      micropip.destroy();
+    }
   }
   return pyodide.pyimport("chatmem");
+}
+
+async function listedWheels(base) {
+  const res = await fetch(new URL("build-info.json", base), { cache: "no-cache" });
+  if (!res.ok) throw new Error(`loadChatmem: build-info.json not found under ${base} (HTTP ${res.status})`);
+  const info = await res.json();
+  // the wheel and its dependencies; a build-info.json without the list names the wheel only
+  return info.wheels || [{ path: info.wheel, sha256: info.wheel_sha256 }];
 }
 
 export { bridge };

@@ -13,7 +13,10 @@ Two ship here:
   and transport errors with exponential backoff. Real semantics; needs the
   endpoint (and usually the network).
 
-``store_embeddings`` writes vectors into the index's ``embeddings`` table.
+``store_embeddings`` writes vectors into the index's ``embeddings`` table, compactly:
+each vector l2-normalised and quantised to int8 with one scale per vector
+(``quantize``), so that the cosine with a unit query vector is one int8 dot
+product times the scale (``cosine_sql``).
 """
 
 from __future__ import annotations
@@ -35,14 +38,20 @@ __all__ = [
     "Embedder",
     "HashingEmbedder",
     "OpenAIEmbedder",
+    "EMBEDDING_COLUMNS",
     "calibration_of",
-    "context_model",
     "contextualize",
+    "cosine_sql",
     "embed_messages",
     "embedding_rows",
+    "quantize",
+    "query_literal",
     "store_embeddings",
     "vector_literal",
 ]
+
+#: the columns of an ``embeddings`` row, in ``embedding_rows`` order
+EMBEDDING_COLUMNS = ["message_id", "model", "dim", "vec", "scale", "cvec", "cscale"]
 
 
 @runtime_checkable
@@ -219,6 +228,32 @@ def vector_literal(vec: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vec) + "]"
 
 
+def query_literal(vec: Sequence[float]) -> str:
+    """A query vector l2-normalised, as ``vector_literal`` text (bind it to ``q.v`` of ``cosine_sql``)."""
+    norm = math.sqrt(math.fsum(float(x) * float(x) for x in vec))
+    return vector_literal([float(x) / norm for x in vec] if norm > 0 else vec)
+
+
+def quantize(vec: Sequence[float]) -> tuple[list[int], float]:
+    """``(q, scale)``: ``vec`` as int8 values (its largest magnitude at ±127) and the scale
+    that makes ``scale * q`` a unit vector, so that ``scale * (q · u)`` is the cosine of
+    ``vec`` and a unit vector ``u`` to about 1e-3. A zero vector is ``(zeros, 0.0)``."""
+    top = max((abs(float(x)) for x in vec), default=0.0)
+    if not top > 0 or not math.isfinite(top):
+        return [0] * len(vec), 0.0
+    q = [int(round(float(x) * 127.0 / top)) for x in vec]
+    norm = math.sqrt(sum(x * x for x in q))
+    return q, (1.0 / norm if norm > 0 else 0.0)
+
+
+def cosine_sql(e: str = "e", q: str = "q.v", *, context: bool = False) -> str:
+    """SQL for the cosine of the stored vector of ``embeddings`` row ``e`` and the unit query
+    vector ``q`` (a ``FLOAT[]``, see ``query_literal``), as DOUBLE. ``context``: the
+    in-context vector (``cvec``), NULL where the row has none."""
+    vec, scale = ("cvec", "cscale") if context else ("vec", "scale")
+    return f"CAST(list_inner_product(CAST({e}.{vec} AS FLOAT[]), {q}) * {e}.{scale} AS DOUBLE)"
+
+
 def calibration_of(embedder: Any) -> tuple[float, float]:
     """``(lo, hi)``: the raw cosine an embedder's calibrated 0 and 1 stand for
     (``(0, 1)``, the identity, for an embedder without ``calibration``)."""
@@ -267,36 +302,34 @@ async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str
             for _, t, p in items]
 
 
-def context_model(embedder: Any) -> str:
-    """The ``embeddings.model`` of an embedder's in-context vectors (``<model>+ctx``)."""
-    return f"{embedder.model}+ctx"
-
-
 async def store_embeddings(engine: Any, embedder: Embedder,
                            items: Sequence[tuple[str, str] | tuple[str, str, str | None]]) -> None:
     """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``.
 
-    Every message gets its own vector under ``embedder.model`` (what similarity
-    scores and thresholds read); an embedder with a ``context_weight`` also
-    gets the in-context vector (``contextualize``) under ``context_model``
-    (what ranks). Both are written in one load.
+    Every message gets one row under ``embedder.model``: its own vector
+    (``vec``: what similarity scores and thresholds read) and, for an embedder
+    with a ``context_weight``, its in-context vector (``cvec``, see
+    ``contextualize``: what ranks; NULL where it would equal ``vec``: no
+    context weight, or no previous message), both quantised (``quantize``).
     """
     if items:
-        await engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"],
-                               await embedding_rows(embedder, items))
+        await engine.load_rows("embeddings", EMBEDDING_COLUMNS, await embedding_rows(embedder, items))
 
 
 async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
-                         ) -> list[tuple[str, str, int, list[float]]]:
-    """The ``embeddings`` rows ``store_embeddings`` writes (computed, not written)."""
+                         ) -> list[tuple[Any, ...]]:
+    """The ``embeddings`` rows (``EMBEDDING_COLUMNS``) ``store_embeddings`` writes (computed, not written)."""
     full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
     weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
     # every distinct text (a message, or the turn before it) is embedded once
     by_text = await _vectors(embedder, [t for _, t, _ in full] + (
         [p for _, _, p in full if p is not None] if weight > 0 else []))
-    rows = [(mid, embedder.model, embedder.dimensions, list(by_text[t])) for mid, t, _ in full]
-    if weight > 0:
-        rows += [(mid, context_model(embedder), embedder.dimensions,
-                  contextualize(by_text[t], by_text[p] if p is not None else None, weight))
-                 for mid, t, p in full]
+    rows: list[tuple[Any, ...]] = []
+    for mid, t, p in full:
+        q, scale = quantize(by_text[t])
+        cq: list[int] | None = None
+        cscale: float | None = None
+        if weight > 0 and p is not None:  # a first message's in-context vector is its own
+            cq, cscale = quantize(contextualize(by_text[t], by_text[p], weight))
+        rows.append((mid, embedder.model, embedder.dimensions, q, scale, cq, cscale))
     return rows

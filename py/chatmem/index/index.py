@@ -38,7 +38,7 @@ from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
-from .embed import Embedder
+from .embed import EMBEDDING_COLUMNS, Embedder
 from .engine import SQLEngine
 from .keywords import KeywordFigures, drop_sessions, load_messages
 from .schema import (
@@ -88,6 +88,8 @@ class QueryIndex:
         self._ready = False
         self._figures = KeywordFigures()
         self._to_embed: list[tuple[str, str]] = []
+        #: ``(model, dim)`` of the embedders every message has a vector of; emptied by any write
+        self._complete: set[tuple[str, int]] = set()
         #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
         self.embed_progress: tuple[int, int] = (0, 0)
 
@@ -127,6 +129,8 @@ class QueryIndex:
     async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         """Run trusted SQL (the library's own) under the index lock."""
         await self.setup()
+        if (sql.split(None, 1) or [""])[0].upper() not in ("SELECT", "WITH"):
+            self._complete.clear()  # it may write: embed_missing counts again
         async with self._lock:
             return await self.engine.execute(sql, params)
 
@@ -173,7 +177,9 @@ class QueryIndex:
         return await self._figures.lookup(self.engine, terms)
 
     def _forget_stats(self) -> None:
+        """Messages change: the cached BM25 figures and embedding completeness are stale."""
         self._figures.forget()
+        self._complete.clear()
 
     async def _drop_messages(self, sids: str | list[str]) -> None:
         await drop_sessions(self.engine, [sids] if isinstance(sids, str) else list(sids), self._figures)
@@ -222,6 +228,7 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             self._to_embed = []
+            self._complete.clear()  # messages may come or go: embed_missing counts again
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 await self._apply(kind, session_id, payload)
@@ -318,9 +325,9 @@ class QueryIndex:
         for i in range(0, len(ids), 500):
             part = ids[i : i + 500]
             got = await self.engine.execute(
-                f"SELECT id FROM messages WHERE id IN ({_placeholders(len(part))})", part
+                f"SELECT message_id FROM docs WHERE message_id IN ({_placeholders(len(part))})", part
             )
-            have.update(r["id"] for r in got)
+            have.update(r["message_id"] for r in got)
         fresh = [dict(r, sessionId=sid) for r in records if r["id"] not in have]
         if session is not None:
             await self.engine.execute("DELETE FROM sessions WHERE session_id = ?", [sid])
@@ -415,13 +422,17 @@ class QueryIndex:
         ``limit``, oldest first); return how many. ``embed_progress`` is then
         ``(messages with a vector, messages)`` of the scope.
 
-        Cheap when nothing is missing (two counts).
+        Cheap when nothing is missing: two counts, and none at all once a whole-index
+        check found every message embedded and no message was written since.
         """
         from .embed import embedding_rows
 
         await self.setup()
         if not embedder.dimensions:
             await embedder.embed(["dimension probe"])  # an HTTP embedder learns its size
+        key = (embedder.model, embedder.dimensions)
+        if key in self._complete:
+            return 0
         where, params = ("WHERE session_id = ?", [session_id]) if session_id else ("", [])
         total = await self.execute(f"SELECT count(*) AS n FROM messages {where}", params)
         done = await self.execute(
@@ -432,6 +443,8 @@ class QueryIndex:
         n_total, n_done = int(total[0]["n"]), int(done[0]["n"])
         self.embed_progress = (min(n_done, n_total), n_total)
         if n_total <= n_done:
+            if not session_id:
+                self._complete.add(key)
             return 0
         rows = await self.execute(
             "SELECT m.id, m.text, p.text AS prev FROM messages m "
@@ -448,9 +461,9 @@ class QueryIndex:
             vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part])
             async with self._lock:
                 await self.engine.execute(
-                    f"DELETE FROM embeddings WHERE model IN (?, ?) AND message_id IN ({_placeholders(len(part))})",
-                    [embedder.model, f"{embedder.model}+ctx"] + [r["id"] for r in part],
+                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
+                    [embedder.model] + [r["id"] for r in part],
                 )
-                await self.engine.load_rows("embeddings", ["message_id", "model", "dim", "vec"], vec_rows)
+                await self.engine.load_rows("embeddings", EMBEDDING_COLUMNS, vec_rows)
             self.embed_progress = (min(n_done + i + len(part), n_total), n_total)
         return len(rows)

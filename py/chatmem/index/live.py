@@ -26,7 +26,16 @@ The store stays the source of truth; the index is derived and rebuildable.
   write is visible to every query issued after the awaited write returned.
 - Other tabs: their BroadcastChannel notices mark sessions stale; a stale
   session is re-read from the store (only what changed) before the next query.
-- ``rebuild()`` re-derives everything from the store; it answers like the
+- One index for every tab: with a ``share`` (the page runtime's), the first tab
+  to query becomes the *owner* (it keeps the index and its cache file, and
+  answers the others); every other tab is a *guest* whose queries run on the
+  owner's index (``shared.py``), so a second tab answers at once and holds no
+  second copy. A guest never writes the index: its writes and the notices it
+  received go to the owner as session ids, re-read from the store before the
+  owner answers. When the owner goes, the next tab in line takes over from the
+  saved file (``takeovers``); queries asked meanwhile wait and are answered.
+- ``rebuild()`` re-derives everything from the store, in place (the owner keeps
+  its engine and cache file; a guest has the owner do it); it answers like the
   incremental path (tested).
 """
 
@@ -45,6 +54,7 @@ from .index import EVENT_KINDS, QueryIndex
 from .retrieve import RetrievalConfig, retrieve
 from .schema import row_to_session_record, session_row
 from .search import SearchHit, search
+from .shared import IndexShare, RemoteQueryIndex, answer_guest
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -55,6 +65,8 @@ EngineFactory = Callable[[], Awaitable[SQLEngine]]
 PAGE = 1000
 #: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
 REBUILD_SHARE = 0.25
+#: more stale sessions than this at once (e.g. another tab imported): compare all with the store
+STALE_RESYNC = 50
 
 
 class LiveIndex:
@@ -63,10 +75,18 @@ class LiveIndex:
 
     def __init__(
         self, core: Core, *, engine_factory: EngineFactory, embedder: Embedder | None = None,
-        cache: str | None = None,
+        cache: str | None = None, share: IndexShare | None = None,
     ):
         self._core = core
         self.cache = cache
+        #: how this tab shares the index with the store's other tabs (None: it does not)
+        self.share = share
+        #: "owner" (keeps the index, answers other tabs), "guest" (asks the owner),
+        #: "solo" (not shared), None until the first query
+        self.role: str | None = None
+        #: times this tab became owner after another owner went
+        self.takeovers = 0
+        self._taking_over: asyncio.Task[Any] | None = None
         self._factory = engine_factory
         self.embedder: Embedder = embedder or default_embedder()
         self.index: QueryIndex | None = None
@@ -91,8 +111,12 @@ class LiveIndex:
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
         if self.index is None:
+            if self.share is not None and self.role is None:
+                self._stale.add(session_id)  # should this tab become a guest: the owner re-reads it
             return  # hydration reads the store as it is then
-        if kind in EVENT_KINDS:
+        if self.role == "guest":
+            self._stale.add(session_id)  # the owner re-reads it from the store
+        elif kind in EVENT_KINDS:
             self._pending.append((kind, session_id, payload))
         else:
             self._stale.add(session_id)
@@ -105,6 +129,23 @@ class LiveIndex:
         """Another process wrote to the store: compare every session before the next query."""
         if self.index is not None:
             self._resync = True
+
+    def mark_stale(self, session_ids: list[str], resync: bool = False) -> None:
+        """Re-read these sessions (with ``resync``: compare all) from the store before the next query."""
+        if self.index is not None:
+            self._stale.update(session_ids)
+            self._resync = self._resync or resync
+
+    def changed_in_background(self) -> None:
+        """The index changed outside a catch-up (e.g. vectors): save it soon."""
+        if self._cache is not None:
+            self._schedule_save()
+
+    def status(self) -> dict[str, Any]:
+        """How this tab holds the index (for status displays and tests)."""
+        return {"role": self.role, "served": self.share.served if self.share else 0,
+                "takeovers": self.takeovers, "hydrations": self.hydrations, "catchups": self.catchups,
+                "last_open": self.last_open, "notice": self.notice, "persistent": self._cache is not None}
 
     # ------------------------------------------------------------------ keeping up
     async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -148,11 +189,7 @@ class LiveIndex:
                     self.notice = "The saved search index was made by an older version; it is being rebuilt."
             except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
-        metas = await self._core.store.all_sessions()
-        await index.rebuild(metas, self._messages(metas))
-        await index.set_meta("complete", "1")
-        self.hydrations += 1
-        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
+        await self._derive(index, persistent)
         if cache is not None:
             self._schedule_save()
         return index
@@ -202,7 +239,10 @@ class LiveIndex:
             self._dirty = False
 
     async def save(self) -> bool:
-        """Write the index to its cache file now (False when there is none, e.g. a second tab)."""
+        """Write the index to its cache file now (a guest has the owner do it; False when
+        there is no file, e.g. the storage refused it)."""
+        if self.role == "guest" and self.share is not None:
+            return bool(await self.share.call("save"))
         async with self._lock:
             if self._cache is None or self.index is None:
                 return False
@@ -250,7 +290,8 @@ class LiveIndex:
             if not n:
                 return count
             count += n
-            self._schedule_save()
+            if self.role != "guest":  # a guest's batches are the owner's to save
+                self._schedule_save()
             await asyncio.sleep(0)
 
     @property
@@ -264,35 +305,111 @@ class LiveIndex:
             self._warming = asyncio.ensure_future(self.ready())
         return self._warming
 
+    async def _open(self) -> QueryIndex:
+        """The first query: become owner or guest (with a share), then open the index."""
+        if self.share is not None and self.role is None:
+            self.role = await self.share.claim(self._on_owner)
+            if self.role == "guest":
+                self.index = RemoteQueryIndex(self.share, embedder=self.embedder,
+                                              records=self._core.store.get_messages)
+                self._pending.clear()
+                return self.index
+        self.role = self.role or "solo"
+        try:
+            return await self._hydrate()
+        finally:
+            if self.role == "owner" and self.share is not None:
+                self.share.serve(self._answer)  # a failed opening is tried again per request
+
+    async def _answer(self, req: dict[str, Any]) -> Any:
+        return await answer_guest(self, req)
+
+    def _on_owner(self) -> None:
+        """The owner went and this tab is next in line (called by the share)."""
+        self._taking_over = asyncio.ensure_future(self._take_over())
+
+    async def _take_over(self) -> None:
+        async with self._lock:
+            self.role = "owner"
+            self.index = None  # the guest's view; requests in flight are now this tab's
+            try:
+                await self._hydrate()
+                self.takeovers += 1
+            except Exception as e:  # noqa: BLE001 - each request tries the opening again
+                self.notice = f"The search index could not be opened ({e}); the next query tries again."
+            finally:
+                if self.share is not None:
+                    self.share.serve(self._answer)
+
     async def ready(self) -> QueryIndex:
-        """The index, hydrated and caught up with every acknowledged write."""
+        """The index, hydrated and caught up with every acknowledged write (a guest's:
+        the owner's index, caught up with this tab's writes and notices)."""
         await self._core.check_external()
         async with self._lock:
-            index = self.index or await self._hydrate()
-            if self._resync:
-                self._resync = False
-                if await self._catch_up(index) is None:
-                    metas = await self._core.store.all_sessions()
-                    await index.rebuild(metas, self._messages(metas))
-                self._dirty = True
-            while self._pending or self._stale:
-                self._dirty = True
-                pending, self._pending = self._pending, []
-                for kind, sid, payload in _coalesce(pending):
-                    await index.apply(kind, sid, payload)
-                stale, self._stale = self._stale, set()
-                for sid in sorted(stale):
-                    await self._refresh_session(index, sid)
-            return index
+            index = self.index or await self._open()
+            if self.role == "guest":
+                stale, self._stale = sorted(self._stale), set()
+                resync, self._resync = self._resync, False
+            else:
+                return await self._keep_up(index)
+        assert isinstance(index, RemoteQueryIndex)
+        try:
+            await index.catch_up(stale, resync)  # outside the lock: this tab may be taking over
+        except BaseException:
+            self._stale.update(stale)
+            self._resync = self._resync or resync
+            raise
+        return index
+
+    async def _keep_up(self, index: QueryIndex) -> QueryIndex:
+        if len(self._stale) > STALE_RESYNC:  # comparing every session is cheaper
+            self._stale.clear()
+            self._resync = True
+        if self._resync:
+            self._resync = False
+            if await self._catch_up(index) is None:
+                metas = await self._core.store.all_sessions()
+                await index.rebuild(metas, self._messages(metas))
+            self._dirty = True
+        while self._pending or self._stale:
+            self._dirty = True
+            pending, self._pending = self._pending, []
+            for kind, sid, payload in _coalesce(pending):
+                await index.apply(kind, sid, payload)
+            stale, self._stale = self._stale, set()
+            for sid in sorted(stale):
+                await self._refresh_session(index, sid)
+        return index
 
     async def rebuild(self) -> None:
-        """Drop the index and derive it again from the store (a cached one too)."""
+        """Derive the index again from the store, in place: the engine and its cache file
+        stay (the file is saved when this returns). An index kept in memory because its
+        file could not be used tries the file again. A guest has the owner do it."""
         async with self._lock:
-            old, self.index = self.index, None
-            if old is not None:
-                await old.close()
-            self._cache = None
-            await self._hydrate(force=True)
+            index = self.index or await self._open()
+            if self.role != "guest":
+                if self.cache and self._cache is None:
+                    self.index = None
+                    await index.close()  # in memory: it holds no file
+                    await self._hydrate(force=True)
+                else:
+                    await self._derive(index, self._cache is not None)
+                if self._cache is not None:
+                    await self._save()
+                return
+        assert self.share is not None
+        await self.share.call("rebuild")
+
+    async def _derive(self, index: QueryIndex, persistent: bool) -> None:
+        """Fill ``index`` from the store, dropping what it held."""
+        self._pending.clear()
+        self._stale.clear()
+        self._resync = False
+        metas = await self._core.store.all_sessions()
+        await index.rebuild(metas, self._messages(metas))
+        await index.set_meta("complete", "1")
+        self.hydrations += 1
+        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
 
     # ------------------------------------------------------------------ queries
     async def sql(
@@ -333,12 +450,16 @@ class LiveIndex:
         return out
 
     async def close(self) -> None:
-        for task in (self._warming, self._saving):  # both finish soon; neither is cut short
+        """Save and close the index. An owner first answers the requests it took, and
+        only then lets the next tab in line take over (from the file saved here)."""
+        for task in (self._warming, self._saving, self._taking_over):  # all finish soon
             if task is not None and not task.done():
                 try:
                     await task
                 except Exception:
                     pass
+        if self.role == "owner" and self.share is not None:
+            await self.share.drain()
         if self.index is not None:
             if self._dirty and self._cache is not None:
                 try:
@@ -349,6 +470,8 @@ class LiveIndex:
             await self.index.close()
             self.index = None
             self._cache = None
+        if self.share is not None:
+            await self.share.close()
 
 
 def _coalesce(events: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:

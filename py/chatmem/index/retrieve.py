@@ -17,7 +17,11 @@ whose ``breakdown`` shows its recency and semantic parts.
 
 Similarities are *calibrated* for the embedder (see ``search``): with the
 static model ``relevance_threshold=0.7`` keeps a paraphrase of the query and
-drops an unrelated message, as the original's default meant.
+drops an unrelated message, as the original's default meant. A hit's
+``breakdown`` means what ``search``'s does: ``similarity`` is the raw cosine,
+``relevance`` the calibrated similarity (what ``relevance_threshold`` is
+compared with), ``semantic`` and ``recency`` the weighted parts that sum to
+``score``.
 
 ``scope`` reaches past the session: ``"character"`` also searches the other
 sessions of the same character (and user), ``"user"`` every other session of
@@ -35,7 +39,7 @@ from typing import Any
 
 from ..errors import SessionNotFound, ValidationError
 from ..models import ChatMessage
-from .embed import Embedder, calibration_of, vector_literal
+from .embed import Embedder, calibration_of, cosine_sql, query_literal
 from .hits import _fetch
 from .search import SearchHit, default_embedder, hit_from_row
 
@@ -117,20 +121,21 @@ async def retrieve(
     await index.embed_missing(emb, session_id=None if config.scope != "session" else session_id)
     (vec,) = await emb.embed([query or ""])
     lo, hi = calibration_of(emb)
-    cal = "greatest(-1.0, least(1.0, (CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) - ?) / ?))"
+    cal = "greatest(-1.0, least(1.0, (raw - ?) / ?))"
 
     wr, wl = (0.0, 1.0) if config.strategy == "relevant" else (config.hybrid_weights.recency,
                                                                config.hybrid_weights.relevance)
     where = "WHERE sim >= ?" if config.strategy == "relevant" else ""
-    params: list[Any] = [vector_literal(vec), float(n), lo, hi - lo, emb.model, emb.dimensions, session_id, wr, wl]
+    qv = query_literal(vec)
+    params: list[Any] = [qv, float(n), emb.model, emb.dimensions, session_id, lo, hi - lo, wr, wl]
     if where:
         params.append(float(config.relevance_threshold))
     rows = await index.execute(
         "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
-        f"s AS (SELECT m.*, {rec} AS recency, "
-        f"coalesce(round({cal}, 9), 0) AS sim "
+        f"s0 AS (SELECT m.*, {rec} AS recency, {cosine_sql()} AS raw "
         "FROM messages m CROSS JOIN q LEFT JOIN embeddings e "
-        "ON e.message_id = m.id AND e.model = ? AND e.dim = ? WHERE m.session_id = ?)\n"
+        "ON e.message_id = m.id AND e.model = ? AND e.dim = ? WHERE m.session_id = ?),\n"
+        f"s AS (SELECT *, coalesce(round({cal}, 9), 0) AS sim FROM s0)\n"
         "SELECT *, ? * recency AS p_rec, ? * greatest(sim, 0) AS p_sem FROM s "
         f"{where} ORDER BY round(p_rec + p_sem, 9) DESC, seq DESC LIMIT ?",
         params + [n],
@@ -138,7 +143,7 @@ async def retrieve(
     hits = [
         hit_from_row(m, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
             "keyword": 0.0, "semantic": float(r["p_sem"]), "recency": float(r["p_rec"]),
-            "similarity": float(r["sim"]),
+            "relevance": float(r["sim"]), "similarity": _raw(r["raw"]),
         })
         for m, r in await _fetch(index, rows)
     ]
@@ -160,15 +165,21 @@ async def _other_sessions(index: Any, session_id: str, config: RetrievalConfig, 
         "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
         "me AS (SELECT character_id, user_id FROM sessions WHERE session_id = ?),\n"
         f"other AS (SELECT s.session_id FROM sessions s, me WHERE {same} AND s.session_id <> ?),\n"
-        "r AS (SELECT m.*, round(greatest(-1.0, least(1.0, (CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE)"
-        " - ?) / ?)), 9) AS sim FROM messages m JOIN embeddings e ON e.message_id = m.id "
-        "AND e.model = ? AND e.dim = ? CROSS JOIN q WHERE m.session_id IN (SELECT session_id FROM other))\n"
+        f"r0 AS (SELECT m.*, {cosine_sql()} AS raw FROM messages m JOIN embeddings e ON e.message_id = m.id "
+        "AND e.model = ? AND e.dim = ? CROSS JOIN q WHERE m.session_id IN (SELECT session_id FROM other)),\n"
+        "r AS (SELECT *, round(greatest(-1.0, least(1.0, (raw - ?) / ?)), 9) AS sim FROM r0)\n"
         "SELECT * FROM r WHERE sim >= ? ORDER BY sim DESC, created_at DESC, id DESC LIMIT ?",
-        [vector_literal(vec), session_id, session_id, lo, hi - lo, emb.model, emb.dimensions,
+        [query_literal(vec), session_id, session_id, emb.model, emb.dimensions, lo, hi - lo,
          float(config.relevance_threshold), config.recent_count],
     )
     return [hit_from_row(m, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
-                                              "similarity": float(r["sim"])}) for m, r in await _fetch(index, rows)]
+                                              "relevance": float(r["sim"]), "similarity": _raw(r["raw"])})
+            for m, r in await _fetch(index, rows)]
+
+
+def _raw(v: Any) -> float:
+    """A raw cosine as stored in a breakdown (0.0 for a message without a vector)."""
+    return round(float(v), 9) if v is not None else 0.0
 
 
 def mark_provenance(hit: SearchHit, title: str | None, created_at: int | None) -> ChatMessage:

@@ -18,7 +18,13 @@
     terms       (term, tid, df): every indexed term, its integer id and its
                 document frequency (ART index on term)
     stats       one row (n, total): the number of docs and the sum of doc_len
-    embeddings  (message_id, model, dim, vec FLOAT[]): one vector per message and model
+    embeddings  one row per message and embedder model: (message_id, model, dim,
+                vec TINYINT[], scale, cvec TINYINT[], cscale): the message's own
+                vector and its in-context vector (NULL when the embedder has none,
+                or it equals ``vec``), each l2-normalised and quantised to int8
+                with one FLOAT scale (``embed.quantize``): ``dim + 4`` bytes a
+                vector instead of ``4 * dim``, and the cosine with a unit query
+                vector is ``scale * (vec · q)`` (``embed.cosine_sql``)
     index_meta  (key, value): the schema version of a cached (OPFS) index
 
 ``terms`` and ``stats`` are kept exact on every write (integer counts), so the
@@ -106,13 +112,16 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("message_id", "VARCHAR"),
         ("model", "VARCHAR"),
         ("dim", "INTEGER"),
-        ("vec", "FLOAT[]"),
+        ("vec", "TINYINT[]"),
+        ("scale", "FLOAT"),
+        ("cvec", "TINYINT[]"),
+        ("cscale", "FLOAT"),
     ],
     "index_meta": [("key", "VARCHAR"), ("value", "VARCHAR")],
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 
 #: the staging table a batch of messages goes through: the ``docs`` columns
 #: plus ``toks`` (the message's index terms joined by spaces; terms never hold
@@ -120,12 +129,11 @@ SCHEMA_VERSION = "4"
 STAGE_COLUMNS: list[tuple[str, str]] = TABLES["docs"] + [("toks", "VARCHAR")]
 
 
-#: ART indexes: messages by id (the id lookups of writes, records, user SQL),
-#: docs by doc (a search's few winners joined to their ids without a scan),
-#: terms by term (a query's term ids). Postings have none: sorted by tid,
-#: their zone maps find a term's rows.
+#: ART indexes: docs by doc (a search's few winners joined to their ids
+#: without a scan), terms by term (a query's term ids). Postings have none:
+#: sorted by tid, their zone maps find a term's rows; messages have none (an
+#: index on their 26-character ids would cost more than a scan of them saves).
 INDEX_STATEMENTS = [
-    "CREATE INDEX IF NOT EXISTS messages_id ON messages (id)",
     "CREATE INDEX IF NOT EXISTS docs_doc ON docs (doc)",
     "CREATE INDEX IF NOT EXISTS terms_term ON terms (term)",
 ]

@@ -13,7 +13,9 @@ a term it has not seen since the last delete).
   candidates' records are checked, best first, against the phrase in their
   normalised text until ``limit`` pass). ``score`` is the BM25 sum.
 - ``semantic``: cosine similarity between the query's vector and the stored
-  vectors of the embedder's model (``list_cosine_similarity``, brute force).
+  vectors of the embedder's model: the stored vectors are unit int8 vectors
+  with a scale (see ``embed.quantize``), so a cosine is one int8 dot product
+  (brute force over the compact vectors; within 1e-3 of the float cosine).
   ``score`` is the similarity *calibrated* for the embedder (its
   ``calibration = (lo, hi)`` maps raw cosine ``lo`` to 0 and ``hi`` to 1,
   clipped to [-1, 1]; the static model is calibrated so that a paraphrase
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
-from .embed import Embedder, calibration_of, context_model, vector_literal
+from .embed import Embedder, calibration_of, cosine_sql, query_literal
 from .hits import (
     _MAX_LIMIT,
     DAY_MS,
@@ -96,7 +98,7 @@ def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
 async def _query_vector(index: Any, embedder: Embedder, query: str) -> str:
     await index.embed_missing(embedder)
     (vec,) = await embedder.embed([query])
-    return vector_literal(vec)
+    return query_literal(vec)
 
 
 # --------------------------------------------------------------------------- search
@@ -204,17 +206,13 @@ async def search(
     # vector when the embedder stores one (ranks), else the same
     sem_cte = (
         "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
-        "sem0 AS (SELECT e.message_id, e.model, CAST(list_cosine_similarity(e.vec, q.v) AS DOUBLE) AS s "
+        f"sem0 AS (SELECT e.message_id, {cosine_sql()} AS sim, {cosine_sql(context=True)} AS csim "
         "FROM embeddings e CROSS JOIN q"
         + (f" JOIN messages sm ON sm.id = e.message_id AND {sflt.sql}" if sem_join else "")
-        + " WHERE e.model IN (?, ?) AND e.dim = ?),\n"
-        "sem AS (SELECT message_id, max(s) FILTER (WHERE model = ?) AS sim, "
-        "coalesce(max(s) FILTER (WHERE model = ?), max(s) FILTER (WHERE model = ?)) AS rsim "
-        "FROM sem0 GROUP BY message_id HAVING count(*) FILTER (WHERE model = ?) > 0)"
+        + " WHERE e.model = ? AND e.dim = ?),\n"
+        "sem AS (SELECT message_id, sim, coalesce(csim, sim) AS rsim FROM sem0)"
     )
-    ctxm = context_model(emb)
-    sem_params: list[Any] = [vec] + (sflt.params if sem_join else []) + [
-        emb.model, ctxm, emb.dimensions, emb.model, ctxm, emb.model, emb.model]
+    sem_params: list[Any] = [vec] + (sflt.params if sem_join else []) + [emb.model, emb.dimensions]
 
     if mode == "semantic":
         calibrated = "greatest(-1.0, least(1.0, (sem.sim - CAST(? AS DOUBLE)) / CAST(? AS DOUBLE)))"

@@ -38,8 +38,6 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-import snowballstemmer  # type: ignore[import-untyped]
-
 from ..errors import ValidationError
 
 __all__ = [
@@ -134,6 +132,10 @@ def _stemmer_for(word: str) -> Any:
             else "arabic" if 0x0600 <= o <= 0x06FF else "english")
     st = _STEMMERS.get(lang)
     if st is None:
+        # imported on the first word to stem, not with chatmem: the package loads every
+        # language's stemmer, most of a second in the page's start-up otherwise
+        import snowballstemmer  # type: ignore[import-untyped]
+
         st = _STEMMERS[lang] = snowballstemmer.stemmer(lang)
     return st
 

@@ -23,6 +23,7 @@ from ..ids import Clock, system_clock
 if TYPE_CHECKING:
     from ..http import Transport
     from ..index.engine import SQLEngine
+    from ..index.transport import ShareTransport
     from ..stores.base import Store
     from ..sync.e2e import CipherSuite
 
@@ -116,6 +117,11 @@ class Runtime:
     async def open_query_engine(self, cache: str | None = None) -> SQLEngine:
         """A SQL engine for the query index (on the file ``cache`` when given and free)."""
         raise UnsupportedEnvironment(f"{self.kind} runtime has no query engine")
+
+    def index_share(self, cache: str) -> ShareTransport | None:
+        """How the tabs of this profile share the index cached at ``cache`` (None: not shared,
+        every process keeps its own). See ``chatmem.index.shared``."""
+        return None
 
     # ------------------------------------------------------------------ sync
     def drain_lock(self, name: str) -> DrainLock:

@@ -6,12 +6,9 @@ drain lock per engine. No browser: no IndexedDB, no online event, no BPE counter
 from __future__ import annotations
 
 import asyncio
-import http.client
 import os
 import socket
 import threading
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ..errors import TransportError, TransportTimeout, UnsupportedEnvironment
@@ -42,6 +39,11 @@ class UrllibTransport:
 
     @staticmethod
     def _open(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float | None) -> Any:
+        # imported on the first request: urllib loads http.client, email and more, which
+        # chatmem's import in a page (where this module is imported but never used) avoids
+        import urllib.error
+        import urllib.request
+
         req = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
             return urllib.request.urlopen(req, timeout=timeout)
@@ -59,6 +61,8 @@ class UrllibTransport:
     def _request(
         self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float | None
     ) -> HTTPResponse:
+        import http.client
+
         resp = self._open(method, url, headers, body, timeout)
         try:
             data = resp.read()
@@ -83,6 +87,8 @@ class UrllibTransport:
     ) -> AsyncIterator[HTTPResponse | str]:
         """``timeout`` bounds the wait for each read. Lines are read by a daemon thread, so
         abandoning the stream (cancel, ``aclose``) returns at once: the socket is shut down."""
+        import http.client
+
         resp = await asyncio.to_thread(self._open, method, url, headers or {}, body, timeout)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()

@@ -15,7 +15,6 @@ injected so tests are exact. Nothing here sleeps.
 
 from __future__ import annotations
 
-import email.utils
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ def parse_retry_after(value: str | None, now_ms: int) -> int | None:
     if value.isdigit():
         return int(value) * 1000
     try:
+        import email.utils  # only for an HTTP date; costly to import at start-up in the page
+
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None

@@ -20,7 +20,6 @@ remembered, if the person asked for that, or waits for the passphrase).
 from __future__ import annotations
 
 import dataclasses
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +55,8 @@ def normalize_endpoint(endpoint: str) -> str:
     """
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise ValidationError("endpoint must be a non-empty URL", field="endpoint")
+    import urllib.parse  # here, not at import: it loads ipaddress (costly at a page's start-up)
+
     try:
         parts = urllib.parse.urlsplit(endpoint.strip())
         host = parts.hostname or ""

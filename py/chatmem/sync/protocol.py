@@ -27,10 +27,8 @@ never in an error message (any echo of it is replaced by ``***``).
 from __future__ import annotations
 
 import errno
-import http.client
 import json
 import socket
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -164,8 +162,16 @@ def error_for_status(
     return SyncPermanentError(msg, status=status, response=body)
 
 
+def _urlencode(params: dict[str, Any]) -> str:
+    import urllib.parse  # here, not at import: it loads ipaddress (costly at a page's start-up)
+
+    return urllib.parse.urlencode(params)
+
+
 def _reached_server(exc: BaseException) -> bool | None:
     """True if the cause chain shows a connection was made, False if it never was, None if unknown."""
+    import http.client  # here, not at import: it loads email and more (costly at a page's start-up)
+
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -239,6 +245,8 @@ class SyncClient:
         return h
 
     async def _call(self, method: str, path: str, query: str, body: bytes | None) -> Any:
+        import http.client
+
         url = self.config.url(path) + (f"?{query}" if query else "")
         what = f"{method} {self.config.url(path)}"
         secret = self.config.api_key
@@ -322,7 +330,7 @@ class SyncClient:
         params = {"limit": str(limit)}
         if since:
             params["since"] = since
-        answer = await self._call("GET", "/v1/changes", urllib.parse.urlencode(params), None)
+        answer = await self._call("GET", "/v1/changes", _urlencode(params), None)
         return self._parse_changes(answer)
 
     def _parse_changes(self, answer: Any) -> ChangesPage:
@@ -355,7 +363,7 @@ class SyncClient:
         raw = None
         if body is not None:
             raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        query = _urlencode({k: v for k, v in (params or {}).items() if v is not None})
         return await self._call(method, path, query, raw)
 
     async def capabilities(self) -> list[str]:

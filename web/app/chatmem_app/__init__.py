@@ -39,25 +39,9 @@ async def start(db_name: str = "chatmem") -> Any:
     await app.start_background()
     step("ui", "done")
     # the interface works without the index (it is derived, and queries wait for it):
-    # DuckDB-Wasm starts after the first paint instead of before it
+    # DuckDB-Wasm, the index and then the embeddings start after the first paint
     step("index", "active")
-    dom.spawn(_index(app, step))
+    from . import background
+
+    dom.spawn(background.run(app, step))
     return app
-
-
-async def _index(app: Any, step: Any) -> None:
-    from .dom import q
-
-    box = q("#search-input")
-    box.setAttribute("placeholder", "Search all conversations (loading the index…)")
-    try:
-        await app.mem.index.ready()
-    except Exception as e:  # noqa: BLE001 - the next query tries again; say why now
-        step("index", "failed", str(e))
-        app.toast(f"The search index did not start ({e}); searching will try again.", error=True)
-    else:
-        step("index", "done")
-        if app.mem.index.notice:  # rebuilt from the messages, or kept in memory only
-            app.toast(app.mem.index.notice)
-    finally:
-        box.setAttribute("placeholder", "Search all conversations")

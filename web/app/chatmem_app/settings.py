@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 from typing import Any
-from urllib.parse import urlsplit
 
 import chatmem
 from chatmem.errors import ValidationError
@@ -32,12 +31,16 @@ __all__ = [
 ]
 
 KEY = "app:settings"
+#: the relevance threshold's default before similarities were calibrated per embedder
+OLD_THRESHOLD = 0.3
 
 DEFAULTS: dict[str, Any] = {
     "provider": {"base_url": "", "api_key": "", "model": "", "system_prompt": "You are a helpful assistant."},
     "budget": "gpt-4o",
-    "retrieval": {"strategy": "recent", "recent_count": 10, "relevance_threshold": 0.3,
-                  "weights": {"recency": 0.6, "relevance": 0.4}},
+    # the original's relevanceThreshold; similarities are calibrated per embedder, so 0.7
+    # keeps a paraphrase and drops an unrelated message with any of them
+    "retrieval": {"strategy": "recent", "recent_count": 10, "relevance_threshold": 0.7,
+                  "weights": {"recency": 0.6, "relevance": 0.4}, "calibrated": True},
     "context": {"datetime": True},
     "retention": {"max_sessions": 1000, "max_age_days": 90, "archive_after_days": 30,
                   "delete_archived": False, "auto": False},
@@ -63,6 +66,8 @@ def merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
 def _url(value: str, field: str) -> list[str]:
     if not value:
         return []
+    from urllib.parse import urlsplit  # on use: it loads ipaddress, costly at start-up in the page
+
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return [f"{field}: must be an http(s) URL such as https://api.example.com/v1"]
@@ -160,7 +165,12 @@ def sync_config(s: dict[str, Any], current: Any = None) -> chatmem.SyncConfig:
 
 async def load(mem: Any) -> dict[str, Any]:
     """The stored settings over the defaults; the sync part from ``mem.sync``'s stored config."""
-    s = merge(DEFAULTS, await mem.store.kv_get(KEY))
+    stored = await mem.store.kv_get(KEY)
+    s = merge(DEFAULTS, stored)
+    r = ((stored or {}).get("retrieval") or {})
+    if r and not r.get("calibrated") and r.get("relevance_threshold") == OLD_THRESHOLD:
+        # saved before similarities were calibrated: the old default meant what 0.7 means now
+        s["retrieval"]["relevance_threshold"] = DEFAULTS["retrieval"]["relevance_threshold"]
     await mem.sync.status()  # reads the stored sync config
     cfg = mem.sync.config
     if cfg is not None:

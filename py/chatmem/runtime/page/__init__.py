@@ -29,17 +29,23 @@ from .bridge import (
 from .engine import DuckDBWasmEngine, index_cache_path, open_index_engine, opfs_remove
 from .fetch import FetchTransport
 from .locks import WebLock, is_online, on_online
+from .share import PageShareTransport
 
 __all__ = ["PageRuntime", "BridgeDB", "open_database", "drop_database", "run_code", "FetchTransport",
            "storage_estimate", "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove",
            "index_cache_path", "open_index_engine", "WebLock", "is_online", "on_online", "bpe_counter",
-           "WebCryptoSuite", "fetch_model"]
+           "WebCryptoSuite", "fetch_model", "PageShareTransport"]
 
 
 class PageRuntime(Runtime):
     """chatmem in a browser page (Pyodide): IndexedDB, DuckDB-Wasm, ``fetch``, Web Locks."""
 
     kind = "page"
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        #: the index cache files whose Web Lock this page holds (it owns their index)
+        self._owned: set[str] = set()
 
     def _default_transport(self) -> Transport:
         return FetchTransport()
@@ -59,10 +65,13 @@ class PageRuntime(Runtime):
 
     async def open_query_engine(self, cache: str | None = None) -> DuckDBWasmEngine:
         if cache:
-            engine, notice = await open_index_engine(cache)
+            engine, notice = await open_index_engine(cache, lock=cache not in self._owned)
             engine.notice = notice
             return engine
         return await DuckDBWasmEngine.open()
+
+    def index_share(self, cache: str) -> PageShareTransport:
+        return PageShareTransport(cache, self._owned)
 
     def drain_lock(self, name: str) -> WebLock:
         return WebLock(f"chatmem-sync:{name}")

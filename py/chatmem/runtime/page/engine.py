@@ -81,32 +81,61 @@ class DuckDBWasmEngine:
                 await lock.release()
 
 
-async def open_index_engine(path: str) -> tuple[DuckDBWasmEngine, str | None]:
+#: seconds a new owner waits for the engine of a tab that just went to let go of the file
+RELEASE_WAIT = 15.0
+
+
+async def open_index_engine(path: str, *, lock: bool = True) -> tuple[DuckDBWasmEngine, str | None]:
     """The engine of the cached index at ``path`` and a notice for the user, if any.
 
-    The tab that gets the Web Lock ``chatmem-index:<path>`` (held until the engine
-    closes or the page goes) owns the file, so a file it cannot open is not held
-    by another tab but unreadable: it is deleted and opened afresh (the index is
-    rebuilt from the store), or, if that fails too, the index stays in memory.
-    A tab without the lock gets an in-memory index.
+    Only the owner of the file opens it: the tab holding the Web Lock
+    ``chatmem-index:<path>`` (held until the engine closes or the page goes). With
+    ``lock`` this call takes the lock without waiting, and a tab that does not get it
+    has an in-memory index; without, the caller holds it already (the index's
+    ``IndexShare``). The owner waits a moment for a tab that just went to let go of
+    the file; a file it still cannot open is not held by another tab but
+    unreadable: it is deleted and opened afresh (the index is rebuilt from the
+    store), or, if that fails too, the index stays in memory.
     """
-    lock = WebLock(f"chatmem-index:{path}")
-    if not await lock.acquire():
-        return await DuckDBWasmEngine.open(), None
+    owner_lock = None
+    if lock:
+        owner_lock = WebLock(f"chatmem-index:{path}")
+        if not await owner_lock.acquire():
+            return await DuckDBWasmEngine.open(), None
     notice = None
     try:
         try:
-            engine = await DuckDBWasmEngine.open(path)
+            engine = await _open_released(path)
         except StorageError as e:
             await opfs_remove(path.removeprefix("opfs://"))
             notice = f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
             engine = await DuckDBWasmEngine.open(path)
     except StorageError as e:
-        await lock.release()
+        if owner_lock is not None:
+            await owner_lock.release()
         note = f"The search index cannot be saved in this browser ({e}); it is kept in memory for this page."
         return await DuckDBWasmEngine.open(), note
-    engine.owner_lock = lock
+    engine.owner_lock = owner_lock
     return engine, notice
+
+
+def _busy(e: Exception) -> bool:
+    """The file is open elsewhere (an OPFS access handle not yet let go), not unreadable."""
+    text = f"{e} {e.__cause__}"
+    return "Access Handle" in text or "NoModificationAllowed" in text
+
+
+async def _open_released(path: str) -> DuckDBWasmEngine:
+    delay, waited = 0.05, 0.0
+    while True:
+        try:
+            return await DuckDBWasmEngine.open(path)
+        except StorageError as e:
+            if not _busy(e) or waited >= RELEASE_WAIT:
+                raise
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 1.0)
 
 
 async def opfs_remove(name: str) -> bool:

@@ -1,0 +1,317 @@
+"""One query index for every tab of a store: the owner keeps it, the guests ask it.
+
+Several pages (tabs) of one browser profile open the same store. Exactly one
+of them, the *owner* (in a page: the tab holding the Web Lock of the index's
+cache file), keeps the query index: its engine, its cache file, and its upkeep
+from the store. Every other tab is a *guest*: its ``LiveIndex`` holds a
+``RemoteQueryIndex`` whose engine (``RemoteEngine``) sends each statement to
+the owner and gets the rows back. Search, retrieval and ``mem.sql`` run their
+logic in the asking tab (a semantic query is embedded there); only SQL and rows
+cross, as JSON text, through the runtime's ``ShareTransport``.
+
+Freshness: only the owner writes the index, always from the store (the source
+of truth), never from another tab's SQL. A guest's own writes and the other
+tabs' write notices it received mark sessions stale; its ``ready()`` sends
+those session ids to the owner (``ready``), which re-reads them from the store
+before it answers. So a write acknowledged in any tab is visible to the next
+query from that tab, and from every tab once its write notice arrived, as
+before the index was shared.
+
+Takeover: when the owner goes (closed, reloaded, crashed) the next tab in line
+becomes owner, opens the saved file and catches up from the store, then
+serves. Requests sent meanwhile wait: the asking tab keeps each until it is
+answered and sends it again to every new owner, which runs an id only once.
+
+Requests (``{"op": ...}``) and what the owner answers:
+
+- ``ready {stale, resync}``: re-read those sessions (everything) from the store; null
+- ``execute {sql, params}``: the library's own SQL; ``{columns, rows}``
+- ``sql {sql, params}``: a user's query (checked read-only again, interruptible); ``{columns, rows}``
+- ``cancel {target}``: interrupt that request; null once the engine is free
+- ``embed {model, dim, session_id, batch_size, limit}``: embed missing vectors with the
+  owner's embedder; ``{n, progress}``, or null when the owner's model is another
+- ``load {table: "embeddings", columns, rows}``: vectors a guest made with its own model
+- ``rebuild``, ``save``, ``status``
+
+Every answer is ``{"ok": true, "value": ...}`` or ``{"ok": false, "error": {"type", "message"}}``
+(``type`` names a ``chatmem.errors`` class).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from typing import Any, Awaitable, Callable, Iterable, Protocol
+
+from .. import errors
+from ..errors import QueryError, ValidationError
+from .embed import Embedder
+from .index import QueryIndex, RecordSource
+from .sqlguard import check_read_only
+from .transport import ShareTransport
+
+__all__ = ["IndexHost", "IndexShare", "RemoteEngine", "RemoteQueryIndex", "ShareTransport", "answer_guest"]
+
+Host = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+def _plain(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _error(e: BaseException) -> str:
+    kind = type(e).__name__ if isinstance(e, errors.ChatmemError) else "QueryError"
+    message = str(e) if isinstance(e, errors.ChatmemError) else f"{type(e).__name__}: {e}"
+    return json.dumps({"ok": False, "error": {"type": kind, "message": message}})
+
+
+def _unwrap(text: str) -> Any:
+    ans = json.loads(text)
+    if ans.get("ok"):
+        return ans.get("value")
+    err = ans.get("error") or {}
+    cls = getattr(errors, str(err.get("type", "")), None)
+    message = str(err.get("message", "the query index failed"))
+    if not (isinstance(cls, type) and issubclass(cls, errors.ChatmemError)):
+        cls = QueryError
+    try:
+        exc = cls(message)
+    except TypeError:
+        exc = QueryError(message)
+    raise exc
+
+
+class IndexShare:
+    """Requests to the owner (with ids unique across tabs) and, as owner, their answers."""
+
+    def __init__(self, transport: ShareTransport):
+        self.transport = transport
+        self._prefix = uuid.uuid4().hex[:12]
+        self._ids = itertools.count(1)
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._serving = False
+        #: requests answered as owner (other tabs' and this tab's own through the share)
+        self.served = 0
+
+    async def claim(self, on_owner: Callable[[], None]) -> str:
+        return await self.transport.claim(on_owner)
+
+    async def call(self, op: str, **args: Any) -> Any:
+        """One request to the owner; its value, or its error raised here.
+
+        A cancelled ``sql`` request is interrupted at the owner too; this returns
+        once the owner's engine is free (as a local interruptible query does)."""
+        rid = f"{self._prefix}-{next(self._ids)}"
+        fut = asyncio.ensure_future(self.transport.request(rid, json.dumps({"op": op, **args}, default=_plain)))
+        try:
+            text = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            self.transport.forget(rid)
+            if op == "sql":
+                stopping = asyncio.ensure_future(self.call("cancel", target=rid))
+                while not stopping.done():
+                    try:
+                        await asyncio.wait({stopping})
+                    except asyncio.CancelledError:
+                        continue
+                if not stopping.cancelled():
+                    stopping.exception()
+            raise
+        return _unwrap(text)
+
+    # ------------------------------------------------------------------ as owner
+    def serve(self, host: Host) -> None:
+        """Answer requests with ``host(request)`` from now on (queued ones first); once."""
+        if self._serving:
+            return
+        self._serving = True
+
+        def handler(rid: str, body: str) -> None:
+            self._running[rid] = asyncio.ensure_future(self._answer(host, rid, body))
+
+        self.transport.serve(handler)
+
+    async def _answer(self, host: Host, rid: str, body: str) -> None:
+        try:
+            req = json.loads(body)
+            value = None
+            if req.get("op") == "cancel":
+                await self._cancel(str(req.get("target")))
+            else:
+                value = await host(req)
+            text = json.dumps({"ok": True, "value": value}, default=_plain)
+        except asyncio.CancelledError:
+            text = _error(QueryError("Interrupted: the query was cancelled"))
+        except Exception as e:  # noqa: BLE001 - every failure goes back to the tab that asked
+            text = _error(e)
+        finally:
+            self._running.pop(rid, None)
+        self.served += 1
+        self.transport.answer(rid, text)
+
+    async def _cancel(self, target: str) -> None:
+        task = self._running.get(target)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+
+    async def drain(self) -> None:
+        """Take no more requests and wait until those taken are answered."""
+        self.transport.stop()
+        while self._running:
+            await asyncio.wait(set(self._running.values()))
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+
+class RemoteEngine:
+    """``SQLEngine`` whose statements run on the owner's engine."""
+
+    kind = "remote"
+    persistent = False
+
+    def __init__(self, share: IndexShare):
+        self.share = share
+
+    async def execute(
+        self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
+    ) -> list[dict[str, Any]]:
+        res = await self.share.call("sql" if interruptible else "execute", sql=sql,
+                                    params=list(params) if params else None)
+        cols = res["columns"]
+        return [dict(zip(cols, row)) for row in res["rows"]]
+
+    async def executemany(self, sql: str, rows: Any) -> None:
+        raise QueryError("another tab keeps the query index: only it writes what the store derives")
+
+    async def load_rows(self, table: str, columns: list[str], rows: Any) -> None:
+        if rows:
+            await self.share.call("load", table=table, columns=columns, rows=[list(r) for r in rows])
+
+    async def close(self) -> None:
+        return None
+
+
+_GUEST_WRITE = "another tab keeps the query index: only it writes what the store derives"
+
+
+class RemoteQueryIndex(QueryIndex):
+    """A guest's view of the owner's index: reads through ``RemoteEngine``; nothing
+    the store derives is written from here (the owner re-reads the store instead)."""
+
+    def __init__(self, share: IndexShare, *, embedder: Embedder | None = None,
+                 records: RecordSource | None = None):
+        super().__init__(RemoteEngine(share), embedder=embedder, records=records)
+        self.share = share
+        self._ready = True
+
+    async def setup(self) -> None:
+        return None  # the owner's index exists
+
+    async def bm25_stats(self) -> tuple[int, float]:
+        self._figures.stats = None  # the owner's writes change them: never kept here
+        return await super().bm25_stats()
+
+    async def term_stats(self, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
+        self._figures.forget_terms()
+        self._figures.sized = True  # look up just these terms, every time
+        return await super().term_stats(terms)
+
+    async def catch_up(self, stale: list[str], resync: bool) -> None:
+        """Have the owner re-read these sessions (or everything) from the store before it answers."""
+        await self.share.call("ready", stale=stale, resync=resync)
+
+    async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
+                            batch_size: int = 256, limit: int | None = None) -> int:
+        """The owner embeds with its embedder when it is this model; otherwise the vectors
+        are made here and the owner stores them."""
+        ans = await self.share.call("embed", model=embedder.model, dim=embedder.dimensions,
+                                    session_id=session_id, batch_size=batch_size, limit=limit)
+        if ans is None:
+            return await super().embed_missing(embedder, session_id=session_id, batch_size=batch_size,
+                                               limit=limit)
+        done, total = ans["progress"]
+        self.embed_progress = (int(done), int(total))
+        return int(ans["n"])
+
+    async def apply(self, kind: str, session_id: str, payload: Any = None) -> None:
+        raise QueryError(_GUEST_WRITE)
+
+    async def resync(self, sessions: Any, messages: Any, drop: Any = ()) -> None:
+        raise QueryError(_GUEST_WRITE)
+
+    async def rebuild(self, sessions: Any, messages: Any, *, embed: bool = False) -> None:
+        raise QueryError(_GUEST_WRITE)
+
+    async def compact(self) -> None:
+        raise QueryError(_GUEST_WRITE)
+
+    async def set_meta(self, key: str, value: str) -> None:
+        raise QueryError(_GUEST_WRITE)
+
+
+class IndexHost(Protocol):
+    """What the owner's index (``LiveIndex``) offers to answer guests."""
+
+    embedder: Embedder
+
+    def mark_stale(self, session_ids: list[str], resync: bool = False) -> None: ...
+
+    def changed_in_background(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def ready(self) -> QueryIndex: ...
+
+    async def rebuild(self) -> None: ...
+
+    async def save(self) -> bool: ...
+
+
+def _rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]}
+
+
+async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
+    """The owner's answer to one request of a guest (see the module docstring)."""
+    op = req.get("op")
+    if op == "ready":
+        live.mark_stale([str(s) for s in req.get("stale") or []], bool(req.get("resync")))
+        await live.ready()
+        return None
+    if op == "rebuild":
+        await live.rebuild()
+        return None
+    if op == "save":
+        return await live.save()
+    if op == "status":
+        return live.status()
+    index = await live.ready()
+    if op == "execute":
+        return _rows(await index.execute(str(req["sql"]), req.get("params")))
+    if op == "sql":
+        sql = str(req["sql"])
+        check_read_only(sql)
+        async with index._lock:
+            return _rows(await index.engine.execute(sql, req.get("params") or [], interruptible=True))
+    if op == "embed":
+        emb = live.embedder
+        if emb.model != req.get("model") or (req.get("dim") and emb.dimensions
+                                             and emb.dimensions != req.get("dim")):
+            return None
+        n = await index.embed_missing(emb, session_id=req.get("session_id"),
+                                      batch_size=int(req.get("batch_size") or 256), limit=req.get("limit"))
+        if n:
+            live.changed_in_background()
+        return {"n": n, "progress": list(index.embed_progress)}
+    if op == "load":
+        if req.get("table") != "embeddings":
+            raise ValidationError("a guest tab may only store embeddings", field="table")
+        async with index._lock:
+            await index.engine.load_rows("embeddings", list(req["columns"]), req["rows"])
+        live.changed_in_background()
+        return None
+    raise ValidationError(f"unknown index request {op!r}", field="op")

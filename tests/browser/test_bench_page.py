@@ -1,0 +1,57 @@
+"""The bench page's large-history cases in real Chromium, at a tiny size: the
+``--huge`` phases with the memory figures, and W9's ChatGPT import to searchable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path[:0] = [str(BENCH)]
+
+import run  # noqa: E402
+import scale  # noqa: E402
+
+
+class BenchPage:
+    """What scale.py needs of run.Browser, over a page of the shared context."""
+
+    def __init__(self, page: Any):
+        self.page = page
+        self.lines: list[str] = []
+
+    def call(self, fn: str, *args: Any, mod: str = "benchpy") -> Any:
+        code = f"import {mod}\nawait {mod}.{fn}(*{list(args)!r})"
+        return self.page.evaluate("c => window.chatmem.runPython(c)", code)
+
+    def log(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_huge_phases_and_chatgpt_import_in_the_bench_page(context: Any, dist: Path, site: str) -> None:
+    run.assemble_page(dist)
+    page = context.new_page()
+    page.set_default_timeout(600_000)
+    page.goto(site + "bench/index.html")
+    page.evaluate("window.benchReady")
+    b = BenchPage(page)
+
+    out = scale.run_huge(b, 300, b.log, chunk=150, queries=5, per_session=50)
+    assert out["failed"] is None, out["failed"]
+    phases = {p["phase"]: p for p in out["phases"]}
+    assert list(phases) == ["store 150", "store 300", "window", "export",
+                            "first search (index derived from the store)", "keyword search x5"]
+    assert phases["store 300"]["stored"] == 300 and out["text_bytes"] > 300 * 30 * 3
+    assert phases["export"]["chars"] > out["text_bytes"]  # every text is in the export
+    assert phases["window"]["kept"] > 0 and phases["first search (index derived from the store)"]["hits"] > 0
+    assert len(phases["keyword search x5"]["times"]) == 5
+    assert out["peak"]["pyodide_wasm"] > 0 and out["peak"]["renderer_peak"] > 0
+    assert "duckdb_buffer" in phases["keyword search x5"]["heap"]
+    assert "| keyword search x5 | p50" in scale.huge_markdown(out)
+
+    res = run.Results()
+    scale.w9(b, {"w9_messages": 200}, res)
+    w9 = res.extra["w9"]
+    assert w9["found"] and w9["messages"] == 200 and w9["total_ms"] >= w9["import_ms"]
+    page.close()

@@ -1,0 +1,137 @@
+"""The benchmark harness's own logic: the goals table, the --huge failure report,
+the generated ChatGPT export (through chatmem's real importer and index), the quality table."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chatmem
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path[:0] = [str(BENCH), str(BENCH / "page")]
+
+import goals  # noqa: E402
+import quality  # noqa: E402
+import run  # noqa: E402
+import scale  # noqa: E402
+import scalegen  # noqa: E402
+
+
+def test_generated_chatgpt_export_imports_and_its_marker_is_found() -> None:
+    async def go() -> tuple[Any, list[Any]]:
+        mem = await chatmem.open()
+        report = await mem.import_sessions(scalegen.chatgpt_export(250, per=100))
+        hits = await mem.search(scalegen.MARKER, limit=5)
+        await mem.close()
+        return report, hits
+
+    report, hits = asyncio.run(go())
+    assert (report.format, report.sessions_imported, report.messages_imported) == ("chatgpt", 3, 250)
+    assert len(hits) == 1 and scalegen.MARKER in hits[0].message.text
+    assert 31 <= len(hits[0].message.text.split()) <= 151  # a 30-150-word message and the marker
+
+
+def _cfg() -> dict[str, Any]:
+    ns = argparse.Namespace(seed=1, durability="relaxed", large=False, w8_full=False, quick=False)
+    return run.config(ns)
+
+
+def _results() -> run.Results:
+    res = run.Results()
+    res.add("W1", "append @1,000", "chatmem", [1.0, 1.0, 1.0])
+    res.add("W1", "append @1,000", "rawschema", [0.9, 0.9, 0.9])  # 1.11x: met
+    res.add("W2", "import 10,000", "chatmem", [2000.0], n_msgs=10_000)
+    res.add("W2", "import 10,000", "rawmin", [1000.0], n_msgs=10_000)  # 50%: missed
+    res.add("W4", "search 100,000 msgs", "chatmem keyword (BM25, DuckDB-Wasm)", [6.0, 7.0, 9.0])  # 7: met
+    res.extra["w4"] = {"first_query_cached_s": 0.8, "first_query_uncached_s": 12.0, "second_tab_s": 0.3,
+                       "third_tab_s": 0.7, "second_tab_open": {"mode": "memory"},
+                       "index_bytes": 90, "text_bytes": 100}
+    res.extra["w9"] = {"total_ms": 8000.0, "import_ms": 7000.0, "search_ms": 1000.0}
+    return res
+
+
+def test_goals_table_has_every_row_with_today_new_goal_and_status() -> None:
+    table = {r["measure"]: r for r in goals.rows(_results(), _cfg(), None)}
+    assert len(table) == 11
+    status = {k.split(",")[0].split(" (")[0]: v["status"] for k, v in table.items()}
+    assert status == {
+        "first keyword search after a cold page load": "met",
+        "the same with no cached index": "missed",
+        "a second / third tab's first search while the first tab is open": "missed",  # the third took 0.7 s
+        "keyword index size": "met",
+        "keyword search p50 over 100": "met",
+        "keyword search p50 over 1": "not run",
+        "1": "not run",
+        "W1 append @1": "met",
+        "W2 import of 10": "missed",
+        "W6 page ready vs bare Pyodide boot": "not run",
+        "import of a 50": "met",
+    }
+    assert all(r["today"] and r["goal"] for r in table.values())
+    assert table["W2 import of 10,000 vs `rawmin`"]["new"].startswith("50%")
+    assert "--huge" in table["keyword search p50 over 1,000,000"]["new"]
+    md = goals.markdown(list(table.values()))
+    assert "| measure | today | new | goal | status |" in md and md.count("\n| ") == 12
+
+
+class FakePage:
+    """Answers the page calls of run_huge; the first search dies as an engine would."""
+
+    def __init__(self) -> None:
+        self.stored = 0
+        self.calls: list[str] = []
+
+    def call(self, fn: str, *args: Any, mod: str = "benchpy") -> dict[str, Any]:
+        assert mod == "scalepy"
+        self.calls.append(fn)
+        heap = {"pyodide_wasm": 3 << 30, "js_heap_used": 50 << 20}
+        if fn == "huge_fill":
+            self.stored += args[0]
+            return {"ms": 1000.0, "stored": self.stored, "text_bytes": self.stored * 600, "heap": heap}
+        if fn in ("huge_window", "huge_export"):
+            return {"ms": 10.0, "heap": heap}
+        if fn == "heap":
+            return heap
+        if fn == "huge_first_search":
+            raise RuntimeError("Error: memory access out of bounds\nmore")
+        return {"heap": heap}
+
+
+def test_huge_run_reports_where_it_failed_with_count_and_heap() -> None:
+    page = FakePage()
+    lines: list[str] = []
+    out = scale.run_huge(page, 20_000, lines.append, chunk=5_000)
+    f = out["failed"]
+    assert f["phase"].startswith("first search") and f["stored"] == 20_000
+    assert "out of bounds" in f["error"] and f["heap"]["pyodide_wasm"] == 3 << 30
+    assert page.calls[-1] == "huge_close" and "huge_search" not in page.calls
+    assert [p["phase"] for p in out["phases"]] == ["store 5,000", "store 10,000", "store 15,000", "store 20,000",
+                                                  "window", "export"]
+    assert out["peak"]["pyodide_wasm"] == 3 << 30
+    md = scale.huge_markdown(out)
+    assert "**Failed** in *first search" in md and "20,000 messages stored" in md
+    rows = goals.rows(None, None, out)
+    assert [r["status"] for r in rows] == ["missed", "missed"]
+    assert any("HUGE FAILED" in x for x in lines)
+
+
+def test_quality_table_shows_both_runtimes_and_rank_bm25_once() -> None:
+    r = {"R@5": 0.4, "R@10": 0.5, "hit@10": 0.6, "p50_ms": 3.0, "questions": 10}
+    cpy = {m: r for m in (*quality.MODES, "rank_bm25")}
+    page = {m: r for m in quality.MODES}
+    md = quality.render_table(cpy, "model", page)
+    assert md.count("Chromium") == 3 and md.count("| rank_bm25 |") == 1
+    assert quality.render_table(cpy, "model").count("Chromium") == 0
+
+
+@pytest.mark.parametrize("n", [1, 7])
+def test_words_are_seeded(n: int) -> None:
+    a, b = scalegen.Words(), scalegen.Words()
+    assert [a.text() for _ in range(n)] == [b.text() for _ in range(n)]
+    assert all(q.split()[0] not in a.vocab[:50] for q in a.queries(20))

@@ -1,0 +1,163 @@
+"""Compact vectors: int8 with a scale, one row per message and model, the same similarity
+in every breakdown, and no re-counting of missing vectors on every search."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, RetrievalConfig, retrieve, search
+from chatmem.index.embed import EMBEDDING_COLUMNS, embedding_rows, quantize
+from chatmem.models import SessionMeta
+
+
+class CalibratedHashing(HashingEmbedder):
+    """The hashing embedder with a calibration and a context weight, as the static model has."""
+
+    calibration = (0.2, 0.8)
+    context_weight = 0.3
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.model = "hashing-cal-64"
+
+
+TEXTS = ["the quick brown fox jumps over the dog", "a lazy dog sleeps all day long",
+         "quick brown foxes are jumping high", "the tax report is due on friday",
+         "we watched the football match last night"]
+
+
+def _msg(i: int, text: str, sid: str = "s") -> dict:
+    return {"id": f"{sid}-m{i}", "sessionId": sid, "seq": i, "role": "user", "content": text,
+            "createdAt": 1_000 + i}
+
+
+async def _index(emb=None) -> QueryIndex:
+    idx = QueryIndex(DuckDBEngine(), embedder=emb)
+    await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
+    await idx.apply("messages-appended", "s", [_msg(i, t) for i, t in enumerate(TEXTS)])
+    return idx
+
+
+def _cos(a, b) -> float:
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_quantize_keeps_the_cosine():
+    """An int8 vector times its scale is a unit vector whose cosine with another is within 2e-3."""
+    rng = random.Random(3)
+    for _ in range(50):
+        a = [rng.gauss(0, 1) for _ in range(384)]
+        b = [rng.gauss(0, 1) for _ in range(384)]
+        q, scale = quantize(a)
+        assert all(-127 <= x <= 127 and isinstance(x, int) for x in q) and max(map(abs, q)) == 127
+        assert abs(math.sqrt(sum(x * x for x in q)) * scale - 1.0) < 1e-9
+        nb = math.sqrt(sum(x * x for x in b))
+        approx = scale * sum(x * y / nb for x, y in zip(q, b))
+        assert abs(approx - _cos(a, b)) < 2e-3
+    assert quantize([0.0, 0.0, 0.0]) == ([0, 0, 0], 0.0)
+
+
+def test_one_int8_row_per_message_and_model():
+    """Each message has one row per model: int8 ``vec`` and, for a context embedder, ``cvec``
+    (NULL for a session's first message, whose in-context vector is its own)."""
+
+    async def go():
+        idx = await _index()
+        emb = CalibratedHashing()
+        assert await idx.embed_missing(emb) == len(TEXTS)
+        assert await idx.embed_missing(HashingEmbedder(32)) == len(TEXTS)
+        types = await idx.sql("SELECT column_name, data_type FROM information_schema.columns "
+                              "WHERE table_name = 'embeddings' ORDER BY ordinal_position")
+        assert [r["column_name"] for r in types] == EMBEDDING_COLUMNS
+        assert {r["column_name"]: r["data_type"] for r in types}["vec"] == "TINYINT[]"
+        rows = await idx.sql("SELECT model, count(*) AS n, count(cvec) AS c FROM embeddings "
+                             "GROUP BY model ORDER BY model")
+        assert rows == [{"model": "hashing-cal-64", "n": 5, "c": 4}, {"model": "hashing-v1-32", "n": 5, "c": 0}]
+        rows = await idx.sql("SELECT len(vec) AS d, scale FROM embeddings WHERE model = 'hashing-cal-64'")
+        assert all(r["d"] == 64 and 0 < r["scale"] < 1 for r in rows)
+        await idx.close()
+
+    asyncio.run(go())
+
+
+def test_similarity_means_the_raw_cosine_everywhere():
+    """``similarity`` is the raw cosine in semantic and hybrid search and in retrieve;
+    ``semantic`` (search) and ``relevance`` (retrieve) are the calibrated similarity."""
+
+    async def go():
+        emb = CalibratedHashing()
+        idx = await _index()
+        query = "quick brown fox"
+        (qv,) = await emb.embed([query])
+        own = {mid: v for mid, v in zip([f"s-m{i}" for i in range(len(TEXTS))], await emb.embed(TEXTS))}
+        lo, hi = emb.calibration
+        sem = await search(idx, query, mode="semantic", limit=5, embedder=emb)
+        hyb = await search(idx, query, mode="hybrid", limit=5, embedder=emb)
+        ret = await retrieve(idx, "s", query, RetrievalConfig(strategy="relevant", recent_count=5,
+                                                             relevance_threshold=-1.0), embedder=emb)
+        assert sem and hyb and ret
+        for h in sem + hyb + ret:
+            raw = _cos(qv, own[h.message.id])
+            assert abs(h.breakdown["similarity"] - raw) < 2e-3, (h.message.id, h.breakdown, raw)
+        for h in sem:
+            assert abs(h.breakdown["semantic"] - max(-1.0, min(1.0, (h.breakdown["similarity"] - lo) / (hi - lo)))) < 1e-6
+        by_id = {h.message.id: h for h in sem}
+        for h in ret:
+            assert abs(h.breakdown["relevance"] - by_id[h.message.id].breakdown["semantic"]) < 1e-6
+            assert abs(h.breakdown["similarity"] - by_id[h.message.id].breakdown["similarity"]) < 1e-9
+        await idx.close()
+
+    asyncio.run(go())
+
+
+def test_ranking_reads_the_in_context_vector():
+    """Semantic search ranks by the in-context vector (cvec) when the embedder stores one."""
+
+    async def go():
+        emb = CalibratedHashing()
+        idx = await _index()
+        hits = await search(idx, "lazy dog", mode="semantic", limit=5, embedder=emb)
+        rows = await embedding_rows(emb, [(f"s-m{i}", t, TEXTS[i - 1] if i else None) for i, t in enumerate(TEXTS)])
+        (qv,) = await emb.embed(["lazy dog"])
+
+        def rank_sim(r):
+            vec, scale = (r[5], r[6]) if r[5] is not None else (r[3], r[4])
+            return scale * sum(x * y for x, y in zip(vec, qv)) / math.sqrt(sum(y * y for y in qv))
+
+        expected = [r[0] for r in sorted(rows, key=lambda r: -rank_sim(r))]
+        assert [h.message.id for h in hits] == expected
+        await idx.close()
+
+    asyncio.run(go())
+
+
+def test_a_complete_index_is_not_recounted_until_a_write():
+    """Once every message has a vector, searches run no counting queries; a new message
+    makes the next search count and embed it."""
+
+    async def go():
+        emb = HashingEmbedder(64)
+        idx = await _index()
+        seen: list[str] = []
+        run = idx.engine.execute
+
+        async def spy(sql, params=None, **kw):
+            seen.append(sql)
+            return await run(sql, params, **kw)
+
+        idx.engine.execute = spy  # type: ignore[method-assign]
+        await search(idx, "fox", mode="semantic", embedder=emb)
+        await search(idx, "fox", mode="semantic", embedder=emb)
+        seen.clear()
+        await search(idx, "fox", mode="hybrid", embedder=emb)
+        assert not any(s.startswith("SELECT count(*) AS n FROM") and ("messages" in s or "embeddings" in s)
+                       for s in seen), seen
+        await idx.apply("messages-appended", "s", [_msg(9, "a brown fox again")])
+        hits = await search(idx, "brown fox again", mode="semantic", limit=1, embedder=emb)
+        assert hits[0].message.id == "s-m9"
+        assert (await idx.sql("SELECT count(*) AS n FROM embeddings"))[0]["n"] == len(TEXTS) + 1
+        await idx.close()
+
+    asyncio.run(go())
