@@ -10,8 +10,11 @@ from typing import Any
 from app.conftest import AppPage
 from conftest import unique_name
 
-#: logs every state the sidebar's status line takes, from before the app starts
+#: logs every state the sidebar's status line takes, from before the app starts; keeps
+#: every resource timing (the default buffer of 250 entries fills before DuckDB or the
+#: model is fetched, and later entries are dropped)
 WATCH_STATUS = """
+performance.setResourceTimingBufferSize(100000);
 window.__workStates = [];
 new MutationObserver(() => {
   const el = document.getElementById('work-status');
@@ -24,6 +27,9 @@ N = 60
 
 
 def _fill(a: AppPage) -> None:
+    """Store N messages and save the index, then close the page: the page opened next
+    owns the index (while this one lived, another page of it would be a guest that
+    asks this one and loads neither DuckDB-Wasm nor the model)."""
     a.py(f"""
 import chatmem_app
 mem = chatmem_app.app.mem
@@ -33,6 +39,7 @@ await mem.messages.append_many(s.session_id, [
       "content": f"note {{i}}: the spare key is under the blue flowerpot by door {{i}}"}} for i in range({N})])
 await mem.index.save()
 """)
+    a.page.close()
 
 
 def _started(context: Any, site: str, db: str) -> AppPage:
