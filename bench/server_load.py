@@ -203,18 +203,26 @@ async def _live(urls: list[str], token: str, n: int) -> list[float]:
         async for c in listener.stream():
             got.put_nowait((int(c), time.perf_counter()))
 
+    async def next_event(what: str) -> tuple[int, float]:
+        try:
+            return await asyncio.wait_for(got.get(), 60)
+        except TimeoutError:
+            raise SystemExit(f"W8 live: no stream event within 60 s ({what}); "
+                             f"listener {'ended: ' + repr(task.exception()) if task.done() else 'still open'}") from None
+
     task = asyncio.get_running_loop().create_task(listen())
-    base, _ = await got.get()
+    base, _ = await next_event("the stream's first cursor")
     out = []
+    start = int(time.time() * 1000)  # the server refuses an HLC minutes ahead of its clock
     for k in range(n):
         op = {"op_id": f"live-{k}", "type": "create", "resource": "session", "id": f"live-s{k}",
-              "data": {"title": f"t{k}"}, "timestamp": 1, "hlc": f"{1_800_000_000_000 + k:013d}-0000-pusher",
+              "data": {"title": f"t{k}"}, "timestamp": start + k, "hlc": f"{start + k:013d}-0000-pusher",
               "attempts": 0}
         t0 = time.perf_counter()
         resp = await pusher.push([op])
         want = int(resp.cursor or 0)
         while True:
-            c, t = await got.get()
+            c, t = await next_event(f"push {k}, cursor {want}")
             if c >= want:
                 break
         out.append((t - t0) * 1000)
