@@ -3,7 +3,10 @@ the public API surface, ids and the cache."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import chatmem
 from chatmem import errors
 from chatmem.ids import IdGenerator
 from chatmem.lru import LRUCache
+from chatmem.stores.sqlite import SQLiteStore
 from conftest import run
 
 
@@ -36,6 +40,38 @@ def test_sqlite_file_survives_reopening(tmp_path: Path) -> None:
     sid = run(write())
     seqs, pinned, title = run(read(sid))
     assert seqs == list(range(51)) and pinned and title == "persisted"
+
+
+def test_cancelled_call_finishes_before_the_connection_is_used_again(tmp_path: Path) -> None:
+    """A call whose task is cancelled keeps running in its worker thread; the next call and
+    ``close`` wait for it instead of touching the connection at the same time (which crashes
+    sqlite3), and a call after ``close`` gets ``DatabaseClosed``."""
+    order: list[str] = []
+    started = threading.Event()
+
+    def slow(db: sqlite3.Connection) -> None:
+        started.set()
+        time.sleep(0.3)
+        db.execute("SELECT 1").fetchone()
+        order.append("slow done")
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        task = asyncio.ensure_future(store._run(slow))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.kv_set("k", 1)
+        order.append("kv_set done")
+        await store.close()
+        order.append("closed")
+        with pytest.raises(errors.DatabaseClosed):
+            await store.kv_get("k")
+
+    run(main())
+    assert order == ["slow done", "kv_set done", "closed"]
 
 
 def test_sqlite_context_store_persists(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DatabaseClosed, QueryError
+from ..settle import settle
 
 __all__ = ["DuckDBEngine", "SQLEngine"]
 
@@ -146,15 +147,12 @@ class DuckDBEngine:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
             call.cancelled = True
-            while not fut.done():
+
+            def interrupt() -> None:
                 if self._running is call:
                     self._con.interrupt()
-                try:
-                    await asyncio.wait({fut}, timeout=0.05)
-                except asyncio.CancelledError:
-                    continue  # still stopping it: the engine must be free before we return
-            if not fut.cancelled():
-                fut.exception()  # retrieved: the interruption is the expected outcome
+
+            await settle(fut, poke=interrupt, interval=0.05)  # the engine is free when we return
             raise
 
     def _execute(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:

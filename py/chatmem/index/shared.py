@@ -47,6 +47,7 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from .. import errors
 from ..errors import QueryError, ValidationError
+from ..settle import settle
 from .embed import Embedder
 from .index import QueryIndex, RecordSource
 from .sqlguard import check_read_only
@@ -110,14 +111,7 @@ class IndexShare:
         except asyncio.CancelledError:
             self.transport.forget(rid)
             if op == "sql":
-                stopping = asyncio.ensure_future(self.call("cancel", target=rid))
-                while not stopping.done():
-                    try:
-                        await asyncio.wait({stopping})
-                    except asyncio.CancelledError:
-                        continue
-                if not stopping.cancelled():
-                    stopping.exception()
+                await settle(asyncio.ensure_future(self.call("cancel", target=rid)))
             raise
         return _unwrap(text)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 from typing import Any, Callable, TypeVar
 
 from ..errors import (
@@ -60,7 +61,13 @@ class SQLiteStore:
             raise ValidationError("durability must be 'relaxed' or 'strict'", field="durability")
         self.path = path
         self.durability = durability
+        #: orders calls from the event loop (first come, first served)
         self._lock = asyncio.Lock()
+        #: held by the worker thread while it uses the connection: a call whose awaiting task
+        #: was cancelled keeps running in its thread, and the next call (or ``close``) must
+        #: not touch the connection until it has finished (sqlite3 is not safe for that)
+        self._guard = threading.Lock()
+        self._closed = False
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL" if path != ":memory:" else "PRAGMA journal_mode=MEMORY")
@@ -108,6 +115,12 @@ class SQLiteStore:
         return changed
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        with self._guard:
+            if self._closed:
+                raise DatabaseClosed("the store is closed")
+            return self._call_locked(fn, write)
+
+    def _call_locked(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
         db = self._db
         try:
             if not write:
@@ -432,8 +445,14 @@ class SQLiteStore:
         return await self._run(q)
 
     async def close(self) -> None:
+        def shut() -> None:
+            with self._guard:
+                if not self._closed:
+                    self._closed = True
+                    self._db.close()
+
         async with self._lock:
-            self._db.close()
+            await asyncio.to_thread(shut)
 
 
 class _SQLiteTarget:

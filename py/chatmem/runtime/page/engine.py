@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from ...errors import StorageError
+from ...settle import settle
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
 
@@ -55,13 +56,7 @@ class DuckDBWasmEngine:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
             await self._handle.cancel()
-            while not fut.done():
-                try:
-                    await asyncio.wait({fut})
-                except asyncio.CancelledError:
-                    continue
-            if not fut.cancelled():
-                fut.exception()
+            await settle(fut)
             raise
 
     async def executemany(self, sql: str, rows: Any) -> None:
