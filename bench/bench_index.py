@@ -16,7 +16,7 @@ import sys
 import time
 
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, search
-from chatmem.index.embed import EMBEDDING_COLUMNS, quantize
+from chatmem.index.embed import EMBEDDING_COLUMNS, model_key, quantize
 from chatmem.models import extract_text
 
 
@@ -135,6 +135,7 @@ async def main() -> None:
           f"(~{len(texts) / rate:.0f} s for all)")
     # to keep the bench short the other vectors are cheap random unit vectors of the same model
     rows = []
+    key = model_key(emb.model)
     for i, m in enumerate(messages):
         if i < len(vecs):
             v = vecs[i]
@@ -143,7 +144,8 @@ async def main() -> None:
             n = math.sqrt(sum(x * x for x in v))
             v = [x / n for x in v]
         q, scale = quantize(v)
-        rows.append((m["id"], emb.model, args.dims, q, scale, None, None))
+        rows.append((m["id"], emb.model, args.dims, q, scale, None, None,
+                     m["sessionId"], m["role"], m["createdAt"], key))
     s = time.perf_counter()
     await index.engine.load_rows("embeddings", EMBEDDING_COLUMNS, rows)
     print(f"load {len(rows):,} x {args.dims} vectors: {time.perf_counter() - s:.1f} s")

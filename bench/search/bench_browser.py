@@ -151,11 +151,13 @@ emb = mem.index.embedder
 idx = await mem.index.ready()
 t = time.perf_counter()
 await idx.execute("DELETE FROM embeddings")
-# stored as the index stores them: int8 with a scale (an approximate unit scale is enough here)
+# stored as the index stores them: int8 with a scale (an approximate unit scale is enough
+# here), beside the message's session, role and time and the model's key
+from chatmem.index.embed import model_key
 await idx.execute(
-    "INSERT INTO embeddings (message_id, model, dim, vec, scale) SELECT id, ?, ?, "
-    "list_transform(range(CAST(? AS BIGINT)), x -> CAST(floor(random() * 255) - 127 AS TINYINT)), "
-    "CAST(1.0 / (73.3 * sqrt(?)) AS FLOAT) FROM messages",
+    "INSERT INTO embeddings (message_id, model, dim, vec, scale, session_id, role, created_at, model_key) "
+    "SELECT id, ?, ?, list_transform(range(CAST(? AS BIGINT)), x -> CAST(floor(random() * 255) - 127 AS TINYINT)), "
+    f"CAST(1.0 / (73.3 * sqrt(?)) AS FLOAT), session_id, role, created_at, {model_key(emb.model)} FROM messages",
     [emb.model, emb.dimensions, emb.dimensions, emb.dimensions])
 res["vectors_load_s"] = round(time.perf_counter() - t, 1)
 se = await timed(Q["typical"][:50], mode="semantic")

@@ -161,3 +161,102 @@ def test_a_complete_index_is_not_recounted_until_a_write():
         await idx.close()
 
     asyncio.run(go())
+
+
+SESSIONS = {
+    "a": ["the quick brown fox jumps over the dog", "ok thanks", "a lazy dog sleeps all day long",
+          "ok thanks", "foxes and dogs in the garden"],
+    "b": ["ok thanks", "the tax report is due on friday", "a brown dog barks at the fox",
+          "we watched the football match last night"],
+}
+
+
+async def _two_sessions(emb=None) -> QueryIndex:
+    """Two sessions, both roles, distinct times and repeated texts (identical vectors: ties)."""
+    idx = QueryIndex(DuckDBEngine(), embedder=emb)
+    for n, (sid, texts) in enumerate(SESSIONS.items()):
+        await idx.apply("session-created", sid, SessionMeta(sid, "t", 1, 1).to_record())
+        await idx.apply("messages-appended", sid, [
+            {"id": f"{sid}-m{i}", "sessionId": sid, "seq": i, "role": ("user", "assistant")[i % 2],
+             "content": t, "createdAt": 1_000 * (n + 1) + i} for i, t in enumerate(texts)])
+    return idx
+
+
+def test_vector_rows_carry_the_message_filters_and_model_key():
+    """Every vector row holds its message's session_id, role and created_at and its model's
+    key, whether written with the message (an index embedder) or later (embed_missing)."""
+    from chatmem.index.embed import model_key
+
+    async def go():
+        emb, other = CalibratedHashing(), HashingEmbedder(32)
+        idx = await _two_sessions(emb)  # embedded as the messages are written
+        assert await idx.embed_missing(emb) == 0
+        assert await idx.embed_missing(other) == sum(len(t) for t in SESSIONS.values())
+        rows = await idx.sql(
+            "SELECT e.model, e.model_key, e.session_id = m.session_id AND e.role = m.role "
+            "AND e.created_at = m.created_at AS same FROM embeddings e LEFT JOIN messages m ON m.id = e.message_id")
+        assert len(rows) == 2 * sum(len(t) for t in SESSIONS.values())
+        assert all(r["same"] is True for r in rows)
+        assert {r["model"]: r["model_key"] for r in rows} == {m: model_key(m) for m in (emb.model, other.model)}
+        assert model_key(emb.model) != model_key(other.model) and 0 <= model_key(emb.model) < 2**53
+        await idx.close()
+
+    asyncio.run(go())
+
+
+def test_semantic_search_equals_the_ranking_joined_to_messages():
+    """Semantic search filters and breaks ties on the vector rows alone; it answers exactly
+    what the same ranking over ``messages`` (their filters, their times) answers."""
+    from chatmem.index.embed import cosine_sql, query_literal
+    from chatmem.index.hits import build_filters
+
+    async def go():
+        emb = CalibratedHashing()
+        idx = await _two_sessions()
+        await idx.embed_missing(emb)
+        lo, hi = emb.calibration
+        cases = [{}, {"roles": ["user"]}, {"session_ids": ["b"]}, {"date_range": (1_002, 2_002)},
+                 {"roles": ["assistant"], "session_ids": ["a", "b"], "date_range": (None, 2_001)}]
+        for query in ("ok thanks", "brown fox", "a dog in the garden"):
+            (qv,) = await emb.embed([query])
+            for kw in cases:
+                for limit in (1, 2, 3, None):
+                    got = await search(idx, query, mode="semantic", limit=limit, embedder=emb, **kw)
+                    flt = build_filters(kw.get("session_ids"), None, kw.get("date_range"), kw.get("roles"))
+                    ref = await idx.sql(
+                        f"WITH q AS (SELECT CAST(? AS FLOAT[]) AS v) SELECT m.id, "
+                        f"round(greatest(-1.0, least(1.0, ({cosine_sql()} - {lo}) / {hi - lo})), 9) AS score, "
+                        f"coalesce({cosine_sql(context=True)}, {cosine_sql()}) AS rsim, m.created_at "
+                        f"FROM embeddings e CROSS JOIN q JOIN messages m ON m.id = e.message_id "
+                        f"WHERE e.model = ? AND {flt.sql} ORDER BY rsim DESC, score DESC, m.created_at DESC, "
+                        f"m.id DESC" + (f" LIMIT {limit}" if limit else ""),
+                        [query_literal(qv), emb.model] + flt.params)
+                    assert [(h.message.id, h.score) for h in got] == [(r["id"], r["score"]) for r in ref], (query, kw)
+        # without a context vector the repeated "ok thanks" rows tie: the newer comes first
+        plain = HashingEmbedder(64)
+        top = await search(idx, "ok thanks", mode="semantic", limit=3, embedder=plain)
+        assert len({h.score for h in top}) == 1
+        assert [h.message.id for h in top] == ["b-m0", "a-m3", "a-m1"]
+        await idx.close()
+
+    asyncio.run(go())
+
+
+def test_hybrid_filters_hold_without_a_join():
+    """Hybrid's rankings are filtered where they are read: every fused hit passes the filters."""
+
+    async def go():
+        emb = CalibratedHashing()
+        idx = await _two_sessions(emb)
+        for kw in ({"roles": ["user"]}, {"session_ids": ["b"]}, {"date_range": (1_002, 2_002)}):
+            hits = await search(idx, "brown dog fox thanks", mode="hybrid", limit=None, embedder=emb, **kw)
+            assert hits
+            for h in hits:
+                m = h.message
+                assert m.role in kw.get("roles", [m.role])
+                assert h.session_id in kw.get("session_ids", [h.session_id])
+                lo_t, hi_t = kw.get("date_range", (None, None))
+                assert (lo_t is None or m.created_at >= lo_t) and (hi_t is None or m.created_at <= hi_t)
+        await idx.close()
+
+    asyncio.run(go())

@@ -22,12 +22,13 @@ product times the scale (``cosine_sql``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import random
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EmbeddingError, TransportError, ValidationError
@@ -42,6 +43,7 @@ __all__ = [
     "calibration_of",
     "contextualize",
     "cosine_sql",
+    "model_key",
     "embed_messages",
     "embedding_rows",
     "quantize",
@@ -50,8 +52,13 @@ __all__ = [
     "vector_literal",
 ]
 
-#: the columns of an ``embeddings`` row, in ``embedding_rows`` order
-EMBEDDING_COLUMNS = ["message_id", "model", "dim", "vec", "scale", "cvec", "cscale"]
+#: the columns of an ``embeddings`` row, in ``embedding_rows`` order: the vectors, then
+#: the message's ``session_id``, ``role`` and ``created_at`` (what search filters and ranks by)
+EMBEDDING_COLUMNS = ["message_id", "model", "dim", "vec", "scale", "cvec", "cscale",
+                     "session_id", "role", "created_at", "model_key"]
+
+#: ``(session_id, role, created_at)`` of a message, by message id
+MessageMeta = Mapping[str, tuple[str | None, str | None, int | None]]
 
 
 @runtime_checkable
@@ -246,6 +253,15 @@ def quantize(vec: Sequence[float]) -> tuple[list[int], float]:
     return q, (1.0 / norm if norm > 0 else 0.0)
 
 
+def model_key(model: str) -> int:
+    """A 53-bit hash of an embedder's model name (exact as a JavaScript number): what
+    search selects a model's vectors by. An integer constant compared with a column that
+    holds one value in a whole row group is proven true by DuckDB's zone maps and not
+    evaluated (a text filter cannot be proven: it then selects every row, and the vector
+    arithmetic on selected rows cost about 3x in DuckDB-Wasm)."""
+    return int.from_bytes(hashlib.blake2b(model.encode("utf-8"), digest_size=8).digest(), "big") >> 11
+
+
 def cosine_sql(e: str = "e", q: str = "q.v", *, context: bool = False) -> str:
     """SQL for the cosine of the stored vector of ``embeddings`` row ``e`` and the unit query
     vector ``q`` (a ``FLOAT[]``, see ``query_literal``), as DOUBLE. ``context``: the
@@ -303,8 +319,10 @@ async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str
 
 
 async def store_embeddings(engine: Any, embedder: Embedder,
-                           items: Sequence[tuple[str, str] | tuple[str, str, str | None]]) -> None:
-    """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``.
+                           items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
+                           meta: MessageMeta | None = None) -> None:
+    """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``,
+    with each message's ``(session_id, role, created_at)`` from ``meta`` (see ``embedding_rows``).
 
     Every message gets one row under ``embedder.model``: its own vector
     (``vec``: what similarity scores and thresholds read) and, for an embedder
@@ -313,23 +331,29 @@ async def store_embeddings(engine: Any, embedder: Embedder,
     context weight, or no previous message), both quantised (``quantize``).
     """
     if items:
-        await engine.load_rows("embeddings", EMBEDDING_COLUMNS, await embedding_rows(embedder, items))
+        await engine.load_rows("embeddings", EMBEDDING_COLUMNS, await embedding_rows(embedder, items, meta))
 
 
 async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
-                         ) -> list[tuple[Any, ...]]:
-    """The ``embeddings`` rows (``EMBEDDING_COLUMNS``) ``store_embeddings`` writes (computed, not written)."""
+                         meta: MessageMeta | None = None) -> list[tuple[Any, ...]]:
+    """The ``embeddings`` rows (``EMBEDDING_COLUMNS``) ``store_embeddings`` writes (computed, not written).
+
+    ``meta`` maps a message id to its ``(session_id, role, created_at)``; an item without
+    it gets NULLs there, and search, which filters and ranks on them, cannot find it:
+    the index always passes it."""
     full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
     weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
     # every distinct text (a message, or the turn before it) is embedded once
     by_text = await _vectors(embedder, [t for _, t, _ in full] + (
         [p for _, _, p in full if p is not None] if weight > 0 else []))
     rows: list[tuple[Any, ...]] = []
+    key = model_key(embedder.model)
     for mid, t, p in full:
         q, scale = quantize(by_text[t])
         cq: list[int] | None = None
         cscale: float | None = None
         if weight > 0 and p is not None:  # a first message's in-context vector is its own
             cq, cscale = quantize(contextualize(by_text[t], by_text[p], weight))
-        rows.append((mid, embedder.model, embedder.dimensions, q, scale, cq, cscale))
+        rows.append((mid, embedder.model, embedder.dimensions, q, scale, cq, cscale)
+                    + tuple((meta or {}).get(mid, (None, None, None))) + (key,))
     return rows

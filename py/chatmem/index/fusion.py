@@ -60,7 +60,9 @@ async def hybrid(
     thr: float | None, lim_sql: str, lim_params: list[Any],
 ) -> list[SearchHit]:
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
-    CTE ``sem`` (already filtered), ranks, fusion, ``flt`` over ``messages m``."""
+    CTE ``sem`` (already filtered; it carries ``created_at``), ranks, fusion. Both rankings
+    hold only messages that pass the filters, so the fused rows need no join (``flt``,
+    the same filters over ``messages m``, is not read)."""
     terms = await _term_stats(index, pq)
     if terms is not None:
         # the term-id form keyword search uses: postings by term id, no per-term unions
@@ -70,7 +72,7 @@ async def hybrid(
         ctes, cparams, required = bm25_ctes(pq, kw_flt, stats)
     phrase, pparams = _phrase_sql(await _phrase_ids(index, pq, kw_flt, stats))
     kwf = (
-        "kwf AS (SELECT kw.message_id, kw.kw FROM kw "
+        "kwf AS (SELECT kw.message_id, kw.kw, kw.created_at FROM kw "
         + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
     )
     k = float(RRF_K)
@@ -78,21 +80,21 @@ async def hybrid(
     depth = f"LIMIT {max(RRF_DEPTH, int(lim_params[0]))}" if lim_params else ""
     inner = (
         f"WITH {ctes},\n{kwf},\n{sem_cte},\n"
-        "kr AS (SELECT message_id, kw, row_number() OVER (ORDER BY kw DESC, message_id DESC) AS r "
-        f"FROM (SELECT message_id, kw FROM kwf ORDER BY kw DESC, message_id DESC {depth})),\n"
-        "sr AS (SELECT message_id, sim, row_number() OVER (ORDER BY rsim DESC, message_id DESC) AS r "
-        f"FROM (SELECT message_id, sim, rsim FROM sem ORDER BY rsim DESC, message_id DESC {depth})),\n"
-        "c AS (SELECT coalesce(kr.message_id, sr.message_id) AS message_id, kr.kw, kr.r AS kr, "
+        "kr AS (SELECT message_id, kw, created_at, row_number() OVER (ORDER BY kw DESC, message_id DESC) AS r "
+        f"FROM (SELECT message_id, kw, created_at FROM kwf ORDER BY kw DESC, message_id DESC {depth})),\n"
+        "sr AS (SELECT message_id, sim, created_at, row_number() OVER (ORDER BY rsim DESC, message_id DESC) AS r "
+        f"FROM (SELECT message_id, sim, rsim, created_at FROM sem ORDER BY rsim DESC, message_id DESC {depth})),\n"
+        "c AS (SELECT coalesce(kr.message_id, sr.message_id) AS message_id, "
+        "coalesce(kr.created_at, sr.created_at) AS created_at, kr.kw, kr.r AS kr, "
         "sr.sim, sr.r AS sr FROM kr FULL OUTER JOIN sr ON kr.message_id = sr.message_id)\n"
-        "SELECT m.id, m.created_at, coalesce(c.kw, 0) AS bm25, coalesce(c.sim, 0) AS similarity, "
+        "SELECT c.message_id AS id, c.created_at, coalesce(c.kw, 0) AS bm25, coalesce(c.sim, 0) AS similarity, "
         "coalesce(c.kr, 0) AS kr, coalesce(c.sr, 0) AS sr, "
         f"? * coalesce({k + 1} / ({k} + c.kr), 0) AS p_kw, "
         f"? * coalesce({k + 1} / ({k} + c.sr), 0) AS p_sem, "
-        "? * pow(0.5, greatest(? - m.created_at, 0) / ?) AS p_rec "
-        f"FROM c JOIN messages m ON m.id = c.message_id WHERE {flt.sql}"
+        "? * pow(0.5, greatest(? - c.created_at, 0) / ?) AS p_rec FROM c"
     )
     params = (cparams + pparams + sem_params
-              + [w["keyword"], w["semantic"], w["recency"], now_ms, float(half_life_ms)] + flt.params)
+              + [w["keyword"], w["semantic"], w["recency"], now_ms, float(half_life_ms)])
     outer_where = ""
     if thr is not None:
         outer_where = "WHERE round(p_kw + p_sem + p_rec, 9) >= ?"

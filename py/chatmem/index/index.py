@@ -88,6 +88,8 @@ class QueryIndex:
         self._ready = False
         self._figures = KeywordFigures()
         self._to_embed: list[tuple[str, str]] = []
+        #: ``(session_id, role, created_at)`` of the messages in ``_to_embed``
+        self._embed_meta: dict[str, tuple[str | None, str | None, int | None]] = {}
         #: ``(model, dim)`` of the embedders every message has a vector of; emptied by any write
         self._complete: set[tuple[str, int]] = set()
         #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
@@ -227,7 +229,7 @@ class QueryIndex:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
         await self.setup()
         async with self._lock:
-            self._to_embed = []
+            self._to_embed, self._embed_meta = [], {}
             self._complete.clear()  # messages may come or go: embed_missing counts again
             await self.engine.execute("BEGIN TRANSACTION")
             try:
@@ -238,12 +240,13 @@ class QueryIndex:
                 raise
             await self.engine.execute("COMMIT")
             to_embed, self._to_embed = self._to_embed, []
+            meta, self._embed_meta = self._embed_meta, {}
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
                 # current and the vectors to ``embed_missing``
                 from .embed import store_embeddings
 
-                await store_embeddings(self.engine, self.embedder, await self._with_previous(to_embed))
+                await store_embeddings(self.engine, self.embedder, await self._with_previous(to_embed), meta)
         if self.unsorted_postings > self.compact_after:
             await self.compact()
 
@@ -351,6 +354,7 @@ class QueryIndex:
             if getattr(self.embedder, "loaded", True):
                 # a lazily loaded model is not fetched for a write: embed_missing catches up
                 self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
+                self._embed_meta.update((r["id"], (sid, r.get("role"), r.get("createdAt"))) for r in fresh)
 
     async def compact(self) -> None:
         """Rewrite ``postings`` sorted by (tid, doc), so queries skip to their terms again."""
@@ -447,7 +451,7 @@ class QueryIndex:
                 self._complete.add(key)
             return 0
         rows = await self.execute(
-            "SELECT m.id, m.text, p.text AS prev FROM messages m "
+            "SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
             "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
             + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
             + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
@@ -458,7 +462,8 @@ class QueryIndex:
         for i in range(0, len(rows), batch_size):
             part = rows[i : i + batch_size]
             # embedded outside the lock (it yields to the event loop); written under it
-            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part])
+            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part],
+                                            {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part})
             async with self._lock:
                 await self.engine.execute(
                     f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",

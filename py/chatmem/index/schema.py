@@ -24,7 +24,12 @@
                 or it equals ``vec``), each l2-normalised and quantised to int8
                 with one FLOAT scale (``embed.quantize``): ``dim + 4`` bytes a
                 vector instead of ``4 * dim``, and the cosine with a unit query
-                vector is ``scale * (vec · q)`` (``embed.cosine_sql``)
+                vector is ``scale * (vec · q)`` (``embed.cosine_sql``); plus the
+                message's session_id, role and created_at (immutable, copied like
+                ``docs``' so that semantic search filters, ranks and breaks ties on
+                this one table: it never joins ``messages``), and model_key
+                (``embed.model_key``: the rows of a model are selected by an
+                integer, which zone maps can prove, not by the text)
     index_meta  (key, value): the schema version of a cached (OPFS) index
 
 ``terms`` and ``stats`` are kept exact on every write (integer counts), so the
@@ -116,12 +121,16 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("scale", "FLOAT"),
         ("cvec", "TINYINT[]"),
         ("cscale", "FLOAT"),
+        ("session_id", "VARCHAR"),
+        ("role", "VARCHAR"),
+        ("created_at", "BIGINT"),
+        ("model_key", "BIGINT"),
     ],
     "index_meta": [("key", "VARCHAR"), ("value", "VARCHAR")],
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 #: the staging table a batch of messages goes through: the ``docs`` columns
 #: plus ``toks`` (the message's index terms joined by spaces; terms never hold

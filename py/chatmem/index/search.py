@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
-from .embed import Embedder, calibration_of, cosine_sql, query_literal
+from .embed import Embedder, calibration_of, cosine_sql, model_key, query_literal
 from .hits import (
     _MAX_LIMIT,
     DAY_MS,
@@ -199,32 +199,33 @@ async def search(
     emb = default_embedder(index, embedder)
     vec = await _query_vector(index, emb, query)
     lo, hi = calibration_of(emb)
-    # hybrid ranks within the filtered messages (RRF compares ranks); semantic filters outside
-    sflt = build_filters(session_ids, character_ids, date_range, roles, alias="sm")
-    sem_join = mode == "hybrid" and sflt.sql != "TRUE"
+    # filters, ranking and ties read only ``embeddings`` (it carries session_id, role and
+    # created_at): a scan of the vectors and a top-k, no join over every candidate. The
+    # model is selected by its integer key written into the SQL (a constant, not a bound
+    # parameter), so that zone maps prove it for a table of one model and DuckDB skips it
+    eflt = build_filters(session_ids, character_ids, date_range, roles, alias="e")
     # ``sim``: the message's own vector (scores, thresholds); ``rsim``: its in-context
     # vector when the embedder stores one (ranks), else the same
     sem_cte = (
         "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
-        f"sem0 AS (SELECT e.message_id, {cosine_sql()} AS sim, {cosine_sql(context=True)} AS csim "
-        "FROM embeddings e CROSS JOIN q"
-        + (f" JOIN messages sm ON sm.id = e.message_id AND {sflt.sql}" if sem_join else "")
-        + " WHERE e.model = ? AND e.dim = ?),\n"
-        "sem AS (SELECT message_id, sim, coalesce(csim, sim) AS rsim FROM sem0)"
+        f"sem0 AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, {cosine_sql(context=True)} AS csim "
+        f"FROM embeddings e CROSS JOIN q WHERE e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}"
+        + (f" AND {eflt.sql}" if eflt.sql != "TRUE" else "") + "),\n"
+        "sem AS (SELECT message_id, created_at, sim, coalesce(csim, sim) AS rsim FROM sem0)"
     )
-    sem_params: list[Any] = [vec] + (sflt.params if sem_join else []) + [emb.model, emb.dimensions]
+    sem_params: list[Any] = [vec] + eflt.params
 
     if mode == "semantic":
         calibrated = "greatest(-1.0, least(1.0, (sem.sim - CAST(? AS DOUBLE)) / CAST(? AS DOUBLE)))"
-        params = sem_params + [lo, hi - lo] + flt.params
+        params = sem_params + [lo, hi - lo]
         outer = ""
         if thr is not None:
             outer = "WHERE score >= ?"
             params.append(thr)
         rows = await index.execute(
-            f"WITH {sem_cte}\nSELECT * FROM (SELECT m.id, m.created_at, round({calibrated}, 9) AS score, "
-            f"round(sem.sim, 9) AS sim, sem.rsim FROM sem JOIN messages m ON m.id = sem.message_id "
-            f"WHERE {flt.sql}) {outer} ORDER BY rsim DESC, score DESC, created_at DESC, id DESC {lim_sql}",
+            f"WITH {sem_cte}\nSELECT * FROM (SELECT sem.message_id AS id, sem.created_at, "
+            f"round({calibrated}, 9) AS score, round(sem.sim, 9) AS sim, sem.rsim FROM sem) {outer} "
+            f"ORDER BY rsim DESC, score DESC, created_at DESC, id DESC {lim_sql}",
             params + lim_params,
         )
         return [
