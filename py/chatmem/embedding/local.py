@@ -23,7 +23,7 @@ __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
 #: the name of the vectors the shipped static model makes (the index stores vectors per model)
 LOCAL_MODEL = "minilm-l6-tokens-zipf-int8-v1"
 #: longest stretch of embedding between two yields to the event loop
-SLICE_S = 0.03
+SLICE_S = 0.015
 
 
 def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
@@ -31,6 +31,10 @@ def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
     from ..runtime import default_runtime
 
     return default_runtime().model_loader()
+
+
+async def _pause() -> None:
+    await asyncio.sleep(0)
 
 
 def _runtime_sums(model: StaticEmbedder) -> TokenSums | None:
@@ -77,7 +81,7 @@ class LocalEmbedder:
                         raise
                     except Exception as e:  # a fetch or file error, translated once here
                         raise EmbeddingError(f"could not load the embedding model: {e}") from e
-                    m = StaticEmbedder.from_bytes(data)
+                    m = await StaticEmbedder.parse(data, _pause)
                     if m.model != self.model or m.dimensions != self.dimensions:
                         raise EmbeddingError(f"model file holds {m.model!r}, expected {self.model!r}")
                     self._sums = _runtime_sums(m)

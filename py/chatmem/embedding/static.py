@@ -26,7 +26,7 @@ import operator
 import struct
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..errors import EmbeddingError
 from .wordpiece import WordPiece
@@ -56,17 +56,16 @@ def find_model_file() -> Path | None:
 class StaticEmbedder:
     """Text to vector by summing distilled token vectors (see the module docstring)."""
 
-    def __init__(self, header: dict[str, Any], table: array.array[int], scales: array.array[float]):
+    def __init__(self, header: dict[str, Any], table: array.array[int], scales: array.array[float], *,
+                 weights: list[int] | None = None, tokenizer: WordPiece | None = None):
         self.model: str = str(header["model"])
         self.dimensions: int = int(header["dimensions"])
         vocab = header["vocab"]
         if len(table) != len(vocab) * self.dimensions or len(scales) != len(vocab):
             raise EmbeddingError(f"model file {self.model!r}: table size does not match its vocabulary")
-        self.tokenizer = WordPiece(vocab)
+        self.tokenizer = tokenizer or WordPiece(vocab)
         self._table = table
-        top = max(scales) if len(scales) else 1.0
-        # integer weights (20 bits): the per-token scale relative to the largest
-        self._weights = [round(float(x) / top * _WEIGHT_ONE) if top > 0 else 0 for x in scales]
+        self._weights = weights if weights is not None else self.weights_of(scales, 0, len(scales))
         self._rows: dict[int, int] = {}
         lo, hi = header.get("calibration", (0.0, 1.0))
         self.calibration: tuple[float, float] = (float(lo), float(hi))
@@ -77,9 +76,34 @@ class StaticEmbedder:
                 self._weights[self.tokenizer.ids[t]] = 0
 
     # ------------------------------------------------------------------ loading
+    @staticmethod
+    def weights_of(scales: array.array[float], start: int, stop: int) -> list[int]:
+        """The integer weights (20 bits) of tokens ``start:stop``: each per-token scale
+        relative to the largest."""
+        top = max(scales) if len(scales) else 1.0
+        return [round(float(x) / top * _WEIGHT_ONE) if top > 0 else 0 for x in scales[start:stop]]
+
+    @classmethod
+    async def parse(cls, data: bytes, pause: Callable[[], Awaitable[None]]) -> StaticEmbedder:
+        """``from_bytes`` in steps of a few milliseconds, awaiting ``pause()`` between them
+        (in a page, the interface keeps answering while the model is read)."""
+        header, table, scales = cls._parts(data)
+        await pause()
+        weights: list[int] = []
+        for i in range(0, len(scales), 8192):
+            weights += cls.weights_of(scales, i, i + 8192)
+            await pause()
+        tokenizer = WordPiece(header["vocab"])
+        await pause()
+        return cls(header, table, scales, weights=weights, tokenizer=tokenizer)
+
     @classmethod
     def from_bytes(cls, data: bytes) -> StaticEmbedder:
         """Parse a model file's bytes. ``EmbeddingError`` if it is not one."""
+        return cls(*cls._parts(data))
+
+    @staticmethod
+    def _parts(data: bytes) -> tuple[dict[str, Any], array.array[int], array.array[float]]:
         if data[:8] != MAGIC or len(data) < 12:
             raise EmbeddingError("not a chatmem static embedding model (bad magic)")
         (n,) = struct.unpack("<I", data[8:12])
@@ -89,13 +113,14 @@ class StaticEmbedder:
             raise EmbeddingError("static embedding model: unreadable header") from e
         v, d = len(header["vocab"]), int(header["dimensions"])
         start = 12 + n
+        view = memoryview(data)
         table = array.array("b")
-        table.frombytes(data[start : start + v * d])
+        table.frombytes(view[start : start + v * d])
         scales = array.array("f")
-        scales.frombytes(data[start + v * d : start + v * d + 4 * v])
+        scales.frombytes(view[start + v * d : start + v * d + 4 * v])
         if sys.byteorder != "little":
             scales.byteswap()
-        return cls(header, table, scales)
+        return header, table, scales
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> StaticEmbedder:
