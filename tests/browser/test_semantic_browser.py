@@ -76,6 +76,40 @@ res
     assert {"keyword", "semantic", "recency", "bm25", "similarity"} <= set(parts)
 
 
+def test_vector_rows_carry_filters_and_an_exact_model_key_in_the_page(page: Page) -> None:
+    """In DuckDB-Wasm every vector row holds its message's session, role and time and the
+    model's 53-bit key exactly (it crosses JS as a number); filtered semantic search,
+    which reads only those rows, answers within the filters."""
+    from chatmem.index.embed import model_key
+
+    db = unique_name("semrows")
+    out = page.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+a = await mem.sessions.create(title="a")
+b = await mem.sessions.create(title="b")
+for i, t in enumerate(["I bought a new car", "a red car with leather seats", "bread on Sunday"]):
+    await mem.messages.append(a.session_id, ("user", "assistant")[i % 2], t)
+await mem.messages.append(b.session_id, "user", "my car broke down")
+hits = await mem.search("automobile", mode="semantic", limit=None)
+users = await mem.search("automobile", mode="semantic", limit=None, roles=["user"])
+only_b = await mem.search("automobile", mode="hybrid", limit=None, session_ids=[b.session_id])
+index = await mem.index.ready()
+rows = await index.execute(
+    "SELECT e.model, e.model_key, e.session_id = m.session_id AND e.role = m.role "
+    "AND e.created_at = m.created_at AS same FROM embeddings e LEFT JOIN messages m ON m.id = e.message_id")
+res = [rows, len(hits), sorted(h.message.role for h in users), sorted({{h.session_id for h in only_b}}), b.session_id]
+await mem.close()
+res
+""")
+    rows, n_hits, user_roles, hybrid_sessions, b_id = out
+    assert len(rows) == n_hits == 4
+    assert all(r["same"] is True for r in rows)
+    assert all(r["model_key"] == model_key(r["model"]) for r in rows)
+    assert user_roles == ["user", "user", "user"]
+    assert hybrid_sessions == [b_id]
+
+
 EMBED_PART = """
 import chatmem
 mem = await chatmem.open(NAME)
