@@ -181,23 +181,11 @@ class ChatMessage:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> ChatMessage:
-        return cls(
-            id=r["id"],
-            session_id=r["sessionId"],
-            seq=int(r["seq"]),
-            role=cast(Role, r["role"]),
-            content=r["content"],
-            created_at=int(r["createdAt"]),
-            provider=r.get("provider"),
-            model=r.get("model"),
-            slices=r.get("slices"),
-            tool_results=r.get("tool_results"),
-            categorization=r.get("categorization"),
-            tool_calls=r.get("toolCalls"),
-            tool_call_id=r.get("toolCallId"),
-            name=r.get("name"),
-            metadata=r.get("metadata"),
-            token_count=int(r.get("tokenCount") or 0),
+        get = r.get
+        return cls(  # positional: a batch of appends builds thousands
+            r["id"], r["sessionId"], int(r["seq"]), cast(Role, r["role"]), r["content"], int(r["createdAt"]),
+            get("provider"), get("model"), get("slices"), get("tool_results"), get("categorization"),
+            get("toolCalls"), get("toolCallId"), get("name"), get("metadata"), int(get("tokenCount") or 0),
         )
 
     def to_provider(self) -> dict[str, Any]:

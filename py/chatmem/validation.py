@@ -138,8 +138,13 @@ def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", 
                         size += len(k) + k.count('"') + k.count("\\") + 4
                     else:
                         size += _text_bytes(k, path, loc, fname) + 4
-                    # a record's own fields name themselves
-                    push((item, depth + 1, (loc, k), k if top else fname))
+                    ti = type(item)
+                    if ti is str and item.isascii():  # the common leaves, counted here
+                        size += len(item) + item.count('"') + item.count("\\") + 2
+                    elif item is None or ti is bool:
+                        size += 5
+                    else:  # a record's own fields name themselves
+                        push((item, depth + 1, (loc, k), k if top else fname))
             else:
                 for i, item in enumerate(v):
                     push((item, depth + 1, (loc, i), fname))
