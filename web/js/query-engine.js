@@ -157,9 +157,10 @@ class Duck {
  * rejects with `{name: "IndexLocked"}`.
  */
 export async function duckdbOpen(path = null) {
+  const t0 = performance.now();
   const duckdb = await importAgain("@duckdb/duckdb-wasm", "../duckdb/duckdb-browser.mjs");
   const arrow = await importAgain("apache-arrow", "../vendor/apache-arrow/Arrow.dom.mjs");
-  return start(duckdb, arrow, path);
+  return start(duckdb, arrow, path, { import: performance.now() - t0 });
 }
 
 /**
@@ -176,13 +177,18 @@ async function importAgain(specifier, path) {
   }
 }
 
-async function start(duckdb, arrow, path) {
+// `openMs`: milliseconds per step of the opening (import, instantiate, open, setup)
+async function start(duckdb, arrow, path, openMs = {}) {
+  let t = performance.now();
+  const lap = (step) => { const n = performance.now(); openMs[step] = Math.round(n - t); t = n; };
   const worker = new Worker(here("../duckdb/duckdb-browser-eh.worker.js"));
   const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
   await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
+  lap("instantiate");
   let conn;
   try {
     if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
+    lap("open");
     conn = await db.connect();
     await conn.query("SET autoload_known_extensions=false");
     await conn.query("SET autoinstall_known_extensions=false");
@@ -190,12 +196,14 @@ async function start(duckdb, arrow, path) {
     // no files (registered or OPFS), no network, and no SET that could undo it
     await conn.query("SET enable_external_access=false");
     await conn.query("SET lock_configuration=true");
+    lap("setup");
   } catch (e) {
     try { await db.terminate(); } catch (_) { /* already gone */ }
     throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);
   }
   const duck = new Duck(duckdb, arrow, db, conn);
   duck.path = path;
+  duck.openMs = openMs;
   return duck;
 }
 

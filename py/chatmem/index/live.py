@@ -42,6 +42,7 @@ The store stays the source of truth; the index is derived and rebuildable.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..embedding.local import default_embedder
@@ -107,6 +108,9 @@ class LiveIndex:
         self.last_open: dict[str, Any] = {}
         #: a sentence for the user when the cached index had to be rebuilt or cannot be saved
         self.notice: str | None = None
+        #: milliseconds per phase of the last opening (engine, attach, load, catch-up...)
+        self.open_ms: dict[str, float] = {}
+        self._t = time.perf_counter()
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
@@ -160,14 +164,25 @@ class LiveIndex:
                     break
                 offset += len(page)
 
+    def _lap(self, phase: str) -> None:
+        """Record the milliseconds since the previous lap under ``phase`` (``open_ms``)."""
+        t = time.perf_counter()
+        self.open_ms[phase] = round(self.open_ms.get(phase, 0.0) + (t - self._t) * 1000, 1)
+        self._t = t
+
     async def _hydrate(self, force: bool = False) -> QueryIndex:
+        self.open_ms, self._t = {}, time.perf_counter()
         engine = await self._factory()
+        self._lap("engine")
+        for step, ms in (getattr(engine, "open_ms", None) or {}).items():
+            self.open_ms[f"engine: {step}"] = ms
         self.notice = getattr(engine, "notice", None) or self.notice
         persistent = bool(getattr(engine, "persistent", False))
         cache = None
         if persistent:
             cache = IndexCache(engine)
             await cache.attach_work()
+            self._lap("attach")
         self._cache = cache
         index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages)
         self.index = index  # from here on, writes are queued
@@ -176,9 +191,12 @@ class LiveIndex:
         if cache is not None and not force:
             try:
                 state = await cache.state()
+                self._lap("state")
                 if state == "valid":
                     await cache.load()
+                    self._lap("load")
                     await index.setup()
+                    self._lap("setup")
                     caught = await self._catch_up(index)
                     if caught is not None:
                         self.catchups += 1
@@ -198,19 +216,23 @@ class LiveIndex:
         """Bring a cached index up to the store: the number of sessions re-read or
         dropped, or None when so many changed that a rebuild is cheaper."""
         metas = await self._core.store.all_sessions()
+        self._lap("catchup: store sessions")
         rows = await index.execute("SELECT * FROM sessions")
         have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
         wanted = {m["sessionId"]: m for m in metas}
         changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
         gone = sorted(set(have) - set(wanted))
+        self._lap("catchup: compare")
         if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
             return None
         if changed or gone:
             # re-read each changed session whole: cheaper than proving which messages changed
             msgs = [m async for m in self._messages(changed)]
+            self._lap("catchup: read changed")
             await index.resync(changed, msgs, gone)
+            self._lap("catchup: apply")
         self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
-                          "refreshed": len(changed), "dropped": len(gone)}
+                          "refreshed": len(changed), "dropped": len(gone), "ms": self.open_ms}
         return len(changed) + len(gone)
 
     def _schedule_save(self) -> None:
@@ -406,10 +428,12 @@ class LiveIndex:
         self._stale.clear()
         self._resync = False
         metas = await self._core.store.all_sessions()
+        self._lap("derive: store sessions")
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
+        self._lap("derive: rebuild")
         self.hydrations += 1
-        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
+        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas), "ms": self.open_ms}
 
     # ------------------------------------------------------------------ queries
     async def sql(
