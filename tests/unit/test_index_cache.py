@@ -158,22 +158,23 @@ def _history(n_sessions: int = 5):
 
 
 def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
-    """A cached file whose copy into memory fails is rebuilt from the store, and a save
-    that fails (the storage quota) leaves the index in memory; each time a notice says
-    so and the answers equal those of an index derived from scratch."""
+    """A cached file that cannot be read is rebuilt from the store, and a save that fails
+    (the storage quota) leaves the index in memory; each time a notice says so and the
+    answers equal those of an index derived from scratch."""
     from chatmem.errors import QuotaExceeded
 
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
     class Failing(DuckDBEngine):
-        fail_on = ""
+        fail_on: tuple[str, ...] = ()
 
         async def execute(self, sql, params=None, **kw):
-            if self.fail_on and self.fail_on in sql:
-                raise QuotaExceeded(f"injected failure of: {self.fail_on}")
+            for f in self.fail_on:
+                if f in sql:
+                    raise QuotaExceeded(f"injected failure of: {f}")
             return await super().execute(sql, params, **kw)
 
-    def mem_failing(fail_on: str) -> Memory:
+    def mem_failing(*fail_on: str) -> Memory:
         async def engine():
             e = Failing(idx)
             e.fail_on = fail_on
@@ -190,11 +191,11 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         want = await _answers(fresh)
         await fresh.close()
 
-        # the cached copy cannot be loaded: rebuilt from the store, said so
-        mem = mem_failing("COPY FROM DATABASE")
+        # the cached file cannot be read: rebuilt from the store, said so
+        mem = mem_failing("index_meta WHERE key IN", "COPY FROM DATABASE")
         assert await _answers(mem) == want
         assert mem.index.hydrations == 1 and "could not be read" in (mem.index.notice or "")
-        # ... and its save fails too (same statement): kept in memory, said so
+        # ... and its save fails too (the copy back to the file): kept in memory, said so
         assert await mem.index.save() is True
         assert "kept in memory" in mem.index.notice and mem.index.last_open["persistent"] is False
         await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple late")

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
 from ..models import ChatMessage
+from ..settle import settle
 from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
@@ -56,6 +57,7 @@ from .retrieve import RetrievalConfig, retrieve
 from .schema import row_to_session_record, session_row
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
+from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -101,6 +103,9 @@ class LiveIndex:
         self._saving: asyncio.Task[Any] | None = None
         #: seconds between an opening that changed the index and its background save
         self.save_delay = 1.0
+        #: seconds between an opening answered from the cached file and its copy into memory
+        self.move_delay = 2.0
+        self._moving: asyncio.Task[Any] | None = None
         #: full derivations from the store / openings of a cached index
         self.hydrations = 0
         self.catchups = 0
@@ -149,7 +154,8 @@ class LiveIndex:
         """How this tab holds the index (for status displays and tests)."""
         return {"role": self.role, "served": self.share.served if self.share else 0,
                 "takeovers": self.takeovers, "hydrations": self.hydrations, "catchups": self.catchups,
-                "last_open": self.last_open, "notice": self.notice, "persistent": self._cache is not None}
+                "last_open": self.last_open, "notice": self.notice, "persistent": self._cache is not None,
+                "open_ms": self.open_ms}
 
     # ------------------------------------------------------------------ keeping up
     async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -172,7 +178,11 @@ class LiveIndex:
 
     async def _hydrate(self, force: bool = False) -> QueryIndex:
         self.open_ms, self._t = {}, time.perf_counter()
-        engine = await self._factory()
+        opening = asyncio.ensure_future(self._factory())
+        await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
+        preload_stemmers()  # meanwhile: the first query's words need them
+        self._lap("stemmers")
+        engine = await opening
         self._lap("engine")
         for step, ms in (getattr(engine, "open_ms", None) or {}).items():
             self.open_ms[f"engine: {step}"] = ms
@@ -193,20 +203,23 @@ class LiveIndex:
                 state = await cache.state()
                 self._lap("state")
                 if state == "valid":
-                    await cache.load()
-                    self._lap("load")
-                    await index.setup()
-                    self._lap("setup")
+                    index.set_up()  # every table is there, of this schema version
                     caught = await self._catch_up(index)
                     if caught is not None:
                         self.catchups += 1
                         if caught:
                             self._schedule_save()
+                        else:
+                            self._schedule_move()
                         return index
                 elif state == "stale":
                     self.notice = "The saved search index was made by an older version; it is being rebuilt."
             except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
+                await index._rollback()
+        if cache is not None:
+            await cache.to_memory(copy=False)  # rebuilt in memory, then saved
+            self._lap("attach memory")
         await self._derive(index, persistent)
         if cache is not None:
             self._schedule_save()
@@ -229,11 +242,32 @@ class LiveIndex:
             # re-read each changed session whole: cheaper than proving which messages changed
             msgs = [m async for m in self._messages(changed)]
             self._lap("catchup: read changed")
+            if self._cache is not None:
+                await self._cache.to_memory()  # many writes: in memory, then saved
+                self._lap("catchup: copy into memory")
             await index.resync(changed, msgs, gone)
             self._lap("catchup: apply")
         self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
-                          "refreshed": len(changed), "dropped": len(gone), "ms": self.open_ms}
+                          "refreshed": len(changed), "dropped": len(gone)}
         return len(changed) + len(gone)
+
+    def _schedule_move(self) -> None:
+        """Copy the cached file into memory once the first queries are answered (they
+        were answered from the file): later queries and writes run in memory."""
+        if self._moving is None or self._moving.done():
+            self._moving = asyncio.ensure_future(self._move_later())
+
+    async def _move_later(self) -> None:
+        await asyncio.sleep(self.move_delay)
+        async with self._lock:
+            cache, index = self._cache, self.index
+            if cache is None or cache.in_memory or not isinstance(index, QueryIndex):
+                return
+            async with index._lock:
+                try:
+                    await cache.to_memory()
+                except Exception:  # noqa: BLE001 - the file keeps answering; a save copies nothing
+                    pass
 
     def _schedule_save(self) -> None:
         """Save in the background once the queries of the moment are answered (the first
@@ -390,17 +424,27 @@ class LiveIndex:
         if self._resync:
             self._resync = False
             if await self._catch_up(index) is None:
+                if self._cache is not None:
+                    await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
                 metas = await self._core.store.all_sessions()
                 await index.rebuild(metas, self._messages(metas))
             self._dirty = True
         while self._pending or self._stale:
             self._dirty = True
             pending, self._pending = self._pending, []
-            for kind, sid, payload in _coalesce(pending):
-                await index.apply(kind, sid, payload)
             stale, self._stale = self._stale, set()
-            for sid in sorted(stale):
-                await self._refresh_session(index, sid)
+            try:
+                for kind, sid, payload in _coalesce(pending):
+                    await index.apply(kind, sid, payload)
+                for sid in sorted(stale):
+                    await self._refresh_session(index, sid)
+            except Exception:
+                # nothing is dropped: applying again is harmless (an append skips ids it has)
+                self._pending[:0] = pending
+                self._stale |= stale
+                if self._cache is None or self._cache.in_memory:
+                    raise
+                await self._cache.to_memory()  # the file cannot be written: work in memory
         return index
 
     async def rebuild(self) -> None:
@@ -415,6 +459,8 @@ class LiveIndex:
                     await index.close()  # in memory: it holds no file
                     await self._hydrate(force=True)
                 else:
+                    if self._cache is not None:
+                        await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
                     await self._derive(index, self._cache is not None)
                 if self._cache is not None:
                     await self._save()
@@ -433,7 +479,7 @@ class LiveIndex:
         await index.set_meta("complete", "1")
         self._lap("derive: rebuild")
         self.hydrations += 1
-        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas), "ms": self.open_ms}
+        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
 
     # ------------------------------------------------------------------ queries
     async def sql(
@@ -476,6 +522,9 @@ class LiveIndex:
     async def close(self) -> None:
         """Save and close the index. An owner first answers the requests it took, and
         only then lets the next tab in line take over (from the file saved here)."""
+        if self._moving is not None and not self._moving.done():
+            self._moving.cancel()  # the file is the index: nothing to copy
+            await settle(self._moving)
         for task in (self._warming, self._saving, self._taking_over):  # all finish soon
             if task is not None and not task.done():
                 try:

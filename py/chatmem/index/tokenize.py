@@ -49,6 +49,7 @@ __all__ = [
     "normalize",
     "parse_query",
     "phrase_pattern",
+    "preload",
     "stem",
     "tokens",
     "words",
@@ -138,6 +139,12 @@ def _stemmer_for(word: str) -> Any:
 
         st = _STEMMERS[lang] = snowballstemmer.stemmer(lang)
     return st
+
+
+def preload() -> None:
+    """Import the stemmers now (most of a second in the page) rather than at the first
+    word to stem: called while the query engine opens in its worker, so the two overlap."""
+    _stemmer_for("a")
 
 
 def stem(word: str) -> str:
