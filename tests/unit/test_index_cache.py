@@ -216,3 +216,71 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         await mem.close()
 
     run(go())
+
+
+def test_a_valid_cache_answers_from_the_file_then_moves_into_memory(tmp_path):
+    """The first query after a reopening is answered from the file itself (no copy into
+    memory first); the copy follows in the background, and answers stay the same."""
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        await _history()(mem)
+        want = await _answers(mem)
+        await mem.close()
+
+        mem = _mem(db, idx)
+        mem.index.move_delay = 0.05
+        assert await _answers(mem) == want
+        assert mem.index.last_open["mode"] == "cached" and not mem.index._cache.in_memory
+        await mem.index._moving
+        assert mem.index._cache.in_memory
+        assert await _answers(mem) == want
+        # a write after the move is kept by the next save
+        await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple quince")
+        await mem.close()
+        mem = _mem(db, idx)
+        assert len(await mem.search("quince")) == 1 and mem.index.hydrations == 0
+        await mem.close()
+
+    run(go())
+
+
+def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
+    """While the index is the file, a write it refuses (the quota) is applied in memory
+    instead: the message is found, nothing is lost or hidden."""
+    from chatmem.errors import QuotaExceeded
+
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    class RefusesCommit(DuckDBEngine):
+        async def execute(self, sql, params=None, **kw):
+            if sql == "COMMIT":
+                rows = await super().execute("SELECT current_database() AS d")
+                if rows[0]["d"] != "chatmem_work":
+                    raise QuotaExceeded("injected: the file cannot grow")
+            return await super().execute(sql, params, **kw)
+
+    async def go():
+        mem = _mem(db, idx)
+        await _history()(mem)
+        await mem.search("apple")
+        await mem.close()
+
+        async def engine():
+            return RefusesCommit(idx)
+
+        mem = Memory(SQLiteStore(db), engine_factory=engine)
+        mem.index.move_delay = 3600  # stays on the file until the write
+        assert await mem.search("apple")
+        assert not mem.index._cache.in_memory
+        sid = (await mem.sessions.list())[0].session_id
+        await mem.messages.append(sid, "user", "a quince on the file")
+        assert [h.message.text for h in await mem.search("quince")] == ["a quince on the file"]
+        assert mem.index._cache.in_memory
+        fresh = _mem(db, None)
+        assert await _answers(mem) == await _answers(fresh)
+        await fresh.close()
+        await mem.close()
+
+    run(go())
