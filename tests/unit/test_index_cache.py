@@ -284,3 +284,34 @@ def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
         await mem.close()
 
     run(go())
+
+
+def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
+    """Appends of more than BULK_EVENTS messages queued before a query (an import) are
+    not applied one transaction each: the store is compared in one pass; the answers
+    equal those of a fresh index."""
+    from chatmem.index.live import BULK_EVENTS
+
+    db = str(tmp_path / "store.db")
+
+    async def go():
+        mem = _mem(db, None)
+        await _history()(mem)
+        assert await mem.search("apple")
+        per = BULK_EVENTS // 8 + 1
+        for k in range(8):
+            s = await mem.sessions.create(title=f"bulk {k}")
+            await mem.messages.append_many(s.session_id, [
+                {"role": "user", "content": f"melon {k} {i}"} for i in range(per)])
+        assert mem.index._pending, "queued, not applied yet"
+        got = await _answers(mem)
+        assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 8
+        assert len(await mem.search("melon", limit=1000)) == 1000
+        fresh = _mem(db, None)
+        assert got == await _answers(fresh)
+        assert (await mem.sql("SELECT count(*) AS n FROM messages")) == \
+            (await fresh.sql("SELECT count(*) AS n FROM messages"))
+        await fresh.close()
+        await mem.close()
+
+    run(go())

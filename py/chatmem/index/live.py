@@ -70,6 +70,8 @@ PAGE = 1000
 REBUILD_SHARE = 0.25
 #: more stale sessions than this at once (e.g. another tab imported): compare all with the store
 STALE_RESYNC = 50
+#: queued appends of more messages than this (e.g. an import): compare all with the store
+BULK_EVENTS = 5000
 
 
 class LiveIndex:
@@ -113,7 +115,7 @@ class LiveIndex:
         self.last_open: dict[str, Any] = {}
         #: a sentence for the user when the cached index had to be rebuilt or cannot be saved
         self.notice: str | None = None
-        #: milliseconds per phase of the last opening (engine, attach, load, catch-up...)
+        #: milliseconds per phase of the last opening or whole catch-up (engine, state, catch-up...)
         self.open_ms: dict[str, float] = {}
         self._t = time.perf_counter()
 
@@ -247,7 +249,7 @@ class LiveIndex:
                 self._lap("catchup: copy into memory")
             await index.resync(changed, msgs, gone)
             self._lap("catchup: apply")
-        self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
+        self.last_open = {"mode": "cached", "persistent": self._cache is not None, "sessions": len(metas),
                           "refreshed": len(changed), "dropped": len(gone)}
         return len(changed) + len(gone)
 
@@ -421,8 +423,16 @@ class LiveIndex:
         if len(self._stale) > STALE_RESYNC:  # comparing every session is cheaper
             self._stale.clear()
             self._resync = True
+        if _appended(self._pending) > BULK_EVENTS:
+            # e.g. an import: compared with the store in one pass (one transaction, or a
+            # rebuild when most sessions changed) instead of a transaction per event;
+            # the store holds every acknowledged write the events describe
+            self._pending.clear()
+            self._stale.clear()
+            self._resync = True
         if self._resync:
             self._resync = False
+            self.open_ms, self._t = {}, time.perf_counter()
             if await self._catch_up(index) is None:
                 if self._cache is not None:
                     await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
@@ -545,6 +555,16 @@ class LiveIndex:
             self._cache = None
         if self.share is not None:
             await self.share.close()
+
+
+def _appended(events: list[tuple[str, str, Any]]) -> int:
+    """How many messages the queued events append."""
+    n = 0
+    for kind, _, payload in events:
+        if kind == "messages-appended":
+            msgs = payload.get("messages") if isinstance(payload, dict) else payload
+            n += len(msgs) if isinstance(msgs, list) else 0
+    return n
 
 
 def _coalesce(events: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
