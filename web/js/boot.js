@@ -66,10 +66,8 @@ function installApp(pyodide, texts) {
 
 async function boot() {
   // everything the first paint needs starts at once: Pyodide, and meanwhile the
-  // wheels (fetched and unzipped by loadChatmem) and the app's files; DuckDB-Wasm is
-  // instantiated in its worker meanwhile (off the main thread), so the first search does
-  // not wait for it; the index and the embedding model come after the interface is up
-  bridge.duckdbPrestart();
+  // wheels (fetched and unzipped by loadChatmem) and the app's files; DuckDB-Wasm,
+  // the index and the embedding model come after the interface is up
   step("pyodide", "active");
   step("wheels", "active");
   report("Loading Python (Pyodide)…");

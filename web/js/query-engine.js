@@ -191,8 +191,10 @@ function takePrestarted() {
 
 /**
  * Start DuckDB-Wasm now, in its worker (the Wasm is fetched and compiled there, off the
- * main thread), so that the first query of the page does not wait for it: the page calls
- * this while Pyodide loads. Idempotent; never rejects.
+ * main thread), so that the first query of the page does not wait for it: a page whose
+ * first search must be fast right after `ready` calls this while Pyodide loads (the app
+ * does not: its interface comes first, DuckDB-Wasm after the first paint). Idempotent;
+ * never rejects.
  */
 export function duckdbPrestart() {
   if (prestarted) return;
