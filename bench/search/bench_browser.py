@@ -261,6 +261,10 @@ def main() -> int:
             return p.evaluate("c => window.chatmem.runPython(c)", code(src, **extra))
 
         boot(page)
+        # a reused profile may hold the service worker of an older build (it would serve its files)
+        if page.evaluate("async () => { const rs = await navigator.serviceWorker.getRegistrations();"
+                         " for (const r of rs) await r.unregister(); return rs.length; }"):
+            boot(page)
         fill = py(page, FILL)
         print(f"filled {fill['filled']} sessions in {fill['s']} s", flush=True)
         vocab = fill["vocab"]
