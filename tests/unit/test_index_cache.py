@@ -230,10 +230,12 @@ def test_a_valid_cache_answers_from_the_file_then_moves_into_memory(tmp_path):
         await mem.close()
 
         mem = _mem(db, idx)
-        mem.index.move_delay = 0.05
+        mem.index.move_delay = 3600  # the copy waits until this test makes it below
         assert await _answers(mem) == want
         assert mem.index.last_open["mode"] == "cached" and not mem.index._cache.in_memory
-        await mem.index._moving
+        assert mem.index._moving is not None and not mem.index._moving.done()
+        mem.index.move_delay = 0
+        await mem.index._move_later()  # what the scheduled copy does when its delay is over
         assert mem.index._cache.in_memory
         assert await _answers(mem) == want
         # a write after the move is kept by the next save
