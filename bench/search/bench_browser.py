@@ -79,10 +79,21 @@ from chatmem.index import HashingEmbedder
 t0 = time.perf_counter()
 mem = await chatmem.open(NAME, embedder=HashingEmbedder(384))
 t1 = time.perf_counter()
+await mem.index.ready()
+tr = time.perf_counter()
 hits = await mem.search(FIRST, limit=10)
 t2 = time.perf_counter()
+await mem.search(SECOND, limit=10)
+t3 = time.perf_counter()
+xs = []
+for q in MORE:
+    t = time.perf_counter()
+    await mem.search(q, limit=10)
+    xs.append((time.perf_counter() - t) * 1000)
 builtins._bench_mem = mem
 {"open_ms": round((t1 - t0) * 1000), "first_query_ms": round((t2 - t1) * 1000), "hits": len(hits),
+ "second_query_ms": round((t3 - t2) * 1000), "ready_ms": round((tr - t1) * 1000),
+ "next_p50_ms": round(sorted(xs)[len(xs) // 2], 1) if xs else None, "phases_ms": getattr(mem.index, "open_ms", None),
  "last_open": getattr(mem.index, "last_open", None), "role": getattr(mem.index, "role", None),
  "messages": (await mem.sql("SELECT count(*) AS n FROM messages"))[0]["n"]}
 """
@@ -182,7 +193,8 @@ t1 = time.perf_counter()
 hits = await mem.search("catchup marker", limit=20)
 t2 = time.perf_counter()
 builtins._bench_mem = mem
-{"first_query_ms": round((t2 - t1) * 1000), "hits": len(hits), "last_open": getattr(mem.index, "last_open", None)}
+{"first_query_ms": round((t2 - t1) * 1000), "hits": len(hits), "last_open": getattr(mem.index, "last_open", None),
+ "notice": mem.index.notice, "phases_ms": getattr(mem.index, "open_ms", None)}
 """
 
 CLOSE = """
@@ -209,6 +221,9 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8790)
     ap.add_argument("--dist", default=str(build.DIST))
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--first-only", action="store_true",
+                    help="only the first queries: no cached index, then cached (unchanged, then 10 sessions "
+                         "changed); no query timings, no other tabs (to iterate on start-up)")
     ap.add_argument("--no-cache-phases", action="store_true",
                     help="stop after the query timings (for a build without the cached index)")
     args = ap.parse_args()
@@ -248,6 +263,10 @@ def main() -> int:
             return p.evaluate("c => window.chatmem.runPython(c)", code(src, **extra))
 
         boot(page)
+        # a reused profile may hold the service worker of an older build (it would serve its files)
+        if page.evaluate("async () => { const rs = await navigator.serviceWorker.getRegistrations();"
+                         " for (const r of rs) await r.unregister(); return rs.length; }"):
+            boot(page)
         fill = py(page, FILL)
         print(f"filled {fill['filled']} sessions in {fill['s']} s", flush=True)
         vocab = fill["vocab"]
@@ -255,17 +274,40 @@ def main() -> int:
         typical = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(args.queries)]
         common = [" ".join([rng.choice(vocab[:50])] + [rng.choice(vocab[50:]) for _ in range(rng.randint(0, 2))])
                   for _ in range(max(20, args.queries // 4))]
-        first = repr(typical[0])
+        first, second = repr(typical[0]), repr(typical[1])
+        consts["MORE"] = repr(typical[2:22])
 
         # 1. cold load, nothing cached
         py(page, REMOVE_CACHE)
         b = boot(page)
-        r = py(page, FIRST_QUERY, FIRST=first)
+        r = py(page, FIRST_QUERY, FIRST=first, SECOND=second)
         print(r, flush=True)
         metrics.update(boot_s=b, first_query_uncached_s=(r["open_ms"] + r["first_query_ms"]) / 1000)
         row("page boot (Pyodide + chatmem), s", f"{b:.1f}")
         row(f"time to first query, no cached index ({r['messages']:,} messages), s",
             f"{(r['open_ms'] + r['first_query_ms']) / 1000:.1f}")
+
+        if args.first_only:
+            py(page, CLOSE)  # saves the index file
+            for label in ("unchanged", "unchanged again"):
+                b = boot(page)
+                r = py(page, FIRST_QUERY, FIRST=first, SECOND=second)
+                print(r, flush=True)
+                metrics[f"first_query_cached_s ({label})"] = (r["open_ms"] + r["first_query_ms"]) / 1000
+                row(f"time to first query, cached index, {label}, s",
+                    f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot; "
+                    f"second query {r['second_query_ms']} ms)")
+                py(page, CLOSE)
+            boot(page)
+            r = py(page, CHANGE_THEN_QUERY, FIRST=first)
+            print(r, flush=True)
+            row("time to first query, cached index, 10 sessions changed, s", f"{r['first_query_ms'] / 1000:.2f}")
+            py(page, CLOSE)
+            ctx.close()
+            srv.shutdown()
+            _table(args, rows)
+            _write_json(args, metrics)
+            return 0
 
         # 2-3. query timings
         t = py(page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common})))
@@ -302,7 +344,7 @@ def main() -> int:
 
         # 4. cold load with the cached index
         b = boot(page)
-        r = py(page, FIRST_QUERY, FIRST=first)
+        r = py(page, FIRST_QUERY, FIRST=first, SECOND=second)
         print(r, flush=True)
         metrics.update(first_query_cached_s=(r["open_ms"] + r["first_query_ms"]) / 1000, cached_boot_s=b)
         row("time to first query, cached index, unchanged store, s",
@@ -319,7 +361,7 @@ def main() -> int:
             other = ctx.new_page()
             other.set_default_timeout(3_600_000)
             boot(other)
-            r = py(other, FIRST_QUERY, FIRST=first)
+            r = py(other, FIRST_QUERY, FIRST=first, SECOND=second)
             print(r, flush=True)
             t = py(other, GUEST_TIMINGS, QUERIES=repr(json.dumps(typical[1:21])))
             lo = r.get("last_open") or ({"mode": "shared", "persistent": True} if r.get("role") == "guest" else {})

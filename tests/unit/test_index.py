@@ -251,3 +251,18 @@ def test_changing_the_model_re_embeds():
         await idx.close()
 
     run(go())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ascii_words_take_the_fast_path_to_the_same_words(seed):
+    """ASCII text (split by a plain regex, no step per word) gives exactly the words of the
+    general path (a non-ASCII word in front forces it): apostrophes, numbers, underscores."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = "aZq9 1,.'_-x\t"
+    texts = ["Don't STOP at 1,000.50, 3.14 or 2,3!", "it's 'quoted' ok' x' 'y", "a.b x_y __init__ e-mail 9'9"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    for text in texts:
+        assert words(text) == words("\u00e9 " + text)[1:], text
+        assert tokens(text) == tokens("\u00e9 " + text)[1:], text

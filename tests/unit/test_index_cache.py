@@ -158,22 +158,23 @@ def _history(n_sessions: int = 5):
 
 
 def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
-    """A cached file whose copy into memory fails is rebuilt from the store, and a save
-    that fails (the storage quota) leaves the index in memory; each time a notice says
-    so and the answers equal those of an index derived from scratch."""
+    """A cached file that cannot be read is rebuilt from the store, and a save that fails
+    (the storage quota) leaves the index in memory; each time a notice says so and the
+    answers equal those of an index derived from scratch."""
     from chatmem.errors import QuotaExceeded
 
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
     class Failing(DuckDBEngine):
-        fail_on = ""
+        fail_on: tuple[str, ...] = ()
 
         async def execute(self, sql, params=None, **kw):
-            if self.fail_on and self.fail_on in sql:
-                raise QuotaExceeded(f"injected failure of: {self.fail_on}")
+            for f in self.fail_on:
+                if f in sql:
+                    raise QuotaExceeded(f"injected failure of: {f}")
             return await super().execute(sql, params, **kw)
 
-    def mem_failing(fail_on: str) -> Memory:
+    def mem_failing(*fail_on: str) -> Memory:
         async def engine():
             e = Failing(idx)
             e.fail_on = fail_on
@@ -190,11 +191,11 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         want = await _answers(fresh)
         await fresh.close()
 
-        # the cached copy cannot be loaded: rebuilt from the store, said so
-        mem = mem_failing("COPY FROM DATABASE")
+        # the cached file cannot be read: rebuilt from the store, said so
+        mem = mem_failing("index_meta WHERE key IN", "COPY FROM DATABASE")
         assert await _answers(mem) == want
         assert mem.index.hydrations == 1 and "could not be read" in (mem.index.notice or "")
-        # ... and its save fails too (same statement): kept in memory, said so
+        # ... and its save fails too (the copy back to the file): kept in memory, said so
         assert await mem.index.save() is True
         assert "kept in memory" in mem.index.notice and mem.index.last_open["persistent"] is False
         await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple late")
@@ -211,6 +212,107 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         assert await _answers(mem) == got == await _answers(fresh)
         await mem.index.save()  # the save after the rebuild, now rather than in the background
         assert "cannot be saved" in (mem.index.notice or "")
+        await fresh.close()
+        await mem.close()
+
+    run(go())
+
+
+def test_a_valid_cache_answers_from_the_file_then_moves_into_memory(tmp_path):
+    """The first query after a reopening is answered from the file itself (no copy into
+    memory first); the copy follows in the background, and answers stay the same."""
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        await _history()(mem)
+        want = await _answers(mem)
+        await mem.close()
+
+        mem = _mem(db, idx)
+        mem.index.move_delay = 3600  # the copy waits until this test makes it below
+        assert await _answers(mem) == want
+        assert mem.index.last_open["mode"] == "cached" and not mem.index._cache.in_memory
+        assert mem.index._moving is not None and not mem.index._moving.done()
+        mem.index.move_delay = 0
+        await mem.index._move_later()  # what the scheduled copy does when its delay is over
+        assert mem.index._cache.in_memory
+        assert await _answers(mem) == want
+        # a write after the move is kept by the next save
+        await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple quince")
+        await mem.close()
+        mem = _mem(db, idx)
+        assert len(await mem.search("quince")) == 1 and mem.index.hydrations == 0
+        await mem.close()
+
+    run(go())
+
+
+def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
+    """While the index is the file, a write it refuses (the quota) is applied in memory
+    instead: the message is found, nothing is lost or hidden."""
+    from chatmem.errors import QuotaExceeded
+
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    class RefusesCommit(DuckDBEngine):
+        async def execute(self, sql, params=None, **kw):
+            if sql == "COMMIT":
+                rows = await super().execute("SELECT current_database() AS d")
+                if rows[0]["d"] != "chatmem_work":
+                    raise QuotaExceeded("injected: the file cannot grow")
+            return await super().execute(sql, params, **kw)
+
+    async def go():
+        mem = _mem(db, idx)
+        await _history()(mem)
+        await mem.search("apple")
+        await mem.close()
+
+        async def engine():
+            return RefusesCommit(idx)
+
+        mem = Memory(SQLiteStore(db), engine_factory=engine)
+        mem.index.move_delay = 3600  # stays on the file until the write
+        assert await mem.search("apple")
+        assert not mem.index._cache.in_memory
+        sid = (await mem.sessions.list())[0].session_id
+        await mem.messages.append(sid, "user", "a quince on the file")
+        assert [h.message.text for h in await mem.search("quince")] == ["a quince on the file"]
+        assert mem.index._cache.in_memory
+        fresh = _mem(db, None)
+        assert await _answers(mem) == await _answers(fresh)
+        await fresh.close()
+        await mem.close()
+
+    run(go())
+
+
+def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
+    """Appends of more than BULK_EVENTS messages queued before a query (an import) are
+    not applied one transaction each: the store is compared in one pass; the answers
+    equal those of a fresh index."""
+    from chatmem.index.live import BULK_EVENTS
+
+    db = str(tmp_path / "store.db")
+
+    async def go():
+        mem = _mem(db, None)
+        await _history()(mem)
+        assert await mem.search("apple")
+        per = BULK_EVENTS // 8 + 1
+        for k in range(8):
+            s = await mem.sessions.create(title=f"bulk {k}")
+            await mem.messages.append_many(s.session_id, [
+                {"role": "user", "content": f"melon {k} {i}"} for i in range(per)])
+        assert mem.index._pending, "queued, not applied yet"
+        got = await _answers(mem)
+        assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 8
+        assert len(await mem.search("melon", limit=1000)) == 1000
+        fresh = _mem(db, None)
+        assert got == await _answers(fresh)
+        assert (await mem.sql("SELECT count(*) AS n FROM messages")) == \
+            (await fresh.sql("SELECT count(*) AS n FROM messages"))
         await fresh.close()
         await mem.close()
 

@@ -16,7 +16,7 @@
 
 export { drop, open, openEnvelope, requestPersistence, storageEstimate } from "./database.js";
 export { SCHEMA_VERSION } from "./schema.js";
-export { duckdbOpen, duckdbOpenEnvelope, opfsRemove } from "./query-engine.js";
+export { duckdbOpen, duckdbOpenEnvelope, duckdbPrestart, opfsRemove } from "./query-engine.js";
 export { tokenCounter } from "./token-counter.js";
 export { tokenSums } from "./token-sums.js";
 export { isOnline, onOnline, tryLock } from "./locks.js";

@@ -157,9 +157,64 @@ class Duck {
  * rejects with `{name: "IndexLocked"}`.
  */
 export async function duckdbOpen(path = null) {
+  const early = takePrestarted();
+  if (early) {
+    const t0 = performance.now();
+    try {
+      const { duckdb, arrow, db, openMs } = await early;
+      return await start(duckdb, arrow, path, { ...openMs, waited: Math.round(performance.now() - t0) }, db);
+    } catch (_) { /* started early but failed: start afresh below */ }
+  }
+  const t0 = performance.now();
+  const { duckdb, arrow } = await modules();
+  return start(duckdb, arrow, path, { import: Math.round(performance.now() - t0) });
+}
+
+async function modules() {
   const duckdb = await importAgain("@duckdb/duckdb-wasm", "../duckdb/duckdb-browser.mjs");
   const arrow = await importAgain("apache-arrow", "../vendor/apache-arrow/Arrow.dom.mjs");
-  return start(duckdb, arrow, path);
+  return { duckdb, arrow };
+}
+
+// One engine started ahead of need (`duckdbPrestart`): its worker and Wasm instance,
+// no database opened yet. The next `duckdbOpen` takes it; one nobody took within
+// PRESTART_KEEP_MS of being ready is terminated (this tab did not need an engine,
+// e.g. it asks another tab's index).
+let prestarted = null;
+const PRESTART_KEEP_MS = 60_000;
+
+function takePrestarted() {
+  const p = prestarted;
+  prestarted = null;
+  return p;
+}
+
+/**
+ * Start DuckDB-Wasm now, in its worker (the Wasm is fetched and compiled there, off the
+ * main thread), so that the first query of the page does not wait for it: a page whose
+ * first search must be fast right after `ready` calls this while Pyodide loads (the app
+ * does not: its interface comes first, DuckDB-Wasm after the first paint). Idempotent;
+ * never rejects.
+ */
+export function duckdbPrestart() {
+  if (prestarted) return;
+  const t0 = performance.now();
+  const p = (async () => {
+    const { duckdb, arrow } = await modules();
+    const openMs = { import: Math.round(performance.now() - t0) };
+    const t1 = performance.now();
+    const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), new Worker(here("../duckdb/duckdb-browser-eh.worker.js")));
+    await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
+    openMs.instantiate = Math.round(performance.now() - t1);
+    return { duckdb, arrow, db, openMs };
+  })();
+  prestarted = p;
+  p.then(({ db }) => setTimeout(() => {
+    if (prestarted === p) {
+      prestarted = null;
+      db.terminate().catch(() => {});
+    }
+  }, PRESTART_KEEP_MS), () => { if (prestarted === p) prestarted = null; });
 }
 
 /**
@@ -176,13 +231,20 @@ async function importAgain(specifier, path) {
   }
 }
 
-async function start(duckdb, arrow, path) {
-  const worker = new Worker(here("../duckdb/duckdb-browser-eh.worker.js"));
-  const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
-  await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
+// `openMs`: milliseconds per step of the opening (import, instantiate, open, setup; with an
+// engine started early, `waited` for it); `db` an instantiated AsyncDuckDB to use
+async function start(duckdb, arrow, path, openMs = {}, db = null) {
+  let t = performance.now();
+  const lap = (step) => { const n = performance.now(); openMs[step] = Math.round(n - t); t = n; };
+  if (!db) {
+    db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), new Worker(here("../duckdb/duckdb-browser-eh.worker.js")));
+    await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
+    lap("instantiate");
+  }
   let conn;
   try {
     if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
+    lap("open");
     conn = await db.connect();
     await conn.query("SET autoload_known_extensions=false");
     await conn.query("SET autoinstall_known_extensions=false");
@@ -190,12 +252,14 @@ async function start(duckdb, arrow, path) {
     // no files (registered or OPFS), no network, and no SET that could undo it
     await conn.query("SET enable_external_access=false");
     await conn.query("SET lock_configuration=true");
+    lap("setup");
   } catch (e) {
     try { await db.terminate(); } catch (_) { /* already gone */ }
     throw new BridgeError(path ? "IndexLocked" : "Error", `${path || "duckdb"}: ${e?.message || e}`);
   }
   const duck = new Duck(duckdb, arrow, db, conn);
   duck.path = path;
+  duck.openMs = openMs;
   return duck;
 }
 

@@ -87,6 +87,7 @@ class QueryIndex:
         self._lock = asyncio.Lock()
         self._ready = False
         self._figures = KeywordFigures()
+        self._vocabulary: asyncio.Task[None] | None = None
         self._to_embed: list[tuple[str, str]] = []
         #: ``(session_id, role, created_at)`` of the messages in ``_to_embed``
         self._embed_meta: dict[str, tuple[str | None, str | None, int | None]] = {}
@@ -103,6 +104,10 @@ class QueryIndex:
         for stmt in create_statements():
             await self.engine.execute(stmt)
         await self._after_create()
+
+    def set_up(self) -> None:
+        """The tables exist (a valid cached file): ``setup`` has nothing to do."""
+        self._ready = True
 
     async def _after_create(self) -> None:
         await self.engine.execute(
@@ -125,6 +130,8 @@ class QueryIndex:
             await self.engine.execute("INSERT INTO index_meta VALUES (?, ?)", [key, value])
 
     async def close(self) -> None:
+        if self._vocabulary is not None and not self._vocabulary.done():
+            self._vocabulary.cancel()
         await self.engine.close()
 
     # ------------------------------------------------------------------ reads
@@ -174,9 +181,21 @@ class QueryIndex:
 
     async def term_stats(self, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
         """``{term: (tid, df)}`` for those of ``terms`` that are indexed; read once,
-        then kept exact by every write."""
+        then kept exact by every write. A vocabulary not read yet is read whole once
+        this query is answered (in the background, under the write lock)."""
         await self.setup()
-        return await self._figures.lookup(self.engine, terms)
+        fig = self._figures
+        if not fig.sized and (self._vocabulary is None or self._vocabulary.done()):
+            self._vocabulary = asyncio.ensure_future(self._read_vocabulary())
+        return await fig.lookup(self.engine, terms, whole=False)
+
+    async def _read_vocabulary(self) -> None:
+        await asyncio.sleep(0.05)  # after the answer this lookup is for
+        async with self._lock:
+            try:
+                await self._figures.read_vocabulary(self.engine)
+            except Exception:  # noqa: BLE001 - e.g. the engine closed: terms are looked up per query
+                pass
 
     def _forget_stats(self) -> None:
         """Messages change: the cached BM25 figures and embedding completeness are stale."""
@@ -234,11 +253,11 @@ class QueryIndex:
             await self.engine.execute("BEGIN TRANSACTION")
             try:
                 await self._apply(kind, session_id, payload)
+                await self.engine.execute("COMMIT")
             except BaseException:
                 self._forget_stats()
-                await self.engine.execute("ROLLBACK")
+                await self._rollback()
                 raise
-            await self.engine.execute("COMMIT")
             to_embed, self._to_embed = self._to_embed, []
             meta, self._embed_meta = self._embed_meta, {}
             if to_embed and self.embedder is not None:
@@ -303,13 +322,21 @@ class QueryIndex:
                 await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
                 for i in range(0, len(messages), _CHUNK):
                     await self._load_messages([dict(m) for m in messages[i : i + _CHUNK]])
+                await self.engine.execute("COMMIT")
             except BaseException:
-                await self.engine.execute("ROLLBACK")
+                await self._rollback()
                 raise
-            await self.engine.execute("COMMIT")
             self._forget_stats()
         if self.unsorted_postings > self.compact_after:
             await self.compact()
+
+    async def _rollback(self) -> None:
+        """End the failed transaction (a failed COMMIT, e.g. of a file that cannot be
+        written, leaves it open; one already ended is no error)."""
+        try:
+            await self.engine.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 - no transaction left to end
+            pass
 
     async def _merge_session(self, sid: str, changes: dict[str, Any]) -> None:
         rows = await self.engine.execute("SELECT * FROM sessions WHERE session_id = ?", [sid])

@@ -13,7 +13,9 @@ dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
 terms queries asked about (the whole vocabulary while it has at most
 ``TERM_CACHE`` terms), updated exactly by each append and forgotten by a delete,
 a rebuild or a failed write: a keyword search then needs no statement to learn
-them. Nothing here is durable.
+them. The first query after an opening looks up only its own terms; the whole
+vocabulary is read after it has been answered (``read_vocabulary``), so the
+first answer never waits for tens of thousands of rows. Nothing here is durable.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class KeywordFigures:
         self.whole = False
         #: whether the vocabulary was counted since the figures were last forgotten
         self.sized = False
+        #: bumped whenever the figures are forgotten (a read that began before is dropped)
+        self.generation = 0
 
     def forget(self) -> None:
         self.stats = None
@@ -67,6 +71,22 @@ class KeywordFigures:
     def forget_terms(self) -> None:
         self.terms.clear()
         self.whole = self.sized = False
+        self.generation += 1
+
+    async def read_vocabulary(self, engine: SQLEngine) -> None:
+        """Read the whole vocabulary when it has at most ``TERM_CACHE`` terms (then a
+        search needs no lookup at all); the caller holds the index's write lock."""
+        if self.sized:
+            return
+        self.sized = True
+        generation = self.generation
+        size = await engine.execute("SELECT count(*) AS n FROM terms")
+        if int(size[0]["n"]) > TERM_CACHE:
+            return
+        rows = await engine.execute("SELECT term, tid, df FROM terms")
+        if generation == self.generation:
+            self.terms = {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
+            self.whole = True
 
     async def bm25(self, engine: SQLEngine) -> tuple[int, float]:
         """``(document count, mean document length)``."""
@@ -76,17 +96,13 @@ class KeywordFigures:
         n, total = self.stats
         return n, max(total / max(n, 1), 1e-9)
 
-    async def lookup(self, engine: SQLEngine, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
-        """``{term: (tid, df)}`` for those of ``terms`` that are indexed."""
+    async def lookup(self, engine: SQLEngine, terms: Iterable[str], *,
+                     whole: bool = True) -> dict[str, tuple[int, int]]:
+        """``{term: (tid, df)}`` for those of ``terms`` that are indexed (with ``whole``,
+        a vocabulary not yet sized is read whole first; else only these terms)."""
         want = list(dict.fromkeys(terms))
-        if not self.sized:
-            # a small vocabulary is read whole, once: then a search needs no lookup at all
-            self.sized = True
-            size = await engine.execute("SELECT count(*) AS n FROM terms")
-            if int(size[0]["n"]) <= TERM_CACHE:
-                rows = await engine.execute("SELECT term, tid, df FROM terms")
-                self.terms = {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
-                self.whole = True
+        if whole:
+            await self.read_vocabulary(engine)
         missing = [] if self.whole else [t for t in want if t not in self.terms]
         if missing and len(self.terms) + len(missing) > TERM_CACHE:
             self.terms.clear()

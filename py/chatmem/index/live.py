@@ -7,11 +7,13 @@ The store stays the source of truth; the index is derived and rebuildable.
   in bulk (``QueryIndex.rebuild``); ``warm()`` starts that in the background.
 - Cached: in the browser the index is saved to an OPFS file named after the
   store (``opfs://chatmem-index-<name>.duckdb``, chosen by the page runtime), so a reload does not
-  re-derive it: the first query copies the file into memory (queries always
-  run on an in-memory database, see ``cache.py``) and catches up with the
-  store: each session's stored record is compared with the index's row; only
-  the sessions that differ are re-read, those gone are dropped, all in one
-  transaction. The file is saved after a hydration, after a catch-up that
+  re-derive it: the first query compares each session's stored record with
+  the index's row in the file; when none differs it is answered from the file
+  itself, which is copied into memory shortly after (``opening.py``,
+  ``cache.py``); otherwise the file is copied into memory first and only the
+  sessions that differ are re-read, those gone dropped, all in one
+  transaction. Appends of many messages queued before a query (an import) are
+  caught up the same way, by one comparison with the store. The file is saved after a hydration, after a catch-up that
   changed something, on ``save()`` and on ``close()``; what was written after
   the last save is caught up at the next opening. The tab holding the Web
   Lock of the file owns it; another tab gets an in-memory index hydrated from
@@ -42,17 +44,19 @@ The store stays the source of truth; the index is derived and rebuildable.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
 from ..models import ChatMessage
+from ..settle import settle
 from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
+from .opening import PAGE, CachedOpening
 from .retrieve import RetrievalConfig, retrieve
-from .schema import row_to_session_record, session_row
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
 
@@ -62,14 +66,13 @@ if TYPE_CHECKING:
 __all__ = ["LiveIndex", "EngineFactory"]
 
 EngineFactory = Callable[[], Awaitable[SQLEngine]]
-PAGE = 1000
-#: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
-REBUILD_SHARE = 0.25
 #: more stale sessions than this at once (e.g. another tab imported): compare all with the store
 STALE_RESYNC = 50
+#: queued appends of more messages than this (e.g. an import): compare all with the store
+BULK_EVENTS = 5000
 
 
-class LiveIndex:
+class LiveIndex(CachedOpening):
     """The query index of one store; ``engine_factory()`` opens its SQL engine
     (the runtime's, on the cache file ``cache`` when there is one)."""
 
@@ -100,6 +103,9 @@ class LiveIndex:
         self._saving: asyncio.Task[Any] | None = None
         #: seconds between an opening that changed the index and its background save
         self.save_delay = 1.0
+        #: seconds between an opening answered from the cached file and its copy into memory
+        self.move_delay = 2.0
+        self._moving: asyncio.Task[Any] | None = None
         #: full derivations from the store / openings of a cached index
         self.hydrations = 0
         self.catchups = 0
@@ -107,6 +113,9 @@ class LiveIndex:
         self.last_open: dict[str, Any] = {}
         #: a sentence for the user when the cached index had to be rebuilt or cannot be saved
         self.notice: str | None = None
+        #: milliseconds per phase of the last opening or whole catch-up (engine, state, catch-up...)
+        self.open_ms: dict[str, float] = {}
+        self._t = time.perf_counter()
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
@@ -145,110 +154,10 @@ class LiveIndex:
         """How this tab holds the index (for status displays and tests)."""
         return {"role": self.role, "served": self.share.served if self.share else 0,
                 "takeovers": self.takeovers, "hydrations": self.hydrations, "catchups": self.catchups,
-                "last_open": self.last_open, "notice": self.notice, "persistent": self._cache is not None}
+                "last_open": self.last_open, "notice": self.notice, "persistent": self._cache is not None,
+                "open_ms": self.open_ms}
 
     # ------------------------------------------------------------------ keeping up
-    async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-        store = self._core.store
-        for meta in metas:
-            offset = 0
-            while True:
-                page = await store.list_messages(meta["sessionId"], offset, PAGE, False)
-                for rec in page:
-                    yield rec
-                if len(page) < PAGE:
-                    break
-                offset += len(page)
-
-    async def _hydrate(self, force: bool = False) -> QueryIndex:
-        engine = await self._factory()
-        self.notice = getattr(engine, "notice", None) or self.notice
-        persistent = bool(getattr(engine, "persistent", False))
-        cache = None
-        if persistent:
-            cache = IndexCache(engine)
-            await cache.attach_work()
-        self._cache = cache
-        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages)
-        self.index = index  # from here on, writes are queued
-        self._pending.clear()
-        self._stale.clear()
-        if cache is not None and not force:
-            try:
-                state = await cache.state()
-                if state == "valid":
-                    await cache.load()
-                    await index.setup()
-                    caught = await self._catch_up(index)
-                    if caught is not None:
-                        self.catchups += 1
-                        if caught:
-                            self._schedule_save()
-                        return index
-                elif state == "stale":
-                    self.notice = "The saved search index was made by an older version; it is being rebuilt."
-            except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
-                self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
-        await self._derive(index, persistent)
-        if cache is not None:
-            self._schedule_save()
-        return index
-
-    async def _catch_up(self, index: QueryIndex) -> int | None:
-        """Bring a cached index up to the store: the number of sessions re-read or
-        dropped, or None when so many changed that a rebuild is cheaper."""
-        metas = await self._core.store.all_sessions()
-        rows = await index.execute("SELECT * FROM sessions")
-        have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
-        wanted = {m["sessionId"]: m for m in metas}
-        changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
-        gone = sorted(set(have) - set(wanted))
-        if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
-            return None
-        if changed or gone:
-            # re-read each changed session whole: cheaper than proving which messages changed
-            msgs = [m async for m in self._messages(changed)]
-            await index.resync(changed, msgs, gone)
-        self.last_open = {"mode": "cached", "persistent": True, "sessions": len(metas),
-                          "refreshed": len(changed), "dropped": len(gone)}
-        return len(changed) + len(gone)
-
-    def _schedule_save(self) -> None:
-        """Save in the background once the queries of the moment are answered (the first
-        query does not wait for the copy; later ones may, for its ~1-2 s)."""
-        self._dirty = True
-        if self._saving is None or self._saving.done():
-            self._saving = asyncio.ensure_future(self._save_later())
-
-    async def _save_later(self) -> None:
-        await asyncio.sleep(self.save_delay)
-        async with self._lock:
-            if self._dirty and self._cache is not None and self.index is not None:
-                await self._save()
-
-    async def _save(self) -> None:
-        if self._cache is not None and self.index is not None:
-            async with self.index._lock:
-                try:
-                    await self._cache.save()
-                except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
-                    self._cache = None
-                    self.notice = (f"The search index cannot be saved ({e}); "
-                                   "it is kept in memory and rebuilt on the next visit.")
-                    self.last_open["persistent"] = False
-            self._dirty = False
-
-    async def save(self) -> bool:
-        """Write the index to its cache file now (a guest has the owner do it; False when
-        there is no file, e.g. the storage refused it)."""
-        if self.role == "guest" and self.share is not None:
-            return bool(await self.share.call("save"))
-        async with self._lock:
-            if self._cache is None or self.index is None:
-                return False
-            await self._save()
-            return True
-
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
         """Re-read one session from the store and apply only what the index lacks."""
         store = self._core.store
@@ -366,20 +275,38 @@ class LiveIndex:
         if len(self._stale) > STALE_RESYNC:  # comparing every session is cheaper
             self._stale.clear()
             self._resync = True
+        if _appended(self._pending) > BULK_EVENTS:
+            # e.g. an import: compared with the store in one pass (one transaction, or a
+            # rebuild when most sessions changed) instead of a transaction per event;
+            # the store holds every acknowledged write the events describe
+            self._pending.clear()
+            self._stale.clear()
+            self._resync = True
         if self._resync:
             self._resync = False
+            self.open_ms, self._t = {}, time.perf_counter()
             if await self._catch_up(index) is None:
+                if self._cache is not None:
+                    await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
                 metas = await self._core.store.all_sessions()
                 await index.rebuild(metas, self._messages(metas))
             self._dirty = True
         while self._pending or self._stale:
             self._dirty = True
             pending, self._pending = self._pending, []
-            for kind, sid, payload in _coalesce(pending):
-                await index.apply(kind, sid, payload)
             stale, self._stale = self._stale, set()
-            for sid in sorted(stale):
-                await self._refresh_session(index, sid)
+            try:
+                for kind, sid, payload in _coalesce(pending):
+                    await index.apply(kind, sid, payload)
+                for sid in sorted(stale):
+                    await self._refresh_session(index, sid)
+            except Exception:
+                # nothing is dropped: applying again is harmless (an append skips ids it has)
+                self._pending[:0] = pending
+                self._stale |= stale
+                if self._cache is None or self._cache.in_memory:
+                    raise
+                await self._cache.to_memory()  # the file cannot be written: work in memory
         return index
 
     async def rebuild(self) -> None:
@@ -394,6 +321,8 @@ class LiveIndex:
                     await index.close()  # in memory: it holds no file
                     await self._hydrate(force=True)
                 else:
+                    if self._cache is not None:
+                        await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
                     await self._derive(index, self._cache is not None)
                 if self._cache is not None:
                     await self._save()
@@ -401,18 +330,6 @@ class LiveIndex:
         assert self.share is not None
         await self.share.call("rebuild")
 
-    async def _derive(self, index: QueryIndex, persistent: bool) -> None:
-        """Fill ``index`` from the store, dropping what it held."""
-        self._pending.clear()
-        self._stale.clear()
-        self._resync = False
-        metas = await self._core.store.all_sessions()
-        await index.rebuild(metas, self._messages(metas))
-        await index.set_meta("complete", "1")
-        self.hydrations += 1
-        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
-
-    # ------------------------------------------------------------------ queries
     async def sql(
         self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
     ) -> list[dict[str, Any]]:
@@ -453,6 +370,9 @@ class LiveIndex:
     async def close(self) -> None:
         """Save and close the index. An owner first answers the requests it took, and
         only then lets the next tab in line take over (from the file saved here)."""
+        if self._moving is not None and not self._moving.done():
+            self._moving.cancel()  # the file is the index: nothing to copy
+            await settle(self._moving)
         for task in (self._warming, self._saving, self._taking_over):  # all finish soon
             if task is not None and not task.done():
                 try:
@@ -473,6 +393,16 @@ class LiveIndex:
             self._cache = None
         if self.share is not None:
             await self.share.close()
+
+
+def _appended(events: list[tuple[str, str, Any]]) -> int:
+    """How many messages the queued events append."""
+    n = 0
+    for kind, _, payload in events:
+        if kind == "messages-appended":
+            msgs = payload.get("messages") if isinstance(payload, dict) else payload
+            n += len(msgs) if isinstance(msgs, list) else 0
+    return n
 
 
 def _coalesce(events: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:

@@ -30,6 +30,9 @@ class DuckDBWasmEngine:
         self.owner_lock: WebLock | None = None
         #: a sentence for the user when the cached file had to be rebuilt or cannot be kept
         self.notice: str | None = None
+        #: milliseconds per step of the opening (import, instantiate, open, setup)
+        ms = getattr(handle, "openMs", None)
+        self.open_ms: dict[str, float] = ms.to_py() if ms is not None and hasattr(ms, "to_py") else {}
 
     @classmethod
     async def open(cls, path: str | None = None) -> DuckDBWasmEngine:

@@ -1,0 +1,223 @@
+"""How a ``LiveIndex`` opens its index and keeps its cache file: the engine, the
+cached file's state, the catch-up with the store, the rebuild, the file's copy
+into memory and its saves (``CachedOpening``, a base of ``LiveIndex``; see
+``live.py`` for the whole story and ``cache.py`` for the file).
+
+The first query after a reload is answered from a valid cached file where it
+is; the copy into memory follows ``move_delay`` seconds later (at once when the
+catch-up has writes to make). ``open_ms`` holds the milliseconds of each phase
+of the last opening or whole catch-up. Nothing here is the source of truth:
+what the file lacks is caught up from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+
+from .cache import IndexCache
+from .embed import Embedder
+from .engine import SQLEngine
+from .index import QueryIndex
+from .schema import row_to_session_record, session_row
+from .tokenize import preload as preload_stemmers
+
+if TYPE_CHECKING:
+    from ..core import Core
+    from .shared import IndexShare
+
+__all__ = ["CachedOpening", "REBUILD_SHARE"]
+
+PAGE = 1000
+#: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
+REBUILD_SHARE = 0.25
+
+
+class CachedOpening:
+    """The opening, catch-up and saving half of ``LiveIndex`` (which sets every attribute)."""
+
+    _core: Core
+    _factory: Callable[[], Awaitable[SQLEngine]]
+    embedder: Embedder
+    share: IndexShare | None
+    role: str | None
+    index: QueryIndex | None
+    notice: str | None
+    last_open: dict[str, Any]
+    hydrations: int
+    catchups: int
+    open_ms: dict[str, float]
+    _t: float
+    _cache: IndexCache | None
+    _pending: list[tuple[str, str, Any]]
+    _stale: set[str]
+    _resync: bool
+    _lock: asyncio.Lock
+    _dirty: bool
+    _saving: asyncio.Task[Any] | None
+    _moving: asyncio.Task[Any] | None
+    save_delay: float
+    move_delay: float
+
+    async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        store = self._core.store
+        for meta in metas:
+            offset = 0
+            while True:
+                page = await store.list_messages(meta["sessionId"], offset, PAGE, False)
+                for rec in page:
+                    yield rec
+                if len(page) < PAGE:
+                    break
+                offset += len(page)
+
+    def _lap(self, phase: str) -> None:
+        """Record the milliseconds since the previous lap under ``phase`` (``open_ms``)."""
+        t = time.perf_counter()
+        self.open_ms[phase] = round(self.open_ms.get(phase, 0.0) + (t - self._t) * 1000, 1)
+        self._t = t
+
+    async def _hydrate(self, force: bool = False) -> QueryIndex:
+        self.open_ms, self._t = {}, time.perf_counter()
+        opening = asyncio.ensure_future(self._factory())
+        await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
+        preload_stemmers()  # meanwhile: the first query's words need them
+        self._lap("stemmers")
+        engine = await opening
+        self._lap("engine")
+        for step, ms in (getattr(engine, "open_ms", None) or {}).items():
+            self.open_ms[f"engine: {step}"] = ms
+        self.notice = getattr(engine, "notice", None) or self.notice
+        persistent = bool(getattr(engine, "persistent", False))
+        cache = None
+        if persistent:
+            cache = IndexCache(engine)
+            await cache.attach_work()
+            self._lap("attach")
+        self._cache = cache
+        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages)
+        self.index = index  # from here on, writes are queued
+        self._pending.clear()
+        self._stale.clear()
+        if cache is not None and not force:
+            try:
+                state = await cache.state()
+                self._lap("state")
+                if state == "valid":
+                    index.set_up()  # every table is there, of this schema version
+                    caught = await self._catch_up(index)
+                    if caught is not None:
+                        self.catchups += 1
+                        if caught:
+                            self._schedule_save()
+                        else:
+                            self._schedule_move()
+                        return index
+                elif state == "stale":
+                    self.notice = "The saved search index was made by an older version; it is being rebuilt."
+            except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
+                self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
+                await index._rollback()
+        if cache is not None:
+            await cache.to_memory(copy=False)  # rebuilt in memory, then saved
+            self._lap("attach memory")
+        await self._derive(index, persistent)
+        if cache is not None:
+            self._schedule_save()
+        return index
+
+    async def _catch_up(self, index: QueryIndex) -> int | None:
+        """Bring a cached index up to the store: the number of sessions re-read or
+        dropped, or None when so many changed that a rebuild is cheaper."""
+        metas = await self._core.store.all_sessions()
+        self._lap("catchup: store sessions")
+        rows = await index.execute("SELECT * FROM sessions")
+        have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
+        wanted = {m["sessionId"]: m for m in metas}
+        changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
+        gone = sorted(set(have) - set(wanted))
+        self._lap("catchup: compare")
+        if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
+            return None
+        if changed or gone:
+            # re-read each changed session whole: cheaper than proving which messages changed
+            msgs = [m async for m in self._messages(changed)]
+            self._lap("catchup: read changed")
+            if self._cache is not None:
+                await self._cache.to_memory()  # many writes: in memory, then saved
+                self._lap("catchup: copy into memory")
+            await index.resync(changed, msgs, gone)
+            self._lap("catchup: apply")
+        self.last_open = {"mode": "cached", "persistent": self._cache is not None, "sessions": len(metas),
+                          "refreshed": len(changed), "dropped": len(gone)}
+        return len(changed) + len(gone)
+
+    def _schedule_move(self) -> None:
+        """Copy the cached file into memory once the first queries are answered (they
+        were answered from the file): later queries and writes run in memory."""
+        if self._moving is None or self._moving.done():
+            self._moving = asyncio.ensure_future(self._move_later())
+
+    async def _move_later(self) -> None:
+        await asyncio.sleep(self.move_delay)
+        async with self._lock:
+            cache, index = self._cache, self.index
+            if cache is None or cache.in_memory or not isinstance(index, QueryIndex):
+                return
+            async with index._lock:
+                try:
+                    await cache.to_memory()
+                except Exception:  # noqa: BLE001 - the file keeps answering; a save copies nothing
+                    pass
+
+    def _schedule_save(self) -> None:
+        """Save in the background once the queries of the moment are answered (the first
+        query does not wait for the copy; later ones may, for its ~1-2 s)."""
+        self._dirty = True
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(self.save_delay)
+        async with self._lock:
+            if self._dirty and self._cache is not None and self.index is not None:
+                await self._save()
+
+    async def _save(self) -> None:
+        if self._cache is not None and self.index is not None:
+            async with self.index._lock:
+                try:
+                    await self._cache.save()
+                except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
+                    self._cache = None
+                    self.notice = (f"The search index cannot be saved ({e}); "
+                                   "it is kept in memory and rebuilt on the next visit.")
+                    self.last_open["persistent"] = False
+            self._dirty = False
+
+    async def save(self) -> bool:
+        """Write the index to its cache file now (a guest has the owner do it; False when
+        there is no file, e.g. the storage refused it)."""
+        if self.role == "guest" and self.share is not None:
+            return bool(await self.share.call("save"))
+        async with self._lock:
+            if self._cache is None or self.index is None:
+                return False
+            await self._save()
+            return True
+
+
+    async def _derive(self, index: QueryIndex, persistent: bool) -> None:
+        """Fill ``index`` from the store, dropping what it held."""
+        self._pending.clear()
+        self._stale.clear()
+        self._resync = False
+        metas = await self._core.store.all_sessions()
+        self._lap("derive: store sessions")
+        await index.rebuild(metas, self._messages(metas))
+        await index.set_meta("complete", "1")
+        self._lap("derive: rebuild")
+        self.hydrations += 1
+        self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
+
