@@ -36,6 +36,8 @@ from .hits import (
     hit_from_row,
     phrase_matches,
 )
+from . import scoring
+from .scoring import keyword_ranking, postings_needed, round9, term_weights
 from .tokenize import ParsedQuery
 
 __all__ = ["RRF_DEPTH", "RRF_K", "hybrid"]
@@ -62,6 +64,10 @@ async def hybrid(
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered), ranks, fusion, ``flt`` over ``messages m``."""
     terms = await _term_stats(index, pq)
+    if (terms is not None and lim_params and not pq.phrases and kw_flt.sql == "TRUE" and flt.sql == "TRUE"
+            and postings_needed(pq, terms) <= scoring.PY_POSTINGS):
+        return await _fused_here(index, pq, terms, sem_cte, sem_params, stats, w, now_ms, half_life_ms, thr,
+                                 int(lim_params[0]))
     if terms is not None:
         # the term-id form keyword search uses: postings by term id, no per-term unions
         kw_sql, cparams, required = bm25_sql(pq, stats, kw_flt, terms)
@@ -109,4 +115,49 @@ async def hybrid(
             "keyword_rank": float(x["kr"]), "semantic_rank": float(x["sr"]),
         })
         for r, x in await _fetch(index, rows)
+    ]
+
+
+async def _fused_here(
+    index: Any, pq: ParsedQuery, terms: Mapping[str, tuple[int, int]], sem_cte: str, sem_params: list[Any],
+    stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int, thr: float | None,
+    limit: int,
+) -> list[SearchHit]:
+    """``hybrid`` without filters or phrases, for a query with few postings: the keyword
+    list scored in Python (``scoring``), the semantic list one statement, fused here with
+    the arithmetic of the SQL form (same ranks, scores and order)."""
+    depth = max(RRF_DEPTH, limit)
+    weights, required = term_weights(pq, stats, terms)
+    kws = await keyword_ranking(index, weights, required, stats, depth) if weights is not None else []
+    sem = await index.execute(
+        f"WITH {sem_cte}\nSELECT s.message_id, s.sim, m.created_at FROM (SELECT message_id, sim, rsim FROM sem "
+        f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}) s LEFT JOIN messages m ON m.id = s.message_id "
+        "ORDER BY s.rsim DESC, s.message_id DESC", sem_params)
+    k = float(RRF_K)
+    # message_id -> [bm25, keyword rank, similarity, semantic rank, created_at]
+    c: dict[str, list[Any]] = {}
+    for r, (mid, kw, created) in enumerate(kws, 1):
+        c[mid] = [kw, r, 0.0, 0, created]
+    for r, row in enumerate(sem, 1):
+        if row["created_at"] is None:
+            continue  # a vector without its message: ranked, then dropped (as the SQL's join does)
+        e = c.setdefault(row["message_id"], [0.0, 0, 0.0, 0, int(row["created_at"])])
+        e[2], e[3] = float(row["sim"]), r
+    out = []
+    for mid, (kw, kr, sim, sr, created) in c.items():
+        p_kw = w["keyword"] * ((k + 1) / (k + kr) if kr else 0.0)
+        p_sem = w["semantic"] * ((k + 1) / (k + sr) if sr else 0.0)
+        p_rec = w["recency"] * 0.5 ** (max(now_ms - created, 0) / float(half_life_ms))
+        score = round9(p_kw + p_sem + p_rec)
+        if thr is not None and score < thr:
+            continue
+        out.append({"id": mid, "created_at": created, "score": score, "p_kw": p_kw, "p_sem": p_sem,
+                    "p_rec": p_rec, "bm25": kw, "similarity": sim, "kr": kr, "sr": sr})
+    out.sort(key=lambda x: (x["score"], x["created_at"], x["id"]), reverse=True)
+    return [
+        hit_from_row(r, x["score"], {
+            "keyword": x["p_kw"], "semantic": x["p_sem"], "recency": x["p_rec"], "bm25": x["bm25"],
+            "similarity": x["similarity"], "keyword_rank": float(x["kr"]), "semantic_rank": float(x["sr"]),
+        })
+        for r, x in await _fetch(index, out[:limit])
     ]

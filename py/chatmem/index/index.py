@@ -176,6 +176,14 @@ class QueryIndex:
         await self.setup()
         return await self._figures.lookup(self.engine, terms)
 
+    @property
+    def doc_cache(self) -> dict[int, tuple[str, int]]:
+        """``{doc: (message_id, created_at)}`` of docs read since the figures were forgotten."""
+        return self._figures.docs
+
+    def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
+        self._figures.remember_docs(docs)
+
     def _forget_stats(self) -> None:
         """Messages change: the cached BM25 figures and embedding completeness are stale."""
         self._figures.forget()

@@ -11,7 +11,8 @@ dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
 
 ``KeywordFigures`` holds ``(n, total)`` and ``term -> (tid, df)`` for the
 terms queries asked about (the whole vocabulary while it has at most
-``TERM_CACHE`` terms), updated exactly by each append and forgotten by a delete,
+``TERM_CACHE`` terms) and the message id and time of docs searches ranked,
+updated exactly by each append and forgotten by a delete,
 a rebuild or a failed write: a keyword search then needs no statement to learn
 them. Nothing here is durable.
 """
@@ -59,6 +60,9 @@ class KeywordFigures:
         self.whole = False
         #: whether the vocabulary was counted since the figures were last forgotten
         self.sized = False
+        #: doc -> (message_id, created_at) of docs read since the figures were last
+        #: forgotten (a doc's number is reused only after a delete, which forgets them)
+        self.docs: dict[int, tuple[str, int]] = {}
 
     def forget(self) -> None:
         self.stats = None
@@ -66,7 +70,13 @@ class KeywordFigures:
 
     def forget_terms(self) -> None:
         self.terms.clear()
+        self.docs.clear()
         self.whole = self.sized = False
+
+    def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
+        if len(self.docs) + len(docs) > TERM_CACHE:
+            self.docs.clear()
+        self.docs.update(docs)
 
     async def bm25(self, engine: SQLEngine) -> tuple[int, float]:
         """``(document count, mean document length)``."""

@@ -65,6 +65,8 @@ from .hits import (
     rank_top,
     top_sql,
 )
+from . import scoring
+from .scoring import keyword_top, postings_needed, term_weights
 from .tokenize import parse_query
 
 if TYPE_CHECKING:
@@ -166,11 +168,16 @@ async def search(
         kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
         if terms is not None and limit is not None and not pq.phrases and kflt.sql == "TRUE":
             ranked: list[dict[str, Any]] | None = None
+            weights, required = term_weights(pq, stats, terms)
+            if weights is None:
+                ranked = []
+            elif postings_needed(pq, terms) <= scoring.PY_POSTINGS:
+                ranked = await keyword_top(index, weights, required, stats, limit, thr)
             for exact in (False, True):
-                top = top_sql(pq, stats, terms, limit, thr, exact=exact)
-                ranked = rank_top(await index.execute(*top) if top is not None else [], limit, exact)
                 if ranked is not None:
                     break
+                top = top_sql(pq, stats, terms, limit, thr, exact=exact)
+                ranked = rank_top(await index.execute(*top) if top is not None else [], limit, exact)
             return [
                 hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0,
                                                     "recency": 0.0, "bm25": float(k["score"])})
