@@ -134,6 +134,14 @@ class QueryIndex:
         async with self._lock:
             return await self.engine.execute(sql, params)
 
+    async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """``execute`` for a small read (a few thousand rows at most): through the engine's
+        ``execute_small`` when it has one (no thread hop)."""
+        await self.setup()
+        run = getattr(self.engine, "execute_small", None) or self.engine.execute
+        async with self._lock:
+            return await run(sql, params)  # type: ignore[no-any-return]
+
     async def sql(
         self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
     ) -> list[dict[str, Any]]:

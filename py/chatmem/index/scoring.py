@@ -20,6 +20,7 @@ are forgotten). Nothing here is durable.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,11 @@ PY_POSTINGS = 4096
 #: postings (about: the total of document lengths) up to which one ``tid IN (...)`` scan
 #: is cheapest; past it each term is read by its own ``tid = ?`` scan (zone maps skip to it)
 _ONE_SCAN = 250_000
+
+
+def _small(index: Any) -> Any:
+    """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
+    return getattr(index, "execute_small", None) or index.execute
 
 
 def round9(x: float) -> float:
@@ -84,7 +90,7 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
         sql = f"SELECT tid, doc, tf, dl FROM postings WHERE tid IN ({', '.join(str(t) for t in tids)})"
     else:
         sql = " UNION ALL ".join(f"SELECT tid, doc, tf, dl FROM postings WHERE tid = {t}" for t in tids)
-    rows = await index.execute(sql)
+    rows = await _small(index)(sql)
     _, avgdl = stats
     k, c1, c2 = K1 + 1, K1 * (1 - B), K1 * B / avgdl
     by_tid: dict[int, list[dict[str, Any]]] = {t: [] for t in tids}
@@ -108,7 +114,7 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     known: dict[int, tuple[str, int]] = getattr(index, "doc_cache", None) or {}
     missing = [d for d in docs if d not in known]
     if missing:
-        rows = await index.execute(
+        rows = await _small(index)(
             f"SELECT doc, message_id, created_at FROM docs WHERE doc IN ({', '.join(str(int(d)) for d in missing)})")
         got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"])) for r in rows}
         remember = getattr(index, "remember_docs", None)
@@ -124,18 +130,18 @@ def top_docs(scored: Mapping[int, tuple[float, int]], required: int, limit: int,
     ``threshold``) whose score is at least the ``limit``-th best: the top ``limit`` and
     everything tied with its last (ties are ordered by the caller). ``rounded``:
     scores are ``round9`` of the sums (else the raw sums)."""
-    cand = []
-    for d, (kw, req) in scored.items():
-        if req != required:
-            continue
-        s = round9(kw) if rounded else kw
-        if threshold is not None and round9(kw) < threshold:
-            continue
-        cand.append((s, d))
-    if len(cand) <= limit:
-        return cand
-    cut = sorted((s for s, _ in cand), reverse=True)[limit - 1]
-    return [c for c in cand if c[0] >= cut]
+    cand = [(kw, d) for d, (kw, req) in scored.items() if req == required]
+    if threshold is not None:
+        cand = [c for c in cand if round9(c[0]) >= threshold]
+    if len(cand) > limit:
+        # round9 is monotone: the limit-th best rounded score is the rounded limit-th best sum
+        cut = heapq.nlargest(limit, (kw for kw, _ in cand))[-1]
+        if rounded:
+            low = round9(cut)
+            cand = [c for c in cand if c[0] >= low - 1e-9 and round9(c[0]) >= low]
+        else:
+            cand = [c for c in cand if c[0] >= cut]
+    return [(round9(kw), d) for kw, d in cand] if rounded else cand
 
 
 async def keyword_top(index: Any, weights: list[tuple[int, float, bool]], required: int,
