@@ -77,6 +77,9 @@ class QueryIndex:
     vectors are made on demand by ``embed_missing`` (which semantic search calls).
     """
 
+    #: whether docs read by a search are kept (``KeywordFigures.docs``) across searches
+    keeps_docs = True
+
     def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
                  compact_after: int = 200_000, records: RecordSource | None = None):
         self.engine = engine
@@ -188,6 +191,14 @@ class QueryIndex:
     def doc_cache(self) -> dict[int, tuple[str, int]]:
         """``{doc: (message_id, created_at)}`` of docs read since the figures were forgotten."""
         return self._figures.docs
+
+    @property
+    def postings_cache(self) -> dict[int, list[tuple[int, int, int]]]:
+        """``{tid: [(doc, tf, dl)]}`` of terms searches read, exact as of the last write."""
+        return self._figures.postings
+
+    def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
+        self._figures.remember_postings(postings)
 
     def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
         self._figures.remember_docs(docs)

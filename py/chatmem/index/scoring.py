@@ -27,13 +27,15 @@ from typing import Any
 
 from .tokenize import ParsedQuery
 
-__all__ = ["B", "K1", "PY_POSTINGS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "term_weights",
+__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "term_weights",
            "top_docs"]
 
 K1, B = 1.2, 0.75
 
 #: queries touching at most this many postings are scored in Python
 PY_POSTINGS = 4096
+#: indexes of at most this many docs have them all read at the first search that needs one
+WHOLE_DOCS = 20_000
 #: postings (about: the total of document lengths) up to which one ``tid IN (...)`` scan
 #: is cheapest; past it each term is read by its own ``tid = ?`` scan (zone maps skip to it)
 _ONE_SCAN = 250_000
@@ -84,25 +86,30 @@ def postings_needed(pq: ParsedQuery, terms: Mapping[str, tuple[int, int]]) -> in
 async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: tuple[int, float],
                     total: int) -> dict[int, tuple[float, int]]:
     """``{doc: (BM25 sum, required terms held)}`` of every doc holding a query term,
-    from one read of the terms' postings. ``total``: the postings table's size (about)."""
+    from the postings the index keeps and one read of the others. ``total``: the postings table's size (about)."""
     tids = [t for t, _, _ in weights]
-    if total <= _ONE_SCAN:
-        sql = f"SELECT tid, doc, tf, dl FROM postings WHERE tid IN ({', '.join(str(t) for t in tids)})"
-    else:
-        sql = " UNION ALL ".join(f"SELECT tid, doc, tf, dl FROM postings WHERE tid = {t}" for t in tids)
-    rows = await _small(index)(sql)
+    cache: dict[int, list[tuple[int, int, int]]] | None = getattr(index, "postings_cache", None)
+    have = cache if cache is not None else {}
+    missing = [t for t in tids if t not in have]
+    by_tid: dict[int, list[tuple[int, int, int]]] = {t: have[t] for t in tids if t in have}
+    if missing:
+        if total <= _ONE_SCAN:
+            sql = f"SELECT tid, doc, tf, dl FROM postings WHERE tid IN ({', '.join(str(t) for t in missing)})"
+        else:
+            sql = " UNION ALL ".join(f"SELECT tid, doc, tf, dl FROM postings WHERE tid = {t}" for t in missing)
+        read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in missing}
+        for r in await _small(index)(sql):
+            read[r["tid"]].append((r["doc"], r["tf"], r["dl"]))
+        by_tid.update(read)
+        if cache is not None:
+            index.remember_postings(read)
     _, avgdl = stats
     k, c1, c2 = K1 + 1, K1 * (1 - B), K1 * B / avgdl
-    by_tid: dict[int, list[dict[str, Any]]] = {t: [] for t in tids}
-    for r in rows:
-        by_tid[r["tid"]].append(r)
     out: dict[int, tuple[float, int]] = {}
     for tid, w, required in weights:  # summed in query order, as the SQL's UNION ALL
         inc = 1 if required else 0
-        for r in by_tid[tid]:
-            tf = r["tf"]
-            s = w * tf * k / (tf + c1 + c2 * r["dl"])
-            d = r["doc"]
+        for d, tf, dl in by_tid[tid]:
+            s = w * tf * k / (tf + c1 + c2 * dl)
             prev = out.get(d)
             out[d] = (s, inc) if prev is None else (prev[0] + s, prev[1] + inc)
     return out
@@ -110,18 +117,22 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
 
 async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     """``{doc: (message_id, created_at)}``: from the index's kept figures, reading
-    ``docs`` only for those it has not seen."""
+    ``docs`` only for those it has not seen (all of them at once, the first time,
+    while the index holds at most ``WHOLE_DOCS`` docs)."""
     known: dict[int, tuple[str, int]] = getattr(index, "doc_cache", None) or {}
     missing = [d for d in docs if d not in known]
-    if missing:
-        rows = await _small(index)(
-            f"SELECT doc, message_id, created_at FROM docs WHERE doc IN ({', '.join(str(int(d)) for d in missing)})")
-        got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"])) for r in rows}
-        remember = getattr(index, "remember_docs", None)
-        if remember is not None:
-            remember(got)
-        return {d: known[d] if d in known else got[d] for d in docs if d in known or d in got}
-    return {d: known[d] for d in docs}
+    if not missing:
+        return {d: known[d] for d in docs}
+    whole = not known and getattr(index, "keeps_docs", False) and (await index.bm25_stats())[0] <= WHOLE_DOCS
+    sql = "SELECT doc, message_id, created_at FROM docs"
+    if not whole:
+        sql += f" WHERE doc IN ({', '.join(str(int(d)) for d in missing)})"
+    rows = await _small(index)(sql)
+    got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"])) for r in rows}
+    remember = getattr(index, "remember_docs", None)
+    if remember is not None:
+        remember(got)
+    return {d: known[d] if d in known else got[d] for d in docs if d in known or d in got}
 
 
 def top_docs(scored: Mapping[int, tuple[float, int]], required: int, limit: int,
