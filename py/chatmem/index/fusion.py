@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .embed import cosine_sql
 from .hits import (
     Filters,
     SearchHit,
@@ -59,14 +60,14 @@ async def _phrase_ids(index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple
 async def hybrid(
     index: Any, pq: ParsedQuery, kw_flt: Filters, flt: Filters, sem_cte: str, sem_params: list[Any],
     stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int,
-    thr: float | None, lim_sql: str, lim_params: list[Any],
+    thr: float | None, lim_sql: str, lim_params: list[Any], sem_query: tuple[str, str, int] | None = None,
 ) -> list[SearchHit]:
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered), ranks, fusion, ``flt`` over ``messages m``."""
     terms = await _term_stats(index, pq)
-    if (terms is not None and lim_params and not pq.phrases and kw_flt.sql == "TRUE" and flt.sql == "TRUE"
+    if (terms is not None and lim_params and sem_query is not None and not pq.phrases and kw_flt.sql == "TRUE" and flt.sql == "TRUE"
             and postings_needed(pq, terms) <= scoring.PY_POSTINGS):
-        return await _fused_here(index, pq, terms, sem_cte, sem_params, stats, w, now_ms, half_life_ms, thr,
+        return await _fused_here(index, pq, terms, sem_query, stats, w, now_ms, half_life_ms, thr,
                                  int(lim_params[0]))
     if terms is not None:
         # the term-id form keyword search uses: postings by term id, no per-term unions
@@ -119,7 +120,7 @@ async def hybrid(
 
 
 async def _fused_here(
-    index: Any, pq: ParsedQuery, terms: Mapping[str, tuple[int, int]], sem_cte: str, sem_params: list[Any],
+    index: Any, pq: ParsedQuery, terms: Mapping[str, tuple[int, int]], sem_query: tuple[str, str, int],
     stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int, thr: float | None,
     limit: int,
 ) -> list[SearchHit]:
@@ -129,19 +130,36 @@ async def _fused_here(
     depth = max(RRF_DEPTH, limit)
     weights, required = term_weights(pq, stats, terms)
     kws = await keyword_ranking(index, weights, required, stats, depth) if weights is not None else []
+    # the semantic list: ranked by the in-context cosine (the own one where there is none),
+    # the own cosine computed for the top only
+    vec, model, dim = sem_query
     sem = await index.execute(
-        f"WITH {sem_cte}\nSELECT s.message_id, s.sim, m.created_at FROM (SELECT message_id, sim, rsim FROM sem "
-        f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}) s LEFT JOIN messages m ON m.id = s.message_id "
-        "ORDER BY s.rsim DESC, s.message_id DESC", sem_params)
+        "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
+        f"r AS (SELECT e.message_id, e.vec, e.scale, coalesce({cosine_sql(context=True)}, {cosine_sql()}) AS rsim "
+        "FROM embeddings e CROSS JOIN q WHERE e.model = ? AND e.dim = ? "
+        f"ORDER BY rsim DESC, e.message_id DESC LIMIT {depth})\n"
+        f"SELECT r.message_id, {cosine_sql('r')} AS sim FROM r CROSS JOIN q ORDER BY r.rsim DESC, r.message_id DESC",
+        [vec, model, dim])
+    cached: Mapping[str, int] = getattr(index, "time_cache", None) or {}
+    times = {mid: created for mid, _, created in kws}
+    for r in sem:
+        if r["message_id"] in cached:
+            times[r["message_id"]] = cached[r["message_id"]]
+    unknown = [str(r["message_id"]) for r in sem if r["message_id"] not in times]
+    if unknown:
+        got = await index.execute(f"SELECT id, created_at FROM messages WHERE id IN ({', '.join('?' for _ in unknown)})",
+                                  unknown)
+        times.update((str(g["id"]), int(g["created_at"])) for g in got)
     k = float(RRF_K)
     # message_id -> [bm25, keyword rank, similarity, semantic rank, created_at]
     c: dict[str, list[Any]] = {}
     for r, (mid, kw, created) in enumerate(kws, 1):
         c[mid] = [kw, r, 0.0, 0, created]
     for r, row in enumerate(sem, 1):
-        if row["created_at"] is None:
+        created = times.get(row["message_id"])
+        if created is None:
             continue  # a vector without its message: ranked, then dropped (as the SQL's join does)
-        e = c.setdefault(row["message_id"], [0.0, 0, 0.0, 0, int(row["created_at"])])
+        e = c.setdefault(row["message_id"], [0.0, 0, 0.0, 0, created])
         e[2], e[3] = float(row["sim"]), r
     out = []
     for mid, (kw, kr, sim, sr, created) in c.items():

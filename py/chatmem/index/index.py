@@ -200,6 +200,11 @@ class QueryIndex:
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         self._figures.remember_postings(postings)
 
+    @property
+    def time_cache(self) -> dict[str, int]:
+        """``{message_id: created_at}`` of the docs in ``doc_cache``."""
+        return self._figures.times
+
     def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
         self._figures.remember_docs(docs)
 

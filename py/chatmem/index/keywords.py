@@ -66,6 +66,8 @@ class KeywordFigures:
         #: doc -> (message_id, created_at) of docs read since the figures were last
         #: forgotten (a doc's number is reused only after a delete, which forgets them)
         self.docs: dict[int, tuple[str, int]] = {}
+        #: message_id -> created_at of the same docs
+        self.times: dict[str, int] = {}
         #: tid -> its postings ``(doc, tf, dl)`` as read by a search; a term's are dropped
         #: when an append adds to them, all when the terms are forgotten
         self.postings: dict[int, list[tuple[int, int, int]]] = {}
@@ -78,6 +80,7 @@ class KeywordFigures:
     def forget_terms(self) -> None:
         self.terms.clear()
         self.docs.clear()
+        self.times.clear()
         self.postings.clear()
         self._posting_rows = 0
         self.whole = self.sized = False
@@ -95,7 +98,9 @@ class KeywordFigures:
     def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
         if len(self.docs) + len(docs) > TERM_CACHE:
             self.docs.clear()
+            self.times.clear()
         self.docs.update(docs)
+        self.times.update(docs.values())
 
     async def bm25(self, engine: SQLEngine) -> tuple[int, float]:
         """``(document count, mean document length)``."""

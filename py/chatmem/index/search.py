@@ -246,4 +246,5 @@ async def search(
     return await hybrid(
         index, pq, build_filters(session_ids, character_ids, date_range, roles, alias="d"), flt,
         sem_cte, sem_params, await _bm25_stats(index), w,
-        system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params)
+        system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params,
+        (vec, emb.model, emb.dimensions))
