@@ -104,7 +104,9 @@ def build_chatmem_wheel() -> Path:
     out = CACHE / "wheel"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)])
+    # without the model: the page fetches it lazily from the site (hatch_build.py)
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        env={**os.environ, "CHATMEM_WHEEL_MODEL": "0"})
     (wheel,) = out.glob("chatmem-*.whl")
     return wheel
 

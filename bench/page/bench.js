@@ -16,7 +16,7 @@ import { openDB, deleteDB } from "idb";
 import Dexie from "dexie";
 import { createStorage } from "unstorage";
 import indexedDbDriver from "unstorage/drivers/indexedb";
-import { chatmemStores } from "../js/schema.js";
+import { SCHEMA } from "../js/schema.js";
 import * as payloads from "./payloads.js";
 
 const now = () => performance.now();
@@ -79,8 +79,11 @@ function rawSystem(withOutbox, sameSchema = false) {
     async open(name, durability) {
       this.durability = durability;
       this.db = await openDB(name, 1, {
-        upgrade(db) {
-          if (sameSchema) return chatmemStores(db); // the indexes every chatmem write maintains
+        upgrade(db, _old, _new, tx) {
+          if (sameSchema) { // the indexes every chatmem write maintains
+            for (const step of SCHEMA) step(db, tx);
+            return;
+          }
           db.createObjectStore("sessions", { keyPath: "sessionId" });
           const ms = db.createObjectStore("messages", { keyPath: "id" });
           ms.createIndex("sessionSeq", ["sessionId", "seq"], { unique: true });

@@ -18,7 +18,7 @@ window.benchReady = (async () => {
   });
   const dir = "/home/pyodide/bench";
   py.FS.mkdirTree(dir + "/pyscript");
-  const files = ["benchpy.py", "scalepy.py", "scalegen.py", "quality.py", "pyscript/__init__.py", "pyscript/storage.py", "pyscript/flatted.py", "pyscript/ffi.py"];
+  const files = ["benchpy.py", "scalepy.py", "scalegen.py", "embedpy.py", "quality.py", "pyscript/__init__.py", "pyscript/storage.py", "pyscript/flatted.py", "pyscript/ffi.py"];
   for (const f of files) {
     const text = await (await fetch(new URL("./" + f, import.meta.url))).text();
     py.FS.writeFile(`${dir}/${f}`, text);

@@ -265,3 +265,58 @@ rows = await builtins._mem.sql("SELECT title, message_count FROM sessions WHERE 
 [[h.message.text for h in hits], rows, builtins._mem.index.hydrations]
 """)
     assert after == [["tomatoes need gardening patience"], [{"title": "garden", "message_count": 2}], 1]
+
+
+def test_version_two_database_upgrades_to_lean_messages(new_page: Any) -> None:
+    """A database written before schema 3 (messages indexed by createdAt and role too) opens
+    with every record, only the ``sessionSeq`` index left, and appends and reads as before."""
+    src, old = unique_name("lean-src"), unique_name("lean-old")
+    p = new_page()
+    sid = p.py(f"""
+import chatmem
+mem = await chatmem.open({src!r})
+s = await mem.sessions.create(title="before")
+await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"old {{i}}"}} for i in range(5)])
+await mem.close()
+s.session_id
+""")
+    # copy the records into a database laid out as schema 2 left it
+    names = p.page.evaluate("""async ([src, old]) => {
+      const { SCHEMA } = await import(new URL("js/schema.js", location.href).href);
+      const open = (name, version, upgrade) => new Promise((ok, fail) => {
+        const r = version ? indexedDB.open(name, version) : indexedDB.open(name);
+        if (upgrade) r.onupgradeneeded = () => upgrade(r.result);
+        r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error);
+      });
+      const all = (db, store) => new Promise((ok) => {
+        db.transaction(store).objectStore(store).getAll().onsuccess = (e) => ok(e.target.result); });
+      const from = await open(src);
+      const sessions = await all(from, "sessions"), messages = await all(from, "messages");
+      from.close();
+      const to = await open(old, 2, (db) => SCHEMA[0](db));
+      const before = [...to.transaction("messages").objectStore("messages").indexNames].sort();
+      const tx = to.transaction(["sessions", "messages"], "readwrite");
+      for (const s of sessions) tx.objectStore("sessions").put(s);
+      for (const m of messages) tx.objectStore("messages").put(m);
+      await new Promise((ok) => { tx.oncomplete = ok; });
+      to.close();
+      return before;
+    }""", [src, old])
+    assert names == ["createdAt", "role", "sessionSeq"]
+    out = p.py(f"""
+import chatmem
+mem = await chatmem.open({old!r})
+await mem.messages.append({sid!r}, "assistant", "after the upgrade")
+msgs = await mem.messages.list({sid!r}, limit=None)
+meta = await mem.sessions.get({sid!r})
+await mem.close()
+[[m.content for m in msgs], [m.seq for m in msgs], meta.title]
+""")
+    assert out == [[f"old {i}" for i in range(5)] + ["after the upgrade"], list(range(6)), "before"]
+    after = p.page.evaluate("""async (old) => {
+      const db = await new Promise((ok) => { const r = indexedDB.open(old); r.onsuccess = () => ok(r.result); });
+      const names = [db.version, [...db.transaction("messages").objectStore("messages").indexNames]];
+      db.close();
+      return names;
+    }""", old)
+    assert after == [3, ["sessionSeq"]]

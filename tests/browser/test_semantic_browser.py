@@ -31,6 +31,24 @@ await emb.embed(["warm"])
         assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-5, text
 
 
+def test_batches_summed_in_js_are_bit_for_bit_cpython(page: Page) -> None:
+    """``embed`` of a batch sums the token rows in JS (web/js/token-sums.js): every vector
+    equals CPython's exactly, also for no token, special tokens only and past 512 tokens."""
+    path = find_model_file()
+    assert path is not None, "the model is built with dist/"
+    here = StaticEmbedder.load(path)
+    texts = [*TEXTS, "", "[CLS] [SEP]", " ".join(f"word{i} zqx{i}" for i in range(600))] * 3
+    there = page.py(f"""
+from chatmem.embedding import LocalEmbedder
+emb = LocalEmbedder()
+vecs = await emb.embed({texts!r})
+[emb._sums is not None, vecs]
+""")
+    in_js, vecs = there
+    assert in_js, "the page sums in JS"
+    assert vecs == [here.embed_one(t) for t in texts]
+
+
 def test_default_embedder_finds_a_synonym_in_the_page(page: Page) -> None:
     """Semantic search with the default embedder in the page: "automobile" finds the car
     message first, and the calibrated 0.75 threshold keeps only the paraphrase."""

@@ -1,6 +1,6 @@
 // chatmem's IndexedDB schema: one migration per version, never dropping data
 // (the storage model of DESIGN.md section 3). The bridge opens databases with
-// it; the benchmark page builds its "same schema" baseline from `chatmemStores`.
+// it; the benchmark page builds its "same schema" baseline from `SCHEMA`.
 
 /** Version 1: sessions, messages, outbox, dead_letter, kv, with their indexes. */
 export function chatmemStores(db) {
@@ -30,8 +30,18 @@ function outboxOnDemand(db, tx) {
     : tx.objectStore("outbox").clear()));
 }
 
+/** Version 3: messages keep only the `sessionSeq` index. Nothing reads by `createdAt` or
+ *  `role` (date and role filters are answered by the query index), and every write paid
+ *  for both: an append or an import maintains one index, as a bare store would. */
+function leanMessages(db, tx) {
+  const messages = tx.objectStore("messages");
+  for (const name of ["createdAt", "role"]) {
+    if (messages.indexNames.contains(name)) messages.deleteIndex(name);
+  }
+}
+
 /** Migrations: SCHEMA[v](db, upgradeTransaction) upgrades a database from version v to v + 1. */
-export const SCHEMA = [chatmemStores, outboxOnDemand];
+export const SCHEMA = [chatmemStores, outboxOnDemand, leanMessages];
 export const SCHEMA_VERSION = SCHEMA.length;
 
 /** The messages of one session, in `seq` order, on the `sessionSeq` index. */

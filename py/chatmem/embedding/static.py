@@ -22,15 +22,16 @@ from __future__ import annotations
 import array
 import json
 import math
+import operator
 import struct
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..errors import EmbeddingError
 from .wordpiece import WordPiece
 
-__all__ = ["MAGIC", "MODEL_FILE", "StaticEmbedder", "find_model_file"]
+__all__ = ["MAGIC", "MODEL_FILE", "StaticEmbedder", "TokenSums", "find_model_file"]
 
 MAGIC = b"CMSTAT01"
 #: the file name of the default model, in ``chatmem/embedding/data/`` and the site's ``models/``
@@ -38,6 +39,12 @@ MODEL_FILE = "minilm-l6-static-v1.bin"
 _MAX_TOKENS = 512
 _WEIGHT_ONE = 1 << 20
 _ROW_CACHE = 8192  # packed rows kept (3 KB each at 384 dimensions)
+
+
+#: a faster way to the same integer sums (the page's, in JS): for each text's token ids
+#: (``StaticEmbedder.token_ids``), its ``dimensions`` sums of ``weight * value`` then the
+#: sum of the weights, each an exact integer (held in a float below 2**53)
+TokenSums = Callable[[list[list[int]]], list[Sequence[float]]]
 
 
 def find_model_file() -> Path | None:
@@ -49,17 +56,16 @@ def find_model_file() -> Path | None:
 class StaticEmbedder:
     """Text to vector by summing distilled token vectors (see the module docstring)."""
 
-    def __init__(self, header: dict[str, Any], table: array.array[int], scales: array.array[float]):
+    def __init__(self, header: dict[str, Any], table: array.array[int], scales: array.array[float], *,
+                 weights: list[int] | None = None, tokenizer: WordPiece | None = None):
         self.model: str = str(header["model"])
         self.dimensions: int = int(header["dimensions"])
         vocab = header["vocab"]
         if len(table) != len(vocab) * self.dimensions or len(scales) != len(vocab):
             raise EmbeddingError(f"model file {self.model!r}: table size does not match its vocabulary")
-        self.tokenizer = WordPiece(vocab)
+        self.tokenizer = tokenizer or WordPiece(vocab)
         self._table = table
-        top = max(scales) if len(scales) else 1.0
-        # integer weights (20 bits): the per-token scale relative to the largest
-        self._weights = [round(float(x) / top * _WEIGHT_ONE) if top > 0 else 0 for x in scales]
+        self._weights = weights if weights is not None else self.weights_of(scales, 0, len(scales))
         self._rows: dict[int, int] = {}
         lo, hi = header.get("calibration", (0.0, 1.0))
         self.calibration: tuple[float, float] = (float(lo), float(hi))
@@ -70,9 +76,34 @@ class StaticEmbedder:
                 self._weights[self.tokenizer.ids[t]] = 0
 
     # ------------------------------------------------------------------ loading
+    @staticmethod
+    def weights_of(scales: array.array[float], start: int, stop: int) -> list[int]:
+        """The integer weights (20 bits) of tokens ``start:stop``: each per-token scale
+        relative to the largest."""
+        top = max(scales) if len(scales) else 1.0
+        return [round(float(x) / top * _WEIGHT_ONE) if top > 0 else 0 for x in scales[start:stop]]
+
+    @classmethod
+    async def parse(cls, data: bytes, pause: Callable[[], Awaitable[None]]) -> StaticEmbedder:
+        """``from_bytes`` in steps of a few milliseconds, awaiting ``pause()`` between them
+        (in a page, the interface keeps answering while the model is read)."""
+        header, table, scales = cls._parts(data)
+        await pause()
+        weights: list[int] = []
+        for i in range(0, len(scales), 8192):
+            weights += cls.weights_of(scales, i, i + 8192)
+            await pause()
+        tokenizer = WordPiece(header["vocab"])
+        await pause()
+        return cls(header, table, scales, weights=weights, tokenizer=tokenizer)
+
     @classmethod
     def from_bytes(cls, data: bytes) -> StaticEmbedder:
         """Parse a model file's bytes. ``EmbeddingError`` if it is not one."""
+        return cls(*cls._parts(data))
+
+    @staticmethod
+    def _parts(data: bytes) -> tuple[dict[str, Any], array.array[int], array.array[float]]:
         if data[:8] != MAGIC or len(data) < 12:
             raise EmbeddingError("not a chatmem static embedding model (bad magic)")
         (n,) = struct.unpack("<I", data[8:12])
@@ -82,13 +113,14 @@ class StaticEmbedder:
             raise EmbeddingError("static embedding model: unreadable header") from e
         v, d = len(header["vocab"]), int(header["dimensions"])
         start = 12 + n
+        view = memoryview(data)
         table = array.array("b")
-        table.frombytes(data[start : start + v * d])
+        table.frombytes(view[start : start + v * d])
         scales = array.array("f")
-        scales.frombytes(data[start + v * d : start + v * d + 4 * v])
+        scales.frombytes(view[start + v * d : start + v * d + 4 * v])
         if sys.byteorder != "little":
             scales.byteswap()
-        return cls(header, table, scales)
+        return header, table, scales
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> StaticEmbedder:
@@ -113,13 +145,26 @@ class StaticEmbedder:
         self._rows[i] = packed
         return packed
 
-    def embed_ids(self, ids: list[int]) -> list[float]:
-        """The l2-normalised weighted sum of the tokens' vectors (zeros for no token).
+    def token_ids(self, text: str) -> list[int]:
+        """The token ids of ``text`` that count: its first ``_MAX_TOKENS`` WordPiece tokens."""
+        return self.tokenizer.encode(text)[:_MAX_TOKENS]
 
-        The sum is exact integer arithmetic: every row is packed into one big
-        integer (one 64-bit lane per dimension) and added with its integer
-        weight, so a text costs one big-integer multiply-add per token and the
-        result is the same on every machine.
+    @property
+    def weights(self) -> list[int]:
+        """Each token's integer weight (20 bits; 0 for the special tokens)."""
+        return self._weights
+
+    def table_bytes(self) -> memoryview:
+        """The int8 rows, ``len(vocab) * dimensions`` bytes, row after row."""
+        return memoryview(self._table).cast("B")
+
+    def sums(self, ids: list[int]) -> list[int]:
+        """``weight * value`` summed over the tokens, per dimension, then the sum of the weights.
+
+        Exact integer arithmetic: every row is packed into one big integer (one
+        64-bit lane per dimension, each ``value + 128``) and added with its
+        integer weight, so a text costs one big-integer multiply-add per token
+        and the result is the same on every machine (and in ``TokenSums``).
         """
         dim = self.dimensions
         acc = 0
@@ -131,19 +176,30 @@ class StaticEmbedder:
                 acc += w * self._packed(i)
                 wsum += w
         if not wsum:
-            return [0.0] * dim
+            return [0] * (dim + 1)
         lanes = array.array("Q")
         lanes.frombytes(acc.to_bytes(dim * 8, "little"))
         if sys.byteorder != "little":
             lanes.byteswap()
         off = 128 * wsum
-        vec = [float(x - off) for x in lanes]
-        norm = math.sqrt(math.fsum(x * x for x in vec))
+        return [x - off for x in lanes] + [wsum]
+
+    def vector(self, sums: Sequence[float]) -> list[float]:
+        """The l2-normalised vector of ``sums`` (as ``sums`` or ``TokenSums`` give them)."""
+        dim = self.dimensions
+        if not sums[dim]:
+            return [0.0] * dim
+        vec = list(map(float, sums[:dim]))
+        norm = math.sqrt(math.fsum(map(operator.mul, vec, vec)))
         return [x / norm for x in vec] if norm > 0 else vec
+
+    def embed_ids(self, ids: list[int]) -> list[float]:
+        """The l2-normalised weighted sum of the tokens' vectors (zeros for no token)."""
+        return self.vector(self.sums(ids))
 
     def embed_one(self, text: str) -> list[float]:
         """One text's vector."""
-        return self.embed_ids(self.tokenizer.encode(text))
+        return self.embed_ids(self.token_ids(text))
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]

@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import operator
 import random
+import time
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +35,9 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import EmbeddingError, TransportError, ValidationError
 from ..http import Transport
 from .tokenize import norm_text
+
+#: longest stretch of quantising between two yields to the event loop
+_SLICE_S = 0.015
 
 __all__ = [
     "Embedder",
@@ -238,11 +243,12 @@ def quantize(vec: Sequence[float]) -> tuple[list[int], float]:
     """``(q, scale)``: ``vec`` as int8 values (its largest magnitude at ±127) and the scale
     that makes ``scale * q`` a unit vector, so that ``scale * (q · u)`` is the cosine of
     ``vec`` and a unit vector ``u`` to about 1e-3. A zero vector is ``(zeros, 0.0)``."""
-    top = max((abs(float(x)) for x in vec), default=0.0)
+    vals = list(map(float, vec))
+    top = max(map(abs, vals), default=0.0)
     if not top > 0 or not math.isfinite(top):
-        return [0] * len(vec), 0.0
-    q = [int(round(float(x) * 127.0 / top)) for x in vec]
-    norm = math.sqrt(sum(x * x for x in q))
+        return [0] * len(vals), 0.0
+    q = [round(x * 127.0 / top) for x in vals]
+    norm = math.sqrt(sum(map(operator.mul, q, q)))
     return q, (1.0 / norm if norm > 0 else 0.0)
 
 
@@ -273,7 +279,7 @@ def contextualize(vec: Sequence[float], prev: Sequence[float] | None, weight: fl
     if prev is None or weight <= 0:
         return list(vec)
     out = [a + weight * b for a, b in zip(vec, prev)]
-    norm = math.sqrt(math.fsum(x * x for x in out))
+    norm = math.sqrt(math.fsum(map(operator.mul, out, out)))
     return [x / norm for x in out] if norm > 0 else out
 
 
@@ -325,7 +331,11 @@ async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | t
     by_text = await _vectors(embedder, [t for _, t, _ in full] + (
         [p for _, _, p in full if p is not None] if weight > 0 else []))
     rows: list[tuple[Any, ...]] = []
+    start = time.perf_counter()
     for mid, t, p in full:
+        if time.perf_counter() - start > _SLICE_S:  # a page's interface never waits long for a batch
+            await asyncio.sleep(0)
+            start = time.perf_counter()
         q, scale = quantize(by_text[t])
         cq: list[int] | None = None
         cscale: float | None = None

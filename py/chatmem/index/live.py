@@ -276,17 +276,18 @@ class LiveIndex:
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
-    async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64) -> int:
-        """Embed every message that lacks a vector, ``batch_size`` at a time, saving the
-        index cache after each batch: a reload resumes where the last saved batch
-        ended. Each batch yields to the event loop while it embeds; queries run
-        between batches. Returns how many were embedded; ``embed_progress`` shows
-        ``(done, total)`` meanwhile."""
+    async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64,
+                                  chunk: int = 1024) -> int:
+        """Embed every message that lacks a vector: ``chunk`` found at a time, written
+        ``batch_size`` at a time, the index cache saved after each chunk: a reload
+        resumes where the last saved chunk ended. Embedding yields to the event loop;
+        queries run between batches. Returns how many were embedded; ``embed_progress``
+        shows ``(done, total)`` meanwhile."""
         emb = embedder or self.embedder
         count = 0
         while True:
             index = await self.ready()
-            n = await index.embed_missing(emb, batch_size=batch_size, limit=batch_size)
+            n = await index.embed_missing(emb, batch_size=batch_size, limit=max(chunk, batch_size))
             if not n:
                 return count
             count += n

@@ -21,6 +21,7 @@ from ..errors import UnsupportedEnvironment
 from ..ids import Clock, system_clock
 
 if TYPE_CHECKING:
+    from ..embedding.static import StaticEmbedder, TokenSums
     from ..http import Transport
     from ..index.engine import SQLEngine
     from ..index.transport import ShareTransport
@@ -152,6 +153,10 @@ class Runtime:
     # ------------------------------------------------------------------ embedding model, encryption
     def model_loader(self) -> Callable[[], Awaitable[bytes]] | None:
         """How to get the shipped embedding model's bytes here (None: read its file)."""
+        return None
+
+    def token_sums(self, model: StaticEmbedder) -> TokenSums | None:
+        """A faster way to ``model``'s sums here (the page's, in JS); None: its own Python."""
         return None
 
     def cipher_suite(self) -> CipherSuite:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from ...embedding.static import StaticEmbedder, TokenSums
 from ...errors import IndexLocked, ValidationError
 from ...http import Transport
 from ...stores.indexeddb import IndexedDBStore
@@ -30,6 +31,7 @@ from .engine import DuckDBWasmEngine, index_cache_path, open_index_engine, opfs_
 from .fetch import FetchTransport
 from .locks import WebLock, is_online, on_online
 from .share import PageShareTransport
+from .sums import js_token_sums
 
 __all__ = ["PageRuntime", "BridgeDB", "open_database", "drop_database", "run_code", "FetchTransport",
            "storage_estimate", "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove",
@@ -92,6 +94,9 @@ class PageRuntime(Runtime):
 
     def model_loader(self) -> Callable[[], Awaitable[bytes]]:
         return fetch_model
+
+    def token_sums(self, model: StaticEmbedder) -> TokenSums:
+        return js_token_sums(model)
 
     def cipher_suite(self) -> WebCryptoSuite:
         return WebCryptoSuite()
