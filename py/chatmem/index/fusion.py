@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import scoring
 from .embed import cosine_sql
 from .hits import (
     Filters,
@@ -37,7 +38,6 @@ from .hits import (
     hit_from_row,
     phrase_matches,
 )
-from . import scoring
 from .scoring import keyword_ranking, postings_needed, round9, term_weights
 from .tokenize import ParsedQuery
 
@@ -156,10 +156,10 @@ async def _fused_here(
     for r, (mid, kw, created) in enumerate(kws, 1):
         c[mid] = [kw, r, 0.0, 0, created]
     for r, row in enumerate(sem, 1):
-        created = times.get(row["message_id"])
-        if created is None:
+        when = times.get(row["message_id"])
+        if when is None:
             continue  # a vector without its message: ranked, then dropped (as the SQL's join does)
-        e = c.setdefault(row["message_id"], [0.0, 0, 0.0, 0, created])
+        e = c.setdefault(row["message_id"], [0.0, 0, 0.0, 0, when])
         e[2], e[3] = float(row["sim"]), r
     out = []
     for mid, (kw, kr, sim, sr, created) in c.items():

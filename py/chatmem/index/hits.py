@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ValidationError
 from ..models import ROLES, ChatMessage, extract_text
 from .schema import row_to_message_record
-from .scoring import B, K1, term_weights
+from .scoring import K1, B, term_weights
 from .tokenize import ParsedQuery, norm_text, phrase_pattern
 
 __all__ = ["K1", "B", "DAY_MS", "DEFAULT_WEIGHTS", "SearchHit", "Filters", "build_filters", "bm25_sql",

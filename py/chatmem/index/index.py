@@ -143,7 +143,7 @@ class QueryIndex:
         await self.setup()
         run = getattr(self.engine, "execute_small", None) or self.engine.execute
         async with self._lock:
-            return await run(sql, params)  # type: ignore[no-any-return]
+            return await run(sql, params)
 
     async def sql(
         self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None

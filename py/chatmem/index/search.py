@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
+from . import scoring
 from .embed import Embedder, calibration_of, cosine_sql, query_literal
 from .hits import (
     _MAX_LIMIT,
@@ -65,7 +66,6 @@ from .hits import (
     rank_top,
     top_sql,
 )
-from . import scoring
 from .scoring import keyword_top, postings_needed, term_weights
 from .tokenize import parse_query
 
@@ -168,11 +168,11 @@ async def search(
         kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
         if terms is not None and limit is not None and not pq.phrases and kflt.sql == "TRUE":
             ranked: list[dict[str, Any]] | None = None
-            weights, required = term_weights(pq, stats, terms)
-            if weights is None:
+            tw, required = term_weights(pq, stats, terms)
+            if tw is None:
                 ranked = []
             elif postings_needed(pq, terms) <= scoring.PY_POSTINGS:
-                ranked = await keyword_top(index, weights, required, stats, limit, thr)
+                ranked = await keyword_top(index, tw, required, stats, limit, thr)
             for exact in (False, True):
                 if ranked is not None:
                     break
