@@ -187,23 +187,13 @@ class QueryIndex:
         await self.setup()
         return await self._figures.lookup(self.engine, terms)
 
-    @property
-    def doc_cache(self) -> dict[int, tuple[str, int]]:
-        """``{doc: (message_id, created_at)}`` of docs read since the figures were forgotten."""
-        return self._figures.docs
-
-    @property
-    def postings_cache(self) -> dict[int, list[tuple[int, int, int]]]:
-        """``{tid: [(doc, tf, dl)]}`` of terms searches read, exact as of the last write."""
-        return self._figures.postings
+    # what searches read, kept exact by every write (``KeywordFigures``; ``scoring`` uses them)
+    doc_cache = property(lambda self: self._figures.docs, doc="``{doc: (message_id, created_at)}``")
+    time_cache = property(lambda self: self._figures.times, doc="``{message_id: created_at}``")
+    postings_cache = property(lambda self: self._figures.postings, doc="``{tid: [(doc, tf, dl)]}``")
 
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         self._figures.remember_postings(postings)
-
-    @property
-    def time_cache(self) -> dict[str, int]:
-        """``{message_id: created_at}`` of the docs in ``doc_cache``."""
-        return self._figures.times
 
     def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
         self._figures.remember_docs(docs)
