@@ -133,7 +133,9 @@ async def _fused_here(
     # the semantic list: ranked by the in-context cosine (the own one where there is none),
     # the own cosine computed for the top only
     vec, model, dim = sem_query
-    sem = await index.execute(
+    # a scan of a few thousand vectors is a small read (no thread hop on CPython)
+    run = scoring.small_read(index) if stats[0] <= scoring.WHOLE_DOCS else index.execute
+    sem = await run(
         "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
         f"r AS (SELECT e.message_id, e.vec, e.scale, coalesce({cosine_sql(context=True)}, {cosine_sql()}) AS rsim "
         "FROM embeddings e CROSS JOIN q WHERE e.model = ? AND e.dim = ? "

@@ -27,7 +27,7 @@ from typing import Any
 
 from .tokenize import ParsedQuery
 
-__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "term_weights",
+__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "small_read", "term_weights",
            "top_docs"]
 
 K1, B = 1.2, 0.75
@@ -41,7 +41,7 @@ WHOLE_DOCS = 20_000
 _ONE_SCAN = 250_000
 
 
-def _small(index: Any) -> Any:
+def small_read(index: Any) -> Any:
     """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
     return getattr(index, "execute_small", None) or index.execute
 
@@ -98,7 +98,7 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
         else:
             sql = " UNION ALL ".join(f"SELECT tid, doc, tf, dl FROM postings WHERE tid = {t}" for t in missing)
         read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in missing}
-        for r in await _small(index)(sql):
+        for r in await small_read(index)(sql):
             read[r["tid"]].append((r["doc"], r["tf"], r["dl"]))
         by_tid.update(read)
         if cache is not None:
@@ -127,7 +127,7 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     sql = "SELECT doc, message_id, created_at FROM docs"
     if not whole:
         sql += f" WHERE doc IN ({', '.join(str(int(d)) for d in missing)})"
-    rows = await _small(index)(sql)
+    rows = await small_read(index)(sql)
     got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"])) for r in rows}
     remember = getattr(index, "remember_docs", None)
     if remember is not None:
