@@ -48,7 +48,7 @@ class Messages:
                 e.index = index
                 e.args = (f"item {index}: {e}",)
             raise
-        validate_message_fields(role, content, fields, index=index)
+        validate_message_fields(role, content, fields, index=index, json_checked=True)
         token_count = fields.get("token_count")
         if token_count is None:
             token_count = estimate_tokens(extract_text(content))

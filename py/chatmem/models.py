@@ -181,23 +181,11 @@ class ChatMessage:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> ChatMessage:
-        return cls(
-            id=r["id"],
-            session_id=r["sessionId"],
-            seq=int(r["seq"]),
-            role=cast(Role, r["role"]),
-            content=r["content"],
-            created_at=int(r["createdAt"]),
-            provider=r.get("provider"),
-            model=r.get("model"),
-            slices=r.get("slices"),
-            tool_results=r.get("tool_results"),
-            categorization=r.get("categorization"),
-            tool_calls=r.get("toolCalls"),
-            tool_call_id=r.get("toolCallId"),
-            name=r.get("name"),
-            metadata=r.get("metadata"),
-            token_count=int(r.get("tokenCount") or 0),
+        get = r.get
+        return cls(  # positional: a batch of appends builds thousands
+            r["id"], r["sessionId"], int(r["seq"]), cast(Role, r["role"]), r["content"], int(r["createdAt"]),
+            get("provider"), get("model"), get("slices"), get("tool_results"), get("categorization"),
+            get("toolCalls"), get("toolCallId"), get("name"), get("metadata"), int(get("tokenCount") or 0),
         )
 
     def to_provider(self) -> dict[str, Any]:
@@ -237,6 +225,10 @@ def _check_json(value: Any, name: str, index: int | None) -> None:
         raise _fail(f"{name} is not JSON-serialisable: {e}", name, index) from e
 
 
+def _no_check(value: Any, name: str, index: int | None) -> None:
+    return None
+
+
 def _opt_str(fields: Mapping[str, Any], name: str, index: int | None) -> None:
     v = fields.get(name)
     if v is not None and not isinstance(v, str):
@@ -251,12 +243,15 @@ def _list_of_dicts(v: Any, name: str, index: int | None) -> None:
 
 
 def validate_message_fields(
-    role: Any, content: Any, fields: Mapping[str, Any], *, index: int | None = None
+    role: Any, content: Any, fields: Mapping[str, Any], *, index: int | None = None,
+    json_checked: bool = False,
 ) -> None:
-    """Raise ``ValidationError`` unless ``role``, ``content`` and ``fields`` make a valid message."""
-    unknown = set(fields) - MESSAGE_FIELDS
-    if unknown:
-        name = sorted(unknown)[0]
+    """Raise ``ValidationError`` unless ``role``, ``content`` and ``fields`` make a valid message.
+
+    ``json_checked``: the caller has already run ``chatmem.validation.check_value`` over
+    them, so nested values are known to be JSON and are not serialised again here."""
+    if not fields.keys() <= MESSAGE_FIELDS:
+        name = sorted(set(fields) - MESSAGE_FIELDS)[0]
         raise _fail(f"unknown field {name!r}", name, index)
     if not isinstance(role, str) or role not in ROLES:
         raise _fail(f"role must be one of {sorted(ROLES)}, got {role!r}", "role", index)
@@ -266,13 +261,21 @@ def validate_message_fields(
         for i, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
                 raise _fail(f"content part {i} must be a dict with a string 'type'", "content", index)
-        _check_json(content, "content", index)
+        if not json_checked:
+            _check_json(content, "content", index)
     else:
         raise _fail(
             f"content must be a string or a list of parts, got {type(content).__name__}",
             "content",
             index,
         )
+    if fields:
+        _validate_optional(fields, index, json_checked)
+
+
+def _validate_optional(fields: Mapping[str, Any], index: int | None, json_checked: bool) -> None:
+    """The optional fields of ``validate_message_fields``."""
+    check_json = _no_check if json_checked else _check_json
     mid = fields.get("id")
     if mid is not None and (not isinstance(mid, str) or not mid):
         raise _fail("id must be a non-empty string", "id", index)
@@ -283,13 +286,13 @@ def validate_message_fields(
         _opt_str(fields, name, index)
     for name in ("tool_results", "tool_calls"):
         _list_of_dicts(fields.get(name), name, index)
-        _check_json(fields.get(name), name, index)
+        check_json(fields.get(name), name, index)
     slices = fields.get("slices")
     _list_of_dicts(slices, "slices", index)
     for i, s in enumerate(slices or []):
         if s.get("type") not in SLICE_TYPES:
             raise _fail(f"slice {i} type must be one of {sorted(SLICE_TYPES)}", "slices", index)
-    _check_json(slices, "slices", index)
+    check_json(slices, "slices", index)
     for name in ("tool_results",):
         for i, tr in enumerate(fields.get(name) or []):
             if not isinstance(tr.get("id"), str):
@@ -304,7 +307,7 @@ def validate_message_fields(
     if meta is not None:
         if not isinstance(meta, dict):
             raise _fail("metadata must be a dict", "metadata", index)
-        _check_json(meta, "metadata", index)
+        check_json(meta, "metadata", index)
     tc = fields.get("token_count")
     if tc is not None and (isinstance(tc, bool) or not isinstance(tc, int) or tc < 0):
         raise _fail("token_count must be a non-negative int", "token_count", index)

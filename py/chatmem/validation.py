@@ -86,62 +86,97 @@ def _where(path: str) -> str:
     return f"{path}: " if path else ""
 
 
+def _path(root: str, loc: Any) -> str:
+    """The dotted path of a value from its ``loc`` chain ((parent, key) pairs; None at the root)."""
+    keys: list[str | int] = []
+    while loc is not None:
+        loc, key = loc
+        keys.append(key)
+    where = root
+    for key in reversed(keys):
+        if isinstance(key, int):
+            where = f"{where}[{key}]"
+        else:
+            where = f"{where}.{key}" if where else key
+    return where
+
+
 def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", field: str | None = None,
                 max_bytes: int | None = None, limit_name: str = "max_message_bytes") -> int:
     """Check one JSON value (see the module docstring); return its size in UTF-8 JSON bytes.
 
     Iterative (no recursion): a value nested far past ``max_depth`` is refused
-    without touching Python's recursion limit.
+    without touching Python's recursion limit. A value's path is spelled out
+    only for an error message.
     """
     size = 0
-    stack: list[tuple[Any, int, str, str | None]] = [(value, 1, path, field)]
+    max_depth = limits.max_depth
+    # (value, depth, where: a (parent, key) chain, the record field it belongs to)
+    stack: list[tuple[Any, int, Any, str | None]] = [(value, 1, None, field)]
+    pop, push = stack.pop, stack.append
     while stack:
-        v, depth, where, fname = stack.pop()
-        if v is None or isinstance(v, bool):
+        v, depth, loc, fname = pop()
+        t = type(v)
+        if t is str:
+            if v.isascii():
+                size += len(v) + v.count('"') + v.count("\\") + 2
+            else:
+                size += _text_bytes(v, path, loc, fname) + 2
+        elif v is None or t is bool:
+            size += 5
+        elif t is dict or t is list or isinstance(v, (dict, list)):
+            if depth > max_depth:
+                raise LimitExceeded(
+                    f"{_where(_path(path, loc))}nested deeper than {max_depth} levels",
+                    limit="max_depth", maximum=max_depth, field=fname)
+            if isinstance(v, dict):
+                top = fname is None and depth == 1
+                for k, item in v.items():
+                    if type(k) is not str and not isinstance(k, str):
+                        raise ValidationError(f"{_where(_path(path, loc))}object keys must be strings", field=fname)
+                    if k.isascii():
+                        size += len(k) + k.count('"') + k.count("\\") + 4
+                    else:
+                        size += _text_bytes(k, path, loc, fname) + 4
+                    ti = type(item)
+                    if ti is str and item.isascii():  # the common leaves, counted here
+                        size += len(item) + item.count('"') + item.count("\\") + 2
+                    elif item is None or ti is bool:
+                        size += 5
+                    else:  # a record's own fields name themselves
+                        push((item, depth + 1, (loc, k), k if top else fname))
+            else:
+                for i, item in enumerate(v):
+                    push((item, depth + 1, (loc, i), fname))
+                size += len(v)
+            size += 2
+        elif isinstance(v, str):
+            size += _text_bytes(v, path, loc, fname) + 2
+        elif isinstance(v, bool):
             size += 5
         elif isinstance(v, int):
             if not INT64_MIN <= v <= INT64_MAX:
-                raise ValidationError(f"{_where(where)}integer out of the 64-bit range", field=fname)
+                raise ValidationError(f"{_where(_path(path, loc))}integer out of the 64-bit range", field=fname)
             size += 20
         elif isinstance(v, float):
             if not math.isfinite(v):
-                raise ValidationError(f"{_where(where)}NaN and Infinity are not JSON", field=fname)
+                raise ValidationError(f"{_where(_path(path, loc))}NaN and Infinity are not JSON", field=fname)
             size += 24
-        elif isinstance(v, str):
-            size += _text_bytes(v, where, fname) + 2
-        elif isinstance(v, (dict, list)):
-            if depth > limits.max_depth:
-                raise LimitExceeded(
-                    f"{_where(where)}nested deeper than {limits.max_depth} levels",
-                    limit="max_depth", maximum=limits.max_depth, field=fname)
-            if isinstance(v, dict):
-                for k, item in v.items():
-                    if not isinstance(k, str):
-                        raise ValidationError(f"{_where(where)}object keys must be strings", field=fname)
-                    size += _text_bytes(k, where, fname) + 4
-                    # a record's own fields name themselves
-                    stack.append((item, depth + 1, f"{where}.{k}" if where else k,
-                                  k if fname is None and depth == 1 else fname))
-            else:
-                for i, item in enumerate(v):
-                    stack.append((item, depth + 1, f"{where}[{i}]", fname))
-                    size += 1
-            size += 2
         else:
-            raise ValidationError(f"{_where(where)}{type(v).__name__} is not a JSON value", field=fname)
+            raise ValidationError(f"{_where(_path(path, loc))}{type(v).__name__} is not a JSON value", field=fname)
         if max_bytes is not None and size > max_bytes:
             raise LimitExceeded(f"{_where(path)}larger than {max_bytes} bytes",
                                 limit=limit_name, maximum=max_bytes, field=field)
     return size
 
 
-def _text_bytes(s: str, where: str, field: str | None) -> int:
+def _text_bytes(s: str, root: str, loc: Any, field: str | None) -> int:
     if s.isascii():
         return len(s) + s.count('"') + s.count("\\")
     try:
         return len(s.encode("utf-8"))
     except UnicodeEncodeError as e:
-        raise ValidationError(f"{_where(where)}text is not valid Unicode (a lone surrogate at {e.start})",
+        raise ValidationError(f"{_where(_path(root, loc))}text is not valid Unicode (a lone surrogate at {e.start})",
                               field=field) from e
 
 

@@ -134,7 +134,11 @@ function appendRequests(tx, sess, sessionId, records, now) {
   let seq = sess.nextSeq ?? sess.messageCount ?? 0;
   const first = seq;
   const messages = tx.objectStore("messages");
-  const ps = records.map((r) => messages.add({ ...r, sessionId, seq: seq++ }));
+  const ps = records.map((r) => {  // the parsed records are this call's own: complete them in place
+    r.sessionId = sessionId;
+    r.seq = seq++;
+    return messages.add(r);
+  });
   sess.nextSeq = seq;
   sess.messageCount = (sess.messageCount ?? 0) + records.length;
   sess.updatedAt = now;

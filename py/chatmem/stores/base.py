@@ -129,7 +129,8 @@ class Store(Protocol):
         The session's ``updatedAt`` becomes ``now`` and ``messageCount`` grows by
         ``len(records)``. If the session does not exist, it is created from
         ``create`` when given, else ``SessionNotFound``. Returns the stored
-        message records and the new session record.
+        message records (a store may complete and return the given dicts: they
+        are the caller's fresh records) and the new session record.
         """
         ...
 

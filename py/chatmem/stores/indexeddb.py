@@ -82,7 +82,10 @@ class IndexedDBStore:
         first, sess = await self._db.call(
             "appendMessages", sessionId=session_id, records=records, now=now, create=create, ops=ops
         )
-        return [dict(r, seq=first + i, sessionId=session_id) for i, r in enumerate(records)], sess
+        for i, r in enumerate(records):  # the caller's fresh records become the stored ones
+            r["seq"] = first + i
+            r["sessionId"] = session_id
+        return records, sess
 
     async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
         return await self._db.call(  # type: ignore[no-any-return]
