@@ -10,7 +10,9 @@ here) and over DuckDB-Wasm in the browser (the browser adapter):
 - ``executemany(sql, rows)``: the same statement for each row of scalars;
 - ``load_rows(table, columns, rows)``: the bulk path; values may be scalars
   or lists of scalars (for ``VARCHAR[]`` / ``FLOAT[]`` columns);
-- ``close()``.
+- ``close()``;
+- optionally ``execute_small(sql, params)``: ``execute`` for a statement known to be
+  small, which the engine may run without a thread hop (``DuckDBEngine`` does).
 
 Every engine must have run ``SET autoload_known_extensions=false``: the index
 uses core SQL only (no json, fts, vss, icu), so nothing reaches for the network.
@@ -221,6 +223,23 @@ class DuckDBEngine:
         run = self._interruptible if interruptible else self._call
         result: list[dict[str, Any]] = await run(self._execute, sql, params)
         return result
+
+    async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """``execute`` for a statement the caller knows to be small (a few thousand rows
+        at most): run on the calling thread when the engine is free, which saves the
+        hop to a worker thread and back (it blocks the event loop for the statement's
+        short time); in a worker thread, as ``execute``, when another call holds it."""
+        if not self._lock.acquire(blocking=False):
+            return await self.execute(sql, params)
+        try:
+            if self._closed:
+                raise DatabaseClosed("the query index is closed")
+            try:
+                return self._execute(sql, params)
+            except self._duckdb.Error as e:
+                raise QueryError(f"{type(e).__name__}: {e}") from e
+        finally:
+            self._lock.release()
 
     async def executemany(self, sql: str, rows: Sequence[Row]) -> None:
         await self._call(self._executemany, sql, rows)

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import scoring
+from .embed import cosine_sql, model_key
 from .hits import (
     Filters,
     SearchHit,
@@ -36,6 +38,7 @@ from .hits import (
     hit_from_row,
     phrase_matches,
 )
+from .scoring import keyword_ranking, postings_needed, round9, term_weights
 from .tokenize import ParsedQuery
 
 __all__ = ["RRF_DEPTH", "RRF_K", "hybrid"]
@@ -57,13 +60,17 @@ async def _phrase_ids(index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple
 async def hybrid(
     index: Any, pq: ParsedQuery, kw_flt: Filters, flt: Filters, sem_cte: str, sem_params: list[Any],
     stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int,
-    thr: float | None, lim_sql: str, lim_params: list[Any],
+    thr: float | None, lim_sql: str, lim_params: list[Any], sem_query: tuple[str, str, int] | None = None,
 ) -> list[SearchHit]:
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered; it carries ``created_at``), ranks, fusion. Both rankings
     hold only messages that pass the filters, so the fused rows need no join (``flt``,
     the same filters over ``messages m``, is not read)."""
     terms = await _term_stats(index, pq)
+    if (terms is not None and lim_params and sem_query is not None and not pq.phrases and kw_flt.sql == "TRUE" and flt.sql == "TRUE"
+            and postings_needed(pq, terms) <= scoring.PY_POSTINGS):
+        return await _fused_here(index, pq, terms, sem_query, stats, w, now_ms, half_life_ms, thr,
+                                 int(lim_params[0]))
     if terms is not None:
         # the term-id form keyword search uses: postings by term id, no per-term unions
         kw_sql, cparams, required = bm25_sql(pq, stats, kw_flt, terms)
@@ -111,4 +118,66 @@ async def hybrid(
             "keyword_rank": float(x["kr"]), "semantic_rank": float(x["sr"]),
         })
         for r, x in await _fetch(index, rows)
+    ]
+
+
+async def _fused_here(
+    index: Any, pq: ParsedQuery, terms: Mapping[str, tuple[int, int]], sem_query: tuple[str, str, int],
+    stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int, thr: float | None,
+    limit: int,
+) -> list[SearchHit]:
+    """``hybrid`` without filters or phrases, for a query with few postings: the keyword
+    list scored in Python (``scoring``), the semantic list one statement, fused here with
+    the arithmetic of the SQL form (same ranks, scores and order)."""
+    depth = max(RRF_DEPTH, limit)
+    weights, required = term_weights(pq, stats, terms)
+    kws = await keyword_ranking(index, weights, required, stats, depth) if weights is not None else []
+    # the semantic list: ranked by the in-context cosine (the own one where there is none),
+    # the own cosine computed for the top only
+    vec, model, dim = sem_query
+    # a scan of a few thousand vectors is a small read (no thread hop on CPython)
+    run = scoring.small_read(index) if stats[0] <= scoring.WHOLE_DOCS else index.execute
+    # the model by its integer key written into the SQL (zone maps skip the filter, see
+    # ``search``); each vector row carries its message's time
+    sem = await run(
+        "WITH q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
+        f"r AS (SELECT e.message_id, e.created_at, e.vec, e.scale, "
+        f"coalesce({cosine_sql(context=True)}, {cosine_sql()}) AS rsim "
+        f"FROM embeddings e CROSS JOIN q WHERE e.model_key = {model_key(model)} AND e.dim = {int(dim)} "
+        f"ORDER BY rsim DESC, e.message_id DESC LIMIT {depth})\n"
+        f"SELECT r.message_id, r.created_at, {cosine_sql('r')} AS sim FROM r CROSS JOIN q "
+        "ORDER BY r.rsim DESC, r.message_id DESC",
+        [vec])
+    times = {mid: created for mid, _, created in kws}
+    for r in sem:
+        if r["created_at"] is not None:
+            times.setdefault(r["message_id"], int(r["created_at"]))
+    k = float(RRF_K)
+    # message_id -> [bm25, keyword rank, similarity, semantic rank, created_at]
+    c: dict[str, list[Any]] = {}
+    for r, (mid, kw, created) in enumerate(kws, 1):
+        c[mid] = [kw, r, 0.0, 0, created]
+    for r, row in enumerate(sem, 1):
+        when = times.get(row["message_id"])
+        if when is None:
+            continue  # a vector without its message: ranked, then dropped (as the SQL's join does)
+        e = c.setdefault(row["message_id"], [0.0, 0, 0.0, 0, when])
+        e[2], e[3] = float(row["sim"]), r
+    out = []
+    for mid, (kw, kr, sim, sr, created) in c.items():
+        p_kw = w["keyword"] * ((k + 1) / (k + kr) if kr else 0.0)
+        p_sem = w["semantic"] * ((k + 1) / (k + sr) if sr else 0.0)
+        p_rec = w["recency"] * 0.5 ** (max(now_ms - created, 0) / float(half_life_ms))
+        score = round9(p_kw + p_sem + p_rec)
+        if thr is not None and score < thr:
+            continue
+        out.append({"id": mid, "created_at": created, "score": score, "p_kw": p_kw, "p_sem": p_sem,
+                    "p_rec": p_rec, "bm25": kw, "similarity": sim, "kr": kr, "sr": sr})
+    out.sort(key=lambda x: (x["score"], x["created_at"], x["id"]), reverse=True)
+    return [
+        hit_from_row(r, x["score"], {
+            "keyword": x["p_kw"], "semantic": x["p_sem"], "recency": x["p_rec"], "bm25": x["bm25"],
+            "similarity": x["similarity"], "keyword_rank": float(x["kr"]), "semantic_rank": float(x["sr"]),
+        })
+        for r, x in await _fetch(index, out[:limit])
     ]

@@ -3,7 +3,6 @@ reading hits back from the index (``search`` and ``fusion`` both build on it).""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,12 +10,12 @@ from typing import Any
 from ..errors import ValidationError
 from ..models import ROLES, ChatMessage, extract_text
 from .schema import row_to_message_record
+from .scoring import K1, B, term_weights
 from .tokenize import ParsedQuery, norm_text, phrase_pattern
 
 __all__ = ["K1", "B", "DAY_MS", "DEFAULT_WEIGHTS", "SearchHit", "Filters", "build_filters", "bm25_sql",
            "bm25_ctes", "hit_from_row", "phrase_matches", "rank_top", "top_sql"]
 
-K1, B = 1.2, 0.75
 DAY_MS = 86_400_000
 DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.5, "recency": 0.0}
 _MAX_LIMIT = 10_000
@@ -121,10 +120,6 @@ def _stats_params(stats: tuple[int, float]) -> list[Any]:
     return [int(n), K1 * (1 - B), K1 * B / avgdl]
 
 
-def _idf(n: int, df: int) -> float:
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-
 def _f(x: float) -> str:
     """A DOUBLE literal (with an exponent: a plain decimal literal would be a DECIMAL)."""
     return f"{x:.17e}"
@@ -143,22 +138,15 @@ def _scored(pq: ParsedQuery, stats: tuple[int, float],
     how many required terms it holds, from one scan of each term's postings
     (``tid = constant``: the zone maps of the tid-sorted postings skip to it),
     weighted by an idf computed here. None when nothing can match."""
-    req_values = list(dict.fromkeys(t.value for t in pq.required))
-    if any(v not in terms for v in req_values):
-        return None, len(req_values)
-    req = set(req_values)
-    n, avgdl = stats
-    parts = []
-    for v in dict.fromkeys(t.value for t in pq.all_terms):
-        if v not in terms:
-            continue
-        tid, df = terms[v]
-        parts.append(f"SELECT doc, {_f(_idf(n, df))} * tf * {_f(K1 + 1)} / (tf + {_f(K1 * (1 - B))} + "
-                     f"{_f(K1 * B / avgdl)} * dl) AS w, {int(v in req)} AS r FROM postings WHERE tid = {int(tid)}")
-    if not parts:
-        return None, len(req_values)
+    weights, required = term_weights(pq, stats, terms)
+    if weights is None:
+        return None, required
+    _, avgdl = stats
+    parts = [f"SELECT doc, {_f(w)} * tf * {_f(K1 + 1)} / (tf + {_f(K1 * (1 - B))} + "
+             f"{_f(K1 * B / avgdl)} * dl) AS w, {int(r)} AS r FROM postings WHERE tid = {int(tid)}"
+             for tid, w, r in weights]
     return (f"SELECT doc, sum(w) AS kw, sum(r) AS req FROM ({' UNION ALL '.join(parts)}) GROUP BY doc",
-            len(req_values))
+            required)
 
 
 def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None,

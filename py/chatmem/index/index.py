@@ -77,6 +77,9 @@ class QueryIndex:
     vectors are made on demand by ``embed_missing`` (which semantic search calls).
     """
 
+    #: whether docs read by a search are kept (``KeywordFigures.docs``) across searches
+    keeps_docs = True
+
     def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
                  compact_after: int = 200_000, records: RecordSource | None = None):
         self.engine = engine
@@ -143,6 +146,14 @@ class QueryIndex:
         async with self._lock:
             return await self.engine.execute(sql, params)
 
+    async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """``execute`` for a small read (a few thousand rows at most): through the engine's
+        ``execute_small`` when it has one (no thread hop)."""
+        await self.setup()
+        run = getattr(self.engine, "execute_small", None) or self.engine.execute
+        async with self._lock:
+            return await run(sql, params)
+
     async def sql(
         self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
     ) -> list[dict[str, Any]]:
@@ -196,6 +207,16 @@ class QueryIndex:
                 await self._figures.read_vocabulary(self.engine)
             except Exception:  # noqa: BLE001 - e.g. the engine closed: terms are looked up per query
                 pass
+
+    # what searches read, kept exact by every write (``KeywordFigures``; ``scoring`` uses them)
+    doc_cache = property(lambda self: self._figures.docs, doc="``{doc: (message_id, created_at)}``")
+    postings_cache = property(lambda self: self._figures.postings, doc="``{tid: [(doc, tf, dl)]}``")
+
+    def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
+        self._figures.remember_postings(postings)
+
+    def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
+        self._figures.remember_docs(docs)
 
     def _forget_stats(self) -> None:
         """Messages change: the cached BM25 figures and embedding completeness are stale."""

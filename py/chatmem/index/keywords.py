@@ -11,7 +11,9 @@ dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
 
 ``KeywordFigures`` holds ``(n, total)`` and ``term -> (tid, df)`` for the
 terms queries asked about (the whole vocabulary while it has at most
-``TERM_CACHE`` terms), updated exactly by each append and forgotten by a delete,
+``TERM_CACHE`` terms) and the message id and time of docs searches ranked,
+and the postings of the terms searches read,
+updated exactly by each append and forgotten by a delete,
 a rebuild or a failed write: a keyword search then needs no statement to learn
 them. The first query after an opening looks up only its own terms; the whole
 vocabulary is read after it has been answered (``read_vocabulary``), so the
@@ -27,10 +29,12 @@ from typing import Any
 from .engine import SQLEngine
 from .schema import STAGE_COLUMNS, TABLES, message_rows
 
-__all__ = ["TERM_CACHE", "KeywordFigures", "drop_sessions", "load_messages"]
+__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "drop_sessions", "load_messages"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
 TERM_CACHE = 50_000
+#: postings kept in Python at most (then forgotten all at once)
+POSTINGS_CACHE = 100_000
 #: appends of more messages than this forget the cached terms instead of updating them
 _EXACT_UPDATE = 500
 
@@ -63,6 +67,13 @@ class KeywordFigures:
         self.sized = False
         #: bumped whenever the figures are forgotten (a read that began before is dropped)
         self.generation = 0
+        #: doc -> (message_id, created_at) of docs read since the figures were last
+        #: forgotten (a doc's number is reused only after a delete, which forgets them)
+        self.docs: dict[int, tuple[str, int]] = {}
+        #: tid -> its postings ``(doc, tf, dl)`` as read by a search; a term's are dropped
+        #: when an append adds to them, all when the terms are forgotten
+        self.postings: dict[int, list[tuple[int, int, int]]] = {}
+        self._posting_rows = 0
 
     def forget(self) -> None:
         self.stats = None
@@ -70,6 +81,9 @@ class KeywordFigures:
 
     def forget_terms(self) -> None:
         self.terms.clear()
+        self.docs.clear()
+        self.postings.clear()
+        self._posting_rows = 0
         self.whole = self.sized = False
         self.generation += 1
 
@@ -88,6 +102,21 @@ class KeywordFigures:
             self.terms = {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
             self.whole = True
 
+    def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
+        """Keep the postings a search read (only of terms whose id is kept in ``terms``)."""
+        add = sum(len(v) for v in postings.values())
+        if self._posting_rows + add > POSTINGS_CACHE:
+            self.postings.clear()
+            self._posting_rows = 0
+        if add <= POSTINGS_CACHE:
+            self.postings.update(postings)
+            self._posting_rows += add
+
+    def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
+        if len(self.docs) + len(docs) > TERM_CACHE:
+            self.docs.clear()
+        self.docs.update(docs)
+
     async def bm25(self, engine: SQLEngine) -> tuple[int, float]:
         """``(document count, mean document length)``."""
         if self.stats is None:
@@ -105,7 +134,8 @@ class KeywordFigures:
             await self.read_vocabulary(engine)
         missing = [] if self.whole else [t for t in want if t not in self.terms]
         if missing and len(self.terms) + len(missing) > TERM_CACHE:
-            self.terms.clear()
+            self.forget_terms()
+            self.sized = True
             missing = want
         if missing:
             rows = await engine.execute(f"SELECT term, tid, df FROM terms WHERE term IN ({_marks(len(missing))})",
@@ -142,6 +172,9 @@ class KeywordFigures:
                     del self.terms[term]  # newly indexed: its id is read at the next query
                 else:
                     self.terms[term] = (v[0], v[1] + c)
+                    dropped = self.postings.pop(v[0], None)  # the append adds to them
+                    if dropped is not None:
+                        self._posting_rows -= len(dropped)
 
     async def add_new(self, engine: SQLEngine, first_tid: int) -> None:
         """While the whole vocabulary is kept: read the terms numbered from ``first_tid``."""

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
+from . import scoring
 from .embed import Embedder, calibration_of, cosine_sql, model_key, query_literal
 from .hits import (
     _MAX_LIMIT,
@@ -65,6 +66,7 @@ from .hits import (
     rank_top,
     top_sql,
 )
+from .scoring import keyword_top, postings_needed, term_weights
 from .tokenize import parse_query
 
 if TYPE_CHECKING:
@@ -166,11 +168,16 @@ async def search(
         kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
         if terms is not None and limit is not None and not pq.phrases and kflt.sql == "TRUE":
             ranked: list[dict[str, Any]] | None = None
+            tw, required = term_weights(pq, stats, terms)
+            if tw is None:
+                ranked = []
+            elif postings_needed(pq, terms) <= scoring.PY_POSTINGS:
+                ranked = await keyword_top(index, tw, required, stats, limit, thr)
             for exact in (False, True):
-                top = top_sql(pq, stats, terms, limit, thr, exact=exact)
-                ranked = rank_top(await index.execute(*top) if top is not None else [], limit, exact)
                 if ranked is not None:
                     break
+                top = top_sql(pq, stats, terms, limit, thr, exact=exact)
+                ranked = rank_top(await index.execute(*top) if top is not None else [], limit, exact)
             return [
                 hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0,
                                                     "recency": 0.0, "bm25": float(k["score"])})
@@ -240,4 +247,5 @@ async def search(
     return await hybrid(
         index, pq, build_filters(session_ids, character_ids, date_range, roles, alias="d"), flt,
         sem_cte, sem_params, await _bm25_stats(index), w,
-        system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params)
+        system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params,
+        (vec, emb.model, emb.dimensions))

@@ -196,6 +196,8 @@ class RemoteQueryIndex(QueryIndex):
     """A guest's view of the owner's index: reads through ``RemoteEngine``; nothing
     the store derives is written from here (the owner re-reads the store instead)."""
 
+    keeps_docs = False  # the owner's writes renumber them
+
     def __init__(self, share: IndexShare, *, embedder: Embedder | None = None,
                  records: RecordSource | None = None):
         super().__init__(RemoteEngine(share), embedder=embedder, records=records)

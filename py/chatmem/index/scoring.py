@@ -1,0 +1,181 @@
+"""BM25 of a small keyword query scored in Python from its postings.
+
+The index knows each query term's id and document frequency before any
+statement runs (``KeywordFigures``), so it knows how many postings a query
+touches. When that is at most ``PY_POSTINGS``, one light statement reads those
+postings (``tid, doc, tf, dl``) and the BM25 sums are made here: a DuckDB
+statement that scores and ranks costs several times more to plan than to run
+over a few thousand rows. Larger queries are scored in SQL (``hits.top_sql``,
+``hits.bm25_sql``).
+
+Both scorers use the same weights (``term_weights``: one idf per term, the
+same constants) and the same arithmetic in the same order, and round as
+DuckDB's ``round(x, 9)`` does (``round9``), so they rank and score alike
+(``tests/unit/test_scoring.py`` holds them to identical results).
+
+The doc numbers of the winners are turned into message ids and times through
+``KeywordFigures.docs`` (read from ``docs`` once, then kept until the figures
+are forgotten). Nothing here is durable.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .tokenize import ParsedQuery
+
+__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "small_read", "term_weights",
+           "top_docs"]
+
+K1, B = 1.2, 0.75
+
+#: queries touching at most this many postings are scored in Python
+PY_POSTINGS = 4096
+#: indexes of at most this many docs have them all read at the first search that needs one
+WHOLE_DOCS = 20_000
+#: postings (about: the total of document lengths) up to which one ``tid IN (...)`` scan
+#: is cheapest; past it each term is read by its own ``tid = ?`` scan (zone maps skip to it)
+_ONE_SCAN = 250_000
+
+
+def small_read(index: Any) -> Any:
+    """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
+    return getattr(index, "execute_small", None) or index.execute
+
+
+def round9(x: float) -> float:
+    """``round(x, 9)`` as DuckDB computes it for a DOUBLE (``std::round(x * 1e9) / 1e9``,
+    halves away from zero), not Python's correctly rounded ``round``."""
+    v = x * 1e9
+    r = math.floor(abs(v))
+    if abs(v) - r >= 0.5:
+        r += 1
+    return math.copysign(r, v) / 1e9
+
+
+def idf(n: int, df: int) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def term_weights(pq: ParsedQuery, stats: tuple[int, float],
+                 terms: Mapping[str, tuple[int, int]]) -> tuple[list[tuple[int, float, bool]] | None, int]:
+    """``([(tid, idf, required)], number of required terms)`` of the query's indexed
+    terms, in query order; None when nothing can match (a required term is not indexed,
+    or no term is)."""
+    req_values = list(dict.fromkeys(t.value for t in pq.required))
+    if any(v not in terms for v in req_values):
+        return None, len(req_values)
+    req = set(req_values)
+    n, _ = stats
+    out = []
+    for v in dict.fromkeys(t.value for t in pq.all_terms):
+        if v in terms:
+            tid, df = terms[v]
+            out.append((int(tid), idf(n, df), v in req))
+    return (out or None), len(req_values)
+
+
+def postings_needed(pq: ParsedQuery, terms: Mapping[str, tuple[int, int]]) -> int:
+    """How many postings the query's terms have (the sum of their df)."""
+    return sum(terms[v][1] for v in dict.fromkeys(t.value for t in pq.all_terms) if v in terms)
+
+
+async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: tuple[int, float],
+                    total: int) -> dict[int, tuple[float, int]]:
+    """``{doc: (BM25 sum, required terms held)}`` of every doc holding a query term,
+    from the postings the index keeps and one read of the others. ``total``: the postings table's size (about)."""
+    tids = [t for t, _, _ in weights]
+    cache: dict[int, list[tuple[int, int, int]]] | None = getattr(index, "postings_cache", None)
+    have = cache if cache is not None else {}
+    missing = [t for t in tids if t not in have]
+    by_tid: dict[int, list[tuple[int, int, int]]] = {t: have[t] for t in tids if t in have}
+    if missing:
+        if total <= _ONE_SCAN:
+            sql = f"SELECT tid, doc, tf, dl FROM postings WHERE tid IN ({', '.join(str(t) for t in missing)})"
+        else:
+            sql = " UNION ALL ".join(f"SELECT tid, doc, tf, dl FROM postings WHERE tid = {t}" for t in missing)
+        read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in missing}
+        for r in await small_read(index)(sql):
+            read[r["tid"]].append((r["doc"], r["tf"], r["dl"]))
+        by_tid.update(read)
+        if cache is not None:
+            index.remember_postings(read)
+    _, avgdl = stats
+    k, c1, c2 = K1 + 1, K1 * (1 - B), K1 * B / avgdl
+    out: dict[int, tuple[float, int]] = {}
+    for tid, w, required in weights:  # summed in query order, as the SQL's UNION ALL
+        inc = 1 if required else 0
+        for d, tf, dl in by_tid[tid]:
+            s = w * tf * k / (tf + c1 + c2 * dl)
+            prev = out.get(d)
+            out[d] = (s, inc) if prev is None else (prev[0] + s, prev[1] + inc)
+    return out
+
+
+async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
+    """``{doc: (message_id, created_at)}``: from the index's kept figures, reading
+    ``docs`` only for those it has not seen (all of them at once, the first time,
+    while the index holds at most ``WHOLE_DOCS`` docs)."""
+    known: dict[int, tuple[str, int]] = getattr(index, "doc_cache", None) or {}
+    missing = [d for d in docs if d not in known]
+    if not missing:
+        return {d: known[d] for d in docs}
+    whole = not known and getattr(index, "keeps_docs", False) and (await index.bm25_stats())[0] <= WHOLE_DOCS
+    sql = "SELECT doc, message_id, created_at FROM docs"
+    if not whole:
+        sql += f" WHERE doc IN ({', '.join(str(int(d)) for d in missing)})"
+    rows = await small_read(index)(sql)
+    got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"])) for r in rows}
+    remember = getattr(index, "remember_docs", None)
+    if remember is not None:
+        remember(got)
+    return {d: known[d] if d in known else got[d] for d in docs if d in known or d in got}
+
+
+def top_docs(scored: Mapping[int, tuple[float, int]], required: int, limit: int,
+             threshold: float | None, *, rounded: bool) -> list[tuple[float, int]]:
+    """``(score, doc)`` of the docs holding every required term (and scoring at least
+    ``threshold``) whose score is at least the ``limit``-th best: the top ``limit`` and
+    everything tied with its last (ties are ordered by the caller). ``rounded``:
+    scores are ``round9`` of the sums (else the raw sums)."""
+    cand = [(kw, d) for d, (kw, req) in scored.items() if req == required]
+    if threshold is not None:
+        cand = [c for c in cand if round9(c[0]) >= threshold]
+    if len(cand) > limit:
+        # round9 is monotone: the limit-th best rounded score is the rounded limit-th best sum
+        cut = heapq.nlargest(limit, (kw for kw, _ in cand))[-1]
+        if rounded:
+            low = round9(cut)
+            cand = [c for c in cand if c[0] >= low - 1e-9 and round9(c[0]) >= low]
+        else:
+            cand = [c for c in cand if c[0] >= cut]
+    return [(round9(kw), d) for kw, d in cand] if rounded else cand
+
+
+async def keyword_top(index: Any, weights: list[tuple[int, float, bool]], required: int,
+                      stats: tuple[int, float], limit: int, threshold: float | None) -> list[dict[str, Any]]:
+    """What ``hits.top_sql`` + ``hits.rank_top`` answer, scored here: ``{id, score,
+    created_at}`` of the best ``limit`` docs, by score, then newest, then id."""
+    n, avgdl = stats
+    scored = await py_scores(index, weights, stats, int(n * avgdl))
+    top = top_docs(scored, required, limit, threshold, rounded=True)
+    meta = await doc_meta(index, [d for _, d in top])
+    rows = [{"id": meta[d][0], "score": s, "created_at": meta[d][1]} for s, d in top if d in meta]
+    rows.sort(key=lambda r: (r["score"], r["created_at"], r["id"]), reverse=True)
+    return rows[:limit]
+
+
+async def keyword_ranking(index: Any, weights: list[tuple[int, float, bool]], required: int,
+                          stats: tuple[int, float], depth: int) -> list[tuple[str, float, int]]:
+    """``(message_id, BM25 sum, created_at)`` of the best ``depth`` docs holding every
+    required term, by the raw sum, then id (both descending): the keyword list of RRF."""
+    n, avgdl = stats
+    scored = await py_scores(index, weights, stats, int(n * avgdl))
+    top = top_docs(scored, required, depth, None, rounded=False)
+    meta = await doc_meta(index, [d for _, d in top])
+    rows = [(meta[d][0], s, meta[d][1]) for s, d in top if d in meta]
+    rows.sort(key=lambda r: (r[1], r[0]), reverse=True)
+    return rows[:depth]
