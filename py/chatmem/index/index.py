@@ -38,9 +38,10 @@ from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
-from .embed import EMBEDDING_COLUMNS, Embedder
+from .embed import Embedder
 from .engine import SQLEngine
 from .keywords import KeywordFigures, drop_sessions, load_messages
+from .missing import embed_missing
 from .schema import (
     INDEX_STATEMENTS,
     SCHEMA_VERSION,
@@ -471,52 +472,5 @@ class QueryIndex:
     async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
                             batch_size: int = 256, limit: int | None = None) -> int:
         """Embed the messages that have no vector for ``embedder.model`` yet (at most
-        ``limit``, oldest first); return how many. ``embed_progress`` is then
-        ``(messages with a vector, messages)`` of the scope.
-
-        Cheap when nothing is missing: two counts, and none at all once a whole-index
-        check found every message embedded and no message was written since.
-        """
-        from .embed import embedding_rows
-
-        await self.setup()
-        if not embedder.dimensions:
-            await embedder.embed(["dimension probe"])  # an HTTP embedder learns its size
-        key = (embedder.model, embedder.dimensions)
-        if key in self._complete:
-            return 0
-        where, params = ("WHERE session_id = ?", [session_id]) if session_id else ("", [])
-        total = await self.execute(f"SELECT count(*) AS n FROM messages {where}", params)
-        done = await self.execute(
-            "SELECT count(*) AS n FROM embeddings e WHERE e.model = ? AND e.dim = ?"
-            + (" AND e.message_id IN (SELECT id FROM messages WHERE session_id = ?)" if session_id else ""),
-            [embedder.model, embedder.dimensions] + params,
-        )
-        n_total, n_done = int(total[0]["n"]), int(done[0]["n"])
-        self.embed_progress = (min(n_done, n_total), n_total)
-        if n_total <= n_done:
-            if not session_id:
-                self._complete.add(key)
-            return 0
-        rows = await self.execute(
-            "SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
-            "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
-            + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
-            + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
-            "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id" + (" LIMIT ?" if limit else ""),
-            params + [embedder.model, embedder.dimensions] + ([limit] if limit else []),
-        )
-        # a vector of another dimension under the same model name is stale: replace it
-        for i in range(0, len(rows), batch_size):
-            part = rows[i : i + batch_size]
-            # embedded outside the lock (it yields to the event loop); written under it
-            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part],
-                                            {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part})
-            async with self._lock:
-                await self.engine.execute(
-                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({_placeholders(len(part))})",
-                    [embedder.model] + [r["id"] for r in part],
-                )
-                await self.engine.load_rows("embeddings", EMBEDDING_COLUMNS, vec_rows)
-            self.embed_progress = (min(n_done + i + len(part), n_total), n_total)
-        return len(rows)
+        ``limit``, oldest first); return how many (see ``missing.embed_missing``)."""
+        return await embed_missing(self, embedder, session_id=session_id, batch_size=batch_size, limit=limit)

@@ -176,7 +176,8 @@ async def fetch_model() -> bytes:
     if not resp.ok:
         raise ValueError(f"embedding model: HTTP {resp.status}")
     buf = await resp.arrayBuffer()
-    return bytes(js.Uint8Array.new(buf).to_py())
+    data: bytes = buf.to_bytes()  # one copy out of JS
+    return data
 
 
 # ---------------------------------------------------------------------------- the page's test hook
