@@ -45,6 +45,15 @@ def wait_chip(app: AppPage, state: str, timeout: float = 15.0) -> str:
     return chip(app)[1]
 
 
+def wait_error(page: Any, *words: str) -> None:
+    """Wait until the panel's "Last error" names one of ``words``: the panel
+    re-renders after the chip (both from the same status), so the chip alone
+    does not say the panel has caught up."""
+    page.wait_for_function(
+        "words => words.some(w => (document.querySelector('#sync-error')?.textContent || '').includes(w))",
+        arg=list(words), timeout=15_000)
+
+
 def settings(app: AppPage, endpoint: str, key: str, auto: bool = False, interval: int = 60) -> None:
     p = app.page
     p.click(".tools [data-panel=settings]")
@@ -81,7 +90,7 @@ def test_sync_status_shows_pending_then_synced(ctx: Any, site: str, srv: Any) ->
     # a rejected key pauses sync and says so; nothing reached the server
     sync_now(app)
     assert wait_chip(app, "paused-auth") == "Sync key rejected"
-    assert "401" in page.locator("#sync-error").inner_text() or "key" in page.locator("#sync-error").inner_text()
+    wait_error(page, "401", "key")
     assert server_snapshot(srv, KEY)["sessions"] == {}
 
     settings(app, srv.url, KEY)
@@ -183,5 +192,5 @@ def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) ->
         encrypted_settings(app2, srv.url, "not the passphrase")
         sync_now(app2)
         assert wait_chip(app2, "wrong-passphrase") == "Wrong passphrase"
-        assert "passphrase" in other.locator("#sync-error").inner_text()
+        wait_error(other, "passphrase")
         assert not app.errors and not app2.errors, app.errors + app2.errors
