@@ -8,7 +8,7 @@
 //   schema.js         the IndexedDB schema and its migrations
 //   query-engine.js   DuckDB-Wasm, the derived query index (and its OPFS cache file)
 //   token-counter.js  exact BPE token counts (gpt-tokenizer)
-//   token-sums.js     the static embedding model's sums (the same integers as Python's)
+//   token-sums.js     the static embedding model's sums (the same integers as Python's), in a worker
 //   locks.js          Web Locks and the online status, for sync
 //   index-share.js    one query index for all tabs: the owner answers the others
 //   crypto.js         WebCrypto for end-to-end encrypted sync
@@ -18,7 +18,7 @@ export { drop, open, openEnvelope, requestPersistence, storageEstimate } from ".
 export { SCHEMA_VERSION } from "./schema.js";
 export { duckdbOpen, duckdbOpenEnvelope, duckdbPrestart, opfsRemove } from "./query-engine.js";
 export { tokenCounter } from "./token-counter.js";
-export { tokenSums } from "./token-sums.js";
+export { tokenSums, tokenSumsWorker } from "./token-sums.js";
 export { isOnline, onOnline, tryLock } from "./locks.js";
 export { indexShare } from "./index-share.js";
 export { e2eOpen, e2ePbkdf2, e2eSeal } from "./crypto.js";

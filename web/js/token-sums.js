@@ -32,3 +32,53 @@ export function tokenSums(table, dim, weights) {
     return out;
   };
 }
+
+// A typed array that owns its whole buffer can be moved to a worker; one that views a larger
+// buffer (Pyodide's memory, say) is copied instead.
+function movable(a) {
+  return a.byteOffset === 0 && a.byteLength === a.buffer.byteLength ? [a.buffer] : [];
+}
+
+/** The same sums in a worker of their own (token-sums-worker.js): the main thread sends the
+ *  table in pieces (`part(bytes)`, then `init(dim, weights)`), then `sums(ids, offsets)`
+ *  resolves to what `tokenSums` returns. `close()` ends the worker. */
+export function tokenSumsWorker() {
+  const worker = new Worker(new URL("./token-sums-worker.js", import.meta.url), { type: "module" });
+  const waiting = new Map();
+  let next = 0;
+  let failed = null;
+  const settle = (id, fn) => {
+    const w = waiting.get(id);
+    waiting.delete(id);
+    if (w) fn(w);
+  };
+  worker.onmessage = (e) => {
+    const { id, out, error } = e.data;
+    settle(id, (w) => (error ? w.reject(new Error(error)) : w.resolve(out)));
+  };
+  worker.onerror = (e) => {
+    e.preventDefault?.();
+    failed = new Error(`the token sums worker failed: ${e.message || "it could not start"}`);
+    for (const w of waiting.values()) w.reject(failed);
+    waiting.clear();
+  };
+  return {
+    part(bytes) {
+      worker.postMessage({ kind: "part", bytes }, movable(bytes));
+    },
+    init(dim, weights) {
+      worker.postMessage({ kind: "init", dim, weights }, movable(weights));
+    },
+    sums(ids, offsets) {
+      if (failed) return Promise.reject(failed);
+      const id = ++next;
+      return new Promise((resolve, reject) => {
+        waiting.set(id, { resolve, reject });
+        worker.postMessage({ kind: "sums", id, ids, offsets }, [...movable(ids), ...movable(offsets)]);
+      });
+    },
+    close() {
+      worker.terminate();
+    },
+  };
+}

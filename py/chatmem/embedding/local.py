@@ -37,6 +37,27 @@ async def _pause() -> None:
     await asyncio.sleep(0)
 
 
+class _Slicer:
+    """Yields to the event loop once ``budget`` seconds of work ran since the last yield
+    (``tick`` after each piece of work): a page's interface waits at most one slice."""
+
+    def __init__(self, budget: float = SLICE_S):
+        self.budget = budget
+        self.start = time.perf_counter()
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
+
+    def restart(self) -> None:
+        """The event loop ran just now (e.g. an awaited call came back)."""
+        self.start = time.perf_counter()
+
+    async def tick(self) -> None:
+        if time.perf_counter() - self.start > self.budget:
+            await asyncio.sleep(0)
+            self.start = time.perf_counter()
+
+
 def _runtime_sums(model: StaticEmbedder) -> TokenSums | None:
     """The runtime's faster sums for ``model`` (the page's, in JS), None for Python's."""
     from ..runtime import default_runtime
@@ -84,7 +105,10 @@ class LocalEmbedder:
                     m = await StaticEmbedder.parse(data, _pause)
                     if m.model != self.model or m.dimensions != self.dimensions:
                         raise EmbeddingError(f"model file holds {m.model!r}, expected {self.model!r}")
-                    self._sums = _runtime_sums(m)
+                    sums = _runtime_sums(m)
+                    if sums is not None:
+                        await sums([])  # an empty call sets the runtime's summer up (in steps)
+                    self._sums = sums
                     self._model = m
         return self._model
 
@@ -97,23 +121,24 @@ class LocalEmbedder:
         (in the page: the interface never waits more than one slice for a batch)."""
         m = await self.load()
         out: list[list[float]] = []
-        start = time.perf_counter()
+        slicer = _Slicer()
         if self._sums is None:
             for t in texts:
                 out.append(m.embed_one(t))
-                if time.perf_counter() - start > SLICE_S:
-                    await asyncio.sleep(0)
-                    start = time.perf_counter()
+                await slicer.tick()
             return out
-        # the runtime's sums: tokenise for a slice, sum that slice in one call, yield
+        # the runtime's sums (the page's, in a worker): tokenise for half a slice, have that
+        # part summed (the page runs meanwhile), then make its vectors, a slice at a time
         chunk: list[list[int]] = []
         for i, t in enumerate(texts):
             chunk.append(m.token_ids(t))
-            if time.perf_counter() - start > SLICE_S / 2 or i == len(texts) - 1:
-                out.extend(m.vector(s) for s in self._sums(chunk))
+            if slicer.spent() > SLICE_S / 2 or i == len(texts) - 1:
+                sums = await self._sums(chunk)
+                slicer.restart()
+                for s in sums:
+                    out.append(m.vector(s))
+                    await slicer.tick()
                 chunk = []
-                await asyncio.sleep(0)
-                start = time.perf_counter()
         return out
 
     def embed_one(self, text: str) -> list[float]:

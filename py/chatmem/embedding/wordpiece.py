@@ -44,9 +44,10 @@ def _is_chinese(o: int) -> bool:
 class WordPiece:
     """Text to vocabulary ids. ``vocab`` is the token list (id = position)."""
 
-    def __init__(self, vocab: Sequence[str], unk: str = "[UNK]"):
+    def __init__(self, vocab: Sequence[str], unk: str = "[UNK]", *, ids: dict[str, int] | None = None):
+        """``ids``: the token -> id map of ``vocab``, when the caller built it already."""
         self.vocab = list(vocab)
-        self.ids = {t: i for i, t in enumerate(self.vocab)}
+        self.ids = ids if ids is not None else {t: i for i, t in enumerate(self.vocab)}
         self.unk_id = self.ids[unk]
         self._cache: dict[str, list[int]] = {}
 

@@ -354,6 +354,7 @@ async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | t
         [p for _, _, p in full if p is not None] if weight > 0 else []))
     rows: list[tuple[Any, ...]] = []
     key = model_key(embedder.model)
+    await asyncio.sleep(0)  # the embedder's last slice ran up to here: a fresh one for these
     start = time.perf_counter()
     for mid, t, p in full:
         if time.perf_counter() - start > _SLICE_S:  # a page's interface never waits long for a batch
