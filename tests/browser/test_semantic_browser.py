@@ -32,8 +32,9 @@ await emb.embed(["warm"])
 
 
 def test_batches_summed_in_js_are_bit_for_bit_cpython(page: Page) -> None:
-    """``embed`` of a batch sums the token rows in JS (web/js/token-sums.js): every vector
-    equals CPython's exactly, also for no token, special tokens only and past 512 tokens."""
+    """``embed`` of a batch sums the token rows in JS, in a worker of their own
+    (web/js/token-sums-worker.js): every vector equals CPython's exactly, also for no
+    token, special tokens only and past 512 tokens."""
     path = find_model_file()
     assert path is not None, "the model is built with dist/"
     here = StaticEmbedder.load(path)
@@ -42,10 +43,13 @@ def test_batches_summed_in_js_are_bit_for_bit_cpython(page: Page) -> None:
 from chatmem.embedding import LocalEmbedder
 emb = LocalEmbedder()
 vecs = await emb.embed({texts!r})
-[emb._sums is not None, vecs]
+import js
+workers = [e.name for e in js.performance.getEntriesByType("resource") if "token-sums-worker" in e.name]
+[emb._sums is not None, bool(workers), vecs]
 """)
-    in_js, vecs = there
+    in_js, in_worker, vecs = there
     assert in_js, "the page sums in JS"
+    assert in_worker, "the sums run in their worker"
     assert vecs == [here.embed_one(t) for t in texts]
 
 

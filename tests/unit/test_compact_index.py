@@ -119,3 +119,33 @@ def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
         await live.close()
 
     run(go())
+
+
+def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
+    """The whole vocabulary arrives in pages of ``VOCABULARY_PAGE`` terms (one big answer
+    held a page's main thread): every term with its id and df, as in the terms table."""
+    monkeypatch.setattr(keywords, "VOCABULARY_PAGE", 4)
+
+    async def go():
+        idx = QueryIndex(DuckDBEngine())
+        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
+        rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
+        pages = []
+        execute = idx.engine.execute
+
+        async def counted(sql, params=None, **kw):
+            if "LIMIT" in sql:
+                pages.append(params)
+            return await execute(sql, params, **kw)
+
+        idx.engine.execute = counted
+        fig = keywords.KeywordFigures()
+        await fig.read_vocabulary(idx.engine)
+        await idx.close()
+        return rows, fig, pages
+
+    rows, fig, pages = run(go())
+    assert len(rows) == 13  # w0..w11 and "common"
+    assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
+    assert len(pages) == 4 and all(p[1] == 4 for p in pages)

@@ -260,3 +260,44 @@ def test_hybrid_filters_hold_without_a_join():
         await idx.close()
 
     asyncio.run(go())
+
+
+def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(monkeypatch, tmp_path):
+    """``embed_in_background`` reads ``EMBED_READ`` missing messages at a time (their text
+    crosses to Python in one answer), embeds every one, and asks for a save of the index
+    cache after each ``chunk`` and once at the end."""
+    from chatmem import Memory
+    from chatmem.index import live
+    from chatmem.stores.sqlite import SQLiteStore
+
+    monkeypatch.setattr(live, "EMBED_READ", 4)
+
+    async def go():
+        async def engine():
+            return DuckDBEngine()
+
+        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=HashingEmbedder(32))
+        s = await mem.sessions.create(title="t")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i} about the garden"}
+                                                      for i in range(23)])
+        index = await mem.index.ready()
+        reads, saves = [], []
+        missing = index.embed_missing
+
+        async def counted(*a, **kw):
+            n = await missing(*a, **kw)
+            reads.append((kw["limit"], n))
+            return n
+
+        index.embed_missing = counted
+        mem.index._schedule_save = lambda: saves.append(sum(n for _, n in reads))
+        done = await mem.index.embed_in_background(batch_size=2, chunk=8)
+        rows = await index.execute("SELECT count(*) AS n FROM embeddings")
+        progress = mem.index.embed_progress
+        await mem.close()
+        return done, int(rows[0]["n"]), progress, reads, saves
+
+    done, stored, progress, reads, saves = asyncio.run(go())
+    assert done == stored == 23 and progress == (23, 23)
+    assert reads == [(4, 4)] * 5 + [(4, 3), (4, 0)]
+    assert saves == [8, 16, 23]

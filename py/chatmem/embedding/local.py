@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import EmbeddingError
@@ -23,7 +23,7 @@ __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
 #: the name of the vectors the shipped static model makes (the index stores vectors per model)
 LOCAL_MODEL = "minilm-l6-tokens-zipf-int8-v1"
 #: longest stretch of embedding between two yields to the event loop
-SLICE_S = 0.015
+SLICE_S = 0.010
 
 
 def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
@@ -127,19 +127,35 @@ class LocalEmbedder:
                 out.append(m.embed_one(t))
                 await slicer.tick()
             return out
-        # the runtime's sums (the page's, in a worker): tokenise for half a slice, have that
-        # part summed (the page runs meanwhile), then make its vectors, a slice at a time
+        # the runtime's sums (the page's, in a worker): tokenise for a slice and send that
+        # part to be summed; while the worker sums it, make the previous part's vectors
+        sums = self._sums
         chunk: list[list[int]] = []
+        summing: asyncio.Future[list[Sequence[float]]] | None = None
         for i, t in enumerate(texts):
             chunk.append(m.token_ids(t))
-            if slicer.spent() > SLICE_S / 2 or i == len(texts) - 1:
-                sums = await self._sums(chunk)
-                slicer.restart()
-                for s in sums:
-                    out.append(m.vector(s))
-                    await slicer.tick()
+            if slicer.spent() > SLICE_S or i == len(texts) - 1:
+                sent = asyncio.ensure_future(sums(chunk))
                 chunk = []
+                await asyncio.sleep(0)  # the part goes to the worker now
+                slicer.restart()
+                if summing is not None:
+                    await self._vectors(m, await summing, out, slicer)
+                summing = sent
+        if summing is not None:
+            await self._vectors(m, await summing, out, slicer)
         return out
+
+    @staticmethod
+    async def _vectors(m: StaticEmbedder, sums: list[Sequence[float]], out: list[list[float]],
+                       slicer: _Slicer) -> None:
+        """The vectors of a summed part appended to ``out``, then a fresh slice."""
+        slicer.restart()
+        for s in sums:
+            out.append(m.vector(s))
+            await slicer.tick()
+        await asyncio.sleep(0)
+        slicer.restart()
 
     def embed_one(self, text: str) -> list[float]:
         """One vector, synchronously (the model must be loaded: ``await load()`` first)."""

@@ -38,7 +38,7 @@ from ..http import Transport
 from .tokenize import norm_text
 
 #: longest stretch of quantising between two yields to the event loop
-_SLICE_S = 0.015
+_SLICE_S = 0.010
 
 __all__ = [
     "Embedder",
