@@ -28,7 +28,7 @@ from typing import Any
 from .tokenize import ParsedQuery
 
 __all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "small_read", "term_weights",
-           "top_docs"]
+           "top_docs", "vector_sql"]
 
 K1, B = 1.2, 0.75
 
@@ -44,6 +44,12 @@ _ONE_SCAN = 250_000
 def small_read(index: Any) -> Any:
     """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
     return getattr(index, "execute_small", None) or index.execute
+
+
+def vector_sql(literal: str) -> str:
+    """SQL for a query vector given as ``embed.query_literal`` text (digits, signs, dots,
+    commas, brackets): a ``FLOAT[]`` constant, the text quoted as a SQL string."""
+    return "CAST('" + literal.replace("'", "''") + "' AS FLOAT[])"
 
 
 def round9(x: float) -> float:
