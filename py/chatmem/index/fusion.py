@@ -71,8 +71,7 @@ async def hybrid(
     # fused here where statements are cheap (an engine in this thread: CPython); in the
     # page every statement is a round trip to the engine's worker, and the one statement
     # below answers sooner (20,000 messages: 43 against 78 ms p50)
-    local = getattr(getattr(index, "engine", None), "execute_small", None) is not None
-    if (local and terms is not None and lim_params and sem_query is not None and not pq.phrases
+    if (scoring.local_engine(index) and terms is not None and lim_params and sem_query is not None and not pq.phrases
             and kw_flt.sql == "TRUE" and flt.sql == "TRUE" and postings_needed(pq, terms) <= scoring.PY_POSTINGS):
         return await _fused_here(index, pq, terms, sem_query, stats, w, now_ms, half_life_ms, thr,
                                  int(lim_params[0]))
