@@ -9,7 +9,8 @@ reused ``--profile`` already holds them), then in one browser:
 
 1. cold page load, no cached index: open memory, time the first query (it
    derives the whole index from IndexedDB);
-2. keyword BM25 top-10 p50/p95 over ``--queries`` queries, against the
+2. keyword BM25 top-10 p50/p95 over the ``--queries`` queries not asked in 1
+   (a repeated query is cheaper: the index keeps what it read), against the
    original's linear substring scan in Python over the same messages held in
    memory (loaded only for that baseline, then dropped), and the ratio;
 3. semantic top-10 (384-dim vectors for every message) and hybrid p50;
@@ -129,7 +130,9 @@ async def timed(qs, **kw):
 res = {}
 for q in Q["typical"][:5]:
     await mem.search(q, limit=10)  # warm the statement cache
-kw = await timed(Q["typical"])
+# only queries not asked before: the index keeps the postings and docs it has read,
+# so a repeated query is cheaper than a new one
+kw = await timed(Q["typical"][Q["asked"]:])
 res["keyword"] = (pct(kw, .5), pct(kw, .95))
 kc = await timed(Q["common"])
 res["keyword_common"] = (pct(kc, .5), pct(kc, .95))
@@ -288,8 +291,10 @@ def main() -> int:
         typical = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(args.queries)]
         common = [" ".join([rng.choice(vocab[:50])] + [rng.choice(vocab[50:]) for _ in range(rng.randint(0, 2))])
                   for _ in range(max(20, args.queries // 4))]
+        guests = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(40)]
         first, second = repr(typical[0]), repr(typical[1])
-        consts["MORE"] = repr(typical[2:22])
+        asked = 22  # the first-query step asks typical[:asked]
+        consts["MORE"] = repr(typical[2:asked])
 
         # 1. cold load, nothing cached
         py(page, REMOVE_CACHE)
@@ -317,7 +322,7 @@ def main() -> int:
             return finish_early()
 
         # 2-3. query timings
-        t = py(page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common})))
+        t = py(page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common, "asked": asked})))
         print(t, flush=True)
         metrics["timings"] = t
         row("keyword BM25 top-10 p50 / p95, ms", f"{t['keyword'][0]} / {t['keyword'][1]}")
@@ -357,13 +362,13 @@ def main() -> int:
 
         # 5. a second and a third tab while this one (still open from 4) holds the index: they ask it
         others = []
-        for label in ("second", "third"):
+        for n, label in enumerate(("second", "third")):
             other = ctx.new_page()
             other.set_default_timeout(3_600_000)
             boot(other)
             r = py(other, FIRST_QUERY, FIRST=first, SECOND=second)
             print(r, flush=True)
-            t = py(other, GUEST_TIMINGS, QUERIES=repr(json.dumps(typical[1:21])))
+            t = py(other, GUEST_TIMINGS, QUERIES=repr(json.dumps(guests[20 * n:20 * n + 20])))
             lo = r.get("last_open") or ({"mode": "shared", "persistent": True} if r.get("role") == "guest" else {})
             metrics[f"{label}_tab_s"] = (r["open_ms"] + r["first_query_ms"]) / 1000
             metrics[f"{label}_tab_open"] = lo
