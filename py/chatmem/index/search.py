@@ -1,7 +1,10 @@
 """``search``: ranked keyword (BM25), semantic, hybrid and substring search over a ``QueryIndex``.
 
 Every mode is one SQL statement with bound parameters (one round trip to the
-engine, which matters in the browser), plus at most one embedding of the query;
+engine, which matters in the browser; where the engine runs in this thread,
+CPython's ``duckdb``, the query vector is written into the statement as a
+constant instead, which saves the package's parameter handling), plus at most
+one embedding of the query;
 the winners' records are then read from the store in one call (the index holds
 no copy of them). Keyword search reads the query terms' ids and document
 frequencies from the index's Python-side figures (one more statement only for
