@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -135,8 +136,8 @@ class Browser:
 
     def env(self) -> dict[str, Any]:
         return {
-            "chromium": self.browser.version if self.browser is not None else
-            str(self.page.evaluate("navigator.userAgent")).split("Chrome/")[1].split()[0],
+            "chromium": self.browser.version if self.browser is not None else  # a persistent context has none
+            subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.split()[1],
             "hardware_concurrency": self.page.evaluate("navigator.hardwareConcurrency"),
             "pyodide": self.page.evaluate("window.chatmem.pyodide.version"),
         }
