@@ -15,7 +15,7 @@ import scale
 
 __all__ = ["quality_main", "huge_main"]
 
-OpenPage = Callable[[], tuple[Any, Callable[[], None]]]
+OpenPage = Callable[..., tuple[Any, Callable[[], None]]]
 
 
 def quality_main(args: argparse.Namespace, open_page: OpenPage, log: Callable[[str], None]) -> int:
@@ -50,8 +50,10 @@ def quality_main(args: argparse.Namespace, open_page: OpenPage, log: Callable[[s
 
 
 def huge_main(args: argparse.Namespace, open_page: OpenPage, cpu: str, log: Callable[[str], None]) -> int:
-    """``--huge``: ``--huge-n`` messages in one page (scale.run_huge); writes huge.json and huge.md."""
-    b, stop = open_page()
+    """``--huge``: ``--huge-n`` messages in one page (scale.run_huge); writes huge.json and huge.md.
+    The profile is on disk: an in-memory context's quota (a share of the RAM) ends the run
+    before 1,000,000 messages are stored."""
+    b, stop = open_page(on_disk=True)
     t0 = time.perf_counter()
     try:
         env = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "cpu": cpu, **b.env()}

@@ -25,7 +25,9 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -97,13 +99,21 @@ def assemble_page(dist: Path) -> Path:
 class Browser:
     """One Chromium, one bench page (chatmem booted + the JS peers)."""
 
-    def __init__(self, site: str):
+    def __init__(self, site: str, on_disk: bool = False):
+        """``on_disk``: a profile in a temporary folder (IndexedDB and OPFS on disk, with the
+        disk's quota); else a fresh in-memory context, whose quota is a share of the RAM."""
         from playwright.sync_api import sync_playwright
 
         self.site = site
         self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        self.context = self.browser.new_context()
+        self._profile = tempfile.mkdtemp(prefix="chatmem-bench-") if on_disk else None
+        if self._profile is not None:
+            self.browser = None
+            self.context = self._pw.chromium.launch_persistent_context(
+                self._profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        else:
+            self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            self.context = self.browser.new_context()
         self.page = self.context.new_page()
         self.page.set_default_timeout(900_000)
         self.errors: list[str] = []
@@ -126,15 +136,19 @@ class Browser:
 
     def env(self) -> dict[str, Any]:
         return {
-            "chromium": self.browser.version,
+            "chromium": self.browser.version if self.browser is not None else  # a persistent context has none
+            subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.split()[1],
             "hardware_concurrency": self.page.evaluate("navigator.hardwareConcurrency"),
             "pyodide": self.page.evaluate("window.chatmem.pyodide.version"),
         }
 
     def close(self) -> None:
         self.context.close()
-        self.browser.close()
+        if self.browser is not None:
+            self.browser.close()
         self._pw.stop()
+        if self._profile is not None:
+            shutil.rmtree(self._profile, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- results
@@ -507,12 +521,13 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def open_page() -> tuple[Browser, Callable[[], None]]:
-    """The bench page on a fresh static server; returns it and the function that closes both."""
+def open_page(on_disk: bool = False) -> tuple[Browser, Callable[[], None]]:
+    """The bench page on a fresh static server (``on_disk``: see ``Browser``); returns it
+    and the function that closes both."""
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
     assemble_page(dist)
     srv, site = build.serve_in_thread(dist, 0)
-    b = Browser(site)
+    b = Browser(site, on_disk)
 
     def stop() -> None:
         b.close()

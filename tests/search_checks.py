@@ -442,6 +442,38 @@ async def check_hybrid_breakdown(index: Any) -> None:
     assert ids(rec)[0] == "c4"
 
 
+async def check_vector_forms_agree(index: Any) -> None:
+    """Where the engine runs in this thread the query vector is written into the statement
+    and hybrid is fused in Python; the forms the page uses (the vector bound, one SQL
+    statement) give the same hits, scores and breakdowns, with and without filters."""
+    from chatmem.index import scoring
+
+    await seed(index)
+    emb = HashingEmbedder(dimensions=64)
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("semantic", "python event loop", {}),
+        ("semantic", "pizza in new york", {"limit": 3, "threshold": 0.1}),
+        ("semantic", "python", {"roles": ["user"], "limit": None}),
+        ("hybrid", "python event loop", {}),
+        ("hybrid", "the pizza", {"limit": 2}),
+        ("hybrid", "python loop weather", {"threshold": 0.3}),
+        ("hybrid", "python", {"session_ids": ["s1", "s3"]}),
+    ]
+
+    def flat(hits: list[Any]) -> list[Any]:
+        return [(h.message.id, h.score, sorted((k, round(v, 9)) for k, v in h.breakdown.items())) for h in hits]
+
+    saved = scoring.local_engine
+    for mode, q, kw in cases:
+        here = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
+        try:
+            scoring.local_engine = lambda index: False  # type: ignore[assignment]
+            bound = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
+        finally:
+            scoring.local_engine = saved  # type: ignore[assignment]
+        assert here and here == bound, (mode, q, here[:2], bound[:2])
+
+
 async def check_retrieve_strategies(index: Any) -> None:
     """recent / relevant / hybrid pick context messages, returned in conversation order."""
     await seed(index)

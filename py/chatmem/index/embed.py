@@ -237,7 +237,7 @@ class OpenAIEmbedder:
 
 def vector_literal(vec: Sequence[float]) -> str:
     """A vector as DuckDB list text (``[0.1,0.2]``), to bind as one string and ``CAST(? AS FLOAT[])``."""
-    return "[" + ",".join(repr(float(x)) for x in vec) + "]"
+    return "[" + ",".join(map(repr, map(float, vec))) + "]"
 
 
 def query_literal(vec: Sequence[float]) -> str:

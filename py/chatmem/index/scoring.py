@@ -27,8 +27,8 @@ from typing import Any
 
 from .tokenize import ParsedQuery
 
-__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "postings_needed", "py_scores", "round9", "small_read", "term_weights",
-           "top_docs"]
+__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "local_engine", "postings_needed", "py_scores", "round9", "small_read", "term_weights",
+           "top_docs", "vector_sql"]
 
 K1, B = 1.2, 0.75
 
@@ -44,6 +44,19 @@ _ONE_SCAN = 250_000
 def small_read(index: Any) -> Any:
     """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
     return getattr(index, "execute_small", None) or index.execute
+
+
+def local_engine(index: Any) -> bool:
+    """Whether the index's engine runs in this thread (CPython's ``duckdb``: it has
+    ``execute_small``), where a statement is cheap; in the page each is a round trip
+    to the engine's worker."""
+    return getattr(getattr(index, "engine", None), "execute_small", None) is not None
+
+
+def vector_sql(literal: str) -> str:
+    """SQL for a query vector given as ``embed.query_literal`` text (digits, signs, dots,
+    commas, brackets): a ``FLOAT[]`` constant, the text quoted as a SQL string."""
+    return "CAST('" + literal.replace("'", "''") + "' AS FLOAT[])"
 
 
 def round9(x: float) -> float:

@@ -1,7 +1,10 @@
 """``search``: ranked keyword (BM25), semantic, hybrid and substring search over a ``QueryIndex``.
 
 Every mode is one SQL statement with bound parameters (one round trip to the
-engine, which matters in the browser), plus at most one embedding of the query;
+engine, which matters in the browser; where the engine runs in this thread,
+CPython's ``duckdb``, the query vector is written into the statement as a
+constant instead, which saves the package's parameter handling), plus at most
+one embedding of the query;
 the winners' records are then read from the store in one call (the index holds
 no copy of them). Keyword search reads the query terms' ids and document
 frequencies from the index's Python-side figures (one more statement only for
@@ -213,14 +216,17 @@ async def search(
     eflt = build_filters(session_ids, character_ids, date_range, roles, alias="e")
     # ``sim``: the message's own vector (scores, thresholds); ``rsim``: its in-context
     # vector when the embedder stores one (ranks), else the same
+    # where the engine is in this thread the query vector is written into the statement
+    # (see ``fusion._fused_here``), else bound as a parameter
+    local = scoring.local_engine(index)
     sem_cte = (
-        "q AS (SELECT CAST(? AS FLOAT[]) AS v),\n"
+        f"q AS (SELECT {scoring.vector_sql(vec) if local else 'CAST(? AS FLOAT[])'} AS v),\n"
         f"sem0 AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, {cosine_sql(context=True)} AS csim "
         f"FROM embeddings e CROSS JOIN q WHERE e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}"
         + (f" AND {eflt.sql}" if eflt.sql != "TRUE" else "") + "),\n"
         "sem AS (SELECT message_id, created_at, sim, coalesce(csim, sim) AS rsim FROM sem0)"
     )
-    sem_params: list[Any] = [vec] + eflt.params
+    sem_params: list[Any] = ([] if local else [vec]) + eflt.params
 
     if mode == "semantic":
         calibrated = "greatest(-1.0, least(1.0, (sem.sim - CAST(? AS DOUBLE)) / CAST(? AS DOUBLE)))"
@@ -229,7 +235,9 @@ async def search(
         if thr is not None:
             outer = "WHERE score >= ?"
             params.append(thr)
-        rows = await index.execute(
+        # a scan of a few thousand vectors is a small read (no thread hop on CPython)
+        small = local and (await _bm25_stats(index))[0] <= scoring.WHOLE_DOCS
+        rows = await (scoring.small_read(index) if small else index.execute)(
             f"WITH {sem_cte}\nSELECT * FROM (SELECT sem.message_id AS id, sem.created_at, "
             f"round({calibrated}, 9) AS score, round(sem.sim, 9) AS sim, sem.rsim FROM sem) {outer} "
             f"ORDER BY rsim DESC, score DESC, created_at DESC, id DESC {lim_sql}",
