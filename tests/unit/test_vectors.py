@@ -263,14 +263,14 @@ def test_hybrid_filters_hold_without_a_join():
 
 
 def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(monkeypatch, tmp_path):
-    """``embed_in_background`` reads ``EMBED_READ`` missing messages at a time (their text
-    crosses to Python in one answer), embeds every one, and asks for a save of the index
-    cache after each ``chunk`` and once at the end."""
+    """``embed_in_background`` finds ``chunk`` missing messages at a time, reads their text
+    ``missing.READ`` at a time (one answer each), embeds every one, and asks for a save of
+    the index cache after each ``chunk`` and once at the end."""
     from chatmem import Memory
-    from chatmem.index import live
+    from chatmem.index import missing as missing_mod
     from chatmem.stores.sqlite import SQLiteStore
 
-    monkeypatch.setattr(live, "EMBED_READ", 4)
+    monkeypatch.setattr(missing_mod, "READ", 3)
 
     async def go():
         async def engine():
@@ -290,14 +290,26 @@ def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(
             return n
 
         index.embed_missing = counted
+        answers, execute = [], index.execute
+
+        async def answered(sql, *a, **kw):
+            rows = await execute(sql, *a, **kw)
+            if rows and "text" in rows[0]:
+                answers.append(len(rows))
+            return rows
+
+        index.execute = answered
         mem.index._schedule_save = lambda: saves.append(sum(n for _, n in reads))
         done = await mem.index.embed_in_background(batch_size=2, chunk=8)
-        rows = await index.execute("SELECT count(*) AS n FROM embeddings")
+        rows = await execute("SELECT count(*) AS n FROM embeddings")
+        temp = await execute("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name LIKE 'embed_todo%'")
         progress = mem.index.embed_progress
         await mem.close()
-        return done, int(rows[0]["n"]), progress, reads, saves
+        return done, int(rows[0]["n"]), progress, reads, saves, answers, int(temp[0]["n"])
 
-    done, stored, progress, reads, saves = asyncio.run(go())
+    done, stored, progress, reads, saves, answers, temp = asyncio.run(go())
     assert done == stored == 23 and progress == (23, 23)
-    assert reads == [(4, 4)] * 5 + [(4, 3), (4, 0)]
+    assert reads == [(8, 8), (8, 8), (8, 7), (8, 0)]
+    assert answers == [3, 3, 2] * 2 + [3, 3, 1]  # never more than READ texts in one answer
     assert saves == [8, 16, 23]
+    assert temp == 0  # the found rows' table is dropped after each chunk

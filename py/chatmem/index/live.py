@@ -70,9 +70,6 @@ EngineFactory = Callable[[], Awaitable[SQLEngine]]
 STALE_RESYNC = 50
 #: queued appends of more messages than this (e.g. an import): compare all with the store
 BULK_EVENTS = 5000
-#: messages ``embed_in_background`` reads at a time: 1,024 with their text (and the turn
-#: before) made one answer that held the page's main thread ~0.1 s in JSON alone
-EMBED_READ = 256
 
 
 class LiveIndex(CachedOpening):
@@ -190,8 +187,10 @@ class LiveIndex(CachedOpening):
 
     async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64,
                                   chunk: int = 1024) -> int:
-        """Embed every message that lacks a vector: found ``EMBED_READ`` at a time (their
-        text crosses to Python in one answer), written ``batch_size`` at a time, the index
+        """Embed every message that lacks a vector: found ``chunk`` at a time by one
+        statement, their text read ``missing.READ`` at a time (one answer each: 1,024 with
+        their text made one that held the page's main thread ~0.1 s in JSON alone), written
+        ``batch_size`` at a time, the index
         cache saved after each ``chunk``: a reload resumes where the last saved chunk
         ended. Embedding yields to the event loop; queries run between batches. Returns
         how many were embedded; ``embed_progress`` shows ``(done, total)`` meanwhile."""
@@ -200,7 +199,7 @@ class LiveIndex(CachedOpening):
         while True:
             index = await self.ready()
             n = await index.embed_missing(emb, batch_size=batch_size,
-                                          limit=max(min(chunk, EMBED_READ), batch_size))
+                                          limit=max(chunk, batch_size))
             count += n
             unsaved += n
             if unsaved and (unsaved >= chunk or not n) and self.role != "guest":

@@ -5,11 +5,39 @@ durable: the vectors are derived, and a lost batch is found missing again."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import AsyncIterator
 from typing import Any
 
 from .embed import EMBEDDING_COLUMNS, Embedder, embedding_rows
 
-__all__ = ["embed_missing"]
+__all__ = ["READ", "embed_missing"]
+
+#: at most this many missing messages' text crosses to Python in one answer (in the page
+#: a bigger answer is one long task); more are found by one statement and read in parts
+READ = 256
+_todo = itertools.count()
+
+
+async def _parts(index: Any, sql: str, params: list[Any], limit: int | None) -> AsyncIterator[list[dict[str, Any]]]:
+    """The rows of ``sql`` (ordered, at most ``limit``) ``READ`` at a time: past ``READ``
+    the statement runs once into a temporary table, which is read a part at a time."""
+    if limit is not None and limit <= READ:
+        yield await index.execute(sql, params)
+        return
+    name = f"embed_todo_{next(_todo)}"
+    await index.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
+    try:
+        offset = 0
+        while True:
+            rows = await index.execute(f"SELECT * FROM {name} ORDER BY created_at, id LIMIT {READ} OFFSET {offset}")
+            if rows:
+                yield rows
+            if len(rows) < READ:
+                return
+            offset += READ
+    finally:
+        await index.execute(f"DROP TABLE IF EXISTS {name}")
 
 
 async def embed_missing(index: Any, embedder: Embedder, *, session_id: str | None = None,
@@ -40,25 +68,25 @@ async def embed_missing(index: Any, embedder: Embedder, *, session_id: str | Non
         if not session_id:
             index._complete.add(key)
         return 0
-    rows = await index.execute(
-        "SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
-        "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
-        + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
-        + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
-        "AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id" + (" LIMIT ?" if limit else ""),
-        params + [embedder.model, embedder.dimensions] + ([limit] if limit else []),
-    )
-    # a vector of another dimension under the same model name is stale: replace it
-    for i in range(0, len(rows), batch_size):
-        part = rows[i : i + batch_size]
-        # embedded outside the lock (it yields to the event loop); written under it
-        vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part],
-                                        {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part})
-        async with index._lock:
-            await index.engine.execute(
-                f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({', '.join('?' for _ in part)})",
-                [embedder.model] + [r["id"] for r in part],
-            )
-            await index.engine.load_rows("embeddings", EMBEDDING_COLUMNS, vec_rows)
-        index.embed_progress = (min(n_done + i + len(part), n_total), n_total)
-    return len(rows)
+    sql = ("SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
+           "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
+           + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
+           + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
+           f"AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id{f' LIMIT {int(limit)}' if limit else ''}")
+    count = 0
+    async for rows in _parts(index, sql, params + [embedder.model, embedder.dimensions], limit):
+        # a vector of another dimension under the same model name is stale: replace it
+        for i in range(0, len(rows), batch_size):
+            part = rows[i : i + batch_size]
+            # embedded outside the lock (it yields to the event loop); written under it
+            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part],
+                                            {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part})
+            async with index._lock:
+                await index.engine.execute(
+                    f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({', '.join('?' for _ in part)})",
+                    [embedder.model] + [r["id"] for r in part],
+                )
+                await index.engine.load_rows("embeddings", EMBEDDING_COLUMNS, vec_rows)
+            count += len(part)
+            index.embed_progress = (min(n_done + count, n_total), n_total)
+    return count
