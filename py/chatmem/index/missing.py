@@ -5,7 +5,7 @@ durable: the vectors are derived, and a lost batch is found missing again."""
 
 from __future__ import annotations
 
-import itertools
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +16,6 @@ __all__ = ["READ", "embed_missing"]
 #: at most this many missing messages' text crosses to Python in one answer (in the page
 #: a bigger answer is one long task); more are found by one statement and read in parts
 READ = 256
-_todo = itertools.count()
 
 
 async def _parts(index: Any, sql: str, params: list[Any], limit: int | None) -> AsyncIterator[list[dict[str, Any]]]:
@@ -25,7 +24,8 @@ async def _parts(index: Any, sql: str, params: list[Any], limit: int | None) -> 
     if limit is not None and limit <= READ:
         yield await index.execute(sql, params)
         return
-    name = f"embed_todo_{next(_todo)}"
+    # the engine may be another tab's (a guest's fallback runs on the owner's connection)
+    name = f"embed_todo_{secrets.token_hex(6)}"
     await index.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
     try:
         offset = 0
