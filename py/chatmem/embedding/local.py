@@ -11,19 +11,17 @@ when the model is available, else ``HashingEmbedder``.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import EmbeddingError
+from ..slices import SLICE_S, Slicer
 from .static import StaticEmbedder, TokenSums, find_model_file
 
 __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
 
 #: the name of the vectors the shipped static model makes (the index stores vectors per model)
 LOCAL_MODEL = "minilm-l6-tokens-zipf-int8-v1"
-#: longest stretch of embedding between two yields to the event loop
-SLICE_S = 0.010
 
 
 def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
@@ -35,27 +33,6 @@ def _runtime_loader() -> Callable[[], Awaitable[bytes]] | None:
 
 async def _pause() -> None:
     await asyncio.sleep(0)
-
-
-class _Slicer:
-    """Yields to the event loop once ``budget`` seconds of work ran since the last yield
-    (``tick`` after each piece of work): a page's interface waits at most one slice."""
-
-    def __init__(self, budget: float = SLICE_S):
-        self.budget = budget
-        self.start = time.perf_counter()
-
-    def spent(self) -> float:
-        return time.perf_counter() - self.start
-
-    def restart(self) -> None:
-        """The event loop ran just now (e.g. an awaited call came back)."""
-        self.start = time.perf_counter()
-
-    async def tick(self) -> None:
-        if time.perf_counter() - self.start > self.budget:
-            await asyncio.sleep(0)
-            self.start = time.perf_counter()
 
 
 def _runtime_sums(model: StaticEmbedder) -> TokenSums | None:
@@ -121,7 +98,7 @@ class LocalEmbedder:
         (in the page: the interface never waits more than one slice for a batch)."""
         m = await self.load()
         out: list[list[float]] = []
-        slicer = _Slicer()
+        slicer = Slicer()
         if self._sums is None:
             for t in texts:
                 out.append(m.embed_one(t))
@@ -148,7 +125,7 @@ class LocalEmbedder:
 
     @staticmethod
     async def _vectors(m: StaticEmbedder, sums: list[Sequence[float]], out: list[list[float]],
-                       slicer: _Slicer) -> None:
+                       slicer: Slicer) -> None:
         """The vectors of a summed part appended to ``out``, then a fresh slice."""
         slicer.restart()
         for s in sums:

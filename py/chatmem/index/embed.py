@@ -27,7 +27,6 @@ import json
 import math
 import operator
 import random
-import time
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -35,10 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EmbeddingError, TransportError, ValidationError
 from ..http import Transport
+from ..slices import Slicer
 from .tokenize import norm_text
-
-#: longest stretch of quantising between two yields to the event loop
-_SLICE_S = 0.010
 
 __all__ = [
     "Embedder",
@@ -355,11 +352,9 @@ async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | t
     rows: list[tuple[Any, ...]] = []
     key = model_key(embedder.model)
     await asyncio.sleep(0)  # the embedder's last slice ran up to here: a fresh one for these
-    start = time.perf_counter()
+    slicer = Slicer()  # a page's interface never waits long for a batch
     for mid, t, p in full:
-        if time.perf_counter() - start > _SLICE_S:  # a page's interface never waits long for a batch
-            await asyncio.sleep(0)
-            start = time.perf_counter()
+        await slicer.tick()
         q, scale = quantize(by_text[t])
         cq: list[int] | None = None
         cscale: float | None = None

@@ -190,10 +190,10 @@ class LiveIndex(CachedOpening):
         """Embed every message that lacks a vector: found ``chunk`` at a time by one
         statement, their text read ``missing.READ`` at a time (one answer each: 1,024 with
         their text made one that held the page's main thread ~0.1 s in JSON alone), written
-        ``batch_size`` at a time, the index
-        cache saved after each ``chunk``: a reload resumes where the last saved chunk
-        ended. Embedding yields to the event loop; queries run between batches. Returns
-        how many were embedded; ``embed_progress`` shows ``(done, total)`` meanwhile."""
+        ``batch_size`` at a time, the index cache saved after each ``chunk``: a reload
+        resumes where the last saved chunk ended. Embedding yields to the event loop;
+        queries run between batches. Returns how many were embedded; ``embed_progress``
+        shows ``(done, total)`` meanwhile."""
         emb = embedder or self.embedder
         count = unsaved = 0
         while True:
