@@ -549,4 +549,67 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
     assert hits and all(h.session_id == "p1" for h in hits)
 
 
+async def check_kept_docs_answer_like_the_index(index: Any) -> None:
+    """The docs' message ids and times kept in Python (read after a search, updated by
+    appends, forgotten by a delete) give the same hits as reading ``docs`` per search."""
+    import asyncio
+
+    from chatmem.index.keywords import DocTable
+
+    fig = getattr(index, "_figures", None)
+    if fig is None or not getattr(index, "keeps_docs", False):
+        return  # a guest's view keeps none
+    words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
+    for sid in ("k1", "k2"):
+        await index.apply("session-created", sid, session(sid))
+    n = 0
+
+    async def add(sid: str, count: int) -> None:
+        nonlocal n
+        recs = [message(f"{sid}-{n + i}", sid, n + i, " ".join(words[(n + i + j) % 10] for j in range(1 + (n + i) % 4)),
+                        T0 + (n + i) * 1000) for i in range(count)]
+        n += count
+        await index.apply("messages-appended", sid, recs)
+
+    await add("k1", 30)
+    await add("k2", 30)
+    queries = ["amber", "basil cedar", "dune ember fjord", "juniper amber heath", "zebra"]
+
+    async def answers() -> list[Any]:
+        return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
+                for q in queries]
+
+    async def kept() -> bool:
+        for _ in range(500):  # the docs are read in the background after an answer
+            if isinstance(index.doc_cache, DocTable):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    async def without_table() -> list[Any]:
+        table, fig.doc_table = fig.doc_table, None
+        fig.docs.clear()
+        try:
+            return await answers()
+        finally:
+            fig.doc_table = table
+
+    first = await answers()
+    assert await kept()
+    assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 60
+    assert await answers() == first == await without_table()
+    await add("k1", 15)  # the appended docs join the table
+    assert isinstance(index.doc_cache, DocTable)
+    assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 75
+    after = await answers()
+    assert after == await without_table() and after != first
+    await index.apply("session-deleted", "k2")  # doc numbers may be reused: forgotten
+    assert not isinstance(index.doc_cache, DocTable)
+    gone = await answers()
+    assert all(not i.startswith("k2-") for a in gone for i, _, _ in a)
+    assert await kept() and await answers() == gone == await without_table()
+    await add("k2", 10)  # appends after the delete: read again, then kept
+    assert await answers() == await without_table()
+
+
 CHECKS: list[Check] = [v for k, v in sorted(globals().items()) if k.startswith("check_") and callable(v)]

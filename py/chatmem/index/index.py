@@ -194,23 +194,30 @@ class QueryIndex:
     async def term_stats(self, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
         """``{term: (tid, df)}`` for those of ``terms`` that are indexed; read once,
         then kept exact by every write. A vocabulary not read yet is read whole once
-        this query is answered (in the background, under the write lock)."""
+        this query is answered (in the background, under the write lock), and
+        then the docs (``KeywordFigures.read_docs``, a page per hold of the lock)."""
         await self.setup()
         fig = self._figures
-        if not fig.sized and (self._vocabulary is None or self._vocabulary.done()):
+        if ((not fig.sized or (self.keeps_docs and not fig.docs_sized))
+                and (self._vocabulary is None or self._vocabulary.done())):
             self._vocabulary = asyncio.ensure_future(self._read_vocabulary())
         return await fig.lookup(self.engine, terms, whole=False)
 
     async def _read_vocabulary(self) -> None:
         await asyncio.sleep(0.05)  # after the answer this lookup is for
-        async with self._lock:
-            try:
+        try:
+            async with self._lock:
                 await self._figures.read_vocabulary(self.engine)
-            except Exception:  # noqa: BLE001 - e.g. the engine closed: terms are looked up per query
-                pass
+            page: tuple[int, int] | None = (0, -1)
+            while self.keeps_docs and page is not None:
+                async with self._lock:  # searches and writes go between two pages
+                    page = await self._figures.read_docs(self.engine, page[0], None if page[1] < 0 else page[1])
+        except Exception:  # noqa: BLE001 - e.g. the engine closed: terms and docs are looked up per query
+            pass
 
     # what searches read, kept exact by every write (``KeywordFigures``; ``scoring`` uses them)
-    doc_cache = property(lambda self: self._figures.docs, doc="``{doc: (message_id, created_at)}``")
+    doc_cache = property(lambda self: self._figures.known_docs(),
+                         doc="``{doc: (message_id, created_at)}`` (``.get``) of every doc, or of those read")
     postings_cache = property(lambda self: self._figures.postings, doc="``{tid: [(doc, tf, dl)]}``")
 
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:

@@ -17,11 +17,17 @@ updated exactly by each append and forgotten by a delete,
 a rebuild or a failed write: a keyword search then needs no statement to learn
 them. The first query after an opening looks up only its own terms; the whole
 vocabulary is read after it has been answered (``read_vocabulary``), so the
-first answer never waits for tens of thousands of rows. Nothing here is durable.
+first answer never waits for tens of thousands of rows. Likewise every doc's
+message id and time (``DocTable``, while the index has at most ``DOC_CACHE``
+docs) is read in pages after an answer, and kept up to date by appends: a
+search then turns its winners into message ids with no statement (in the page
+that statement is a round trip to the engine's worker, a quarter of a search).
+Nothing here is durable.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -29,7 +35,8 @@ from typing import Any
 from .engine import SQLEngine
 from .schema import STAGE_COLUMNS, TABLES, message_rows
 
-__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "drop_sessions", "load_messages"]
+__all__ = ["DOC_CACHE", "POSTINGS_CACHE", "TERM_CACHE", "DocTable", "KeywordFigures", "drop_sessions",
+           "load_messages"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
 TERM_CACHE = 50_000
@@ -37,6 +44,10 @@ TERM_CACHE = 50_000
 VOCABULARY_PAGE = 2000
 #: postings kept in Python at most (then forgotten all at once)
 POSTINGS_CACHE = 100_000
+#: indexes of at most this many docs keep every doc's message id and time (``DocTable``)
+DOC_CACHE = 250_000
+#: docs read per statement when they are read whole
+DOC_PAGE = 10_000
 #: appends of more messages than this forget the cached terms instead of updating them
 _EXACT_UPDATE = 500
 
@@ -52,6 +63,31 @@ _STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::
 
 def _marks(n: int) -> str:
     return ", ".join("?" for _ in range(n))
+
+
+class DocTable:
+    """Every doc's ``(message_id, created_at)`` by doc number (docs are numbered
+    densely from 0; a number not in use is None): a list and an array, about 90
+    bytes a doc."""
+
+    def __init__(self) -> None:
+        self.ids: list[str | None] = []
+        self.times = array("q")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, doc: int, message_id: str, created_at: int) -> None:
+        if doc >= len(self.ids):
+            grow = doc + 1 - len(self.ids)
+            self.ids.extend([None] * grow)
+            self.times.extend([0] * grow)
+        self.ids[doc] = message_id
+        self.times[doc] = created_at
+
+    def get(self, doc: int) -> tuple[str, int] | None:
+        mid = self.ids[doc] if 0 <= doc < len(self.ids) else None
+        return None if mid is None else (mid, self.times[doc])
 
 
 class KeywordFigures:
@@ -76,6 +112,13 @@ class KeywordFigures:
         #: when an append adds to them, all when the terms are forgotten
         self.postings: dict[int, list[tuple[int, int, int]]] = {}
         self._posting_rows = 0
+        #: every doc's message id and time, once read whole (``read_docs``); None: not kept
+        self.doc_table: DocTable | None = None
+        #: whether the docs were read whole (or found too many) since last forgotten
+        self.docs_sized = False
+        #: bumped by every append: a whole read of the docs that began before is dropped
+        self.doc_writes = 0
+        self._doc_read: tuple[DocTable, int, int] | None = None
 
     def forget(self) -> None:
         self.stats = None
@@ -87,7 +130,59 @@ class KeywordFigures:
         self.postings.clear()
         self._posting_rows = 0
         self.whole = self.sized = False
+        self.doc_table = None
+        self.docs_sized = False
         self.generation += 1
+
+    def known_docs(self) -> DocTable | dict[int, tuple[str, int]]:
+        """What is known of docs' message ids and times (``.get(doc)``): every doc, or those read."""
+        return self.doc_table if self.doc_table is not None else self.docs
+
+    async def read_docs(self, engine: SQLEngine, start: int, end: int | None) -> tuple[int, int] | None:
+        """Read one page of a whole read of the docs, from doc ``start`` (``end``: where the
+        read stops, None on its first page); returns ``(next start, end)``, or None when the
+        read is over (done, not worth it, or dropped by a write). The caller holds the
+        index's write lock for each page, not between them."""
+        if self.doc_table is not None or self.docs_sized:
+            return None
+        if end is None:
+            rows = await engine.execute("SELECT count(*) AS n, coalesce(max(doc) + 1, 0) AS e FROM docs")
+            if not 0 < int(rows[0]["n"]) <= DOC_CACHE:
+                self.docs_sized = True
+                return None
+            self._doc_read = (DocTable(), self.generation, self.doc_writes)
+            end = int(rows[0]["e"])
+        if self._doc_read is None:
+            return None
+        table, generation, writes = self._doc_read
+        if (generation, writes) != (self.generation, self.doc_writes):
+            self._doc_read = None
+            return None  # a write came between two pages: read again at the next search
+        # constant bounds: zone maps skip to the page (docs are stored by doc)
+        rows = await engine.execute("SELECT doc, message_id, created_at FROM docs "
+                                    f"WHERE doc >= {int(start)} AND doc < {int(start) + DOC_PAGE}")
+        for r in rows:
+            table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]))
+        start += DOC_PAGE
+        if start < end:
+            return start, end
+        self.doc_table = table
+        self.docs_sized = True
+        self._doc_read = None
+        self.docs.clear()  # the table has them all
+        return None
+
+    def add_docs(self, docs: Iterable[tuple[int, str, Any]]) -> None:
+        """Docs an append added: kept in the ``DocTable`` when there is one."""
+        self.doc_writes += 1
+        table = self.doc_table
+        if table is None:
+            return
+        for doc, mid, created in docs:
+            if created is None or doc >= DOC_CACHE:
+                self.doc_table = None  # not kept whole any more: read as needed
+                return
+            table.add(doc, mid, int(created))
 
     async def read_vocabulary(self, engine: SQLEngine) -> None:
         """Read the whole vocabulary when it has at most ``TERM_CACHE`` terms (then a
@@ -209,12 +304,13 @@ async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figure
     base = await ex("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
                     "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
     doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
-    mrows, srows, toks = [], [], []
+    mrows, srows, toks, added = [], [], [], []
     for rec in records:
         m, st, tk = message_rows(rec)
         mrows.append(m)
         srows.append((doc,) + st)
         toks.append(tk)
+        added.append((doc, str(rec["id"]), rec.get("createdAt")))
         doc += 1
     await ex(_STAGE_DDL)
     await engine.load_rows("messages", _COLS["messages"], mrows)
@@ -233,6 +329,7 @@ async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figure
         await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
                  "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
         figures.count(toks)
+        figures.add_docs(added)
         await figures.add_new(engine, first_tid)
     await ex("DROP TABLE IF EXISTS stage")
     await ex("DROP TABLE IF EXISTS st")

@@ -129,13 +129,23 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
 
 
 async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
-    """``{doc: (message_id, created_at)}``: from the index's kept figures, reading
-    ``docs`` only for those it has not seen (all of them at once, the first time,
-    while the index holds at most ``WHOLE_DOCS`` docs)."""
-    known: dict[int, tuple[str, int]] = getattr(index, "doc_cache", None) or {}
-    missing = [d for d in docs if d not in known]
+    """``{doc: (message_id, created_at)}``: from the index's kept figures (every doc,
+    once read in the background, see ``keywords.DocTable``), reading ``docs`` only for
+    those it has not seen (all of them at once, the first time, while the index holds
+    at most ``WHOLE_DOCS`` docs)."""
+    known = getattr(index, "doc_cache", None)
+    if known is None:
+        known = {}
+    out: dict[int, tuple[str, int]] = {}
+    missing = []
+    for d in docs:
+        v = known.get(d)
+        if v is None:
+            missing.append(d)
+        else:
+            out[d] = v
     if not missing:
-        return {d: known[d] for d in docs}
+        return out
     whole = not known and getattr(index, "keeps_docs", False) and (await index.bm25_stats())[0] <= WHOLE_DOCS
     sql = "SELECT doc, message_id, created_at FROM docs"
     if not whole:
@@ -145,7 +155,8 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     remember = getattr(index, "remember_docs", None)
     if remember is not None:
         remember(got)
-    return {d: known[d] if d in known else got[d] for d in docs if d in known or d in got}
+    out.update((d, got[d]) for d in missing if d in got)
+    return {d: out[d] for d in docs if d in out}
 
 
 def top_docs(scored: Mapping[int, tuple[float, int]], required: int, limit: int,
