@@ -1,6 +1,6 @@
 // The query index's engine: one DuckDB-Wasm database (the `eh` build) in a
 // worker. Extensions are never autoloaded (they would reach the internet).
-// Results cross as JSON {columns, rows} in the envelope of envelope.js; bulk
+// Results cross as column-major JSON {columns, cols} in the envelope of envelope.js; bulk
 // loads go through Arrow. The index is derived: IndexedDB stays the truth.
 
 import { BridgeError, callMethod, opened } from "./envelope.js";
@@ -27,18 +27,28 @@ function decimal(words, scale) {
   return Number(x) / 10 ** scale;
 }
 
+// Arrow type ids (apache-arrow's `Type` enum)
+const INT = 2, FLOAT = 3, DECIMAL = 7;
+
+// One column's values as plain JS values: a whole typed array at once for a number
+// column without nulls, else cell by cell.
+function columnValues(vector, field) {
+  const n = vector.length;
+  const t = field.type.typeId;
+  if ((t === INT || (t === FLOAT && field.type.precision > 0)) && !vector.nullCount) {
+    const arr = vector.toArray();
+    return typeof arr[0] === "bigint" ? Array.from(arr, Number) : Array.from(arr);
+  }
+  const convert = t === DECIMAL ? (v) => decimal(v, field.type.scale) : plain;
+  const out = new Array(n);
+  for (let r = 0; r < n; r++) out[r] = convert(vector.get(r));
+  return out;
+}
+
+// Column-major: {columns, cols: one array of values per column}
 function resultJSON(table) {
   const fields = table.schema.fields;
-  const columns = fields.map((f) => f.name);
-  const vectors = columns.map((_, i) => table.getChildAt(i));
-  const convert = fields.map((f) => (f.type.typeId === 7 /* Decimal */ ? (v) => decimal(v, f.type.scale) : plain));
-  const rows = new Array(table.numRows);
-  for (let r = 0; r < table.numRows; r++) {
-    const row = new Array(columns.length);
-    for (let c = 0; c < columns.length; c++) row[c] = convert[c](vectors[c].get(r));
-    rows[r] = row;
-  }
-  return { columns, rows };
+  return { columns: fields.map((f) => f.name), cols: fields.map((f, i) => columnValues(table.getChildAt(i), f)) };
 }
 
 function arrowColumn(arrow, values) {

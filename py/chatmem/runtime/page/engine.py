@@ -48,8 +48,9 @@ class DuckDBWasmEngine:
         call = self._call("execute", sql=sql, params=list(params) if params else None,
                           interruptible=interruptible)
         res = await (self._interruptible(call) if interruptible else call)
+        # column-major (query-engine.js ``resultJSON``): one array per column
         cols = res["columns"]
-        return [dict(zip(cols, row)) for row in res["rows"]]
+        return [dict(zip(cols, row)) for row in zip(*res["cols"])]
 
     async def _interruptible(self, call: Any) -> Any:
         """Await ``call``; if the awaiting task is cancelled, cancel the query in the worker
