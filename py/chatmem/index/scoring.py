@@ -2,7 +2,7 @@
 
 The index knows each query term's id and document frequency before any
 statement runs (``KeywordFigures``), so it knows how many postings a query
-touches. When that is at most ``PY_POSTINGS``, one light statement reads those
+touches. When that is at most ``py_postings(index)``, one light statement reads those
 postings (``tid, doc, tf, dl``) and the BM25 sums are made here: a DuckDB
 statement that scores and ranks costs several times more to plan than to run
 over a few thousand rows. Larger queries are scored in SQL (``hits.top_sql``,
@@ -27,13 +27,19 @@ from typing import Any
 
 from .tokenize import ParsedQuery
 
-__all__ = ["B", "K1", "PY_POSTINGS", "WHOLE_DOCS", "doc_meta", "idf", "local_engine", "postings_needed", "py_scores", "round9", "small_read", "term_weights",
-           "top_docs", "vector_sql"]
+__all__ = ["B", "K1", "PY_POSTINGS", "PY_POSTINGS_WORKER", "WHOLE_DOCS", "doc_meta", "idf", "local_engine",
+           "postings_needed", "py_postings", "py_scores", "round9", "small_read", "term_weights", "top_docs",
+           "vector_sql"]
 
 K1, B = 1.2, 0.75
 
-#: queries touching at most this many postings are scored in Python
+#: queries touching at most this many postings are scored in Python (engine in this thread)
 PY_POSTINGS = 4096
+#: the same where the engine is in a worker (the page): the postings cross as JSON and
+#: Pyodide scores them several times slower than CPython; measured in Chromium at 20,000
+#: messages, the two scorers cost the same at 1,000-2,000 postings and Python 1.7-1.9x
+#: the SQL at 2,000-4,096
+PY_POSTINGS_WORKER = 1024
 #: indexes of at most this many docs have them all read at the first search that needs one
 WHOLE_DOCS = 20_000
 #: postings (about: the total of document lengths) up to which one ``tid IN (...)`` scan
@@ -44,6 +50,11 @@ _ONE_SCAN = 250_000
 def small_read(index: Any) -> Any:
     """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
     return getattr(index, "execute_small", None) or index.execute
+
+
+def py_postings(index: Any) -> int:
+    """Up to how many postings a keyword query on ``index`` is scored in Python."""
+    return PY_POSTINGS if local_engine(index) else min(PY_POSTINGS, PY_POSTINGS_WORKER)
 
 
 def local_engine(index: Any) -> bool:

@@ -174,7 +174,7 @@ async def search(
             tw, required = term_weights(pq, stats, terms)
             if tw is None:
                 ranked = []
-            elif postings_needed(pq, terms) <= scoring.PY_POSTINGS:
+            elif postings_needed(pq, terms) <= scoring.py_postings(index):
                 ranked = await keyword_top(index, tw, required, stats, limit, thr)
             for exact in (False, True):
                 if ranked is not None:
