@@ -46,8 +46,8 @@ VOCABULARY_PAGE = 2000
 POSTINGS_CACHE = 100_000
 #: indexes of at most this many docs keep every doc's message id and time (``DocTable``)
 DOC_CACHE = 250_000
-#: docs read per statement when they are read whole
-DOC_PAGE = 10_000
+#: docs read per statement when they are read whole (a search waits for at most one page)
+DOC_PAGE = 2_000
 #: appends of more messages than this forget the cached terms instead of updating them
 _EXACT_UPDATE = 500
 
