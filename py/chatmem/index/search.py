@@ -18,7 +18,8 @@ a term it has not seen since the last delete).
 - ``semantic``: cosine similarity between the query's vector and the stored
   vectors of the embedder's model: the stored vectors are unit int8 vectors
   with a scale (see ``embed.quantize``), so a cosine is one int8 dot product
-  (brute force over the compact vectors; within 1e-3 of the float cosine).
+  (exact, over every compact vector; within 1e-3 of the float cosine; a large
+  index computes per row only the cosine it ranks by, see ``embed.semantic_ctes``).
   ``score`` is the similarity *calibrated* for the embedder (its
   ``calibration = (lo, hi)`` maps raw cosine ``lo`` to 0 and ``hi`` to 1,
   clipped to [-1, 1]; the static model is calibrated so that a paraphrase
