@@ -147,8 +147,16 @@ class KeywordFigures:
             return None
         if end is None:
             rows = await engine.execute("SELECT count(*) AS n, coalesce(max(doc) + 1, 0) AS e FROM docs")
-            if not 0 < int(rows[0]["n"]) <= DOC_CACHE:
+            n = int(rows[0]["n"])
+            if not 0 < n <= DOC_CACHE:
                 self.docs_sized = True
+                return None
+            if len(self.docs) >= n:  # a search read them all (a small index): no page to read
+                table = DocTable()
+                for doc, (mid, created) in self.docs.items():
+                    table.add(doc, mid, created)
+                self.doc_table, self.docs_sized = table, True
+                self.docs.clear()
                 return None
             self._doc_read = (DocTable(), self.generation, self.doc_writes)
             end = int(rows[0]["e"])
