@@ -573,6 +573,12 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
     for sid in ("k1", "k2"):
         await index.apply("session-created", sid, session(sid))
+    assert await search(index, "amber") == []  # an empty index: its docs are kept from the start
+    for _ in range(500):
+        if isinstance(index.doc_cache, DocTable):
+            break
+        await asyncio.sleep(0.01)
+    assert isinstance(index.doc_cache, DocTable) and len(index.doc_cache) == 0
     n = 0
 
     async def add(sid: str, count: int) -> None:
@@ -607,6 +613,8 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
 
     from chatmem.index import keywords
 
+    assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 60  # appends kept
+    fig.forget_terms()
     saved, keywords.DOC_PAGE = keywords.DOC_PAGE, 16  # several pages
     try:
         page = await fig.read_docs(index.engine, 0, None)  # a write between two pages drops the read

@@ -148,10 +148,11 @@ class KeywordFigures:
         if end is None:
             rows = await engine.execute("SELECT count(*) AS n, coalesce(max(doc) + 1, 0) AS e FROM docs")
             n = int(rows[0]["n"])
-            if not 0 < n <= DOC_CACHE:
+            if n > DOC_CACHE:
                 self.docs_sized = True
                 return None
-            if len(self.docs) >= n:  # a search read them all (a small index): no page to read
+            # empty (appends will fill it), or a search read them all (a small index): no page
+            if len(self.docs) >= n:
                 table = DocTable()
                 for doc, (mid, created) in self.docs.items():
                     table.add(doc, mid, created)
