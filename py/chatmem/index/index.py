@@ -50,6 +50,7 @@ from .schema import (
     row_to_message_record,
     row_to_session_record,
     session_row,
+    table_statement,
 )
 from .sqlguard import check_read_only
 
@@ -82,8 +83,11 @@ class QueryIndex:
     keeps_docs = True
 
     def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
-                 compact_after: int = 200_000, records: RecordSource | None = None):
+                 compact_after: int = 200_000, records: RecordSource | None = None, compress: bool = True):
         self.engine = engine
+        #: tables are created with their columns' ``schema.COMPRESSION`` (False for a
+        #: file whose storage version has none of it)
+        self.compress = compress
         self.embedder = embedder
         self.compact_after = compact_after
         self.unsorted_postings = 0
@@ -105,7 +109,7 @@ class QueryIndex:
         """Create the tables if they do not exist (idempotent; called by every method)."""
         if self._ready:
             return
-        for stmt in create_statements():
+        for stmt in create_statements(compress=self.compress):
             await self.engine.execute(stmt)
         await self._after_create()
 
@@ -432,11 +436,11 @@ class QueryIndex:
         async with self._lock:
             self._forget_stats()
             ex = self.engine.execute
-            for stmt in ("DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
+            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
                          "DROP INDEX IF EXISTS docs_doc", "DROP INDEX IF EXISTS terms_term"):
                 await ex(stmt)
             # the ART indexes are built once at the end, not row by row
-            for stmt in create_statements(replace=True):
+            for stmt in create_statements(replace=True, compress=self.compress):
                 if not stmt.startswith("CREATE INDEX"):
                     await ex(stmt)
             await self._after_create()
@@ -456,7 +460,11 @@ class QueryIndex:
                         chunk = []
             if chunk:
                 await self._load_messages(chunk, counts=False)
-            await ex("CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id")
+            # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
+            await ex("ALTER TABLE messages RENAME TO messages_unsorted")
+            await ex(table_statement("messages", compress=self.compress))
+            await ex("INSERT INTO messages SELECT * FROM messages_unsorted ORDER BY created_at, id")
+            await ex("DROP TABLE messages_unsorted")
             await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
             await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
                      "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")

@@ -96,7 +96,8 @@ class CachedOpening:
             await cache.attach_work()
             self._lap("attach")
         self._cache = cache
-        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages)
+        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages,
+                           compress=cache is None or cache.compress)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
