@@ -11,21 +11,17 @@ rebuilt in memory (``to_memory(copy=False)``).
 ``save``: while the file is the working database, a checkpoint (every write
 already went into it, transaction by transaction); once in memory, the file's
 old tables are dropped and checkpointed first, so that their blocks are free,
-then the in-memory ones are copied in one transaction and checkpointed: the
-copy fills the freed blocks instead of growing the file by a second copy of
-the index (replacing both in one transaction kept the old blocks until its
-checkpoint, so every save after the first left the file twice the index's
-size). A save interrupted between the two leaves a file without tables, which
-the next opening rebuilds from the store.
+then the in-memory tables are copied in one transaction, their ART indexes
+built, and ``index_meta`` (the mark of a complete index) copied last, then
+checkpointed: the copy fills the freed blocks instead of growing the file by a
+second copy of the index (replacing both in one transaction kept the old
+blocks until its checkpoint, so every save after the first left the file twice
+the index's size). A save interrupted on the way leaves a file without
+``index_meta``, which the next opening rebuilds from the store.
 
 ``compress``: whether the file's storage version has the compression the schema
-asks for (``schema.COMPRESSION``, ``STORAGE_VERSION``): the engines create new
-files with it and replace older ones, so it is False only for a file that could
-not be replaced.
-
-What is durable: the cache file as of the last committed write (on the file) or
-the last ``save`` (in memory). Writes after that are lost with the page, and the
-next opening catches up from the store (the store is the source of truth).
+asks for (``schema.COMPRESSION``, ``STORAGE_VERSION``): True for ``DuckDBEngine``'s
+files, False for the page's OPFS file (DuckDB-Wasm's default storage version).
 """
 
 from __future__ import annotations

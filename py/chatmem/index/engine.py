@@ -38,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DatabaseClosed, QueryError
 from ..settle import settle
-from .schema import STORAGE_VERSION, storage_at_least
+from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
 __all__ = ["DuckDBEngine", "SQLEngine"]
 
@@ -145,7 +145,7 @@ class DuckDBEngine:
         for f in (path, path + ".wal"):
             if os.path.exists(f):
                 os.remove(f)
-        self.notice = "The saved search index was made by an older version; it is being rebuilt."
+        self.notice = OLDER_INDEX
         return duckdb.connect(path, config=config)
 
     # ------------------------------------------------------------------ plumbing

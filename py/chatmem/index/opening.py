@@ -20,7 +20,7 @@ from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import QueryIndex
-from .schema import row_to_session_record, session_row
+from .schema import OLDER_INDEX, row_to_session_record, session_row
 from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class CachedOpening:
                             self._schedule_move()
                         return index
                 elif state == "stale":
-                    self.notice = "The saved search index was made by an older version; it is being rebuilt."
+                    self.notice = OLDER_INDEX
             except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
                 await index._rollback()

@@ -32,12 +32,17 @@
                 integer, which zone maps can prove, not by the text)
     index_meta  (key, value): the schema version of a cached (OPFS) index
 
-``messages.text`` is stored with DuckDB's ZSTD compression (``COMPRESSION``):
-about 0.37x the text's UTF-8 size where the automatic choice, FSST, keeps
-about 0.59x, which made a cached index larger than the text it indexes. ZSTD
-needs a database file of storage version ``STORAGE_VERSION`` or later (a file
-of an older storage version would store such a column uncompressed, so
-``create_statements(compress=False)`` leaves it to the automatic choice there).
+``messages.text`` is declared with DuckDB's ZSTD compression (``COMPRESSION``):
+about 0.37x the text's UTF-8 size where the automatic choice, FSST, keeps about
+0.59x (the bench's 100,000 messages: a CPython cache file of 0.80x the text
+instead of 1.03x). ZSTD needs a database file of storage version
+``STORAGE_VERSION`` or later; a file of an older one would store such a column
+uncompressed, so ``create_statements(compress=False)`` leaves the choice to
+DuckDB there. ``DuckDBEngine`` creates its files at ``STORAGE_VERSION``; the
+page's OPFS file has DuckDB-Wasm's default (v0.10.2: ``db.open`` takes no
+storage version, and neither a file written before it opens one nor an
+``ATTACH`` of an OPFS file can be written by DuckDB-Wasm 1.32), so there the
+text stays FSST.
 
 ``terms`` and ``stats`` are kept exact on every write (integer counts), so the
 BM25 statistics of the incremental index equal those of a rebuild. Integer ids
@@ -63,6 +68,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STAGE_COLUMNS",
     "MESSAGE_COLUMNS",
+    "OLDER_INDEX",
     "RECORD_ONLY",
     "COMPRESSION",
     "STORAGE_VERSION",
@@ -151,6 +157,9 @@ COMPRESSION: dict[tuple[str, str], str] = {("messages", "text"): "zstd"}
 #: the storage version an index file is created with (DuckDB's default, v0.10.2, has no
 #: ZSTD for strings); a file of an older one is replaced (it is derived) by the engine
 STORAGE_VERSION = "v1.4.0"
+
+#: the notice of a cached index made by an older version (another schema or storage version)
+OLDER_INDEX = "The saved search index was made by an older version; it is being rebuilt."
 
 #: the staging table a batch of messages goes through: the ``docs`` columns
 #: plus ``toks`` (the message's index terms joined by spaces; terms never hold
