@@ -149,7 +149,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "6"
 
 #: (table, column) -> the compression DuckDB is told to use for it
 COMPRESSION: dict[tuple[str, str], str] = {("messages", "text"): "zstd"}
