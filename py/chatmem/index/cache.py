@@ -22,6 +22,10 @@ the index's size). A save interrupted on the way leaves a file without
 ``compress``: whether the file's storage version has the compression the schema
 asks for (``schema.COMPRESSION``, ``STORAGE_VERSION``): True for ``DuckDBEngine``'s
 files, False for the page's OPFS file (DuckDB-Wasm's default storage version).
+
+What is durable: the cache file as of the last committed write (on the file) or
+the last ``save`` (in memory). Writes after that are lost with the page, and the
+next opening catches up from the store (the store is the source of truth).
 """
 
 from __future__ import annotations
