@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -99,6 +100,9 @@ class QueryIndex:
         self._complete: set[tuple[str, int]] = set()
         #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
         self.embed_progress: tuple[int, int] = (0, 0)
+        #: milliseconds per phase of the last ``rebuild``: reading the records, tokenising,
+        #: loading rows into the engine, deriving the keyword tables, sorting and indexing
+        self.rebuild_ms: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup
     async def setup(self) -> None:
@@ -227,8 +231,9 @@ class QueryIndex:
     async def _drop_messages(self, sids: str | list[str]) -> None:
         await drop_sessions(self.engine, [sids] if isinstance(sids, str) else list(sids), self._figures)
 
-    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
-        added = await load_messages(self.engine, records, self._figures, counts=counts)
+    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True,
+                             ms: dict[str, float] | None = None) -> None:
+        added = await load_messages(self.engine, records, self._figures, counts=counts, ms=ms)
         if counts:
             self.unsorted_postings += added
 
@@ -441,21 +446,25 @@ class QueryIndex:
                     await ex(stmt)
             await self._after_create()
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
+            ms: dict[str, float] = {}
+            t0 = time.perf_counter()
             chunk: list[dict[str, Any]] = []
             if inspect.isasyncgen(messages) or hasattr(messages, "__aiter__"):
                 async for rec in messages:
                     chunk.append(dict(rec))
                     if len(chunk) >= _CHUNK:
-                        await self._load_messages(chunk, counts=False)
+                        await self._load_messages(chunk, counts=False, ms=ms)
                         chunk = []
             else:
                 for rec in messages:
                     chunk.append(dict(rec))
                     if len(chunk) >= _CHUNK:
-                        await self._load_messages(chunk, counts=False)
+                        await self._load_messages(chunk, counts=False, ms=ms)
                         chunk = []
             if chunk:
-                await self._load_messages(chunk, counts=False)
+                await self._load_messages(chunk, counts=False, ms=ms)
+            t1 = time.perf_counter()
+            ms["read"] = (t1 - t0) * 1000 - sum(ms.values())  # what the loads did not take
             await ex("CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id")
             await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
             await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
@@ -464,6 +473,8 @@ class QueryIndex:
                      "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
             for stmt in INDEX_STATEMENTS:
                 await ex(stmt)
+            ms["sort"] = (time.perf_counter() - t1) * 1000
+            self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0
             self._forget_stats()
         if embed and self.embedder is not None:

@@ -22,10 +22,12 @@ first answer never waits for tens of thousands of rows. Nothing here is durable.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from ..slices import Slicer
 from .engine import SQLEngine
 from .schema import STAGE_COLUMNS, TABLES, message_rows
 
@@ -199,26 +201,50 @@ class KeywordFigures:
             self.terms.update((r["term"], (int(r["tid"]), int(r["df"]))) for r in new)
 
 
+def _lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
+    now = time.perf_counter()
+    if ms is not None:
+        ms[phase] = ms.get(phase, 0.0) + (now - since) * 1000
+    return now
+
+
 async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
-                        *, counts: bool = True) -> int:
+                        *, counts: bool = True, ms: dict[str, float] | None = None) -> int:
     """Tokenise ``records`` once and load them: ``messages`` and the staging table
     in bulk, then ``docs``, new ``terms`` and ``postings`` (and, with ``counts``,
     the ``terms.df`` / ``stats`` counts and ``figures``) derived in SQL. Returns
-    the number of postings added."""
+    the number of postings added (0 without ``counts``: nobody needs it then).
+
+    The tokenising yields to the event loop every ``slices.SLICE_S`` (in the page it
+    runs on the main thread). ``ms``, when given, gains the milliseconds spent
+    tokenising (``tokenise``), loading rows into the engine (``load``) and deriving
+    the tables in SQL (``derive``)."""
     ex = engine.execute
     base = await ex("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
                     "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
     doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
     mrows, srows, toks = [], [], []
+    slicer = Slicer()
+    t = time.perf_counter()
+    tokenising = 0.0
     for rec in records:
         m, st, tk = message_rows(rec)
         mrows.append(m)
         srows.append((doc,) + st)
         toks.append(tk)
         doc += 1
+        if not doc & 63:
+            if slicer.spent() > slicer.budget:
+                tokenising += time.perf_counter() - t
+                await slicer.tick()
+                t = time.perf_counter()
+    if ms is not None:
+        ms["tokenise"] = ms.get("tokenise", 0.0) + (tokenising + time.perf_counter() - t) * 1000
+    t = time.perf_counter()
     await ex(_STAGE_DDL)
     await engine.load_rows("messages", _COLS["messages"], mrows)
     await engine.load_rows("stage", _STAGE, srows)
+    t = _lap(ms, "load", t)
     await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
     await ex(_STAGE_TERMS)
     await ex(
@@ -236,7 +262,8 @@ async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figure
         await figures.add_new(engine, first_tid)
     await ex("DROP TABLE IF EXISTS stage")
     await ex("DROP TABLE IF EXISTS st")
-    return sum(len(set(t)) for t in toks)
+    _lap(ms, "derive", t)
+    return sum(len(set(tk)) for tk in toks) if counts else 0
 
 
 async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigures) -> None:
