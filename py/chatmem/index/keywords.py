@@ -22,16 +22,19 @@ first answer never waits for tens of thousands of rows. Nothing here is durable.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 
+from ..settle import settle
 from ..slices import Slicer
 from .engine import SQLEngine
 from .schema import STAGE_COLUMNS, TABLES, message_rows
 
-__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "drop_sessions", "load_messages"]
+__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "Prepared", "drop_sessions", "load_messages",
+           "prepare_messages", "store_messages", "stream_messages"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
 TERM_CACHE = 50_000
@@ -208,38 +211,42 @@ def _lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
     return now
 
 
-async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
-                        *, counts: bool = True, ms: dict[str, float] | None = None) -> int:
-    """Tokenise ``records`` once and load them: ``messages`` and the staging table
-    in bulk, then ``docs``, new ``terms`` and ``postings`` (and, with ``counts``,
-    the ``terms.df`` / ``stats`` counts and ``figures``) derived in SQL. Returns
-    the number of postings added (0 without ``counts``: nobody needs it then).
+#: a batch tokenised in Python, ready for the engine: ``messages`` rows, staging rows, terms
+Prepared = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[list[str]]]
 
-    The tokenising yields to the event loop every ``slices.SLICE_S`` (in the page it
-    runs on the main thread). ``ms``, when given, gains the milliseconds spent
-    tokenising (``tokenise``), loading rows into the engine (``load``) and deriving
-    the tables in SQL (``derive``)."""
-    ex = engine.execute
-    base = await ex("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
-                    "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
-    doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
+
+async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str, float] | None = None) -> Prepared:
+    """Tokenise ``records`` (doc ids from ``doc`` on) into the rows ``store_messages`` loads;
+    yields to the event loop every ``slices.SLICE_S`` (in the page this runs on the main
+    thread, while the engine works in its worker). ``ms`` gains the time as ``tokenise``."""
     mrows, srows, toks = [], [], []
     slicer = Slicer()
     t = time.perf_counter()
-    tokenising = 0.0
+    spent = 0.0
     for rec in records:
         m, st, tk = message_rows(rec)
         mrows.append(m)
         srows.append((doc,) + st)
         toks.append(tk)
         doc += 1
-        if not doc & 63:
-            if slicer.spent() > slicer.budget:
-                tokenising += time.perf_counter() - t
-                await slicer.tick()
-                t = time.perf_counter()
+        if not doc & 63 and slicer.spent() > slicer.budget:
+            spent += time.perf_counter() - t
+            await slicer.tick()
+            t = time.perf_counter()
     if ms is not None:
-        ms["tokenise"] = ms.get("tokenise", 0.0) + (tokenising + time.perf_counter() - t) * 1000
+        ms["tokenise"] = ms.get("tokenise", 0.0) + (spent + time.perf_counter() - t) * 1000
+    return mrows, srows, toks
+
+
+async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFigures, *, counts: bool = True,
+                         first_tid: int = 0, ms: dict[str, float] | None = None) -> int:
+    """Load a prepared batch: ``messages`` and the staging table in bulk, then ``docs``,
+    new ``terms`` and ``postings`` (and, with ``counts``, the ``terms.df`` / ``stats``
+    counts and ``figures``, ``first_tid`` being the first id new terms get) derived in
+    SQL. Returns the number of postings added (0 without ``counts``: nobody needs it
+    then). ``ms`` gains the milliseconds of loading (``load``) and deriving (``derive``)."""
+    mrows, srows, toks = batch
+    ex = engine.execute
     t = time.perf_counter()
     await ex(_STAGE_DDL)
     await engine.load_rows("messages", _COLS["messages"], mrows)
@@ -264,6 +271,60 @@ async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figure
     await ex("DROP TABLE IF EXISTS st")
     _lap(ms, "derive", t)
     return sum(len(set(tk)) for tk in toks) if counts else 0
+
+
+async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
+                        *, counts: bool = True, ms: dict[str, float] | None = None) -> int:
+    """Tokenise ``records`` once and load them after the index's last doc
+    (``prepare_messages`` then ``store_messages``). Returns the number of postings added."""
+    base = await engine.execute("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
+                                "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
+    doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
+    batch = await prepare_messages(records, doc, ms)
+    return await store_messages(engine, batch, figures, counts=counts, first_tid=first_tid, ms=ms)
+
+
+async def _each(items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+                ) -> AsyncIterator[Mapping[str, Any]]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+                          figures: KeywordFigures, *, chunk: int = 20_000, ms: dict[str, float] | None = None) -> None:
+    """Load ``messages`` (records, read ``chunk`` at a time) into an empty index, without
+    the counts (a rebuild recomputes them): each chunk is read and tokenised while the
+    engine (in the page: DuckDB's worker, beside the main thread) loads and derives the
+    chunk before. The engine is free when this returns or raises."""
+    doc = 0
+    loading: asyncio.Future[int] | None = None
+
+    async def add(records: list[dict[str, Any]]) -> None:
+        nonlocal doc, loading
+        batch = await prepare_messages(records, doc, ms)
+        doc += len(records)
+        if loading is not None:
+            await loading
+        loading = asyncio.ensure_future(store_messages(engine, batch, figures, counts=False, ms=ms))
+
+    try:
+        part: list[dict[str, Any]] = []
+        async for rec in _each(messages):
+            part.append(dict(rec))
+            if len(part) >= chunk:
+                await add(part)
+                part = []
+        if part:
+            await add(part)
+        if loading is not None:
+            await loading
+    finally:
+        if loading is not None and not loading.done():
+            await settle(loading)
 
 
 async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigures) -> None:
