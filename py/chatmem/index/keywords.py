@@ -31,9 +31,10 @@ from typing import Any
 from ..settle import settle
 from ..slices import Slicer
 from .engine import SQLEngine
-from .schema import STAGE_COLUMNS, TABLES, message_rows
+from .schema import STAGE_COLUMNS, TABLES, message_row, message_rows
+from .tokenize import terms_of_word, words
 
-__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "Prepared", "drop_sessions", "load_messages",
+__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "Prepared", "TermIds", "drop_sessions", "load_messages",
            "prepare_messages", "store_messages", "stream_messages"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
@@ -215,19 +216,63 @@ def _lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
 Prepared = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[list[str]]]
 
 
-async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str, float] | None = None) -> Prepared:
-    """Tokenise ``records`` (doc ids from ``doc`` on) into the rows ``store_messages`` loads;
-    yields to the event loop every ``slices.SLICE_S`` (in the page this runs on the main
-    thread, while the engine works in its worker). ``ms`` gains the time as ``tokenise``."""
-    mrows, srows, toks = [], [], []
+class TermIds:
+    """Term ids numbered in Python while an index is derived from scratch: each word maps
+    to the ids of its terms as text (``tokenize.terms_of_word``: a stem, or a CJK run's
+    bigrams), so a message's staging row carries its term ids and SQL counts integers
+    (no string grouping, no join with ``terms``); one dictionary look-up per word, as
+    the stems' memo costs. ``rows()`` are the ``terms`` rows, df left to the rebuild."""
+
+    def __init__(self) -> None:
+        self.tids: dict[str, int] = {}
+        self.codes: dict[str, str] = {}
+
+    def code(self, ws: list[str]) -> str:
+        """The term ids of the words ``ws``, in order, joined by spaces."""
+        codes = self.codes
+        try:
+            return " ".join(map(codes.__getitem__, ws))
+        except KeyError:
+            pass
+        tids = self.tids
+        for w in ws:
+            if w not in codes:
+                ids = []
+                for t in terms_of_word(w):
+                    tid = tids.get(t)
+                    if tid is None:
+                        tid = tids[t] = len(tids)
+                    ids.append(str(tid))
+                codes[w] = " ".join(ids)
+        return " ".join(map(codes.__getitem__, ws))
+
+    def rows(self) -> list[tuple[str, int, int]]:
+        return [(t, i, 0) for t, i in self.tids.items()]
+
+
+async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str, float] | None = None,
+                           ids: TermIds | None = None) -> Prepared:
+    """Tokenise ``records`` (doc ids from ``doc`` on) into the rows ``store_messages`` loads
+    (with ``ids``: staging rows of term ids, and no terms list); yields to the event loop
+    every ``slices.SLICE_S`` (in the page this runs on the main thread, while the engine
+    works in its worker). ``ms`` gains the time as ``tokenise``."""
+    mrows: list[tuple[Any, ...]] = []
+    srows: list[tuple[Any, ...]] = []
+    toks: list[list[str]] = []
     slicer = Slicer()
     t = time.perf_counter()
     spent = 0.0
     for rec in records:
-        m, st, tk = message_rows(rec)
+        if ids is None:
+            m, st, tk = message_rows(rec)
+            toks.append(tk)
+        else:
+            m = message_row(rec)
+            code = ids.code(words(m[-1]))
+            st = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"),
+                  code.count(" ") + 1 if code else 0, code)
         mrows.append(m)
         srows.append((doc,) + st)
-        toks.append(tk)
         doc += 1
         if not doc & 63 and slicer.spent() > slicer.budget:
             spent += time.perf_counter() - t
@@ -239,12 +284,14 @@ async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str
 
 
 async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFigures, *, counts: bool = True,
-                         first_tid: int = 0, ms: dict[str, float] | None = None) -> int:
+                         first_tid: int = 0, ms: dict[str, float] | None = None, ids: bool = False) -> int:
     """Load a prepared batch: ``messages`` and the staging table in bulk, then ``docs``,
     new ``terms`` and ``postings`` (and, with ``counts``, the ``terms.df`` / ``stats``
     counts and ``figures``, ``first_tid`` being the first id new terms get) derived in
     SQL. Returns the number of postings added (0 without ``counts``: nobody needs it
-    then). ``ms`` gains the milliseconds of loading (``load``) and deriving (``derive``)."""
+    then). With ``ids`` the batch was prepared with ``TermIds``: only ``docs`` and the
+    (unsorted) ``postings`` are made; the caller loads the terms and sorts. ``ms`` gains
+    the milliseconds of loading (``load``) and deriving (``derive``)."""
     mrows, srows, toks = batch
     ex = engine.execute
     t = time.perf_counter()
@@ -253,6 +300,14 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
     await engine.load_rows("stage", _STAGE, srows)
     t = _lap(ms, "load", t)
     await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
+    if ids:
+        # the staging rows hold term ids: count them; the terms, the order and df come after
+        await ex("INSERT INTO postings SELECT tid, doc, count(*)::INTEGER, any_value(dl) FROM (SELECT doc, dl, "
+                 "CAST(w AS INTEGER) AS tid FROM (SELECT doc, doc_len AS dl, unnest(string_split(toks, ' ')) AS w "
+                 "FROM stage WHERE toks <> '')) GROUP BY tid, doc")
+        await ex("DROP TABLE IF EXISTS stage")
+        _lap(ms, "derive", t)
+        return 0
     await ex(_STAGE_TERMS)
     await ex(
         "INSERT INTO terms SELECT term, (SELECT coalesce(max(tid) + 1, 0) FROM terms) "
@@ -297,19 +352,21 @@ async def _each(items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, 
 async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                           figures: KeywordFigures, *, chunk: int = 20_000, ms: dict[str, float] | None = None) -> None:
     """Load ``messages`` (records, read ``chunk`` at a time) into an empty index, without
-    the counts (a rebuild recomputes them): each chunk is read and tokenised while the
+    the counts and unsorted (a rebuild sorts and counts after), term ids numbered in
+    Python (``TermIds``): each chunk is read and tokenised while the
     engine (in the page: DuckDB's worker, beside the main thread) loads and derives the
     chunk before. The engine is free when this returns or raises."""
     doc = 0
     loading: asyncio.Future[int] | None = None
+    ids = TermIds()
 
     async def add(records: list[dict[str, Any]]) -> None:
         nonlocal doc, loading
-        batch = await prepare_messages(records, doc, ms)
+        batch = await prepare_messages(records, doc, ms, ids)
         doc += len(records)
         if loading is not None:
             await loading
-        loading = asyncio.ensure_future(store_messages(engine, batch, figures, counts=False, ms=ms))
+        loading = asyncio.ensure_future(store_messages(engine, batch, figures, counts=False, ms=ms, ids=True))
 
     try:
         part: list[dict[str, Any]] = []
@@ -322,6 +379,7 @@ async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any
             await add(part)
         if loading is not None:
             await loading
+        await engine.load_rows("terms", _COLS["terms"], ids.rows())
     finally:
         if loading is not None and not loading.done():
             await settle(loading)

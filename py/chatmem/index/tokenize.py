@@ -51,6 +51,7 @@ __all__ = [
     "phrase_pattern",
     "preload",
     "stem",
+    "terms_of_word",
     "tokens",
     "words",
 ]
@@ -213,6 +214,12 @@ def _terms_of(ws: list[str]) -> list[str]:
         else:
             append(stem(w[:_MAX_TOKEN]))
     return out
+
+
+def terms_of_word(word: str) -> list[str]:
+    """The index terms of one of ``words``' words (its stem, or a CJK run's bigrams):
+    ``tokens(text)`` is these of each word of ``words(text)`` in turn."""
+    return _terms_of([word])
 
 
 def tokens(text: str) -> list[str]:
