@@ -9,6 +9,13 @@ rest, so no posting row crosses the boundary: ``docs``; the batch's new terms,
 numbered after the highest ``tid``; the integer postings ``(tid, doc, tf,
 dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
 
+A derivation from scratch (``stream_messages``, what a rebuild does) numbers the
+term ids in Python instead (``TermIds``: a word's ids are memoised, one look-up a
+word), so each chunk's staging rows carry term ids and SQL only counts integers
+per doc; it tokenises a chunk while the engine loads the chunk before (in the
+page DuckDB runs in its worker, beside the main thread), and yields to the event
+loop every ``slices.SLICE_S`` while it tokenises.
+
 ``KeywordFigures`` holds ``(n, total)`` and ``term -> (tid, df)`` for the
 terms queries asked about (the whole vocabulary while it has at most
 ``TERM_CACHE`` terms) and the message id and time of docs searches ranked,
