@@ -446,10 +446,11 @@ async def check_vector_forms_agree(index: Any) -> None:
     """Where the engine runs in this thread the query vector is written into the statement
     and hybrid is fused in Python; the forms the page uses (the vector bound, one SQL
     statement) give the same hits, scores and breakdowns, with and without filters."""
-    from chatmem.index import scoring
+    from chatmem.index import embed, scoring
 
     await seed(index)
     emb = HashingEmbedder(dimensions=64)
+    saved_one = embed.ONE_COSINE_FROM
     cases: list[tuple[str, str, dict[str, Any]]] = [
         ("semantic", "python event loop", {}),
         ("semantic", "pizza in new york", {"limit": 3, "threshold": 0.1}),
@@ -472,6 +473,16 @@ async def check_vector_forms_agree(index: Any) -> None:
         finally:
             scoring.local_engine = saved  # type: ignore[assignment]
         assert here and here == bound, (mode, q, here[:2], bound[:2])
+        # the scan a large index uses (the ranking cosine alone, the own one for the top rows)
+        try:
+            embed.ONE_COSINE_FROM = 0
+            one = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
+            scoring.local_engine = lambda index: False  # type: ignore[assignment]
+            one_bound = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
+        finally:
+            embed.ONE_COSINE_FROM = saved_one
+            scoring.local_engine = saved  # type: ignore[assignment]
+        assert one == here and one_bound == here, (mode, q, here[:2], one[:2], one_bound[:2])
 
 
 async def check_retrieve_strategies(index: Any) -> None:

@@ -44,7 +44,10 @@ __all__ = [
     "EMBEDDING_COLUMNS",
     "calibration_of",
     "contextualize",
+    "ONE_COSINE_FROM",
     "cosine_sql",
+    "rank_cosine_sql",
+    "semantic_ctes",
     "model_key",
     "embed_messages",
     "embedding_rows",
@@ -271,6 +274,45 @@ def cosine_sql(e: str = "e", q: str = "q.v", *, context: bool = False) -> str:
     in-context vector (``cvec``), NULL where the row has none."""
     vec, scale = ("cvec", "cscale") if context else ("vec", "scale")
     return f"CAST(list_inner_product(CAST({e}.{vec} AS FLOAT[]), {q}) * {e}.{scale} AS DOUBLE)"
+
+
+#: from this many indexed messages on, a semantic scan computes only the ranking cosine
+#: (``rank_cosine_sql``) and the message's own cosine for the top rows alone: the int8 to
+#: float cast of every vector is most of a scan's time (100,000 vectors: two casts per row
+#: cost twice one). Below it both are computed in the scan, which is cheaper than carrying
+#: the vectors of the top rows through the sort
+ONE_COSINE_FROM = 20_000
+
+
+def rank_cosine_sql(e: str = "e", q: str = "q.v") -> str:
+    """SQL for the cosine a semantic ranking sorts by: the in-context vector's where the
+    row has one, else the own vector's. The same value as ``coalesce`` of the two
+    ``cosine_sql`` (``cvec`` and ``cscale`` are NULL together), with one cast."""
+    return (f"CAST(list_inner_product(CAST(coalesce({e}.cvec, {e}.vec) AS FLOAT[]), {q}) "
+            f"* coalesce({e}.cscale, {e}.scale) AS DOUBLE)")
+
+
+def semantic_ctes(qv: str, where: str, *, one_cosine: bool, top: str = "") -> str:
+    """The CTEs ``q`` (the query vector ``qv``) and ``sem``: ``message_id``, ``created_at``,
+    ``sim`` (the own vector's cosine) and ``rsim`` (the ranking cosine, ``embed.rank_cosine_sql``)
+    of the ``embeddings e`` rows that pass ``where``. With ``one_cosine`` the scan computes
+    ``rsim`` alone and ``sim`` is computed for the rows ``top`` (an ORDER BY and LIMIT over
+    ``rsim``) keeps, every row for ``top=""``: the caller's ranking must sort within them.
+    ``embed.ONE_COSINE_FROM`` says when that pays."""
+    if not one_cosine:
+        return (
+            f"q AS (SELECT {qv} AS v),\n"
+            f"sem0 AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
+            f"{cosine_sql(context=True)} AS csim FROM embeddings e CROSS JOIN q WHERE {where}),\n"
+            "sem AS (SELECT message_id, created_at, sim, coalesce(csim, sim) AS rsim FROM sem0)"
+        )
+    return (
+        f"q AS (SELECT {qv} AS v),\n"
+        f"sem0 AS (SELECT e.message_id, e.created_at, e.vec, e.scale, {rank_cosine_sql()} AS rsim "
+        f"FROM embeddings e CROSS JOIN q WHERE {where}),\n"
+        f"sem AS (SELECT t.message_id, t.created_at, {cosine_sql('t')} AS sim, t.rsim "
+        f"FROM (SELECT * FROM sem0 {top}) t CROSS JOIN q)"
+    )
 
 
 def calibration_of(embedder: Any) -> tuple[float, float]:

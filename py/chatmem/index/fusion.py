@@ -26,8 +26,8 @@ import heapq
 from collections.abc import Mapping
 from typing import Any
 
-from . import scoring
-from .embed import cosine_sql, model_key
+from . import embed, scoring
+from .embed import cosine_sql, model_key, semantic_ctes
 from .hits import (
     Filters,
     SearchHit,
@@ -146,13 +146,19 @@ async def _fused_here(
     # ``search``); each vector row carries its message's time. The query vector is
     # written in as text: a statement without parameters skips the duckdb package's
     # per-parameter probing (about 0.2 ms), and DuckDB parses the same text either way
-    sem = await run(
-        f"WITH q AS (SELECT {vector_sql(vec)} AS v),\n"
-        f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
-        f"{cosine_sql(context=True)} AS csim "
-        f"FROM embeddings e CROSS JOIN q WHERE e.model_key = {model_key(model)} AND e.dim = {int(dim)})\n"
-        "SELECT message_id, created_at, sim FROM s "
-        f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}")
+    where = f"e.model_key = {model_key(model)} AND e.dim = {int(dim)}"
+    if stats[0] >= embed.ONE_COSINE_FROM:
+        # a large index: the scan computes the ranking cosine alone (see ``semantic_ctes``)
+        ctes = semantic_ctes(vector_sql(vec), where, one_cosine=True,
+                             top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}")
+        sql = f"WITH {ctes}\nSELECT message_id, created_at, sim FROM sem ORDER BY rsim DESC, message_id DESC"
+    else:
+        sql = (f"WITH q AS (SELECT {vector_sql(vec)} AS v),\n"
+               f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
+               f"{cosine_sql(context=True)} AS csim FROM embeddings e CROSS JOIN q WHERE {where})\n"
+               "SELECT message_id, created_at, sim FROM s "
+               f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}")
+    sem = await run(sql)
     times = {mid: created for mid, _, created in kws}
     for r in sem:
         if r["created_at"] is not None:

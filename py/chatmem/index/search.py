@@ -18,7 +18,8 @@ a term it has not seen since the last delete).
 - ``semantic``: cosine similarity between the query's vector and the stored
   vectors of the embedder's model: the stored vectors are unit int8 vectors
   with a scale (see ``embed.quantize``), so a cosine is one int8 dot product
-  (brute force over the compact vectors; within 1e-3 of the float cosine).
+  (exact, over every compact vector; within 1e-3 of the float cosine; a large
+  index computes per row only the cosine it ranks by, see ``embed.semantic_ctes``).
   ``score`` is the similarity *calibrated* for the embedder (its
   ``calibration = (lo, hi)`` maps raw cosine ``lo`` to 0 and ``hi`` to 1,
   clipped to [-1, 1]; the static model is calibrated so that a paraphrase
@@ -49,8 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..ids import system_clock
-from . import scoring
-from .embed import Embedder, calibration_of, cosine_sql, model_key, query_literal
+from . import embed, scoring
+from .embed import Embedder, calibration_of, model_key, query_literal, semantic_ctes
 from .hits import (
     _MAX_LIMIT,
     DAY_MS,
@@ -219,13 +220,21 @@ async def search(
     # where the engine is in this thread the query vector is written into the statement
     # (see ``fusion._fused_here``), else bound as a parameter
     local = scoring.local_engine(index)
-    sem_cte = (
-        f"q AS (SELECT {scoring.vector_sql(vec) if local else 'CAST(? AS FLOAT[])'} AS v),\n"
-        f"sem0 AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, {cosine_sql(context=True)} AS csim "
-        f"FROM embeddings e CROSS JOIN q WHERE e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}"
-        + (f" AND {eflt.sql}" if eflt.sql != "TRUE" else "") + "),\n"
-        "sem AS (SELECT message_id, created_at, sim, coalesce(csim, sim) AS rsim FROM sem0)"
-    )
+    stats = await _bm25_stats(index)
+    where = f"e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}" + (
+        f" AND {eflt.sql}" if eflt.sql != "TRUE" else "")
+    qv = scoring.vector_sql(vec) if local else "CAST(? AS FLOAT[])"
+    one = stats[0] >= embed.ONE_COSINE_FROM
+    if mode == "semantic":
+        # the rows a page of results can come from: the ranking's top ``limit``, with room
+        # for ties of the ranking cosine (ordered by the own cosine after it)
+        sem_top = f"ORDER BY rsim DESC, created_at DESC, message_id DESC LIMIT {int(limit) + 16}" \
+            if thr is None and limit is not None else ""
+    else:
+        from .fusion import RRF_DEPTH
+
+        sem_top = f"ORDER BY rsim DESC, message_id DESC LIMIT {max(RRF_DEPTH, int(limit))}" if limit is not None else ""
+    sem_cte = semantic_ctes(qv, where, one_cosine=one, top=sem_top)
     sem_params: list[Any] = ([] if local else [vec]) + eflt.params
 
     if mode == "semantic":
@@ -236,7 +245,7 @@ async def search(
             outer = "WHERE score >= ?"
             params.append(thr)
         # a scan of a few thousand vectors is a small read (no thread hop on CPython)
-        small = local and (await _bm25_stats(index))[0] <= scoring.WHOLE_DOCS
+        small = local and stats[0] <= scoring.WHOLE_DOCS
         rows = await (scoring.small_read(index) if small else index.execute)(
             f"WITH {sem_cte}\nSELECT * FROM (SELECT sem.message_id AS id, sem.created_at, "
             f"round({calibrated}, 9) AS score, round(sem.sim, 9) AS sim, sem.rsim FROM sem) {outer} "
@@ -254,6 +263,6 @@ async def search(
     assert pq is not None
     return await hybrid(
         index, pq, build_filters(session_ids, character_ids, date_range, roles, alias="d"), flt,
-        sem_cte, sem_params, await _bm25_stats(index), w,
+        sem_cte, sem_params, stats, w,
         system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params,
         (vec, emb.model, emb.dimensions))
