@@ -93,3 +93,40 @@ def test_term_ids_code_each_word_as_its_terms() -> None:
         code = ids.code(words(text))
         by_id = {i: t for t, i in ids.tids.items()}
         assert [by_id[int(c)] for c in code.split()] == tokens(text), text
+
+
+def test_a_failing_read_during_a_rebuild_leaves_the_engine_usable(monkeypatch) -> None:
+    """The store failing while a chunk loads: the error comes out, the engine is free,
+    and the next rebuild derives the same tables as appends."""
+    import chatmem.index.index as index_module
+
+    monkeypatch.setattr(index_module, "_CHUNK", 10)
+    recs = records([("s", f"message number {i} about pizza, don't stop") for i in range(35)])
+    session = [{"sessionId": "s", "title": "s", "createdAt": 0, "updatedAt": 0, "messageCount": len(recs)}]
+
+    def failing():  # type: ignore[no-untyped-def]
+        for i, r in enumerate(recs):
+            if i == 25:
+                raise OSError("the store went away")
+            yield r
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        idx = QueryIndex(DuckDBEngine())
+        appended = QueryIndex(DuckDBEngine())
+        try:
+            try:
+                await idx.rebuild(session, failing())
+            except OSError as e:
+                assert "went away" in str(e)
+            else:
+                raise AssertionError("the rebuild did not fail")
+            await idx.rebuild(session, iter(recs))
+            await appended.apply("session-created", "s", session[0])
+            await appended.apply("messages-appended", "s", recs)
+            return await tables(idx), await tables(appended)
+        finally:
+            await idx.close()
+            await appended.close()
+
+    a, b = asyncio.run(go())
+    assert a == b and len(a[2]) == 35
