@@ -198,7 +198,8 @@ res["hybrid_two_cosines"] = (pct(hy2, .5), pct(hy2, .95))
 await idx.execute("DELETE FROM embeddings")  # keep the cached file the size of a keyword-only index
 await mem.close()
 res["samples"] = {"keyword": kw, "keyword_common": kc, "keyword_filtered": kf, "substring_scan": sc,
-                  "substring_mode": ss, "semantic": se, "hybrid": hy}
+                  "substring_mode": ss, "semantic": se, "hybrid": hy,
+                  "semantic_two_cosines": se2, "hybrid_two_cosines": hy2}
 res
 """
 
