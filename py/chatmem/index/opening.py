@@ -219,6 +219,8 @@ class CachedOpening:
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
         self._lap("derive: rebuild")
+        for phase, ms in index.rebuild_ms.items():  # its parts
+            self.open_ms[f"derive: rebuild: {phase}"] = ms
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
 

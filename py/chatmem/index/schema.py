@@ -76,6 +76,7 @@ __all__ = [
     "TABLES",
     "create_statements",
     "index_statement",
+    "message_row",
     "storage_at_least",
     "table_statement",
     "message_rows",
@@ -242,6 +243,14 @@ def session_row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
 def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...], list[str]]:
     """The ``messages`` row, the staging row (``STAGE_COLUMNS`` but ``doc``) and
     the index terms of one message record. Tokenises the text once."""
+    row = message_row(rec)
+    toks = tokens(row[-1])
+    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), " ".join(toks))
+    return row, stage, toks
+
+
+def message_row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The ``messages`` row of one message record (its plain text last)."""
     text = extract_text(rec.get("content"))
     row: list[Any] = []
     for col, _, key in MESSAGE_COLUMNS:
@@ -251,9 +260,7 @@ def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ..
             row.append(int(rec.get(key) or 0))
         else:
             row.append(rec.get(key))
-    toks = tokens(text)
-    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), " ".join(toks))
-    return tuple(row), stage, toks
+    return tuple(row)
 
 
 def row_to_message_record(row: Mapping[str, Any]) -> dict[str, Any]:
