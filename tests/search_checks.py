@@ -565,7 +565,7 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     appends, forgotten by a delete) give the same hits as reading ``docs`` per search."""
     import asyncio
 
-    from chatmem.index.keywords import DocTable
+    from chatmem.index.doctable import DocTable
 
     fig = getattr(index, "_figures", None)
     if fig is None or not getattr(index, "keeps_docs", False):
@@ -611,11 +611,11 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
         finally:
             fig.doc_table = table
 
-    from chatmem.index import keywords
+    from chatmem.index import doctable
 
     assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 60  # appends kept
     fig.forget_terms()
-    saved, keywords.DOC_PAGE = keywords.DOC_PAGE, 16  # several pages
+    saved, doctable.DOC_PAGE = doctable.DOC_PAGE, 16  # several pages
     try:
         page = await fig.read_docs(index.engine, 0, None)  # a write between two pages drops the read
         assert page == (16, 60) and fig.doc_table is None
@@ -624,7 +624,7 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
         first = await answers()
         assert await kept()
     finally:
-        keywords.DOC_PAGE = saved
+        doctable.DOC_PAGE = saved
     assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 61
     assert await answers() == first == await without_table()
     await add("k1", 15)  # the appended docs join the table

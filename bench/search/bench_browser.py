@@ -21,7 +21,8 @@ reused ``--profile`` already holds them), then in one browser:
    their first query's answer, and that of a few more queries.
 
 Between 3 and 4, the OPFS files of the saved index (no embeddings) are
-measured against the UTF-8 size of the messages' text.
+measured against the UTF-8 size of the messages' text, and again at the end,
+after the catch-up of 4 saved the file once more.
 
 Query words are drawn uniformly from the vocabulary except its 50 most
 frequent (stop-word-like) words; queries holding one of those 50 are timed
@@ -402,6 +403,11 @@ def main() -> int:
         for other in others:
             py(other, CLOSE)
         py(page, CLOSE)
+        # the file again after the catch-up of step 4 saved it (a save rewrites the whole index)
+        after = sum(v for v in opfs_files(page).values() if isinstance(v, int))
+        metrics["index_bytes_after_catch_up"] = after
+        row("  the same after a catch-up saved it again, MB",
+            f"{after / 1e6:.1f} = {after / max(1, metrics['text_bytes']):.2f}x")  # type: ignore[call-overload]
         ctx.close()
     srv.shutdown()
     _table(args, rows)

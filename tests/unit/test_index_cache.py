@@ -192,7 +192,7 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         await fresh.close()
 
         # the cached file cannot be read: rebuilt from the store, said so
-        mem = mem_failing("index_meta WHERE key IN", "COPY FROM DATABASE")
+        mem = mem_failing("index_meta WHERE key IN", "FROM chatmem_work.main")
         assert await _answers(mem) == want
         assert mem.index.hydrations == 1 and "could not be read" in (mem.index.notice or "")
         # ... and its save fails too (the copy back to the file): kept in memory, said so

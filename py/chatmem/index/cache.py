@@ -10,8 +10,18 @@ rebuilt in memory (``to_memory(copy=False)``).
 
 ``save``: while the file is the working database, a checkpoint (every write
 already went into it, transaction by transaction); once in memory, the file's
-contents are replaced by the in-memory ones in one transaction, then
-checkpointed.
+old tables are dropped and checkpointed first, so that their blocks are free,
+then the in-memory tables are copied in one transaction, their ART indexes
+built, and ``index_meta`` (the mark of a complete index) copied last, then
+checkpointed: the copy fills the freed blocks instead of growing the file by a
+second copy of the index (replacing both in one transaction kept the old
+blocks until its checkpoint, so every save after the first left the file twice
+the index's size). A save interrupted on the way leaves a file without
+``index_meta``, which the next opening rebuilds from the store.
+
+``compress``: whether the file's storage version has the compression the schema
+asks for (``schema.COMPRESSION``, ``STORAGE_VERSION``): True for ``DuckDBEngine``'s
+files, False for the page's OPFS file (DuckDB-Wasm's default storage version).
 
 What is durable: the cache file as of the last committed write (on the file) or
 the last ``save`` (in memory). Writes after that are lost with the page, and the
@@ -23,7 +33,15 @@ from __future__ import annotations
 from typing import Any
 
 from .engine import SQLEngine
-from .schema import SCHEMA_VERSION, TABLES
+from .schema import (
+    INDEXES,
+    SCHEMA_VERSION,
+    STORAGE_VERSION,
+    TABLES,
+    index_statement,
+    storage_at_least,
+    table_statement,
+)
 
 __all__ = ["IndexCache", "WORK"]
 
@@ -43,11 +61,17 @@ class IndexCache:
         self.file_db: str | None = None
         #: the working database is the in-memory copy (else the file itself)
         self.in_memory = False
+        #: the file's storage version has ``schema.COMPRESSION``
+        self.compress = True
 
     async def attach_work(self) -> None:
-        """Note the file's database (the working one until ``to_memory``)."""
-        rows = await self.engine.execute("SELECT current_database() AS d")
+        """Note the file's database (the working one until ``to_memory``) and whether its
+        storage version has the schema's compression."""
+        rows = await self.engine.execute(
+            "SELECT database_name AS d, tags['storage_version'] AS v FROM duckdb_databases() "
+            "WHERE database_name = current_database()")
         self.file_db = str(rows[0]["d"])
+        self.compress = storage_at_least(rows[0]["v"], STORAGE_VERSION)
 
     async def to_memory(self, copy: bool = True) -> None:
         """Attach the in-memory working database, copy the file's index into it (tables
@@ -99,16 +123,33 @@ class IndexCache:
             return
         old = await self._tables()
         ex = self.engine.execute
+        if old:
+            await self._in_transaction([f"DROP TABLE IF EXISTS {db}.main.{_q(t)}" for t in sorted(old)])
+            await ex(f"CHECKPOINT {db}")  # their blocks are free for the copy
+        file_db, last = self.file_db, "index_meta"  # the mark of a complete copy comes last
+        await self._in_transaction(
+            [s for t in TABLES if t != last for s in (
+                table_statement(t, compress=self.compress, into=file_db),
+                f"INSERT INTO {db}.main.{t} SELECT * FROM {WORK}.main.{t}")])
+        # each ART index on its own: created in the transaction of its table, or in one that
+        # follows a drop of its namesake, DuckDB 1.4 fails the commit ("Could not commit
+        # creation of dependency")
+        for ix in INDEXES:
+            await ex(index_statement(*ix, into=file_db))
+        await self._in_transaction([table_statement(last, compress=self.compress, into=file_db),
+                                    f"INSERT INTO {db}.main.{last} SELECT * FROM {WORK}.main.{last}"])
+        await ex(f"CHECKPOINT {db}")
+
+    async def _in_transaction(self, statements: list[str]) -> None:
+        ex = self.engine.execute
         await ex("BEGIN TRANSACTION")
         try:
-            for t in sorted(old):
-                await ex(f"DROP TABLE IF EXISTS {db}.main.{_q(t)}")
-            await ex(f"COPY FROM DATABASE {WORK} TO {db}")
+            for sql in statements:
+                await ex(sql)
         except BaseException:
             await ex("ROLLBACK")
             raise
         await ex("COMMIT")
-        await ex(f"CHECKPOINT {db}")
 
     async def info(self) -> dict[str, Any]:
         """The file database's name and tables (for status displays and tests)."""

@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DatabaseClosed, QueryError
 from ..settle import settle
+from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
 __all__ = ["DuckDBEngine", "SQLEngine"]
 
@@ -109,7 +110,9 @@ class DuckDBEngine:
         self.path = path
         #: a database file outlives this engine: ``LiveIndex`` reopens it and catches up
         self.persistent = path != ":memory:"
-        self._con = duckdb.connect(path)
+        #: a sentence for the user when an older index file was replaced (``LiveIndex.notice``)
+        self.notice: str | None = None
+        self._con = self._connect(path)
         self._con.execute("SET autoload_known_extensions=false")
         self._con.execute("SET autoinstall_known_extensions=false")
         #: bulk-load files live here; the engine may read nothing else
@@ -122,6 +125,28 @@ class DuckDBEngine:
         self._running: _Call | None = None
         self._types: dict[str, dict[str, str]] = {}
         self._closed = False
+
+    def _connect(self, path: str) -> Any:
+        """Connect to ``path``; a new file gets ``schema.STORAGE_VERSION``, and an index file
+        of an older storage version (a derived copy: nothing is lost) is replaced by a new one."""
+        duckdb = self._duckdb
+        config = {"storage_compatibility_version": STORAGE_VERSION}
+        con = duckdb.connect(path, config=config)
+        if not self.persistent:
+            return con
+        row = con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
+                          "WHERE database_name = current_database()").fetchone()
+        if storage_at_least(row[0] if row else None, STORAGE_VERSION):
+            return con
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if tables and "index_meta" not in tables:
+            return con  # not an index file: left as it is
+        con.close()
+        for f in (path, path + ".wal"):
+            if os.path.exists(f):
+                os.remove(f)
+        self.notice = OLDER_INDEX
+        return duckdb.connect(path, config=config)
 
     # ------------------------------------------------------------------ plumbing
     def _run(self, call: _Call | None, fn: Any, *args: Any) -> Any:

@@ -32,7 +32,7 @@ Nothing here is durable: the store is the source of truth.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +40,7 @@ from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
-from .keywords import KeywordFigures, drop_sessions, load_messages
+from .keywords import KeywordFigures, drop_sessions, load_messages, stream_messages
 from .missing import embed_missing
 from .schema import (
     INDEX_STATEMENTS,
@@ -50,6 +50,7 @@ from .schema import (
     row_to_message_record,
     row_to_session_record,
     session_row,
+    table_statement,
 )
 from .sqlguard import check_read_only
 
@@ -82,8 +83,11 @@ class QueryIndex:
     keeps_docs = True
 
     def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
-                 compact_after: int = 200_000, records: RecordSource | None = None):
+                 compact_after: int = 200_000, records: RecordSource | None = None, compress: bool = True):
         self.engine = engine
+        #: tables are created with their columns' ``schema.COMPRESSION`` (False for a
+        #: file whose storage version has none of it)
+        self.compress = compress
         self.embedder = embedder
         self.compact_after = compact_after
         self.unsorted_postings = 0
@@ -99,13 +103,17 @@ class QueryIndex:
         self._complete: set[tuple[str, int]] = set()
         #: ``(messages with a vector, messages)`` as of the last ``embed_missing`` batch
         self.embed_progress: tuple[int, int] = (0, 0)
+        #: milliseconds per phase of the last ``rebuild``: ``stream`` (reading the records,
+        #: tokenising them, ``tokenise``, while the engine loads, ``load``, and derives the
+        #: keyword tables, ``derive``, of the batch before), then ``sort`` (and indexing)
+        self.rebuild_ms: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup
     async def setup(self) -> None:
         """Create the tables if they do not exist (idempotent; called by every method)."""
         if self._ready:
             return
-        for stmt in create_statements():
+        for stmt in create_statements(compress=self.compress):
             await self.engine.execute(stmt)
         await self._after_create()
 
@@ -234,8 +242,9 @@ class QueryIndex:
     async def _drop_messages(self, sids: str | list[str]) -> None:
         await drop_sessions(self.engine, [sids] if isinstance(sids, str) else list(sids), self._figures)
 
-    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True) -> None:
-        added = await load_messages(self.engine, records, self._figures, counts=counts)
+    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True,
+                             ms: dict[str, float] | None = None) -> None:
+        added = await load_messages(self.engine, records, self._figures, counts=counts, ms=ms)
         if counts:
             self.unsorted_postings += added
 
@@ -439,31 +448,25 @@ class QueryIndex:
         async with self._lock:
             self._forget_stats()
             ex = self.engine.execute
-            for stmt in ("DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
+            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
                          "DROP INDEX IF EXISTS docs_doc", "DROP INDEX IF EXISTS terms_term"):
                 await ex(stmt)
             # the ART indexes are built once at the end, not row by row
-            for stmt in create_statements(replace=True):
+            for stmt in create_statements(replace=True, compress=self.compress):
                 if not stmt.startswith("CREATE INDEX"):
                     await ex(stmt)
             await self._after_create()
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
-            chunk: list[dict[str, Any]] = []
-            if inspect.isasyncgen(messages) or hasattr(messages, "__aiter__"):
-                async for rec in messages:
-                    chunk.append(dict(rec))
-                    if len(chunk) >= _CHUNK:
-                        await self._load_messages(chunk, counts=False)
-                        chunk = []
-            else:
-                for rec in messages:
-                    chunk.append(dict(rec))
-                    if len(chunk) >= _CHUNK:
-                        await self._load_messages(chunk, counts=False)
-                        chunk = []
-            if chunk:
-                await self._load_messages(chunk, counts=False)
-            await ex("CREATE OR REPLACE TABLE messages AS SELECT * FROM messages ORDER BY created_at, id")
+            ms: dict[str, float] = {}
+            t0 = time.perf_counter()
+            await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
+            t1 = time.perf_counter()
+            ms["stream"] = (t1 - t0) * 1000
+            # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
+            await ex("ALTER TABLE messages RENAME TO messages_unsorted")
+            await ex(table_statement("messages", compress=self.compress))
+            await ex("INSERT INTO messages SELECT * FROM messages_unsorted ORDER BY created_at, id")
+            await ex("DROP TABLE messages_unsorted")
             await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
             await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
                      "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
@@ -471,6 +474,8 @@ class QueryIndex:
                      "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
             for stmt in INDEX_STATEMENTS:
                 await ex(stmt)
+            ms["sort"] = (time.perf_counter() - t1) * 1000
+            self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0
             self._forget_stats()
         if embed and self.embedder is not None:

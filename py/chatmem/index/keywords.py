@@ -9,6 +9,13 @@ rest, so no posting row crosses the boundary: ``docs``; the batch's new terms,
 numbered after the highest ``tid``; the integer postings ``(tid, doc, tf,
 dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
 
+A derivation from scratch (``stream_messages``, what a rebuild does) numbers the
+term ids in Python instead (``TermIds``: a word's ids are memoised, one look-up a
+word), so each chunk's staging rows carry term ids and SQL only counts integers
+per doc; it tokenises a chunk while the engine loads the chunk before (in the
+page DuckDB runs in its worker, beside the main thread), and yields to the event
+loop every ``slices.SLICE_S`` while it tokenises.
+
 ``KeywordFigures`` holds ``(n, total)`` and ``term -> (tid, df)`` for the
 terms queries asked about (the whole vocabulary while it has at most
 ``TERM_CACHE`` terms) and the message id and time of docs searches ranked,
@@ -18,7 +25,7 @@ a rebuild or a failed write: a keyword search then needs no statement to learn
 them. The first query after an opening looks up only its own terms; the whole
 vocabulary is read after it has been answered (``read_vocabulary``), so the
 first answer never waits for tens of thousands of rows. Likewise every doc's
-message id and time (``DocTable``, while the index has at most ``DOC_CACHE``
+message id and time (``DocTable``, while the index has at most ``doctable.DOC_CACHE``
 docs) is read in pages after an answer, and kept up to date by appends: a
 search then turns its winners into message ids with no statement (in the page
 that statement is a round trip to the engine's worker, a quarter of a search).
@@ -27,16 +34,22 @@ Nothing here is durable.
 
 from __future__ import annotations
 
-from array import array
+import asyncio
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 
+from ..settle import settle
+from ..slices import Slicer
+from . import doctable
+from .doctable import DocTable
 from .engine import SQLEngine
-from .schema import STAGE_COLUMNS, TABLES, message_rows
+from .schema import STAGE_COLUMNS, TABLES, message_row, message_rows
+from .tokenize import terms_of_word, words
 
-__all__ = ["DOC_CACHE", "POSTINGS_CACHE", "TERM_CACHE", "DocTable", "KeywordFigures", "drop_sessions",
-           "load_messages"]
+__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "KeywordFigures", "Prepared", "TermIds", "drop_sessions", "load_messages",
+           "prepare_messages", "store_messages", "stream_messages"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
 TERM_CACHE = 50_000
@@ -44,15 +57,12 @@ TERM_CACHE = 50_000
 VOCABULARY_PAGE = 2000
 #: postings kept in Python at most (then forgotten all at once)
 POSTINGS_CACHE = 100_000
-#: indexes of at most this many docs keep every doc's message id and time (``DocTable``)
-DOC_CACHE = 250_000
-#: docs read per statement when they are read whole (a search waits for at most one page)
-DOC_PAGE = 2_000
 #: appends of more messages than this forget the cached terms instead of updating them
 _EXACT_UPDATE = 500
 
 _COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
 _STAGE = [c for c, _ in STAGE_COLUMNS]
+_MID, _CREATED = _STAGE.index("message_id"), _STAGE.index("created_at")
 _STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
 _DOCS = ", ".join(_COLS["docs"])
 #: one row per (term, doc) of the staged batch, with its tf
@@ -63,31 +73,6 @@ _STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::
 
 def _marks(n: int) -> str:
     return ", ".join("?" for _ in range(n))
-
-
-class DocTable:
-    """Every doc's ``(message_id, created_at)`` by doc number (docs are numbered
-    densely from 0; a number not in use is None): a list and an array, about 90
-    bytes a doc."""
-
-    def __init__(self) -> None:
-        self.ids: list[str | None] = []
-        self.times = array("q")
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def add(self, doc: int, message_id: str, created_at: int) -> None:
-        if doc >= len(self.ids):
-            grow = doc + 1 - len(self.ids)
-            self.ids.extend([None] * grow)
-            self.times.extend([0] * grow)
-        self.ids[doc] = message_id
-        self.times[doc] = created_at
-
-    def get(self, doc: int) -> tuple[str, int] | None:
-        mid = self.ids[doc] if 0 <= doc < len(self.ids) else None
-        return None if mid is None else (mid, self.times[doc])
 
 
 class KeywordFigures:
@@ -148,7 +133,7 @@ class KeywordFigures:
         if end is None:
             rows = await engine.execute("SELECT count(*) AS n, coalesce(max(doc) + 1, 0) AS e FROM docs")
             n = int(rows[0]["n"])
-            if n > DOC_CACHE:
+            if n > doctable.DOC_CACHE:
                 self.docs_sized = True
                 return None
             # empty (appends will fill it), or a search read them all (a small index): no page
@@ -169,10 +154,10 @@ class KeywordFigures:
             return None  # a write came between two pages: read again at the next search
         # constant bounds: zone maps skip to the page (docs are stored by doc)
         rows = await engine.execute("SELECT doc, message_id, created_at FROM docs "
-                                    f"WHERE doc >= {int(start)} AND doc < {int(start) + DOC_PAGE}")
+                                    f"WHERE doc >= {int(start)} AND doc < {int(start) + doctable.DOC_PAGE}")
         for r in rows:
             table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]))
-        start += DOC_PAGE
+        start += doctable.DOC_PAGE
         if start < end:
             return start, end
         self.doc_table = table
@@ -188,7 +173,7 @@ class KeywordFigures:
         if table is None:
             return
         for doc, mid, created in docs:
-            if created is None or doc >= DOC_CACHE:
+            if created is None or doc >= doctable.DOC_CACHE:
                 self.doc_table = None  # not kept whole any more: read as needed
                 return
             table.add(doc, mid, int(created))
@@ -303,28 +288,109 @@ class KeywordFigures:
             self.terms.update((r["term"], (int(r["tid"]), int(r["df"]))) for r in new)
 
 
-async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
-                        *, counts: bool = True) -> int:
-    """Tokenise ``records`` once and load them: ``messages`` and the staging table
-    in bulk, then ``docs``, new ``terms`` and ``postings`` (and, with ``counts``,
-    the ``terms.df`` / ``stats`` counts and ``figures``) derived in SQL. Returns
-    the number of postings added."""
-    ex = engine.execute
-    base = await ex("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
-                    "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
-    doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
-    mrows, srows, toks, added = [], [], [], []
+def _lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
+    now = time.perf_counter()
+    if ms is not None:
+        ms[phase] = ms.get(phase, 0.0) + (now - since) * 1000
+    return now
+
+
+#: a batch tokenised in Python, ready for the engine: ``messages`` rows, staging rows, terms
+Prepared = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[list[str]]]
+
+
+class TermIds:
+    """Term ids numbered in Python while an index is derived from scratch: each word maps
+    to the ids of its terms as text (``tokenize.terms_of_word``: a stem, or a CJK run's
+    bigrams), so a message's staging row carries its term ids and SQL counts integers
+    (no string grouping, no join with ``terms``); one dictionary look-up per word, as
+    the stems' memo costs. ``rows()`` are the ``terms`` rows, df left to the rebuild."""
+
+    def __init__(self) -> None:
+        self.tids: dict[str, int] = {}
+        self.codes: dict[str, str] = {}
+
+    def code(self, ws: list[str]) -> str:
+        """The term ids of the words ``ws``, in order, joined by spaces."""
+        codes = self.codes
+        try:
+            return " ".join(map(codes.__getitem__, ws))
+        except KeyError:
+            pass
+        tids = self.tids
+        for w in ws:
+            if w not in codes:
+                ids = []
+                for t in terms_of_word(w):
+                    tid = tids.get(t)
+                    if tid is None:
+                        tid = tids[t] = len(tids)
+                    ids.append(str(tid))
+                codes[w] = " ".join(ids)
+        return " ".join(map(codes.__getitem__, ws))
+
+    def rows(self) -> list[tuple[str, int, int]]:
+        return [(t, i, 0) for t, i in self.tids.items()]
+
+
+async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str, float] | None = None,
+                           ids: TermIds | None = None) -> Prepared:
+    """Tokenise ``records`` (doc ids from ``doc`` on) into the rows ``store_messages`` loads
+    (with ``ids``: staging rows of term ids, and no terms list); yields to the event loop
+    every ``slices.SLICE_S`` (in the page this runs on the main thread, while the engine
+    works in its worker). ``ms`` gains the time as ``tokenise``."""
+    mrows: list[tuple[Any, ...]] = []
+    srows: list[tuple[Any, ...]] = []
+    toks: list[list[str]] = []
+    slicer = Slicer()
+    t = time.perf_counter()
+    spent = 0.0
     for rec in records:
-        m, st, tk = message_rows(rec)
+        if ids is None:
+            m, st, tk = message_rows(rec)
+            toks.append(tk)
+        else:
+            m = message_row(rec)
+            code = ids.code(words(m[-1]))
+            st = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"),
+                  code.count(" ") + 1 if code else 0, code)
         mrows.append(m)
         srows.append((doc,) + st)
-        toks.append(tk)
-        added.append((doc, str(rec["id"]), rec.get("createdAt")))
         doc += 1
+        if not doc & 63 and slicer.spent() > slicer.budget:
+            spent += time.perf_counter() - t
+            await slicer.tick()
+            t = time.perf_counter()
+    if ms is not None:
+        ms["tokenise"] = ms.get("tokenise", 0.0) + (spent + time.perf_counter() - t) * 1000
+    return mrows, srows, toks
+
+
+async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFigures, *, counts: bool = True,
+                         first_tid: int = 0, ms: dict[str, float] | None = None, ids: bool = False) -> int:
+    """Load a prepared batch: ``messages`` and the staging table in bulk, then ``docs``,
+    new ``terms`` and ``postings`` (and, with ``counts``, the ``terms.df`` / ``stats``
+    counts and ``figures``, ``first_tid`` being the first id new terms get) derived in
+    SQL. Returns the number of postings added (0 without ``counts``: nobody needs it
+    then). With ``ids`` the batch was prepared with ``TermIds``: only ``docs`` and the
+    (unsorted) ``postings`` are made; the caller loads the terms and sorts. ``ms`` gains
+    the milliseconds of loading (``load``) and deriving (``derive``)."""
+    mrows, srows, toks = batch
+    ex = engine.execute
+    t = time.perf_counter()
     await ex(_STAGE_DDL)
     await engine.load_rows("messages", _COLS["messages"], mrows)
     await engine.load_rows("stage", _STAGE, srows)
+    t = _lap(ms, "load", t)
     await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
+    if ids:
+        # the staging rows hold term ids: count them; the terms, the order and df come after
+        await ex("INSERT INTO postings SELECT tid, doc, count(*)::INTEGER, any_value(dl) FROM (SELECT doc, dl, "
+                 "CAST(w AS INTEGER) AS tid FROM (SELECT doc, doc_len AS dl, unnest(string_split(toks, ' ')) AS w "
+                 "FROM stage WHERE toks <> '')) GROUP BY tid, doc")
+        await ex("DROP TABLE IF EXISTS stage")
+        _lap(ms, "derive", t)
+        return 0
     await ex(_STAGE_TERMS)
     await ex(
         "INSERT INTO terms SELECT term, (SELECT coalesce(max(tid) + 1, 0) FROM terms) "
@@ -338,11 +404,69 @@ async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figure
         await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
                  "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
         figures.count(toks)
-        figures.add_docs(added)
+        figures.add_docs((r[0], str(r[_MID]), r[_CREATED]) for r in srows)
         await figures.add_new(engine, first_tid)
     await ex("DROP TABLE IF EXISTS stage")
     await ex("DROP TABLE IF EXISTS st")
-    return sum(len(set(t)) for t in toks)
+    _lap(ms, "derive", t)
+    return sum(len(set(tk)) for tk in toks) if counts else 0
+
+
+async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
+                        *, counts: bool = True, ms: dict[str, float] | None = None) -> int:
+    """Tokenise ``records`` once and load them after the index's last doc
+    (``prepare_messages`` then ``store_messages``). Returns the number of postings added."""
+    base = await engine.execute("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
+                                "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
+    doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
+    batch = await prepare_messages(records, doc, ms)
+    return await store_messages(engine, batch, figures, counts=counts, first_tid=first_tid, ms=ms)
+
+
+async def _each(items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+                ) -> AsyncIterator[Mapping[str, Any]]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+                          figures: KeywordFigures, *, chunk: int = 20_000, ms: dict[str, float] | None = None) -> None:
+    """Load ``messages`` (records, read ``chunk`` at a time) into an empty index, without
+    the counts and unsorted (a rebuild sorts and counts after), term ids numbered in
+    Python (``TermIds``): each chunk is read and tokenised while the
+    engine (in the page: DuckDB's worker, beside the main thread) loads and derives the
+    chunk before. The engine is free when this returns or raises."""
+    doc = 0
+    loading: asyncio.Future[int] | None = None
+    ids = TermIds()
+
+    async def add(records: list[dict[str, Any]]) -> None:
+        nonlocal doc, loading
+        batch = await prepare_messages(records, doc, ms, ids)
+        doc += len(records)
+        if loading is not None:
+            await loading
+        loading = asyncio.ensure_future(store_messages(engine, batch, figures, counts=False, ms=ms, ids=True))
+
+    try:
+        part: list[dict[str, Any]] = []
+        async for rec in _each(messages):
+            part.append(dict(rec))
+            if len(part) >= chunk:
+                await add(part)
+                part = []
+        if part:
+            await add(part)
+        if loading is not None:
+            await loading
+        await engine.load_rows("terms", _COLS["terms"], ids.rows())
+    finally:
+        if loading is not None and not loading.done():
+            await settle(loading)
 
 
 async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigures) -> None:

@@ -20,7 +20,7 @@ from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import QueryIndex
-from .schema import row_to_session_record, session_row
+from .schema import OLDER_INDEX, row_to_session_record, session_row
 from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ class CachedOpening:
             await cache.attach_work()
             self._lap("attach")
         self._cache = cache
-        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages)
+        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages,
+                           compress=cache is None or cache.compress)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale.clear()
@@ -115,7 +116,7 @@ class CachedOpening:
                             self._schedule_move()
                         return index
                 elif state == "stale":
-                    self.notice = "The saved search index was made by an older version; it is being rebuilt."
+                    self.notice = OLDER_INDEX
             except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
                 await index._rollback()
@@ -218,6 +219,8 @@ class CachedOpening:
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
         self._lap("derive: rebuild")
+        for phase, ms in index.rebuild_ms.items():  # its parts
+            self.open_ms[f"derive: rebuild: {phase}"] = ms
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
 

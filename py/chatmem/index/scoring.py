@@ -141,7 +141,7 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
 
 async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     """``{doc: (message_id, created_at)}``: from the index's kept figures (every doc,
-    once read in the background, see ``keywords.DocTable``), reading ``docs`` only for
+    once read in the background, see ``doctable.DocTable``), reading ``docs`` only for
     those it has not seen (all of them at once, the first time, while the index holds
     at most ``WHOLE_DOCS`` docs)."""
     known = getattr(index, "doc_cache", None)

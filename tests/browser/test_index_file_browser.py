@@ -1,0 +1,83 @@
+"""The page's cached index file (OPFS, DuckDB-Wasm): not grown by the saves after catch-ups,
+and its text compressed by DuckDB's own choice (the file has DuckDB-Wasm's default storage
+version, which has no ZSTD: a column declared ZSTD would be stored uncompressed)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+FILL = """
+import chatmem
+mem = await chatmem.open(NAME)
+ids = []
+for t in ["a", "b", "c"]:
+    s = await mem.sessions.create(title=t)
+    ids.append(s.session_id)
+    await mem.messages.append_many(s.session_id, [
+        {"role": "user", "content": f"apple {t} ripe banana {i} " + "lorem ipsum dolor sit amet " * 20}
+        for i in range(200)])
+await mem.search("apple")
+await mem.close()
+ids
+"""
+
+# writes while no index is open, then an opening that catches up (in memory) and saves
+CATCH_UP = """
+import chatmem
+mem = await chatmem.open(NAME)
+await mem.messages.append(SID, "user", "cherry " + WORD)
+hits = await mem.search(WORD)
+out = {"open": mem.index.last_open, "hits": len(hits), "notice": mem.index.notice}
+await mem.close()
+out
+"""
+
+# what the saved file is: its storage version and how its messages' text is compressed
+FILE_FACTS = """
+import chatmem
+mem = await chatmem.open(NAME)
+await mem.search("apple")
+idx, cache = mem.index.index, mem.index._cache
+db = cache.file_db
+tag = (await idx.execute("SELECT tags['storage_version'] AS v FROM duckdb_databases() WHERE database_name = ?", [db]))[0]["v"]
+comp = sorted({r["c"] for r in await idx.execute(
+    f"SELECT compression AS c FROM pragma_storage_info('\\"{db}\\".main.messages') "
+    "WHERE column_name = 'text' AND segment_type = 'VARCHAR'")})
+out = {"storage": tag, "text": comp, "open": mem.index.last_open, "notice": mem.index.notice}
+await mem.close()
+out
+"""
+
+OPFS_SIZE = """async (file) => {
+  const root = await navigator.storage.getDirectory();
+  return (await (await root.getFileHandle(file)).getFile()).size;
+}"""
+
+
+def _file(name: str) -> str:
+    return f"chatmem-index-{name}.duckdb"
+
+
+def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
+    """Catch-ups that copy the file into memory and save it back keep its size (the save
+    reuses the blocks of the copy it replaces), and the text is compressed (FSST), not
+    stored raw."""
+    from conftest import unique_name
+
+    name = unique_name("size")
+    a = new_page()
+    ids = a.py(FILL.replace("NAME", repr(name)))
+    first = a.page.evaluate(OPFS_SIZE, _file(name))
+    for i, sid in enumerate(ids):
+        a.reload()
+        got = a.py(CATCH_UP.replace("NAME", repr(name)).replace("SID", repr(sid)).replace("WORD", repr(["kiwi", "mango", "papaya"][i])))
+        assert got["open"]["mode"] == "cached" and got["open"]["refreshed"] == 1 and got["hits"] == 1, (i, got)
+        size = a.page.evaluate(OPFS_SIZE, _file(name))
+        assert size <= first + 3 * 262144, (i, first, size)
+    a.reload()
+    facts = a.py(FILE_FACTS.replace("NAME", repr(name)))
+    assert facts["text"] and "Uncompressed" not in facts["text"], facts
+    assert facts["open"]["mode"] == "cached" and facts["notice"] is None, facts
+

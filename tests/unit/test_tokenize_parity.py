@@ -1,0 +1,108 @@
+"""The fast ASCII tokeniser gives exactly the words of its regex definition.
+
+``_ascii_words`` finds words with ``str.split`` and simple regexes; its definition is
+``_ASCII_WORD``'s matches of the lowercased text, numbers losing their commas and words
+their apostrophes (``reference_words`` below). Both are compared on random texts heavy
+in apostrophes, points and commas, on every text of the LoCoMo conversations and of the
+real chat-export fixtures (read in place from the shared folder), and on the benchmark's
+generated messages; ``tokens`` (stems) must agree with the general, non-ASCII path too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chatmem.index import tokenize
+from chatmem.index.tokenize import tokens, words
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def reference_words(text: str) -> list[str]:
+    """The definition: one pass of ``_ASCII_WORD``, then the commas and apostrophes dropped."""
+    ws = tokenize._ASCII_WORD.findall(text.lower())
+    return [w.replace(",", "") if "," in w else w.replace("'", "") if "'" in w else w for w in ws]
+
+
+def shared_dir() -> Path:
+    """``$CHATMEM_SHARED``, or a ``shared/`` folder beside the repository (searched upward)."""
+    env = os.environ.get("CHATMEM_SHARED")
+    if env:
+        return Path(env)
+    for base in REPO.parents:
+        if (base / "shared" / "quality").is_dir():
+            return base / "shared"
+    raise AssertionError("the shared folder was not found: set CHATMEM_SHARED")
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def real_texts() -> list[str]:
+    """Every string of the LoCoMo conversations and of the chat-export fixtures."""
+    root = shared_dir()
+    files = sorted((root / "quality" / "locomo-dev").glob("*.json")) + sorted((root / "fixtures").rglob("*.json"))
+    out: list[str] = []
+    for f in files:
+        out.extend(_strings(json.loads(f.read_text("utf-8"))))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_ascii_texts_match_the_definition(seed: int) -> None:
+    """Random ASCII text, dense in apostrophes, points, commas and digits: the same words."""
+    rng = random.Random(seed)
+    alphabet = "ab9Z0 ,.'\t\n_-!x"
+    for _ in range(4000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert tokenize._ascii_words(text) == reference_words(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "", "   ", "...", "a", "Hello, World!", "don't stop", "it's 1,000.50 or 3.14.", "e.g. a.b x..y",
+    "'quoted' ok' x' 'y", "1,000abc abc1,000 1'2,5 5'.5 a''b", "trailing, commas, only.", "x\x1cy\x1fz",
+    "tab\tand\nnew line\r\n", "UPPER lower MiXeD 42",
+])
+def test_edge_cases_match_the_definition(text: str) -> None:
+    """Hand-picked cases at each branch of the fast path."""
+    assert tokenize._ascii_words(text) == reference_words(text)
+
+
+def test_real_texts_match_the_definition_and_the_general_path() -> None:
+    """LoCoMo and the export fixtures: ASCII texts give the definition's words; every text's
+    tokens equal those of the general (normalising) path."""
+    texts = real_texts()
+    ascii_texts = [t for t in texts if t.isascii()]
+    assert len(ascii_texts) > 5000  # the data is there
+    for text in ascii_texts:
+        assert tokenize._ascii_words(text) == reference_words(text), text
+        assert words(text) == words("\u00e9 " + text)[1:], text
+        assert tokens(text) == tokens("\u00e9 " + text)[1:], text
+
+
+def test_benchmark_messages_match_the_definition() -> None:
+    """The benchmark's generated 30-150-word messages (bench/page/scalegen.py)."""
+    sys.path.insert(0, str(REPO / "bench" / "page"))
+    try:
+        from scalegen import Words
+    finally:
+        sys.path.pop(0)
+    w = Words()
+    for _ in range(500):
+        text = w.text()
+        assert tokenize._ascii_words(text) == reference_words(text)
