@@ -86,31 +86,15 @@ def measure(words_source: Any, n: int = 20_000, rounds: int = 5) -> dict[str, An
 
 
 def _page(n: int, rounds: int) -> dict[str, Any]:
-    import threading
+    sys.path.insert(0, str(HERE))
+    from in_page import run_in_page
 
-    sys.path.insert(0, str(HERE.parent))
-    import build
-    from playwright.sync_api import sync_playwright
-
-    build.build_if_needed()
-    srv = build.make_server(build.DIST, 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     code = ("import sys, types\n"
             f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
             f"tk = types.ModuleType('tokenize_speed'); exec({(HERE / 'tokenize_speed.py').read_text()!r}, tk.__dict__)\n"
             f"tk.measure(gen.Words, {n}, {rounds})\n")
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=build.CHROMIUM, args=build.CHROMIUM_ARGS)
-            page = browser.new_page()
-            page.set_default_timeout(3_600_000)
-            page.goto(f"http://127.0.0.1:{srv.server_address[1]}/")
-            page.evaluate("window.chatmem.ready")
-            out: dict[str, Any] = page.evaluate("c => window.chatmem.runPython(c)", code)
-            browser.close()
-            return out
-    finally:
-        srv.shutdown()
+    out: dict[str, Any] = run_in_page(code)
+    return out
 
 
 def main() -> int:
