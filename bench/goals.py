@@ -38,9 +38,14 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     n4 = cfg["w4_messages"]
     at = f" ({n4:,} stored)" if n4 != 100_000 else ""
     v = w4.get("first_query_cached_s")
+    new = None if v is None else _s(v)
+    vp = w4.get("first_query_cached_prestart_s")
+    if new is not None and vp is not None:
+        # the page's choice: DuckDB-Wasm started while Pyodide boots (ready comes at the time shown)
+        new += (f" (DuckDB-Wasm prestarted while Pyodide boots: {_s(vp)}; `ready` at "
+                f"{_s(w4['cached_prestart_boot_s'])} vs {_s(w4['cached_boot_s'])})")
     out.append(_row(f"first keyword search after a cold page load, 100,000 stored, index cached{at}", "3–12 s",
-                    "≤ 1.0 s after `ready`", None if v is None else _s(v), None if v is None else v <= 1.0,
-                    " (W4: `--scale`)"))
+                    "≤ 1.0 s after `ready`", new, None if v is None else v <= 1.0, " (W4: `--scale`)"))
     v = w4.get("first_query_uncached_s")
     out.append(_row(f"the same with no cached index{at}", "19–38 s", "≤ 6 s",
                     None if v is None else _s(v), None if v is None else v <= 6, " (W4: `--scale`)"))

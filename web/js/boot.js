@@ -4,7 +4,8 @@
 //   window.chatmem.ready          Promise, resolves when chatmem is importable
 //   window.chatmem.runPython(src) runs async Python (top-level await allowed)
 //                                 and resolves to the JSON value of its last expression
-//   window.chatmem.appReady       Promise, resolves when the interface is usable
+//   window.chatmem.appReady       Promise, resolves when the interface is usable (false on a
+//                                 page without the app's #app element: no interface started)
 //   window.chatmem.timings        {step: ms since navigation start}
 // The UI itself is Python; this file is glue: loading, progress, service worker.
 import * as bridge from "./bridge.js";
@@ -133,7 +134,9 @@ window.chatmem = {
   },
 };
 window.chatmem.ready = boot();
-window.chatmem.appReady = startApp();
+// the interface starts only on the app's own page: another page that boots chatmem with
+// this file (e.g. to run Python against the library) gets Python and chatmem alone
+window.chatmem.appReady = document.getElementById("app") ? startApp() : window.chatmem.ready.then(() => false);
 window.chatmem.ready.catch((e) => {
   step("pyodide", "failed");
   report("Failed to start: " + (e?.message || e));

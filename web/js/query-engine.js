@@ -209,11 +209,20 @@ function takePrestarted() {
 export function duckdbPrestart() {
   if (prestarted) return;
   const t0 = performance.now();
+  // the worker's script is fetched and run from now on, while the modules are imported
+  const worker = new Worker(here("../duckdb/duckdb-browser-eh.worker.js"));
   const p = (async () => {
-    const { duckdb, arrow } = await modules();
+    let mods;
+    try {
+      mods = await modules();
+    } catch (e) {
+      worker.terminate();
+      throw e;
+    }
+    const { duckdb, arrow } = mods;
     const openMs = { import: Math.round(performance.now() - t0) };
     const t1 = performance.now();
-    const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), new Worker(here("../duckdb/duckdb-browser-eh.worker.js")));
+    const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
     await db.instantiate(here("../duckdb/duckdb-eh.wasm"));
     openMs.instantiate = Math.round(performance.now() - t1);
     return { duckdb, arrow, db, openMs };
