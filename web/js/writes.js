@@ -1,6 +1,7 @@
 // The pieces of chatmem's write transactions (database.js runs them): outbox
 // operations enqueued in the same transaction, failures turned into our error
-// names, and the append, which assigns `seq` inside its transaction.
+// names, and the append, which assigns `seq` inside its transaction (a batch
+// may be fed to its transaction in chunks: `BatchAppend`).
 
 import { unwrap } from "idb";
 
