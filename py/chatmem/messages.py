@@ -8,7 +8,7 @@ the same transaction, and when the call returns the messages are durable.
 from __future__ import annotations
 
 import builtins
-from typing import Any, AsyncIterator, Iterable, Mapping
+from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
 
 from .core import Core
 from .errors import MessageNotFound, SessionNotFound, ValidationError
@@ -22,6 +22,15 @@ __all__ = ["Messages"]
 #: up to this many messages a write hands the store its ops built (cheap); a bigger
 #: batch hands a function the store calls only if the outbox is on
 EAGER_OPS = 16
+
+
+#: a batch is built and handed to a store that writes as it goes (IndexedDB) this many at a time
+BATCH_CHUNK = 1000
+
+
+def _check_session_id(session_id: Any) -> None:
+    if not isinstance(session_id, str) or not session_id:
+        raise ValidationError("session_id must be a non-empty string", field="session_id")
 
 
 def _check_page(offset: Any, limit: Any) -> None:
@@ -74,8 +83,7 @@ class Messages:
     async def _write(
         self, session_id: str, records: list[dict[str, Any]], now: int, create: dict[str, Any] | None
     ) -> list[ChatMessage]:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValidationError("session_id must be a non-empty string", field="session_id")
+        _check_session_id(session_id)
         ops: Ops
         if create or len(records) <= EAGER_OPS:
             ops = [dict(op, only_if_created=True) for op in await self._core.outbox.session_created(create)] if create else []
@@ -83,6 +91,10 @@ class Messages:
         else:  # a batch: its ops are built only if the outbox is on
             ops = await self._core.outbox.messages_created_later(session_id, records)
         stored, sess = await self._core.store.append_messages(session_id, records, now, create, ops)
+        return self._written(session_id, stored, sess)
+
+    def _written(self, session_id: str, stored: list[dict[str, Any]], sess: dict[str, Any]) -> list[ChatMessage]:
+        """After an acknowledged append: the caches and listeners told, the messages answered."""
         self._core.remember_meta(sess)
         self._core.changed("messages-appended", session_id, {"messages": stored, "session": sess})
         return [ChatMessage.from_record(r) for r in stored]
@@ -118,7 +130,32 @@ class Messages:
     ) -> list[ChatMessage]:
         """Append a batch in one transaction: all of it or, on any error, none of it."""
         now = self._core.now()
-        records = []
+        items = items if isinstance(items, list) else list(items)
+        batched = getattr(self._core.store, "append_batches", None)
+        if batched is None or len(items) <= EAGER_OPS:
+            records = [r for chunk in self._batch(items, now) for r in chunk]
+            if not records:
+                if not await self._core.store.get_session(session_id):
+                    raise SessionNotFound(session_id)
+                return []
+            return await self._write(session_id, records, now, None)
+        # a store that writes each chunk while the next is built (IndexedDB): validation
+        # runs inside the write, and a failure aborts its transaction
+        _check_session_id(session_id)
+        built: list[dict[str, Any]] = []
+        ops = await self._core.outbox.messages_created_later(session_id, built)
+
+        def chunks() -> Iterator[list[dict[str, Any]]]:
+            for chunk in self._batch(items, now):
+                built.extend(chunk)
+                yield chunk
+
+        stored, sess = await batched(session_id, chunks(), now, ops)
+        return self._written(session_id, stored, sess)
+
+    def _batch(self, items: list[Mapping[str, Any]], now: int) -> Iterator[list[dict[str, Any]]]:
+        """The batch's records, validated and built ``BATCH_CHUNK`` at a time."""
+        chunk: list[dict[str, Any]] = []
         seen: set[str] = set()
         for i, item in enumerate(items):
             if type(item) is not dict and not isinstance(item, Mapping):
@@ -131,12 +168,12 @@ class Messages:
             if rec["id"] in seen:
                 raise ValidationError(f"item {i}: duplicate id {rec['id']!r} in batch", field="id", index=i)
             seen.add(rec["id"])
-            records.append(rec)
-        if not records:
-            if not await self._core.store.get_session(session_id):
-                raise SessionNotFound(session_id)
-            return []
-        return await self._write(session_id, records, now, None)
+            chunk.append(rec)
+            if len(chunk) == BATCH_CHUNK:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
     async def get(self, message_id: str) -> ChatMessage:
         if not isinstance(message_id, str):

@@ -8,6 +8,8 @@ two appends, so the tab's view is stale for sure."""
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import pytest
 
 from conftest import Page, unique_name
@@ -142,3 +144,123 @@ await b.close()
     seqs, contents, count, nxt = out
     assert seqs == list(range(30)) and contents == [str(i) for i in range(30)]
     assert count == 30 and nxt == 30
+
+
+# A batch is built and fed to its transaction a chunk at a time; two-message chunks
+# here, so every batch below spans several chunks.
+CHUNKS = "import chatmem.messages\nchatmem.messages.BATCH_CHUNK = 2\n"
+
+
+@pytest.fixture
+def chunked(page: Page) -> Iterator[Page]:
+    """The shared page with two-message chunks for the test, the default restored after."""
+    page.py("import builtins, chatmem.messages\nbuiltins._chunk = chatmem.messages.BATCH_CHUNK\nNone")
+    yield page
+    page.py("import builtins, chatmem.messages\nchatmem.messages.BATCH_CHUNK = builtins._chunk\nNone")
+
+
+def test_batch_in_chunks_survives_reload(new_page: Any) -> None:
+    """A batch fed in many chunks is written whole, dense seq, and is there after a reload."""
+    db = unique_name("chunks")
+    p = new_page()
+    sid = p.py(CHUNKS + f"""
+import chatmem
+mem = await chatmem.open({db!r})
+s = await mem.sessions.create(title="chunks")
+got = await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"m{{i}}"}} for i in range(41)])
+assert [m.seq for m in got] == list(range(41)), [m.seq for m in got]
+more = await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"n{{i}}"}} for i in range(17)])
+assert [m.seq for m in more] == list(range(41, 58))
+s.session_id
+""")
+    p.reload()
+    out = p.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+recs = await mem.store.list_messages({sid!r}, 0, None, False)
+indexed = (await mem.sql("SELECT count(*) AS n FROM messages"))[0]["n"]
+count = (await mem.sessions.get({sid!r})).message_count
+await mem.close()
+[[r["seq"] for r in recs], [r["content"] for r in recs][40:42], count, indexed]
+""")
+    seqs, around, count, indexed = out
+    assert seqs == list(range(58)) and around == ["m40", "n0"] and count == 58 and indexed == 58
+
+
+def test_batch_failing_in_a_later_chunk_writes_nothing(chunked: Page) -> None:
+    """Bad input after the first chunks were fed: ValidationError; a stored id reused in a
+    later chunk: DuplicateId. Either way none of the batch is written and the next
+    append gets the next seq."""
+    page = chunked
+    db = unique_name("chunkfail")
+    sid = _open(page, db)
+    out = page.py(CHUNKS + f"""
+import builtins
+from chatmem import errors
+mem = builtins._mem
+first = (await mem.messages.list({sid!r}, limit=1))[0]
+good = [{{"role": "user", "content": f"g{{i}}"}} for i in range(20)]
+caught = []
+for bad in ({{"role": "robot", "content": "x"}}, {{"role": "user", "content": "dupe", "id": first.id}}):
+    try:
+        await mem.messages.append_many({sid!r}, good + [bad] + good[:1])
+        caught.append(None)
+    except (errors.ValidationError, errors.DuplicateId) as e:
+        caught.append([type(e).__name__, getattr(e, "index", None)])
+after = [m.content for m in await mem.messages.list({sid!r}, limit=None)]
+nxt = await mem.messages.append({sid!r}, "user", "d")
+count = (await mem.sessions.get({sid!r})).message_count
+stored = await mem.store.count_messages({sid!r})
+await mem.close()
+[caught, after, nxt.seq, count, stored]
+""")
+    caught, after, seq, count, stored = out
+    assert caught == [["ValidationError", 20], ["DuplicateId", None]]
+    assert after == ["m0", "m1", "m2"] and seq == 3 and count == 4 and stored == 4
+
+
+def test_batch_in_chunks_over_a_session_changed_elsewhere(chunked: Page) -> None:
+    """The known record is stale: the chunks fed are dropped with the aborted transaction
+    and the batch is written again over the stored record, after the other writer's message."""
+    page = chunked
+    db = unique_name("chunkstale")
+    sid = _open(page, db)
+    page.page.evaluate(ELSEWHERE, [db, sid, "renamed"])
+    out = page.py(CHUNKS + f"""
+import builtins
+mem = builtins._mem
+got = await mem.messages.append_many({sid!r}, [{{"role": "user", "content": f"b{{i}}"}} for i in range(20)])
+msgs = await mem.messages.list({sid!r}, limit=None)
+meta = await mem.sessions.get({sid!r})
+await mem.close()
+[[m.seq for m in got], [(m.seq, m.content) for m in msgs][2:5], meta.title, meta.message_count]
+""")
+    seqs, around, title, count = out
+    assert seqs == list(range(4, 24))
+    assert around == [[2, "m2"], [3, "from elsewhere"], [4, "b0"]]
+    assert title == "renamed" and count == 24
+
+
+def test_batch_in_chunks_without_a_known_record(chunked: Page) -> None:
+    """A fresh connection knows no session record: the batch is written over a read;
+    a session that does not exist is refused with nothing written."""
+    page = chunked
+    db = unique_name("chunkfresh")
+    sid = _open(page, db)
+    out = page.py(CHUNKS + f"""
+import builtins, chatmem
+from chatmem import errors
+await builtins._mem.close()
+mem = await chatmem.open({db!r})
+got = await mem.messages.append_many({sid!r}, [{{"role": "user", "content": f"f{{i}}"}} for i in range(20)])
+try:
+    await mem.messages.append_many("no-such-session", [{{"role": "user", "content": "x"}}] * 20)
+    err = None
+except errors.SessionNotFound as e:
+    err = type(e).__name__
+stored = await mem.store.count_messages("no-such-session")
+count = (await mem.sessions.get({sid!r})).message_count
+await mem.close()
+[[m.seq for m in got][:2], err, stored, count]
+""")
+    assert out == [[3, 4], "SessionNotFound", 0, 23]

@@ -3,7 +3,7 @@
 // (the chatmem/runtime/page package is its only caller).
 //
 //   database.js       one IndexedDB database: one call = one transaction
-//   writes.js         the append and the outbox ops every write transaction enqueues
+//   writes.js         the append (whole, or a batch fed in chunks) and the outbox ops every write enqueues
 //   apply-changes.js  pulled sync changes, merged in one transaction
 //   schema.js         the IndexedDB schema and its migrations
 //   query-engine.js   DuckDB-Wasm, the derived query index (and its OPFS cache file)

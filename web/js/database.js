@@ -12,7 +12,7 @@ import { openDB, deleteDB } from "idb";
 import { applyChanges } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
-import { KnownSessions, appendMessages, duplicateId, enqueue, missing, nextSeqAfter, settle } from "./writes.js";
+import { BatchAppend, KnownSessions, appendMessages, duplicateId, enqueue, missing, nextSeqAfter, settle } from "./writes.js";
 
 const BLOCKED_TIMEOUT_MS = 5000;
 class Database {
@@ -115,6 +115,11 @@ class Database {
   // ------------------------------------------------------------------ messages
   async appendMessages(args, opsLater) {
     return await appendMessages(this, { ...args, ops: args.ops ?? opsLater });
+  }
+
+  /** A batch append fed in chunks (writes.js `BatchAppend`): called directly, not through `call`. */
+  batchAppend(sessionId) {
+    return new BatchAppend(this, sessionId);
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {
@@ -361,7 +366,7 @@ class Database {
 
 /** What Python may call: every method but the plumbing. */
 const DATABASE_METHODS = new Set(Object.getOwnPropertyNames(Database.prototype).filter(
-  (n) => !n.startsWith("_") && !["constructor", "call", "subscribe", "tx", "notify"].includes(n)));
+  (n) => !n.startsWith("_") && !["constructor", "call", "subscribe", "tx", "notify", "batchAppend"].includes(n)));
 
 /** Open (creating or migrating) the database `name`. Resolves to a Database. */
 export async function open(name, durability = "relaxed") {

@@ -1,9 +1,15 @@
 // The pieces of chatmem's write transactions (database.js runs them): outbox
 // operations enqueued in the same transaction, failures turned into our error
-// names, and the append, which assigns `seq` inside its transaction.
+// names, and the append, which assigns `seq` inside its transaction (a batch
+// may be fed to its transaction in chunks: `BatchAppend`).
 
-import { BridgeError } from "./envelope.js";
+import { unwrap } from "idb";
+
+import { BridgeError, reply } from "./envelope.js";
 import { OUTBOX_KEY } from "./schema.js";
+
+/** The stores of every message write's transaction. */
+const WRITE_STORES = ["sessions", "messages", "outbox", "kv"];
 
 // how many session records a tab keeps to append without waiting for a read
 const KNOWN_SESSIONS = 64;
@@ -82,7 +88,7 @@ export async function appendMessages(db, { sessionId, records, now, create, ops 
     const done = await appendOver(db, known, sessionId, records, now, ops);
     if (done) return done;
   }
-  const tx = db.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+  const tx = db.tx(WRITE_STORES, "readwrite");
   const sessions = tx.objectStore("sessions");
   let sess = await sessions.get(sessionId);
   const created = !sess;
@@ -92,10 +98,12 @@ export async function appendMessages(db, { sessionId, records, now, create, ops 
     }
     sess = { ...create, nextSeq: 0, messageCount: 0 };
   }
-  const [first, ps] = appendRequests(tx, sess, sessionId, records, now);
-  ps.push(...enqueue(db, tx, ops, created), tx.done);
-  await settle(ps).catch(duplicateId);
-  return appended(db, sessionId, first, sess);
+  const failed = firstError(tx);
+  const adds = addRequests(tx, sess, sessionId);
+  adds.add(records);
+  const ps = [putSession(tx, sess, adds, now), ...enqueue(db, tx, ops, created), tx.done];
+  await settle(ps).catch((e) => duplicateId(failed.error ?? e));
+  return appended(db, sessionId, adds.first, sess);
 }
 
 /** An append that trusts `known` (the session record this tab last wrote or read)
@@ -105,45 +113,149 @@ export async function appendMessages(db, { sessionId, records, now, create, ops 
  *  before it can commit, nothing is written, and the caller reads and retries.
  *  One round trip fewer. Resolves to null when it had to abort. */
 async function appendOver(db, known, sessionId, records, now, ops) {
-  const tx = db.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
-  let stale = false;
-  const check = tx.objectStore("sessions").get(sessionId).then((stored) => {
-    if (!sameRecord(stored, known)) {
-      stale = true;
-      tx.abort();
-    }
-  });
-  const sess = { ...known };
-  const [first, ps] = appendRequests(tx, sess, sessionId, records, now);
-  ps.push(check, ...enqueue(db, tx, ops, false), tx.done);
-  try {
-    await settle(ps);
-  } catch (e) {
-    await tx.done.catch(() => {});
-    if (stale) {
-      db.known.delete(sessionId);
-      return null;
-    }
-    duplicateId(e);
-  }
-  return appended(db, sessionId, first, sess);
+  const over = new Over(db, known, sessionId);
+  over.adds.add(records);
+  return await over.commit(now, ops);
 }
 
-/** The writes of an append over the session record `sess` (updated in place). */
-function appendRequests(tx, sess, sessionId, records, now) {
+/** The open transaction of an append over a known session record (see `appendOver`). */
+class Over {
+  constructor(db, known, sessionId) {
+    this.db = db;
+    this.sessionId = sessionId;
+    const tx = this.tx = db.tx(WRITE_STORES, "readwrite");
+    this.stale = false;
+    this.failed = firstError(tx);
+    this.check = tx.objectStore("sessions").get(sessionId).then((stored) => {
+      if (!sameRecord(stored, known)) {
+        this.stale = true;
+        tx.abort();
+      }
+    });
+    this.sess = { ...known };
+    this.adds = addRequests(tx, this.sess, sessionId);
+  }
+
+  /** Put the session, enqueue the ops, wait for the commit: the append's answer, or null if stale. */
+  async commit(now, ops) {
+    const { db, tx, sess, adds } = this;
+    const ps = [this.check, putSession(tx, sess, adds, now), ...enqueue(db, tx, ops, false), tx.done];
+    try {
+      await settle(ps);
+    } catch (e) {
+      await tx.done.catch(() => {});
+      if (this.stale) {
+        db.known.delete(this.sessionId);
+        return null;
+      }
+      duplicateId(this.failed.error ?? e);
+    }
+    return appended(db, this.sessionId, adds.first, sess);
+  }
+}
+
+/** The first request error of `tx`. A message add is a bare request (no promise of its own,
+ *  thousands in a batch): its error reaches the transaction, whose `done` then rejects with
+ *  an AbortError; this keeps the add's own error (a ConstraintError: the id exists). */
+function firstError(tx) {
+  const box = { error: null };
+  // capturing: before `done`'s own listener rejects (and its rejection is handled)
+  unwrap(tx).addEventListener("error", (ev) => { box.error ??= ev.target?.error ?? null; }, true);
+  return box;
+}
+
+/** The message adds of an append over the session record `sess`, from its next seq on. */
+function addRequests(tx, sess, sessionId) {
+  const messages = unwrap(tx.objectStore("messages"));
   let seq = sess.nextSeq ?? sess.messageCount ?? 0;
-  const first = seq;
-  const messages = tx.objectStore("messages");
-  const ps = records.map((r) => {  // the parsed records are this call's own: complete them in place
-    r.sessionId = sessionId;
-    r.seq = seq++;
-    return messages.add(r);
-  });
-  sess.nextSeq = seq;
-  sess.messageCount = (sess.messageCount ?? 0) + records.length;
+  return {
+    first: seq,
+    count: 0,
+    add(records) {  // the parsed records are this call's own: complete them in place
+      for (const r of records) {
+        r.sessionId = sessionId;
+        r.seq = seq++;
+        messages.add(r);
+      }
+      this.count += records.length;
+    },
+    get next() { return seq; },
+  };
+}
+
+/** The session record after the adds (updated in place), put in the same transaction. */
+function putSession(tx, sess, adds, now) {
+  sess.nextSeq = adds.next;
+  sess.messageCount = (sess.messageCount ?? 0) + adds.count;
   sess.updatedAt = now;
-  ps.push(tx.objectStore("sessions").put(sess));
-  return [first, ps];
+  return tx.objectStore("sessions").put(sess);
+}
+
+/** A batch append fed in chunks (`Database.batchAppend`): over a session record this tab
+ *  knows, the transaction opens at once and each chunk's adds are issued as the chunk
+ *  arrives, so IndexedDB writes one chunk while the caller builds the next. The caller
+ *  feeds every chunk and then calls `finish` in the same task, never awaiting in between
+ *  (the transaction stays active): all of it commits, or none. A batch left neither
+ *  finished nor aborted when the task ends is aborted. Without a known record (or when
+ *  the known one turns out stale) the records are written at `finish` as `appendMessages`
+ *  writes them, over a read of the session. */
+export class BatchAppend {
+  constructor(db, sessionId) {
+    this.db = db;
+    this.sessionId = sessionId;
+    this.records = [];
+    this.error = null;
+    this.done = false;
+    const known = db.known.get(sessionId);
+    try {
+      this.over = known ? new Over(db, known, sessionId) : null;
+    } catch (e) {  // closed
+      this.over = null;
+      this.error = e;
+    }
+    this.over?.tx.done.catch(() => {});  // awaited by `finish`; an abort is answered there
+    queueMicrotask(() => { if (!this.done) this.abort(); });
+  }
+
+  /** Add one chunk (JSON text of a list of message records). Never throws: a failure is `finish`'s answer. */
+  feed(json) {
+    if (this.error || this.done) return;
+    try {
+      const chunk = JSON.parse(json);
+      for (const r of chunk) this.records.push(r);
+      this.over?.adds.add(chunk);
+    } catch (e) {
+      this.error = e;
+      this.abort();
+    }
+  }
+
+  /** Nothing of this batch is written. */
+  abort() {
+    this.done = true;
+    try {
+      this.over?.tx.abort();
+    } catch { /* already finished */ }
+  }
+
+  /** Commit (`ops` as for `appendMessages`); resolves to [first seq, session record]. */
+  async finish(now, ops) {
+    if (this.error || this.done) {
+      this.abort();
+      throw this.error ?? new BridgeError("AbortError", "the batch was aborted");
+    }
+    this.done = true;
+    if (this.over) {
+      const answer = await this.over.commit(now, ops);
+      if (answer) return answer;
+    }
+    return await appendMessages(this.db, { sessionId: this.sessionId, records: this.records, now, create: null, ops });
+  }
+
+  /** `finish` for Python: JSON arguments {now, ops} in, the envelope out (never rejects). */
+  finishEnvelope(argsJson, opsLater) {
+    return reply(({ now, ops }) => this.finish(now, ops ?? opsLater), argsJson);
+  }
 }
 
 function appended(db, sessionId, first, sess) {

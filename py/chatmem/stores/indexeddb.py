@@ -10,7 +10,7 @@ its cached view of those sessions).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .base import Ops
 
@@ -27,6 +27,13 @@ class BridgeHandle(Protocol):
 
         An ``ops`` that is a function is not sent: the bridge calls it inside the
         transaction, only if the outbox is on."""
+        ...
+
+    async def append_batches(
+        self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int, ops: Ops = None
+    ) -> Any:
+        """``appendMessages`` with the records fed chunk by chunk as ``batches`` builds
+        them, in one transaction; answers [first seq, session record]."""
         ...
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None: ...
@@ -83,6 +90,25 @@ class IndexedDBStore:
             "appendMessages", sessionId=session_id, records=records, now=now, create=create, ops=ops
         )
         for i, r in enumerate(records):  # the caller's fresh records become the stored ones
+            r["seq"] = first + i
+            r["sessionId"] = session_id
+        return records, sess
+
+    async def append_batches(
+        self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int, ops: Ops = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """``append_messages`` of the records ``batches`` yields chunk by chunk (building a
+        chunk may raise: then nothing is written). Each chunk is handed to the transaction
+        as soon as it is built, so IndexedDB writes it while the next one is built."""
+        records: list[dict[str, Any]] = []
+
+        def fed() -> Iterator[list[dict[str, Any]]]:
+            for chunk in batches:
+                records.extend(chunk)
+                yield chunk
+
+        first, sess = await self._db.append_batches(session_id, fed(), now, ops)
+        for i, r in enumerate(records):
             r["seq"] = first + i
             r["sessionId"] = session_id
         return records, sess

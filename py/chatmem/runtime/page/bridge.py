@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import js  # type: ignore[import-not-found]
 from pyodide.code import eval_code_async  # type: ignore[import-not-found]
@@ -25,7 +25,7 @@ from ...errors import (
 
 __all__ = ["BridgeDB", "Translate", "WebCryptoSuite", "bpe_counter", "bridge", "call", "drop_database",
            "engine_error", "fetch_model", "open_database", "opened", "request_persistence", "run_code",
-           "storage_estimate"]
+           "storage_estimate", "value_of"]
 
 
 def bridge() -> Any:
@@ -70,11 +70,20 @@ async def call(handle: Any, method: str, args: dict[str, Any], translate: Transl
     """One call through a bridge handle: JSON in, the envelope's value out, or the
     translated error raised (the bridge's own words kept as ``__cause__``).
     ``extra`` (JS values or proxies) follow the JSON text as arguments."""
-    envelope = json.loads(await handle.call(method, json.dumps(args, separators=(",", ":")), *extra))
+    return value_of(await handle.call(method, _dumps(args), *extra), translate)
+
+
+def value_of(answer: str, translate: Translate) -> Any:
+    """The value of an envelope (JSON text), or its translated error raised."""
+    envelope = json.loads(answer)
     if envelope["ok"]:
         return envelope["value"]
     err = envelope["error"]
     raise translate(err) from StorageError(f"{err.get('name')}: {err.get('message')}")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def opened(res: Any, translate: Translate) -> Any:
@@ -97,11 +106,32 @@ class BridgeDB:
         if not callable(ops):
             return await call(self._handle, method, args, _store_error)
         # built only if the transaction finds the outbox on, synchronously inside it
-        later = create_proxy(lambda: json.dumps(ops(), separators=(",", ":")))
+        later = create_proxy(lambda: _dumps(ops()))
         try:
             return await call(self._handle, method, dict(args, ops=None), _store_error, later)
         finally:
             later.destroy()
+
+    async def append_batches(self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int,
+                             ops: Any = None) -> Any:
+        """``appendMessages`` with its records fed chunk by chunk (the bridge's ``BatchAppend``):
+        IndexedDB writes each chunk while the next is built. Nothing is awaited until every
+        chunk is fed, so the transaction stays open; an error raised while building a chunk
+        aborts it (nothing written) and propagates. Answers [first seq, session record]."""
+        writer = self._handle.batchAppend(session_id)
+        later = create_proxy(lambda: _dumps(ops())) if callable(ops) else None
+        try:
+            try:
+                for chunk in batches:
+                    writer.feed(_dumps(chunk))
+            except BaseException:
+                writer.abort()
+                raise
+            answer = writer.finishEnvelope(_dumps({"now": now, "ops": None if later else ops}), later)
+            return value_of(await answer, _store_error)
+        finally:
+            if later is not None:
+                later.destroy()
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(notice)`` when another tab writes to this database."""
