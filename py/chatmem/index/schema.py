@@ -36,8 +36,8 @@
 
 ``messages.text`` is declared with DuckDB's ZSTD compression (``COMPRESSION``):
 about 0.37x the text's UTF-8 size where the automatic choice, FSST, keeps about
-0.59x (the bench's 100,000 messages: a CPython cache file of 0.80x the text
-instead of 1.03x). ZSTD needs a database file of storage version
+0.57x (the bench's 100,000 messages: a CPython cache file of 0.69x the text
+instead of 0.90x). ZSTD needs a database file of storage version
 ``STORAGE_VERSION`` or later; a file of an older one would store such a column
 uncompressed, so ``create_statements(compress=False)`` leaves the choice to
 DuckDB there. ``DuckDBEngine`` creates its files at ``STORAGE_VERSION``; the
