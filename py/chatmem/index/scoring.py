@@ -145,16 +145,16 @@ async def _read_postings(index: Any, tids: list[int], total: int) -> dict[int, l
         else:
             sql = " UNION ALL ".join(f"SELECT tid, doc, tf FROM postings WHERE tid = {t}" for t in tids)
         rows = await small_read(index)(sql)
-        length = table.length
+        # a posting's doc is in the table (a delete, which removes postings, forgets the table)
+        lens, ids = table.lens, table.ids
         try:
             for r in rows:
                 d = r["doc"]
-                dl = length(d)
-                if dl is None:
-                    raise LookupError(d)
-                read[r["tid"]].append((d, r["tf"], dl))
+                if ids[d] is None:
+                    raise IndexError(d)
+                read[r["tid"]].append((d, r["tf"], lens[d]))
             return read
-        except LookupError:  # a doc the table does not have (not expected): join instead
+        except IndexError:  # a doc the table does not have (not expected): join instead
             read = {t: [] for t in tids}
     if total <= _ONE_SCAN:
         sql = ("SELECT p.tid, p.doc, p.tf, d.doc_len AS dl FROM postings p JOIN docs d ON d.doc = p.doc "
