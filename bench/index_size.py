@@ -9,7 +9,10 @@ bench fills (30-150 words of a 30,000-word Zipf vocabulary, 100 per session, see
 does in the page (no ZSTD there); otherwise the file is ``DuckDBEngine``'s own.
 ``--catch-ups N`` then reopens it N times after a write made while no index was open (each
 reopening copies the file into memory and saves it back), to show the saves do not grow it.
-Prints one JSON line per state and the file's blocks per table.
+Prints one JSON line per state, with the file's blocks per table and its bytes per column
+(``columns``, the largest first: each segment's share of its block, from
+``pragma_storage_info``; a block's unused tail counts to its last segment) and what no
+column holds (``other``: ART indexes, metadata, free blocks).
 """
 
 from __future__ import annotations
@@ -73,6 +76,27 @@ def bench_messages(n: int) -> list[list[dict[str, str]]]:
              for i in range(100)] for _ in range(n // 100)]
 
 
+def column_bytes(con: duckdb.DuckDBPyConnection, tables: list[str], block_size: int) -> dict[str, int]:
+    """``{"table.column": bytes}`` of the file's persistent segments: a segment holds its
+    block from its offset to the next segment's (or the block's end), plus whole
+    additional blocks (e.g. the strings of a long FSST segment)."""
+    segs: list[tuple[int, int, str]] = []
+    extra: dict[str, int] = {}
+    for t in tables:
+        for col, block, offset, more in con.execute(
+                f"SELECT column_name, block_id, block_offset, additional_block_ids FROM pragma_storage_info('{t}') "
+                "WHERE persistent AND block_id >= 0").fetchall():
+            name = f"{t}.{col}"
+            segs.append((int(block), int(offset), name))
+            extra[name] = extra.get(name, 0) + len(more or []) * block_size
+    segs.sort()
+    out = dict(extra)
+    for i, (block, offset, name) in enumerate(segs):
+        end = segs[i + 1][1] if i + 1 < len(segs) and segs[i + 1][0] == block else block_size
+        out[name] = out.get(name, 0) + end - offset
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def file_facts(path: str) -> dict[str, object]:
     size = sum(os.path.getsize(f) for f in (path, path + ".wal") if os.path.exists(f))
     con = duckdb.connect(path, read_only=True)
@@ -85,11 +109,17 @@ def file_facts(path: str) -> dict[str, object]:
         tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
         blocks = {t: con.execute(f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{t}') "
                                  "WHERE persistent").fetchone()[0] for t in tables}
+        columns = column_bytes(con, tables, int(db[2]) if db else 262144)
+        kinds = {f"{t}.{c}": k for t in tables for c, k in con.execute(
+            f"SELECT column_name, string_agg(DISTINCT compression, ',') FROM pragma_storage_info('{t}') "
+            "WHERE persistent AND block_id >= 0 GROUP BY ALL").fetchall()}
     finally:
         con.close()
     return {"file_bytes": size, "blocks": db[3] if db else None, "free_blocks": db[5] if db else None,
             "storage": tag[0] if tag else None, "text_compression": text[0] if text else None,
-            "blocks_per_table": blocks}
+            "blocks_per_table": blocks,
+            "columns": {k: [v, kinds.get(k)] for k, v in columns.items()},
+            "other": size - sum(columns.values())}
 
 
 async def main() -> int:

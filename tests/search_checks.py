@@ -604,8 +604,11 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
         return False
 
     async def without_table() -> list[Any]:
+        # no kept docs and no kept postings: each search reads its postings with their
+        # docs' lengths joined from ``docs`` (with the table they come from the table)
         table, fig.doc_table = fig.doc_table, None
         fig.docs.clear()
+        fig.postings.clear()
         try:
             return await answers()
         finally:
@@ -626,9 +629,13 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     finally:
         doctable.DOC_PAGE = saved
     assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 61
+    lens = {int(r["doc"]): int(r["doc_len"]) for r in await index.execute("SELECT doc, doc_len FROM docs")}
+    assert {d: index.doc_cache.length(d) for d in lens} == lens  # BM25's dl, kept with the docs
     assert await answers() == first == await without_table()
     await add("k1", 15)  # the appended docs join the table
     assert isinstance(index.doc_cache, DocTable)
+    lens = {int(r["doc"]): int(r["doc_len"]) for r in await index.execute("SELECT doc, doc_len FROM docs")}
+    assert {d: index.doc_cache.length(d) for d in lens} == lens
     assert len([d for d in range(len(index.doc_cache)) if index.doc_cache.get(d)]) == 76
     after = await answers()
     assert after == await without_table() and after != first

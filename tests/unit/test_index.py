@@ -146,7 +146,9 @@ def test_message_rows_copy_no_record_payload():
     srow = session_row(SessionMeta("s", "t", 1, 2, tags=["a"]).to_record())
     assert srow[0] == "s" and srow[8] == ["a"]
     # postings, terms and docs hold integers and the terms only: no text column
-    assert [t for _, t in TABLES["postings"]] == ["INTEGER"] * 4
+    assert [t for _, t in TABLES["postings"]] == ["INTEGER"] * 3
+    # a posting holds no copy of its doc's length (BM25 reads docs.doc_len)
+    assert [c for c, _ in TABLES["postings"]] == ["tid", "doc", "tf"]
     assert "norm_text" not in {c for c, _ in TABLES["docs"]}
 
 

@@ -51,7 +51,7 @@ def records(items: list[tuple[str, str]]) -> list[dict[str, Any]]:
 async def tables(index: QueryIndex) -> list[Any]:
     return [
         await index.sql("SELECT term, df FROM terms ORDER BY term"),
-        await index.sql("SELECT t.term, d.message_id, p.tf, p.dl FROM postings p JOIN terms t ON t.tid = p.tid "
+        await index.sql("SELECT t.term, d.message_id, p.tf FROM postings p JOIN terms t ON t.tid = p.tid "
                         "JOIN docs d ON d.doc = p.doc ORDER BY t.term, d.message_id"),
         await index.sql("SELECT message_id, session_id, role, created_at, doc_len FROM docs ORDER BY message_id"),
         await index.sql("SELECT n, total FROM stats"),

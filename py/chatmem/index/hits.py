@@ -125,28 +125,40 @@ def _f(x: float) -> str:
     return f"{x:.17e}"
 
 
-#: the BM25 weight of one posting ``p`` of a term whose ``w.df`` is known; binds n, c1, c2
+#: the BM25 weight of one posting ``p`` of doc ``d`` of a term whose ``w.df`` is known; binds n, c1, c2
 _WEIGHT = ("ln(1 + (CAST(? AS BIGINT) - w.df + 0.5) / (w.df + 0.5)) * p.tf * " + str(K1 + 1)
-           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * p.dl)")
+           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * d.doc_len)")
 _NOTHING = ("SELECT NULL::VARCHAR AS message_id, NULL::DOUBLE AS kw, NULL::BIGINT AS req, "
             "NULL::BIGINT AS created_at WHERE FALSE")
 
 
-def _scored(pq: ParsedQuery, stats: tuple[int, float],
-            terms: Mapping[str, tuple[int, int]]) -> tuple[str | None, int]:
-    """``SELECT doc, kw, req``: the BM25 score of every doc holding a query term and
-    how many required terms it holds, from one scan of each term's postings
-    (``tid = constant``: the zone maps of the tid-sorted postings skip to it),
-    weighted by an idf computed here. None when nothing can match."""
+def _scored(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple[int, int]],
+            cols: str = "", where: str = "") -> tuple[str | None, int]:
+    """``SELECT doc, kw, req`` (then ``cols``, over alias ``d`` of ``docs``, e.g.
+    ``", d.message_id"``; rows passing ``where``, a condition over ``d``): the BM25
+    score of every doc holding a query term and how many required terms it holds,
+    from one scan of each term's postings (``tid = constant``: the zone maps of the
+    tid-sorted postings skip to it), grouped by doc (term ``i``'s tf as ``t<i>``),
+    then joined with ``docs`` once for the doc's length; weighted by an idf computed
+    here and summed in query order, as ``scoring.py_scores`` does (a term the doc
+    lacks adds an exact 0). None when nothing can match."""
     weights, required = term_weights(pq, stats, terms)
     if weights is None:
         return None, required
     _, avgdl = stats
-    parts = [f"SELECT doc, {_f(w)} * tf * {_f(K1 + 1)} / (tf + {_f(K1 * (1 - B))} + "
-             f"{_f(K1 * B / avgdl)} * dl) AS w, {int(r)} AS r FROM postings WHERE tid = {int(tid)}"
-             for tid, w, r in weights]
-    return (f"SELECT doc, sum(w) AS kw, sum(r) AS req FROM ({' UNION ALL '.join(parts)}) GROUP BY doc",
-            required)
+    if len(weights) == 1:
+        grouped = f"SELECT doc, tf AS t0 FROM postings WHERE tid = {int(weights[0][0])}"
+    else:
+        parts = " UNION ALL ".join(f"SELECT {i} AS qi, doc, tf FROM postings WHERE tid = {int(tid)}"
+                                   for i, (tid, _, _) in enumerate(weights))
+        tfs = ", ".join(f"any_value(tf) FILTER (WHERE qi = {i}) AS t{i}" for i in range(len(weights)))
+        grouped = f"SELECT doc, {tfs} FROM ({parts}) GROUP BY doc"
+    k, c1, c2 = _f(K1 + 1), _f(K1 * (1 - B)), _f(K1 * B / avgdl)
+    kw = " + ".join(f"coalesce({_f(w)} * s.t{i} * {k} / (s.t{i} + {c1} + {c2} * d.doc_len), 0)"
+                    for i, (_, w, _) in enumerate(weights))
+    req = " + ".join(f"(s.t{i} IS NOT NULL)::INTEGER" for i, (_, _, r) in enumerate(weights) if r) or "0"
+    return (f"SELECT s.doc, {kw} AS kw, {req} AS req{cols} FROM ({grouped}) s JOIN docs d ON d.doc = s.doc"
+            + (f" WHERE {where}" if where else ""), required)
 
 
 def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None,
@@ -164,13 +176,12 @@ def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = No
     if terms is None or any(t.prefix for t in pq.all_terms):
         ctes, params, required = bm25_ctes(pq, flt, stats)
         return f"WITH {ctes}\nSELECT * FROM kw", params, required
-    scored, required = _scored(pq, stats, terms)
+    flt = flt or Filters("TRUE", [], False)
+    scored, required = _scored(pq, stats, terms, ", d.message_id, d.created_at",
+                               flt.sql if flt.sql != "TRUE" else "")
     if scored is None:
         return _NOTHING, [], required
-    flt = flt or Filters("TRUE", [], False)
-    sql = (f"SELECT d.message_id, s.kw, s.req, d.created_at FROM ({scored}) s JOIN docs d ON d.doc = s.doc"
-           + (f" WHERE {flt.sql}" if flt.sql != "TRUE" else ""))
-    return sql, list(flt.params), required
+    return f"SELECT message_id, kw, req, created_at FROM ({scored})", list(flt.params), required
 
 
 def top_sql(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple[int, int]],
@@ -228,12 +239,12 @@ def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
     for i, t in enumerate(qterms):
         if t.prefix:
             # several index terms answer one query term: add their frequencies first
-            hits.append(f"SELECT {i} AS qi, doc, sum(tf) AS tf, min(dl) AS dl FROM postings WHERE tid IN "
+            hits.append(f"SELECT {i} AS qi, doc, sum(tf) AS tf FROM postings WHERE tid IN "
                         "(SELECT tid FROM terms WHERE term >= ? AND term <= ?) GROUP BY doc")
             hparams.extend([t.value, t.value + _CJK_MAX])
             dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
         else:
-            hits.append(f"SELECT {i} AS qi, doc, tf, dl FROM postings WHERE tid = "
+            hits.append(f"SELECT {i} AS qi, doc, tf FROM postings WHERE tid = "
                         "(SELECT tid FROM terms WHERE term = ?)")
             hparams.append(t.value)
             dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
@@ -244,7 +255,7 @@ def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
         st = ("st AS (SELECT CAST(n AS BIGINT) AS n, CAST(greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS DOUBLE) "
               "AS avgdl FROM stats),\n")
         weight = (f"ln(1 + (st.n - w.df + 0.5) / (w.df + 0.5)) * p.tf * {K1 + 1} / "
-                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * p.dl)")
+                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * d.doc_len)")
         join, sparams = " CROSS JOIN st", []
     else:
         st, weight, join, sparams = "", _WEIGHT, "", _stats_params(stats)

@@ -227,11 +227,13 @@ class QueryIndex:
     doc_cache = property(lambda self: self._figures.known_docs(),
                          doc="``{doc: (message_id, created_at)}`` (``.get``) of every doc, or of those read")
     postings_cache = property(lambda self: self._figures.postings, doc="``{tid: [(doc, tf, dl)]}``")
+    doc_lengths = property(lambda self: self._figures.doc_table,
+                           doc="every doc's length (``DocTable.length``) once read whole, else None")
 
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         self._figures.remember_postings(postings)
 
-    def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
+    def remember_docs(self, docs: dict[int, tuple[str, int, int]]) -> None:
         self._figures.remember_docs(docs)
 
     def _forget_stats(self) -> None:

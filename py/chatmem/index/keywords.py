@@ -6,8 +6,8 @@ A batch is tokenised once in Python (``schema.message_rows``); the engine gets
 one bulk load of ``messages`` and one of a staging table (a row per message:
 its doc id, its ``docs`` columns and its terms as one string). SQL derives the
 rest, so no posting row crosses the boundary: ``docs``; the batch's new terms,
-numbered after the highest ``tid``; the integer postings ``(tid, doc, tf,
-dl)``, sorted within the batch; the ``terms.df`` and ``stats`` counts.
+numbered after the highest ``tid``; the integer postings ``(tid, doc, tf)``,
+sorted within the batch; the ``terms.df`` and ``stats`` counts.
 
 A derivation from scratch (``stream_messages``, what a rebuild does) numbers the
 term ids in Python instead (``TermIds``: a word's ids are memoised, one look-up a
@@ -25,10 +25,11 @@ a rebuild or a failed write: a keyword search then needs no statement to learn
 them. The first query after an opening looks up only its own terms; the whole
 vocabulary is read after it has been answered (``read_vocabulary``), so the
 first answer never waits for tens of thousands of rows. Likewise every doc's
-message id and time (``DocTable``, while the index has at most ``doctable.DOC_CACHE``
+message id, time and length (``DocTable``, while the index has at most ``doctable.DOC_CACHE``
 docs) is read in pages after an answer, and kept up to date by appends: a
 search then turns its winners into message ids with no statement (in the page
-that statement is a round trip to the engine's worker, a quarter of a search).
+that statement is a round trip to the engine's worker, a quarter of a search),
+and reads its postings without joining ``docs`` for their lengths.
 Nothing here is durable.
 """
 
@@ -62,12 +63,12 @@ _EXACT_UPDATE = 500
 
 _COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
 _STAGE = [c for c, _ in STAGE_COLUMNS]
-_MID, _CREATED = _STAGE.index("message_id"), _STAGE.index("created_at")
+_MID, _CREATED, _LEN = _STAGE.index("message_id"), _STAGE.index("created_at"), _STAGE.index("doc_len")
 _STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
 _DOCS = ", ".join(_COLS["docs"])
 #: one row per (term, doc) of the staged batch, with its tf
-_STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::INTEGER AS tf, "
-                "any_value(doc_len) AS dl FROM (SELECT doc, doc_len, unnest(string_split(toks, ' ')) AS term "
+_STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::INTEGER AS tf "
+                "FROM (SELECT doc, unnest(string_split(toks, ' ')) AS term "
                 "FROM stage WHERE toks <> '') GROUP BY term, doc")
 
 
@@ -90,9 +91,9 @@ class KeywordFigures:
         self.sized = False
         #: bumped whenever the figures are forgotten (a read that began before is dropped)
         self.generation = 0
-        #: doc -> (message_id, created_at) of docs read since the figures were last
-        #: forgotten (a doc's number is reused only after a delete, which forgets them)
-        self.docs: dict[int, tuple[str, int]] = {}
+        #: doc -> (message_id, created_at, doc_len) of docs read since the figures were
+        #: last forgotten (a doc's number is reused only after a delete, which forgets them)
+        self.docs: dict[int, tuple[str, int, int]] = {}
         #: tid -> its postings ``(doc, tf, dl)`` as read by a search; a term's are dropped
         #: when an append adds to them, all when the terms are forgotten
         self.postings: dict[int, list[tuple[int, int, int]]] = {}
@@ -119,8 +120,9 @@ class KeywordFigures:
         self.docs_sized = False
         self.generation += 1
 
-    def known_docs(self) -> DocTable | dict[int, tuple[str, int]]:
-        """What is known of docs' message ids and times (``.get(doc)``): every doc, or those read."""
+    def known_docs(self) -> DocTable | dict[int, tuple[str, int, int]]:
+        """What is known of docs' message ids and times (``.get(doc)``, then ``[0]``, ``[1]``):
+        every doc, or those read."""
         return self.doc_table if self.doc_table is not None else self.docs
 
     async def read_docs(self, engine: SQLEngine, start: int, end: int | None) -> tuple[int, int] | None:
@@ -139,8 +141,8 @@ class KeywordFigures:
             # empty (appends will fill it), or a search read them all (a small index): no page
             if len(self.docs) >= n:
                 table = DocTable()
-                for doc, (mid, created) in self.docs.items():
-                    table.add(doc, mid, created)
+                for doc, (mid, created, dl) in self.docs.items():
+                    table.add(doc, mid, created, dl)
                 self.doc_table, self.docs_sized = table, True
                 self.docs.clear()
                 return None
@@ -153,10 +155,10 @@ class KeywordFigures:
             self._doc_read = None
             return None  # a write came between two pages: read again at the next search
         # constant bounds: zone maps skip to the page (docs are stored by doc)
-        rows = await engine.execute("SELECT doc, message_id, created_at FROM docs "
+        rows = await engine.execute("SELECT doc, message_id, created_at, doc_len FROM docs "
                                     f"WHERE doc >= {int(start)} AND doc < {int(start) + doctable.DOC_PAGE}")
         for r in rows:
-            table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]))
+            table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]), int(r["doc_len"]))
         start += doctable.DOC_PAGE
         if start < end:
             return start, end
@@ -166,17 +168,18 @@ class KeywordFigures:
         self.docs.clear()  # the table has them all
         return None
 
-    def add_docs(self, docs: Iterable[tuple[int, str, Any]]) -> None:
-        """Docs an append added: kept in the ``DocTable`` when there is one."""
+    def add_docs(self, docs: Iterable[tuple[int, str, Any, int]]) -> None:
+        """Docs an append added (doc, message id, time, length): kept in the ``DocTable``
+        when there is one."""
         self.doc_writes += 1
         table = self.doc_table
         if table is None:
             return
-        for doc, mid, created in docs:
+        for doc, mid, created, dl in docs:
             if created is None or doc >= doctable.DOC_CACHE:
                 self.doc_table = None  # not kept whole any more: read as needed
                 return
-            table.add(doc, mid, int(created))
+            table.add(doc, mid, int(created), int(dl))
 
     async def read_vocabulary(self, engine: SQLEngine) -> None:
         """Read the whole vocabulary when it has at most ``TERM_CACHE`` terms (then a
@@ -213,7 +216,7 @@ class KeywordFigures:
             self.postings.update(postings)
             self._posting_rows += add
 
-    def remember_docs(self, docs: dict[int, tuple[str, int]]) -> None:
+    def remember_docs(self, docs: dict[int, tuple[str, int, int]]) -> None:
         if len(self.docs) + len(docs) > TERM_CACHE:
             self.docs.clear()
         self.docs.update(docs)
@@ -385,8 +388,8 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
     await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
     if ids:
         # the staging rows hold term ids: count them; the terms, the order and df come after
-        await ex("INSERT INTO postings SELECT tid, doc, count(*)::INTEGER, any_value(dl) FROM (SELECT doc, dl, "
-                 "CAST(w AS INTEGER) AS tid FROM (SELECT doc, doc_len AS dl, unnest(string_split(toks, ' ')) AS w "
+        await ex("INSERT INTO postings SELECT tid, doc, count(*)::INTEGER FROM (SELECT doc, "
+                 "CAST(w AS INTEGER) AS tid FROM (SELECT doc, unnest(string_split(toks, ' ')) AS w "
                  "FROM stage WHERE toks <> '')) GROUP BY tid, doc")
         await ex("DROP TABLE IF EXISTS stage")
         _lap(ms, "derive", t)
@@ -396,7 +399,7 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
         "INSERT INTO terms SELECT term, (SELECT coalesce(max(tid) + 1, 0) FROM terms) "
         "+ (row_number() OVER (ORDER BY term))::INTEGER - 1, 0 FROM (SELECT DISTINCT term FROM st) n "
         "WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = n.term)")
-    await ex("INSERT INTO postings SELECT t.tid, st.doc, st.tf, st.dl FROM st JOIN terms t ON t.term = st.term "
+    await ex("INSERT INTO postings SELECT t.tid, st.doc, st.tf FROM st JOIN terms t ON t.term = st.term "
              "ORDER BY t.tid, st.doc")
     if counts:
         await ex("UPDATE terms SET df = terms.df + d.c FROM (SELECT term, count(*)::INTEGER AS c FROM st "
@@ -404,7 +407,7 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
         await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
                  "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
         figures.count(toks)
-        figures.add_docs((r[0], str(r[_MID]), r[_CREATED]) for r in srows)
+        figures.add_docs((r[0], str(r[_MID]), r[_CREATED], r[_LEN]) for r in srows)
         await figures.add_new(engine, first_tid)
     await ex("DROP TABLE IF EXISTS stage")
     await ex("DROP TABLE IF EXISTS st")

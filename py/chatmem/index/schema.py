@@ -11,10 +11,12 @@
     docs        per message: doc (a dense integer id), message_id, session_id,
                 role, created_at (immutable, copied so that ranking and
                 filtering never read ``messages``) and doc_len (index terms)
-    postings    the inverted index: (tid, doc, tf, dl) integers only, kept
+    postings    the inverted index: (tid, doc, tf) integers only, kept
                 sorted by (tid, doc) so that a query reads only its terms'
-                rows (zone maps skip the rest); ``dl`` is the doc's length,
-                so BM25 needs no join to score
+                rows (zone maps skip the rest); BM25 takes a posting's
+                document length from ``docs.doc_len`` (a copy on every
+                posting cost about a tenth of the file), in Python from the
+                docs it keeps (``doctable.DocTable``)
     terms       (term, tid, df): every indexed term, its integer id and its
                 document frequency (ART index on term)
     stats       one row (n, total): the number of docs and the sum of doc_len
@@ -34,8 +36,8 @@
 
 ``messages.text`` is declared with DuckDB's ZSTD compression (``COMPRESSION``):
 about 0.37x the text's UTF-8 size where the automatic choice, FSST, keeps about
-0.59x (the bench's 100,000 messages: a CPython cache file of 0.80x the text
-instead of 1.03x). ZSTD needs a database file of storage version
+0.57x (the bench's 100,000 messages: a CPython cache file of 0.69x the text
+instead of 0.90x). ZSTD needs a database file of storage version
 ``STORAGE_VERSION`` or later; a file of an older one would store such a column
 uncompressed, so ``create_statements(compress=False)`` leaves the choice to
 DuckDB there. ``DuckDBEngine`` creates its files at ``STORAGE_VERSION``; the
@@ -130,7 +132,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("created_at", "BIGINT"),
         ("doc_len", "INTEGER"),
     ],
-    "postings": [("tid", "INTEGER"), ("doc", "INTEGER"), ("tf", "INTEGER"), ("dl", "INTEGER")],
+    "postings": [("tid", "INTEGER"), ("doc", "INTEGER"), ("tf", "INTEGER")],
     "terms": [("term", "VARCHAR"), ("tid", "INTEGER"), ("df", "INTEGER")],
     "stats": [("n", "BIGINT"), ("total", "BIGINT")],
     "embeddings": [
@@ -150,7 +152,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 #: bumped whenever a table changes: a cached index of another version is rebuilt
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 
 #: (table, column) -> the compression DuckDB is told to use for it
 COMPRESSION: dict[tuple[str, str], str] = {("messages", "text"): "zstd"}

@@ -3,7 +3,8 @@
 The index knows each query term's id and document frequency before any
 statement runs (``KeywordFigures``), so it knows how many postings a query
 touches. When that is at most ``py_postings(index)``, one light statement reads those
-postings (``tid, doc, tf, dl``) and the BM25 sums are made here: a DuckDB
+postings (``tid, doc, tf``; each doc's length ``dl`` from the docs the index keeps,
+``doctable.DocTable``, else joined from ``docs``) and the BM25 sums are made here: a DuckDB
 statement that scores and ranks costs several times more to plan than to run
 over a few thousand rows. Larger queries are scored in SQL (``hits.top_sql``,
 ``hits.bm25_sql``).
@@ -117,13 +118,7 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
     missing = [t for t in tids if t not in have]
     by_tid: dict[int, list[tuple[int, int, int]]] = {t: have[t] for t in tids if t in have}
     if missing:
-        if total <= _ONE_SCAN:
-            sql = f"SELECT tid, doc, tf, dl FROM postings WHERE tid IN ({', '.join(str(t) for t in missing)})"
-        else:
-            sql = " UNION ALL ".join(f"SELECT tid, doc, tf, dl FROM postings WHERE tid = {t}" for t in missing)
-        read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in missing}
-        for r in await small_read(index)(sql):
-            read[r["tid"]].append((r["doc"], r["tf"], r["dl"]))
+        read = await _read_postings(index, missing, total)
         by_tid.update(read)
         if cache is not None:
             index.remember_postings(read)
@@ -137,6 +132,39 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
             prev = out.get(d)
             out[d] = (s, inc) if prev is None else (prev[0] + s, prev[1] + inc)
     return out
+
+
+async def _read_postings(index: Any, tids: list[int], total: int) -> dict[int, list[tuple[int, int, int]]]:
+    """``{tid: [(doc, tf, dl)]}`` of the terms ``tids``: the lengths from the index's
+    ``DocTable`` when it keeps every doc, else joined from ``docs`` in the statement."""
+    table = getattr(index, "doc_lengths", None)
+    read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in tids}
+    if table is not None:
+        if total <= _ONE_SCAN:
+            sql = f"SELECT tid, doc, tf FROM postings WHERE tid IN ({', '.join(str(t) for t in tids)})"
+        else:
+            sql = " UNION ALL ".join(f"SELECT tid, doc, tf FROM postings WHERE tid = {t}" for t in tids)
+        rows = await small_read(index)(sql)
+        # a posting's doc is in the table (a delete, which removes postings, forgets the table)
+        lens, ids = table.lens, table.ids
+        try:
+            for r in rows:
+                d = r["doc"]
+                if ids[d] is None:
+                    raise IndexError(d)
+                read[r["tid"]].append((d, r["tf"], lens[d]))
+            return read
+        except IndexError:  # a doc the table does not have (not expected): join instead
+            read = {t: [] for t in tids}
+    if total <= _ONE_SCAN:
+        sql = ("SELECT p.tid, p.doc, p.tf, d.doc_len AS dl FROM postings p JOIN docs d ON d.doc = p.doc "
+               f"WHERE p.tid IN ({', '.join(str(t) for t in tids)})")
+    else:
+        sql = " UNION ALL ".join("SELECT p.tid, p.doc, p.tf, d.doc_len AS dl FROM postings p JOIN docs d "
+                                 f"ON d.doc = p.doc WHERE p.tid = {t}" for t in tids)
+    for r in await small_read(index)(sql):
+        read[r["tid"]].append((r["doc"], r["tf"], r["dl"]))
+    return read
 
 
 async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
@@ -154,19 +182,19 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
         if v is None:
             missing.append(d)
         else:
-            out[d] = v
+            out[d] = (v[0], v[1])
     if not missing:
         return out
     whole = not known and getattr(index, "keeps_docs", False) and (await index.bm25_stats())[0] <= WHOLE_DOCS
-    sql = "SELECT doc, message_id, created_at FROM docs"
+    sql = "SELECT doc, message_id, created_at, doc_len FROM docs"
     if not whole:
         sql += f" WHERE doc IN ({', '.join(str(int(d)) for d in missing)})"
     rows = await small_read(index)(sql)
-    got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"])) for r in rows}
+    got = {int(r["doc"]): (str(r["message_id"]), int(r["created_at"]), int(r["doc_len"])) for r in rows}
     remember = getattr(index, "remember_docs", None)
     if remember is not None:
         remember(got)
-    out.update((d, got[d]) for d in missing if d in got)
+    out.update((d, (got[d][0], got[d][1])) for d in missing if d in got)
     return {d: out[d] for d in docs if d in out}
 
 
