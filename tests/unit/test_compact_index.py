@@ -149,3 +149,36 @@ def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
     assert len(rows) == 13  # w0..w11 and "common"
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
     assert len(pages) == 4 and all(p[1] == 4 for p in pages)
+
+
+def test_first_answer_never_waits_for_the_vocabulary_read():
+    """The vocabulary (and docs) are read after the first search is answered, however
+    long that answer takes: here its postings read is slowed past the old fixed 50 ms."""
+
+    async def go():
+        idx = QueryIndex(DuckDBEngine())
+        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
+        fresh = QueryIndex(idx.engine)  # an opening: nothing of the vocabulary known yet
+        log: list[str] = []
+        execute, small = idx.engine.execute, idx.engine.execute_small
+
+        async def slowed(sql, params=None, **kw):
+            log.append(sql)
+            if "FROM postings" in sql:
+                await asyncio.sleep(0.3)
+            return await (small(sql, params) if kw.pop("_small", False) else execute(sql, params, **kw))
+
+        async def slowed_small(sql, params=None):
+            return await slowed(sql, params, _small=True)
+
+        idx.engine.execute, idx.engine.execute_small = slowed, slowed_small
+        hits = await search(fresh, "w7 common", limit=3)
+        answered = len(log)
+        await fresh._vocabulary
+        return hits, log, answered, fresh._figures.whole
+
+    hits, log, answered, whole = run(go())
+    assert hits and "w7" in hits[0].message.content
+    assert not any("WHERE tid >" in sql for sql in log[:answered]), log[:answered]
+    assert whole and any("WHERE tid >" in sql for sql in log[answered:]), log

@@ -45,8 +45,9 @@ end_ms)`` with both ends inclusive (either may be None).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from ..errors import ValidationError
 from ..ids import system_clock
@@ -109,7 +110,25 @@ async def _query_vector(index: Any, embedder: Embedder, query: str) -> str:
 
 # --------------------------------------------------------------------------- search
 
+_P = ParamSpec("_P")
 
+
+def _answering(fn: Callable[_P, Awaitable[list[SearchHit]]]) -> Callable[_P, Awaitable[list[SearchHit]]]:
+    """Run ``fn(index, ...)`` marked as an answer under way on the index (its
+    ``answering()``, where it has one): background reads wait for the answer."""
+
+    @functools.wraps(fn)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> list[SearchHit]:
+        answering = getattr(args[0] if args else kwargs.get("index"), "answering", None)
+        if answering is None:
+            return await fn(*args, **kwargs)
+        async with answering():
+            return await fn(*args, **kwargs)
+
+    return run
+
+
+@_answering
 async def search(
     index: Any,
     query: str,
