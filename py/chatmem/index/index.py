@@ -32,15 +32,15 @@ Nothing here is durable: the store is the source of truth.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
 from .engine import SQLEngine
+from .gate import AnswerGate
 from .keywords import KeywordFigures, drop_sessions, load_messages, stream_messages
 from .missing import embed_missing
 from .schema import (
@@ -97,10 +97,10 @@ class QueryIndex:
         self._ready = False
         self._figures = KeywordFigures()
         self._vocabulary: asyncio.Task[None] | None = None
-        #: searches being answered (``answering``); the vocabulary read waits until none is
-        self._answering = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        #: the searches under way (``search.search`` enters ``answering()``): the
+        #: background read of the vocabulary and docs waits until none is
+        self._answers = AnswerGate()
+        self.answering = self._answers.answering
         self._to_embed: list[tuple[str, str]] = []
         #: ``(session_id, role, created_at)`` of the messages in ``_to_embed``
         self._embed_meta: dict[str, tuple[str | None, str | None, int | None]] = {}
@@ -216,23 +216,9 @@ class QueryIndex:
             self._vocabulary = asyncio.ensure_future(self._read_vocabulary())
         return await fig.lookup(self.engine, terms, whole=False)
 
-    @contextlib.asynccontextmanager
-    async def answering(self) -> AsyncIterator[None]:
-        """Mark a search being answered (``search.search`` does): the background read of
-        the vocabulary and the docs waits until no search is, so that a first answer never
-        waits for it, however long that answer takes."""
-        self._answering += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._answering -= 1
-            if not self._answering:
-                self._idle.set()
-
     async def _read_vocabulary(self) -> None:
         await asyncio.sleep(0.05)  # a lookup made outside a search: after its answer too
-        await self._idle.wait()  # after the answers under way
+        await self._answers.idle()  # after the answers under way
         try:
             async with self._lock:
                 await self._figures.read_vocabulary(self.engine)
