@@ -254,7 +254,7 @@ def main() -> int:
                     help="only the first queries: no cached index, then cached (unchanged, then 10 sessions "
                          "changed); no query timings, no other tabs (to iterate on start-up)")
     ap.add_argument("--page", choices=("lib", "app"), default="lib",
-                    help="lib: a page with Python and chatmem only (bench/page/lib.html); app: the app's page, "
+                    help="lib: a page with Python and chatmem only (bench/lib.html); app: the app's page, "
                          "whose interface starts on its own database beside the benchmark")
     ap.add_argument("--no-cache-phases", action="store_true",
                     help="stop after the query timings (for a build without the cached index)")
@@ -453,12 +453,21 @@ OPFS_FILES = """async () => {
 
 
 def _put_lib_pages(dist: Path) -> None:
-    """``bench/lib.html``, ``lib-prestart.html`` and its script into the served site
-    (``bench/run.py`` copies the whole bench page there; run alone, this script puts these)."""
+    """Two pages into the served site, made from the bench page (``bench/page/index.html``,
+    the same import map) without its harness: ``bench/lib.html`` boots Python and chatmem
+    and nothing else (no interface, no other database), and ``bench/lib-prestart.html``
+    does the same with ``lib-prestart.js`` (DuckDB-Wasm started first) run before boot.js."""
     here = Path(__file__).resolve().parent.parent / "page"
-    (dist / "bench").mkdir(exist_ok=True)
-    for name in ("lib.html", "lib-prestart.html", "lib-prestart.js"):
-        (dist / "bench" / name).write_bytes((here / name).read_bytes())
+    page = (here / "index.html").read_text()
+    boot, harness = (f'<script type="module" src="{src}"></script>' for src in ("../js/boot.js", "./main.js"))
+    assert boot in page and harness in page, "bench/page/index.html: boot.js and main.js not where expected"
+    lib = page.replace(harness, "")
+    out = dist / "bench"
+    out.mkdir(exist_ok=True)
+    (out / "lib.html").write_text(lib)
+    (out / "lib-prestart.html").write_text(
+        lib.replace(boot, '<script type="module" src="./lib-prestart.js"></script>\n  ' + boot))
+    (out / "lib-prestart.js").write_bytes((here / "lib-prestart.js").read_bytes())
 
 
 def opfs_files(page) -> dict[str, object]:
