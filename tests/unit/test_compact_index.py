@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from chatmem import Memory
-from chatmem.index import DuckDBEngine, QueryIndex, keywords, search
+from chatmem.index import DuckDBEngine, QueryIndex, figures, search
 from chatmem.index.schema import TABLES
 from chatmem.models import SessionMeta
 from chatmem.stores.sqlite import SQLiteStore
@@ -73,7 +73,7 @@ def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
     """Searches between appends, a big batch and a delete answer exactly like an
     index rebuilt from the same messages at that moment."""
     if not whole:
-        monkeypatch.setattr(keywords, "TERM_CACHE", 3)
+        monkeypatch.setattr(figures, "TERM_CACHE", 3)
 
     async def answers(idx: QueryIndex) -> list:
         out = []
@@ -124,7 +124,7 @@ def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
 def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
     """The whole vocabulary arrives in pages of ``VOCABULARY_PAGE`` terms (one big answer
     held a page's main thread): every term with its id and df, as in the terms table."""
-    monkeypatch.setattr(keywords, "VOCABULARY_PAGE", 4)
+    monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
 
     async def go():
         idx = QueryIndex(DuckDBEngine())
@@ -140,7 +140,7 @@ def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
             return await execute(sql, params, **kw)
 
         idx.engine.execute = counted
-        fig = keywords.KeywordFigures()
+        fig = figures.KeywordFigures()
         await fig.read_vocabulary(idx.engine)
         await idx.close()
         return rows, fig, pages
@@ -182,3 +182,68 @@ def test_first_answer_never_waits_for_the_vocabulary_read():
     assert hits and "w7" in hits[0].message.content
     assert not any("WHERE tid >" in sql for sql in log[:answered]), log[:answered]
     assert whole and any("WHERE tid >" in sql for sql in log[answered:]), log
+
+
+def test_an_append_between_two_vocabulary_pages_drops_that_read(monkeypatch):
+    """The vocabulary is read a page per hold of the lock; an append that comes between
+    two pages changes counts the pages read already hold: that read is dropped (nothing
+    half-read is kept) and the next one gives the terms table as it is."""
+    monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
+
+    async def go():
+        idx = QueryIndex(DuckDBEngine())
+        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
+        fig = idx._figures
+        fig.forget()
+        first = await fig.read_vocabulary_page(idx.engine)
+        await idx.apply("messages-appended", "a", [_msg(20, "a", "w0 common fresh")])
+        second = await fig.read_vocabulary_page(idx.engine)
+        dropped = (fig.whole, fig.sized, dict(fig.terms))
+        await fig.read_vocabulary(idx.engine)
+        rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
+        await idx.close()
+        return first, second, dropped, fig, rows
+
+    first, second, dropped, fig, rows = run(go())
+    assert first is True and second is False
+    assert dropped == (False, False, {})
+    assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
+    assert fig.terms["common"][1] == 12 and "fresh" in fig.terms
+
+
+def test_a_search_during_the_vocabulary_read_waits_for_one_page_at_most(monkeypatch):
+    """A search asked while the vocabulary is being read in the background goes in
+    between two pages: it does not wait for the whole read (0.6-0.8 s in the page)."""
+    monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
+
+    async def go():
+        idx = QueryIndex(DuckDBEngine())
+        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
+        fresh = QueryIndex(idx.engine)
+        log: list[str] = []
+        execute, small = idx.engine.execute, idx.engine.execute_small
+
+        async def slowed(sql, params=None, **kw):
+            log.append(sql)
+            if "WHERE tid >" in sql:
+                await asyncio.sleep(0.1)
+            return await (small(sql, params) if kw.pop("_small", False) else execute(sql, params, **kw))
+
+        async def slowed_small(sql, params=None):
+            return await slowed(sql, params, _small=True)
+
+        idx.engine.execute, idx.engine.execute_small = slowed, slowed_small
+        await search(fresh, "w7 common", limit=3)
+        while not any("WHERE tid >" in sql for sql in log):
+            await asyncio.sleep(0.005)
+        hits = await search(fresh, "w30 common", limit=3)
+        pages_before = sum("WHERE tid >" in sql for sql in log)
+        await fresh._vocabulary
+        return hits, pages_before, sum("WHERE tid >" in sql for sql in log), fresh._figures.whole
+
+    hits, before, pages, whole = run(go())
+    assert hits and "w30" in hits[0].message.content
+    assert pages == 11 and whole  # 42 terms, 4 a page
+    assert before <= 2, before

@@ -1,5 +1,5 @@
 """``DocTable``: every doc's message id, time and length (index terms), kept in Python by the query index
-(``keywords.KeywordFigures.read_docs`` fills it, appends extend it, a delete forgets it),
+(``figures.KeywordFigures.read_docs`` fills it, appends extend it, a delete forgets it),
 so that a keyword search names its winners without a statement. Nothing here is durable."""
 
 from __future__ import annotations

@@ -40,9 +40,14 @@ from ..errors import DatabaseClosed, QueryError
 from ..settle import settle
 from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
-__all__ = ["DuckDBEngine", "SQLEngine"]
+__all__ = ["DuckDBEngine", "SQLEngine", "marks"]
 
 Row = Sequence[Any]
+
+
+def marks(n: int) -> str:
+    """``n`` parameter marks for an ``IN (...)`` list: ``?, ?, ?``."""
+    return ", ".join("?" for _ in range(n))
 
 
 @runtime_checkable

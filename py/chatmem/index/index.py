@@ -39,9 +39,10 @@ from typing import Any
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
-from .engine import SQLEngine
+from .engine import SQLEngine, marks
+from .figures import KeywordFigures
 from .gate import AnswerGate
-from .keywords import KeywordFigures, drop_sessions, load_messages, stream_messages
+from .keywords import drop_sessions, load_messages, stream_messages
 from .missing import embed_missing
 from .schema import (
     INDEX_STATEMENTS,
@@ -67,9 +68,6 @@ _FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
 RecordSource = Callable[[list[str]], Awaitable[list[dict[str, Any] | None]]]
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
 
-
-def _placeholders(n: int) -> str:
-    return ", ".join("?" for _ in range(n))
 
 
 class QueryIndex:
@@ -208,7 +206,7 @@ class QueryIndex:
         """``{term: (tid, df)}`` for those of ``terms`` that are indexed; read once,
         then kept exact by every write. A vocabulary not read yet is read whole once
         this query is answered (in the background, under the write lock), and
-        then the docs (``KeywordFigures.read_docs``, a page per hold of the lock)."""
+        then the docs (``KeywordFigures.read_docs``), a page per hold of the lock."""
         await self.setup()
         fig = self._figures
         if ((not fig.sized or (self.keeps_docs and not fig.docs_sized))
@@ -218,14 +216,20 @@ class QueryIndex:
 
     async def _read_vocabulary(self) -> None:
         await asyncio.sleep(0.05)  # a lookup made outside a search: after its answer too
-        await self._answers.idle()  # after the answers under way
+        fig = self._figures
         try:
-            async with self._lock:
-                await self._figures.read_vocabulary(self.engine)
+            # a page per hold of the lock, each once no search is under way: searches
+            # and writes go between two pages, and a search never waits for more than one
+            more = True
+            while more:
+                await self._answers.idle()
+                async with self._lock:
+                    more = await fig.read_vocabulary_page(self.engine)
             page: tuple[int, int] | None = (0, -1)
             while self.keeps_docs and page is not None:
-                async with self._lock:  # searches and writes go between two pages
-                    page = await self._figures.read_docs(self.engine, page[0], None if page[1] < 0 else page[1])
+                await self._answers.idle()
+                async with self._lock:
+                    page = await fig.read_docs(self.engine, page[0], None if page[1] < 0 else page[1])
         except Exception:  # noqa: BLE001 - e.g. the engine closed: terms and docs are looked up per query
             pass
 
@@ -265,7 +269,7 @@ class QueryIndex:
             return await self._records(list(ids))
         size = next((n for n in _FETCH_SIZES if n >= len(ids)), len(ids))
         padded = list(ids) + [ids[0]] * (size - len(ids))  # one prepared statement per size class
-        rows = await self.execute(f"SELECT * FROM messages WHERE id IN ({_placeholders(size)})", padded)
+        rows = await self.execute(f"SELECT * FROM messages WHERE id IN ({marks(size)})", padded)
         by_id = {r["id"]: r for r in rows}
         return [row_to_message_record(by_id[i]) if i in by_id else None for i in ids]
 
@@ -321,7 +325,7 @@ class QueryIndex:
             return [(i, t, None) for i, t in items]
         rows = await self.engine.execute(
             "SELECT m.id, p.text AS prev FROM messages m LEFT JOIN messages p ON p.session_id = m.session_id "
-            f"AND p.seq = m.seq - 1 WHERE m.id IN ({_placeholders(len(items))})", [i for i, _ in items])
+            f"AND p.seq = m.seq - 1 WHERE m.id IN ({marks(len(items))})", [i for i, _ in items])
         prev = {r["id"]: r["prev"] for r in rows}
         return [(i, t, prev.get(i)) for i, t in items]
 
@@ -364,7 +368,7 @@ class QueryIndex:
                     part = sids[i : i + 500]
                     await self._drop_messages(part)
                     await self.engine.execute(
-                        f"DELETE FROM sessions WHERE session_id IN ({_placeholders(len(part))})", part)
+                        f"DELETE FROM sessions WHERE session_id IN ({marks(len(part))})", part)
                 await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
                 for i in range(0, len(messages), _CHUNK):
                     await self._load_messages([dict(m) for m in messages[i : i + _CHUNK]])
@@ -401,7 +405,7 @@ class QueryIndex:
         for i in range(0, len(ids), 500):
             part = ids[i : i + 500]
             got = await self.engine.execute(
-                f"SELECT message_id FROM docs WHERE message_id IN ({_placeholders(len(part))})", part
+                f"SELECT message_id FROM docs WHERE message_id IN ({marks(len(part))})", part
             )
             have.update(r["message_id"] for r in got)
         fresh = [dict(r, sessionId=sid) for r in records if r["id"] not in have]
