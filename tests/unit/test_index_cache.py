@@ -317,3 +317,44 @@ def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
         await mem.close()
 
     run(go())
+
+
+def test_a_write_while_the_opening_reads_the_sessions_is_not_lost(tmp_path):
+    """An opening reads the store's sessions beside the engine's opening, before the
+    index queues writes: a message acknowledged in that window (here, while the engine
+    takes its time) is re-read from the store before the first answer."""
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        s = await mem.sessions.create(title="a")
+        await mem.messages.append(s.session_id, "user", "apple banana")
+        t = await mem.sessions.create(title="t")
+        assert len(await mem.search("apple")) == 1
+        await mem.index.save()
+        await mem.close()
+
+        engine_wanted, go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow_engine():
+            engine_wanted.set()
+            await go_on.wait()
+            return DuckDBEngine(idx)
+
+        mem = Memory(SQLiteStore(db), engine_factory=slow_engine)
+        first = asyncio.ensure_future(mem.search("zebra"))
+        await engine_wanted.wait()
+        await asyncio.sleep(0.05)  # the sessions read beside the opening is answered
+        await mem.messages.append(s.session_id, "user", "zebra apple")
+        await mem.messages.append(t.session_id, "assistant", "a zebra too")
+        go_on.set()
+        hits = await first
+        assert mem.index.last_open["mode"] == "cached"
+        fresh = _mem(db, None)
+        want = [(h.message.id, h.score) for h in await fresh.search("zebra")]
+        assert [(h.message.id, h.score) for h in hits] == want and len(want) == 2
+        assert await _answers(mem) == await _answers(fresh)
+        await fresh.close()
+        await mem.close()
+
+    run(go())

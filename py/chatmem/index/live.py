@@ -95,6 +95,9 @@ class LiveIndex(CachedOpening):
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
+        #: sessions written while an opening reads the store's sessions, before the index
+        #: queues writes (None: no opening under way); re-read once it does
+        self._early: set[str] | None = None
         self._resync = False
         self._lock = asyncio.Lock()
         self._warming: asyncio.Task[Any] | None = None
@@ -120,6 +123,8 @@ class LiveIndex(CachedOpening):
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
         if self.index is None:
+            if self._early is not None:
+                self._early.add(session_id)  # the opening re-reads it from the store
             if self.share is not None and self.role is None:
                 self._stale.add(session_id)  # should this tab become a guest: the owner re-reads it
             return  # hydration reads the store as it is then
@@ -290,10 +295,10 @@ class LiveIndex(CachedOpening):
         if self._resync:
             self._resync = False
             self.open_ms, self._t = {}, time.perf_counter()
-            if await self._catch_up(index) is None:
+            metas = await self._core.store.all_sessions()
+            if await self._catch_up(index, metas) is None:
                 if self._cache is not None:
                     await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
-                metas = await self._core.store.all_sessions()
                 await index.rebuild(metas, self._messages(metas))
             self._dirty = True
         while self._pending or self._stale:

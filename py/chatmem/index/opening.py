@@ -16,6 +16,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from ..settle import settle
 from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
@@ -52,6 +53,7 @@ class CachedOpening:
     _cache: IndexCache | None
     _pending: list[tuple[str, str, Any]]
     _stale: set[str]
+    _early: set[str] | None
     _resync: bool
     _lock: asyncio.Lock
     _dirty: bool
@@ -81,10 +83,22 @@ class CachedOpening:
     async def _hydrate(self, force: bool = False) -> QueryIndex:
         self.open_ms, self._t = {}, time.perf_counter()
         opening = asyncio.ensure_future(self._factory())
-        await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
-        preload_stemmers()  # meanwhile: the first query's words need them
-        self._lap("stemmers")
-        engine = await opening
+        # the store's sessions are read beside the engine's opening; a session written
+        # meanwhile is noted (``_early``) and re-read from the store before the first query
+        self._early = set()
+        metas = asyncio.ensure_future(self._core.store.all_sessions())
+        try:
+            await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
+            preload_stemmers()  # meanwhile: the first query's words need them
+            self._lap("stemmers")
+            return await self._hydrate_with(await opening, metas, force)
+        finally:
+            self._early = None
+            if not metas.done():
+                await settle(metas)
+
+    async def _hydrate_with(self, engine: SQLEngine, metas: asyncio.Future[list[dict[str, Any]]],
+                            force: bool) -> QueryIndex:
         self._lap("engine")
         for step, ms in (getattr(engine, "open_ms", None) or {}).items():
             self.open_ms[f"engine: {step}"] = ms
@@ -100,14 +114,15 @@ class CachedOpening:
                            compress=cache is None or cache.compress)
         self.index = index  # from here on, writes are queued
         self._pending.clear()
-        self._stale.clear()
+        self._stale = self._early or set()
+        self._early = None
         if cache is not None and not force:
             try:
                 state = await cache.state()
                 self._lap("state")
                 if state == "valid":
                     index.set_up()  # every table is there, of this schema version
-                    caught = await self._catch_up(index)
+                    caught = await self._catch_up(index, await metas)
                     if caught is not None:
                         self.catchups += 1
                         if caught:
@@ -128,11 +143,10 @@ class CachedOpening:
             self._schedule_save()
         return index
 
-    async def _catch_up(self, index: QueryIndex) -> int | None:
-        """Bring a cached index up to the store: the number of sessions re-read or
-        dropped, or None when so many changed that a rebuild is cheaper."""
-        metas = await self._core.store.all_sessions()
-        self._lap("catchup: store sessions")
+    async def _catch_up(self, index: QueryIndex, metas: list[dict[str, Any]]) -> int | None:
+        """Bring a cached index up to ``metas`` (the store's sessions, read as the opening
+        began): the number of sessions re-read or dropped, or None when so many changed
+        that a rebuild is cheaper."""
         rows = await index.execute("SELECT * FROM sessions")
         have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
         wanted = {m["sessionId"]: m for m in metas}
