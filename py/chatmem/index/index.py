@@ -42,17 +42,15 @@ from .embed import Embedder
 from .engine import SQLEngine, marks
 from .figures import KeywordFigures
 from .gate import AnswerGate
-from .keywords import drop_sessions, load_messages, stream_messages
+from .keywords import drop_sessions, finish_derivation, load_messages, stream_messages
 from .missing import embed_missing
 from .schema import (
-    INDEX_STATEMENTS,
     SCHEMA_VERSION,
     TABLES,
     create_statements,
     row_to_message_record,
     row_to_session_record,
     session_row,
-    table_statement,
 )
 from .sqlguard import check_read_only
 
@@ -460,7 +458,7 @@ class QueryIndex:
         async with self._lock:
             self._forget_stats()
             ex = self.engine.execute
-            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
+            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP TABLE IF EXISTS postings_unsorted", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
                          "DROP INDEX IF EXISTS docs_doc", "DROP INDEX IF EXISTS terms_term"):
                 await ex(stmt)
             # the ART indexes are built once at the end, not row by row
@@ -474,18 +472,7 @@ class QueryIndex:
             await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
-            # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
-            await ex("ALTER TABLE messages RENAME TO messages_unsorted")
-            await ex(table_statement("messages", compress=self.compress))
-            await ex("INSERT INTO messages SELECT * FROM messages_unsorted ORDER BY created_at, id")
-            await ex("DROP TABLE messages_unsorted")
-            await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
-            await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
-                     "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
-            await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
-                     "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
-            for stmt in INDEX_STATEMENTS:
-                await ex(stmt)
+            await finish_derivation(self.engine, compress=self.compress)
             ms["sort"] = (time.perf_counter() - t1) * 1000
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0

@@ -30,11 +30,19 @@ from ..settle import settle
 from ..slices import Slicer
 from .engine import SQLEngine, marks
 from .figures import KeywordFigures
-from .schema import STAGE_COLUMNS, TABLES, message_row, message_rows
+from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, message_rows, table_statement
 from .tokenize import terms_of_word, words
 
-__all__ = ["Prepared", "TermIds", "drop_sessions", "load_messages",
+__all__ = ["SORT_MESSAGES_MAX", "SORT_PART", "Prepared", "TermIds", "drop_sessions", "finish_derivation",
+           "load_messages",
            "prepare_messages", "store_messages", "stream_messages"]
+
+#: a derivation from scratch sorts the postings by term in parts of about this many rows:
+#: DuckDB-Wasm has no temporary directory, so a sort must fit in memory at once
+SORT_PART = 4_000_000
+#: a derivation of more messages than this leaves ``messages`` in the store's order
+#: (sorting them by time holds every message's text in memory at once)
+SORT_MESSAGES_MAX = 250_000
 
 _COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
 _STAGE = [c for c, _ in STAGE_COLUMNS]
@@ -227,6 +235,41 @@ async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any
     finally:
         if loading is not None and not loading.done():
             await settle(loading)
+
+
+async def finish_derivation(engine: SQLEngine, *, compress: bool) -> None:
+    """What a derivation from scratch does once ``stream_messages`` loaded every chunk:
+    ``messages`` sorted by time (up to ``SORT_MESSAGES_MAX`` of them), ``postings`` by
+    (tid, doc) in parts of about ``SORT_PART`` rows (a term's postings stay in one part),
+    ``terms.df`` and ``stats`` counted, and the ART indexes built."""
+    ex = engine.execute
+    n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])
+    if n <= SORT_MESSAGES_MAX:
+        # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
+        await ex("ALTER TABLE messages RENAME TO messages_unsorted")
+        await ex(table_statement("messages", compress=compress))
+        await ex("INSERT INTO messages SELECT * FROM messages_unsorted ORDER BY created_at, id")
+        await ex("DROP TABLE messages_unsorted")
+    # the first tid of each part: a term's postings counted, parts cut on running totals
+    parts = [int(r["lo"]) for r in await ex(
+        f"SELECT min(tid) AS lo FROM (SELECT tid, (sum(c) OVER (ORDER BY tid) - c) // {int(SORT_PART)} AS part "
+        "FROM (SELECT tid, count(*) AS c FROM postings GROUP BY tid)) GROUP BY part ORDER BY lo")]
+    if len(parts) <= 1:
+        await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
+    else:
+        await ex("ALTER TABLE postings RENAME TO postings_unsorted")
+        await ex(table_statement("postings", compress=compress))
+        for lo, hi in zip(parts, parts[1:] + [None]):
+            upper = f" AND tid < {hi}" if hi is not None else ""
+            await ex(f"INSERT INTO postings SELECT * FROM postings_unsorted WHERE tid >= {lo}{upper} "
+                     "ORDER BY tid, doc")
+        await ex("DROP TABLE postings_unsorted")
+    await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
+             "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
+    await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
+             "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
+    for stmt in INDEX_STATEMENTS:
+        await ex(stmt)
 
 
 async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigures) -> None:

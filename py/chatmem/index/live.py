@@ -98,6 +98,8 @@ class LiveIndex(CachedOpening):
         #: sessions written while an opening reads the store's sessions, before the index
         #: queues writes (None: no opening under way); re-read once it does
         self._early: set[str] | None = None
+        #: the store is too large for an index in memory: it is derived and kept in its file
+        self._file_only = False
         self._resync = False
         self._lock = asyncio.Lock()
         self._warming: asyncio.Task[Any] | None = None
@@ -296,9 +298,10 @@ class LiveIndex(CachedOpening):
             self._resync = False
             self.open_ms, self._t = {}, time.perf_counter()
             metas = await self._core.store.all_sessions()
+            self._weigh(metas)
             if await self._catch_up(index, metas) is None:
                 if self._cache is not None:
-                    await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
+                    await self._to_memory(copy=False)  # rebuilt in memory, then saved
                 await index.rebuild(metas, self._messages(metas))
             self._dirty = True
         while self._pending or self._stale:
@@ -314,9 +317,9 @@ class LiveIndex(CachedOpening):
                 # nothing is dropped: applying again is harmless (an append skips ids it has)
                 self._pending[:0] = pending
                 self._stale |= stale
-                if self._cache is None or self._cache.in_memory:
+                if self._cache is None or self._cache.in_memory or self._file_only:
                     raise
-                await self._cache.to_memory()  # the file cannot be written: work in memory
+                await self._to_memory()  # the file cannot be written: work in memory
         return index
 
     async def rebuild(self) -> None:
@@ -332,7 +335,8 @@ class LiveIndex(CachedOpening):
                     await self._hydrate(force=True)
                 else:
                     if self._cache is not None:
-                        await self._cache.to_memory(copy=False)  # rebuilt in memory, then saved
+                        self._weigh(await self._core.store.all_sessions())
+                        await self._to_memory(copy=False)  # rebuilt in memory, then saved
                     await self._derive(index, self._cache is not None)
                 if self._cache is not None:
                     await self._save()

@@ -28,9 +28,12 @@ if TYPE_CHECKING:
     from ..core import Core
     from .shared import IndexShare
 
-__all__ = ["CachedOpening", "REBUILD_SHARE"]
+__all__ = ["IN_MEMORY_MAX", "CachedOpening", "REBUILD_SHARE"]
 
 PAGE = 1000
+#: a store of more messages than this has its index derived and kept in the cache file,
+#: never copied into memory (1,000,000 messages' index did not fit the page's 4 GB there)
+IN_MEMORY_MAX = 300_000
 #: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
 REBUILD_SHARE = 0.25
 
@@ -54,6 +57,7 @@ class CachedOpening:
     _pending: list[tuple[str, str, Any]]
     _stale: set[str]
     _early: set[str] | None
+    _file_only: bool
     _resync: bool
     _lock: asyncio.Lock
     _dirty: bool
@@ -110,6 +114,7 @@ class CachedOpening:
             await cache.attach_work()
             self._lap("attach")
         self._cache = cache
+        self._weigh(await metas)
         index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages,
                            compress=cache is None or cache.compress)
         self.index = index  # from here on, writes are queued
@@ -136,7 +141,7 @@ class CachedOpening:
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
                 await index._rollback()
         if cache is not None:
-            await cache.to_memory(copy=False)  # rebuilt in memory, then saved
+            await self._to_memory(copy=False)  # rebuilt in memory, then saved
             self._lap("attach memory")
         await self._derive(index, persistent)
         if cache is not None:
@@ -160,13 +165,24 @@ class CachedOpening:
             msgs = [m async for m in self._messages(changed)]
             self._lap("catchup: read changed")
             if self._cache is not None:
-                await self._cache.to_memory()  # many writes: in memory, then saved
+                await self._to_memory()  # many writes: in memory, then saved
                 self._lap("catchup: copy into memory")
             await index.resync(changed, msgs, gone)
             self._lap("catchup: apply")
         self.last_open = {"mode": "cached", "persistent": self._cache is not None, "sessions": len(metas),
                           "refreshed": len(changed), "dropped": len(gone)}
         return len(changed) + len(gone)
+
+    def _weigh(self, metas: list[dict[str, Any]]) -> None:
+        """Note whether the store is too large for an index in memory (``IN_MEMORY_MAX``)."""
+        self._file_only = sum(int(m.get("messageCount") or 0) for m in metas) > IN_MEMORY_MAX
+
+    async def _to_memory(self, copy: bool = True) -> None:
+        """Make an in-memory copy of the cache file the working database (``copy=False``:
+        an empty one, to rebuild into), unless the store is too large for it: then the
+        file stays the working database, and a failed write is raised, not moved."""
+        if self._cache is not None and not self._file_only:
+            await self._cache.to_memory(copy)
 
     def _schedule_move(self) -> None:
         """Copy the cached file into memory once the first queries are answered (they
@@ -182,7 +198,7 @@ class CachedOpening:
                 return
             async with index._lock:
                 try:
-                    await cache.to_memory()
+                    await self._to_memory()
                 except Exception:  # noqa: BLE001 - the file keeps answering; a save copies nothing
                     pass
 
