@@ -39,7 +39,7 @@ __all__ = ["SORT_MESSAGES_MAX", "SORT_PART", "Prepared", "TermIds", "drop_sessio
 
 #: a derivation from scratch sorts the postings by term in parts of about this many rows:
 #: DuckDB-Wasm has no temporary directory, so a sort must fit in memory at once
-SORT_PART = 4_000_000
+SORT_PART = 12_000_000
 #: a derivation of more messages than this leaves ``messages`` in the store's order
 #: (sorting them by time holds every message's text in memory at once)
 SORT_MESSAGES_MAX = 250_000
