@@ -115,6 +115,7 @@ def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
         _tamper(idx, "DELETE FROM index_meta WHERE key = 'complete'")
         mem = _mem(db, idx)
         assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+        assert mem.index.notice and "unfinished" in mem.index.notice  # e.g. a page closed mid-derivation
         await mem.close()
         _tamper(idx, "DROP TABLE postings")
         mem = _mem(db, idx)

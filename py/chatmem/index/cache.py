@@ -97,21 +97,30 @@ class IndexCache:
 
     async def state(self) -> str:
         """``"valid"`` (a complete index of this schema version), ``"empty"`` (a new
-        file) or ``"stale"`` (something else: an older schema, an unfinished save)."""
+        file), ``"unfinished"`` (this schema version, but a derivation or a save that
+        did not end) or ``"stale"`` (something else: an older schema)."""
         tables = await self._tables()
         if not tables:
             return "empty"
-        return "valid" if await self.valid() else "stale"
+        if not set(TABLES) <= tables:
+            return "stale"
+        meta = await self._meta()
+        if meta.get("schema") != SCHEMA_VERSION:
+            return "stale"
+        return "valid" if meta.get("complete") == "1" else "unfinished"
 
     async def valid(self) -> bool:
         """The file holds a complete index of this schema version."""
-        assert self.file_db is not None
         if not set(TABLES) <= await self._tables():
             return False
+        meta = await self._meta()
+        return meta.get("schema") == SCHEMA_VERSION and meta.get("complete") == "1"
+
+    async def _meta(self) -> dict[str, str]:
+        assert self.file_db is not None
         rows = await self.engine.execute(
             f"SELECT key, value FROM {_q(self.file_db)}.main.index_meta WHERE key IN ('schema', 'complete')")
-        meta = {r["key"]: r["value"] for r in rows}
-        return meta.get("schema") == SCHEMA_VERSION and meta.get("complete") == "1"
+        return {str(r["key"]): str(r["value"]) for r in rows}
 
     async def save(self) -> None:
         """Make the file hold the working database: a checkpoint while the file is it;

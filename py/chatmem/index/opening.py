@@ -21,7 +21,7 @@ from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import QueryIndex
-from .schema import OLDER_INDEX, row_to_session_record, session_row
+from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, session_row
 from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
@@ -137,6 +137,8 @@ class CachedOpening:
                         return index
                 elif state == "stale":
                     self.notice = OLDER_INDEX
+                elif state == "unfinished":
+                    self.notice = UNFINISHED_INDEX
             except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
                 await index._rollback()

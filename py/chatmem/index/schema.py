@@ -71,6 +71,7 @@ __all__ = [
     "STAGE_COLUMNS",
     "MESSAGE_COLUMNS",
     "OLDER_INDEX",
+    "UNFINISHED_INDEX",
     "RECORD_ONLY",
     "COMPRESSION",
     "STORAGE_VERSION",
@@ -163,6 +164,8 @@ STORAGE_VERSION = "v1.4.0"
 
 #: the notice of a cached index made by an older version (another schema or storage version)
 OLDER_INDEX = "The saved search index was made by an older version; it is being rebuilt."
+#: the notice when the cached index file's last derivation or save did not end (e.g. the page closed)
+UNFINISHED_INDEX = "The saved search index was left unfinished (the page closed while it was made); it is being rebuilt."
 
 #: the staging table a batch of messages goes through: the ``docs`` columns
 #: plus ``toks`` (the message's index terms joined by spaces; terms never hold
