@@ -247,3 +247,68 @@ def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
     again = a.py(RECOVERY_OPEN.replace("NAME", repr(name)))
     assert again["open"]["mode"] == "cached" and again["notice"] is None and again["same_as_fresh"] is True, repr(again)
     a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")
+
+
+# a store "too large for memory" (thresholds made small in this page): derived into the
+# OPFS file and kept there, postings sorted in parts, answers like a fresh in-memory rebuild
+LARGE_SMALL = """
+from chatmem.index import keywords, opening
+opening.IN_MEMORY_MAX, keywords.SORT_MESSAGES_MAX, keywords.SORT_PART = 10, 10, 15
+"""
+
+LARGE_OPEN = LARGE_SMALL + """
+import chatmem
+mem = await chatmem.open(NAME)
+mem.index.move_delay = 0
+if FILL:
+    for t in ["a", "b", "c"]:
+        s = await mem.sessions.create(title=t)
+        await mem.messages.append_many(s.session_id, [
+            {"role": "user", "content": f"apple {t} ripe banana {i} " + " ".join(f"w{i * j % 11}" for j in range(i % 6))}
+            for i in range(8)])
+async def answers(m):
+    return [[(h.message.id, round(h.score, 9)) for h in await m.search(q, limit=30)]
+            for q in ["apple", "ripe banana", "b w3", "w7 -w0", "zebra"]]
+got = await answers(mem)
+await mem.index._move_later()  # what the copy into memory would do once its delay is over
+out = {"open": mem.index.last_open, "in_memory": mem.index._cache.in_memory, "notice": mem.index.notice,
+       "n": len(got[0])}
+rows = await mem.index.index.execute("SELECT tid, doc FROM postings")
+out["sorted"] = [(r["tid"], r["doc"]) for r in rows] == sorted((r["tid"], r["doc"]) for r in rows)
+if WRITE:
+    sid = (await mem.sessions.list())[0].session_id
+    await mem.messages.append(sid, "user", "apple quince")
+    out["quince"] = len(await mem.search("quince"))
+    out["in_memory_after_write"] = mem.index._cache.in_memory
+    got = await answers(mem)
+from chatmem.runtime.page import DuckDBWasmEngine
+from chatmem.memory import open_indexeddb
+fresh = await open_indexeddb(NAME, engine_factory=DuckDBWasmEngine.open)
+out["same_as_fresh"] = got == await answers(fresh)
+await fresh.close()
+await mem.close()
+out
+"""
+
+
+def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page) -> None:
+    """Past ``opening.IN_MEMORY_MAX`` messages (here 10) the index is derived into the OPFS
+    file and stays there through a reload, the move that would copy it into memory and a
+    write, sorted in parts; it answers exactly like an in-memory rebuild each time."""
+    from conftest import unique_name
+
+    name = unique_name("large")
+    a = new_page()
+    code = LARGE_OPEN.replace("NAME", repr(name))
+    first = a.py(code.replace("FILL", "True").replace("WRITE", "False"))
+    assert first["open"]["mode"] == "rebuilt" and first["open"]["persistent"] is True, first
+    assert first["in_memory"] is False and first["sorted"] and first["n"] == 24 and first["same_as_fresh"], first
+    a.reload()
+    again = a.py(code.replace("FILL", "False").replace("WRITE", "True"))
+    assert again["open"]["mode"] == "cached" and again["notice"] is None, again
+    assert again["in_memory"] is False and again["in_memory_after_write"] is False and again["quince"] == 1, again
+    assert again["sorted"] and again["same_as_fresh"], again
+    a.reload()
+    last = a.py(code.replace("FILL", "False").replace("WRITE", "False"))
+    assert last["open"]["mode"] == "cached" and last["open"]["refreshed"] == 0 and last["same_as_fresh"], last
+    a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")
