@@ -40,6 +40,19 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
+def sqlite_memory(db: str, index: str | None = None) -> Any:
+    """A ``Memory`` over the SQLite store ``db`` whose query index is a DuckDB file at
+    ``index`` (a cached index, reopened by the next call), or in memory without one."""
+    from chatmem import Memory
+    from chatmem.index import DuckDBEngine
+    from chatmem.stores.sqlite import SQLiteStore
+
+    async def engine() -> Any:
+        return DuckDBEngine(index) if index else DuckDBEngine()
+
+    return Memory(SQLiteStore(db), engine_factory=engine)
+
+
 def unique_name(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 

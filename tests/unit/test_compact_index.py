@@ -64,6 +64,25 @@ def _msg(i: int, sid: str, text: str) -> dict:
             "createdAt": 1_000 + i, "tokenCount": 1}
 
 
+def _slowed(engine, marker: str, seconds: float) -> list[str]:
+    """Log every statement ``engine`` runs (the returned list), and delay those holding
+    ``marker`` by ``seconds``."""
+    log: list[str] = []
+    execute, small = engine.execute, engine.execute_small
+
+    async def slowed(sql, params=None, **kw):
+        log.append(sql)
+        if marker in sql:
+            await asyncio.sleep(seconds)
+        return await (small(sql, params) if kw.pop("_small", False) else execute(sql, params, **kw))
+
+    async def slowed_small(sql, params=None):
+        return await slowed(sql, params, _small=True)
+
+    engine.execute, engine.execute_small = slowed, slowed_small
+    return log
+
+
 WORDS = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel"]
 QUERIES = ["apple", "banana cherry", "fig grape hazel", '"apple banana"', "kiwi apple", "new9 apple", "cherry"]
 
@@ -160,19 +179,7 @@ def test_first_answer_never_waits_for_the_vocabulary_read():
         await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
         await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
         fresh = QueryIndex(idx.engine)  # an opening: nothing of the vocabulary known yet
-        log: list[str] = []
-        execute, small = idx.engine.execute, idx.engine.execute_small
-
-        async def slowed(sql, params=None, **kw):
-            log.append(sql)
-            if "FROM postings" in sql:
-                await asyncio.sleep(0.3)
-            return await (small(sql, params) if kw.pop("_small", False) else execute(sql, params, **kw))
-
-        async def slowed_small(sql, params=None):
-            return await slowed(sql, params, _small=True)
-
-        idx.engine.execute, idx.engine.execute_small = slowed, slowed_small
+        log = _slowed(idx.engine, "FROM postings", 0.3)
         hits = await search(fresh, "w7 common", limit=3)
         answered = len(log)
         await fresh._vocabulary
@@ -222,19 +229,7 @@ def test_a_search_during_the_vocabulary_read_waits_for_one_page_at_most(monkeypa
         await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
         await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
         fresh = QueryIndex(idx.engine)
-        log: list[str] = []
-        execute, small = idx.engine.execute, idx.engine.execute_small
-
-        async def slowed(sql, params=None, **kw):
-            log.append(sql)
-            if "WHERE tid >" in sql:
-                await asyncio.sleep(0.1)
-            return await (small(sql, params) if kw.pop("_small", False) else execute(sql, params, **kw))
-
-        async def slowed_small(sql, params=None):
-            return await slowed(sql, params, _small=True)
-
-        idx.engine.execute, idx.engine.execute_small = slowed, slowed_small
+        log = _slowed(idx.engine, "WHERE tid >", 0.1)
         await search(fresh, "w7 common", limit=3)
         while not any("WHERE tid >" in sql for sql in log):
             await asyncio.sleep(0.005)

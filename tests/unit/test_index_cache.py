@@ -12,6 +12,7 @@ import asyncio
 from chatmem import Memory
 from chatmem.index import DuckDBEngine
 from chatmem.stores.sqlite import SQLiteStore
+from conftest import sqlite_memory as _mem
 
 
 def run(coro):
@@ -26,11 +27,6 @@ def _tamper(path: str, sql: str) -> None:
     con.close()
 
 
-def _mem(db: str, index: str | None) -> Memory:
-    async def engine():
-        return DuckDBEngine(index) if index else DuckDBEngine()
-
-    return Memory(SQLiteStore(db), engine_factory=engine)
 
 
 async def _answers(mem: Memory) -> dict:

@@ -15,18 +15,13 @@ import duckdb
 from chatmem import Memory
 from chatmem.index import DuckDBEngine
 from chatmem.index.schema import STORAGE_VERSION, storage_at_least
-from chatmem.stores.sqlite import SQLiteStore
+from conftest import sqlite_memory as _mem
 
 
 def run(coro):
     return asyncio.run(coro)
 
 
-def _mem(db: str, index: str | None) -> Memory:
-    async def engine():
-        return DuckDBEngine(index) if index else DuckDBEngine()
-
-    return Memory(SQLiteStore(db), engine_factory=engine)
 
 
 def _words(rng: random.Random, k: int) -> str:

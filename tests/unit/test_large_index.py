@@ -10,7 +10,7 @@ import asyncio
 from chatmem import Memory
 from chatmem.index import DuckDBEngine, QueryIndex, keywords, opening
 from chatmem.models import SessionMeta
-from chatmem.stores.sqlite import SQLiteStore
+from conftest import sqlite_memory as _mem
 
 WORDS = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel", "kiwi", "lime"]
 
@@ -19,11 +19,6 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def _mem(db: str, index: str | None) -> Memory:
-    async def engine():
-        return DuckDBEngine(index) if index else DuckDBEngine()
-
-    return Memory(SQLiteStore(db), engine_factory=engine)
 
 
 async def _fill(mem: Memory, sessions: int = 4, each: int = 12) -> list[str]:
