@@ -140,11 +140,7 @@ async def _read_postings(index: Any, tids: list[int], total: int) -> dict[int, l
     table = getattr(index, "doc_lengths", None)
     read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in tids}
     if table is not None:
-        if total <= _ONE_SCAN:
-            sql = f"SELECT tid, doc, tf FROM postings WHERE tid IN ({', '.join(str(t) for t in tids)})"
-        else:
-            sql = " UNION ALL ".join(f"SELECT tid, doc, tf FROM postings WHERE tid = {t}" for t in tids)
-        rows = await small_read(index)(sql)
+        rows = await small_read(index)(_postings_sql(tids, total, lengths=False))
         # a posting's doc is in the table (a delete, which removes postings, forgets the table)
         lens, ids = table.lens, table.ids
         try:
@@ -156,15 +152,21 @@ async def _read_postings(index: Any, tids: list[int], total: int) -> dict[int, l
             return read
         except IndexError:  # a doc the table does not have (not expected): join instead
             read = {t: [] for t in tids}
-    if total <= _ONE_SCAN:
-        sql = ("SELECT p.tid, p.doc, p.tf, d.doc_len AS dl FROM postings p JOIN docs d ON d.doc = p.doc "
-               f"WHERE p.tid IN ({', '.join(str(t) for t in tids)})")
-    else:
-        sql = " UNION ALL ".join("SELECT p.tid, p.doc, p.tf, d.doc_len AS dl FROM postings p JOIN docs d "
-                                 f"ON d.doc = p.doc WHERE p.tid = {t}" for t in tids)
-    for r in await small_read(index)(sql):
+    for r in await small_read(index)(_postings_sql(tids, total, lengths=True)):
         read[r["tid"]].append((r["doc"], r["tf"], r["dl"]))
     return read
+
+
+def _postings_sql(tids: list[int], total: int, *, lengths: bool) -> str:
+    """The postings of ``tids`` (``tid, doc, tf``, with ``lengths`` each doc's ``dl``
+    joined from ``docs``): one scan of the table while it is small, else one
+    zone-map-skipping scan per term."""
+    cols, src = "p.tid, p.doc, p.tf", "postings p"
+    if lengths:
+        cols, src = cols + ", d.doc_len AS dl", src + " JOIN docs d ON d.doc = p.doc"
+    if total <= _ONE_SCAN:
+        return f"SELECT {cols} FROM {src} WHERE p.tid IN ({', '.join(str(t) for t in tids)})"
+    return " UNION ALL ".join(f"SELECT {cols} FROM {src} WHERE p.tid = {t}" for t in tids)
 
 
 async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
