@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from chatmem import Memory
 from chatmem.index import DuckDBEngine
 from chatmem.stores.sqlite import SQLiteStore
@@ -338,10 +340,19 @@ def test_a_write_while_the_opening_reads_the_sessions_is_not_lost(tmp_path):
             await go_on.wait()
             return DuckDBEngine(idx)
 
-        mem = Memory(SQLiteStore(db), engine_factory=slow_engine)
+        read = asyncio.Event()
+
+        class Store(SQLiteStore):
+            async def all_sessions(self):
+                try:
+                    return await super().all_sessions()
+                finally:
+                    read.set()
+
+        mem = Memory(Store(db), engine_factory=slow_engine)
         first = asyncio.ensure_future(mem.search("zebra"))
         await engine_wanted.wait()
-        await asyncio.sleep(0.05)  # the sessions read beside the opening is answered
+        await read.wait()  # the sessions read beside the opening is answered
         await mem.messages.append(s.session_id, "user", "zebra apple")
         await mem.messages.append(t.session_id, "assistant", "a zebra too")
         go_on.set()
@@ -353,5 +364,50 @@ def test_a_write_while_the_opening_reads_the_sessions_is_not_lost(tmp_path):
         assert await _answers(mem) == await _answers(fresh)
         await fresh.close()
         await mem.close()
+
+    run(go())
+
+
+def test_an_opening_whose_sessions_read_fails_closes_its_engine(tmp_path):
+    """The store's sessions are read beside the engine's opening: when that read fails,
+    the search raises its error, the engine opened for nothing is closed (in the page,
+    its worker would otherwise keep the OPFS file), and the next search opens again."""
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+    engines: list[DuckDBEngine] = []
+    closed: list[DuckDBEngine] = []
+
+    class Engine(DuckDBEngine):
+        async def close(self):
+            closed.append(self)
+            await super().close()
+
+    async def factory():
+        engines.append(Engine(idx))
+        return engines[-1]
+
+    class Store(SQLiteStore):
+        fail = True
+
+        async def all_sessions(self):
+            if Store.fail:
+                Store.fail = False
+                raise OSError("the store is unreachable")
+            return await super().all_sessions()
+
+    async def go():
+        seed = _mem(db, None)
+        s = await seed.sessions.create(title="a")
+        await seed.messages.append(s.session_id, "user", "apple banana")
+        await seed.close()
+        mem = Memory(Store(db), engine_factory=factory)
+        with pytest.raises(OSError, match="unreachable"):
+            await mem.search("apple")
+        assert len(engines) == 1 and closed == engines
+        assert mem.index.index is None
+        hits = await mem.search("apple")
+        assert [h.message.content for h in hits] == ["apple banana"]
+        assert len(engines) == 2 and engines[1] not in closed
+        await mem.close()
+        assert closed == engines
 
     run(go())

@@ -13,6 +13,7 @@ what the file lacks is caught up from the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
@@ -95,7 +96,14 @@ class CachedOpening:
             await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
             preload_stemmers()  # meanwhile: the first query's words need them
             self._lap("stemmers")
-            return await self._hydrate_with(await opening, metas, force)
+            engine = await opening
+            try:
+                return await self._hydrate_with(engine, metas, force)
+            except BaseException:
+                if self.index is None or getattr(self.index, "engine", None) is not engine:
+                    with contextlib.suppress(Exception):  # the first error is the one to raise
+                        await engine.close()  # no index holds it: let go of its file now
+                raise
         finally:
             self._early = None
             if not metas.done():
