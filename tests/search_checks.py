@@ -648,4 +648,128 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     assert await answers() == await without_table()
 
 
+
+async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: Any) -> None:
+    """Past ``DOC_CACHE`` docs only each doc's length is kept (read in pages after a search,
+    extended by appends, kept when appends cross ``DOC_CACHE``, dropped past
+    ``LENGTHS_CACHE``): the hits equal those of postings joined with ``docs``."""
+    import asyncio
+
+    from chatmem.index import doctable
+
+    fig = getattr(index, "_figures", None)
+    if fig is None or not getattr(index, "keeps_docs", False):
+        return  # a guest's view keeps none
+    words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
+    for sid in ("l1", "l2"):
+        await index.apply("session-created", sid, session(sid))
+    n = 0
+
+    async def add(sid: str, count: int) -> None:
+        nonlocal n
+        recs = [message(f"{sid}-{n + i}", sid, n + i, " ".join(words[(n + i + j * 3) % 10] for j in range(1 + (n + i) % 5)),
+                        T0 + (n + i) * 1000) for i in range(count)]
+        n += count
+        await index.apply("messages-appended", sid, recs)
+
+    queries = ["amber", "basil cedar", "dune ember fjord", "juniper amber heath", "zebra"]
+
+    async def answers() -> list[Any]:
+        return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
+                for q in queries]
+
+    async def without_table() -> list[Any]:
+        table, fig.doc_table = fig.doc_table, None
+        fig.docs.clear()
+        fig.postings.clear()
+        try:
+            return await answers()
+        finally:
+            fig.doc_table = table
+
+    async def lengths_kept() -> bool:
+        for _ in range(500):  # read in the background after an answer
+            if fig.doc_table is not None:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    async def lengths() -> dict[int, int]:
+        return {int(r["doc"]): int(r["doc_len"]) for r in await index.execute("SELECT doc, doc_len FROM docs")}
+
+    saved = doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE
+    doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE = 40, 16, 200
+    try:
+        assert await search(index, "amber") == [] and await lengths_kept()  # empty: kept from the start
+        await add("l1", 30)  # appends to an empty index: names and lengths kept
+        await add("l2", 30)  # past DOC_CACHE: only the lengths from here on
+        assert fig.doc_table is not None and not fig.doc_table.names
+        assert not isinstance(index.doc_cache, doctable.DocTable)
+        assert {d: fig.doc_table.length(d) for d in await lengths()} == await lengths()
+        first = await answers()
+        assert first == await without_table()
+        fig.forget_terms()  # read again, a page of 16 lengths at a time
+        assert fig.doc_table is None
+        page = await fig.read_docs(index.engine, 0, None)
+        assert page == (16, 60) and fig.doc_table is None
+        assert await answers() == first and await lengths_kept()
+        assert not fig.doc_table.names and len(fig.doc_table) == 60
+        assert {d: fig.doc_table.length(d) for d in await lengths()} == await lengths()
+        await add("l1", 25)  # the appended docs' lengths join the table
+        assert fig.doc_table is not None and len(fig.doc_table) == 85
+        assert {d: fig.doc_table.length(d) for d in await lengths()} == await lengths()
+        after = await answers()
+        assert after == await without_table() and after != first
+        doctable.LENGTHS_CACHE = 90
+        await add("l2", 10)  # past LENGTHS_CACHE: nothing kept, postings joined with docs
+        assert fig.doc_table is None
+        assert await answers() == await without_table()
+    finally:
+        doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE = saved
+
+
+
+async def check_a_derivation_from_scratch_keeps_the_docs_it_numbered(index: Any) -> None:
+    """A rebuild hands the query index every doc as it numbered them (names, times and
+    lengths, or only the lengths past ``DOC_CACHE``): nothing is read back, and the hits
+    equal those of postings joined with ``docs``."""
+    from chatmem.index import doctable
+
+    fig = getattr(index, "_figures", None)
+    if fig is None or not getattr(index, "keeps_docs", False):
+        return  # a guest's view keeps none
+    words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
+    sessions = [session("d1"), session("d2")]
+    recs = [message(f"d-{i}", ("d1", "d2")[i % 2], i, " ".join(words[(i + j * 7) % 10] for j in range(1 + i % 6)),
+                    T0 + (i % 17) * 1000) for i in range(40)]
+    queries = ["amber", "basil cedar", "dune ember fjord", "juniper -amber", "zebra"]
+
+    async def answers() -> list[Any]:
+        return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
+                for q in queries]
+
+    async def docs() -> dict[int, tuple[str, int, int]]:
+        rows = await index.execute("SELECT doc, message_id, created_at, doc_len FROM docs")
+        return {int(r["doc"]): (str(r["message_id"]), int(r["created_at"]), int(r["doc_len"])) for r in rows}
+
+    for cache in (doctable.DOC_CACHE, 25):
+        saved, doctable.DOC_CACHE = doctable.DOC_CACHE, cache
+        try:
+            await index.rebuild(sessions, iter(recs))
+            table = fig.doc_table
+            assert table is not None and fig.docs_sized and table.names == (cache > 40)
+            want = await docs()
+            assert len(want) == 40 and len(table) == 40
+            assert {d: table.length(d) for d in want} == {d: v[2] for d, v in want.items()}
+            if table.names:
+                assert {d: table.get(d) for d in want} == {d: (v[0], v[1]) for d, v in want.items()}
+            got = await answers()
+            fig.doc_table = None
+            fig.docs.clear()
+            fig.postings.clear()
+            assert got == await answers() and any(got)
+        finally:
+            doctable.DOC_CACHE = saved
+
+
 CHECKS: list[Check] = [v for k, v in sorted(globals().items()) if k.startswith("check_") and callable(v)]

@@ -9,11 +9,12 @@ them. The first query after an opening looks up only its own terms; the whole
 vocabulary is read after it has been answered, a page per hold of the index's
 lock (``read_vocabulary_page``), so neither the first answer nor the next one
 waits for tens of thousands of rows. Likewise every doc's message id, time and
-length (``DocTable``, while the index has at most ``doctable.DOC_CACHE`` docs)
-is read in pages after an answer, and kept up to date by appends: a search then
-turns its winners into message ids with no statement (in the page that
-statement is a round trip to the engine's worker, a quarter of a search), and
-reads its postings without joining ``docs`` for their lengths.
+length (``DocTable``; only the length past ``doctable.DOC_CACHE`` docs, nothing
+past ``doctable.LENGTHS_CACHE``) is read in pages after an answer, and kept up to
+date by appends: a search then turns its winners into message ids with no
+statement (in the page that statement is a round trip to the engine's worker, a
+quarter of a search), and reads its postings without joining ``docs`` for their
+lengths (at 1,000,000 docs that join scans them all, most of a search).
 Nothing here is durable.
 """
 
@@ -90,7 +91,8 @@ class KeywordFigures:
     def known_docs(self) -> DocTable | dict[int, tuple[str, int, int]]:
         """What is known of docs' message ids and times (``.get(doc)``, then ``[0]``, ``[1]``):
         every doc, or those read."""
-        return self.doc_table if self.doc_table is not None else self.docs
+        table = self.doc_table
+        return table if table is not None and table.names else self.docs
 
     async def read_docs(self, engine: SQLEngine, start: int, end: int | None) -> tuple[int, int] | None:
         """Read one page of a whole read of the docs, from doc ``start`` (``end``: where the
@@ -102,18 +104,19 @@ class KeywordFigures:
         if end is None:
             rows = await engine.execute("SELECT count(*) AS n, coalesce(max(doc) + 1, 0) AS e FROM docs")
             n = int(rows[0]["n"])
-            if n > doctable.DOC_CACHE:
+            if n > doctable.LENGTHS_CACHE:
                 self.docs_sized = True
                 return None
+            names = n <= doctable.DOC_CACHE  # past it only the lengths are kept
             # empty (appends will fill it), or a search read them all (a small index): no page
-            if len(self.docs) >= n:
+            if names and len(self.docs) >= n:
                 table = DocTable()
                 for doc, (mid, created, dl) in self.docs.items():
                     table.add(doc, mid, created, dl)
                 self.doc_table, self.docs_sized = table, True
                 self.docs.clear()
                 return None
-            self._doc_read = (DocTable(), self.generation, self.doc_writes)
+            self._doc_read = (DocTable(names), self.generation, self.doc_writes)
             end = int(rows[0]["e"])
         if self._doc_read is None:
             return None
@@ -122,11 +125,16 @@ class KeywordFigures:
             self._doc_read = None
             return None  # a write came between two pages: read again at the next search
         # constant bounds: zone maps skip to the page (docs are stored by doc)
-        rows = await engine.execute("SELECT doc, message_id, created_at, doc_len FROM docs "
-                                    f"WHERE doc >= {int(start)} AND doc < {int(start) + doctable.DOC_PAGE}")
-        for r in rows:
-            table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]), int(r["doc_len"]))
-        start += doctable.DOC_PAGE
+        size = doctable.DOC_PAGE if table.names else doctable.LENGTHS_PAGE
+        cols = "doc, message_id, created_at, doc_len" if table.names else "doc, doc_len"
+        rows = await engine.execute(f"SELECT {cols} FROM docs WHERE doc >= {int(start)} AND doc < {int(start) + size}")
+        if table.names:
+            for r in rows:
+                table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]), int(r["doc_len"]))
+        else:
+            for r in rows:
+                table.add(int(r["doc"]), "", 0, int(r["doc_len"]))
+        start += size
         if start < end:
             return start, end
         self.doc_table = table
@@ -139,14 +147,12 @@ class KeywordFigures:
         """Docs an append added (doc, message id, time, length): kept in the ``DocTable``
         when there is one."""
         self.doc_writes += 1
-        table = self.doc_table
-        if table is None:
-            return
-        for doc, mid, created, dl in docs:
-            if created is None or doc >= doctable.DOC_CACHE:
-                self.doc_table = None  # not kept whole any more: read as needed
-                return
-            table.add(doc, mid, int(created), int(dl))
+        self.doc_table = doctable.extended(self.doc_table, docs)  # None: read as needed
+
+    def adopt_docs(self, table: DocTable | None) -> None:
+        """Every doc, as a derivation from scratch numbered them (None: too many to keep)."""
+        self.doc_table, self.docs_sized = table, True
+        self._doc_read = None
 
     async def read_vocabulary(self, engine: SQLEngine) -> None:
         """Read the whole vocabulary when it has at most ``TERM_CACHE`` terms (then a

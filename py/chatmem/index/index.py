@@ -469,7 +469,7 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
-            await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
+            docs = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
             await finish_derivation(self.engine, compress=self.compress)
@@ -477,6 +477,7 @@ class QueryIndex:
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0
             self._forget_stats()
+            self._figures.adopt_docs(docs)  # numbered as derived: nothing to read back
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 

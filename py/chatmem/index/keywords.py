@@ -28,6 +28,7 @@ from typing import Any
 
 from ..settle import settle
 from ..slices import Slicer
+from .doctable import DocTable, extended
 from .engine import SQLEngine, marks
 from .figures import KeywordFigures
 from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, message_rows, table_statement
@@ -202,19 +203,23 @@ async def _each(items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, 
 
 
 async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
-                          figures: KeywordFigures, *, chunk: int = 20_000, ms: dict[str, float] | None = None) -> None:
+                          figures: KeywordFigures, *, chunk: int = 20_000, ms: dict[str, float] | None = None
+                          ) -> DocTable | None:
     """Load ``messages`` (records, read ``chunk`` at a time) into an empty index, without
     the counts and unsorted (a rebuild sorts and counts after), term ids numbered in
     Python (``TermIds``): each chunk is read and tokenised while the
     engine (in the page: DuckDB's worker, beside the main thread) loads and derives the
-    chunk before. The engine is free when this returns or raises."""
+    chunk before. The engine is free when this returns or raises. Returns the docs as
+    numbered here (``DocTable``; None past ``doctable.LENGTHS_CACHE``)."""
     doc = 0
     loading: asyncio.Future[int] | None = None
     ids = TermIds()
+    table: DocTable | None = DocTable()
 
     async def add(records: list[dict[str, Any]]) -> None:
-        nonlocal doc, loading
+        nonlocal doc, loading, table
         batch = await prepare_messages(records, doc, ms, ids)
+        table = extended(table, ((r[0], str(r[_MID]), r[_CREATED], r[_LEN]) for r in batch[1]))
         doc += len(records)
         if loading is not None:
             await loading
@@ -232,6 +237,7 @@ async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any
         if loading is not None:
             await loading
         await engine.load_rows("terms", _COLS["terms"], ids.rows())
+        return table
     finally:
         if loading is not None and not loading.done():
             await settle(loading)

@@ -53,9 +53,18 @@ def small_read(index: Any) -> Any:
     return getattr(index, "execute_small", None) or index.execute
 
 
-def py_postings(index: Any) -> int:
-    """Up to how many postings a keyword query on ``index`` is scored in Python."""
-    return PY_POSTINGS if local_engine(index) else min(PY_POSTINGS, PY_POSTINGS_WORKER)
+def py_postings(index: Any, docs: int = 0) -> int:
+    """Up to how many postings a keyword query on ``index`` (of ``docs`` docs) is scored
+    in Python. In the page the statement that scores joins ``docs`` for the lengths, a
+    scan that grows with the index, while Python reads the lengths from the ``DocTable``
+    it keeps: measured at 1,000,000 docs, Python took 27 ms where SQL took 47 ms at
+    1,024-4,096 postings, and 59 against 48 ms at 4,096-16,384."""
+    if local_engine(index):
+        return PY_POSTINGS
+    cut = PY_POSTINGS_WORKER
+    if getattr(index, "doc_lengths", None) is not None:
+        cut = max(cut, docs // 250)
+    return min(PY_POSTINGS, cut)
 
 
 def local_engine(index: Any) -> bool:
@@ -142,13 +151,14 @@ async def _read_postings(index: Any, tids: list[int], total: int) -> dict[int, l
     if table is not None:
         rows = await small_read(index)(_postings_sql(tids, total, lengths=False))
         # a posting's doc is in the table (a delete, which removes postings, forgets the table)
-        lens, ids = table.lens, table.ids
+        lens = table.lens
         try:
             for r in rows:
                 d = r["doc"]
-                if ids[d] is None:
+                dl = lens[d]
+                if dl < 0:
                     raise IndexError(d)
-                read[r["tid"]].append((d, r["tf"], lens[d]))
+                read[r["tid"]].append((d, r["tf"], dl))
             return read
         except IndexError:  # a doc the table does not have (not expected): join instead
             read = {t: [] for t in tids}
