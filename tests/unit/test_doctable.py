@@ -49,6 +49,7 @@ def test_the_page_scores_more_postings_in_python_when_it_keeps_the_lengths_of_a_
     idx = Index()
     assert scoring.py_postings(idx, 1_000_000) == scoring.PY_POSTINGS_WORKER  # lengths joined: SQL
     idx.doc_lengths = DocTable(names=False)
-    assert scoring.py_postings(idx, 100_000) == scoring.PY_POSTINGS_WORKER
-    assert scoring.py_postings(idx, 1_000_000) == 4000
-    assert scoring.py_postings(idx, 4_000_000) == scoring.PY_POSTINGS
+    assert scoring.py_postings(idx, 20_000) == scoring.PY_POSTINGS_WORKER
+    assert scoring.py_postings(idx, 50_000) == 2000
+    assert scoring.py_postings(idx, 100_000) == 4000
+    assert scoring.py_postings(idx, 1_000_000) == scoring.PY_POSTINGS

@@ -57,13 +57,14 @@ def py_postings(index: Any, docs: int = 0) -> int:
     """Up to how many postings a keyword query on ``index`` (of ``docs`` docs) is scored
     in Python. In the page the statement that scores joins ``docs`` for the lengths, a
     scan that grows with the index, while Python reads the lengths from the ``DocTable``
-    it keeps: measured at 1,000,000 docs, Python took 27 ms where SQL took 47 ms at
-    1,024-4,096 postings, and 59 against 48 ms at 4,096-16,384."""
+    it keeps: one posting per 25 docs, from ``PY_POSTINGS_WORKER`` up to ``PY_POSTINGS``.
+    Measured in the page at 1,024-4,096 postings: Python 16-17 ms, SQL 24 ms at 100,000
+    docs; 23 against 47 ms at 1,000,000 (and 59 against 48 ms at 4,096-16,384)."""
     if local_engine(index):
         return PY_POSTINGS
     cut = PY_POSTINGS_WORKER
     if getattr(index, "doc_lengths", None) is not None:
-        cut = max(cut, docs // 250)
+        cut = max(cut, docs // 25)
     return min(PY_POSTINGS, cut)
 
 
