@@ -620,10 +620,13 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     fig.forget_terms()
     saved, doctable.DOC_PAGE = doctable.DOC_PAGE, 16  # several pages
     try:
-        page = await fig.read_docs(index.engine, 0, None)  # a write between two pages drops the read
+        page = await fig.read_docs(index.engine, 0, None)
         assert page == (16, 60) and fig.doc_table is None
-        await add("k1", 1)
-        assert await fig.read_docs(index.engine, *page) is None and fig.doc_table is None
+        await add("k1", 1)  # an append between two pages joins the table when the read ends
+        while page is not None:
+            assert fig.doc_table is None
+            page = await fig.read_docs(index.engine, *page)
+        assert isinstance(index.doc_cache, DocTable) and index.doc_cache.get(60) is not None
         first = await answers()
         assert await kept()
     finally:
@@ -720,10 +723,28 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
         assert {d: fig.doc_table.length(d) for d in await lengths()} == await lengths()
         after = await answers()
         assert after == await without_table() and after != first
+        fig.forget_terms()
+        page = await fig.read_docs(index.engine, 0, None)
+        assert page == (16, 85)
+        await add("l1", 3)  # numbered past the read's end: they join the table when it ends
+        while page is not None:
+            page = await fig.read_docs(index.engine, *page)
+        assert fig.doc_table is not None and len(fig.doc_table) == 88
+        assert {d: fig.doc_table.length(d) for d in await lengths()} == await lengths()
+        assert await answers() == await without_table()
         doctable.LENGTHS_CACHE = 90
         await add("l2", 10)  # past LENGTHS_CACHE: nothing kept, postings joined with docs
         assert fig.doc_table is None
         assert await answers() == await without_table()
+        doctable.LENGTHS_CACHE = 200
+        fig.forget_terms()
+        page = await fig.read_docs(index.engine, 0, None)
+        assert page is not None
+        await index.apply("session-deleted", "l2")  # may renumber: the read is dropped
+        assert await fig.read_docs(index.engine, *page) is None and fig.doc_table is None
+        gone = await answers()
+        assert all(not i.startswith("l2-") for a in gone for i, _, _ in a)
+        assert await lengths_kept() and await answers() == gone == await without_table()
     finally:
         doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE = saved
 

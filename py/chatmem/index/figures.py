@@ -67,9 +67,9 @@ class KeywordFigures:
         self.doc_table: DocTable | None = None
         #: whether the docs were read whole (or found too many) since last forgotten
         self.docs_sized = False
-        #: bumped by every append: a whole read of the docs that began before is dropped
-        self.doc_writes = 0
-        self._doc_read: tuple[DocTable, int, int] | None = None
+        #: a whole read of the docs under way: its table, the generation it began in, and
+        #: the docs appended since (numbered past the read's end: added when it ends)
+        self._doc_read: tuple[DocTable, int, list[tuple[int, str, Any, int]]] | None = None
         #: bumped by every append: a whole read of the vocabulary that began before is dropped
         self.term_writes = 0
         self._term_read: tuple[dict[str, tuple[int, int] | None], int, int, int] | None = None
@@ -97,8 +97,10 @@ class KeywordFigures:
     async def read_docs(self, engine: SQLEngine, start: int, end: int | None) -> tuple[int, int] | None:
         """Read one page of a whole read of the docs, from doc ``start`` (``end``: where the
         read stops, None on its first page); returns ``(next start, end)``, or None when the
-        read is over (done, not worth it, or dropped by a write). The caller holds the
-        index's write lock for each page, not between them."""
+        read is over (done, not worth it, or dropped by a delete or a rebuild, which may
+        renumber docs; an append between two pages numbers its docs past ``end``, and they
+        join the table when the read ends). The caller holds the index's write lock for
+        each page, not between them."""
         if self.doc_table is not None or self.docs_sized:
             return None
         if end is None:
@@ -116,18 +118,19 @@ class KeywordFigures:
                 self.doc_table, self.docs_sized = table, True
                 self.docs.clear()
                 return None
-            self._doc_read = (DocTable(names), self.generation, self.doc_writes)
+            self._doc_read = (DocTable(names), self.generation, [])
             end = int(rows[0]["e"])
         if self._doc_read is None:
             return None
-        table, generation, writes = self._doc_read
-        if (generation, writes) != (self.generation, self.doc_writes):
+        table, generation, appended = self._doc_read
+        if generation != self.generation:
             self._doc_read = None
-            return None  # a write came between two pages: read again at the next search
+            return None  # forgotten between two pages: read again at the next search
         # constant bounds: zone maps skip to the page (docs are stored by doc)
         size = doctable.DOC_PAGE if table.names else doctable.LENGTHS_PAGE
         cols = "doc, message_id, created_at, doc_len" if table.names else "doc, doc_len"
-        rows = await engine.execute(f"SELECT {cols} FROM docs WHERE doc >= {int(start)} AND doc < {int(start) + size}")
+        rows = await engine.execute(f"SELECT {cols} FROM docs WHERE doc >= {int(start)} "
+                                    f"AND doc < {min(int(start) + size, int(end))}")
         if table.names:
             for r in rows:
                 table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]), int(r["doc_len"]))
@@ -137,7 +140,7 @@ class KeywordFigures:
         start += size
         if start < end:
             return start, end
-        self.doc_table = table
+        self.doc_table = doctable.extended(table, appended)
         self.docs_sized = True
         self._doc_read = None
         self.docs.clear()  # the table has them all
@@ -145,8 +148,10 @@ class KeywordFigures:
 
     def add_docs(self, docs: Iterable[tuple[int, str, Any, int]]) -> None:
         """Docs an append added (doc, message id, time, length): kept in the ``DocTable``
-        when there is one."""
-        self.doc_writes += 1
+        when there is one, and by a whole read under way when it ends."""
+        docs = list(docs)
+        if self._doc_read is not None:
+            self._doc_read[2].extend(docs)
         self.doc_table = doctable.extended(self.doc_table, docs)  # None: read as needed
 
     def adopt_docs(self, table: DocTable | None) -> None:
