@@ -560,6 +560,25 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
     assert hits and all(h.session_id == "p1" for h in hits)
 
 
+async def _ranked(index: Any, queries: list[str]) -> list[Any]:
+    """Each query's top 7 keyword hits as ``(id, score, created_at)``."""
+    return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
+            for q in queries]
+
+
+async def _ranked_without_kept_docs(index: Any, queries: list[str]) -> list[Any]:
+    """``_ranked`` with no kept doc table, docs or postings: each search reads its postings
+    with their docs' lengths joined from ``docs`` (the table is put back after)."""
+    fig = index._figures
+    table, fig.doc_table = fig.doc_table, None
+    fig.docs.clear()
+    fig.postings.clear()
+    try:
+        return await _ranked(index, queries)
+    finally:
+        fig.doc_table = table
+
+
 async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     """The docs' message ids and times kept in Python (read after a search, updated by
     appends, forgotten by a delete) give the same hits as reading ``docs`` per search."""
@@ -593,8 +612,7 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     queries = ["amber", "basil cedar", "dune ember fjord", "juniper amber heath", "zebra"]
 
     async def answers() -> list[Any]:
-        return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
-                for q in queries]
+        return await _ranked(index, queries)
 
     async def kept() -> bool:
         for _ in range(500):  # the docs are read in the background after an answer
@@ -604,15 +622,7 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
         return False
 
     async def without_table() -> list[Any]:
-        # no kept docs and no kept postings: each search reads its postings with their
-        # docs' lengths joined from ``docs`` (with the table they come from the table)
-        table, fig.doc_table = fig.doc_table, None
-        fig.docs.clear()
-        fig.postings.clear()
-        try:
-            return await answers()
-        finally:
-            fig.doc_table = table
+        return await _ranked_without_kept_docs(index, queries)
 
     from chatmem.index import doctable
 
@@ -678,17 +688,10 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
     queries = ["amber", "basil cedar", "dune ember fjord", "juniper amber heath", "zebra"]
 
     async def answers() -> list[Any]:
-        return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
-                for q in queries]
+        return await _ranked(index, queries)
 
     async def without_table() -> list[Any]:
-        table, fig.doc_table = fig.doc_table, None
-        fig.docs.clear()
-        fig.postings.clear()
-        try:
-            return await answers()
-        finally:
-            fig.doc_table = table
+        return await _ranked_without_kept_docs(index, queries)
 
     async def lengths_kept() -> bool:
         for _ in range(500):  # read in the background after an answer
@@ -766,8 +769,7 @@ async def check_a_derivation_from_scratch_keeps_the_docs_it_numbered(index: Any)
     queries = ["amber", "basil cedar", "dune ember fjord", "juniper -amber", "zebra"]
 
     async def answers() -> list[Any]:
-        return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
-                for q in queries]
+        return await _ranked(index, queries)
 
     async def docs() -> dict[int, tuple[str, int, int]]:
         rows = await index.execute("SELECT doc, message_id, created_at, doc_len FROM docs")
@@ -785,10 +787,7 @@ async def check_a_derivation_from_scratch_keeps_the_docs_it_numbered(index: Any)
             if table.names:
                 assert {d: table.get(d) for d in want} == {d: (v[0], v[1]) for d, v in want.items()}
             got = await answers()
-            fig.doc_table = None
-            fig.docs.clear()
-            fig.postings.clear()
-            assert got == await answers() and any(got)
+            assert got == await _ranked_without_kept_docs(index, queries) and any(got)
         finally:
             doctable.DOC_CACHE = saved
 
