@@ -26,7 +26,7 @@ from typing import Any
 
 from . import doctable
 from .doctable import DocTable
-from .engine import SQLEngine, marks
+from .engine import SQLEngine, columns, marks
 
 __all__ = ["POSTINGS_CACHE", "TERM_CACHE", "VOCABULARY_PAGE", "KeywordFigures"]
 
@@ -129,14 +129,15 @@ class KeywordFigures:
         # constant bounds: zone maps skip to the page (docs are stored by doc)
         size = doctable.DOC_PAGE if table.names else doctable.LENGTHS_PAGE
         cols = "doc, message_id, created_at, doc_len" if table.names else "doc, doc_len"
-        rows = await engine.execute(f"SELECT {cols} FROM docs WHERE doc >= {int(start)} "
-                                    f"AND doc < {min(int(start) + size, int(end))}")
-        if table.names:
-            for r in rows:
-                table.add(int(r["doc"]), str(r["message_id"]), int(r["created_at"]), int(r["doc_len"]))
-        else:
-            for r in rows:
-                table.add(int(r["doc"]), "", 0, int(r["doc_len"]))
+        page = await columns(engine, f"SELECT {cols} FROM docs WHERE doc >= {int(start)} "
+                                     f"AND doc < {min(int(start) + size, int(end))}")
+        add = table.add
+        if page and table.names:
+            for doc, mid, created, dl in zip(*page):
+                add(int(doc), str(mid), int(created), int(dl))
+        elif page:
+            for doc, dl in zip(*page):
+                add(int(doc), "", 0, int(dl))
         start += size
         if start < end:
             return start, end
@@ -183,13 +184,15 @@ class KeywordFigures:
         terms, generation, writes, after = self._term_read
         if self._term_read_dropped():
             return False
-        rows = await engine.execute("SELECT term, tid, df FROM terms WHERE tid > ? ORDER BY tid LIMIT ?",
-                                    [after, VOCABULARY_PAGE])
+        page = await columns(engine, "SELECT term, tid, df FROM terms WHERE tid > ? ORDER BY tid LIMIT ?",
+                             [after, VOCABULARY_PAGE])
         if self._term_read_dropped():
             return False
-        terms.update((r["term"], (int(r["tid"]), int(r["df"]))) for r in rows)
-        if len(rows) == VOCABULARY_PAGE:
-            self._term_read = (terms, generation, writes, int(rows[-1]["tid"]))
+        if page:
+            names, tids, dfs = page
+            terms.update(zip(names, zip(map(int, tids), map(int, dfs))))
+        if page and len(page[0]) == VOCABULARY_PAGE:
+            self._term_read = (terms, generation, writes, int(page[1][-1]))
             return True
         self.terms = terms
         self.whole = True

@@ -52,6 +52,13 @@ class DuckDBWasmEngine:
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in zip(*res["cols"])]
 
+    async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
+        """``execute``'s rows as one list per column, as the worker answers them (no dicts)."""
+        res = await self._call("execute", sql=sql, params=list(params) if params else None,
+                               interruptible=False)
+        cols: list[list[Any]] = res["cols"]
+        return cols
+
     async def _interruptible(self, call: Any) -> Any:
         """Await ``call``; if the awaiting task is cancelled, cancel the query in the worker
         and wait until it has stopped (the engine is free when this raises)."""
