@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from chatmem.errors import DatabaseClosed, QueryError, ValidationError
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, SQLEngine, search
+from chatmem.index.engine import columns
 from chatmem.index.schema import TABLES, message_rows, row_to_message_record, session_row
 from chatmem.index.tokenize import norm_text, parse_query, phrase_pattern, tokens, words
 from chatmem.models import ChatMessage, SessionMeta
@@ -117,6 +118,34 @@ def test_load_rows_round_trips_awkward_values(n):
         got = await e.execute("SELECT * FROM t")
         assert len(got) == n
         assert [tuple(r.values()) for r in got[:3]] == [tuple(r) for r in rows[:3]]
+        await e.close()
+
+    run(go())
+
+
+def test_columns_answer_column_by_column():
+    """``columns``: one list per column in select order, from an engine without
+    ``execute_columns`` (built from its rows) and with one (taken as answered)."""
+
+    class ByColumn:
+        def __init__(self, engine):
+            self.engine = engine
+
+        async def execute(self, sql, params=None, **kw):
+            raise AssertionError("columns must ask execute_columns")
+
+        async def execute_columns(self, sql, params=None):
+            rows = await self.engine.execute(sql, params)
+            return [[r[c] for r in rows] for c in ("b", "a")] if rows else [[], []]
+
+    async def go():
+        e = DuckDBEngine()
+        await e.execute("CREATE TABLE t (b BIGINT, a VARCHAR)")
+        await e.load_rows("t", ["b", "a"], [(2, "x"), (1, None)])
+        sql = "SELECT b, a FROM t WHERE b >= ? ORDER BY b"
+        assert await columns(e, sql, [0]) == [[1, 2], [None, "x"]]
+        assert await columns(ByColumn(e), sql, [0]) == [[1, 2], [None, "x"]]
+        assert await columns(e, sql, [9]) == [] == await columns(ByColumn(e), sql, [9])
         await e.close()
 
     run(go())

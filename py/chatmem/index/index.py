@@ -39,7 +39,7 @@ from typing import Any
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
 from .embed import Embedder
-from .engine import SQLEngine, marks
+from .engine import SQLEngine, columns, marks
 from .figures import KeywordFigures
 from .gate import AnswerGate
 from .keywords import drop_sessions, finish_derivation, load_messages, stream_messages
@@ -163,6 +163,12 @@ class QueryIndex:
         run = getattr(self.engine, "execute_small", None) or self.engine.execute
         async with self._lock:
             return await run(sql, params)
+
+    async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
+        """A read's result as one list per column (``engine.columns``), under the index lock."""
+        await self.setup()
+        async with self._lock:
+            return await columns(self.engine, sql, params)
 
     async def sql(
         self, query: str, params: list[Any] | tuple[Any, ...] | None = None, *, timeout: float | None = None
