@@ -191,10 +191,11 @@ def test_first_answer_never_waits_for_the_vocabulary_read():
     assert whole and any("WHERE tid >" in sql for sql in log[answered:]), log
 
 
-def test_an_append_between_two_vocabulary_pages_drops_that_read(monkeypatch):
+def test_an_append_between_two_vocabulary_pages_joins_that_read(monkeypatch):
     """The vocabulary is read a page per hold of the lock; an append that comes between
-    two pages changes counts the pages read already hold: that read is dropped (nothing
-    half-read is kept) and the next one gives the terms table as it is."""
+    two pages keeps the read going: the terms the pages read already hold get its counts,
+    its new terms and the later pages' terms are read as they are then. The whole read
+    ends equal to the terms table, without starting over."""
     monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
 
     async def go():
@@ -203,20 +204,59 @@ def test_an_append_between_two_vocabulary_pages_drops_that_read(monkeypatch):
         await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
         fig = idx._figures
         fig.forget()
-        first = await fig.read_vocabulary_page(idx.engine)
-        await idx.apply("messages-appended", "a", [_msg(20, "a", "w0 common fresh")])
-        second = await fig.read_vocabulary_page(idx.engine)
-        dropped = (fig.whole, fig.sized, dict(fig.terms))
+        pages = [await fig.read_vocabulary_page(idx.engine)]
+        read_first = dict(fig._term_read[0])
+        # "common" and "w0" are in the first page, "w9" in a later one, "fresh" is new
+        await idx.apply("messages-appended", "a", [_msg(20, "a", "w0 common fresh w9")])
+        going = fig._term_read is not None
+        while pages[-1]:
+            pages.append(await fig.read_vocabulary_page(idx.engine))
+            await idx.apply("messages-appended", "a", [_msg(20 + len(pages), "a", f"common late{len(pages)}")])
+        rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
+        await idx.close()
+        return pages, read_first, going, fig, rows
+
+    pages, read_first, going, fig, rows = run(go())
+    assert {"common", "w0"} <= set(read_first) and "w9" not in read_first and going
+    assert pages == [True, True, True, True, False]  # 13 terms and 4 appended: never started over
+    assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
+    assert fig.terms["common"][1] == 16 and fig.terms["w0"][1] == 2 and fig.terms["w9"][1] == 3
+    assert {"fresh", "late2", "late4", "late5"} <= set(fig.terms)  # late5: after the read ended
+
+
+def test_a_delete_or_a_large_append_between_two_vocabulary_pages_drops_that_read(monkeypatch):
+    """A write that forgets the terms (a delete, or an append too large to count term by
+    term) drops a whole read under way: nothing half-read is kept, and the next read gives
+    the terms table as it is."""
+    monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
+    monkeypatch.setattr(figures, "_EXACT_UPDATE", 2)
+
+    async def go():
+        idx = QueryIndex(DuckDBEngine())
+        for sid in ("a", "b"):
+            await idx.apply("session-created", sid, SessionMeta(sid, sid, 1, 1).to_record())
+        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
+        await idx.apply("messages-appended", "b", [_msg(50, "b", "common only")])
+        fig = idx._figures
+        out = []
+        for write in ("delete", "large"):
+            fig.forget()
+            first = await fig.read_vocabulary_page(idx.engine)
+            if write == "delete":
+                await idx.apply("session-deleted", "b", None)
+            else:
+                await idx.apply("messages-appended", "a", [_msg(60 + i, "a", f"bulk{i} common") for i in range(3)])
+            second = await fig.read_vocabulary_page(idx.engine)
+            out.append((first, second, fig.whole, dict(fig.terms)))
         await fig.read_vocabulary(idx.engine)
         rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
         await idx.close()
-        return first, second, dropped, fig, rows
+        return out, fig, rows
 
-    first, second, dropped, fig, rows = run(go())
-    assert first is True and second is False
-    assert dropped == (False, False, {})
+    out, fig, rows = run(go())
+    assert out == [(True, False, False, {}), (True, False, False, {})]
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
-    assert fig.terms["common"][1] == 12 and "fresh" in fig.terms
+    assert "bulk2" in fig.terms and fig.terms["common"][1] == 14
 
 
 def test_a_search_during_the_vocabulary_read_waits_for_one_page_at_most(monkeypatch):

@@ -70,7 +70,8 @@ class KeywordFigures:
         #: a whole read of the docs under way: its table, the generation it began in, and
         #: the docs appended since (numbered past the read's end: added when it ends)
         self._doc_read: tuple[DocTable, int, list[tuple[int, str, Any, int]]] | None = None
-        #: bumped by every append: a whole read of the vocabulary that began before is dropped
+        #: bumped by every append (``count`` brings a whole read of the vocabulary under
+        #: way up to it; a write it did not see drops that read)
         self.term_writes = 0
         self._term_read: tuple[dict[str, tuple[int, int] | None], int, int, int] | None = None
 
@@ -169,10 +170,12 @@ class KeywordFigures:
     async def read_vocabulary_page(self, engine: SQLEngine) -> bool:
         """Read the next page of a whole read of the vocabulary (the first call counts the
         terms and starts the read, unless the vocabulary was sized already); True while
-        pages remain. An append between two pages drops the read (the next search starts
-        it again). The caller holds the index's write lock for each page, not between
-        them, so searches and writes go between pages (one answer of 50,000 terms held
-        the page's main thread 0.1-0.3 s)."""
+        pages remain. An append between two pages keeps the read going (``count`` brings
+        the pages read up to it; its new terms come in later pages); a bigger write or a
+        delete, which forget the terms, drops it (the next search starts it again). The
+        caller holds the index's write lock for each page, not between them, so searches
+        and writes go between pages (one answer of 50,000 terms held the page's main
+        thread 0.1-0.3 s)."""
         if self._term_read is None:
             if self.sized:
                 return False
@@ -186,7 +189,7 @@ class KeywordFigures:
             return False
         page = await columns(engine, "SELECT term, tid, df FROM terms WHERE tid > ? ORDER BY tid LIMIT ?",
                              [after, VOCABULARY_PAGE])
-        if self._term_read_dropped():
+        if self._term_read_dropped(writes):
             return False
         if page:
             names, tids, dfs = page
@@ -199,11 +202,15 @@ class KeywordFigures:
         self._term_read = None
         return False
 
-    def _term_read_dropped(self) -> bool:
-        """Drop a whole read of the vocabulary that a write overtook (True)."""
-        assert self._term_read is not None
-        _, generation, writes, _ = self._term_read
-        if (generation, writes) == (self.generation, self.term_writes):
+    def _term_read_dropped(self, writes: int | None = None) -> bool:
+        """Drop a whole read of the vocabulary that a write overtook (True): a forgetting,
+        or an append ``count`` did not bring it up to. ``writes``: the appends counted when
+        the caller sent its page's statement; one since (which the caller's lock rules
+        out) may or may not be in the page, so nothing half-read is kept then."""
+        if self._term_read is None:
+            return True
+        _, generation, kept, _ = self._term_read
+        if (generation, kept if writes is None else writes) == (self.generation, self.term_writes):
             return False
         self._term_read = None
         if generation == self.generation:
@@ -266,14 +273,25 @@ class KeywordFigures:
         if self.stats is not None:
             n, total = self.stats
             self.stats = (n + len(toks), total + sum(len(t) for t in toks))
-        if not self.terms:
+        read = self._term_read
+        if not self.terms and read is None:
             return
         if len(toks) > _EXACT_UPDATE:
-            self.forget_terms()
+            self.forget_terms()  # drops a whole read under way too
             return
         delta: Counter[str] = Counter()
         for t in toks:
             delta.update(set(t))
+        if read is not None and read[1] == self.generation:
+            # a whole read of the vocabulary under way keeps going: the terms its pages
+            # hold get the same counts; the others (new terms are numbered past every id
+            # read so far) are read by its next pages as they are now
+            part, generation, _, after = read
+            for term, c in delta.items():
+                v = part.get(term)
+                if v is not None:
+                    part[term] = (v[0], v[1] + c)
+            self._term_read = (part, generation, self.term_writes, after)
         for term, c in delta.items():
             if term in self.terms:
                 v = self.terms[term]
