@@ -124,15 +124,25 @@ class Page:
         self.page = page
         self.url = url
         self.errors: list[str] = []
+        #: what the page said while it loaded: console errors and failed requests, shown
+        #: when the boot module never ran
+        self.log: list[str] = []
         page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}"))
+        page.on("requestfailed", lambda r: self.log.append(f"failed: {r.url} {r.failure}"))
 
     def boot(self) -> Page:
         self.page.goto(self.url)
-        self.page.evaluate("window.chatmem.ready")
-        return self
+        return self._ready()
 
     def reload(self) -> Page:
         self.page.reload()
+        return self._ready()
+
+    def _ready(self) -> Page:
+        state = self.page.evaluate("({chatmem: typeof window.chatmem, url: location.href, state: document.readyState})")
+        if state["chatmem"] == "undefined":
+            raise AssertionError(f"the boot module did not run: {state}; the page said: {self.log + self.errors}")
         self.page.evaluate("window.chatmem.ready")
         return self
 
