@@ -753,6 +753,91 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
 
 
 
+async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
+    """The rarest terms' postings kept in Python (read in pages after the docs, kept exact
+    by appends, an append between two pages joining the read, forgotten by a delete) equal
+    the postings table; a query of such terms reads no postings and answers as postings
+    joined from ``docs`` do."""
+    from chatmem.index import figures, scoring
+
+    fig = getattr(index, "_figures", None)
+    if fig is None or not getattr(index, "keeps_docs", False):
+        return  # a guest's view keeps none
+    words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
+    for sid in ("r1", "r2"):
+        await index.apply("session-created", sid, session(sid))
+    n = 0
+
+    async def add(sid: str, count: int) -> None:
+        nonlocal n
+        recs = [message(f"{sid}-{i}", sid, i, " ".join([words[(i + j) % 10] for j in range(3 + i % 4)]
+                                                      + [f"rare{i % 7}"] * (1 + i % 3)), T0 + i * 1000)
+                for i in range(n, n + count)]
+        n += count
+        await index.apply("messages-appended", sid, recs)
+
+    async def postings() -> dict[int, list[tuple[int, int]]]:
+        out: dict[int, list[tuple[int, int]]] = {}
+        for r in await index.execute("SELECT tid, doc, tf FROM postings"):
+            out.setdefault(int(r["tid"]), []).append((int(r["doc"]), int(r["tf"])))
+        return {t: sorted(v) for t, v in out.items()}
+
+    async def rare_tids() -> set[int]:  # in 8-10 docs each, the other words in 20 or more
+        return {int(r["tid"]) for r in await index.execute("SELECT tid FROM terms WHERE term LIKE 'rare%'")}
+
+    def kept() -> dict[int, list[tuple[int, int]]]:
+        return {t: sorted(zip(d, tf)) for t, (d, tf) in fig.rare.items()}
+
+    async def equal_to_table() -> None:
+        table = await postings()
+        assert set(fig.rare) == await rare_tids() and kept() == {t: table[t] for t in fig.rare}, kept()
+
+    queries = ["rare1", "rare2 rare5", "rare3 -rare4", "rare0 rare6 rare1", "zebra"]
+    read = scoring._read_postings
+    statements: list[list[int]] = []
+
+    async def counted(index: Any, tids: list[int], total: int) -> Any:
+        statements.append(tids)
+        return await read(index, tids, total)
+
+    saved = figures.RARE_DF, figures.RARE_PAGE
+    figures.RARE_DF, figures.RARE_PAGE = 12, 10  # the seven rare words; about two a page
+    try:
+        await add("r1", 30)
+        await add("r2", 30)
+        await search(index, "amber")  # the vocabulary, the docs, then the rare postings
+        await index._vocabulary  # read in the background after that answer
+        await equal_to_table()
+        assert len(fig.rare) == 7
+        scoring._read_postings = counted
+        try:
+            first = await _ranked(index, queries)
+        finally:
+            scoring._read_postings = read
+        assert statements == [] and any(first), statements
+        assert first == await _ranked_without_kept_docs(index, queries)
+
+        fig.rare, fig.rare_sized = {}, False  # read again, with an append between two pages
+        assert await fig.read_rare_page(index.engine) and 0 < len(fig.rare) < 7
+        await add("r1", 9)
+        while await fig.read_rare_page(index.engine):
+            pass
+        await equal_to_table()
+        await add("r2", 11)  # an append after the read adds to the kept postings
+        await equal_to_table()
+        after = await _ranked(index, queries)
+        assert after == await _ranked_without_kept_docs(index, queries) and after != first
+        await index.apply("session-deleted", "r2")  # forgotten
+        assert fig.rare == {} and not fig.rare_sized
+        gone = await _ranked(index, queries)
+        await index._vocabulary  # the background read that search started again
+        await equal_to_table()
+        assert all(not i.startswith("r2-") for a in gone for i, _, _ in a)
+        assert gone == await _ranked(index, queries) == await _ranked_without_kept_docs(index, queries)
+    finally:
+        figures.RARE_DF, figures.RARE_PAGE = saved
+
+
 async def check_a_derivation_from_scratch_keeps_the_docs_it_numbered(index: Any) -> None:
     """A rebuild hands the query index every doc as it numbered them (names, times and
     lengths, or only the lengths past ``DOC_CACHE``): nothing is read back, and the hits

@@ -14,12 +14,18 @@ past ``doctable.LENGTHS_CACHE``) is read in pages after an answer, and kept up t
 date by appends: a search then turns its winners into message ids with no
 statement (in the page that statement is a round trip to the engine's worker, a
 quarter of a search), and reads its postings without joining ``docs`` for their
-lengths (at 1,000,000 docs that join scans them all, most of a search).
+lengths (at 1,000,000 docs that join scans them all, most of a search). Last, the
+postings of the rarest terms (``RarePostings``: at most ``RARE_DF`` docs a term,
+``RARE_POSTINGS`` in all, about 8 bytes each) are read in pages and kept exact by
+appends: a query of such terms, which is most of what people type, is then answered
+with no statement at all.
 Nothing here is durable.
 """
 
 from __future__ import annotations
 
+import itertools
+from array import array
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -28,7 +34,8 @@ from . import doctable
 from .doctable import DocTable
 from .engine import SQLEngine, columns, marks
 
-__all__ = ["POSTINGS_CACHE", "TERM_CACHE", "VOCABULARY_PAGE", "KeywordFigures"]
+__all__ = ["POSTINGS_CACHE", "RARE_DF", "RARE_PAGE", "RARE_POSTINGS", "TERM_CACHE", "VOCABULARY_PAGE",
+           "KeywordFigures", "RarePostings"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
 TERM_CACHE = 50_000
@@ -38,6 +45,28 @@ VOCABULARY_PAGE = 2000
 POSTINGS_CACHE = 100_000
 #: appends of more messages than this forget the cached terms instead of updating them
 _EXACT_UPDATE = 500
+#: terms in at most this many docs have their postings kept in Python (``RarePostings``)
+RARE_DF = 1024
+#: at most this many of those postings, the rarest terms' first (two 4-byte ints each)
+RARE_POSTINGS = 2_000_000
+#: about this many postings read per statement when they are read
+RARE_PAGE = 20_000
+
+#: a term counts as this many postings more in a page's size (a page of rare terms is
+#: a row per term: at most RARE_PAGE / _RARE_TERM_COST of them)
+_RARE_TERM_COST = 10
+
+#: the terms whose postings are kept (in at most RARE_DF docs, the rarest first, at most
+#: RARE_POSTINGS postings in all), numbered into pages in tid order
+_RARE_PLAN = (
+    "CREATE OR REPLACE TEMP TABLE {plan} AS SELECT tid, coalesce(sum(df + {cost}) OVER (ORDER BY tid "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT // {page} AS page FROM (SELECT tid, df, "
+    "sum(df) OVER (ORDER BY df, tid) AS c FROM terms WHERE df BETWEEN 1 AND {df}) WHERE c <= {most}")
+
+_PLANS = itertools.count()
+
+#: a term's kept postings: its docs and their term frequencies, in two arrays
+RarePostings = dict[int, tuple["array[int]", "array[int]"]]
 
 
 
@@ -74,6 +103,13 @@ class KeywordFigures:
         #: way up to it; a write it did not see drops that read)
         self.term_writes = 0
         self._term_read: tuple[dict[str, tuple[int, int] | None], int, int, int] | None = None
+        #: tid -> (docs, tfs) of the rarest terms (``read_rare_page``), exact while kept
+        self.rare: RarePostings = {}
+        #: whether the rare postings were read (or found not worth it) since last forgotten
+        self.rare_sized = False
+        #: a read of them under way: its pages (number, first and last tid), the next
+        #: page, its generation, and the engine's temporary table holding each page's terms
+        self._rare_read: tuple[list[tuple[int, int, int]], int, int, str] | None = None
 
     def forget(self) -> None:
         self.stats = None
@@ -87,6 +123,9 @@ class KeywordFigures:
         self.whole = self.sized = False
         self.doc_table = None
         self.docs_sized = False
+        self.rare = {}
+        self.rare_sized = False
+        self._rare_read = None
         self.generation += 1
 
     def known_docs(self) -> DocTable | dict[int, tuple[str, int, int]]:
@@ -217,6 +256,59 @@ class KeywordFigures:
             self.sized = False  # an append changed the counts: read again at the next search
         return True
 
+    async def read_rare_page(self, engine: SQLEngine) -> bool:
+        """Read the next page of the rarest terms' postings into ``rare`` (the first call
+        picks the terms: those in at most ``RARE_DF`` docs, the rarest first, up to
+        ``RARE_POSTINGS`` postings); True while pages remain. Only once the whole
+        vocabulary and every doc's length are kept (a search scores kept postings with the
+        lengths of the ``DocTable``). An append between two pages keeps the read going:
+        ``count`` adds its postings to the terms read, and later pages read theirs as they
+        are then; a forgetting drops it. The caller holds the index's write lock for each
+        page, not between them."""
+        if self._rare_read is None:
+            if self.rare_sized:
+                return False
+            self.rare_sized = True
+            if not self.whole or self.doc_table is None:
+                return False
+            # the terms are picked and paged by the engine (not on the page's main thread)
+            plan = f"rare_plan_{next(_PLANS)}"
+            await engine.execute(_RARE_PLAN.format(plan=plan, df=int(RARE_DF), most=int(RARE_POSTINGS),
+                                                   cost=_RARE_TERM_COST, page=int(RARE_PAGE)))
+            bounds = await columns(engine, f"SELECT page, min(tid) AS lo, max(tid) AS hi FROM {plan} "
+                                           "GROUP BY page ORDER BY page")
+            if not bounds:
+                await engine.execute(f"DROP TABLE IF EXISTS {plan}")
+                return False
+            pages = [(int(p), int(lo), int(hi)) for p, lo, hi in zip(*bounds)]
+            self._rare_read = (pages, 0, self.generation, plan)
+        pages, i, generation, plan = self._rare_read
+        if generation != self.generation:
+            self._rare_read = None
+            await engine.execute(f"DROP TABLE IF EXISTS {plan}")
+            return False
+        number, lo, hi = pages[i]
+        writes = self.term_writes
+        # postings are stored by tid: the range lets zone maps skip to the page; a term's
+        # postings come as two lists (a row per term, not per posting: no Python per posting)
+        got = await columns(engine, "SELECT tid, list(doc ORDER BY doc) AS docs, list(tf ORDER BY doc) AS tfs "
+                                    f"FROM postings WHERE tid BETWEEN {lo} AND {hi} AND tid IN "
+                                    f"(SELECT tid FROM {plan} WHERE page = {number}) GROUP BY tid")
+        if (generation, writes) != (self.generation, self.term_writes):
+            self._rare_read = None  # a write the lock should have kept out: keep what is whole
+            await engine.execute(f"DROP TABLE IF EXISTS {plan}")
+            return False
+        if got:
+            rare = self.rare
+            for t, docs, tfs in zip(*got):
+                rare[int(t)] = (array("i", docs), array("i", tfs))
+        if i + 1 < len(pages):
+            self._rare_read = (pages, i + 1, generation, plan)
+            return True
+        self._rare_read = None
+        await engine.execute(f"DROP TABLE IF EXISTS {plan}")
+        return False
+
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         """Keep the postings a search read (only of terms whose id is kept in ``terms``)."""
         add = sum(len(v) for v in postings.values())
@@ -266,9 +358,10 @@ class KeywordFigures:
                 out[t] = v
         return out
 
-    def count(self, toks: list[list[str]]) -> None:
+    def count(self, toks: list[list[str]], docs: list[int] | None = None) -> None:
         """Bring the figures up to an append of docs with terms ``toks`` (before its
-        new terms are read)."""
+        new terms are read); ``docs``: their numbers (without them the kept postings of
+        rare terms are forgotten)."""
         self.term_writes += 1
         if self.stats is not None:
             n, total = self.stats
@@ -282,6 +375,8 @@ class KeywordFigures:
         delta: Counter[str] = Counter()
         for t in toks:
             delta.update(set(t))
+        if self.rare:
+            self._count_rare(toks, docs)
         if read is not None and read[1] == self.generation:
             # a whole read of the vocabulary under way keeps going: the terms its pages
             # hold get the same counts; the others (new terms are numbered past every id
@@ -303,6 +398,20 @@ class KeywordFigures:
                     if dropped is not None:
                         self._posting_rows -= len(dropped)
 
+    def _count_rare(self, toks: list[list[str]], docs: list[int] | None) -> None:
+        """Add an append's postings to the kept postings of the terms it holds."""
+        if docs is None or len(docs) != len(toks):
+            self.rare = {}
+            return
+        rare, terms = self.rare, self.terms
+        for doc, t in zip(docs, toks):
+            for term, tf in Counter(t).items():
+                v = terms.get(term)
+                kept = rare.get(v[0]) if v is not None else None
+                if kept is not None:
+                    kept[0].append(doc)
+                    kept[1].append(tf)
+
     async def add_new(self, engine: SQLEngine, first_tid: int) -> None:
         """While the whole vocabulary is kept: read the terms numbered from ``first_tid``."""
         if not self.whole:
@@ -312,3 +421,4 @@ class KeywordFigures:
             self.forget_terms()
         else:
             self.terms.update((r["term"], (int(r["tid"]), int(r["df"]))) for r in new)
+

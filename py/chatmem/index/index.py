@@ -209,11 +209,12 @@ class QueryIndex:
     async def term_stats(self, terms: Iterable[str]) -> dict[str, tuple[int, int]]:
         """``{term: (tid, df)}`` for those of ``terms`` that are indexed; read once,
         then kept exact by every write. A vocabulary not read yet is read whole once
-        this query is answered (in the background, under the write lock), and
-        then the docs (``KeywordFigures.read_docs``), a page per hold of the lock."""
+        this query is answered (in the background, under the write lock), then the
+        docs (``KeywordFigures.read_docs``), then the rarest terms' postings
+        (``KeywordFigures.read_rare_page``), a page per hold of the lock."""
         await self.setup()
         fig = self._figures
-        if ((not fig.sized or (self.keeps_docs and not fig.docs_sized))
+        if ((not fig.sized or (self.keeps_docs and not (fig.docs_sized and fig.rare_sized)))
                 and (self._vocabulary is None or self._vocabulary.done())):
             self._vocabulary = asyncio.ensure_future(self._read_vocabulary())
         return await fig.lookup(self.engine, terms, whole=False)
@@ -234,6 +235,11 @@ class QueryIndex:
                 await self._answers.idle()
                 async with self._lock:
                     page = await fig.read_docs(self.engine, page[0], None if page[1] < 0 else page[1])
+            more = self.keeps_docs
+            while more:
+                await self._answers.idle()
+                async with self._lock:
+                    more = await fig.read_rare_page(self.engine)
         except Exception:  # noqa: BLE001 - e.g. the engine closed: terms and docs are looked up per query
             pass
 
@@ -243,6 +249,8 @@ class QueryIndex:
     postings_cache = property(lambda self: self._figures.postings, doc="``{tid: [(doc, tf, dl)]}``")
     doc_lengths = property(lambda self: self._figures.doc_table,
                            doc="every doc's length (``DocTable.length``) once read whole, else None")
+    rare_postings = property(lambda self: self._figures.rare,
+                             doc="``{tid: (docs, tfs)}`` of the rarest terms, once read (else empty)")
 
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         self._figures.remember_postings(postings)

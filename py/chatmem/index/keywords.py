@@ -172,7 +172,7 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
                  "GROUP BY term) d WHERE terms.term = d.term")
         await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
                  "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
-        figures.count(toks)
+        figures.count(toks, [int(r[0]) for r in srows])
         figures.add_docs((r[0], str(r[_MID]), r[_CREATED], r[_LEN]) for r in srows)
         await figures.add_new(engine, first_tid)
     await ex("DROP TABLE IF EXISTS stage")

@@ -7,7 +7,9 @@ postings (``tid, doc, tf``; each doc's length ``dl`` from the docs the index kee
 ``doctable.DocTable``, else joined from ``docs``) and the BM25 sums are made here: a DuckDB
 statement that scores and ranks costs several times more to plan than to run
 over a few thousand rows. Larger queries are scored in SQL (``hits.top_sql``,
-``hits.bm25_sql``).
+``hits.bm25_sql``), unless every term's postings are kept in Python (``kept``: the
+rarest terms', ``figures.RarePostings``, or those a search read): then no statement
+runs at all.
 
 Both scorers use the same weights (``term_weights``: one idf per term, the
 same constants) and the same arithmetic in the same order, and round as
@@ -28,7 +30,7 @@ from typing import Any
 
 from .tokenize import ParsedQuery
 
-__all__ = ["B", "K1", "PY_POSTINGS", "PY_POSTINGS_WORKER", "WHOLE_DOCS", "doc_meta", "idf", "local_engine",
+__all__ = ["B", "K1", "PY_POSTINGS", "PY_POSTINGS_WORKER", "WHOLE_DOCS", "doc_meta", "idf", "kept", "local_engine",
            "postings_needed", "py_postings", "py_scores", "round9", "small_read", "term_weights", "top_docs",
            "vector_sql"]
 
@@ -76,6 +78,14 @@ def py_postings(index: Any, docs: int = 0) -> int:
     if getattr(index, "doc_lengths", None) is not None:
         cut = max(cut, docs // 25)
     return min(PY_POSTINGS, cut)
+
+
+def kept(index: Any, weights: list[tuple[int, float, bool]]) -> bool:
+    """Whether every term of ``weights`` has its postings kept in Python (the rare
+    terms', with the doc lengths, or those a search read): scored with no statement."""
+    have = getattr(index, "postings_cache", None) or {}
+    rare = getattr(index, "rare_postings", None) if getattr(index, "doc_lengths", None) is not None else None
+    return all(t in have or (rare is not None and t in rare) for t, _, _ in weights)
 
 
 def local_engine(index: Any) -> bool:
@@ -135,8 +145,16 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
     tids = [t for t, _, _ in weights]
     cache: dict[int, list[tuple[int, int, int]]] | None = getattr(index, "postings_cache", None)
     have = cache if cache is not None else {}
-    missing = [t for t in tids if t not in have]
+    table = getattr(index, "doc_lengths", None)
+    rare = getattr(index, "rare_postings", None) if table is not None else None
     by_tid: dict[int, list[tuple[int, int, int]]] = {t: have[t] for t in tids if t in have}
+    if rare and table is not None:  # kept as docs and term frequencies: lengths from the table
+        lens = table.lens
+        for t in tids:
+            kept = rare.get(t) if t not in by_tid else None
+            if kept is not None:
+                by_tid[t] = [(d, tf, lens[d]) for d, tf in zip(*kept)]
+    missing = [t for t in tids if t not in by_tid]
     if missing:
         read = await _read_postings(index, missing, total)
         by_tid.update(read)

@@ -194,7 +194,7 @@ async def search(
             tw, required = term_weights(pq, stats, terms)
             if tw is None:
                 ranked = []
-            elif postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]):
+            elif postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]) or scoring.kept(index, tw):
                 ranked = await keyword_top(index, tw, required, stats, limit, thr)
             for exact in (False, True):
                 if ranked is not None:
