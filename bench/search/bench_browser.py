@@ -310,6 +310,9 @@ def main() -> int:
         def py(p, src: str, **extra: str):
             return p.evaluate("c => window.chatmem.runPython(c)", code(src, **extra))
 
+        # a reused profile may hold another build's files in its HTTP cache, which the server
+        # (If-Modified-Since) would confirm when they are newer than the served ones
+        ctx.new_cdp_session(page).send("Network.clearBrowserCache")
         boot(page)
         # a reused profile may hold the service worker of an older build (it would serve its files)
         if page.evaluate("async () => { const rs = await navigator.serviceWorker.getRegistrations();"
