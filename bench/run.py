@@ -393,6 +393,7 @@ def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:
         res.add("W4", case, "hybrid, both cosines of every row (baseline)", s["hybrid_two_cosines"])
     res.extra["w4"] = {k: v for k, v in m.items() if k != "timings"}
     res.extra["w4"]["ratio_p50"] = t["ratio_p50"]
+    res.extra["w4"]["figures_wait_s"] = t.get("figures_wait_s")  # timed once the kept figures were read
 
 
 def w8(cfg: dict[str, Any], res: Results) -> None:

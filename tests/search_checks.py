@@ -806,7 +806,7 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
         await add("r1", 30)
         await add("r2", 30)
         await search(index, "amber")  # the vocabulary, the docs, then the rare postings
-        await index._vocabulary  # read in the background after that answer
+        await index.figures_read()  # read in the background after that answer
         await equal_to_table()
         assert len(fig.rare) == 7
         scoring._read_postings = counted
@@ -830,7 +830,7 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
         await index.apply("session-deleted", "r2")  # forgotten
         assert fig.rare == {} and not fig.rare_sized
         gone = await _ranked(index, queries)
-        await index._vocabulary  # the background read that search started again
+        await index.figures_read()  # the background read that search started again
         await equal_to_table()
         assert all(not i.startswith("r2-") for a in gone for i, _, _ in a)
         assert gone == await _ranked(index, queries) == await _ranked_without_kept_docs(index, queries)

@@ -10,6 +10,7 @@ reused ``--profile`` already holds them), then in one browser:
 1. cold page load, no cached index: open memory, time the first query (it
    derives the whole index from IndexedDB);
 2. keyword BM25 top-10 p50/p95 over the ``--queries`` queries not asked in 1
+   (once the figures a search keeps in Python are read: ``QueryIndex.figures_read``)
    (a repeated query is cheaper: the index keeps what it read), against the
    original's linear substring scan in Python over the same messages held in
    memory (loaded only for that baseline, then dropped), and the ratio;
@@ -138,6 +139,13 @@ async def timed(qs, **kw):
 res = {}
 for q in Q["typical"][:5]:
     await mem.search(q, limit=10)  # warm the statement cache
+# what a search keeps in Python (vocabulary, doc table, rare terms' postings) is read in the
+# background after the first answer: timed once it is there, the time it took reported
+idx = await mem.index.ready()
+t = time.perf_counter()
+if hasattr(idx, "figures_read"):
+    await idx.figures_read()
+res["figures_wait_s"] = round(time.perf_counter() - t, 2)
 # only queries not asked before: the index keeps the postings and docs it has read,
 # so a repeated query is cheaper than a new one
 kw = await timed(Q["typical"][Q["asked"]:])
@@ -361,6 +369,7 @@ def main() -> int:
         print(t, flush=True)
         metrics["timings"] = t
         row("keyword BM25 top-10 p50 / p95, ms", f"{t['keyword'][0]} / {t['keyword'][1]}")
+        row("  timed once the figures kept in Python were read (waited, s)", f"{t['figures_wait_s']}")
         row("  queries with a top-50 word, p50 / p95, ms", f"{t['keyword_common'][0]} / {t['keyword_common'][1]}")
         row("  with role + date filters, p50 / p95, ms", f"{t['keyword_filtered'][0]} / {t['keyword_filtered'][1]}")
         row("original substring scan in Python (in memory) p50 / p95, ms",

@@ -61,8 +61,8 @@ fig = qi._figures
 for _ in range(2400):  # the doc table is read in the background after an answer,
     if waited is None and getattr(qi, "doc_lengths", None) is not None:
         waited = round(time.perf_counter() - t0, 2)
-    # then (builds that keep them) the rarest terms' postings
-    if waited is not None and (not hasattr(fig, "rare_sized") or (fig.rare_sized and fig._rare_read is None)):
+    # then (builds that keep them) the rarest terms' postings: the background read is over
+    if waited is not None and (getattr(qi, "_vocabulary", None) is None or qi._vocabulary.done()):
         rare_waited = round(time.perf_counter() - t0, 2)
         break
     await asyncio.sleep(0.05)

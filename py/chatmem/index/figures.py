@@ -63,6 +63,14 @@ _RARE_PLAN = (
     "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT // {page} AS page FROM (SELECT tid, df, "
     "sum(df) OVER (ORDER BY df, tid) AS c FROM terms WHERE df BETWEEN 1 AND {df}) WHERE c <= {most}")
 
+#: one page of the kept postings, as one row (see ``read_rare_page``)
+_RARE_PAGE_SQL = (
+    "SELECT list(tid ORDER BY tid) AS tids, list(n ORDER BY tid) AS counts, "
+    "string_agg(docs, ' ' ORDER BY tid) AS docs, string_agg(tfs, ' ' ORDER BY tid) AS tfs FROM ("
+    "SELECT tid, count(*)::INTEGER AS n, string_agg(doc::VARCHAR, ' ' ORDER BY doc) AS docs, "
+    "string_agg(tf::VARCHAR, ' ' ORDER BY doc) AS tfs FROM postings WHERE tid BETWEEN {lo} AND {hi} "
+    "AND tid IN (SELECT tid FROM {plan} WHERE page = {page}) GROUP BY tid)")
+
 _PLANS = itertools.count()
 
 #: a term's kept postings: its docs and their term frequencies, in two arrays
@@ -289,19 +297,22 @@ class KeywordFigures:
             return False
         number, lo, hi = pages[i]
         writes = self.term_writes
-        # postings are stored by tid: the range lets zone maps skip to the page; a term's
-        # postings come as two lists (a row per term, not per posting: no Python per posting)
-        got = await columns(engine, "SELECT tid, list(doc ORDER BY doc) AS docs, list(tf ORDER BY doc) AS tfs "
-                                    f"FROM postings WHERE tid BETWEEN {lo} AND {hi} AND tid IN "
-                                    f"(SELECT tid FROM {plan} WHERE page = {number}) GROUP BY tid")
+        # postings are stored by tid: the range lets zone maps skip to the page. The page
+        # comes as one row: its terms, their posting counts, and all docs and all tfs as two
+        # strings of numbers: no Python object per posting, and next to no containers (a
+        # container per term made Python's collector scan the heap, 30-60 ms pauses)
+        got = await columns(engine, _RARE_PAGE_SQL.format(lo=lo, hi=hi, plan=plan, page=number))
         if (generation, writes) != (self.generation, self.term_writes):
             self._rare_read = None  # a write the lock should have kept out: keep what is whole
             await engine.execute(f"DROP TABLE IF EXISTS {plan}")
             return False
-        if got:
-            rare = self.rare
-            for t, docs, tfs in zip(*got):
-                rare[int(t)] = (array("i", docs), array("i", tfs))
+        if got and got[0][0]:
+            (tids,), (counts,), (docs_text,), (tfs_text,) = got
+            docs, tfs = array("i", map(int, docs_text.split())), array("i", map(int, tfs_text.split()))
+            rare, at = self.rare, 0
+            for t, n in zip(tids, counts):
+                rare[int(t)] = (docs[at:at + n], tfs[at:at + n])
+                at += n
         if i + 1 < len(pages):
             self._rare_read = (pages, i + 1, generation, plan)
             return True

@@ -219,6 +219,14 @@ class QueryIndex:
             self._vocabulary = asyncio.ensure_future(self._read_vocabulary())
         return await fig.lookup(self.engine, terms, whole=False)
 
+    async def figures_read(self) -> None:
+        """Wait until the figures a search keeps in Python (the vocabulary, the doc table,
+        the rarest terms' postings), whose read the first search starts in the background,
+        are read (at once when no read is under way)."""
+        task = self._vocabulary
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+
     async def _read_vocabulary(self) -> None:
         await asyncio.sleep(0.05)  # a lookup made outside a search: after its answer too
         fig = self._figures
