@@ -24,10 +24,11 @@ Nothing here is durable.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from . import doctable
@@ -207,6 +208,28 @@ class KeywordFigures:
         """Every doc, as a derivation from scratch numbered them (None: too many to keep)."""
         self.doc_table, self.docs_sized = table, True
         self._doc_read = None
+
+    async def read_all(self, engine: SQLEngine, lock: asyncio.Lock, idle: Callable[[], Awaitable[Any]], *,
+                       docs: bool) -> None:
+        """The background read a search starts: the vocabulary, then (with ``docs``) every
+        doc and the rarest terms' postings, a page per hold of ``lock``, each once ``idle``
+        (no search under way): searches and writes go between two pages, and a search
+        never waits for more than one."""
+        more = True
+        while more:
+            await idle()
+            async with lock:
+                more = await self.read_vocabulary_page(engine)
+        page: tuple[int, int] | None = (0, -1)
+        while docs and page is not None:
+            await idle()
+            async with lock:
+                page = await self.read_docs(engine, page[0], None if page[1] < 0 else page[1])
+        more = docs
+        while more:
+            await idle()
+            async with lock:
+                more = await self.read_rare_page(engine)
 
     async def read_vocabulary(self, engine: SQLEngine) -> None:
         """Read the whole vocabulary when it has at most ``TERM_CACHE`` terms (then a

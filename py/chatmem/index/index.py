@@ -229,25 +229,8 @@ class QueryIndex:
 
     async def _read_vocabulary(self) -> None:
         await asyncio.sleep(0.05)  # a lookup made outside a search: after its answer too
-        fig = self._figures
         try:
-            # a page per hold of the lock, each once no search is under way: searches
-            # and writes go between two pages, and a search never waits for more than one
-            more = True
-            while more:
-                await self._answers.idle()
-                async with self._lock:
-                    more = await fig.read_vocabulary_page(self.engine)
-            page: tuple[int, int] | None = (0, -1)
-            while self.keeps_docs and page is not None:
-                await self._answers.idle()
-                async with self._lock:
-                    page = await fig.read_docs(self.engine, page[0], None if page[1] < 0 else page[1])
-            more = self.keeps_docs
-            while more:
-                await self._answers.idle()
-                async with self._lock:
-                    more = await fig.read_rare_page(self.engine)
+            await self._figures.read_all(self.engine, self._lock, self._answers.idle, docs=self.keeps_docs)
         except Exception:  # noqa: BLE001 - e.g. the engine closed: terms and docs are looked up per query
             pass
 
