@@ -9,7 +9,7 @@
 //   window.chatmem.timings        {step: ms since navigation start}
 // The UI itself is Python; this file is glue: loading, progress, service worker.
 import * as bridge from "./bridge.js";
-import { loadChatmem } from "./load.js";
+import { freezeHeap, loadChatmem } from "./load.js";
 
 const here = (path) => new URL(path, import.meta.url).href;
 const progress = [];
@@ -96,6 +96,7 @@ async function startApp() {
   const params = new URLSearchParams(location.search);
   // the Python side marks the store / index / ui steps as it goes
   await app.start(params.get("db") || "chatmem");
+  freezeHeap(window.chatmem.pyodide);  // the interface's objects too (see load.js)
   timings.interactive = Math.round(performance.now());
   document.getElementById("boot")?.setAttribute("hidden", "");
   document.getElementById("app")?.removeAttribute("hidden");
