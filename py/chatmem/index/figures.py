@@ -455,4 +455,3 @@ class KeywordFigures:
             self.forget_terms()
         else:
             self.terms.update((r["term"], (int(r["tid"]), int(r["df"]))) for r in new)
-

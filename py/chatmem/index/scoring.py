@@ -153,7 +153,12 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
         for t in tids:
             kept = rare.get(t) if t not in by_tid else None
             if kept is not None:
-                by_tid[t] = [(d, tf, lens[d]) for d, tf in zip(*kept)]
+                try:
+                    got = [(d, tf, lens[d]) for d, tf in zip(*kept)]
+                except IndexError:  # a doc the table does not have (not expected): read them
+                    continue
+                if got and min(dl for _, _, dl in got) >= 0:
+                    by_tid[t] = got
     missing = [t for t in tids if t not in by_tid]
     if missing:
         read = await _read_postings(index, missing, total)
