@@ -151,10 +151,10 @@ async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: t
     if rare and table is not None:  # kept as docs and term frequencies: lengths from the table
         lens = table.lens
         for t in tids:
-            kept = rare.get(t) if t not in by_tid else None
-            if kept is not None:
+            pair = rare.get(t) if t not in by_tid else None
+            if pair is not None:
                 try:
-                    got = [(d, tf, lens[d]) for d, tf in zip(*kept)]
+                    got = [(d, tf, lens[d]) for d, tf in zip(*pair)]
                 except IndexError:  # a doc the table does not have (not expected): read them
                     continue
                 if got and min(dl for _, _, dl in got) >= 0:
