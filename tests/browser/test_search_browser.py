@@ -42,8 +42,8 @@ RUN = """
 import builtins, traceback, search_checks
 from chatmem.index import QueryIndex
 eng = builtins._search_engine
-# the tables of the database (not the temporary ones: a background read of the last
-# check's index may still use and drop its own)
+# the tables of the database (not the temporary ones: a write of the last check's
+# index may still be under way with its own)
 for t in [r["name"] for r in await eng.execute("SELECT table_name AS name FROM information_schema.tables "
                                                "WHERE table_schema = 'main' AND table_catalog <> 'temp'")]:
     await eng.execute('DROP TABLE IF EXISTS "' + t + '"')

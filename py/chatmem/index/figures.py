@@ -25,7 +25,6 @@ Nothing here is durable.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from array import array
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -58,11 +57,13 @@ RARE_PAGE = 20_000
 _RARE_TERM_COST = 10
 
 #: the terms whose postings are kept (in at most RARE_DF docs, the rarest first, at most
-#: RARE_POSTINGS postings in all), numbered into pages in tid order
+#: RARE_POSTINGS postings in all), in pages in tid order: a row per page with its tids.
+#: A read only: the background read writes nothing (a save's transaction may be open)
 _RARE_PLAN = (
-    "CREATE OR REPLACE TEMP TABLE {plan} AS SELECT tid, coalesce(sum(df + {cost}) OVER (ORDER BY tid "
-    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT // {page} AS page FROM (SELECT tid, df, "
-    "sum(df) OVER (ORDER BY df, tid) AS c FROM terms WHERE df BETWEEN 1 AND {df}) WHERE c <= {most}")
+    "SELECT page, list(tid ORDER BY tid) AS tids FROM (SELECT tid, coalesce(sum(df + {cost}) OVER ("
+    "ORDER BY tid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT // {page} AS page FROM ("
+    "SELECT tid, df, sum(df) OVER (ORDER BY df, tid) AS c FROM terms WHERE df BETWEEN 1 AND {df}) "
+    "WHERE c <= {most}) GROUP BY page ORDER BY page")
 
 #: one page of the kept postings, as one row (see ``read_rare_page``)
 _RARE_PAGE_SQL = (
@@ -70,9 +71,7 @@ _RARE_PAGE_SQL = (
     "string_agg(docs, ' ' ORDER BY tid) AS docs, string_agg(tfs, ' ' ORDER BY tid) AS tfs FROM ("
     "SELECT tid, count(*)::INTEGER AS n, string_agg(doc::VARCHAR, ' ' ORDER BY doc) AS docs, "
     "string_agg(tf::VARCHAR, ' ' ORDER BY doc) AS tfs FROM postings WHERE tid BETWEEN {lo} AND {hi} "
-    "AND tid IN (SELECT tid FROM {plan} WHERE page = {page}) GROUP BY tid)")
-
-_PLANS = itertools.count()
+    "AND tid IN ({tids}) GROUP BY tid)")
 
 #: a term's kept postings: its docs and their term frequencies, in two arrays
 RarePostings = dict[int, tuple["array[int]", "array[int]"]]
@@ -116,9 +115,8 @@ class KeywordFigures:
         self.rare: RarePostings = {}
         #: whether the rare postings were read (or found not worth it) since last forgotten
         self.rare_sized = False
-        #: a read of them under way: its pages (number, first and last tid), the next
-        #: page, its generation, and the engine's temporary table holding each page's terms
-        self._rare_read: tuple[list[tuple[int, int, int]], int, int, str] | None = None
+        #: a read of them under way: its pages (each page's tids), the next page, its generation
+        self._rare_read: tuple[list[list[int]], int, int] | None = None
 
     def forget(self) -> None:
         self.stats = None
@@ -303,44 +301,36 @@ class KeywordFigures:
             if not self.whole or self.doc_table is None:
                 return False
             # the terms are picked and paged by the engine (not on the page's main thread)
-            plan = f"rare_plan_{next(_PLANS)}"
-            await engine.execute(_RARE_PLAN.format(plan=plan, df=int(RARE_DF), most=int(RARE_POSTINGS),
-                                                   cost=_RARE_TERM_COST, page=int(RARE_PAGE)))
-            bounds = await columns(engine, f"SELECT page, min(tid) AS lo, max(tid) AS hi FROM {plan} "
-                                           "GROUP BY page ORDER BY page")
-            if not bounds:
-                await engine.execute(f"DROP TABLE IF EXISTS {plan}")
+            plan = await columns(engine, _RARE_PLAN.format(df=int(RARE_DF), most=int(RARE_POSTINGS),
+                                                           cost=_RARE_TERM_COST, page=int(RARE_PAGE)))
+            if not plan:
                 return False
-            pages = [(int(p), int(lo), int(hi)) for p, lo, hi in zip(*bounds)]
-            self._rare_read = (pages, 0, self.generation, plan)
-        pages, i, generation, plan = self._rare_read
+            self._rare_read = ([list(map(int, t)) for t in plan[1]], 0, self.generation)
+        pages, i, generation = self._rare_read
         if generation != self.generation:
             self._rare_read = None
-            await engine.execute(f"DROP TABLE IF EXISTS {plan}")
             return False
-        number, lo, hi = pages[i]
+        tids = pages[i]
         writes = self.term_writes
         # postings are stored by tid: the range lets zone maps skip to the page. The page
         # comes as one row: its terms, their posting counts, and all docs and all tfs as two
         # strings of numbers: no Python object per posting, and next to no containers (a
         # container per term made Python's collector scan the heap, 30-60 ms pauses)
-        got = await columns(engine, _RARE_PAGE_SQL.format(lo=lo, hi=hi, plan=plan, page=number))
+        got = await columns(engine, _RARE_PAGE_SQL.format(lo=tids[0], hi=tids[-1], tids=", ".join(map(str, tids))))
         if (generation, writes) != (self.generation, self.term_writes):
             self._rare_read = None  # a write the lock should have kept out: keep what is whole
-            await engine.execute(f"DROP TABLE IF EXISTS {plan}")
             return False
         if got and got[0][0]:
-            (tids,), (counts,), (docs_text,), (tfs_text,) = got
+            (got_tids,), (counts,), (docs_text,), (tfs_text,) = got
             docs, tfs = array("i", map(int, docs_text.split())), array("i", map(int, tfs_text.split()))
             rare, at = self.rare, 0
-            for t, n in zip(tids, counts):
+            for t, n in zip(got_tids, counts):
                 rare[int(t)] = (docs[at:at + n], tfs[at:at + n])
                 at += n
         if i + 1 < len(pages):
-            self._rare_read = (pages, i + 1, generation, plan)
+            self._rare_read = (pages, i + 1, generation)
             return True
         self._rare_read = None
-        await engine.execute(f"DROP TABLE IF EXISTS {plan}")
         return False
 
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
