@@ -579,6 +579,20 @@ async def _ranked_without_kept_docs(index: Any, queries: list[str]) -> list[Any]
         fig.doc_table = table
 
 
+WORDS = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
+
+
+async def _figures_of(index: Any, sids: tuple[str, ...]) -> Any:
+    """The figures ``index`` keeps in Python (None for a guest's view, which keeps none),
+    with the sessions ``sids`` created."""
+    fig = getattr(index, "_figures", None)
+    if fig is None or not getattr(index, "keeps_docs", False):
+        return None
+    for sid in sids:
+        await index.apply("session-created", sid, session(sid))
+    return fig
+
+
 async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     """The docs' message ids and times kept in Python (read after a search, updated by
     appends, forgotten by a delete) give the same hits as reading ``docs`` per search."""
@@ -670,12 +684,10 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
 
     from chatmem.index import doctable
 
-    fig = getattr(index, "_figures", None)
-    if fig is None or not getattr(index, "keeps_docs", False):
+    fig = await _figures_of(index, ("l1", "l2"))
+    if fig is None:
         return  # a guest's view keeps none
-    words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
-    for sid in ("l1", "l2"):
-        await index.apply("session-created", sid, session(sid))
+    words = WORDS
     n = 0
 
     async def add(sid: str, count: int) -> None:
@@ -760,12 +772,10 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
     joined from ``docs`` do."""
     from chatmem.index import figures, scoring
 
-    fig = getattr(index, "_figures", None)
-    if fig is None or not getattr(index, "keeps_docs", False):
+    fig = await _figures_of(index, ("r1", "r2"))
+    if fig is None:
         return  # a guest's view keeps none
-    words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
-    for sid in ("r1", "r2"):
-        await index.apply("session-created", sid, session(sid))
+    words = WORDS
     n = 0
 
     async def add(sid: str, count: int) -> None:
