@@ -582,6 +582,23 @@ async def _ranked_without_kept_docs(index: Any, queries: list[str]) -> list[Any]
 WORDS = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
 
 
+def _rare_appender(index: Any) -> Callable[[str, int], Awaitable[None]]:
+    """``add(sid, count)``: appends ``count`` messages to ``sid``, numbered on from the last
+    call's, each of three to six of ``WORDS`` and one of seven ``rare<i>`` words (in 8-10
+    docs each per 60 messages, the other words in 20 or more)."""
+    n = 0
+
+    async def add(sid: str, count: int) -> None:
+        nonlocal n
+        recs = [message(f"{sid}-{i}", sid, i, " ".join([WORDS[(i + j) % 10] for j in range(3 + i % 4)]
+                                                      + [f"rare{i % 7}"] * (1 + i % 3)), T0 + i * 1000)
+                for i in range(n, n + count)]
+        n += count
+        await index.apply("messages-appended", sid, recs)
+
+    return add
+
+
 async def _figures_of(index: Any, sids: tuple[str, ...]) -> Any:
     """The figures ``index`` keeps in Python (None for a guest's view, which keeps none),
     with the sessions ``sids`` created."""
@@ -775,16 +792,7 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
     fig = await _figures_of(index, ("r1", "r2"))
     if fig is None:
         return  # a guest's view keeps none
-    words = WORDS
-    n = 0
-
-    async def add(sid: str, count: int) -> None:
-        nonlocal n
-        recs = [message(f"{sid}-{i}", sid, i, " ".join([words[(i + j) % 10] for j in range(3 + i % 4)]
-                                                      + [f"rare{i % 7}"] * (1 + i % 3)), T0 + i * 1000)
-                for i in range(n, n + count)]
-        n += count
-        await index.apply("messages-appended", sid, recs)
+    add = _rare_appender(index)
 
     async def postings() -> dict[int, list[tuple[int, int]]]:
         out: dict[int, list[tuple[int, int]]] = {}
@@ -846,6 +854,67 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
         assert gone == await _ranked(index, queries) == await _ranked_without_kept_docs(index, queries)
     finally:
         figures.RARE_DF, figures.RARE_PAGE = saved
+
+
+async def check_kept_rare_terms_past_the_vocabulary_cache(index: Any) -> None:
+    """A vocabulary too large to keep whole (past ``TERM_CACHE``) still has its rarest
+    terms' postings kept, with their names and dfs (``rare_terms``): a query of them runs
+    no statement at all, answers as postings joined from ``docs`` do, and stays exact
+    through appends, a full cache of looked-up terms, and a delete (forgotten)."""
+    from chatmem.index import figures
+
+    fig = await _figures_of(index, ("v1", "v2"))
+    if fig is None:
+        return  # a guest's view keeps none
+    add = _rare_appender(index)
+
+    async def table_terms() -> dict[str, tuple[int, int]]:
+        rows = await index.execute("SELECT term, tid, df FROM terms WHERE df BETWEEN 1 AND ?", [figures.RARE_DF])
+        return {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
+
+    engine = index.engine
+    execute = engine.execute
+    statements: list[str] = []
+
+    async def counted(sql: str, *a: Any, **k: Any) -> Any:
+        statements.append(sql)
+        return await execute(sql, *a, **k)
+
+    rare_queries = ["rare1", "rare2 rare5", "rare3 -rare4", "rare0 rare6 rare1"]
+    saved = figures.TERM_CACHE, figures.RARE_DF, figures.RARE_PAGE
+    figures.TERM_CACHE, figures.RARE_DF, figures.RARE_PAGE = 5, 12, 10  # 17 terms: not kept whole
+    try:
+        await add("v1", 30)
+        await add("v2", 30)
+        await search(index, "amber")  # sizes the vocabulary, reads the docs, then the rare postings
+        await index.figures_read()
+        assert not fig.whole and set(fig.rare_terms) == {f"rare{i}" for i in range(7)}, fig.rare_terms
+        assert fig.rare_terms == await table_terms()
+        assert {t for t, _ in fig.rare_terms.values()} == set(fig.rare)
+        engine.execute = counted
+        try:
+            first = await _ranked(index, rare_queries)
+        finally:
+            del engine.execute
+        ranking = [q for q in statements if not q.startswith("SELECT * FROM messages WHERE id IN")]
+        assert ranking == [] and all(first), ranking  # (the harness reads hits' records from the index)
+        assert first == await _ranked_without_kept_docs(index, rare_queries)
+        mixed = ["amber rare1", "basil cedar dune ember fjord rare2", "grove heath rare3"]
+        assert await _ranked(index, mixed) == await _ranked_without_kept_docs(index, mixed)
+        assert len(fig.terms) <= figures.TERM_CACHE and fig.rare_terms  # looked-up terms went, rare stayed
+        await add("v2", 11)  # dfs and postings follow the append
+        assert fig.rare_terms == await table_terms()
+        after = await _ranked(index, rare_queries + mixed)
+        assert after == await _ranked_without_kept_docs(index, rare_queries + mixed)
+        await index.apply("session-deleted", "v2")
+        assert fig.rare_terms == {} and fig.rare == {}
+        gone = await _ranked(index, rare_queries)
+        await index.figures_read()
+        assert fig.rare_terms == await table_terms()  # now the other words are rare too
+        assert gone == await _ranked(index, rare_queries) == await _ranked_without_kept_docs(index, rare_queries)
+        assert all(not i.startswith("v2-") for a in gone for i, _, _ in a)
+    finally:
+        figures.TERM_CACHE, figures.RARE_DF, figures.RARE_PAGE = saved
 
 
 async def check_a_derivation_from_scratch_keeps_the_docs_it_numbered(index: Any) -> None:

@@ -1,7 +1,7 @@
 """Where a keyword search's time goes in the page, on a kept browser profile. Not a test.
 
     python bench/search/profile_keyword.py fill --profile DIR [--messages 1000000] [--sessions 10000]
-    python bench/search/profile_keyword.py profile --profile DIR [--dist DIR] [--cut N] [--json FILE]
+    python bench/search/profile_keyword.py profile --profile DIR [--dist DIR] [--cut N] [--term-cache N] [--json FILE]
 
 ``fill`` stores the search bench's messages (``bench_browser.FILL``: Zipf words,
 30-150 a message) in ``DIR``'s IndexedDB, derives the index into its OPFS file
@@ -16,6 +16,9 @@ or by one statement (``execute``), and the IndexedDB records (``_fetch``).
 Medians per range of postings the query touches. ``--cut`` overrides the
 Python-scoring cut-off (``scoring.PY_POSTINGS`` and ``PY_POSTINGS_WORKER``);
 ``--dist`` serves another build (e.g. a previous commit's) for an A/B in turns.
+``--term-cache`` lowers ``figures.TERM_CACHE`` below the vocabulary's size (the bench's
+has 30,000 words; a real history's is larger): searches then run as they do when the
+whole vocabulary is not kept.
 """
 
 from __future__ import annotations
@@ -119,6 +122,9 @@ def main() -> int:
     ap.add_argument("--cut", type=int, default=0, help="Python-scoring cut-off (0: the library's)")
     ap.add_argument("--port", type=int, default=8781,
                     help="the same for fill and profile: the stored data belongs to the origin")
+    ap.add_argument("--term-cache", type=int, default=0,
+                    help="terms kept whole in Python at most (0: the library's ``figures.TERM_CACHE``); "
+                         "below the vocabulary's size it stands for a history with more distinct terms")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -165,6 +171,8 @@ def main() -> int:
             vocab = json.loads(vocab_file.read_text())
             rng = random.Random(11)
             qs = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(125)]
+            if args.term_cache:
+                py(f"from chatmem.index import figures\nfigures.TERM_CACHE = {args.term_cache}\n1")
             r = py(bb.FIRST_QUERY, FIRST=repr(qs[0]), SECOND=repr(qs[1]), MORE="[]")
             out = py(PROFILE, QUERIES=repr(json.dumps(qs[2:])), CUT=str(args.cut))
             out["first_query_s"] = round((r["open_ms"] + r["first_query_ms"]) / 1000, 2)

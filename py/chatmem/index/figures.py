@@ -18,7 +18,8 @@ lengths (at 1,000,000 docs that join scans them all, most of a search). Last, th
 postings of the rarest terms (``RarePostings``: at most ``RARE_DF`` docs a term,
 ``RARE_POSTINGS`` in all, about 8 bytes each) are read in pages and kept exact by
 appends: a query of such terms, which is most of what people type, is then answered
-with no statement at all.
+with no statement at all. A vocabulary too large to keep whole has those terms' names
+and counts kept with their postings (``rare_terms``), so this holds there too.
 Nothing here is durable.
 """
 
@@ -34,7 +35,7 @@ from . import doctable
 from .doctable import DocTable
 from .engine import SQLEngine, columns, marks
 
-__all__ = ["POSTINGS_CACHE", "RARE_DF", "RARE_PAGE", "RARE_POSTINGS", "TERM_CACHE", "VOCABULARY_PAGE",
+__all__ = ["POSTINGS_CACHE", "RARE_DF", "RARE_PAGE", "RARE_POSTINGS", "RARE_TERMS", "TERM_CACHE", "VOCABULARY_PAGE",
            "KeywordFigures", "RarePostings"]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
@@ -51,6 +52,9 @@ RARE_DF = 1024
 RARE_POSTINGS = 2_000_000
 #: about this many postings read per statement when they are read
 RARE_PAGE = 20_000
+#: at most this many of those terms when the whole vocabulary is not kept (past
+#: ``TERM_CACHE``): their names are kept beside their postings (``rare_terms``)
+RARE_TERMS = 100_000
 
 #: a term counts as this many postings more in a page's size (a page of rare terms is
 #: a row per term: at most RARE_PAGE / _RARE_TERM_COST of them)
@@ -62,8 +66,8 @@ _RARE_TERM_COST = 10
 _RARE_PLAN = (
     "SELECT page, list(tid ORDER BY tid) AS tids FROM (SELECT tid, coalesce(sum(df + {cost}) OVER ("
     "ORDER BY tid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT // {page} AS page FROM ("
-    "SELECT tid, df, sum(df) OVER (ORDER BY df, tid) AS c FROM terms WHERE df BETWEEN 1 AND {df}) "
-    "WHERE c <= {most}) GROUP BY page ORDER BY page")
+    "SELECT tid, df, sum(df) OVER (ORDER BY df, tid) AS c, row_number() OVER (ORDER BY df, tid) AS r "
+    "FROM terms WHERE df BETWEEN 1 AND {df}) WHERE c <= {most} AND r <= {terms}) GROUP BY page ORDER BY page")
 
 #: one page of the kept postings, as one row (see ``read_rare_page``)
 _RARE_PAGE_SQL = (
@@ -72,6 +76,8 @@ _RARE_PAGE_SQL = (
     "SELECT tid, count(*)::INTEGER AS n, string_agg(doc::VARCHAR, ' ' ORDER BY doc) AS docs, "
     "string_agg(tf::VARCHAR, ' ' ORDER BY doc) AS tfs FROM postings WHERE tid BETWEEN {lo} AND {hi} "
     "AND tid IN ({tids}) GROUP BY tid)")
+#: the names and dfs of a page's terms, when the whole vocabulary is not kept
+_RARE_NAMES_SQL = "SELECT term, tid, df FROM terms WHERE tid IN ({tids})"
 
 #: a term's kept postings: its docs and their term frequencies, in two arrays
 RarePostings = dict[int, tuple["array[int]", "array[int]"]]
@@ -117,6 +123,9 @@ class KeywordFigures:
         self.rare_sized = False
         #: a read of them under way: its pages (each page's tids), the next page, its generation
         self._rare_read: tuple[list[list[int]], int, int] | None = None
+        #: term -> (tid, df) of the terms in ``rare`` when ``terms`` is not the whole
+        #: vocabulary (past ``TERM_CACHE``): a query of them needs no look-up either
+        self.rare_terms: dict[str, tuple[int, int]] = {}
 
     def forget(self) -> None:
         self.stats = None
@@ -131,6 +140,7 @@ class KeywordFigures:
         self.doc_table = None
         self.docs_sized = False
         self.rare = {}
+        self.rare_terms = {}
         self.rare_sized = False
         self._rare_read = None
         self.generation += 1
@@ -288,9 +298,11 @@ class KeywordFigures:
     async def read_rare_page(self, engine: SQLEngine) -> bool:
         """Read the next page of the rarest terms' postings into ``rare`` (the first call
         picks the terms: those in at most ``RARE_DF`` docs, the rarest first, up to
-        ``RARE_POSTINGS`` postings); True while pages remain. Only once the whole
-        vocabulary and every doc's length are kept (a search scores kept postings with the
-        lengths of the ``DocTable``). An append between two pages keeps the read going:
+        ``RARE_POSTINGS`` postings); True while pages remain. Only once the vocabulary was
+        sized and every doc's length is kept (a search scores kept postings with the
+        lengths of the ``DocTable``). A vocabulary too large to keep whole (past
+        ``TERM_CACHE``) has the kept terms' names read too (``rare_terms``, at most
+        ``RARE_TERMS`` of them). An append between two pages keeps the read going:
         ``count`` adds its postings to the terms read, and later pages read theirs as they
         are then; a forgetting drops it. The caller holds the index's write lock for each
         page, not between them."""
@@ -298,11 +310,12 @@ class KeywordFigures:
             if self.rare_sized:
                 return False
             self.rare_sized = True
-            if not self.whole or self.doc_table is None:
+            if not (self.whole or self.sized) or self._term_read is not None or self.doc_table is None:
                 return False
             # the terms are picked and paged by the engine (not on the page's main thread)
-            plan = await columns(engine, _RARE_PLAN.format(df=int(RARE_DF), most=int(RARE_POSTINGS),
-                                                           cost=_RARE_TERM_COST, page=int(RARE_PAGE)))
+            plan = await columns(engine, _RARE_PLAN.format(
+                df=int(RARE_DF), most=int(RARE_POSTINGS), cost=_RARE_TERM_COST, page=int(RARE_PAGE),
+                terms=int(RARE_TERMS) if not self.whole else int(RARE_POSTINGS)))
             if not plan:
                 return False
             self._rare_read = ([list(map(int, t)) for t in plan[1]], 0, self.generation)
@@ -316,7 +329,9 @@ class KeywordFigures:
         # comes as one row: its terms, their posting counts, and all docs and all tfs as two
         # strings of numbers: no Python object per posting, and next to no containers (a
         # container per term made Python's collector scan the heap, 30-60 ms pauses)
-        got = await columns(engine, _RARE_PAGE_SQL.format(lo=tids[0], hi=tids[-1], tids=", ".join(map(str, tids))))
+        listed = ", ".join(map(str, tids))
+        got = await columns(engine, _RARE_PAGE_SQL.format(lo=tids[0], hi=tids[-1], tids=listed))
+        names = None if self.whole else await columns(engine, _RARE_NAMES_SQL.format(tids=listed))
         if (generation, writes) != (self.generation, self.term_writes):
             self._rare_read = None  # a write the lock should have kept out: keep what is whole
             return False
@@ -327,6 +342,8 @@ class KeywordFigures:
             for t, n in zip(got_tids, counts):
                 rare[int(t)] = (docs[at:at + n], tfs[at:at + n])
                 at += n
+        if names:
+            self.rare_terms.update(zip(names[0], zip(map(int, names[1]), map(int, names[2]))))
         if i + 1 < len(pages):
             self._rare_read = (pages, i + 1, generation)
             return True
@@ -363,11 +380,15 @@ class KeywordFigures:
         want = list(dict.fromkeys(terms))
         if whole:
             await self.read_vocabulary(engine)
-        missing = [] if self.whole else [t for t in want if t not in self.terms]
+        rare = self.rare_terms
+        missing = [] if self.whole else [t for t in want if t not in self.terms and t not in rare]
         if missing and len(self.terms) + len(missing) > TERM_CACHE:
-            self.forget_terms()
-            self.sized = True
-            missing = want
+            # the terms looked up so far go (with the postings read of them, which appends
+            # update only while their term is kept); the rare ones' stay
+            self.terms.clear()
+            self.postings.clear()
+            self._posting_rows = 0
+            missing = [t for t in want if t not in rare]
         if missing:
             rows = await engine.execute(f"SELECT term, tid, df FROM terms WHERE term IN ({marks(len(missing))})",
                                         missing)
@@ -377,7 +398,7 @@ class KeywordFigures:
                 self.terms[r["term"]] = (int(r["tid"]), int(r["df"]))
         out = {}
         for t in want:
-            v = self.terms.get(t)
+            v = self.terms.get(t) or rare.get(t)
             if v is not None:
                 out[t] = v
         return out
@@ -391,7 +412,7 @@ class KeywordFigures:
             n, total = self.stats
             self.stats = (n + len(toks), total + sum(len(t) for t in toks))
         read = self._term_read
-        if not self.terms and read is None:
+        if not self.terms and not self.rare_terms and read is None:
             return
         if len(toks) > _EXACT_UPDATE:
             self.forget_terms()  # drops a whole read under way too
@@ -401,6 +422,15 @@ class KeywordFigures:
             delta.update(set(t))
         if self.rare:
             self._count_rare(toks, docs)
+        rare_terms = self.rare_terms
+        if rare_terms:
+            for term, c in delta.items():
+                v = rare_terms.get(term)
+                if v is not None:
+                    rare_terms[term] = (v[0], v[1] + c)
+                    dropped = self.postings.pop(v[0], None)
+                    if dropped is not None:
+                        self._posting_rows -= len(dropped)
         if read is not None and read[1] == self.generation:
             # a whole read of the vocabulary under way keeps going: the terms its pages
             # hold get the same counts; the others (new terms are numbered past every id
@@ -425,12 +455,12 @@ class KeywordFigures:
     def _count_rare(self, toks: list[list[str]], docs: list[int] | None) -> None:
         """Add an append's postings to the kept postings of the terms it holds."""
         if docs is None or len(docs) != len(toks):
-            self.rare = {}
+            self.rare, self.rare_terms = {}, {}
             return
-        rare, terms = self.rare, self.terms
+        rare, terms, names = self.rare, self.terms, self.rare_terms
         for doc, t in zip(docs, toks):
             for term, tf in Counter(t).items():
-                v = terms.get(term)
+                v = terms.get(term) or names.get(term)
                 kept = rare.get(v[0]) if v is not None else None
                 if kept is not None:
                     kept[0].append(doc)
