@@ -64,3 +64,57 @@ def test_readme_shows_the_recipes_as_tested() -> None:
     blocks = re.findall(r"```html\n(.*?)```", README, flags=re.S)
     for f in sorted(RECIPES.glob("*.html")):
         assert f.read_text(encoding="utf-8") in blocks, f"{f.name} is not shown in the README"
+
+
+def _own_pyodide_page(browser: Any, recipe_site: str, *, no_worker: bool = False,
+                      build_info: Any = None) -> tuple[Any, list[str], list[str]]:
+    """``own-pyodide.html`` loaded (``no_worker``: wheels-worker.js not found; ``build_info``
+    rewriting the served build-info.json): the recipe's result or None, the page's errors, the
+    URLs asked for."""
+    ctx = browser.new_context()
+    seen: list[str] = []
+    errors: list[str] = []
+    ctx.on("request", lambda r: seen.append(r.url))
+    if no_worker:
+        ctx.route("**/js/wheels-worker.js", lambda route: route.fulfill(status=404, body="not here"))
+    if build_info is not None:
+        def rewrite(route: Any) -> None:
+            info = route.fetch().json()
+            route.fulfill(json=build_info(info))
+        ctx.route("**/build-info.json", rewrite)
+    try:
+        page = ctx.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_default_timeout(120_000)
+        page.goto(recipe_site + "own-pyodide.html")
+        if build_info is None:
+            page.wait_for_selector("body[data-result]", state="attached")
+        else:
+            page.wait_for_event("pageerror")
+        raw = page.get_attribute("body", "data-result")
+        return (json.loads(raw) if raw else None), errors, seen
+    finally:
+        ctx.close()
+
+
+def test_load_chatmem_unzips_the_wheels_in_a_worker_or_without_one(browser: Any, recipe_site: str) -> None:
+    """loadChatmem fetches, checks and unzips the wheels in a worker (wheels-worker.js), off the
+    main thread Pyodide's start-up holds; where the worker cannot start, in the page."""
+    found, errors, seen = _own_pyodide_page(browser, recipe_site)
+    assert found == ["Lisbon is lovely in May."] and not errors, errors
+    assert any(u.endswith("/js/wheels-worker.js") for u in seen)
+    found, errors, seen = _own_pyodide_page(browser, recipe_site, no_worker=True)
+    assert found == ["Lisbon is lovely in May."] and not errors, errors
+    assert sum(u.endswith(".whl") for u in seen) == 2  # fetched once, by the page
+
+
+def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_site: str) -> None:
+    """A wheel whose SHA-256 is not the one build-info.json names is refused (by the worker),
+    and the error reaches the page: nothing is installed."""
+    def tamper(info: dict[str, Any]) -> dict[str, Any]:
+        info["wheels"][0]["sha256"] = "0" * 64
+        return info
+
+    found, errors, _ = _own_pyodide_page(browser, recipe_site, build_info=tamper)
+    assert found is None
+    assert any("SHA-256" in e and "expected " + "0" * 64 in e for e in errors), errors
