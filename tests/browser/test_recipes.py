@@ -66,17 +66,14 @@ def test_readme_shows_the_recipes_as_tested() -> None:
         assert f.read_text(encoding="utf-8") in blocks, f"{f.name} is not shown in the README"
 
 
-def _own_pyodide_page(browser: Any, recipe_site: str, *, no_worker: bool = False,
+def _own_pyodide_page(browser: Any, recipe_site: str, *,
                       build_info: Any = None) -> tuple[Any, list[str], list[str]]:
-    """``own-pyodide.html`` loaded (``no_worker``: wheels-worker.js not found; ``build_info``
-    rewriting the served build-info.json): the recipe's result or None, the page's errors, the
-    URLs asked for."""
+    """``own-pyodide.html`` loaded (``build_info`` rewriting the served build-info.json): the
+    recipe's result or None, the page's errors, the URLs asked for."""
     ctx = browser.new_context()
     seen: list[str] = []
     errors: list[str] = []
     ctx.on("request", lambda r: seen.append(r.url))
-    if no_worker:
-        ctx.route("**/js/wheels-worker.js", lambda route: route.fulfill(status=404, body="not here"))
     if build_info is not None:
         def rewrite(route: Any) -> None:
             info = route.fetch().json()
@@ -97,20 +94,9 @@ def _own_pyodide_page(browser: Any, recipe_site: str, *, no_worker: bool = False
         ctx.close()
 
 
-def test_load_chatmem_unzips_the_wheels_in_a_worker_or_without_one(browser: Any, recipe_site: str) -> None:
-    """loadChatmem fetches, checks and unzips the wheels in a worker (wheels-worker.js), off the
-    main thread Pyodide's start-up holds; where the worker cannot start, in the page."""
-    found, errors, seen = _own_pyodide_page(browser, recipe_site)
-    assert found == ["Lisbon is lovely in May."] and not errors, errors
-    assert any(u.endswith("/js/wheels-worker.js") for u in seen)
-    found, errors, seen = _own_pyodide_page(browser, recipe_site, no_worker=True)
-    assert found == ["Lisbon is lovely in May."] and not errors, errors
-    assert sum(u.endswith(".whl") for u in seen) == 2  # fetched once, by the page
-
-
 def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_site: str) -> None:
-    """A wheel whose SHA-256 is not the one build-info.json names is refused (by the worker),
-    and the error reaches the page: nothing is installed."""
+    """A wheel whose SHA-256 is not the one build-info.json names is refused, and the error
+    reaches the page: nothing is installed."""
     def tamper(info: dict[str, Any]) -> dict[str, Any]:
         info["wheels"][0]["sha256"] = "0" * 64
         return info

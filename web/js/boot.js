@@ -8,8 +8,8 @@
 //                                 page without the app's #app element: no interface started)
 //   window.chatmem.timings        {step: ms since navigation start}
 // The UI itself is Python; this file is glue: loading, progress, service worker.
-// It has no static imports: Pyodide's download starts as soon as this file runs, not
-// after the bridge's module graph (about fifteen files, three round trips deep) is in.
+import * as bridge from "./bridge.js";
+import { freezeHeap, loadChatmem } from "./load.js";
 
 const here = (path) => new URL(path, import.meta.url).href;
 const progress = [];
@@ -78,10 +78,7 @@ async function boot() {
   const pyodide = import(here("../pyodide/pyodide.mjs"))
     .then(({ loadPyodide }) => loadPyodide({ indexURL: here("../pyodide/") }))
     .then((py) => { step("pyodide", "done"); report("Installing chatmem…"); return py; });
-  const { loadChatmem } = await import("./load.js");
-  const loading = loadChatmem(pyodide, { base: here("../") });  // the same call as in the README
-  window.chatmem.bridge = await import("./bridge.js");  // (loadChatmem imports it too)
-  await loading;
+  await loadChatmem(pyodide, { base: here("../") });  // the same call as in the README
   const py = await pyodide;
   const runCode = py.pyimport("chatmem.runtime.page").run_code;
   window.chatmem.pyodide = py;
@@ -99,7 +96,6 @@ async function startApp() {
   const params = new URLSearchParams(location.search);
   // the Python side marks the store / index / ui steps as it goes
   await app.start(params.get("db") || "chatmem");
-  const { freezeHeap } = await import("./load.js");
   freezeHeap(window.chatmem.pyodide);  // the interface's objects too (see load.js)
   timings.interactive = Math.round(performance.now());
   document.getElementById("boot")?.setAttribute("hidden", "");
@@ -132,7 +128,7 @@ window.chatmem = {
   progress,
   timings,
   step,
-  bridge: null,  // the bridge's module (js/bridge.js), set before `ready` resolves
+  bridge,
   runPython: async (code) => {
     await window.chatmem.ready;
     return window.chatmem.runPython(code);

@@ -15,19 +15,17 @@
 // build-info.json, wheels/, js/ (by default the folder above this file);
 // `wheel` names a chatmem wheel instead, installed by micropip (which finds
 // its dependencies in the Pyodide's pyodide-lock.json).
-import { fetchWheelsOffThread, installWheels } from "./wheels.js";
+import * as bridge from "./bridge.js";
+import { fetchWheels, installWheels } from "./wheels.js";
 
 export async function loadChatmem(pyodide, { base = new URL("../", import.meta.url), wheel = null } = {}) {
-  const wheels = wheel ? null : fetchWheelsOffThread(base);
+  const wheels = wheel ? null : listedWheels(base).then((list) => fetchWheels(base, list));
   wheels?.catch(() => {});  // awaited below; a failure is reported there, not as unhandled
-  // the bridge's modules load meanwhile: importing them first would delay the wheels' fetch
-  const bridge = import("./bridge.js");
-  bridge.catch(() => {});  // likewise
   pyodide = await pyodide;
   if (!pyodide || typeof pyodide.registerJsModule !== "function") {
     throw new TypeError("loadChatmem(pyodide): pass the object loadPyodide() resolves to (or its promise)");
   }
-  pyodide.registerJsModule("chatmem_bridge", await bridge);
+  pyodide.registerJsModule("chatmem_bridge", bridge);
   if (wheels) {
     installWheels(pyodide, await wheels);
   } else {
@@ -56,3 +54,13 @@ export function freezeHeap(pyodide) {
     gc.destroy();
   }
 }
+
+async function listedWheels(base) {
+  const res = await fetch(new URL("build-info.json", base), { cache: "no-cache" });
+  if (!res.ok) throw new Error(`loadChatmem: build-info.json not found under ${base} (HTTP ${res.status})`);
+  const info = await res.json();
+  // the wheel and its dependencies; a build-info.json without the list names the wheel only
+  return info.wheels || [{ path: info.wheel, sha256: info.wheel_sha256 }];
+}
+
+export { bridge };

@@ -371,12 +371,16 @@ async function start(duckdb, arrow, path, openMs = {}, db = null) {
     if (path) await db.open({ path, accessMode: duckdb.DuckDBAccessMode.READ_WRITE });
     lap("open");
     conn = await db.connect();
-    await conn.query("SET autoload_known_extensions=false");
-    await conn.query("SET autoinstall_known_extensions=false");
-    if (path) await conn.query("SELECT count(*) FROM duckdb_tables()"); // touch the file: fail here, not later
-    // no files (registered or OPFS), no network, and no SET that could undo it
-    await conn.query("SET enable_external_access=false");
-    await conn.query("SET lock_configuration=true");
+    // one round trip to the worker, the statements in order (the first that fails stops the
+    // rest): no extension loads, the file touched (to fail here, not later), then no files
+    // (registered or OPFS), no network, and no SET that could undo it
+    await conn.query([
+      "SET autoload_known_extensions=false",
+      "SET autoinstall_known_extensions=false",
+      ...(path ? ["SELECT count(*) FROM duckdb_tables()"] : []),
+      "SET enable_external_access=false",
+      "SET lock_configuration=true",
+    ].join(";\n"));
     lap("setup");
   } catch (e) {
     try { await db.terminate(); } catch (_) { /* already gone */ }

@@ -1,6 +1,6 @@
 // Pure-Python wheels installed without a package manager: fetched (in
 // parallel, and while Pyodide is still starting), checked against their
-// SHA-256, unzipped (DecompressionStream, in a worker: wheels-worker.js), and written into Pyodide's
+// SHA-256, unzipped here (DecompressionStream), and written into Pyodide's
 // site-packages. It is what micropip does for a wheel whose dependencies are
 // already known, minus micropip and the Python zip/tar/metadata modules it
 // needs: the loader's wheels are listed, with their hashes, in build-info.json.
@@ -18,44 +18,6 @@ export function fetchWheels(base, wheels) {
     }
     return { path, files: await unzip(buf) };
   }));
-}
-
-/** The wheels `build-info.json` under `base` lists ({path, sha256} each). */
-export async function listedWheels(base) {
-  const res = await fetch(new URL("build-info.json", base), { cache: "no-cache" });
-  if (!res.ok) throw new Error(`loadChatmem: build-info.json not found under ${base} (HTTP ${res.status})`);
-  const info = await res.json();
-  // the wheel and its dependencies; a build-info.json without the list names the wheel only
-  return info.wheels || [{ path: info.wheel, sha256: info.wheel_sha256 }];
-}
-
-/** The wheels `build-info.json` under `base` lists, fetched, checked and unzipped in a worker
- *  of their own (wheels-worker.js): the page's main thread, which Pyodide's start-up holds
- *  for seconds at a time, is needed neither to ask for them nor to unzip them. In the page
- *  where a worker cannot start. */
-export function fetchWheelsOffThread(base) {
-  const inPage = () => listedWheels(base).then((list) => fetchWheels(base, list));
-  if (typeof Worker !== "function") return inPage();
-  return new Promise((resolve, reject) => {
-    let worker;
-    try {
-      worker = new Worker(new URL("./wheels-worker.js", import.meta.url), { type: "module" });
-    } catch {
-      resolve(inPage());
-      return;
-    }
-    worker.onmessage = ({ data }) => {
-      worker.terminate();
-      if (data.ok) resolve(data.value.map(({ path, files }) => ({ path, files: new Map(files) })));
-      else reject(new Error(data.error));
-    };
-    worker.onerror = (event) => {  // the worker's script did not load or run: in the page
-      event.preventDefault();
-      worker.terminate();
-      resolve(inPage());
-    };
-    worker.postMessage({ base: String(base) });
-  });
 }
 
 /** Write the unzipped wheels into the interpreter's site-packages; importable at once. */
