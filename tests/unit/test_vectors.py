@@ -299,7 +299,7 @@ def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(
             return rows
 
         index.execute = answered
-        mem.index._schedule_save = lambda: saves.append(sum(n for _, n in reads))
+        mem.index._schedule_save = lambda soon=False: saves.append(sum(n for _, n in reads))
         done = await mem.index.embed_in_background(batch_size=2, chunk=8)
         rows = await execute("SELECT count(*) AS n FROM embeddings")
         temp = await execute("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name LIKE 'embed_todo%'")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..core import Core
     from .shared import IndexShare
 
-__all__ = ["IN_MEMORY_MAX", "CachedOpening", "REBUILD_SHARE"]
+__all__ = ["IN_MEMORY_MAX", "CachedOpening", "REBUILD_SHARE", "SAVE_SHARE"]
 
 PAGE = 1000
 #: a store of more messages than this has its index derived and kept in the cache file,
@@ -37,6 +37,10 @@ PAGE = 1000
 IN_MEMORY_MAX = 300_000
 #: more changed sessions than this share of all (and at least 50): rebuild instead of catching up
 REBUILD_SHARE = 0.25
+#: background saves take at most about this share of the time: after a save that took
+#: ``s`` seconds, the next background save waits ``s * (1 - SAVE_SHARE) / SAVE_SHARE``
+#: (a save copies the whole index: 2-5 s at 100,000 messages while embedding them)
+SAVE_SHARE = 0.1
 
 
 class CachedOpening:
@@ -63,6 +67,11 @@ class CachedOpening:
     _lock: asyncio.Lock
     _dirty: bool
     _saving: asyncio.Task[Any] | None
+    #: seconds the last save took, and when it ended (``time.monotonic``)
+    _save_cost: float
+    _saved_at: float
+    #: the background save is still waiting (``close`` cancels it then and saves itself)
+    _save_waiting: bool
     _moving: asyncio.Task[Any] | None
     save_delay: float
     move_delay: float
@@ -212,15 +221,31 @@ class CachedOpening:
                 except Exception:  # noqa: BLE001 - the file keeps answering; a save copies nothing
                     pass
 
-    def _schedule_save(self) -> None:
+    def _schedule_save(self, *, soon: bool = False) -> None:
         """Save in the background once the queries of the moment are answered (the first
-        query does not wait for the copy; later ones may, for its ~1-2 s)."""
+        query does not wait for the copy; later ones may, for its ~1-2 s), and at most
+        ``SAVE_SHARE`` of the time; ``soon``: after ``save_delay`` only (e.g. at the end
+        of a long run of writes)."""
         self._dirty = True
+        if soon and self._saving is not None and self._save_waiting:
+            self._saving.cancel()  # still waiting: replaced by a sooner one
+            self._saving = None
         if self._saving is None or self._saving.done():
-            self._saving = asyncio.ensure_future(self._save_later())
+            self._saving = asyncio.ensure_future(self._save_later(soon))
 
-    async def _save_later(self) -> None:
-        await asyncio.sleep(self.save_delay)
+    def _save_wait(self) -> float:
+        """Seconds the next background save waits: ``save_delay``, or longer after a
+        costly save (``SAVE_SHARE``)."""
+        since = time.monotonic() - self._saved_at
+        return max(self.save_delay, self._save_cost * (1 - SAVE_SHARE) / SAVE_SHARE - since)
+
+    async def _save_later(self, soon: bool = False) -> None:
+        self._save_waiting = True
+        try:
+            await asyncio.sleep(self.save_delay if soon else self._save_wait())
+        finally:
+            if self._saving is asyncio.current_task():  # not one replaced by a sooner save
+                self._save_waiting = False
         async with self._lock:
             if self._dirty and self._cache is not None and self.index is not None:
                 await self._save()
@@ -228,6 +253,7 @@ class CachedOpening:
     async def _save(self) -> None:
         if self._cache is not None and self.index is not None:
             async with self.index._lock:
+                t = time.monotonic()
                 try:
                     await self._cache.save()
                 except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
@@ -235,6 +261,8 @@ class CachedOpening:
                     self.notice = (f"The search index cannot be saved ({e}); "
                                    "it is kept in memory and rebuilt on the next visit.")
                     self.last_open["persistent"] = False
+                self._saved_at = time.monotonic()
+                self._save_cost = self._saved_at - t
             self._dirty = False
 
     async def save(self) -> bool:
