@@ -200,7 +200,7 @@ class Memory:
     def embed_in_background(self, *, batch_size: int = 64) -> asyncio.Task[int]:
         """Embed every stored message for the current embedder in the background (batches
         of ``batch_size`` that yield to the page; progress in ``mem.index.embed_progress``; the
-        index cache is saved after every 1,024, so a reload resumes). Returns the task."""
+        index cache is saved as it goes and at the end, so a reload resumes). Returns the task."""
         self.embedding_task = asyncio.ensure_future(self.index.embed_in_background(batch_size=batch_size))
         return self.embedding_task
 

@@ -203,10 +203,18 @@ class LiveIndex(CachedOpening):
         held the page's main thread ~0.1 s in JSON alone), written ``batch_size`` at a
         time. The index cache is saved in the background after each ``chunk``, at most
         ``SAVE_SHARE`` of the time (a save copies the whole index), and soon after the
-        last: a reload resumes where the last save left off. Embedding yields to the event
+        last: a reload resumes where the last save left off. It starts once the
+        figures a search keeps in Python are read, and loads the model first. Embedding yields to the event
         loop; queries run between batches. Returns how many were embedded;
         ``embed_progress`` shows ``(done, total)`` meanwhile."""
         emb = embedder or self.embedder
+        # first the figures a search keeps in Python, then the model: their background read
+        # beside the model's download and parse made the page's longest tasks (V8
+        # collecting the garbage of both at once: 57-78 ms)
+        await (await self.ready()).figures_read()
+        load = getattr(emb, "load", None)
+        if load is not None:
+            await load()
         count = unsaved = 0
         while True:
             index = await self.ready()
