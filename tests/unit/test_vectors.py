@@ -313,3 +313,45 @@ def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(
     assert answers == [3, 3, 2] * 2 + [3, 3, 1]  # never more than READ texts in one answer
     assert saves == [8, 16, 23]
     assert temp == 0  # the found rows' table is dropped after each chunk
+
+
+def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(tmp_path):
+    """``embed_in_background`` lets the background read a search started (the vocabulary,
+    the docs, the rarest postings) finish, then loads the model, then embeds: in the page
+    the reads and the model's download side by side made tasks over 50 ms."""
+    from chatmem import Memory
+    from chatmem.stores.sqlite import SQLiteStore
+
+    events: list[tuple[str, bool]] = []
+
+    class Loading(HashingEmbedder):
+        async def load(self) -> None:
+            events.append(("load", reading.done()))
+
+        async def embed(self, texts):
+            events.append(("embed", reading.done()))
+            return await super().embed(texts)
+
+    async def go():
+        nonlocal reading
+
+        async def engine():
+            return DuckDBEngine()
+
+        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=Loading(16))
+        s = await mem.sessions.create(title="t")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i} about the garden"}
+                                                      for i in range(30)])
+        assert await mem.search("garden", limit=3)
+        index = await mem.index.ready()
+        reading = index._vocabulary
+        under_way = reading is not None and not reading.done()
+        done = await mem.index.embed_in_background(batch_size=8)
+        await mem.close()
+        return under_way, done
+
+    reading = None
+    under_way, done = asyncio.run(go())
+    assert under_way and done == 30
+    assert events[0] == ("load", True) and all(ok for _, ok in events)
+    assert [e for e, _ in events].count("embed") >= 4
