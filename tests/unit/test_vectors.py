@@ -355,3 +355,28 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
     assert under_way and done == 30
     assert events[0] == ("load", True) and all(ok for _, ok in events)
     assert [e for e, _ in events].count("embed") >= 4
+
+
+def test_background_embedding_with_an_embedder_whose_load_is_not_a_coroutine(tmp_path):
+    """``StaticEmbedder`` (usable as an embedder) has a class method ``load`` that reads a
+    model file: ``embed_in_background`` calls only an ``async load()``."""
+    from chatmem import Memory
+    from chatmem.stores.sqlite import SQLiteStore
+
+    class FileLoad(HashingEmbedder):
+        @classmethod
+        def load(cls, path=None):
+            raise AssertionError("a synchronous load is not the embedder's warm-up")
+
+    async def go():
+        async def engine():
+            return DuckDBEngine()
+
+        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=FileLoad(16))
+        s = await mem.sessions.create(title="t")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i}"} for i in range(5)])
+        done = await mem.index.embed_in_background()
+        await mem.close()
+        return done
+
+    assert asyncio.run(go()) == 5

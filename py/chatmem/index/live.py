@@ -44,6 +44,7 @@ The store stays the source of truth; the index is derived and rebuildable.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -213,7 +214,7 @@ class LiveIndex(CachedOpening):
         # collecting the garbage of both at once: 57-78 ms)
         await (await self.ready()).figures_read()
         load = getattr(emb, "load", None)
-        if load is not None:
+        if inspect.iscoroutinefunction(load):  # LocalEmbedder's (StaticEmbedder.load reads a file)
             await load()
         count = unsaved = 0
         while True:
