@@ -835,7 +835,7 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
         assert statements == [] and any(first), statements
         assert first == await _ranked_without_kept_docs(index, queries)
 
-        fig.rare, fig.rare_sized = {}, False  # read again, with an append between two pages
+        fig.rare, fig.rare_sized = figures.RarePostings(), False  # read again, with an append between two pages
         assert await fig.read_rare_page(index.engine) and 0 < len(fig.rare) < 7
         await add("r1", 9)
         while await fig.read_rare_page(index.engine):

@@ -49,7 +49,9 @@ class WordPiece:
         self.vocab = list(vocab)
         self.ids = ids if ids is not None else {t: i for i, t in enumerate(self.vocab)}
         self.unk_id = self.ids[unk]
-        self._cache: dict[str, list[int]] = {}
+        #: word -> its ids, as tuples of ints: the collector stops tracking those (a list a
+        #: word, 30,000 of them, was scanned by each of its collections)
+        self._cache: dict[str, tuple[int, ...]] = {}
 
     def normalize(self, text: str) -> str:
         """Clean, split CJK, strip accents, lower-case (``BertNormalizer``)."""
@@ -91,12 +93,13 @@ class WordPiece:
                 out.append("".join(cur))
         return out
 
-    def word_ids(self, word: str) -> list[int]:
+    def word_ids(self, word: str) -> tuple[int, ...]:
         """The sub-word ids of one pre-tokenised word (memoised)."""
         hit = self._cache.get(word)
         if hit is not None:
             return hit
         ids = self.ids
+        res: list[int]
         if len(word) > _MAX_CHARS:
             res = [self.unk_id]
         else:
@@ -116,9 +119,10 @@ class WordPiece:
                     break
                 res.append(found)
                 start = end
+        ids_of = tuple(res)
         if len(self._cache) < 200_000:
-            self._cache[word] = res
-        return res
+            self._cache[word] = ids_of
+        return ids_of
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text`` without ``[CLS]``/``[SEP]``."""
