@@ -380,3 +380,31 @@ def test_background_embedding_with_an_embedder_whose_load_is_not_a_coroutine(tmp
         return done
 
     assert asyncio.run(go()) == 5
+
+
+def test_background_embedding_saves_soon_at_the_end_also_after_a_whole_last_chunk(tmp_path):
+    """A run whose last chunk is whole asks for that chunk's (possibly delayed) save, then
+    at the end for a soon one: what it embedded reaches the cache file soon."""
+    from chatmem import Memory
+    from chatmem.stores.sqlite import SQLiteStore
+
+    async def go():
+        async def engine():
+            return DuckDBEngine()
+
+        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=HashingEmbedder(16))
+        s = await mem.sessions.create(title="t")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i}"} for i in range(16)])
+        await mem.index.ready()
+        asked: list[tuple[int, bool]] = []
+
+        def schedule(*, soon: bool = False) -> None:
+            asked.append((mem.index.embed_progress[0], soon))
+
+        mem.index._schedule_save = schedule
+        done = await mem.index.embed_in_background(batch_size=4, chunk=8)
+        await mem.close()
+        return done, asked
+
+    done, asked = asyncio.run(go())
+    assert done == 16 and asked == [(8, False), (16, False), (16, True)]

@@ -223,8 +223,10 @@ class LiveIndex(CachedOpening):
                                           limit=max(chunk, batch_size))
             count += n
             unsaved += n
-            if unsaved and (unsaved >= chunk or not n) and self.role != "guest":
-                self._schedule_save(soon=not n)  # a guest's batches are the owner's to save
+            # a guest's batches are the owner's to save; the end of a run saves soon even
+            # when its last chunk's save was asked for (that one may wait, SAVE_SHARE)
+            if self.role != "guest" and (unsaved >= chunk or (not n and count)):
+                self._schedule_save(soon=not n)
                 unsaved = 0
             if not n:
                 return count
