@@ -66,7 +66,6 @@ def test_readme_shows_the_recipes_as_tested() -> None:
         assert f.read_text(encoding="utf-8") in blocks, f"{f.name} is not shown in the README"
 
 
-
 def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_site: str) -> None:
     """A wheel whose SHA-256 is not the one build-info.json names is refused, and the error
     reaches the page: nothing is installed."""

@@ -262,24 +262,31 @@ def test_hybrid_filters_hold_without_a_join():
     asyncio.run(go())
 
 
+async def _filled(path, embedder, texts: list[str]):
+    """A ``Memory`` (SQLite store at ``path``, in-memory DuckDB index) whose one session
+    holds ``texts`` as user messages; returns it and the session id."""
+    from chatmem import Memory
+    from chatmem.stores.sqlite import SQLiteStore
+
+    async def engine():
+        return DuckDBEngine()
+
+    mem = Memory(SQLiteStore(str(path)), engine_factory=engine, embedder=embedder)
+    s = await mem.sessions.create(title="t")
+    await mem.messages.append_many(s.session_id, [{"role": "user", "content": t} for t in texts])
+    return mem, s.session_id
+
+
 def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(monkeypatch, tmp_path):
     """``embed_in_background`` finds ``chunk`` missing messages at a time, reads their text
     ``missing.READ`` at a time (one answer each), embeds every one, and asks for a save of
     the index cache after each ``chunk`` and once at the end."""
-    from chatmem import Memory
     from chatmem.index import missing as missing_mod
-    from chatmem.stores.sqlite import SQLiteStore
 
     monkeypatch.setattr(missing_mod, "READ", 3)
 
     async def go():
-        async def engine():
-            return DuckDBEngine()
-
-        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=HashingEmbedder(32))
-        s = await mem.sessions.create(title="t")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i} about the garden"}
-                                                      for i in range(23)])
+        mem, _ = await _filled(tmp_path / "m.db", HashingEmbedder(32), [f"note {i} about the garden" for i in range(23)])
         index = await mem.index.ready()
         reads, saves = [], []
         missing = index.embed_missing
@@ -319,9 +326,6 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
     """``embed_in_background`` lets the background read a search started (the vocabulary,
     the docs, the rarest postings) finish, then loads the model, then embeds: in the page
     the reads and the model's download side by side made tasks over 50 ms."""
-    from chatmem import Memory
-    from chatmem.stores.sqlite import SQLiteStore
-
     events: list[tuple[str, bool]] = []
 
     class Loading(HashingEmbedder):
@@ -334,14 +338,7 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
 
     async def go():
         nonlocal reading
-
-        async def engine():
-            return DuckDBEngine()
-
-        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=Loading(16))
-        s = await mem.sessions.create(title="t")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i} about the garden"}
-                                                      for i in range(30)])
+        mem, _ = await _filled(tmp_path / "m.db", Loading(16), [f"note {i} about the garden" for i in range(30)])
         assert await mem.search("garden", limit=3)
         index = await mem.index.ready()
         reading = index._vocabulary
@@ -360,21 +357,13 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
 def test_background_embedding_with_an_embedder_whose_load_is_not_a_coroutine(tmp_path):
     """``StaticEmbedder`` (usable as an embedder) has a class method ``load`` that reads a
     model file: ``embed_in_background`` calls only an ``async load()``."""
-    from chatmem import Memory
-    from chatmem.stores.sqlite import SQLiteStore
-
     class FileLoad(HashingEmbedder):
         @classmethod
         def load(cls, path=None):
             raise AssertionError("a synchronous load is not the embedder's warm-up")
 
     async def go():
-        async def engine():
-            return DuckDBEngine()
-
-        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=FileLoad(16))
-        s = await mem.sessions.create(title="t")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i}"} for i in range(5)])
+        mem, _ = await _filled(tmp_path / "m.db", FileLoad(16), [f"note {i}" for i in range(5)])
         done = await mem.index.embed_in_background()
         await mem.close()
         return done
@@ -385,16 +374,8 @@ def test_background_embedding_with_an_embedder_whose_load_is_not_a_coroutine(tmp
 def test_background_embedding_saves_soon_at_the_end_also_after_a_whole_last_chunk(tmp_path):
     """A run whose last chunk is whole asks for that chunk's (possibly delayed) save, then
     at the end for a soon one: what it embedded reaches the cache file soon."""
-    from chatmem import Memory
-    from chatmem.stores.sqlite import SQLiteStore
-
     async def go():
-        async def engine():
-            return DuckDBEngine()
-
-        mem = Memory(SQLiteStore(str(tmp_path / "m.db")), engine_factory=engine, embedder=HashingEmbedder(16))
-        s = await mem.sessions.create(title="t")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"note {i}"} for i in range(16)])
+        mem, _ = await _filled(tmp_path / "m.db", HashingEmbedder(16), [f"note {i}" for i in range(16)])
         await mem.index.ready()
         asked: list[tuple[int, bool]] = []
 

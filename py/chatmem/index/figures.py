@@ -81,7 +81,6 @@ _RARE_PAGE_SQL = (
 _RARE_NAMES_SQL = "SELECT term, tid, df FROM terms WHERE tid IN ({tids})"
 
 
-
 class KeywordFigures:
     """BM25's ``(n, total)`` and the ``(tid, df)`` of known terms, exact as of the
     last write through ``load_messages`` / ``drop_sessions``."""
