@@ -7,11 +7,15 @@
 //   window.chatmem.appReady       Promise, resolves when the interface is usable (false on a
 //                                 page without the app's #app element: no interface started)
 //   window.chatmem.timings        {step: ms since navigation start}
+//   window.chatmem.bridge         the JS bridge module (set before `ready` resolves)
 // The UI itself is Python; this file is glue: loading, progress, service worker.
-import * as bridge from "./bridge.js";
-import { freezeHeap, loadChatmem } from "./load.js";
+// It has no static imports: a module runs only once its whole import graph is
+// fetched and evaluated (the bridge is 14 modules), so Pyodide's own fetch and
+// compile, the longest part of the boot, would start that much later.
 
 const here = (path) => new URL(path, import.meta.url).href;
+const loader = import("./load.js");
+loader.catch(() => {});  // awaited in boot
 const progress = [];
 const timings = {};
 const STEPS = ["pyodide", "wheels", "store", "ui", "index"];
@@ -78,6 +82,8 @@ async function boot() {
   const pyodide = import(here("../pyodide/pyodide.mjs"))
     .then(({ loadPyodide }) => loadPyodide({ indexURL: here("../pyodide/") }))
     .then((py) => { step("pyodide", "done"); report("Installing chatmem…"); return py; });
+  const { bridge, loadChatmem } = await loader;
+  window.chatmem.bridge = bridge;
   await loadChatmem(pyodide, { base: here("../") });  // the same call as in the README
   const py = await pyodide;
   const runCode = py.pyimport("chatmem.runtime.page").run_code;
@@ -96,7 +102,7 @@ async function startApp() {
   const params = new URLSearchParams(location.search);
   // the Python side marks the store / index / ui steps as it goes
   await app.start(params.get("db") || "chatmem");
-  freezeHeap(window.chatmem.pyodide);  // the interface's objects too (see load.js)
+  (await loader).freezeHeap(window.chatmem.pyodide);  // the interface's objects too (see load.js)
   timings.interactive = Math.round(performance.now());
   document.getElementById("boot")?.setAttribute("hidden", "");
   document.getElementById("app")?.removeAttribute("hidden");
@@ -128,7 +134,7 @@ window.chatmem = {
   progress,
   timings,
   step,
-  bridge,
+  bridge: null,
   runPython: async (code) => {
     await window.chatmem.ready;
     return window.chatmem.runPython(code);
