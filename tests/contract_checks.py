@@ -146,6 +146,22 @@ async def check_append_and_read(make: Make) -> None:
 
 
 @check
+async def check_many_sessions_messages_in_one_read(make: Make) -> None:
+    """list_sessions_messages: each session's messages by seq, the sessions in the order
+    asked (an unknown or empty one adds nothing), the same records as list_messages."""
+    async with await make() as mem:
+        a, b, empty = [await mem.sessions.create() for _ in range(3)]
+        await mem.messages.append_many(a.session_id, [{"role": "user", "content": f"a{i}"} for i in range(5)])
+        await mem.messages.append_many(b.session_id, [{"role": "user", "content": f"b{i}"} for i in range(3)])
+        await mem.messages.append(a.session_id, "assistant", "a5")
+        got = await mem.store.list_sessions_messages([b.session_id, "nope", empty.session_id, a.session_id])
+        assert [m["content"] for m in got] == ["b0", "b1", "b2"] + [f"a{i}" for i in range(6)]
+        assert got == (await mem.store.list_messages(b.session_id, 0, None, False)
+                       + await mem.store.list_messages(a.session_id, 0, None, False))
+        assert await mem.store.list_sessions_messages([]) == []
+
+
+@check
 async def check_rich_fields_roundtrip(make: Make) -> None:
     """Content parts, slices, tool results, categorization and tool calls come back intact."""
     async with await make() as mem:

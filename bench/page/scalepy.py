@@ -84,11 +84,12 @@ async def chatgpt_import(db: str, n: int, timeout_s: float = 600) -> dict[str, A
             await asyncio.sleep(0.05)
     t2 = now()
     imported = report.messages_imported
+    phases = dict(getattr(mem.index, "open_ms", {}))  # where the first search's time went
     await mem.close()
     await _browser.drop_database(db)
     await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
     return {"import_ms": t1 - t0, "search_ms": t2 - t1, "total_ms": t2 - t0, "found": bool(hits),
-            "tries": tries, "messages": imported, "bytes": len(text.encode())}
+            "tries": tries, "messages": imported, "bytes": len(text.encode()), "phases_ms": phases}
 
 
 # ---------------------------------------------------------------- the 1,000,000-message run

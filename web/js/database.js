@@ -179,6 +179,14 @@ class Database {
     return await Promise.all(messageIds.map((id) => store.get(id).then((r) => r ?? null)));
   }
 
+  /** Every message of each session, the sessions in the given order, each by seq: one
+   *  transaction (a derivation reads the store this way, many small sessions a call). */
+  async listSessionsMessages({ sessionIds }) {
+    const index = this.tx(["messages"]).objectStore("messages").index("sessionSeq");
+    const pages = await Promise.all(sessionIds.map((sid) => index.getAll(sessionRange(sid))));
+    return pages.flat();
+  }
+
   async listMessages({ sessionId, offset, limit, newestFirst }) {
     const tx = this.tx(["sessions", "messages"]);
     const index = tx.objectStore("messages").index("sessionSeq");

@@ -56,7 +56,8 @@ from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
-from .opening import PAGE, CachedOpening
+from .opening import CachedOpening
+from .reading import PAGE
 from .retrieve import RetrievalConfig, retrieve
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
@@ -319,6 +320,7 @@ class LiveIndex(CachedOpening):
                 if self._cache is not None:
                     await self._to_memory(copy=False)  # rebuilt in memory, then saved
                 await index.rebuild(metas, self._messages(metas))
+                self._lap_rebuild(index, "catchup: rebuild")
             self._dirty = True
         while self._pending or self._stale:
             self._dirty = True

@@ -22,6 +22,7 @@ from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import QueryIndex
+from .reading import each_message
 from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, session_row
 from .tokenize import preload as preload_stemmers
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["IN_MEMORY_MAX", "CachedOpening", "REBUILD_SHARE", "SAVE_SHARE"]
 
-PAGE = 1000
 #: a store of more messages than this has its index derived and kept in the cache file,
 #: never copied into memory (1,000,000 messages' index did not fit the page's 4 GB there)
 IN_MEMORY_MAX = 300_000
@@ -76,23 +76,21 @@ class CachedOpening:
     save_delay: float
     move_delay: float
 
-    async def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-        store = self._core.store
-        for meta in metas:
-            offset = 0
-            while True:
-                page = await store.list_messages(meta["sessionId"], offset, PAGE, False)
-                for rec in page:
-                    yield rec
-                if len(page) < PAGE:
-                    break
-                offset += len(page)
+    def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """Every message of the sessions ``metas``, in their order (``reading.each_message``)."""
+        return each_message(self._core.store, metas)
 
     def _lap(self, phase: str) -> None:
         """Record the milliseconds since the previous lap under ``phase`` (``open_ms``)."""
         t = time.perf_counter()
         self.open_ms[phase] = round(self.open_ms.get(phase, 0.0) + (t - self._t) * 1000, 1)
         self._t = t
+
+    def _lap_rebuild(self, index: QueryIndex, phase: str) -> None:
+        """``_lap`` for a rebuild just done, and its parts (``rebuild_ms``) under ``phase: part``."""
+        self._lap(phase)
+        for part, ms in index.rebuild_ms.items():
+            self.open_ms[f"{phase}: {part}"] = ms
 
     async def _hydrate(self, force: bool = False) -> QueryIndex:
         self.open_ms, self._t = {}, time.perf_counter()
@@ -286,9 +284,7 @@ class CachedOpening:
         self._lap("derive: store sessions")
         await index.rebuild(metas, self._messages(metas))
         await index.set_meta("complete", "1")
-        self._lap("derive: rebuild")
-        for phase, ms in index.rebuild_ms.items():  # its parts
-            self.open_ms[f"derive: rebuild: {phase}"] = ms
+        self._lap_rebuild(index, "derive: rebuild")
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
 

@@ -162,6 +162,12 @@ class Store(Protocol):
         """Messages of a session by ``seq`` (descending if ``newest_first``), paged."""
         ...
 
+    async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        """Every message of each session (the sessions in the given order, each by
+        ``seq``; an unknown id has none), in one read: how a derivation of the query
+        index reads many small sessions at once."""
+        ...
+
     async def count_messages(self, session_id: str) -> int: ...
 
     async def apply_changes(

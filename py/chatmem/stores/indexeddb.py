@@ -135,6 +135,9 @@ class IndexedDBStore:
             "listMessages", sessionId=session_id, offset=offset, limit=limit, newestFirst=newest_first
         )
 
+    async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        return await self._db.call("listSessionsMessages", sessionIds=session_ids)  # type: ignore[no-any-return]
+
     async def count_messages(self, session_id: str) -> int:
         return int(await self._db.call("countMessages", sessionId=session_id))
 

@@ -188,6 +188,9 @@ class MemoryStore:
             page = msgs[offset:] if limit is None else msgs[offset:offset + limit]
         return clone(page)
 
+    async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        return clone([m for sid in session_ids for m in self._by_session.get(sid, [])])
+
     async def count_messages(self, session_id: str) -> int:
         return len(self._by_session.get(session_id, []))
 

@@ -325,6 +325,16 @@ class SQLiteStore:
         )
         return [json.loads(r[0]) for r in rows]
 
+    async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        def read(db: sqlite3.Connection) -> list[str]:
+            out: list[str] = []
+            for sid in session_ids:
+                out.extend(r[0] for r in db.execute(
+                    "SELECT record FROM messages WHERE session_id = ? ORDER BY seq", (sid,)))
+            return out
+
+        return [json.loads(r) for r in await self._run(read)]
+
     async def count_messages(self, session_id: str) -> int:
         row = await self._run(
             lambda db: db.execute(
