@@ -134,7 +134,10 @@ def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", 
                 for k, item in v.items():
                     if type(k) is not str and not isinstance(k, str):
                         raise ValidationError(f"{_where(_path(path, loc))}object keys must be strings", field=fname)
-                    if k.isascii():
+                    ks = _KEY_BYTES.get(k)
+                    if ks is not None:
+                        size += ks
+                    elif k.isascii():
                         size += len(k) + k.count('"') + k.count("\\") + 4
                     else:
                         size += _text_bytes(k, path, loc, fname) + 4
@@ -143,11 +146,16 @@ def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", 
                         size += len(item) + item.count('"') + item.count("\\") + 2
                     elif item is None or ti is bool:
                         size += 5
+                    elif ti is int and INT64_MIN <= item <= INT64_MAX:
+                        size += 20
                     else:  # a record's own fields name themselves
                         push((item, depth + 1, (loc, k), k if top else fname))
             else:
                 for i, item in enumerate(v):
-                    push((item, depth + 1, (loc, i), fname))
+                    if type(item) is str and item.isascii():
+                        size += len(item) + item.count('"') + item.count("\\") + 2
+                    else:
+                        push((item, depth + 1, (loc, i), fname))
                 size += len(v)
             size += 2
         elif isinstance(v, str):
@@ -241,6 +249,11 @@ _SESSION_TYPES: dict[str, tuple[str, bool]] = {  # key -> (kind, may be null)
 }
 SESSION_RECORD_FIELDS: frozenset[str] = frozenset(_SESSION_TYPES)
 _SESSION_REQUIRED = ("sessionId", "createdAt", "updatedAt")
+
+#: the JSON size (quotes, colon, comma) of the keys every record has, counted once here
+_KEY_BYTES: dict[str, int] = {
+    k: len(k) + 4 for k in (*MESSAGE_RECORD_FIELDS, *SESSION_RECORD_FIELDS, "nextSeq", "source", "sourceId", "type",
+                            "text")}
 
 
 def _is_int(v: Any) -> bool:

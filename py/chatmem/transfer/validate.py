@@ -120,13 +120,14 @@ def check_message_record(
     prev_seq: int,
     si: int | None = None,
     mi: int | None = None,
+    json_checked: bool = False,
 ) -> dict[str, Any]:
     """Validate one message record of session ``session_id``; return it with every key.
 
     A missing ``sessionId`` is taken from the session, a missing ``seq`` is
     ``prev_seq + 1``, a missing ``tokenCount`` is estimated from the text.
     ``seq`` must grow strictly within a session (gaps are kept: a store never
-    reuses a ``seq``).
+    reuses a ``seq``). ``json_checked``: ``check_value`` has passed the record already.
     """
     if not isinstance(rec, Mapping):
         raise _err(path, f"must be an object, got {describe(rec)}", si=si, mi=mi)
@@ -149,7 +150,7 @@ def check_message_record(
                    field="seq", si=si, mi=mi)
     fields = {f: rec.get(k) for k, f in _RECORD_TO_FIELD.items()}
     try:
-        validate_message_fields(rec["role"], rec["content"], fields)
+        validate_message_fields(rec["role"], rec["content"], fields, json_checked=json_checked)
     except ValidationError as e:
         fname = e.field or "content"
         key = _FIELD_TO_RECORD.get(fname, fname)
@@ -213,7 +214,7 @@ def validate_normalized(sessions: Any, *, path: str = "sessions", limits: Limits
                 raise ImportLimitExceeded(f"the import is larger than {limits.max_import_bytes} bytes",
                                           limit="max_import_bytes", maximum=limits.max_import_bytes,
                                           path=mpath, session_index=si, message_index=mi)
-            m = check_message_record(rec, path=mpath, session_id=sid, prev_seq=prev, si=si, mi=mi)
+            m = check_message_record(rec, path=mpath, session_id=sid, prev_seq=prev, si=si, mi=mi, json_checked=True)
             if m["id"] in seen_messages:
                 raise _err(f"{mpath}.id", f"duplicate message id {m['id']!r} "
                            f"(also {seen_messages[m['id']]})", field="id", si=si, mi=mi)

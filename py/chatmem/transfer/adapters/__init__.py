@@ -80,7 +80,6 @@ def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = N
     normalized: NormalizedImport = module.to_normalized(data, ids=ids)
     # what an adapter made must pass the same checks as a chatmem export
     return validate_normalized(normalized, limits=limits)
-    return normalized
 
 
 def prepare_import(
