@@ -117,6 +117,10 @@ def context(browser: Any, requests_seen: Requests) -> Iterator[Any]:
     ctx.close()
 
 
+#: Chromium's message when a module's fetch failed at the network level
+TRANSIENT_FETCH = "Failed to fetch dynamically imported module"
+
+
 class Page:
     """A booted chatmem page: ``py(code)`` runs async Python in it."""
 
@@ -132,18 +136,35 @@ class Page:
         page.on("requestfailed", lambda r: self.log.append(f"failed: {r.url} {r.failure}"))
 
     def boot(self) -> Page:
-        self.page.goto(self.url)
-        return self._ready()
+        return self._load(lambda: self.page.goto(self.url))
 
     def reload(self) -> Page:
-        self.page.reload()
-        return self._ready()
+        return self._load(self.page.reload)
+
+    def _load(self, load: Any) -> Page:
+        """Load the page until ``ready``; once more if the browser failed to fetch one of the
+        page's own modules from the local server (a transient network failure of a loaded
+        machine, not a state of the page: the second load must succeed)."""
+        load()
+        try:
+            return self._ready()
+        except Exception as e:
+            if TRANSIENT_FETCH not in str(e):
+                raise
+            print(f"\n[retrying a page load after a transient fetch failure: {e}; the page said: "
+                  f"{self.log + self.errors}]", file=sys.stderr)
+            self.log.clear()
+            load()
+            return self._ready()
 
     def _ready(self) -> Page:
         state = self.page.evaluate("({chatmem: typeof window.chatmem, url: location.href, state: document.readyState})")
         if state["chatmem"] == "undefined":
             raise AssertionError(f"the boot module did not run: {state}; the page said: {self.log + self.errors}")
-        self.page.evaluate("window.chatmem.ready")
+        try:
+            self.page.evaluate("window.chatmem.ready")
+        except Exception as e:
+            raise type(e)(f"{e}; the page said: {self.log + self.errors}") from e
         return self
 
     def py(self, code: str, timeout: float = 120_000) -> Any:
