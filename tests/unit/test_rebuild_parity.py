@@ -68,11 +68,12 @@ def test_rebuild_derives_the_tables_appends_derive() -> None:
         by_session: dict[str, list[dict[str, Any]]] = {}
         for r in recs:
             by_session.setdefault(r["sessionId"], []).append(r)
-        for sid, msgs in by_session.items():
+        for k, (sid, msgs) in enumerate(by_session.items()):
             await appended.apply("session-created", sid, {"sessionId": sid, "title": sid, "createdAt": 0,
                                                           "updatedAt": 0, "messageCount": len(msgs)})
-            for i in range(0, len(msgs), 7):  # several appends per session
-                await appended.apply("messages-appended", sid, msgs[i : i + 7])
+            step = 7 if k % 4 == 0 else len(msgs)  # a quarter of them in several appends, each merged
+            for i in range(0, len(msgs), step):
+                await appended.apply("messages-appended", sid, msgs[i : i + step])
         rebuilt = QueryIndex(DuckDBEngine())
         await rebuilt.rebuild([{"sessionId": s, "title": s, "createdAt": 0, "updatedAt": 0,
                                 "messageCount": len(m)} for s, m in by_session.items()], iter(recs))
