@@ -71,7 +71,8 @@ def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
     ids = a.py(FILL.replace("NAME", repr(name)))
     first = a.page.evaluate(OPFS_SIZE, _file(name))
     for i, sid in enumerate(ids):
-        a.reload()
+        if i == len(ids) - 1:
+            a.reload()  # the last one in a new page too (the others: a new opening in this page)
         got = a.py(CATCH_UP.replace("NAME", repr(name)).replace("SID", repr(sid)).replace("WORD", repr(["kiwi", "mango", "papaya"][i])))
         assert got["open"]["mode"] == "cached" and got["open"]["refreshed"] == 1 and got["hits"] == 1, (i, got)
         size = a.page.evaluate(OPFS_SIZE, _file(name))
