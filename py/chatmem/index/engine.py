@@ -86,7 +86,8 @@ class SQLEngine(Protocol):
     async def close(self) -> None: ...
 
 
-_SMALL_BATCH = 200  # rows up to which one multi-row INSERT ... VALUES beats a CSV file
+_SMALL_BATCH = 4  # rows up to which one multi-row INSERT ... VALUES beats a CSV file (the duckdb
+# package binds a parameter in ~0.1 ms: 100 message rows 118 ms as VALUES, 10 ms through a CSV file)
 _LIST_START, _LIST_SEP = "\x1e", "\x1f"
 
 
