@@ -559,6 +559,28 @@ async def check_bad_imports_write_nothing(make: Make) -> None:
 
 
 @check
+async def check_an_import_reusing_a_stored_message_id_writes_nothing(make: Make) -> None:
+    """A restored backup whose message id is already stored in another session: DuplicateId
+    from the store's one transaction, and none of the import written (nor queued)."""
+    async with await make() as mem:
+        await mem.store.outbox_activate(0)
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "user", "kept", id="fixed-1")
+        before = await mem.export()
+        msgs = [{"id": f"new-{i}", "sessionId": "S2", "seq": i, "role": "user", "content": f"x{i}",
+                 "createdAt": 1} for i in range(300)]
+        msgs[250]["id"] = "fixed-1"
+        data = {"version": "1.0.0", "exportedAt": 1, "sessions": [
+            {"meta": dict(before["sessions"][0]["meta"], sessionId="S1b"), "messages": []},
+            {"meta": dict(before["sessions"][0]["meta"], sessionId="S2"), "messages": msgs}]}
+        await raises(errors.DuplicateId, mem.import_sessions(data, preserve_ids=True))
+        assert [m.session_id for m in await mem.sessions.list(limit=None)] == [s.session_id]
+        assert await mem.store.get_message("new-0") is None
+        assert (await mem.export())["sessions"] == before["sessions"]
+        assert (await mem.store.outbox_counts())[0] == 2
+
+
+@check
 async def check_export_iter_streams_the_same_text(make: Make) -> None:
     """export_iter() chunks join to the canonical JSON of export() (same exportedAt)."""
     from chatmem.transfer import canonical_dumps

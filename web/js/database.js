@@ -7,12 +7,12 @@
 // - Arguments and results cross as JSON text, in the envelope of envelope.js.
 // - Writes post a notice on a BroadcastChannel so other tabs drop stale caches.
 
-import { openDB, deleteDB } from "idb";
+import { openDB, deleteDB, unwrap } from "idb";
 
 import { applyChanges } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
-import { BatchAppend, KnownSessions, appendMessages, duplicateId, enqueue, missing, nextSeqAfter, settle } from "./writes.js";
+import { BatchAppend, KnownSessions, appendMessages, duplicateId, enqueue, firstError, missing, nextSeqAfter, settle } from "./writes.js";
 
 const BLOCKED_TIMEOUT_MS = 5000;
 class Database {
@@ -149,23 +149,29 @@ class Database {
     const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite", "strict");
     const sessions = tx.objectStore("sessions");
     const messages = tx.objectStore("messages");
+    // bare requests, as a batch append's (their first error is kept by `failed`)
+    const failed = firstError(tx);
+    const adds = unwrap(messages);
     const ps = [];
-    const all = [];
-    for (const [record, msgs] of items) {
-      this.known.delete(record.sessionId);
-      if (replace) {
-        const keys = await messages.index("sessionSeq").getAllKeys(sessionRange(record.sessionId));
-        for (const k of keys) ps.push(messages.delete(k));
-        ps.push(sessions.delete(record.sessionId));
+    try {
+      for (const [record, msgs] of items) {
+        this.known.delete(record.sessionId);
+        if (replace) {
+          const keys = await messages.index("sessionSeq").getAllKeys(sessionRange(record.sessionId));
+          for (const k of keys) ps.push(messages.delete(k));
+          ps.push(sessions.delete(record.sessionId));
+        }
+        ps.push(sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length }));
+        for (const m of msgs) adds.add(m);
       }
-      ps.push(sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length }));
-      for (const m of msgs) {
-        ps.push(messages.add(m));
-        all.push(m);
-      }
+      ps.push(...enqueue(this, tx, ops), tx.done);
+      await settle(ps);
+    } catch (e) {
+      // nothing is written: a failed add aborted the transaction already; anything else aborts it here
+      try { tx.abort(); } catch { /* already aborted */ }
+      for (const p of [...ps, tx.done]) p.catch(() => {});
+      duplicateId(failed.error ?? e);
     }
-    ps.push(...enqueue(this, tx, ops), tx.done);
-    await settle(ps).catch(duplicateId);
     this.notify("session", items.map(([r]) => r.sessionId));
     return null;
   }

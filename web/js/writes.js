@@ -157,7 +157,7 @@ class Over {
 /** The first request error of `tx`. A message add is a bare request (no promise of its own,
  *  thousands in a batch): its error reaches the transaction, whose `done` then rejects with
  *  an AbortError; this keeps the add's own error (a ConstraintError: the id exists). */
-function firstError(tx) {
+export function firstError(tx) {
   const box = { error: null };
   // capturing: before `done`'s own listener rejects (and its rejection is handled)
   unwrap(tx).addEventListener("error", (ev) => { box.error ??= ev.target?.error ?? null; }, true);
