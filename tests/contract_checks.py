@@ -9,6 +9,7 @@ Plain async functions (no pytest import) so the same file runs on CPython
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Awaitable, Callable
 
 import chatmem
@@ -578,6 +579,47 @@ async def check_an_import_reusing_a_stored_message_id_writes_nothing(make: Make)
         assert await mem.store.get_message("new-0") is None
         assert (await mem.export())["sessions"] == before["sessions"]
         assert (await mem.store.outbox_counts())[0] == 2
+
+
+def _chatgpt(convs: int, per: int) -> list[dict[str, Any]]:
+    """A ChatGPT export of ``convs`` linear conversations of ``per`` messages."""
+    out = []
+    for c in range(convs):
+        mapping: dict[str, Any] = {f"c{c}-r": {"id": f"c{c}-r", "message": None, "parent": None,
+                                               "children": [f"c{c}-0"]}}
+        for i in range(per):
+            mapping[f"c{c}-{i}"] = {
+                "id": f"c{c}-{i}", "parent": f"c{c}-{i - 1}" if i else f"c{c}-r",
+                "children": [f"c{c}-{i + 1}"] if i + 1 < per else [],
+                "message": {"id": f"c{c}-{i}", "author": {"role": ("user", "assistant")[i % 2]},
+                            "create_time": 1_700_000_000 + i, "content": {"content_type": "text",
+                                                                          "parts": [f"conv {c} turn {i}"]}}}
+        out.append({"title": f"c{c}", "create_time": 1_700_000_000, "update_time": 1_700_000_100,
+                    "mapping": mapping, "current_node": f"c{c}-{per - 1}"})
+    return out
+
+
+@check
+async def check_a_bad_conversation_late_in_a_big_import_writes_nothing(make: Make) -> None:
+    """A ChatGPT export of several thousand messages whose last conversation holds a bad role:
+    the error names it, and nothing is written or queued (the page writes such an import in
+    chunks while it checks the rest); the same export without it imports whole."""
+    async with await make() as mem:
+        await mem.store.outbox_activate(0)
+        s = await mem.sessions.create()
+        data = _chatgpt(26, 200)
+        data[-1]["mapping"]["c25-150"]["message"]["author"]["role"] = "robot"
+        e = await raises(errors.ImportFormatError, mem.import_sessions(json.dumps(data)))
+        assert "conversations[25]" in str(e) and "c25-150" in str(e), str(e)
+        assert [m.session_id for m in await mem.sessions.list(limit=None)] == [s.session_id]
+        assert (await mem.store.outbox_counts())[0] == 1
+        report = await mem.import_sessions(data[:-1])
+        assert report.sessions_imported == 25 and report.messages_imported == 5000
+        assert len(await mem.sessions.list(limit=None)) == 26
+        last = await mem.messages.list(report.session_ids[-1], limit=None)
+        assert [m.content for m in last][-1] == "conv 24 turn 199" and len(last) == 200
+        assert (await mem.store.outbox_counts())[0] == 1 + 25 + 5000
+        assert [h.message.content for h in await mem.search('"conv 24 turn 199"', limit=1)] == ["conv 24 turn 199"]
 
 
 @check

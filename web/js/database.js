@@ -12,7 +12,7 @@ import { openDB, deleteDB, unwrap } from "idb";
 import { applyChanges } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
-import { BatchAppend, KnownSessions, appendMessages, duplicateId, enqueue, firstError, missing, nextSeqAfter, settle } from "./writes.js";
+import { BatchAppend, BatchImport, KnownSessions, appendMessages, duplicateId, enqueue, firstError, missing, nextSeqAfter, settle } from "./writes.js";
 
 const BLOCKED_TIMEOUT_MS = 5000;
 class Database {
@@ -120,6 +120,10 @@ class Database {
   /** A batch append fed in chunks (writes.js `BatchAppend`): called directly, not through `call`. */
   batchAppend(sessionId) {
     return new BatchAppend(this, sessionId);
+  }
+
+  batchImport() {
+    return new BatchImport(this);
   }
 
   async deleteMessages({ sessionId, messageIds, ops }) {
@@ -380,7 +384,7 @@ class Database {
 
 /** What Python may call: every method but the plumbing. */
 const DATABASE_METHODS = new Set(Object.getOwnPropertyNames(Database.prototype).filter(
-  (n) => !n.startsWith("_") && !["constructor", "call", "subscribe", "tx", "notify", "batchAppend"].includes(n)));
+  (n) => !n.startsWith("_") && !["constructor", "call", "subscribe", "tx", "notify", "batchAppend", "batchImport"].includes(n)));
 
 /** Open (creating or migrating) the database `name`. Resolves to a Database. */
 export async function open(name, durability = "relaxed") {

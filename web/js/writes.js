@@ -1,7 +1,7 @@
 // The pieces of chatmem's write transactions (database.js runs them): outbox
 // operations enqueued in the same transaction, failures turned into our error
 // names, and the append, which assigns `seq` inside its transaction (a batch
-// may be fed to its transaction in chunks: `BatchAppend`).
+// may be fed to its transaction in chunks: `BatchAppend`; an import too: `BatchImport`).
 
 import { unwrap } from "idb";
 
@@ -255,6 +255,79 @@ export class BatchAppend {
   /** `finish` for Python: JSON arguments {now, ops} in, the envelope out (never rejects). */
   finishEnvelope(argsJson, opsLater) {
     return reply(({ now, ops }) => this.finish(now, ops ?? opsLater), argsJson);
+  }
+}
+
+/** An import fed in chunks (`Database.batchImport`): its one readwrite transaction opens at
+ *  once (strict durability: a large, deliberate write) and each chunk's session and message
+ *  adds are issued as the chunk arrives, so IndexedDB writes one chunk while the caller checks
+ *  the next. The caller feeds every chunk and then calls `finish` in the same task, never
+ *  awaiting in between: all of it commits, or none (a failed add, e.g. an id already stored,
+ *  aborts the transaction; so does `abort`, and a batch left unfinished when the task ends). */
+export class BatchImport {
+  constructor(db) {
+    this.db = db;
+    this.sessionIds = [];
+    this.error = null;
+    this.done = false;
+    try {
+      this.tx = db.tx(WRITE_STORES, "readwrite", "strict");
+      this.failed = firstError(this.tx);
+      this.tx.done.catch(() => {});  // awaited by `finish`; an abort is answered there
+    } catch (e) {  // closed
+      this.tx = null;
+      this.error = e;
+    }
+    queueMicrotask(() => { if (!this.done) this.abort(); });
+  }
+
+  /** Add one chunk (JSON text of [session record, message records] pairs). Never throws:
+   *  a failure is `finish`'s answer. */
+  feed(json) {
+    if (this.error || this.done) return;
+    try {
+      const sessions = unwrap(this.tx.objectStore("sessions"));
+      const messages = unwrap(this.tx.objectStore("messages"));
+      for (const [record, msgs] of JSON.parse(json)) {
+        this.db.known.delete(record.sessionId);
+        this.sessionIds.push(record.sessionId);
+        sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length });
+        for (const m of msgs) messages.add(m);
+      }
+    } catch (e) {
+      this.error = e;
+      this.abort();
+    }
+  }
+
+  /** Nothing of this import is written. */
+  abort() {
+    this.done = true;
+    try {
+      this.tx?.abort();
+    } catch { /* already finished */ }
+  }
+
+  /** Commit, with the import's outbox `ops` (as `enqueue` takes them); resolves to null. */
+  async finish(ops) {
+    if (this.error || this.done) {
+      this.abort();
+      throw this.error ?? new BridgeError("AbortError", "the import was aborted");
+    }
+    this.done = true;
+    try {
+      await settle([...enqueue(this.db, this.tx, ops), this.tx.done]);
+    } catch (e) {
+      this.abort();
+      duplicateId(this.failed.error ?? e);
+    }
+    this.db.notify("session", this.sessionIds);
+    return null;
+  }
+
+  /** `finish` for Python: JSON arguments {ops} in, the envelope out (never rejects). */
+  finishEnvelope(argsJson, opsLater) {
+    return reply(({ ops }) => this.finish(ops ?? opsLater), argsJson);
   }
 }
 

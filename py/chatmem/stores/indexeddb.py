@@ -36,6 +36,10 @@ class BridgeHandle(Protocol):
         them, in one transaction; answers [first seq, session record]."""
         ...
 
+    async def import_batches(self, batches: Iterable[list[Any]], ops: Ops = None) -> None:
+        """``importSessions`` of new sessions fed chunk by chunk as ``batches`` builds them."""
+        ...
+
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None: ...
 
     async def close(self) -> None: ...
@@ -121,6 +125,15 @@ class IndexedDBStore:
         self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
     ) -> None:
         await self._db.call("importSessions", items=items, replace=replace, ops=ops)
+
+    async def import_batches(
+        self, batches: Iterable[list[tuple[dict[str, Any], list[dict[str, Any]]]]], ops: Ops = None
+    ) -> None:
+        """``import_sessions`` (``replace=False``) of the sessions ``batches`` yields chunk by
+        chunk (building a chunk may raise, e.g. a bad record: then nothing is written). Each
+        chunk is handed to the one transaction as soon as it is built, so IndexedDB writes it
+        while the next one is checked."""
+        await self._db.import_batches(batches, ops)
 
     async def get_message(self, message_id: str) -> dict[str, Any] | None:
         return await self._db.call("getMessage", messageId=message_id)  # type: ignore[no-any-return]

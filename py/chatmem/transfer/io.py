@@ -3,7 +3,10 @@
 
 An import is validated whole before anything is written, then written in one
 store transaction (IndexedDB: ``strict`` durability), with its sync operations
-in the same transaction. ``preserve_ids=True`` restores a backup: a session
+in the same transaction; where the store takes an import in chunks (IndexedDB,
+``import_batches``) and the sessions are new, each chunk is written in that one
+transaction while the next is checked, and a bad value aborts it: nothing is
+written either way. ``preserve_ids=True`` restores a backup: a session
 whose stored copy is identical is skipped, one that differs is replaced, so
 importing the same file twice changes nothing the second time.
 """
@@ -11,12 +14,12 @@ importing the same file twice changes nothing the second time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator
 
 from ..errors import SessionNotFound, ValidationError
-from .adapters import prepare_import
+from .adapters import iter_import, prepare_import
 from .export_format import aiter_export_json, build_export, message_record, session_record
-from .normalized import NormalizedImport
+from .normalized import NormalizedImport, NormalizedSession
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -100,22 +103,30 @@ class Transfer:
         self, data: Any, *, preserve_ids: bool = False, format: str | None = None
     ) -> ImportReport:
         """Import a chatmem, AIRI, ChatGPT or Claude export (dict, list, str or bytes JSON)."""
-        name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids,
-                                          limits=self._core.limits)
-        report = ImportReport(format=name)
+        batched = None if preserve_ids else getattr(self._core.store, "import_batches", None)
         todo: NormalizedImport = []
-        for rec, msgs in normalized:
-            same = await self._unchanged(rec, msgs) if preserve_ids else None
-            if same:
-                report.sessions_skipped += 1
-                continue
-            if same is False:
-                report.sessions_replaced += 1
-            todo.append((rec, msgs))
+        if batched is not None:  # fresh sessions, written while the rest is still being checked
+            name, sessions = iter_import(data, format=format, ids=self._core.ids, limits=self._core.limits)
+            report = ImportReport(format=name)
+            ops = await self._core.outbox.import_later(todo)  # reads ``todo`` once it is filled
+            await batched(_chunks(sessions, todo), ops=ops)
+        else:
+            name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids,
+                                              limits=self._core.limits)
+            report = ImportReport(format=name)
+            for rec, msgs in normalized:
+                same = await self._unchanged(rec, msgs) if preserve_ids else None
+                if same:
+                    report.sessions_skipped += 1
+                    continue
+                if same is False:
+                    report.sessions_replaced += 1
+                todo.append((rec, msgs))
+            if todo:
+                # built only if the store finds its outbox on (a profile that never synced skips them)
+                ops = await self._core.outbox.import_later(todo)
+                await self._core.store.import_sessions(todo, replace=preserve_ids, ops=ops)
         if todo:
-            # built only if the store finds its outbox on (a profile that never synced skips them)
-            ops = await self._core.outbox.import_later(todo)
-            await self._core.store.import_sessions(todo, replace=preserve_ids, ops=ops)
             for rec, msgs in todo:
                 self._core.invalidate(rec["sessionId"])
                 self._core.changed("session-created", rec["sessionId"], rec)
@@ -125,3 +136,22 @@ class Transfer:
         report.messages_imported = sum(len(m) for _, m in todo)
         report.session_ids = [r["sessionId"] for r, _ in todo]
         return report
+
+
+#: messages per chunk handed to a store's ``import_batches``
+IMPORT_CHUNK = 2000
+
+
+def _chunks(sessions: Iterator[NormalizedSession], into: NormalizedImport) -> Iterator[NormalizedImport]:
+    """``sessions`` in chunks of about ``IMPORT_CHUNK`` messages, each also kept in ``into``."""
+    chunk: NormalizedImport = []
+    size = 0
+    for session in sessions:
+        into.append(session)
+        chunk.append(session)
+        size += len(session[1]) + 1
+        if size >= IMPORT_CHUNK:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk

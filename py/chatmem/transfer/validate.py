@@ -9,20 +9,21 @@ a store.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError
 from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..stores.base import SESSION_PRIVATE_FIELDS
 from ..validation import DEFAULT_LIMITS, Limits, check_value
 from .export_format import EXPORT_VERSION
-from .normalized import NormalizedImport
+from .normalized import NormalizedImport, NormalizedSession
 from .source import describe, load_json
 
 __all__ = [
     "SUPPORTED_VERSIONS",
     "validate_export",
     "validate_normalized",
+    "iter_validated",
     "check_session_record",
     "check_message_record",
 ]
@@ -175,7 +176,14 @@ def validate_normalized(sessions: Any, *, path: str = "sessions", limits: Limits
     """
     if not isinstance(sessions, list):
         raise _err(path, f"must be an array, got {describe(sessions)}")
-    out: NormalizedImport = []
+    return list(iter_validated(sessions, path=path, limits=limits))
+
+
+def iter_validated(sessions: Iterable[Any], *, path: str = "sessions",
+                   limits: Limits = DEFAULT_LIMITS) -> Iterator[NormalizedSession]:
+    """``validate_normalized`` one session at a time, as ``sessions`` yields them: each is
+    checked (against the ones before it, for unique ids and the import's size) when asked
+    for, so a writer can store one while the next is checked (and abort on an error)."""
     seen_sessions: dict[str, int] = {}
     seen_messages: dict[str, str] = {}
     total = 0
@@ -222,8 +230,7 @@ def validate_normalized(sessions: Any, *, path: str = "sessions", limits: Limits
             prev = m["seq"]
             msgs.append(m)
         meta["messageCount"] = len(msgs)
-        out.append((meta, msgs))
-    return out
+        yield meta, msgs
 
 
 def validate_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:

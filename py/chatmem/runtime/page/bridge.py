@@ -133,6 +133,25 @@ class BridgeDB:
             if later is not None:
                 later.destroy()
 
+    async def import_batches(self, batches: Iterable[list[Any]], ops: Any = None) -> None:
+        """``importSessions`` (fresh sessions only) with its [session, messages] pairs fed chunk
+        by chunk (the bridge's ``BatchImport``), as ``append_batches`` feeds an append: an
+        error raised while building a chunk aborts the transaction (nothing written)."""
+        writer = self._handle.batchImport()
+        later = create_proxy(lambda: _dumps(ops())) if callable(ops) else None
+        try:
+            try:
+                for chunk in batches:
+                    writer.feed(_dumps(chunk))
+            except BaseException:
+                writer.abort()
+                raise
+            answer = writer.finishEnvelope(_dumps({"ops": None if later else ops}), later)
+            value_of(await answer, _store_error)
+        finally:
+            if later is not None:
+                later.destroy()
+
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(notice)`` when another tab writes to this database."""
         proxy = create_proxy(lambda raw: fn(json.loads(raw)))

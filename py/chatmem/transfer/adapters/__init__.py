@@ -3,24 +3,26 @@
 
 ``detect_format`` names the format of some input; ``convert`` turns it into a
 validated ``NormalizedImport``; ``prepare_import`` is the one call an importer
-needs (parse, detect, convert, and re-key unless ids are preserved). Pure:
-nothing here reads or writes a store.
+needs (parse, detect, convert, and re-key unless ids are preserved);
+``iter_import`` is the same with fresh ids, checked session by session as it is
+read (a format whose module has ``iter_normalized``: one conversation at a
+time). Pure: nothing here reads or writes a store.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 from ...errors import ImportFormatError
 from ...ids import IdGenerator
 from ...validation import DEFAULT_LIMITS, Limits
-from ..normalized import NormalizedImport, assign_new_ids
+from ..normalized import NormalizedImport, NormalizedSession, assign_new_ids
 from ..source import describe, load_json
-from ..validate import validate_export, validate_normalized
+from ..validate import iter_validated, validate_export, validate_normalized
 from . import airi, chatgpt, chatmem, claude
 
-__all__ = ["ADAPTERS", "FORMATS", "detect_format", "convert", "prepare_import"]
+__all__ = ["ADAPTERS", "FORMATS", "detect_format", "convert", "prepare_import", "iter_import"]
 
 #: detection order matters: the most specific shapes first
 ADAPTERS: dict[str, ModuleType] = {
@@ -102,3 +104,24 @@ def prepare_import(
     if name == chatmem.NAME and not preserve_ids:
         normalized = assign_new_ids(normalized, ids)
     return name, normalized
+
+
+def iter_import(
+    data: Any,
+    *,
+    format: str | None = None,
+    ids: IdGenerator | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[str, Iterator[NormalizedSession]]:
+    """``prepare_import`` with fresh ids, as ``(format name, checked sessions)``: a ChatGPT or
+    Claude export is converted and checked one conversation at a time as the iterator is
+    read, and raises ``ImportFormatError`` when it reaches the first bad value (a writer
+    aborts what it wrote); any other format is prepared whole before this returns."""
+    data = load_json(data, limits)
+    name = format or detect_format(data)
+    module = ADAPTERS.get(name)
+    stream = getattr(module, "iter_normalized", None)
+    if stream is None or module is None or not module.detect(data):
+        name, normalized = prepare_import(data, format=name, ids=ids, limits=limits)
+        return name, iter(normalized)
+    return name, iter_validated(stream(data, ids=ids), limits=limits)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ...errors import ImportFormatError
-from ..normalized import NormalizedImport, RecordBuilder
+from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ._tree import Line
 
-__all__ = ["seconds_to_ms", "iso_to_ms", "fail", "assemble_lines", "UNTITLED"]
+__all__ = ["seconds_to_ms", "iso_to_ms", "fail", "assemble_lines", "UNTITLED", "convert_conversations", "iter_conversations"]
 
 UNTITLED = "Untitled"
 _MS = timedelta(milliseconds=1)
@@ -109,13 +109,21 @@ def convert_conversations(
     builder: RecordBuilder,
 ) -> NormalizedImport:
     """Every conversation of a foreign export (an array, or one conversation object)."""
+    return list(iter_conversations(data, source, convert_one, builder))
+
+
+def iter_conversations(
+    data: Any,
+    source: str,
+    convert_one: Callable[[Any, str, RecordBuilder], NormalizedImport],
+    builder: RecordBuilder,
+) -> Iterator[NormalizedSession]:
+    """``convert_conversations`` one conversation at a time, as the iterator is read."""
     convs = as_conversations(data)
     if convs is None:
         from ..source import describe
 
         raise fail("$", f"a {source} export must be an array of conversations or one conversation, "
                    f"got {describe(data)}")
-    out: NormalizedImport = []
     for i, conv in enumerate(convs):
-        out.extend(convert_one(conv, f"conversations[{i}]", builder))
-    return out
+        yield from convert_one(conv, f"conversations[{i}]", builder)

@@ -21,16 +21,24 @@ are kept in ``metadata`` (``{"source": "chatgpt", "sourceId": ...}``).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ...ids import IdGenerator
 from ...models import ROLES, extract_text
-from ..normalized import NormalizedImport, RecordBuilder
+from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ..source import describe
-from ._common import UNTITLED, as_conversations, assemble_lines, convert_conversations, fail, seconds_to_ms
+from ._common import (
+    UNTITLED,
+    as_conversations,
+    assemble_lines,
+    convert_conversations,
+    fail,
+    iter_conversations,
+    seconds_to_ms,
+)
 from ._tree import split_lines
 
-__all__ = ["NAME", "detect", "to_normalized"]
+__all__ = ["NAME", "detect", "iter_normalized", "to_normalized"]
 
 NAME = "chatgpt"
 PROVIDER = "openai"
@@ -273,3 +281,8 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImport:
     """Sessions (and forks for branches) from a ChatGPT export: an array or one conversation."""
     return convert_conversations(data, "ChatGPT", _conversation, RecordBuilder(ids))
+
+
+def iter_normalized(data: Any, *, ids: IdGenerator | None = None) -> Iterator[NormalizedSession]:
+    """``to_normalized`` one conversation at a time, as the iterator is read."""
+    return iter_conversations(data, "ChatGPT", _conversation, RecordBuilder(ids))

@@ -16,15 +16,23 @@ taken in ``index`` / file order. Provider ``anthropic``; the conversation's
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ...ids import IdGenerator
-from ..normalized import NormalizedImport, RecordBuilder
+from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ..source import describe
-from ._common import UNTITLED, as_conversations, assemble_lines, convert_conversations, fail, iso_to_ms
+from ._common import (
+    UNTITLED,
+    as_conversations,
+    assemble_lines,
+    convert_conversations,
+    fail,
+    iso_to_ms,
+    iter_conversations,
+)
 from ._tree import Line, split_lines
 
-__all__ = ["NAME", "detect", "to_normalized"]
+__all__ = ["NAME", "detect", "iter_normalized", "to_normalized"]
 
 NAME = "claude"
 PROVIDER = "anthropic"
@@ -200,3 +208,8 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImport:
     """Sessions from a Claude export: an array of conversations or one conversation."""
     return convert_conversations(data, "Claude", _conversation, RecordBuilder(ids))
+
+
+def iter_normalized(data: Any, *, ids: IdGenerator | None = None) -> Iterator[NormalizedSession]:
+    """``to_normalized`` one conversation at a time, as the iterator is read."""
+    return iter_conversations(data, "Claude", _conversation, RecordBuilder(ids))
