@@ -276,7 +276,8 @@ class Memory:
     async def import_sessions(
         self, data: Any, *, preserve_ids: bool = False, format: str | None = None
     ) -> ImportReport:
-        """Validate the whole input, then write it in one transaction (all or nothing).
+        """Validate the whole input and write it in one transaction (all or nothing; in the
+        page, new sessions are handed to that transaction in chunks while the rest is checked).
 
         ``data``: a dict, a list, or JSON text (``str``/``bytes``) in the chatmem,
         AIRI (``chat-sessions-index:v1``), ChatGPT or Claude format (auto-detected,
