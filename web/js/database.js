@@ -7,12 +7,15 @@
 // - Arguments and results cross as JSON text, in the envelope of envelope.js.
 // - Writes post a notice on a BroadcastChannel so other tabs drop stale caches.
 
-import { openDB, deleteDB, unwrap } from "idb";
+import { openDB, deleteDB } from "idb";
 
 import { applyChanges } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
-import { BatchAppend, BatchImport, KnownSessions, appendMessages, duplicateId, enqueue, firstError, missing, nextSeqAfter, settle } from "./writes.js";
+import {
+  BatchAppend, BatchImport, KnownSessions, addImported, appendMessages, duplicateId, enqueue, firstError, missing, nextSeqAfter,
+  settle,
+} from "./writes.js";
 
 const BLOCKED_TIMEOUT_MS = 5000;
 class Database {
@@ -153,20 +156,16 @@ class Database {
     const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite", "strict");
     const sessions = tx.objectStore("sessions");
     const messages = tx.objectStore("messages");
-    // bare requests, as a batch append's (their first error is kept by `failed`)
     const failed = firstError(tx);
-    const adds = unwrap(messages);
     const ps = [];
     try {
       for (const [record, msgs] of items) {
-        this.known.delete(record.sessionId);
         if (replace) {
           const keys = await messages.index("sessionSeq").getAllKeys(sessionRange(record.sessionId));
           for (const k of keys) ps.push(messages.delete(k));
           ps.push(sessions.delete(record.sessionId));
         }
-        ps.push(sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length }));
-        for (const m of msgs) adds.add(m);
+        addImported(this, tx, record, msgs);  // bare requests, as a batch import's
       }
       ps.push(...enqueue(this, tx, ops), tx.done);
       await settle(ps);

@@ -191,6 +191,55 @@ function putSession(tx, sess, adds, now) {
   return tx.objectStore("sessions").put(sess);
 }
 
+/** An imported session's adds in `tx`, as bare requests (their first error: `firstError`). */
+export function addImported(db, tx, record, msgs) {
+  db.known.delete(record.sessionId);
+  unwrap(tx.objectStore("sessions")).add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length });
+  const messages = unwrap(tx.objectStore("messages"));
+  for (const m of msgs) messages.add(m);
+}
+
+/** What `BatchAppend` and `BatchImport` share: Python feeds chunks (JSON text) and then calls
+ *  `finish`, all in one task. A chunk that fails to parse or to issue its requests aborts the
+ *  transaction (`openTx`) and is `finish`'s answer; a write left neither finished nor aborted
+ *  when the task ends is aborted. */
+class FedWrite {
+  constructor() {
+    this.error = null;
+    this.done = false;
+    this.openTx = null;
+    queueMicrotask(() => { if (!this.done) this.abort(); });
+  }
+
+  /** Add one chunk. Never throws: a failure is `finish`'s answer. */
+  feed(json) {
+    if (this.error || this.done) return;
+    try {
+      this.take(JSON.parse(json));
+    } catch (e) {
+      this.error = e;
+      this.abort();
+    }
+  }
+
+  /** Nothing of this write is written. */
+  abort() {
+    this.done = true;
+    try {
+      this.openTx?.abort();
+    } catch { /* already finished */ }
+  }
+
+  /** At `finish`: throw if a chunk failed or the write was aborted; from here on it is done. */
+  begin() {
+    if (this.error || this.done) {
+      this.abort();
+      throw this.error ?? new BridgeError("AbortError", "the batch was aborted");
+    }
+    this.done = true;
+  }
+}
+
 /** A batch append fed in chunks (`Database.batchAppend`): over a session record this tab
  *  knows, the transaction opens at once and each chunk's adds are issued as the chunk
  *  arrives, so IndexedDB writes one chunk while the caller builds the next. The caller
@@ -199,13 +248,12 @@ function putSession(tx, sess, adds, now) {
  *  finished nor aborted when the task ends is aborted. Without a known record (or when
  *  the known one turns out stale) the records are written at `finish` as `appendMessages`
  *  writes them, over a read of the session. */
-export class BatchAppend {
+export class BatchAppend extends FedWrite {
   constructor(db, sessionId) {
+    super();
     this.db = db;
     this.sessionId = sessionId;
     this.records = [];
-    this.error = null;
-    this.done = false;
     const known = db.known.get(sessionId);
     try {
       this.over = known ? new Over(db, known, sessionId) : null;
@@ -213,38 +261,19 @@ export class BatchAppend {
       this.over = null;
       this.error = e;
     }
-    this.over?.tx.done.catch(() => {});  // awaited by `finish`; an abort is answered there
-    queueMicrotask(() => { if (!this.done) this.abort(); });
+    this.openTx = this.over?.tx ?? null;
+    this.openTx?.done.catch(() => {});  // awaited by `finish`; an abort is answered there
   }
 
-  /** Add one chunk (JSON text of a list of message records). Never throws: a failure is `finish`'s answer. */
-  feed(json) {
-    if (this.error || this.done) return;
-    try {
-      const chunk = JSON.parse(json);
-      for (const r of chunk) this.records.push(r);
-      this.over?.adds.add(chunk);
-    } catch (e) {
-      this.error = e;
-      this.abort();
-    }
-  }
-
-  /** Nothing of this batch is written. */
-  abort() {
-    this.done = true;
-    try {
-      this.over?.tx.abort();
-    } catch { /* already finished */ }
+  /** One chunk: a list of message records. */
+  take(chunk) {
+    for (const r of chunk) this.records.push(r);
+    this.over?.adds.add(chunk);
   }
 
   /** Commit (`ops` as for `appendMessages`); resolves to [first seq, session record]. */
   async finish(now, ops) {
-    if (this.error || this.done) {
-      this.abort();
-      throw this.error ?? new BridgeError("AbortError", "the batch was aborted");
-    }
-    this.done = true;
+    this.begin();
     if (this.over) {
       const answer = await this.over.commit(now, ops);
       if (answer) return answer;
@@ -261,62 +290,35 @@ export class BatchAppend {
 /** An import fed in chunks (`Database.batchImport`): its one readwrite transaction opens at
  *  once (strict durability: a large, deliberate write) and each chunk's session and message
  *  adds are issued as the chunk arrives, so IndexedDB writes one chunk while the caller checks
- *  the next. The caller feeds every chunk and then calls `finish` in the same task, never
- *  awaiting in between: all of it commits, or none (a failed add, e.g. an id already stored,
- *  aborts the transaction; so does `abort`, and a batch left unfinished when the task ends). */
-export class BatchImport {
+ *  the next. All of it commits, or none (a failed add, e.g. an id already stored, aborts the
+ *  transaction; so does `abort`, and a failed or unfinished feed). */
+export class BatchImport extends FedWrite {
   constructor(db) {
+    super();
     this.db = db;
     this.sessionIds = [];
-    this.error = null;
-    this.done = false;
     try {
-      this.tx = db.tx(WRITE_STORES, "readwrite", "strict");
-      this.failed = firstError(this.tx);
-      this.tx.done.catch(() => {});  // awaited by `finish`; an abort is answered there
+      this.openTx = db.tx(WRITE_STORES, "readwrite", "strict");
+      this.failed = firstError(this.openTx);
+      this.openTx.done.catch(() => {});  // awaited by `finish`; an abort is answered there
     } catch (e) {  // closed
-      this.tx = null;
       this.error = e;
-    }
-    queueMicrotask(() => { if (!this.done) this.abort(); });
-  }
-
-  /** Add one chunk (JSON text of [session record, message records] pairs). Never throws:
-   *  a failure is `finish`'s answer. */
-  feed(json) {
-    if (this.error || this.done) return;
-    try {
-      const sessions = unwrap(this.tx.objectStore("sessions"));
-      const messages = unwrap(this.tx.objectStore("messages"));
-      for (const [record, msgs] of JSON.parse(json)) {
-        this.db.known.delete(record.sessionId);
-        this.sessionIds.push(record.sessionId);
-        sessions.add({ ...record, nextSeq: nextSeqAfter(msgs), messageCount: msgs.length });
-        for (const m of msgs) messages.add(m);
-      }
-    } catch (e) {
-      this.error = e;
-      this.abort();
     }
   }
 
-  /** Nothing of this import is written. */
-  abort() {
-    this.done = true;
-    try {
-      this.tx?.abort();
-    } catch { /* already finished */ }
+  /** One chunk: [session record, message records] pairs. */
+  take(chunk) {
+    for (const [record, msgs] of chunk) {
+      addImported(this.db, this.openTx, record, msgs);
+      this.sessionIds.push(record.sessionId);
+    }
   }
 
   /** Commit, with the import's outbox `ops` (as `enqueue` takes them); resolves to null. */
   async finish(ops) {
-    if (this.error || this.done) {
-      this.abort();
-      throw this.error ?? new BridgeError("AbortError", "the import was aborted");
-    }
-    this.done = true;
+    this.begin();
     try {
-      await settle([...enqueue(this.db, this.tx, ops), this.tx.done]);
+      await settle([...enqueue(this.db, this.openTx, ops), this.openTx.done]);
     } catch (e) {
       this.abort();
       duplicateId(this.failed.error ?? e);

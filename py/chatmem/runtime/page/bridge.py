@@ -118,39 +118,13 @@ class BridgeDB:
         IndexedDB writes each chunk while the next is built. Nothing is awaited until every
         chunk is fed, so the transaction stays open; an error raised while building a chunk
         aborts it (nothing written) and propagates. Answers [first seq, session record]."""
-        writer = self._handle.batchAppend(session_id)
-        later = create_proxy(lambda: _dumps(ops())) if callable(ops) else None
-        try:
-            try:
-                for chunk in batches:
-                    writer.feed(_dumps(chunk))
-            except BaseException:
-                writer.abort()
-                raise
-            answer = writer.finishEnvelope(_dumps({"now": now, "ops": None if later else ops}), later)
-            return value_of(await answer, _store_error)
-        finally:
-            if later is not None:
-                later.destroy()
+        return await _fed(self._handle.batchAppend(session_id), batches, ops, now=now)
 
     async def import_batches(self, batches: Iterable[list[Any]], ops: Any = None) -> None:
         """``importSessions`` (fresh sessions only) with its [session, messages] pairs fed chunk
         by chunk (the bridge's ``BatchImport``), as ``append_batches`` feeds an append: an
         error raised while building a chunk aborts the transaction (nothing written)."""
-        writer = self._handle.batchImport()
-        later = create_proxy(lambda: _dumps(ops())) if callable(ops) else None
-        try:
-            try:
-                for chunk in batches:
-                    writer.feed(_dumps(chunk))
-            except BaseException:
-                writer.abort()
-                raise
-            answer = writer.finishEnvelope(_dumps({"ops": None if later else ops}), later)
-            value_of(await answer, _store_error)
-        finally:
-            if later is not None:
-                later.destroy()
+        await _fed(self._handle.batchImport(), batches, ops)
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(notice)`` when another tab writes to this database."""
@@ -163,6 +137,26 @@ class BridgeDB:
         for p in self._proxies:
             p.destroy()
         self._proxies.clear()
+
+
+async def _fed(writer: Any, batches: Iterable[Any], ops: Any, **args: Any) -> Any:
+    """Feed ``batches`` to a bridge writer (``BatchAppend``, ``BatchImport``) and finish it with
+    ``args`` and ``ops`` (a function: called by the bridge inside the transaction, only if the
+    outbox is on). Nothing is awaited until every chunk is fed, so the transaction stays open;
+    an error raised while building a chunk aborts it (nothing written) and propagates."""
+    later = create_proxy(lambda: _dumps(ops())) if callable(ops) else None
+    try:
+        try:
+            for chunk in batches:
+                writer.feed(_dumps(chunk))
+        except BaseException:
+            writer.abort()
+            raise
+        answer = writer.finishEnvelope(_dumps({**args, "ops": None if later else ops}), later)
+        return value_of(await answer, _store_error)
+    finally:
+        if later is not None:
+            later.destroy()
 
 
 async def open_database(name: str, durability: str = "relaxed") -> BridgeDB:
