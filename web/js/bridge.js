@@ -7,6 +7,7 @@
 //   apply-changes.js  pulled sync changes, merged in one transaction
 //   schema.js         the IndexedDB schema and its migrations
 //   query-engine.js   DuckDB-Wasm, the derived query index (and its OPFS cache file)
+//   derive.js         the keyword index derived from the store in the page (records never cross to Python)
 //   token-counter.js  exact BPE token counts (gpt-tokenizer)
 //   token-sums.js     the static embedding model's sums (the same integers as Python's), in a worker
 //   locks.js          Web Locks and the online status, for sync
@@ -16,6 +17,7 @@
 
 export { drop, open, openEnvelope, requestPersistence, storageEstimate } from "./database.js";
 export { SCHEMA_VERSION } from "./schema.js";
+export { derivation } from "./derive.js";
 export { duckdbOpen, duckdbOpenEnvelope, duckdbPrestart, opfsRemove } from "./query-engine.js";
 export { tokenCounter } from "./token-counter.js";
 export { tokenSums, tokenSumsWorker } from "./token-sums.js";

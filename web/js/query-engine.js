@@ -60,6 +60,7 @@ function resultJSON(table) {
 // microsecond a value: a batch of 64 embeddings, 49,152 values, held the main thread
 // ~40 ms); anything else (booleans, mixed values) goes through that builder.
 function arrowColumn(arrow, values) {
+  if (values instanceof Int32Array) return arrow.makeVector(values);  // a derivation's integer columns
   const sample = values.find((v) => v !== null && v !== undefined);
   if (typeof sample === "number") return numberColumn(arrow, values) || arrow.vectorFromArray(values, new arrow.Float64());
   if (typeof sample === "string") return stringColumn(arrow, values) || arrow.vectorFromArray(values, new arrow.Utf8());

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
+from .derivation import EngineDerivation, derive
 from .embed import Embedder
 from .engine import SQLEngine, columns, marks
 from .figures import KeywordFigures
@@ -449,14 +450,16 @@ class QueryIndex:
     async def rebuild(
         self,
         sessions: Iterable[Mapping[str, Any]],
-        messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]] | EngineDerivation,
         *,
         embed: bool = False,
     ) -> None:
         """Drop everything and load ``sessions`` and ``messages`` (records) in bulk.
 
         ``messages`` may be a plain or an async iterable; it is read in chunks,
-        so the whole store never sits in memory at once. With ``embed=True``
+        so the whole store never sits in memory at once; or an ``EngineDerivation``
+        (the page's: the records go from the store to the engine without crossing
+        into Python, which supplies the terms). With ``embed=True``
         (and an ``embedder``) every message is embedded too; otherwise
         ``embed_missing`` does it later.
         """
@@ -474,7 +477,10 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
-            docs = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
+            if isinstance(messages, EngineDerivation):
+                docs = await derive(messages, ms)
+            else:
+                docs = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
             await finish_derivation(self.engine, compress=self.compress)

@@ -319,7 +319,7 @@ class LiveIndex(CachedOpening):
             if await self._catch_up(index, metas) is None:
                 if self._cache is not None:
                     await self._to_memory(copy=False)  # rebuilt in memory, then saved
-                await index.rebuild(metas, self._messages(metas))
+                await index.rebuild(metas, self._messages(index, metas))
                 self._lap_rebuild(index, "catchup: rebuild")
             self._dirty = True
         while self._pending or self._stale:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..settle import settle
 from .cache import IndexCache
+from .derivation import EngineDerivation
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import QueryIndex
@@ -76,9 +77,13 @@ class CachedOpening:
     save_delay: float
     move_delay: float
 
-    def _messages(self, metas: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-        """Every message of the sessions ``metas``, in their order (``reading.each_message``)."""
-        return each_message(self._core.store, metas)
+    def _messages(self, index: QueryIndex, metas: list[dict[str, Any]]
+                  ) -> AsyncIterator[dict[str, Any]] | EngineDerivation:
+        """Every message of the sessions ``metas``, in their order: the engine's own
+        derivation from the store when it has one (the page's), else ``reading.each_message``."""
+        own = getattr(index.engine, "derivation", None)
+        d = own(self._core.store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas]) if own else None
+        return d if d is not None else each_message(self._core.store, metas)
 
     def _lap(self, phase: str) -> None:
         """Record the milliseconds since the previous lap under ``phase`` (``open_ms``)."""
@@ -179,7 +184,7 @@ class CachedOpening:
             return None
         if changed or gone:
             # re-read each changed session whole: cheaper than proving which messages changed
-            msgs = [m async for m in self._messages(changed)]
+            msgs = [m async for m in each_message(self._core.store, changed)]
             self._lap("catchup: read changed")
             if self._cache is not None:
                 await self._to_memory()  # many writes: in memory, then saved
@@ -282,7 +287,7 @@ class CachedOpening:
         self._resync = False
         metas = await self._core.store.all_sessions()
         self._lap("derive: store sessions")
-        await index.rebuild(metas, self._messages(metas))
+        await index.rebuild(metas, self._messages(index, metas))
         await index.set_meta("complete", "1")
         self._lap_rebuild(index, "derive: rebuild")
         self.hydrations += 1

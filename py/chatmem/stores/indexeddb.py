@@ -55,6 +55,11 @@ class IndexedDBStore:
         self.name = db.name
         self.durability = durability
 
+    @property
+    def bridge_db(self) -> BridgeHandle:
+        """The bridge database under this store (what a derivation in the page reads)."""
+        return self._db
+
     def subscribe(self, fn: Callable[[str], None]) -> None:
         def on_notice(notice: dict[str, Any]) -> None:
             for sid in notice.get("sessions", []):

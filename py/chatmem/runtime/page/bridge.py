@@ -112,6 +112,10 @@ class BridgeDB:
         finally:
             later.destroy()
 
+    def derivation(self, engine_handle: Any, options: dict[str, Any]) -> Any:
+        """derive.js's ``Derivation`` of the index in ``engine_handle`` from this database."""
+        return bridge().derivation(self._handle, engine_handle, _dumps(options))
+
     async def append_batches(self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int,
                              ops: Any = None) -> Any:
         """``appendMessages`` with its records fed chunk by chunk (the bridge's ``BatchAppend``):

@@ -6,11 +6,17 @@ import asyncio
 from typing import Any
 
 from ...errors import StorageError
+from ...index.derivation import EngineDerivation
+from ...index.schema import MESSAGE_COLUMNS
 from ...settle import settle
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
 
-__all__ = ["DuckDBWasmEngine", "index_cache_path", "open_index_engine", "opfs_remove"]
+__all__ = ["DERIVE_CHUNK", "DuckDBWasmEngine", "PageDerivation", "index_cache_path", "open_index_engine",
+           "opfs_remove"]
+
+#: about this many messages a chunk of a derivation in the page
+DERIVE_CHUNK = 20_000
 
 
 class DuckDBWasmEngine:
@@ -78,6 +84,17 @@ class DuckDBWasmEngine:
         if rows:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
+    def derivation(self, store: Any, session_counts: list[tuple[str, int]],
+                   chunk: int = DERIVE_CHUNK) -> PageDerivation | None:
+        """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
+        sessions read in the given order; None unless ``store`` is the page's IndexedDB one."""
+        make = getattr(getattr(store, "bridge_db", None), "derivation", None)
+        if make is None:
+            return None
+        options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
+                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS]}
+        return PageDerivation(make(self._handle, options))
+
     async def close(self) -> None:
         try:
             await self._call("close")
@@ -85,6 +102,25 @@ class DuckDBWasmEngine:
             lock, self.owner_lock = getattr(self, "owner_lock", None), None
             if lock is not None:
                 await lock.release()
+
+
+class PageDerivation(EngineDerivation):
+    """``derive.js``'s ``Derivation`` (see ``chatmem.index.derivation``)."""
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    async def next(self) -> dict[str, Any] | None:
+        return await call(self._handle, "next", {}, engine_error)  # type: ignore[no-any-return]
+
+    async def feed(self, terms: dict[str, list[str]], hard: list[list[str]]) -> dict[str, list[Any]]:
+        return await call(self._handle, "feed", {"terms": terms, "hard": hard}, engine_error)  # type: ignore[no-any-return]
+
+    async def finish(self) -> dict[str, float]:
+        return await call(self._handle, "finish", {}, engine_error)  # type: ignore[no-any-return]
+
+    async def abort(self) -> None:
+        await call(self._handle, "abort", {}, engine_error)
 
 
 #: seconds a new owner waits for the engine of a tab that just went to let go of the file

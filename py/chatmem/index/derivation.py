@@ -1,0 +1,79 @@
+"""A derivation from scratch done where the records and the engine are, with Python
+supplying only the terms: the page's (``web/js/derive.js``), where the records go from
+IndexedDB to DuckDB-Wasm without crossing into Python.
+
+An ``EngineDerivation`` reads the store chunk by chunk and splits the plain ASCII texts
+into words itself (the same words as ``tokenize.words``); for each chunk it asks for the
+terms of the words it has not seen (``tokenize.terms_of_word``: the Snowball stems stay
+in Python, one call per distinct word) and for the words of the other texts
+(``tokenize.words``), then numbers the terms, counts the postings and loads ``messages``,
+``docs``, ``postings`` and finally ``terms`` in bulk. ``derive`` drives it and answers
+the docs as numbered (``DocTable``), as ``keywords.stream_messages`` does for the records
+it is given: a rebuild then sorts and counts the same way either way.
+
+Nothing here is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ..settle import settle
+from .doctable import DocTable, extended
+from .tokenize import terms_of_word, words
+
+__all__ = ["EngineDerivation", "derive"]
+
+
+class EngineDerivation:
+    """What a runtime offers to derive the keyword tables next to its store (the page's
+    ``PageDerivation``). Each method is one step of ``derive``."""
+
+    async def next(self) -> dict[str, Any] | None:
+        """Read and split the next chunk: ``{"words": [...], "hard": [...]}`` (words without
+        terms yet, texts it cannot split), or None when every message was read."""
+        raise NotImplementedError
+
+    async def feed(self, terms: dict[str, list[str]], hard: list[list[str]]) -> dict[str, list[Any]]:
+        """The chunk's missing terms and its hard texts' words: load the chunk; answers its
+        docs as columns ``doc``, ``id``, ``created``, ``len``."""
+        raise NotImplementedError
+
+    async def finish(self) -> dict[str, float]:
+        """Wait for the loads, load ``terms`` (df 0); answers its milliseconds per phase."""
+        raise NotImplementedError
+
+    async def abort(self) -> None:
+        """Stop after the loads under way (the engine is free when this returns)."""
+        raise NotImplementedError
+
+
+async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> DocTable | None:
+    """Run ``d`` to its end; the docs as numbered (None past ``doctable.LENGTHS_CACHE``).
+    ``ms`` gains the derivation's phases (and ``terms``: the time spent here on stems)."""
+    known: set[str] = set()
+    table: DocTable | None = DocTable()
+    spent = 0.0
+    try:
+        while (chunk := await d.next()) is not None:
+            t = time.perf_counter()
+            hard = [words(text) for text in chunk["hard"]]
+            new = [w for w in chunk["words"] if w not in known]
+            new += [w for ws in hard for w in ws if w not in known]
+            terms = {w: terms_of_word(w) for w in new}
+            known.update(terms)
+            spent += time.perf_counter() - t
+            docs = await d.feed(terms, hard)
+            table = extended(table, zip(docs["doc"], docs["id"], docs["created"], docs["len"]))
+        got = await d.finish()
+    except BaseException:
+        await settle(asyncio.ensure_future(d.abort()))
+        raise
+    if ms is not None:
+        for k, v in got.items():
+            if k not in ("terms", "docs"):
+                ms[k] = ms.get(k, 0.0) + float(v)
+        ms["stems"] = ms.get("stems", 0.0) + spent * 1000
+    return table

@@ -1,0 +1,110 @@
+"""The page derives the keyword index next to the store (web/js/derive.js: the records go
+from IndexedDB to DuckDB-Wasm, Python gives only the terms). Its tables must hold exactly
+what Python's own derivation (``keywords.stream_messages`` over the records) makes of
+the same store, for texts of every kind the tokeniser treats apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import unique_name
+
+pytestmark = pytest.mark.browser
+
+# texts that exercise each rule of tokenize.words: punctuation, apostrophes, numbers with
+# points and commas, underscores, long "words", case, accents, other scripts, CJK runs
+TEXTS = [
+    "Hello, World. Don't panic: it's 1,000.5 km (or 3.14159) away!",
+    "e-mail foo_bar__baz 'quoted' words'' ''lead trail'' a.b.c 1.2.3 1,2,3 ,5 5, .5 5.",
+    "Tabs\tand\nnewlines\r\nand\x0bvertical\x0cfeed \x1cfile\x1dseparators\x1e\x1f",
+    "x" * 70 + " " + "ab" * 40 + "9" * 80 + " supercalifragilisticexpialidocious",
+    "PAINTING painted paints Painter's running runs ran RUNNER'S",
+    "Café naïve résumé Straße STRASSE ﬁnance Ｆｕｌｌ１２３",
+    "東京タワーに行きました 京 한국어 텍스트 カタカナ",
+    "Привет, мир! Καλημέρα κόσμε مرحبا بالعالم",
+    "emoji 🙂 mixed ascii 42 and — dashes “smart quotes” don’t",
+    "",
+    "   ",
+    "!!! ??? ...",
+    "numbers 007 0.0 10,000,000 1,5 version 2.0.1-beta",
+]
+
+FILL = """
+import chatmem
+mem = await chatmem.open(NAME)
+texts = TEXTS
+sids = []
+for k in range(3):
+    s = await mem.sessions.create(title=f"s{k}")
+    sids.append(s.session_id)
+    await mem.messages.append_many(s.session_id, [
+        {"role": ("user", "assistant")[i % 2], "content": t + f" session{k} item{i}", "token_count": i, "model": ("m1" if i % 3 else None)}
+        for i, t in enumerate(texts)])
+# content parts: text and code parts, an image part, an empty list
+await mem.messages.append(sids[0], "user", [{"type": "text", "text": "Parts: first PART"},
+                                             {"type": "image", "url": "data:x"},
+                                             {"type": "code", "code": "def f(): return 1_000"}])
+await mem.messages.append(sids[1], "user", [])
+big = await mem.sessions.create(title="big")
+await mem.messages.append_many(big.session_id, [{"role": "user", "content": f"{TEXTS[i % len(TEXTS)]} big{i}"}
+                                                for i in range(BIG)])
+await mem.close()
+len(sids)
+"""
+
+COMPARE = """
+import chatmem
+from chatmem.index import QueryIndex
+from chatmem.index.search import search
+from chatmem.index.reading import each_message
+from chatmem.runtime.page import DuckDBWasmEngine
+mem = await chatmem.open(NAME)
+store = mem.store
+metas = await store.all_sessions()
+
+async def tables(index):
+    q = index.engine.execute
+    return {
+        "messages": await q("SELECT * FROM messages ORDER BY id"),
+        "docs": await q("SELECT message_id, session_id, role, created_at, doc_len FROM docs ORDER BY message_id"),
+        "postings": await q("SELECT t.term, d.message_id, p.tf FROM postings p JOIN terms t ON t.tid = p.tid "
+                            "JOIN docs d ON d.doc = p.doc ORDER BY t.term, d.message_id"),
+        "terms": await q("SELECT term, df FROM terms ORDER BY term"),
+        "stats": await q("SELECT n, total FROM stats"),
+        "dense": await q("SELECT count(*) AS n, min(doc) AS lo, max(doc) AS hi, count(DISTINCT doc) AS k FROM docs"),
+    }
+
+out = {}
+for way in ("python", "page"):
+    engine = await DuckDBWasmEngine.open()
+    index = QueryIndex(engine)
+    await index.setup()
+    d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK)
+    assert d is not None
+    await index.rebuild(metas, each_message(store, metas) if way == "python" else d)
+    out[way] = await tables(index)
+    out[way]["hits"] = [[h.message.id for h in await search(index, q, limit=20)] for q in
+                        ("painting", "don't", "1000.5", "strasse", "東京", "京", "привет", "parts code", "big7")]
+    out[way]["ms"] = sorted(index.rebuild_ms)
+    await index.close()
+await mem.close()
+out
+"""
+
+
+def test_the_page_derivation_equals_pythons(page: object) -> None:
+    name = unique_name("derive")
+    env = f"NAME = {name!r}\nTEXTS = {TEXTS!r}\nBIG = 130\nCHUNK = 50\n"
+    assert page.py(env + FILL) == 3  # type: ignore[attr-defined]
+    got = page.py(env + COMPARE, timeout=300_000)  # type: ignore[attr-defined]
+    py, js = got["python"], got["page"]
+    assert py["stats"][0]["n"] == 3 * len(TEXTS) + 2 + 130
+    assert py["dense"] == js["dense"] and js["dense"][0]["lo"] == 0
+    for table in ("messages", "docs", "terms", "stats", "postings", "hits"):
+        assert js[table] == py[table], table
+    # the page's way ran: its own phases, not the Python reading's
+    assert "read" in js["ms"] and "stems" in js["ms"] and "tokenise" not in js["ms"]
+    assert "tokenise" in py["ms"]
+    # the rules were exercised: stems, CJK bigrams, a number kept whole, a cut long word
+    terms = {r["term"] for r in py["terms"]}
+    assert {"paint", "東京", "京タ", "1000.5", "dont", "x" * 64} <= terms

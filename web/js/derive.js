@@ -1,0 +1,437 @@
+// Deriving the keyword index from scratch in the page, next to the store and the engine:
+// the records go from IndexedDB to DuckDB-Wasm without crossing into Python.
+//
+// Python (chatmem.index.derivation) drives a `Derivation` chunk by chunk:
+//
+//   next()      reads the next ~`chunk` messages (the sessions in the given order, each by
+//               seq) and splits ASCII texts into words here; answers the words it has no
+//               terms for and the texts that are not ASCII: {words, hard} (null at the end)
+//   feed(a)     takes Python's answer, {terms: {word: [term, ...]}, hard: [[word, ...]]}
+//               (the stems and the other texts' words: tokenize.terms_of_word, tokenize.words),
+//               numbers the terms, counts each doc's term frequencies and loads `messages`,
+//               `docs` and `postings` in bulk while the next chunk is read; answers the
+//               docs as {doc, id, created, len} columns
+//   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
+//               milliseconds spent {read, words, count, load}
+//
+// The ASCII words are `tokenize._ASCII_WORD`'s matches on the lowercased text, numbers losing
+// their commas and words their apostrophes: the same as Python's `words` for ASCII text
+// (a browser test compares the two derivations table by table). Nothing here is durable.
+
+import { BridgeError, callMethod } from "./envelope.js";
+import { sessionRange } from "./schema.js";
+
+const METHODS = new Set(["next", "feed", "finish", "abort"]);
+const ASCII = /^[\x00-\x7f]*$/;
+const WORD = /\d+(?:[.,]\d+)+|[a-z0-9]+(?:'[a-z0-9]+)*/g;
+/** without an apostrophe, point or comma a text's words are its runs of letters and digits */
+const PUNCT = /['.,]/;
+const ALNUM = /[a-z0-9]+/g;
+/** longest stretch of main-thread work between two yields to the event loop */
+const SLICE_MS = 10;
+
+/** Python's `tokenize.words` of an ASCII text. */
+export function asciiWords(text) {
+  const low = text.toLowerCase();
+  if (!PUNCT.test(low)) return low.match(ALNUM) || [];
+  const ws = low.match(WORD);
+  if (!ws) return [];
+  for (let i = 0; i < ws.length; i++) {
+    const w = ws[i];
+    if (w.includes(",")) ws[i] = w.replaceAll(",", "");
+    else if (w.includes("'")) ws[i] = w.replaceAll("'", "");
+  }
+  return ws;
+}
+
+/** Python's `models.extract_text`: the string itself, or the text (else code) parts joined. */
+export function extractText(content) {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  const out = [];
+  for (const part of content) {
+    if (typeof part?.text === "string") out.push(part.text);
+    else if (typeof part?.code === "string") out.push(part.code);
+  }
+  return out.join("\n");
+}
+
+/** Let the page run (input, rendering) between two slices of work: `scheduler.yield()`
+ *  where the browser has it (no 4 ms clamp as nested timeouts have). */
+const yieldToPage = () => (globalThis.scheduler?.yield
+  ? globalThis.scheduler.yield() : new Promise((resolve) => setTimeout(resolve, 0)));
+
+/** Words and their codes in an open-addressing table keyed by a hash of their characters:
+ *  `scan` finds the words of a text straight from its characters, without cutting each
+ *  word out as a string and hashing it again (what a `Map` look-up costs per word). */
+export class WordTable {
+  constructor() {
+    this.size = 1 << 16;
+    this.keys = new Array(this.size).fill(null);
+    this.hashes = new Int32Array(this.size);
+    this.vals = new Array(this.size);
+    this.count = 0;
+  }
+
+  static hash(word) {
+    let h = 0;
+    for (let i = 0; i < word.length; i++) h = (Math.imul(h, 31) + word.charCodeAt(i)) | 0;
+    return h;
+  }
+
+  get(word) {
+    const h = WordTable.hash(word);
+    const mask = this.size - 1;
+    for (let j = h & mask; ; j = (j + 1) & mask) {
+      const k = this.keys[j];
+      if (k === null) return undefined;
+      if (this.hashes[j] === h && k === word) return this.vals[j];
+    }
+  }
+
+  has(word) {
+    return this.get(word) !== undefined;
+  }
+
+  set(word, val) {
+    if ((this.count + 1) * 2 > this.size) this.grow();
+    this.put(word, WordTable.hash(word), val);
+  }
+
+  put(word, h, val) {
+    const mask = this.size - 1;
+    let j = h & mask;
+    while (this.keys[j] !== null) {
+      if (this.hashes[j] === h && this.keys[j] === word) {
+        this.vals[j] = val;
+        return;
+      }
+      j = (j + 1) & mask;
+    }
+    this.keys[j] = word;
+    this.hashes[j] = h;
+    this.vals[j] = val;
+    this.count++;
+  }
+
+  grow() {
+    const { keys, hashes, vals } = this;
+    this.size *= 2;
+    this.keys = new Array(this.size).fill(null);
+    this.hashes = new Int32Array(this.size);
+    this.vals = new Array(this.size);
+    this.count = 0;
+    for (let j = 0; j < keys.length; j++) if (keys[j] !== null) this.put(keys[j], hashes[j], vals[j]);
+  }
+
+  /** The words of an ASCII `text` without an apostrophe, point or comma (its runs of
+   *  letters and digits, lowercased), each as its code, or as itself (added to `unknown`)
+   *  when the table has none. */
+  scan(text, unknown) {
+    const out = [];
+    const n = text.length;
+    const mask = this.size - 1;
+    const { keys, hashes, vals } = this;
+    let i = 0;
+    while (i < n) {
+      let c = text.charCodeAt(i);
+      if (c >= 65 && c <= 90) c += 32;
+      if (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) {
+        i++;
+        continue;
+      }
+      const start = i;
+      let h = 0;
+      let upper = false;
+      while (i < n) {
+        c = text.charCodeAt(i);
+        if (c >= 65 && c <= 90) {
+          c += 32;
+          upper = true;
+        } else if (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) break;
+        h = (Math.imul(h, 31) + c) | 0;
+        i++;
+      }
+      const len = i - start;
+      let found;
+      for (let j = h & mask; ; j = (j + 1) & mask) {
+        const k = keys[j];
+        if (k === null) break;
+        if (hashes[j] !== h || k.length !== len) continue;
+        let q = 0;
+        if (upper) {
+          for (; q < len; q++) {
+            let d = text.charCodeAt(start + q);
+            if (d >= 65 && d <= 90) d += 32;
+            if (k.charCodeAt(q) !== d) break;
+          }
+        } else {
+          for (; q < len; q++) if (k.charCodeAt(q) !== text.charCodeAt(start + q)) break;
+        }
+        if (q === len) {
+          found = vals[j];
+          break;
+        }
+      }
+      if (found === undefined) {
+        const w = upper ? text.slice(start, i).toLowerCase() : text.slice(start, i);
+        unknown.add(w);
+        out.push(w);
+      } else out.push(found);
+    }
+    return out;
+  }
+}
+
+class Derivation {
+  /**
+   * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
+   * `messages` table's [column, record key] pairs (the text is the column keyed "");
+   * `docs`: the `docs` columns, in the order loaded here (doc, message_id, session_id,
+   * role, created_at, doc_len); `chunk`: about this many messages a chunk.
+   */
+  constructor(database, engine, { sessions, columns, chunk }) {
+    this.database = database;
+    this.engine = engine;
+    this.sessions = sessions;
+    this.columns = columns;
+    this.chunk = chunk;
+    this.at = 0;          // the next session to read
+    this.seqAfter = null; // a big session read part way: the last seq read
+    this.doc = 0;
+    this.tids = new Map();   // term -> tid
+    this.terms = [];         // tid -> term
+    this.codes = new WordTable();  // word -> its code (see `code`)
+    this.ahead = null;
+    this.current = null;
+    this.loading = Promise.resolve();
+    this.failed = null;
+    this.ms = { read: 0, words: 0, count: 0, load: 0 };
+  }
+
+  /** The records of the next chunk (whole small sessions, or a page of a big one). */
+  async read() {
+    const out = [];
+    if (this.at >= this.sessions.length) return out;
+    const index = this.database.tx(["messages"]).objectStore("messages").index("sessionSeq");
+    const reads = [];
+    let size = 0;
+    while (this.at < this.sessions.length && size < this.chunk) {
+      const [sid, count] = this.sessions[this.at];
+      if (count >= this.chunk || this.seqAfter !== null) {
+        if (reads.length) break;  // a big session gets a read of its own
+        const lower = this.seqAfter === null ? [sid, -Infinity] : [sid, this.seqAfter];
+        const page = await index.getAll(IDBKeyRange.bound(lower, [sid, Infinity], this.seqAfter !== null), this.chunk);
+        if (page.length === this.chunk) this.seqAfter = page[page.length - 1].seq;
+        else {
+          this.seqAfter = null;
+          this.at++;
+        }
+        return page;
+      }
+      reads.push(index.getAll(sessionRange(sid)));
+      size += count;
+      this.at++;
+    }
+    for (const page of await Promise.all(reads)) for (const rec of page) out.push(rec);
+    return out;
+  }
+
+  async next() {
+    this.check();
+    let t = performance.now();
+    const records = await (this.ahead || this.read());
+    this.ahead = null;
+    if (!records.length && this.at >= this.sessions.length) {
+      this.current = null;
+      return null;
+    }
+    this.ahead = this.read();
+    this.ahead.catch(() => {});  // awaited by the next call; a failure is reported there
+    let now = performance.now();
+    this.ms.read += now - t;
+    t = now;
+    const texts = new Array(records.length);
+    const docs = new Array(records.length);  // per doc: its words' codes, a word still unknown as itself
+    const hard = [];
+    const unknown = new Set();
+    const codes = this.codes;
+    let sliced = t;
+    for (let i = 0; i < records.length; i++) {
+      const text = extractText(records[i].content);
+      texts[i] = text;
+      if (ASCII.test(text)) {
+        if (PUNCT.test(text)) {
+          const ws = asciiWords(text);
+          for (let j = 0; j < ws.length; j++) {
+            const c = codes.get(ws[j]);
+            if (c === undefined) unknown.add(ws[j]);
+            else ws[j] = c;
+          }
+          docs[i] = ws;
+        } else docs[i] = codes.scan(text, unknown);
+      } else {
+        docs[i] = null;
+        hard.push(text);
+      }
+      if ((i & 63) === 63 && performance.now() - sliced > SLICE_MS) {
+        this.ms.words += performance.now() - t;
+        await yieldToPage();
+        t = sliced = performance.now();
+      }
+    }
+    this.ms.words += performance.now() - t;
+    this.current = { records, texts, docs };
+    return { words: [...unknown], hard };
+  }
+
+  /** The code of the word `w`: the tid of its one term, or an Int32Array of its terms' tids
+   *  (a CJK run's bigrams), the terms numbered on first sight. */
+  code(w, terms) {
+    const ids = new Int32Array(terms.length);
+    for (let j = 0; j < terms.length; j++) {
+      let tid = this.tids.get(terms[j]);
+      if (tid === undefined) {
+        tid = this.terms.length;
+        this.tids.set(terms[j], tid);
+        this.terms.push(terms[j]);
+      }
+      ids[j] = tid;
+    }
+    const c = ids.length === 1 ? ids[0] : ids;
+    this.codes.set(w, c);
+    return c;
+  }
+
+  async feed({ terms, hard }) {
+    this.check();
+    const cur = this.current;
+    if (!cur) throw new BridgeError("InvalidStateError", "feed() without a chunk from next()");
+    this.current = null;
+    let t = performance.now();
+    for (const w in terms) if (!this.codes.has(w)) this.code(w, terms[w]);
+    const { records, texts, docs: words } = cur;
+    const n = records.length;
+    let h = 0;
+    for (let i = 0; i < n; i++) if (words[i] === null) words[i] = hard[h++];
+    if (h !== hard.length) throw new BridgeError("DataError", "feed(): the hard texts' words do not match the chunk");
+    let total = 0;
+    for (const ws of words) total += ws.length;
+    let tid = new Int32Array(total + 16), doc = new Int32Array(total + 16), tf = new Int32Array(total + 16);
+    const lens = new Int32Array(n);
+    const counts = new Int32Array(this.terms.length);
+    const seen = [];
+    const codes = this.codes;
+    let p = 0;
+    let sliced = t;
+    for (let i = 0; i < n; i++) {
+      const d = this.doc + i;
+      const ws = words[i];
+      let len = 0;
+      for (let j = 0; j < ws.length; j++) {
+        let c = ws[j];
+        if (typeof c === "string") {
+          const got = codes.get(c);
+          if (got === undefined) throw new BridgeError("DataError", `feed(): no terms for the word ${JSON.stringify(c)}`);
+          c = got;
+        }
+        if (typeof c === "number") {
+          if (counts[c]++ === 0) seen.push(c);
+          len++;
+        } else {
+          for (let k = 0; k < c.length; k++) if (counts[c[k]]++ === 0) seen.push(c[k]);
+          len += c.length;
+        }
+      }
+      if (p + seen.length > tid.length) {
+        const grow = (a) => {
+          const b = new Int32Array(Math.max(a.length * 2, p + seen.length));
+          b.set(a.subarray(0, p));
+          return b;
+        };
+        tid = grow(tid);
+        doc = grow(doc);
+        tf = grow(tf);
+      }
+      for (const x of seen) {
+        tid[p] = x;
+        doc[p] = d;
+        tf[p] = counts[x];
+        counts[x] = 0;
+        p++;
+      }
+      seen.length = 0;
+      lens[i] = len;
+      if ((i & 63) === 63 && performance.now() - sliced > SLICE_MS) {
+        this.ms.count += performance.now() - t;
+        await yieldToPage();
+        t = sliced = performance.now();
+      }
+    }
+    const first = this.doc;
+    this.doc += n;
+    const docs = Array.from({ length: n }, (_, i) => first + i);
+    const get = (key) => records.map((r) => r[key] ?? null);
+    const messageCols = this.columns.map(([col, key]) => (
+      key === "" ? texts
+        : col === "token_count" ? records.map((r) => (typeof r[key] === "number" ? Math.trunc(r[key]) : 0))
+          : get(key)));
+    const ids = get("id");
+    const created = get("createdAt");
+    const docCols = [docs, ids, get("sessionId"), get("role"), created, Array.from(lens)];
+    const postings = [tid.subarray(0, p), doc.subarray(0, p), tf.subarray(0, p)];
+    this.ms.count += performance.now() - t;
+    this.load("messages", this.columns.map(([c]) => c), messageCols);
+    this.load("docs", ["doc", "message_id", "session_id", "role", "created_at", "doc_len"], docCols);
+    this.load("postings", ["tid", "doc", "tf"], postings);
+    return { doc: docs, id: ids, created, len: Array.from(lens) };
+  }
+
+  /** Queue a bulk load after the ones before it (DuckDB works in its worker meanwhile). */
+  load(table, columns, cols) {
+    this.loading = this.loading.then(async () => {
+      const t = performance.now();
+      await this.engine.loadRows({ table, columns, cols });
+      this.ms.load += performance.now() - t;
+    });
+    this.loading.catch((e) => {
+      this.failed = this.failed || e;
+    });
+  }
+
+  async finish() {
+    this.check();
+    await this.loading;
+    const n = this.terms.length;
+    if (n) await this.engine.loadRows({ table: "terms", columns: ["term", "tid", "df"],
+      cols: [this.terms, Int32Array.from({ length: n }, (_, i) => i), new Int32Array(n)] });
+    const out = {};
+    for (const [k, v] of Object.entries(this.ms)) out[k] = Math.round(v * 10) / 10;
+    out.terms = n;
+    out.docs = this.doc;
+    return out;
+  }
+
+  /** Stop: wait for the loads under way (the engine is free when this answers). */
+  async abort() {
+    this.current = null;
+    try {
+      await this.loading;
+    } catch (_) { /* the caller reports its own error */ }
+    return null;
+  }
+
+  check() {
+    if (this.failed) throw this.failed;
+  }
+
+  call(method, argsJson) {
+    return callMethod(this, METHODS, method, argsJson);
+  }
+}
+
+/** A derivation of the index in `engine` (query-engine.js) from the store `database`
+ *  (database.js); `options` as `Derivation`'s constructor, as JSON text (from Python). */
+export function derivation(database, engine, optionsJson) {
+  return new Derivation(database, engine, JSON.parse(optionsJson));
+}
