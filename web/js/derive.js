@@ -391,7 +391,7 @@ class Derivation {
   load(table, columns, cols) {
     this.loading = this.loading.then(async () => {
       const t = performance.now();
-      await this.engine.loadRows({ table, columns, cols });
+      await this.engine.appendRows({ table, columns, cols });
       this.ms.load += performance.now() - t;
     });
     this.loading.catch((e) => {
@@ -403,7 +403,7 @@ class Derivation {
     this.check();
     await this.loading;
     const n = this.terms.length;
-    if (n) await this.engine.loadRows({ table: "terms", columns: ["term", "tid", "df"],
+    if (n) await this.engine.appendRows({ table: "terms", columns: ["term", "tid", "df"],
       cols: [this.terms, Int32Array.from({ length: n }, (_, i) => i), new Int32Array(n)] });
     const out = {};
     for (const [k, v] of Object.entries(this.ms)) out[k] = Math.round(v * 10) / 10;

@@ -250,6 +250,16 @@ class Duck {
     return null;
   }
 
+  /** Append `cols` (one array, or Int32Array, per column, in the table's column order) to
+   *  `table` straight from Arrow, without a staging table (a derivation's bulk loads). */
+  async appendRows({ table, columns, cols }) {
+    if (!cols.length || !cols[0].length) return null;
+    const data = {};
+    columns.forEach((name, i) => (data[name] = arrowColumn(this.arrow, cols[i])));
+    await this.conn.insertArrowTable(new this.arrow.Table(data), { name: table, create: false });
+    return null;
+  }
+
   async close() {
     if (this.closed) return null;
     this.closed = true;
