@@ -52,7 +52,7 @@ class EngineDerivation:
 
 async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> DocTable | None:
     """Run ``d`` to its end; the docs as numbered (None past ``doctable.LENGTHS_CACHE``).
-    ``ms`` gains the derivation's phases (and ``terms``: the time spent here on stems)."""
+    ``ms`` gains the derivation's phases, and ``stems``: the time spent here on terms."""
     known: set[str] = set()
     table: DocTable | None = DocTable()
     spent = 0.0
