@@ -73,14 +73,20 @@ async def tables(index):
         "terms": await q("SELECT term, df FROM terms ORDER BY term"),
         "stats": await q("SELECT n, total FROM stats"),
         "dense": await q("SELECT count(*) AS n, min(doc) AS lo, max(doc) AS hi, count(DISTINCT doc) AS k FROM docs"),
+        # the postings as stored (no ORDER BY): sorted by (tid, doc) whoever sorted them
+        "stored_sorted": [[r["tid"], r["doc"]] for r in await q("SELECT tid, doc FROM postings")]
+                         == [[r["tid"], r["doc"]] for r in await q("SELECT tid, doc FROM postings ORDER BY tid, doc")],
     }
 
 out = {}
-for way in ("python", "page"):
+# Python's own; the page's with every posting held and counting-sorted in JS; with none
+# held (DuckDB sorts); with the held ones given up part way (more than SORT_MAX)
+for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), ("page-overflow", SORT_MAX)):
     engine = await DuckDBWasmEngine.open()
     index = QueryIndex(engine)
     await index.setup()
-    d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK)
+    d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK,
+                          sort_max=sort_max or 0)
     assert d is not None
     await index.rebuild(metas, each_message(store, metas) if way == "python" else d)
     out[way] = await tables(index)
@@ -95,14 +101,18 @@ out
 
 def test_the_page_derivation_equals_pythons(page: object) -> None:
     name = unique_name("derive")
-    env = f"NAME = {name!r}\nTEXTS = {TEXTS!r}\nBIG = 130\nCHUNK = 50\n"
+    env = f"NAME = {name!r}\nTEXTS = {TEXTS!r}\nBIG = 130\nCHUNK = 50\nSORT_MAX = 1200\n"
     assert page.py(env + FILL) == 3  # type: ignore[attr-defined]
     got = page.py(env + COMPARE, timeout=300_000)  # type: ignore[attr-defined]
     py, js = got["python"], got["page"]
     assert py["stats"][0]["n"] == 3 * len(TEXTS) + 2 + 130
-    assert py["dense"] == js["dense"] and js["dense"][0]["lo"] == 0
-    for table in ("messages", "docs", "terms", "stats", "postings", "hits"):
-        assert js[table] == py[table], table
+    for way in ("page", "page-unsorted", "page-overflow"):
+        assert py["dense"] == got[way]["dense"] and got[way]["dense"][0]["lo"] == 0, way
+        for table in ("messages", "docs", "terms", "stats", "postings", "hits", "stored_sorted"):
+            assert got[way][table] == py[table], (way, table)
+    assert py["stored_sorted"] is True
+    # the overflow case holds the first chunks (a few hundred postings each), then gives up
+    assert len(py["postings"]) > 1200
     # the page's way ran: its own phases, not the Python reading's
     assert "read" in js["ms"] and "stems" in js["ms"] and "tokenise" not in js["ms"]
     assert "tokenise" in py["ms"]

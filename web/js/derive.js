@@ -12,7 +12,9 @@
 //               `docs` and `postings` in bulk while the next chunk is read; answers the
 //               docs as {doc, id, created, len} columns
 //   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
-//               milliseconds spent {read, words, count, load}
+//               milliseconds spent {read, words, count, load} and whether `postings` went in
+//               sorted by (tid, doc) (`sorted`: held here and counting-sorted, while they fit
+//               in `sortMax` rows; else loaded chunk by chunk, for the caller to sort)
 //
 // The ASCII words are `tokenize._ASCII_WORD`'s matches on the lowercased text, numbers losing
 // their commas and words their apostrophes: the same as Python's `words` for ASCII text
@@ -22,6 +24,7 @@ import { BridgeError, callMethod } from "./envelope.js";
 import { sessionRange } from "./schema.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
+const POSTINGS = ["tid", "doc", "tf"];
 const ASCII = /^[\x00-\x7f]*$/;
 const WORD = /\d+(?:[.,]\d+)+|[a-z0-9]+(?:'[a-z0-9]+)*/g;
 /** without an apostrophe, point or comma a text's words are its runs of letters and digits */
@@ -188,9 +191,10 @@ class Derivation {
    * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
    * `messages` table's [column, record key] pairs (the text is the column keyed "");
    * `docs`: the `docs` columns, in the order loaded here (doc, message_id, session_id,
-   * role, created_at, doc_len); `chunk`: about this many messages a chunk.
+   * role, created_at, doc_len); `chunk`: about this many messages a chunk; `sortMax`: the
+   * most postings held for `finish` to load sorted (0: none).
    */
-  constructor(database, engine, { sessions, columns, chunk }) {
+  constructor(database, engine, { sessions, columns, chunk, sortMax = 0 }) {
     this.database = database;
     this.engine = engine;
     this.sessions = sessions;
@@ -205,6 +209,9 @@ class Derivation {
     this.ahead = null;
     this.current = null;
     this.loading = Promise.resolve();
+    this.sortMax = sortMax;
+    this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
+    this.heldRows = 0;
     this.failed = null;
     this.ms = { read: 0, words: 0, count: 0, load: 0 };
   }
@@ -383,8 +390,50 @@ class Derivation {
     this.ms.count += performance.now() - t;
     this.load("messages", this.columns.map(([c]) => c), messageCols);
     this.load("docs", ["doc", "message_id", "session_id", "role", "created_at", "doc_len"], docCols);
-    this.load("postings", ["tid", "doc", "tf"], postings);
+    this.hold(postings);
     return { doc: docs, id: ids, created, len: Array.from(lens) };
+  }
+
+  /** Keep a chunk's postings for `finish` to hand over sorted by (tid, doc), while they all
+   *  fit in `sortMax` rows; past that, load those held and each chunk's as it comes (the
+   *  caller sorts them in DuckDB). */
+  hold(postings) {
+    const n = postings[0].length;
+    if (this.held && this.heldRows + n <= this.sortMax) {
+      if (this.heldRows + n > this.held[0].length) {
+        this.held = this.held.map((a) => {
+          const b = new Int32Array(Math.min(this.sortMax, Math.max(2 * a.length, this.heldRows + n)));
+          b.set(a.subarray(0, this.heldRows));
+          return b;
+        });
+      }
+      postings.forEach((a, i) => this.held[i].set(a, this.heldRows));
+      this.heldRows += n;
+      return;
+    }
+    if (this.held) {
+      this.load("postings", POSTINGS, this.held.map((a) => a.subarray(0, this.heldRows)));
+      this.held = null;
+    }
+    this.load("postings", POSTINGS, postings);
+  }
+
+  /** The held postings sorted by (tid, doc): a counting sort on tid, stable (docs were
+   *  numbered in order), so each term's postings come out by doc. */
+  sortedHeld() {
+    const [tid, doc, tf] = this.held;
+    const n = this.heldRows;
+    const start = new Int32Array(this.terms.length + 1);
+    for (let i = 0; i < n; i++) start[tid[i] + 1]++;
+    for (let t = 0; t < this.terms.length; t++) start[t + 1] += start[t];
+    const outTid = new Int32Array(n), outDoc = new Int32Array(n), outTf = new Int32Array(n);
+    for (let t = 0; t < this.terms.length; t++) outTid.fill(t, start[t], start[t + 1]);
+    for (let i = 0; i < n; i++) {
+      const at = start[tid[i]]++;
+      outDoc[at] = doc[i];
+      outTf[at] = tf[i];
+    }
+    return [outTid, outDoc, outTf];
   }
 
   /** Queue a bulk load after the ones before it (DuckDB works in its worker meanwhile). */
@@ -401,6 +450,14 @@ class Derivation {
 
   async finish() {
     this.check();
+    const sorted = this.held !== null;
+    if (sorted && this.heldRows) {
+      const t = performance.now();
+      const cols = this.sortedHeld();
+      this.held = null;
+      this.ms.count += performance.now() - t;
+      this.load("postings", POSTINGS, cols);
+    }
     await this.loading;
     const n = this.terms.length;
     if (n) await this.engine.appendRows({ table: "terms", columns: ["term", "tid", "df"],
@@ -409,12 +466,14 @@ class Derivation {
     for (const [k, v] of Object.entries(this.ms)) out[k] = Math.round(v * 10) / 10;
     out.terms = n;
     out.docs = this.doc;
+    out.sorted = sorted;
     return out;
   }
 
   /** Stop: wait for the loads under way (the engine is free when this answers). */
   async abort() {
     this.current = null;
+    this.held = null;
     try {
       await this.loading;
     } catch (_) { /* the caller reports its own error */ }

@@ -41,8 +41,9 @@ class EngineDerivation:
         docs as columns ``doc``, ``id``, ``created``, ``len``."""
         raise NotImplementedError
 
-    async def finish(self) -> dict[str, float]:
-        """Wait for the loads, load ``terms`` (df 0); answers its milliseconds per phase."""
+    async def finish(self) -> dict[str, Any]:
+        """Wait for the loads, load ``terms`` (df 0); answers its milliseconds per phase, and
+        ``sorted``: whether ``postings`` went in sorted by (tid, doc)."""
         raise NotImplementedError
 
     async def abort(self) -> None:
@@ -50,8 +51,9 @@ class EngineDerivation:
         raise NotImplementedError
 
 
-async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> DocTable | None:
-    """Run ``d`` to its end; the docs as numbered (None past ``doctable.LENGTHS_CACHE``).
+async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
+    """Run ``d`` to its end; the docs as numbered (None past ``doctable.LENGTHS_CACHE``), and
+    whether ``postings`` went in sorted by (tid, doc) (then the caller need not sort them).
     ``ms`` gains the derivation's phases, and ``stems``: the time spent here on terms."""
     known: set[str] = set()
     table: DocTable | None = DocTable()
@@ -73,7 +75,7 @@ async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> Doc
         raise
     if ms is not None:
         for k, v in got.items():
-            if k not in ("terms", "docs"):
+            if k not in ("terms", "docs", "sorted"):
                 ms[k] = ms.get(k, 0.0) + float(v)
         ms["stems"] = ms.get("stems", 0.0) + spent * 1000
-    return table
+    return table, bool(got.get("sorted"))

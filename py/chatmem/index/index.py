@@ -478,12 +478,12 @@ class QueryIndex:
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
             if isinstance(messages, EngineDerivation):
-                docs = await derive(messages, ms)
+                docs, ordered = await derive(messages, ms)
             else:
-                docs = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms)
+                docs, ordered = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms), False
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
-            await finish_derivation(self.engine, compress=self.compress)
+            await finish_derivation(self.engine, compress=self.compress, postings_sorted=ordered)
             ms["sort"] = (time.perf_counter() - t1) * 1000
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0

@@ -243,11 +243,12 @@ async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any
             await settle(loading)
 
 
-async def finish_derivation(engine: SQLEngine, *, compress: bool) -> None:
+async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorted: bool = False) -> None:
     """What a derivation from scratch does once ``stream_messages`` loaded every chunk:
     ``messages`` sorted by time (up to ``SORT_MESSAGES_MAX`` of them), ``postings`` by
-    (tid, doc) in parts of about ``SORT_PART`` rows (a term's postings stay in one part),
-    ``terms.df`` and ``stats`` counted, and the ART indexes built."""
+    (tid, doc) in parts of about ``SORT_PART`` rows (a term's postings stay in one part;
+    not when ``postings_sorted``: they went in in that order), ``terms.df`` and ``stats``
+    counted, and the ART indexes built."""
     ex = engine.execute
     n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])
     if n <= SORT_MESSAGES_MAX:
@@ -256,6 +257,19 @@ async def finish_derivation(engine: SQLEngine, *, compress: bool) -> None:
         await ex(table_statement("messages", compress=compress))
         await ex("INSERT INTO messages SELECT * FROM messages_unsorted ORDER BY created_at, id")
         await ex("DROP TABLE messages_unsorted")
+    if not postings_sorted:
+        await _sort_postings(engine, compress=compress)
+    await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
+             "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
+    await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
+             "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
+    for stmt in INDEX_STATEMENTS:
+        await ex(stmt)
+
+
+async def _sort_postings(engine: SQLEngine, *, compress: bool) -> None:
+    """``postings`` rewritten sorted by (tid, doc), in parts of about ``SORT_PART`` rows."""
+    ex = engine.execute
     # the first tid of each part: a term's postings counted, parts cut on running totals
     parts = [int(r["lo"]) for r in await ex(
         f"SELECT min(tid) AS lo FROM (SELECT tid, (sum(c) OVER (ORDER BY tid) - c) // {int(SORT_PART)} AS part "
@@ -270,12 +284,6 @@ async def finish_derivation(engine: SQLEngine, *, compress: bool) -> None:
             await ex(f"INSERT INTO postings SELECT * FROM postings_unsorted WHERE tid >= {lo}{upper} "
                      "ORDER BY tid, doc")
         await ex("DROP TABLE postings_unsorted")
-    await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
-             "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
-    await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
-             "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
-    for stmt in INDEX_STATEMENTS:
-        await ex(stmt)
 
 
 async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigures) -> None:

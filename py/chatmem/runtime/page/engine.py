@@ -7,6 +7,7 @@ from typing import Any
 
 from ...errors import StorageError
 from ...index.derivation import EngineDerivation
+from ...index.keywords import SORT_PART
 from ...index.schema import MESSAGE_COLUMNS
 from ...settle import settle
 from .bridge import bridge, call, engine_error, opened
@@ -84,15 +85,16 @@ class DuckDBWasmEngine:
         if rows:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
-    def derivation(self, store: Any, session_counts: list[tuple[str, int]],
-                   chunk: int = DERIVE_CHUNK) -> PageDerivation | None:
+    def derivation(self, store: Any, session_counts: list[tuple[str, int]], chunk: int = DERIVE_CHUNK,
+                   sort_max: int = SORT_PART) -> PageDerivation | None:
         """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
-        sessions read in the given order; None unless ``store`` is the page's IndexedDB one."""
+        sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
+        counting sort in JS instead of DuckDB's); None unless ``store`` is the page's IndexedDB one."""
         make = getattr(getattr(store, "bridge_db", None), "derivation", None)
         if make is None:
             return None
         options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
-                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS]}
+                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "sortMax": int(sort_max)}
         return PageDerivation(make(self._handle, options))
 
     async def close(self) -> None:
@@ -116,7 +118,7 @@ class PageDerivation(EngineDerivation):
     async def feed(self, terms: dict[str, list[str]], hard: list[list[str]]) -> dict[str, list[Any]]:
         return await call(self._handle, "feed", {"terms": terms, "hard": hard}, engine_error)  # type: ignore[no-any-return]
 
-    async def finish(self) -> dict[str, float]:
+    async def finish(self) -> dict[str, Any]:
         return await call(self._handle, "finish", {}, engine_error)  # type: ignore[no-any-return]
 
     async def abort(self) -> None:
