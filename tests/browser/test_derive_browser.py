@@ -86,7 +86,7 @@ for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), (
     index = QueryIndex(engine)
     await index.setup()
     d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK,
-                          sort_max=sort_max or 0)
+                          sort_max=sort_max or 0, batch=BATCH)
     assert d is not None
     await index.rebuild(metas, each_message(store, metas) if way == "python" else d)
     out[way] = await tables(index)
@@ -101,7 +101,7 @@ out
 
 def test_the_page_derivation_equals_pythons(page: object) -> None:
     name = unique_name("derive")
-    env = f"NAME = {name!r}\nTEXTS = {TEXTS!r}\nBIG = 130\nCHUNK = 50\nSORT_MAX = 1200\n"
+    env = f"NAME = {name!r}\nTEXTS = {TEXTS!r}\nBIG = 130\nCHUNK = 50\nSORT_MAX = 1200\nBATCH = 300\n"
     assert page.py(env + FILL) == 3  # type: ignore[attr-defined]
     got = page.py(env + COMPARE, timeout=300_000)  # type: ignore[attr-defined]
     py, js = got["python"], got["page"]

@@ -192,9 +192,10 @@ class Derivation {
    * `messages` table's [column, record key] pairs (the text is the column keyed "");
    * `docs`: the `docs` columns, in the order loaded here (doc, message_id, session_id,
    * role, created_at, doc_len); `chunk`: about this many messages a chunk; `sortMax`: the
-   * most postings held for `finish` to load sorted (0: none).
+   * most postings held for `finish` to load sorted (0: none); `batch`: the most held
+   * postings a load.
    */
-  constructor(database, engine, { sessions, columns, chunk, sortMax = 0 }) {
+  constructor(database, engine, { sessions, columns, chunk, sortMax = 0, batch = 1 << 21 }) {
     this.database = database;
     this.engine = engine;
     this.sessions = sessions;
@@ -210,6 +211,7 @@ class Derivation {
     this.current = null;
     this.loading = Promise.resolve();
     this.sortMax = sortMax;
+    this.batch = batch;
     this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
     this.heldRows = 0;
     this.failed = null;
@@ -412,10 +414,19 @@ class Derivation {
       return;
     }
     if (this.held) {
-      this.load("postings", POSTINGS, this.held.map((a) => a.subarray(0, this.heldRows)));
+      this.loadPostings(this.held, this.heldRows);
       this.held = null;
     }
     this.load("postings", POSTINGS, postings);
+  }
+
+  /** Queue the first `n` rows of postings columns `cols`, `batch` rows a load (one Arrow
+   *  copy of millions of rows at once would double the page's memory for a moment). */
+  loadPostings(cols, n) {
+    for (let at = 0; at < n; at += this.batch) {
+      const end = Math.min(at + this.batch, n);
+      this.load("postings", POSTINGS, cols.map((a) => a.subarray(at, end)));
+    }
   }
 
   /** The held postings sorted by (tid, doc): a counting sort on tid, stable (docs were
@@ -456,7 +467,7 @@ class Derivation {
       const cols = this.sortedHeld();
       this.held = null;
       this.ms.count += performance.now() - t;
-      this.load("postings", POSTINGS, cols);
+      this.loadPostings(cols, cols[0].length);
     }
     await this.loading;
     const n = this.terms.length;

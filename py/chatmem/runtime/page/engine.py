@@ -86,15 +86,17 @@ class DuckDBWasmEngine:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
     def derivation(self, store: Any, session_counts: list[tuple[str, int]], chunk: int = DERIVE_CHUNK,
-                   sort_max: int = SORT_PART) -> PageDerivation | None:
+                   sort_max: int = SORT_PART, batch: int = 1 << 21) -> PageDerivation | None:
         """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
         sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
-        counting sort in JS instead of DuckDB's); None unless ``store`` is the page's IndexedDB one."""
+        counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time; None unless
+        ``store`` is the page's IndexedDB one."""
         make = getattr(getattr(store, "bridge_db", None), "derivation", None)
         if make is None:
             return None
         options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
-                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "sortMax": int(sort_max)}
+                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "sortMax": int(sort_max),
+                   "batch": int(batch)}
         return PageDerivation(make(self._handle, options))
 
     async def close(self) -> None:
