@@ -8,6 +8,7 @@
 //   schema.js         the IndexedDB schema and its migrations
 //   query-engine.js   DuckDB-Wasm, the derived query index (and its OPFS cache file)
 //   derive.js         the keyword index derived from the store in the page (records never cross to Python)
+//   words.js          the words of a text as derive.js cuts them (Python's for ASCII text)
 //   token-counter.js  exact BPE token counts (gpt-tokenizer)
 //   token-sums.js     the static embedding model's sums (the same integers as Python's), in a worker
 //   locks.js          Web Locks and the online status, for sync

@@ -22,176 +22,23 @@
 
 import { BridgeError, callMethod } from "./envelope.js";
 import { sessionRange } from "./schema.js";
+import { ASCII, PUNCT, WordTable, asciiWords, extractText } from "./words.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
 const POSTINGS = ["tid", "doc", "tf"];
-const ASCII = /^[\x00-\x7f]*$/;
-const WORD = /\d+(?:[.,]\d+)+|[a-z0-9]+(?:'[a-z0-9]+)*/g;
-/** without an apostrophe, point or comma a text's words are its runs of letters and digits */
-const PUNCT = /['.,]/;
-const ALNUM = /[a-z0-9]+/g;
 /** longest stretch of main-thread work between two yields to the event loop */
 const SLICE_MS = 10;
-
-/** Python's `tokenize.words` of an ASCII text. */
-export function asciiWords(text) {
-  const low = text.toLowerCase();
-  if (!PUNCT.test(low)) return low.match(ALNUM) || [];
-  const ws = low.match(WORD);
-  if (!ws) return [];
-  for (let i = 0; i < ws.length; i++) {
-    const w = ws[i];
-    if (w.includes(",")) ws[i] = w.replaceAll(",", "");
-    else if (w.includes("'")) ws[i] = w.replaceAll("'", "");
-  }
-  return ws;
-}
-
-/** Python's `models.extract_text`: the string itself, or the text (else code) parts joined. */
-export function extractText(content) {
-  if (content === null || content === undefined) return "";
-  if (typeof content === "string") return content;
-  const out = [];
-  for (const part of content) {
-    if (typeof part?.text === "string") out.push(part.text);
-    else if (typeof part?.code === "string") out.push(part.code);
-  }
-  return out.join("\n");
-}
 
 /** Let the page run (input, rendering) between two slices of work: `scheduler.yield()`
  *  where the browser has it (no 4 ms clamp as nested timeouts have). */
 const yieldToPage = () => (globalThis.scheduler?.yield
   ? globalThis.scheduler.yield() : new Promise((resolve) => setTimeout(resolve, 0)));
 
-/** Words and their codes in an open-addressing table keyed by a hash of their characters:
- *  `scan` finds the words of a text straight from its characters, without cutting each
- *  word out as a string and hashing it again (what a `Map` look-up costs per word). */
-export class WordTable {
-  constructor() {
-    this.size = 1 << 16;
-    this.keys = new Array(this.size).fill(null);
-    this.hashes = new Int32Array(this.size);
-    this.vals = new Array(this.size);
-    this.count = 0;
-  }
-
-  static hash(word) {
-    let h = 0;
-    for (let i = 0; i < word.length; i++) h = (Math.imul(h, 31) + word.charCodeAt(i)) | 0;
-    return h;
-  }
-
-  get(word) {
-    const h = WordTable.hash(word);
-    const mask = this.size - 1;
-    for (let j = h & mask; ; j = (j + 1) & mask) {
-      const k = this.keys[j];
-      if (k === null) return undefined;
-      if (this.hashes[j] === h && k === word) return this.vals[j];
-    }
-  }
-
-  has(word) {
-    return this.get(word) !== undefined;
-  }
-
-  set(word, val) {
-    if ((this.count + 1) * 2 > this.size) this.grow();
-    this.put(word, WordTable.hash(word), val);
-  }
-
-  put(word, h, val) {
-    const mask = this.size - 1;
-    let j = h & mask;
-    while (this.keys[j] !== null) {
-      if (this.hashes[j] === h && this.keys[j] === word) {
-        this.vals[j] = val;
-        return;
-      }
-      j = (j + 1) & mask;
-    }
-    this.keys[j] = word;
-    this.hashes[j] = h;
-    this.vals[j] = val;
-    this.count++;
-  }
-
-  grow() {
-    const { keys, hashes, vals } = this;
-    this.size *= 2;
-    this.keys = new Array(this.size).fill(null);
-    this.hashes = new Int32Array(this.size);
-    this.vals = new Array(this.size);
-    this.count = 0;
-    for (let j = 0; j < keys.length; j++) if (keys[j] !== null) this.put(keys[j], hashes[j], vals[j]);
-  }
-
-  /** The words of an ASCII `text` without an apostrophe, point or comma (its runs of
-   *  letters and digits, lowercased), each as its code, or as itself (added to `unknown`)
-   *  when the table has none. */
-  scan(text, unknown) {
-    const out = [];
-    const n = text.length;
-    const mask = this.size - 1;
-    const { keys, hashes, vals } = this;
-    let i = 0;
-    while (i < n) {
-      let c = text.charCodeAt(i);
-      if (c >= 65 && c <= 90) c += 32;
-      if (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) {
-        i++;
-        continue;
-      }
-      const start = i;
-      let h = 0;
-      let upper = false;
-      while (i < n) {
-        c = text.charCodeAt(i);
-        if (c >= 65 && c <= 90) {
-          c += 32;
-          upper = true;
-        } else if (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) break;
-        h = (Math.imul(h, 31) + c) | 0;
-        i++;
-      }
-      const len = i - start;
-      let found;
-      for (let j = h & mask; ; j = (j + 1) & mask) {
-        const k = keys[j];
-        if (k === null) break;
-        if (hashes[j] !== h || k.length !== len) continue;
-        let q = 0;
-        if (upper) {
-          for (; q < len; q++) {
-            let d = text.charCodeAt(start + q);
-            if (d >= 65 && d <= 90) d += 32;
-            if (k.charCodeAt(q) !== d) break;
-          }
-        } else {
-          for (; q < len; q++) if (k.charCodeAt(q) !== text.charCodeAt(start + q)) break;
-        }
-        if (q === len) {
-          found = vals[j];
-          break;
-        }
-      }
-      if (found === undefined) {
-        const w = upper ? text.slice(start, i).toLowerCase() : text.slice(start, i);
-        unknown.add(w);
-        out.push(w);
-      } else out.push(found);
-    }
-    return out;
-  }
-}
-
 class Derivation {
   /**
    * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
    * `messages` table's [column, record key] pairs (the text is the column keyed "");
-   * `docs`: the `docs` columns, in the order loaded here (doc, message_id, session_id,
-   * role, created_at, doc_len); `chunk`: about this many messages a chunk; `sortMax`: the
+   * `chunk`: about this many messages a chunk; `sortMax`: the
    * most postings held for `finish` to load sorted (0: none); `batch`: the most held
    * postings a load.
    */
