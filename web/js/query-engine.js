@@ -75,6 +75,13 @@ function arrowColumn(arrow, values) {
   return arrow.vectorFromArray(values, new arrow.Utf8());
 }
 
+// An Arrow table of the named columns, one array of values (or Int32Array) per column.
+function arrowTable(arrow, columns, cols) {
+  const data = {};
+  columns.forEach((name, i) => (data[name] = arrowColumn(arrow, cols[i])));
+  return new arrow.Table(data);
+}
+
 // The validity bitmap of `values` (bit i set: values[i] is not null), or null when none is.
 function validity(values) {
   const n = values.length;
@@ -237,10 +244,8 @@ class Duck {
   async loadRows({ table, columns, rows, cols: data }) {
     data = data || columns.map((_, i) => rows.map((r) => r[i]));
     if (!data.length || !data[0].length) return null;
-    const cols = {};
-    columns.forEach((name, i) => (cols[name] = arrowColumn(this.arrow, data[i])));
     const tmp = `__chatmem_load_${++this.tmp}`;
-    await this.conn.insertArrowTable(new this.arrow.Table(cols), { name: tmp, create: true });
+    await this.conn.insertArrowTable(arrowTable(this.arrow, columns, data), { name: tmp, create: true });
     const list = columns.map((c) => `"${c}"`).join(", ");
     try {
       await this.conn.query(`INSERT INTO "${table}" (${list}) SELECT ${list} FROM "${tmp}"`);
@@ -254,9 +259,7 @@ class Duck {
    *  `table` straight from Arrow, without a staging table (a derivation's bulk loads). */
   async appendRows({ table, columns, cols }) {
     if (!cols.length || !cols[0].length) return null;
-    const data = {};
-    columns.forEach((name, i) => (data[name] = arrowColumn(this.arrow, cols[i])));
-    await this.conn.insertArrowTable(new this.arrow.Table(data), { name: table, create: false });
+    await this.conn.insertArrowTable(arrowTable(this.arrow, columns, cols), { name: table, create: false });
     return null;
   }
 
