@@ -8,12 +8,11 @@ IndexedDB) and on CPython (memory or SQLite), behind one async API.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
 from . import errors
-from .anthropic import AnthropicProvider
-from .contextstore import ContextStore, MemoryContextStore
-from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore
-from .conversation import Session
-from .embedding import LocalEmbedder, StaticEmbedder
 from .errors import (
     ChatmemError,
     ClockSkew,
@@ -30,53 +29,103 @@ from .errors import (
     StorageError,
     ValidationError,
 )
-from .ids import Clock, IdGenerator, new_id, system_clock
-from .index import (
-    Embedder,
-    HashingEmbedder,
-    HybridWeights,
-    OpenAIEmbedder,
-    QueryIndex,
-    RetrievalConfig,
-    SearchHit,
-    SQLEngine,
-)
-from .live_context import (
-    ContextManager,
-    ContextMessage,
-    ContextProvider,
-    ContextUpdateStrategy,
-    DatetimeProvider,
-    ModuleStateProvider,
-    UserProfileProvider,
-    render_context_message,
-)
-from .lru import LFUCache, LRUCache
-from .memory import Memory, open
-from .messages import Messages
-from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text
-from .offline import OfflineResponder
-from .providers import ChatProvider, OpenAICompatibleProvider
-from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport
-from .runtime import IN_BROWSER, Runtime
-from .sessions import Sessions
-from .stores import MemoryStore, Store
-from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from .sync import (
-    EncryptionKey,
-    Passphrase,
-    PullReport,
-    PushReport,
-    SyncConfig,
-    SyncEngine,
-    SyncStatus,
-)
-from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer
-from .transfer.io import ImportReport
-from .validation import DEFAULT_LIMITS, Limits
-from .window import PRESETS, ModelBudget, WindowResult, fit_window
 
 __version__ = "0.1.0"
+
+#: the module defining each public name, imported when the name is first used (PEP 562):
+#: ``import chatmem`` loads only the errors, so a page is ready before the modules its
+#: first ``chatmem.open`` needs are read, and what it never uses (SQLite, providers) is never read
+_MODULES: dict[str, tuple[str, ...]] = {
+    ".anthropic": ("AnthropicProvider",),
+    ".contextstore": ("ContextStore", "MemoryContextStore"),
+    ".contextstore_backends": ("IndexedDBContextStore", "InMemoryContextStore", "SQLiteContextStore"),
+    ".conversation": ("Session",),
+    ".embedding": ("LocalEmbedder", "StaticEmbedder"),
+    ".ids": ("Clock", "IdGenerator", "new_id", "system_clock"),
+    ".index": ("Embedder", "HashingEmbedder", "HybridWeights", "OpenAIEmbedder", "QueryIndex",
+               "RetrievalConfig", "SearchHit", "SQLEngine"),
+    ".live_context": ("ContextManager", "ContextMessage", "ContextProvider", "ContextUpdateStrategy",
+                      "DatetimeProvider", "ModuleStateProvider", "UserProfileProvider", "render_context_message"),
+    ".lru": ("LFUCache", "LRUCache"),
+    ".memory": ("Memory", "open"),
+    ".messages": ("Messages",),
+    ".models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
+    ".offline": ("OfflineResponder",),
+    ".providers": ("ChatProvider", "OpenAICompatibleProvider"),
+    ".retention": ("MessageRetentionPolicy", "RetentionPolicy", "RetentionReport"),
+    ".runtime": ("IN_BROWSER", "Runtime"),
+    ".sessions": ("Sessions",),
+    ".stores": ("MemoryStore", "Store"),
+    ".summarize": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer"),
+    ".sync": ("EncryptionKey", "Passphrase", "PullReport", "PushReport", "SyncConfig", "SyncEngine",
+              "SyncStatus"),
+    ".token_count": ("BPETokenizer", "EstimateTokenizer", "Tokenizer"),
+    ".transfer.io": ("ImportReport",),
+    ".validation": ("DEFAULT_LIMITS", "Limits"),
+    ".window": ("PRESETS", "ModelBudget", "WindowResult", "fit_window"),
+}
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
+
+if TYPE_CHECKING:
+    from .anthropic import AnthropicProvider  # noqa: F401
+    from .contextstore import ContextStore, MemoryContextStore  # noqa: F401
+    from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
+    from .conversation import Session  # noqa: F401
+    from .embedding import LocalEmbedder, StaticEmbedder  # noqa: F401
+    from .ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
+    from .index import (  # noqa: F401
+        Embedder,
+        HashingEmbedder,
+        HybridWeights,
+        OpenAIEmbedder,
+        QueryIndex,
+        RetrievalConfig,
+        SearchHit,
+        SQLEngine,
+    )
+    from .live_context import (  # noqa: F401
+        ContextManager,
+        ContextMessage,
+        ContextProvider,
+        ContextUpdateStrategy,
+        DatetimeProvider,
+        ModuleStateProvider,
+        UserProfileProvider,
+        render_context_message,
+    )
+    from .lru import LFUCache, LRUCache  # noqa: F401
+    from .memory import Memory, open  # noqa: F401
+    from .messages import Messages  # noqa: F401
+    from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text  # noqa: F401
+    from .offline import OfflineResponder  # noqa: F401
+    from .providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
+    from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport  # noqa: F401
+    from .runtime import IN_BROWSER, Runtime  # noqa: F401
+    from .sessions import Sessions  # noqa: F401
+    from .stores import MemoryStore, Store  # noqa: F401
+    from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer  # noqa: F401
+    from .sync import EncryptionKey, Passphrase, PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus  # noqa: F401
+    from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer  # noqa: F401
+    from .transfer.io import ImportReport  # noqa: F401
+    from .validation import DEFAULT_LIMITS, Limits  # noqa: F401
+    from .window import PRESETS, ModelBudget, WindowResult, fit_window  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (or a submodule) of chatmem, imported the first time it is asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "__version__",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import cached_property
 from types import TracebackType
-from typing import Any, AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable
 
 from .context_builder import ContextBuilder
 from .contextstore import ContextStore, MemoryContextStore
@@ -35,9 +36,11 @@ from .sessions import Sessions
 from .stores.base import Store
 from .sync.engine import SyncEngine
 from .token_count import EstimateTokenizer, Tokenizer
-from .transfer.io import ImportReport, Transfer
 from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
+
+if TYPE_CHECKING:
+    from .transfer.io import ImportReport, Transfer
 
 __all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT"]
 
@@ -100,7 +103,6 @@ class Memory:
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
-        self._transfer = Transfer(self._core)
         #: live context from modules (the original's "Active Context")
         self.context = ContextManager(clock)
         #: any module pushes its state here: ``mem.modules.set("module:discord", {...})``
@@ -124,6 +126,13 @@ class Memory:
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
             subscribe(self._on_remote_change)
+
+    @cached_property
+    def _transfer(self) -> Transfer:
+        """Export and import: their modules (the format adapters) are read when first used."""
+        from .transfer.io import Transfer
+
+        return Transfer(self._core)
 
     def _on_remote_change(self, session_id: str) -> None:
         """Another tab wrote to this session: drop cached views, re-read it before the next query."""

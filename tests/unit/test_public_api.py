@@ -4,7 +4,12 @@ are pinned to exact sets, and every exception chatmem defines lives in ``chatmem
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import chatmem
 from chatmem import errors
@@ -93,3 +98,24 @@ def test_moved_errors_stay_importable_where_they_were() -> None:
 
     assert http.TransportError is errors.TransportError
     assert http.TransportTimeout is errors.TransportTimeout
+
+
+def test_import_reads_only_the_errors() -> None:
+    """``import chatmem`` loads chatmem's errors alone (the page's ``ready`` waits for it); each
+    public name loads its module when first used, ``from chatmem import X`` as well."""
+    code = (
+        "import sys, json\n"
+        "import chatmem\n"
+        "first = sorted(m for m in sys.modules if m.startswith('chatmem'))\n"
+        "from chatmem import SyncConfig\n"
+        "after = 'chatmem.sync' in sys.modules\n"
+        "print(json.dumps([first, 'sqlite3' in sys.modules, after, chatmem.open.__module__,\n"
+        "                  chatmem.index.__name__, set(chatmem.__all__) <= set(dir(chatmem))]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PKG.parent)
+    first, sqlite, sync_after, open_module, index_name, listed = json.loads(out.stdout)
+    assert first == ["chatmem", "chatmem.errors"]
+    assert not sqlite
+    assert sync_after and open_module == "chatmem.memory" and index_name == "chatmem.index" and listed
+    with pytest.raises(AttributeError, match="no_such_name"):
+        chatmem.no_such_name  # noqa: B018

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import uuid
+import secrets
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from .. import errors
@@ -89,7 +89,7 @@ class IndexShare:
 
     def __init__(self, transport: ShareTransport):
         self.transport = transport
-        self._prefix = uuid.uuid4().hex[:12]
+        self._prefix = secrets.token_hex(6)
         self._ids = itertools.count(1)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._serving = False
