@@ -71,7 +71,7 @@ function installApp(pyodide, texts) {
 
 async function boot() {
   // everything the first paint needs starts at once: Pyodide, and meanwhile the
-  // wheels (fetched and unzipped by loadChatmem) and the app's files; DuckDB-Wasm,
+  // wheels (fetched and unzipped in a worker, installed by loadChatmem) and the app's files; DuckDB-Wasm,
   // the index and the embedding model come after the interface is up
   step("pyodide", "active");
   step("wheels", "active");
@@ -79,17 +79,24 @@ async function boot() {
   const info = fetch(here("../build-info.json"), { cache: "no-cache" }).then((r) => r.json());
   const app = info.then(fetchApp);
   app.catch(() => {});  // awaited below
+  // the wheels' worker at once too: load.js would start it only once its import graph (the
+  // bridge, DuckDB-Wasm's and Arrow's modules) is evaluated, on a thread Pyodide's boot holds
+  const wheels = import("./wheels.js").then(({ fetchWheels }) => fetchWheels(here("../"), null));
+  wheels.catch(() => {});  // awaited in loadChatmem
   const pyodide = import(here("../pyodide/pyodide.mjs"))
     .then(({ loadPyodide }) => loadPyodide({ indexURL: here("../pyodide/") }))
     .then((py) => { step("pyodide", "done"); report("Installing chatmem…"); return py; });
   const { bridge, loadChatmem } = await loader;
   window.chatmem.bridge = bridge;
-  await loadChatmem(pyodide, { base: here("../") });  // the same call as in the README
+  await loadChatmem(pyodide, { base: here("../"), wheels });  // the README's call, the wheels already coming
   const py = await pyodide;
-  const runCode = py.pyimport("chatmem.runtime.page").run_code;
+  let runCode = null;  // imported on the first call: `ready` waits only for `import chatmem`
   window.chatmem.pyodide = py;
   window.chatmem.build = (await info).version;
-  window.chatmem.runPython = async (code) => JSON.parse(await runCode(code));
+  window.chatmem.runPython = async (code) => {
+    runCode ??= py.pyimport("chatmem.runtime.page").run_code;
+    return JSON.parse(await runCode(code));
+  };
   installApp(py, await app);
   step("wheels", "done");
   report("Ready");
