@@ -88,3 +88,38 @@ def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_si
         ctx.close()
     assert found is None
     assert any("SHA-256" in e and "expected " + "0" * 64 in e for e in errors), errors
+
+
+def test_wheels_are_unzipped_in_a_worker_or_here_when_workers_are_refused(browser: Any, recipe_site: str) -> None:
+    """``loadChatmem`` fetches, checks and unzips the wheels in a worker of its own; a page
+    whose CSP refuses workers gets them unzipped on its main thread instead."""
+    page_text = (RECIPES / "own-pyodide.html").read_text(encoding="utf-8")
+    no_workers = page_text.replace(
+        '<meta charset="utf-8">',
+        '<meta charset="utf-8">\n  <meta http-equiv="Content-Security-Policy" content="worker-src \'none\'">')
+    no_workers = re.sub(r"const found = await pyodide\.runPythonAsync\(`.*?`\);",
+                        lambda _: "const found = pyodide.runPython(`import chatmem\n[chatmem.__version__]`);",
+                        no_workers, flags=re.S)
+    assert "worker-src 'none'" in no_workers and "__version__" in no_workers
+    results = {}
+    for name, text in (("worker", page_text), ("here", no_workers)):
+        ctx = browser.new_context()
+        seen: list[str] = []
+        ctx.on("request", functools.partial(lambda into, r: into.append(r.url), seen))
+        ctx.route("**/own-pyodide.html", _serve(text))
+        try:
+            page = ctx.new_page()
+            page.set_default_timeout(120_000)
+            page.goto(recipe_site + "own-pyodide.html")
+            page.wait_for_selector("body[data-result]", state="attached")
+            results[name] = (json.loads(page.get_attribute("body", "data-result") or "null"),
+                             any(u.endswith("/js/wheels-worker.js") for u in seen))
+        finally:
+            ctx.close()
+    assert results["worker"] == (["Lisbon is lovely in May."], True)
+    assert results["here"] == (["0.1.0"], False)  # refused before it was requested
+
+
+def _serve(text: str) -> Any:
+    """A route handler answering with the page ``text``."""
+    return lambda route: route.fulfill(body=text, content_type="text/html")

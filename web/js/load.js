@@ -15,11 +15,13 @@
 // build-info.json, wheels/, js/ (by default the folder above this file);
 // `wheel` names a chatmem wheel instead, installed by micropip (which finds
 // its dependencies in the Pyodide's pyodide-lock.json).
+// `wheels` is the promise of `fetchWheels` when the page started it itself (boot.js
+// does, before this module's imports are even loaded).
 import * as bridge from "./bridge.js";
 import { fetchWheels, installWheels } from "./wheels.js";
 
-export async function loadChatmem(pyodide, { base = new URL("../", import.meta.url), wheel = null } = {}) {
-  const wheels = wheel ? null : listedWheels(base).then((list) => fetchWheels(base, list));
+export async function loadChatmem(pyodide, { base = new URL("../", import.meta.url), wheel = null, wheels = null } = {}) {
+  wheels = wheel ? null : (wheels ?? fetchWheels(base, null));
   wheels?.catch(() => {});  // awaited below; a failure is reported there, not as unhandled
   pyodide = await pyodide;
   if (!pyodide || typeof pyodide.registerJsModule !== "function") {
@@ -53,14 +55,6 @@ export function freezeHeap(pyodide) {
   } finally {
     gc.destroy();
   }
-}
-
-async function listedWheels(base) {
-  const res = await fetch(new URL("build-info.json", base), { cache: "no-cache" });
-  if (!res.ok) throw new Error(`loadChatmem: build-info.json not found under ${base} (HTTP ${res.status})`);
-  const info = await res.json();
-  // the wheel and its dependencies; a build-info.json without the list names the wheel only
-  return info.wheels || [{ path: info.wheel, sha256: info.wheel_sha256 }];
 }
 
 export { bridge };
