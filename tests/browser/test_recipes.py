@@ -123,3 +123,25 @@ def test_wheels_are_unzipped_in_a_worker_or_here_when_workers_are_refused(browse
 def _serve(text: str) -> Any:
     """A route handler answering with the page ``text``."""
     return lambda route: route.fulfill(body=text, content_type="text/html")
+
+
+def test_what_the_first_open_imports_is_frozen_out_of_the_collector(browser: Any, recipe_site: str) -> None:
+    """``import chatmem`` reads its modules when first used; the page's first ``chatmem.open``
+    freezes them (as ``loadChatmem`` does with the boot), so a full collection never scans them."""
+    text = (RECIPES / "own-pyodide.html").read_text(encoding="utf-8").replace(
+        '[h.message.text for h in await mem.search("lisbon")]',
+        "import gc, chatmem.memory, chatmem.sync.engine\n"
+        "tracked = {id(o) for o in gc.get_objects()}\n"
+        "[id(chatmem.memory.Memory.__init__) in tracked, id(chatmem.sync.engine.SyncEngine.__init__) in tracked,\n"
+        " gc.get_freeze_count() > 0]")
+    ctx = browser.new_context()
+    ctx.route("**/own-pyodide.html", _serve(text))
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(recipe_site + "own-pyodide.html")
+        page.wait_for_selector("body[data-result]", state="attached")
+        found = json.loads(page.get_attribute("body", "data-result") or "null")
+    finally:
+        ctx.close()
+    assert found == [False, False, True]

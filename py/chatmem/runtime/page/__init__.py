@@ -9,6 +9,7 @@ are turned into typed errors here (``errors.translate_dom_error``).
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Awaitable, Callable
 
 from ...embedding.static import StaticEmbedder, TokenSums
@@ -59,7 +60,9 @@ class PageRuntime(Runtime):
         return await self.open_indexeddb(name, durability=durability)
 
     async def open_indexeddb(self, name: str, *, durability: str) -> IndexedDBStore:
-        return IndexedDBStore(await open_database(name, durability), durability)
+        store = IndexedDBStore(await open_database(name, durability), durability)
+        _freeze_modules()
+        return store
 
     def index_cache(self, store: Any) -> str | None:
         name = getattr(store, "name", None)
@@ -100,3 +103,16 @@ class PageRuntime(Runtime):
 
     def cipher_suite(self) -> WebCryptoSuite:
         return WebCryptoSuite()
+
+
+_frozen = False
+
+
+def _freeze_modules() -> None:
+    """Once per page: move what the first open imported (``import chatmem`` reads its modules
+    on first use: their classes and functions live as long as the page) out of reach of
+    Python's cyclic collector, as ``loadChatmem`` does with the boot's (js/load.js)."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
