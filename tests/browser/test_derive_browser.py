@@ -119,3 +119,46 @@ def test_the_page_derivation_equals_pythons(page: object) -> None:
     # the rules were exercised: stems, CJK bigrams, a number kept whole, a cut long word
     terms = {r["term"] for r in py["terms"]}
     assert {"paint", "東京", "京タ", "1000.5", "dont", "x" * 64, "constructor", "proto"} <= terms
+
+
+BACKLOG = """
+async ([name]) => {
+  const bridge = window.chatmem.bridge;
+  const db = await bridge.open(name);
+  const metas = await db.db.getAll("sessions");
+  let loaded = 0;
+  // an engine whose appends are slower than reading and counting (as into an OPFS file)
+  const engine = { async appendRows({ table }) {
+    if (table !== "messages") return;
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    loaded++;
+  } };
+  const d = bridge.derivation(db, engine, JSON.stringify({
+    sessions: metas.map((m) => [m.sessionId, m.messageCount]), columns: [["content", ""]], chunk: 10, sortMax: 0 }));
+  let fed = 0, ahead = 0;
+  for (let chunk; (chunk = await d.next()) !== null;) {
+    const hard = chunk.hard.map((t) => t.split(/\\s+/).filter(Boolean));
+    const terms = {};
+    for (const w of [...chunk.words, ...hard.flat()]) terms[w] = [w];
+    await d.feed({ terms, hard });
+    fed++;
+    ahead = Math.max(ahead, fed - loaded);
+  }
+  const ms = await d.finish();
+  db.db.close();
+  return { fed, loaded, ahead, waited: ms.wait > 0 };
+}
+"""
+
+
+def test_the_page_derivation_waits_for_a_slow_engine(page: object) -> None:
+    """Reading and counting run ahead of DuckDB's appends by two chunks at most: a queue
+    without a bound held every chunk's texts and columns in memory until DuckDB took them."""
+    name = unique_name("derive-backlog")
+    page.py(f"import chatmem\nmem = await chatmem.open({name!r})\n"  # type: ignore[attr-defined]
+            "s = await mem.sessions.create(title='t')\n"
+            "await mem.messages.append_many(s.session_id, [{'role': 'user', 'content': f'word{i} and more words'}"
+            " for i in range(200)])\nawait mem.close()\n0")
+    got = page.page.evaluate(BACKLOG, [name])  # type: ignore[attr-defined]
+    assert got["fed"] == got["loaded"] == 20, got
+    assert got["ahead"] <= 2 and got["waited"], got

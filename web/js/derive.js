@@ -12,7 +12,8 @@
 //               `docs` and `postings` in bulk while the next chunk is read; answers the
 //               docs as {doc, id, created, len} columns
 //   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
-//               milliseconds spent {read, words, count, load} and whether `postings` went in
+//               milliseconds spent {read, words, count, load, wait: for DuckDB's backlog,
+//               see BACKLOG} and whether `postings` went in
 //               sorted by (tid, doc) (`sorted`: held here and counting-sorted, while they fit
 //               in `sortMax` rows; else loaded chunk by chunk, for the caller to sort)
 //
@@ -28,6 +29,10 @@ const METHODS = new Set(["next", "feed", "finish", "abort"]);
 const POSTINGS = ["tid", "doc", "tf"];
 /** longest stretch of main-thread work between two yields to the event loop */
 const SLICE_MS = 10;
+/** the most chunks whose loads may wait for DuckDB's worker: reading and counting run ahead
+ *  of its appends (into an OPFS file, much slower), and a queue without a bound held 20 or
+ *  more chunks' texts and columns at 1,000,000 messages (the page's peak: 3.4 GB) */
+const BACKLOG = 2;
 
 /** Let the page run (input, rendering) between two slices of work: `scheduler.yield()`
  *  where the browser has it (no 4 ms clamp as nested timeouts have). */
@@ -57,12 +62,13 @@ class Derivation {
     this.ahead = null;
     this.current = null;
     this.loading = Promise.resolve();
+    this.queued = [];     // per chunk whose loads are queued: when they are done (see BACKLOG)
     this.sortMax = sortMax;
     this.batch = batch;
     this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
     this.heldRows = 0;
     this.failed = null;
-    this.ms = { read: 0, words: 0, count: 0, load: 0 };
+    this.ms = { read: 0, words: 0, count: 0, load: 0, wait: 0 };
   }
 
   /** The records of the next chunk (whole small sessions, or a page of a big one). */
@@ -237,9 +243,14 @@ class Derivation {
     const docCols = [docs, ids, get("sessionId"), get("role"), created, Array.from(lens)];
     const postings = [tid.subarray(0, p), doc.subarray(0, p), tf.subarray(0, p)];
     this.ms.count += performance.now() - t;
+    const waited = performance.now();
+    while (this.queued.length >= BACKLOG) await this.queued.shift().catch(() => {});
+    this.ms.wait += performance.now() - waited;
+    this.check();
     this.load("messages", this.columns.map(([c]) => c), messageCols);
     this.load("docs", ["doc", "message_id", "session_id", "role", "created_at", "doc_len"], docCols);
     this.hold(postings);
+    this.queued.push(this.loading);
     return { doc: docs, id: ids, created, len: Array.from(lens) };
   }
 
