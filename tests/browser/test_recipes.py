@@ -103,26 +103,26 @@ def test_wheels_are_unzipped_in_a_worker_or_here_when_workers_are_refused(browse
     assert "worker-src 'none'" in no_workers and "__version__" in no_workers
     results = {}
     for name, text in (("worker", page_text), ("here", no_workers)):
-        ctx = browser.new_context()
-        seen: list[str] = []
-        ctx.on("request", functools.partial(lambda into, r: into.append(r.url), seen))
-        ctx.route("**/own-pyodide.html", _serve(text))
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(120_000)
-            page.goto(recipe_site + "own-pyodide.html")
-            page.wait_for_selector("body[data-result]", state="attached")
-            results[name] = (json.loads(page.get_attribute("body", "data-result") or "null"),
-                             any(u.endswith("/js/wheels-worker.js") for u in seen))
-        finally:
-            ctx.close()
+        found, seen = _own_page(browser, recipe_site, text)
+        results[name] = (found, any(u.endswith("/js/wheels-worker.js") for u in seen))
     assert results["worker"] == (["Lisbon is lovely in May."], True)
     assert results["here"] == (["0.1.0"], False)  # refused before it was requested
 
 
-def _serve(text: str) -> Any:
-    """A route handler answering with the page ``text``."""
-    return lambda route: route.fulfill(body=text, content_type="text/html")
+def _own_page(browser: Any, recipe_site: str, text: str) -> tuple[Any, list[str]]:
+    """The own-Pyodide recipe page served as ``text``: its ``data-result``, and every URL it asked for."""
+    ctx = browser.new_context()
+    seen: list[str] = []
+    ctx.on("request", lambda r: seen.append(r.url))
+    ctx.route("**/own-pyodide.html", lambda route: route.fulfill(body=text, content_type="text/html"))
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(recipe_site + "own-pyodide.html")
+        page.wait_for_selector("body[data-result]", state="attached")
+        return json.loads(page.get_attribute("body", "data-result") or "null"), seen
+    finally:
+        ctx.close()
 
 
 def test_what_the_first_open_imports_is_frozen_out_of_the_collector(browser: Any, recipe_site: str) -> None:
@@ -134,14 +134,5 @@ def test_what_the_first_open_imports_is_frozen_out_of_the_collector(browser: Any
         "tracked = {id(o) for o in gc.get_objects()}\n"
         "[id(chatmem.memory.Memory.__init__) in tracked, id(chatmem.sync.engine.SyncEngine.__init__) in tracked,\n"
         " gc.get_freeze_count() > 0]")
-    ctx = browser.new_context()
-    ctx.route("**/own-pyodide.html", _serve(text))
-    try:
-        page = ctx.new_page()
-        page.set_default_timeout(120_000)
-        page.goto(recipe_site + "own-pyodide.html")
-        page.wait_for_selector("body[data-result]", state="attached")
-        found = json.loads(page.get_attribute("body", "data-result") or "null")
-    finally:
-        ctx.close()
+    found, _ = _own_page(browser, recipe_site, text)
     assert found == [False, False, True]

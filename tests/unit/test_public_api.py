@@ -119,3 +119,13 @@ def test_import_reads_only_the_errors() -> None:
     assert sync_after and open_module == "chatmem.memory" and index_name == "chatmem.index" and listed
     with pytest.raises(AttributeError, match="no_such_name"):
         chatmem.no_such_name  # noqa: B018
+
+
+def test_lazy_names_match_what_type_checkers_see() -> None:
+    """``chatmem/__init__``'s table of lazily imported names and its ``TYPE_CHECKING`` imports
+    (what mypy and editors see) name the same things from the same modules."""
+    tree = ast.parse((PKG / "__init__.py").read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {a.name: "." * n.level + (n.module or "") for n in block.body if isinstance(n, ast.ImportFrom)
+            for a in n.names}
+    assert seen == chatmem._LAZY
