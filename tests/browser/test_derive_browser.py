@@ -162,3 +162,44 @@ def test_the_page_derivation_waits_for_a_slow_engine(page: object) -> None:
     got = page.page.evaluate(BACKLOG, [name])  # type: ignore[attr-defined]
     assert got["fed"] == got["loaded"] == 20, got
     assert got["ahead"] <= 2 and got["waited"], got
+
+
+STEMS = """
+async (words) => {
+  const { asciiTerm } = await import("/js/words.js");
+  return words.map(asciiTerm);
+}
+"""
+
+
+def test_the_page_stems_as_python_does(page: object) -> None:
+    """The page stems ASCII words with Snowball's generated JavaScript (web/vendor/snowball),
+    Python with the snowballstemmer wheel: the same terms for every ASCII word of the shared
+    conversations and fixtures, for stems and suffixes combined at random, and for the
+    words stemming leaves alone (shorter than 3, with digits) or cuts (over 64)."""
+    import random
+    import re
+
+    from chatmem.index.tokenize import terms_of_word, words
+    from shared_texts import real_texts
+
+    vocab = {w for text in real_texts() if text.isascii() for w in words(text)}
+    rng = random.Random(7)
+    suffixes = ["", "s", "es", "ed", "ing", "ly", "ies", "ied", "eed", "eedly", "ingly", "ational", "ization",
+                "fulness", "ousness", "iveness", "ement", "ment", "ogist", "ogy", "abli", "alli", "entli", "li",
+                "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ent", "ism", "ate", "iti", "ous", "ive",
+                "ize", "y", "'s", "s'"]
+    bases = sorted(w for w in vocab if re.fullmatch(r"[a-z]{2,12}", w))
+    for _ in range(20_000):
+        w = rng.choice(bases) + rng.choice(suffixes) + rng.choice(suffixes)
+        vocab.add(w.replace("'", ""))
+    vocab |= {"a", "ab", "y", "yy", "eed", "sky", "skis", "news", "dying", "lying", "tying", "idly", "gently",
+              "ugly", "early", "only", "singly", "inning", "outing", "canning", "herring", "earring",
+              "proceed", "exceed", "succeed", "1st", "2nd", "mp3", "x" * 70, "ing" * 30, "generalization" * 5}
+    vocab.discard("")
+    ordered = sorted(vocab)
+    got = page.page.evaluate(STEMS, ordered)  # type: ignore[attr-defined]
+    want = [terms_of_word(w)[0] for w in ordered]
+    assert len(ordered) > 20_000
+    wrong = [(w, a, b) for w, a, b in zip(ordered, got, want, strict=True) if a != b]
+    assert wrong == [], wrong[:20]

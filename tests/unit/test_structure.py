@@ -118,8 +118,11 @@ def test_only_the_page_runtime_touches_the_browser() -> None:
 
 
 def test_no_module_over_500_lines() -> None:
-    """Every Python and JavaScript module in py/ and web/ reads in one sitting."""
-    files = [*PY.rglob("*.py"), *(ROOT / "web").rglob("*.py"), *(ROOT / "web").rglob("*.js")]
+    """Every Python and JavaScript module in py/ and web/ reads in one sitting (web/vendor/
+    holds third-party code kept as generated)."""
+    vendor = ROOT / "web" / "vendor"
+    files = [*PY.rglob("*.py"), *(ROOT / "web").rglob("*.py"),
+             *(f for f in (ROOT / "web").rglob("*.js") if vendor not in f.parents)]
     long = {str(f.relative_to(ROOT)): n for f in files
             if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}

@@ -10,17 +10,15 @@ generated messages; ``tokens`` (stems) must agree with the general, non-ASCII pa
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from chatmem.index import tokenize
 from chatmem.index.tokenize import tokens, words
+from shared_texts import real_texts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,38 +27,6 @@ def reference_words(text: str) -> list[str]:
     """The definition: one pass of ``_ASCII_WORD``, then the commas and apostrophes dropped."""
     ws = tokenize._ASCII_WORD.findall(text.lower())
     return [w.replace(",", "") if "," in w else w.replace("'", "") if "'" in w else w for w in ws]
-
-
-def shared_dir() -> Path:
-    """``$CHATMEM_SHARED``, or a ``shared/`` folder beside the repository (searched upward)."""
-    env = os.environ.get("CHATMEM_SHARED")
-    if env:
-        return Path(env)
-    for base in REPO.parents:
-        if (base / "shared" / "quality").is_dir():
-            return base / "shared"
-    raise AssertionError("the shared folder was not found: set CHATMEM_SHARED")
-
-
-def _strings(value: object) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
-def real_texts() -> list[str]:
-    """Every string of the LoCoMo conversations and of the chat-export fixtures."""
-    root = shared_dir()
-    files = sorted((root / "quality" / "locomo-dev").glob("*.json")) + sorted((root / "fixtures").rglob("*.json"))
-    out: list[str] = []
-    for f in files:
-        out.extend(_strings(json.loads(f.read_text("utf-8"))))
-    return out
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -4,15 +4,16 @@
 // Python (chatmem.index.derivation) drives a `Derivation` chunk by chunk:
 //
 //   next()      reads the next ~`chunk` messages (the sessions in the given order, each by
-//               seq) and splits ASCII texts into words here; answers the words it has no
-//               terms for and the texts that are not ASCII: {words, hard} (null at the end)
+//               seq), splits ASCII texts into words and stems the new ones here (words.js);
+//               answers the words it has no terms for (none: the protocol lets Python
+//               supply them) and the texts that are not ASCII: {words, hard} (null at the end)
 //   feed(a)     takes Python's answer, {terms: {word: [term, ...]}, hard: [[word, ...]]}
-//               (the stems and the other texts' words: tokenize.terms_of_word, tokenize.words),
+//               (the other texts' words and their terms: tokenize.words, terms_of_word),
 //               numbers the terms, counts each doc's term frequencies and loads `messages`,
 //               `docs` and `postings` in bulk while the next chunk is read; answers the
 //               docs as {doc, id, created, len} columns
 //   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
-//               milliseconds spent {read, words, count, load, wait: for DuckDB's backlog,
+//               milliseconds spent {read, words, stems, count, load, wait: for DuckDB's backlog,
 //               see BACKLOG} and whether `postings` went in
 //               sorted by (tid, doc) (`sorted`: held here and counting-sorted, while they fit
 //               in `sortMax` rows; else loaded chunk by chunk, for the caller to sort)
@@ -23,7 +24,7 @@
 
 import { BridgeError, callMethod } from "./envelope.js";
 import { sessionRange } from "./schema.js";
-import { ASCII, PUNCT, WordTable, asciiWords, extractText } from "./words.js";
+import { ASCII, PUNCT, WordTable, asciiTerm, asciiWords, extractText } from "./words.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
 const POSTINGS = ["tid", "doc", "tf"];
@@ -68,7 +69,7 @@ class Derivation {
     this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
     this.heldRows = 0;
     this.failed = null;
-    this.ms = { read: 0, words: 0, count: 0, load: 0, wait: 0 };
+    this.ms = { read: 0, words: 0, stems: 0, count: 0, load: 0, wait: 0 };
   }
 
   /** The records of the next chunk (whole small sessions, or a page of a big one). */
@@ -142,9 +143,21 @@ class Derivation {
         t = sliced = performance.now();
       }
     }
-    this.ms.words += performance.now() - t;
+    now = performance.now();
+    this.ms.words += now - t;
+    t = sliced = now;
+    let k = 0;
+    for (const w of unknown) {
+      this.code(w, [asciiTerm(w)]);
+      if ((++k & 255) === 0 && performance.now() - sliced > SLICE_MS) {
+        this.ms.stems += performance.now() - t;
+        await yieldToPage();
+        t = sliced = performance.now();
+      }
+    }
+    this.ms.stems += performance.now() - t;
     this.current = { records, texts, docs };
-    return { words: [...unknown], hard };
+    return { words: [], hard };
   }
 
   /** The code of the word `w`: the tid of its one term, or an Int32Array of its terms' tids
@@ -311,6 +324,7 @@ class Derivation {
       const t = performance.now();
       await this.engine.appendRows({ table, columns, cols });
       this.ms.load += performance.now() - t;
+      this.ms[`load: ${table}`] = (this.ms[`load: ${table}`] || 0) + performance.now() - t;
     });
     this.loading.catch((e) => {
       this.failed = this.failed || e;

@@ -1,6 +1,10 @@
 // The words of a message's text, as the keyword index's derivation in the page cuts them
-// (derive.js): the same words as Python's `tokenize.words` for ASCII text, and a table of
-// the words already seen that reads a text's words straight from its characters.
+// (derive.js): the same words as Python's `tokenize.words` for ASCII text, their terms (the
+// same as `tokenize.terms_of_word`: Snowball's English stemmer, the same release as
+// Python's), and a table of the words already seen that reads a text's words straight from
+// its characters.
+
+import EnglishStemmer from "../vendor/snowball/english-stemmer.js";
 
 /** an ASCII text (Python's `str.isascii`) */
 export const ASCII = /^[\x00-\x7f]*$/;
@@ -21,6 +25,20 @@ export function asciiWords(text) {
     else if (w.includes("'")) ws[i] = w.replaceAll("'", "");
   }
   return ws;
+}
+
+/** `tokenize._MAX_TOKEN`: longer words (base64 blobs, hashes) are cut */
+const MAX_TOKEN = 64;
+const LETTERS = /^[a-z]+$/;
+let english = null;
+
+/** Python's `tokenize.terms_of_word` of one of `asciiWords`' words: its one term, the stem
+ *  of its first 64 characters (words shorter than 3 or with a digit are their own stem). */
+export function asciiTerm(word) {
+  const w = word.length > MAX_TOKEN ? word.slice(0, MAX_TOKEN) : word;
+  if (w.length < 3 || !LETTERS.test(w)) return w;
+  english ??= new EnglishStemmer();
+  return english.stemWord(w) || w;
 }
 
 /** Python's `models.extract_text`: the string itself, or the text (else code) parts joined. */

@@ -3,10 +3,11 @@ supplying only the terms: the page's (``web/js/derive.js``), where the records g
 IndexedDB to DuckDB-Wasm without crossing into Python.
 
 An ``EngineDerivation`` reads the store chunk by chunk and splits the plain ASCII texts
-into words itself (the same words as ``tokenize.words``); for each chunk it asks for the
-terms of the words it has not seen (``tokenize.terms_of_word``: the Snowball stems stay
-in Python, one call per distinct word) and for the words of the other texts
-(``tokenize.words``), then numbers the terms, counts the postings and loads ``messages``,
+into words itself (the same words as ``tokenize.words``), and may stem them itself (the
+page does, with Snowball's generated JavaScript of the same release as the Python
+package); for each chunk it asks for the terms of the words it has no terms for
+(``tokenize.terms_of_word``, one call per distinct word) and for the words of the other
+texts (``tokenize.words``), then numbers the terms, counts the postings and loads ``messages``,
 ``docs``, ``postings`` and finally ``terms`` in bulk. ``derive`` drives it and answers
 the docs as numbered (``DocTable``), as ``keywords.stream_messages`` does for the records
 it is given: a rebuild then sorts and counts the same way either way.
@@ -54,7 +55,7 @@ class EngineDerivation:
 async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
     """Run ``d`` to its end; the docs as numbered (None past ``doctable.LENGTHS_CACHE``), and
     whether ``postings`` went in sorted by (tid, doc) (then the caller need not sort them).
-    ``ms`` gains the derivation's phases, and ``stems``: the time spent here on terms."""
+    ``ms`` gains the derivation's phases; its ``stems`` adds the time spent here on terms."""
     known: set[str] = set()
     table: DocTable | None = DocTable()
     spent = 0.0
