@@ -129,12 +129,12 @@ async ([name]) => {
   let loaded = 0;
   // an engine whose appends are slower than reading and counting (as into an OPFS file)
   const engine = { async appendRows({ table }) {
-    if (table !== "messages") return;
+    if (table !== "messages_stage") return;
     await new Promise((resolve) => setTimeout(resolve, 40));
     loaded++;
   } };
   const d = bridge.derivation(db, engine, JSON.stringify({
-    sessions: metas.map((m) => [m.sessionId, m.messageCount]), columns: [["content", ""]], chunk: 10, sortMax: 0 }));
+    sessions: metas.map((m) => [m.sessionId, m.messageCount]), columns: [["content", ""]], stage: "messages_stage", chunk: 10, sortMax: 0 }));
   let fed = 0, ahead = 0;
   for (let chunk; (chunk = await d.next()) !== null;) {
     const hard = chunk.hard.map((t) => t.split(/\\s+/).filter(Boolean));

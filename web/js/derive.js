@@ -9,8 +9,9 @@
 //               supply them) and the texts that are not ASCII: {words, hard} (null at the end)
 //   feed(a)     takes Python's answer, {terms: {word: [term, ...]}, hard: [[word, ...]]}
 //               (the other texts' words and their terms: tokenize.words, terms_of_word),
-//               numbers the terms, counts each doc's term frequencies and loads `messages`,
-//               `docs` and `postings` in bulk while the next chunk is read; answers the
+//               numbers the terms, counts each doc's term frequencies and loads the
+//               messages (into `stage`, with their doc numbers and lengths: `docs` is made
+//               of it in SQL) and `postings` in bulk while the next chunk is read; answers the
 //               docs as {doc, id, created, len} columns
 //   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
 //               milliseconds spent {read, words, stems, count, load, wait: for DuckDB's backlog,
@@ -43,16 +44,18 @@ const yieldToPage = () => (globalThis.scheduler?.yield
 class Derivation {
   /**
    * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
-   * `messages` table's [column, record key] pairs (the text is the column keyed "");
-   * `chunk`: about this many messages a chunk; `sortMax`: the
+   * `messages` table's [column, record key] pairs (the text is the column keyed ""); `stage`:
+   * the table they go to, with each message's `doc` and `doc_len` (the caller makes `docs`
+   * and `messages` of it in SQL: the ids, sessions and roles cross once); `chunk`: about this many messages a chunk; `sortMax`: the
    * most postings held for `finish` to load sorted (0: none); `batch`: the most held
    * postings a load.
    */
-  constructor(database, engine, { sessions, columns, chunk, sortMax = 0, batch = 1 << 21 }) {
+  constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21 }) {
     this.database = database;
     this.engine = engine;
     this.sessions = sessions;
     this.columns = columns;
+    this.stage = stage;
     this.chunk = chunk;
     this.at = 0;          // the next session to read
     this.seqAfter = null; // a big session read part way: the last seq read
@@ -253,15 +256,13 @@ class Derivation {
           : get(key)));
     const ids = get("id");
     const created = get("createdAt");
-    const docCols = [docs, ids, get("sessionId"), get("role"), created, Array.from(lens)];
     const postings = [tid.subarray(0, p), doc.subarray(0, p), tf.subarray(0, p)];
     this.ms.count += performance.now() - t;
     const waited = performance.now();
     while (this.queued.length >= BACKLOG) await this.queued.shift().catch(() => {});
     this.ms.wait += performance.now() - waited;
     this.check();
-    this.load("messages", this.columns.map(([c]) => c), messageCols);
-    this.load("docs", ["doc", "message_id", "session_id", "role", "created_at", "doc_len"], docCols);
+    this.load(this.stage, [...this.columns.map(([c]) => c), "doc", "doc_len"], [...messageCols, docs, Array.from(lens)]);
     this.hold(postings);
     this.queued.push(this.loading);
     return { doc: docs, id: ids, created, len: Array.from(lens) };

@@ -43,7 +43,7 @@ from .embed import Embedder
 from .engine import SQLEngine, columns, marks
 from .figures import KeywordFigures
 from .gate import AnswerGate
-from .keywords import drop_sessions, finish_derivation, load_messages, stream_messages
+from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stage_statement, stream_messages
 from .missing import embed_missing
 from .schema import (
     SCHEMA_VERSION,
@@ -466,7 +466,8 @@ class QueryIndex:
         async with self._lock:
             self._forget_stats()
             ex = self.engine.execute
-            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP TABLE IF EXISTS postings_unsorted", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
+            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP TABLE IF EXISTS postings_unsorted",
+                         f"DROP TABLE IF EXISTS {STAGE}", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
                          "DROP INDEX IF EXISTS docs_doc", "DROP INDEX IF EXISTS terms_term"):
                 await ex(stmt)
             # the ART indexes are built once at the end, not row by row
@@ -477,13 +478,15 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
+            staged = isinstance(messages, EngineDerivation)
             if isinstance(messages, EngineDerivation):
+                await ex(stage_statement())
                 docs, ordered = await derive(messages, ms)
             else:
                 docs, ordered = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms), False
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
-            await finish_derivation(self.engine, compress=self.compress, postings_sorted=ordered)
+            await finish_derivation(self.engine, compress=self.compress, postings_sorted=ordered, staged=staged)
             ms["sort"] = (time.perf_counter() - t1) * 1000
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0

@@ -34,7 +34,7 @@ from .figures import KeywordFigures
 from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, message_rows, table_statement
 from .tokenize import terms_of_word, words
 
-__all__ = ["SORT_MESSAGES_MAX", "SORT_PART", "Prepared", "TermIds", "drop_sessions", "finish_derivation",
+__all__ = ["SORT_MESSAGES_MAX", "SORT_PART", "STAGE", "Prepared", "TermIds", "drop_sessions", "finish_derivation", "stage_statement",
            "load_messages",
            "prepare_messages", "store_messages", "stream_messages"]
 
@@ -243,15 +243,40 @@ async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any
             await settle(loading)
 
 
-async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorted: bool = False) -> None:
-    """What a derivation from scratch does once ``stream_messages`` loaded every chunk:
-    ``messages`` sorted by time (up to ``SORT_MESSAGES_MAX`` of them), ``postings`` by
+#: where an engine's own derivation (``derivation.EngineDerivation``) loads the messages:
+#: their ``messages`` columns plus ``doc`` and ``doc_len``, from which ``finish_derivation``
+#: fills ``docs`` and ``messages`` in SQL (the ids, sessions and roles cross into the engine
+#: once, not twice)
+STAGE = "messages_stage"
+STAGE_EXTRA: list[tuple[str, str]] = [("doc", "INTEGER"), ("doc_len", "INTEGER")]
+
+
+def stage_statement() -> str:
+    """``CREATE OR REPLACE TABLE`` of ``STAGE`` (a working table: never saved)."""
+    cols = TABLES["messages"] + STAGE_EXTRA
+    return f"CREATE OR REPLACE TABLE {STAGE} (" + ", ".join(f"{c} {t}" for c, t in cols) + ")"
+
+
+async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorted: bool = False,
+                            staged: bool = False) -> None:
+    """What a derivation from scratch does once every chunk is loaded: with ``staged``,
+    ``docs`` and ``messages`` filled from ``STAGE``; ``messages`` sorted by time (up to
+    ``SORT_MESSAGES_MAX`` of them), ``postings`` by
     (tid, doc) in parts of about ``SORT_PART`` rows (a term's postings stay in one part;
     not when ``postings_sorted``: they went in in that order), ``terms.df`` and ``stats``
     counted, and the ART indexes built."""
     ex = engine.execute
-    n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])
-    if n <= SORT_MESSAGES_MAX:
+    if staged:
+        cols = ", ".join(c for c, _ in TABLES["messages"])
+        await ex(f"INSERT INTO docs SELECT {', '.join(c for c, _ in TABLES['docs'])} FROM "
+                 f"(SELECT doc, id AS message_id, session_id, role, created_at, doc_len FROM {STAGE}) ORDER BY doc")
+        n = int((await ex(f"SELECT count(*) AS n FROM {STAGE}"))[0]["n"])
+        order = " ORDER BY created_at, id" if n <= SORT_MESSAGES_MAX else ""
+        await ex(f"INSERT INTO messages SELECT {cols} FROM {STAGE}{order}")
+        await ex(f"DROP TABLE {STAGE}")
+    else:
+        n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])
+    if n <= SORT_MESSAGES_MAX and not staged:
         # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
         await ex("ALTER TABLE messages RENAME TO messages_unsorted")
         await ex(table_statement("messages", compress=compress))

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...errors import StorageError
 from ...index.derivation import EngineDerivation
-from ...index.keywords import SORT_PART
+from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
 from ...settle import settle
 from .bridge import bridge, call, engine_error, opened
@@ -95,7 +95,7 @@ class DuckDBWasmEngine:
         if make is None:
             return None
         options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
-                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "sortMax": int(sort_max),
+                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "stage": STAGE, "sortMax": int(sort_max),
                    "batch": int(batch)}
         return PageDerivation(make(self._handle, options))
 
