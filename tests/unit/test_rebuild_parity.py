@@ -11,11 +11,10 @@ import asyncio
 import json
 from typing import Any
 
-from test_tokenize_parity import shared_dir
-
 from chatmem.index import DuckDBEngine, QueryIndex
 from chatmem.index.keywords import TermIds
 from chatmem.index.tokenize import tokens, words
+from shared_texts import shared_dir
 
 EXTRA = [
     "東京タワーに行った 猫 我的猫abc", "안녕하세요 Straße café naïve", "машины автомобили Ελληνικά κείμενα",
