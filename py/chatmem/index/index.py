@@ -459,17 +459,16 @@ class QueryIndex:
         ``messages`` may be a plain or an async iterable; it is read in chunks,
         so the whole store never sits in memory at once; or an ``EngineDerivation``
         (the page's: the records go from the store to the engine without crossing
-        into Python, which supplies the terms). With ``embed=True``
-        (and an ``embedder``) every message is embedded too; otherwise
-        ``embed_missing`` does it later.
+        into Python, which supplies the terms). With ``embed=True`` (and an ``embedder``)
+        every message is embedded too; otherwise ``embed_missing`` does it later.
         """
         async with self._lock:
             self._forget_stats()
             ex = self.engine.execute
-            for stmt in ("DROP TABLE IF EXISTS messages_unsorted", "DROP TABLE IF EXISTS postings_unsorted",
-                         f"DROP TABLE IF EXISTS {STAGE}", "DROP INDEX IF EXISTS messages_id", "DROP INDEX IF EXISTS postings_term",
-                         "DROP INDEX IF EXISTS docs_doc", "DROP INDEX IF EXISTS terms_term"):
-                await ex(stmt)
+            for table in ("messages_unsorted", "postings_unsorted", STAGE):
+                await ex(f"DROP TABLE IF EXISTS {table}")
+            for ix in ("messages_id", "postings_term", "docs_doc", "terms_term"):
+                await ex(f"DROP INDEX IF EXISTS {ix}")
             # the ART indexes are built once at the end, not row by row
             for stmt in create_statements(replace=True, compress=self.compress):
                 if not stmt.startswith("CREATE INDEX"):
@@ -478,15 +477,14 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
-            staged = isinstance(messages, EngineDerivation)
-            if isinstance(messages, EngineDerivation):
+            if staged := isinstance(messages, EngineDerivation):
                 await ex(stage_statement())
                 docs, ordered = await derive(messages, ms)
             else:
                 docs, ordered = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms), False
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
-            await finish_derivation(self.engine, compress=self.compress, postings_sorted=ordered, staged=staged)
+            await finish_derivation(self.engine, compress=self.compress, postings_sorted=ordered, staged=staged, ms=ms)
             ms["sort"] = (time.perf_counter() - t1) * 1000
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0

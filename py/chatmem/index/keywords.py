@@ -258,22 +258,34 @@ def stage_statement() -> str:
 
 
 async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorted: bool = False,
-                            staged: bool = False) -> None:
+                            staged: bool = False, ms: dict[str, float] | None = None) -> None:
     """What a derivation from scratch does once every chunk is loaded: with ``staged``,
     ``docs`` and ``messages`` filled from ``STAGE``; ``messages`` sorted by time (up to
     ``SORT_MESSAGES_MAX`` of them), ``postings`` by
     (tid, doc) in parts of about ``SORT_PART`` rows (a term's postings stay in one part;
     not when ``postings_sorted``: they went in in that order), ``terms.df`` and ``stats``
-    counted, and the ART indexes built."""
+    counted, and the ART indexes built. ``ms`` gains the milliseconds of each step
+    (``finish: <step>``)."""
     ex = engine.execute
+    t = time.perf_counter()
+
+    def lap(step: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        if ms is not None:
+            ms[f"finish: {step}"] = round((now - t) * 1000, 1)
+        t = now
+
     if staged:
         cols = ", ".join(c for c, _ in TABLES["messages"])
         await ex(f"INSERT INTO docs SELECT {', '.join(c for c, _ in TABLES['docs'])} FROM "
                  f"(SELECT doc, id AS message_id, session_id, role, created_at, doc_len FROM {STAGE}) ORDER BY doc")
+        lap("docs")
         n = int((await ex(f"SELECT count(*) AS n FROM {STAGE}"))[0]["n"])
         order = " ORDER BY created_at, id" if n <= SORT_MESSAGES_MAX else ""
         await ex(f"INSERT INTO messages SELECT {cols} FROM {STAGE}{order}")
         await ex(f"DROP TABLE {STAGE}")
+        lap("messages")
     else:
         n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])
     if n <= SORT_MESSAGES_MAX and not staged:
@@ -282,14 +294,18 @@ async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorte
         await ex(table_statement("messages", compress=compress))
         await ex("INSERT INTO messages SELECT * FROM messages_unsorted ORDER BY created_at, id")
         await ex("DROP TABLE messages_unsorted")
+        lap("messages")
     if not postings_sorted:
         await _sort_postings(engine, compress=compress)
+        lap("postings")
     await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
              "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
+    lap("terms")
     await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
              "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
     for stmt in INDEX_STATEMENTS:
         await ex(stmt)
+    lap("indexes")
 
 
 async def _sort_postings(engine: SQLEngine, *, compress: bool) -> None:
