@@ -119,7 +119,8 @@ class Memory:
         cache = None if engine_factory is not None else runtime.index_cache(store)
         self.index = LiveIndex(
             self._core, engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
-            embedder=embedder, cache=cache, share=_share(runtime, cache))
+            embedder=embedder, cache=cache, share=_share(runtime, cache),
+            early=(lambda counts: runtime.early_derivation(store, cache, counts)) if cache else None)
         self._core.listeners.append(self.index.on_change)
         self._core.external_listeners.append(self.index.on_external)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)

@@ -366,3 +366,47 @@ def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page)
     last = a.py(code.replace("FILL", "False").replace("WRITE", "False"))
     assert last["open"]["mode"] == "cached" and last["open"]["refreshed"] == 0 and last["same_as_fresh"], last
     a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")
+
+
+EARLY = """
+import asyncio, chatmem
+mem = await chatmem.open(NAME)
+sids = []
+for t in ["a", "b", "c"]:
+    s = await mem.sessions.create(title=t)
+    sids.append(s.session_id)
+    await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"apple {t} ripe banana {i}"} for i in range(50)])
+await mem.close()  # no search yet: no index file
+mem = await chatmem.open(NAME)
+warm = mem.index.warm()  # the opening begins; these writes land while it reads the store
+await mem.messages.append(sids[1], "user", "a quokka in session b")
+late = await mem.sessions.create(title="late")
+await mem.messages.append(late.session_id, "user", "a wombat arrived late")
+await mem.sessions.delete(sids[0])
+await mem.sessions.delete_messages(sids[2], [(await mem.messages.list(sids[2], limit=1))[0].id])
+await warm
+async def answers(m):
+    return [[(h.message.id, round(h.score, 9)) for h in await m.search(q, limit=200)]
+            for q in ["apple", "quokka", "wombat", "ripe"]]
+got = await answers(mem)
+out = {"early": mem.index.open_ms.get("derive: begun early"), "open": mem.index.last_open,
+       "n": [len(a) for a in got]}
+from chatmem.runtime.page import DuckDBWasmEngine
+from chatmem.memory import open_indexeddb
+fresh = await open_indexeddb(NAME, engine_factory=DuckDBWasmEngine.open)
+out["same_as_fresh"] = got == await answers(fresh)
+await fresh.close()
+await mem.close()
+out
+"""
+
+
+def test_with_no_index_file_the_derivation_begins_while_the_engine_opens(page) -> None:
+    """No cached index file: the page reads, splits and counts the store while DuckDB-Wasm
+    opens (its loads wait for it), and writes made meanwhile (an append, a new session, a
+    session and a message deleted) are in the answers, which equal those of a fresh rebuild."""
+    from conftest import unique_name
+
+    got = page.py(EARLY.replace("NAME", repr(unique_name("early"))))
+    assert got["early"] == 1 and got["open"]["mode"] == "rebuilt", got
+    assert got["n"] == [99, 1, 1, 99] and got["same_as_fresh"] is True, got

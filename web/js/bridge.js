@@ -19,7 +19,7 @@
 export { drop, open, openEnvelope, requestPersistence, storageEstimate } from "./database.js";
 export { SCHEMA_VERSION } from "./schema.js";
 export { derivation } from "./derive.js";
-export { duckdbOpen, duckdbOpenEnvelope, duckdbPrestart, opfsRemove } from "./query-engine.js";
+export { duckdbImport, duckdbOpen, duckdbOpenEnvelope, duckdbPrestart, opfsExists, opfsRemove } from "./query-engine.js";
 export { tokenCounter } from "./token-counter.js";
 export { tokenSums, tokenSumsWorker } from "./token-sums.js";
 export { isOnline, onOnline, tryLock } from "./locks.js";

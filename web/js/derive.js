@@ -13,6 +13,9 @@
 //               messages (into `stage`, with their doc numbers and lengths: `docs` is made
 //               of it in SQL) and `postings` in bulk while the next chunk is read; answers the
 //               docs as {doc, id, created, len} columns
+//   attachEngine(e)  (called directly, not through `call`) the engine of a derivation begun
+//               while it was opening: reading, splitting and counting ran meanwhile, the
+//               loads (at most BACKLOG chunks) waited for it
 //   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
 //               milliseconds spent {read, words, stems, count, load, wait: for DuckDB's backlog,
 //               see BACKLOG} and whether `postings` went in
@@ -46,13 +49,13 @@ class Derivation {
    * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
    * `messages` table's [column, record key] pairs (the text is the column keyed ""); `stage`:
    * the table they go to, with each message's `doc` and `doc_len` (the caller makes `docs`
-   * and `messages` of it in SQL: the ids, sessions and roles cross once); `chunk`: about this many messages a chunk; `sortMax`: the
-   * most postings held for `finish` to load sorted (0: none); `batch`: the most held
-   * postings a load.
+   * and `messages` of it in SQL: the ids, sessions and roles cross once); `chunk`: about
+   * this many messages a chunk; `sortMax`: the most postings held for `finish` to load
+   * sorted (0: none); `batch`: the most held postings a load.
    */
   constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21 }) {
     this.database = database;
-    this.engine = engine;
+    this.engine = engine;  // null until `attachEngine` (a derivation begun while it opens)
     this.sessions = sessions;
     this.columns = columns;
     this.stage = stage;
@@ -65,7 +68,8 @@ class Derivation {
     this.codes = new WordTable();  // word -> its code (see `code`)
     this.ahead = null;
     this.current = null;
-    this.loading = Promise.resolve();
+    // the loads wait for the engine; an abort before it came lets them go as no-ops
+    this.loading = engine ? Promise.resolve() : new Promise((resolve) => { this.release = resolve; });
     this.queued = [];     // per chunk whose loads are queued: when they are done (see BACKLOG)
     this.sortMax = sortMax;
     this.batch = batch;
@@ -323,6 +327,7 @@ class Derivation {
   load(table, columns, cols) {
     this.loading = this.loading.then(async () => {
       const t = performance.now();
+      if (!this.engine) return;  // aborted before the engine came
       await this.engine.appendRows({ table, columns, cols });
       this.ms.load += performance.now() - t;
       this.ms[`load: ${table}`] = (this.ms[`load: ${table}`] || 0) + performance.now() - t;
@@ -344,7 +349,7 @@ class Derivation {
     }
     await this.loading;
     const n = this.terms.length;
-    if (n) await this.engine.appendRows({ table: "terms", columns: ["term", "tid", "df"],
+    if (n && this.engine) await this.engine.appendRows({ table: "terms", columns: ["term", "tid", "df"],
       cols: [this.terms, Int32Array.from({ length: n }, (_, i) => i), new Int32Array(n)] });
     const out = {};
     for (const [k, v] of Object.entries(this.ms)) out[k] = Math.round(v * 10) / 10;
@@ -354,9 +359,18 @@ class Derivation {
     return out;
   }
 
+  /** The engine of a derivation made without one (while it was opening): the loads queued
+   *  so far go in now, in order. */
+  attachEngine(engine) {
+    if (this.engine) return;
+    this.engine = engine;
+    this.release();
+  }
+
   /** Stop: wait for the loads under way (the engine is free when this answers). */
   async abort() {
     this.current = null;
+    if (!this.engine && this.release) this.release();
     this.held = null;
     try {
       await this.loading;
@@ -373,8 +387,9 @@ class Derivation {
   }
 }
 
-/** A derivation of the index in `engine` (query-engine.js) from the store `database`
- *  (database.js); `options` as `Derivation`'s constructor, as JSON text (from Python). */
+/** A derivation of the index in `engine` (query-engine.js; null: one still opening, given
+ *  later to `attachEngine`) from the store `database` (database.js); `options` as
+ *  `Derivation`'s constructor, as JSON text (from Python). */
 export function derivation(database, engine, optionsJson) {
   return new Derivation(database, engine, JSON.parse(optionsJson));
 }

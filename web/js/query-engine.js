@@ -300,10 +300,24 @@ export async function duckdbOpen(path = null) {
   return start(duckdb, arrow, path, { import: Math.round(performance.now() - t0) });
 }
 
-async function modules() {
-  const duckdb = await importAgain("@duckdb/duckdb-wasm", "../duckdb/duckdb-browser.mjs");
-  const arrow = await importAgain("apache-arrow", "../vendor/apache-arrow/Arrow.dom.mjs");
-  return { duckdb, arrow };
+let imported = null;
+
+/** DuckDB-Wasm's and Arrow's modules, imported once (again after a failure). */
+function modules() {
+  imported ??= (async () => {
+    const duckdb = await importAgain("@duckdb/duckdb-wasm", "../duckdb/duckdb-browser.mjs");
+    const arrow = await importAgain("apache-arrow", "../vendor/apache-arrow/Arrow.dom.mjs");
+    return { duckdb, arrow };
+  })();
+  imported.catch(() => { imported = null; });
+  return imported;
+}
+
+/** Import DuckDB-Wasm's modules now (or wait for the import under way): the main thread's
+ *  part of opening an engine, which work of the page's own would slow down (each of the
+ *  130 modules waits for the thread); answers whether they are there. Never rejects. */
+export function duckdbImport() {
+  return modules().then(() => true, () => false);
 }
 
 // One engine started ahead of need (`duckdbPrestart`): its worker and Wasm instance,
@@ -409,6 +423,17 @@ async function start(duckdb, arrow, path, openMs = {}, db = null) {
 /** `duckdbOpen` as an envelope (never rejects): {ok, value: engine, error: JSON text} (for Python). */
 export function duckdbOpenEnvelope(path = null) {
   return opened(duckdbOpen(path));
+}
+
+/** Whether the origin private file system holds a file `name` (a cached index). */
+export async function opfsExists(name) {
+  try {
+    await (await navigator.storage.getDirectory()).getFileHandle(name);
+    return true;
+  } catch (e) {
+    if (e?.name === "NotFoundError") return false;
+    throw e;
+  }
 }
 
 /**

@@ -23,9 +23,11 @@ from typing import Any
 
 from ..settle import settle
 from .doctable import DocTable, extended
+from .engine import SQLEngine
+from .keywords import stage_statement
 from .tokenize import terms_of_word, words
 
-__all__ = ["EngineDerivation", "derive"]
+__all__ = ["EngineDerivation", "Started", "derive", "run_derivation"]
 
 
 class EngineDerivation:
@@ -50,6 +52,38 @@ class EngineDerivation:
     async def abort(self) -> None:
         """Stop after the loads under way (the engine is free when this returns)."""
         raise NotImplementedError
+
+    async def attach(self, engine: Any) -> None:
+        """The engine, for a derivation made before it was open (its loads waited for it);
+        nothing to do for one made with its engine."""
+
+
+class Started:
+    """A derivation whose ``derive`` runs from now on: one begun while its engine opens
+    (reading, splitting and counting meanwhile; its loads wait for ``run``), or one made
+    with its engine. ``run`` gives it the engine once its tables are made and answers
+    what ``derive`` does; ``cancel`` stops it (its loads are dropped)."""
+
+    def __init__(self, d: EngineDerivation):
+        self.d = d
+        self.ms: dict[str, float] = {}
+        self.task = asyncio.ensure_future(derive(d, self.ms))
+
+    async def run(self, engine: Any, ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
+        try:
+            await self.d.attach(engine)
+        except BaseException:
+            await self.cancel()
+            raise
+        out = await self.task
+        if ms is not None:
+            for k, v in self.ms.items():
+                ms[k] = ms.get(k, 0.0) + v
+        return out
+
+    async def cancel(self) -> None:
+        self.task.cancel()
+        await settle(self.task)
 
 
 async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
@@ -80,3 +114,12 @@ async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tup
                 ms[k] = ms.get(k, 0.0) + float(v)
         ms["stems"] = ms.get("stems", 0.0) + spent * 1000
     return table, bool(got.get("sorted"))
+
+
+async def run_derivation(engine: SQLEngine, d: EngineDerivation | Started,
+                         ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
+    """Derive into ``engine``'s (empty) keyword tables with ``d``, begun already or not:
+    the messages go through ``keywords.STAGE``, made here (``finish_derivation(staged=True)``
+    makes ``docs`` and ``messages`` of it). Answers what ``derive`` does."""
+    await engine.execute(stage_statement())
+    return await (d if isinstance(d, Started) else Started(d)).run(engine, ms)

@@ -38,12 +38,12 @@ from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
-from .derivation import EngineDerivation, derive
+from .derivation import EngineDerivation, Started, run_derivation
 from .embed import Embedder
 from .engine import SQLEngine, columns, marks
 from .figures import KeywordFigures
 from .gate import AnswerGate
-from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stage_statement, stream_messages
+from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
 from .missing import embed_missing
 from .schema import (
     SCHEMA_VERSION,
@@ -450,7 +450,7 @@ class QueryIndex:
     async def rebuild(
         self,
         sessions: Iterable[Mapping[str, Any]],
-        messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]] | EngineDerivation,
+        messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]] | EngineDerivation | Started,
         *,
         embed: bool = False,
     ) -> None:
@@ -459,7 +459,7 @@ class QueryIndex:
         ``messages`` may be a plain or an async iterable; it is read in chunks,
         so the whole store never sits in memory at once; or an ``EngineDerivation``
         (the page's: the records go from the store to the engine without crossing
-        into Python, which supplies the terms). With ``embed=True`` (and an ``embedder``)
+        into Python, which supplies the terms), maybe ``Started`` before the engine opened. With ``embed=True`` (and an ``embedder``)
         every message is embedded too; otherwise ``embed_missing`` does it later.
         """
         async with self._lock:
@@ -477,9 +477,8 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
-            if staged := isinstance(messages, EngineDerivation):
-                await ex(stage_statement())
-                docs, ordered = await derive(messages, ms)
+            if staged := isinstance(messages, (EngineDerivation, Started)):
+                docs, ordered = await run_derivation(self.engine, messages, ms)
             else:
                 docs, ordered = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms), False
             t1 = time.perf_counter()

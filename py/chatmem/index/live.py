@@ -56,7 +56,7 @@ from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
-from .opening import CachedOpening
+from .opening import CachedOpening, EarlyDerivation
 from .reading import PAGE
 from .retrieve import RetrievalConfig, retrieve
 from .search import SearchHit, search
@@ -80,7 +80,7 @@ class LiveIndex(CachedOpening):
 
     def __init__(
         self, core: Core, *, engine_factory: EngineFactory, embedder: Embedder | None = None,
-        cache: str | None = None, share: IndexShare | None = None,
+        cache: str | None = None, share: IndexShare | None = None, early: EarlyDerivation | None = None,
     ):
         self._core = core
         self.cache = cache
@@ -93,6 +93,8 @@ class LiveIndex(CachedOpening):
         self.takeovers = 0
         self._taking_over: asyncio.Task[Any] | None = None
         self._factory = engine_factory
+        #: a derivation to begin while the engine opens, when nothing is cached (None: no way)
+        self._early_derivation = early
         self.embedder: Embedder = embedder or default_embedder()
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
@@ -100,6 +102,8 @@ class LiveIndex(CachedOpening):
         #: sessions written while an opening reads the store's sessions, before the index
         #: queues writes (None: no opening under way); re-read once it does
         self._early: set[str] | None = None
+        #: another process wrote while an opening read the store (see ``on_external``)
+        self._early_resync = False
         #: the store is too large for an index in memory: it is derived and kept in its file
         self._file_only = False
         self._resync = False
@@ -145,11 +149,15 @@ class LiveIndex(CachedOpening):
     def on_remote(self, session_id: str) -> None:
         if self.index is not None:
             self._stale.add(session_id)
+        elif self._early is not None:
+            self._early.add(session_id)  # an opening's derivation may have read it already
 
     def on_external(self) -> None:
         """Another process wrote to the store: compare every session before the next query."""
         if self.index is not None:
             self._resync = True
+        elif self._early is not None:
+            self._early_resync = True  # an opening's derivation may have read the store before
 
     def mark_stale(self, session_ids: list[str], resync: bool = False) -> None:
         """Re-read these sessions (with ``resync``: compare all) from the store before the next query."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from ..settle import settle
 from .cache import IndexCache
-from .derivation import EngineDerivation
+from .derivation import EngineDerivation, Started
 from .embed import Embedder
 from .engine import SQLEngine
 from .index import QueryIndex
@@ -31,7 +31,11 @@ if TYPE_CHECKING:
     from ..core import Core
     from .shared import IndexShare
 
-__all__ = ["IN_MEMORY_MAX", "CachedOpening", "REBUILD_SHARE", "SAVE_SHARE"]
+__all__ = ["IN_MEMORY_MAX", "CachedOpening", "EarlyDerivation", "REBUILD_SHARE", "SAVE_SHARE"]
+
+#: the runtime's derivation to begin while the engine opens (``Runtime.early_derivation``),
+#: given the sessions' message counts in the order to read them
+EarlyDerivation = Callable[[list[tuple[str, int]]], Awaitable[EngineDerivation | None]]
 
 #: a store of more messages than this has its index derived and kept in the cache file,
 #: never copied into memory (1,000,000 messages' index did not fit the page's 4 GB there)
@@ -49,6 +53,7 @@ class CachedOpening:
 
     _core: Core
     _factory: Callable[[], Awaitable[SQLEngine]]
+    _early_derivation: EarlyDerivation | None
     embedder: Embedder
     share: IndexShare | None
     role: str | None
@@ -63,6 +68,7 @@ class CachedOpening:
     _pending: list[tuple[str, str, Any]]
     _stale: set[str]
     _early: set[str] | None
+    _early_resync: bool
     _file_only: bool
     _resync: bool
     _lock: asyncio.Lock
@@ -102,15 +108,17 @@ class CachedOpening:
         opening = asyncio.ensure_future(self._factory())
         # the store's sessions are read beside the engine's opening; a session written
         # meanwhile is noted (``_early``) and re-read from the store before the first query
-        self._early = set()
+        self._early, self._early_resync = set(), False
         metas = asyncio.ensure_future(self._core.store.all_sessions())
+        # with nothing cached to open, the derivation reads, splits and counts meanwhile
+        early = None if force or self._early_derivation is None else asyncio.ensure_future(self._begin(metas))
         try:
             await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
             preload_stemmers()  # meanwhile: the first query's words need them
             self._lap("stemmers")
             engine = await opening
             try:
-                return await self._hydrate_with(engine, metas, force)
+                return await self._hydrate_with(engine, metas, force, early)
             except BaseException:
                 if self.index is None or getattr(self.index, "engine", None) is not engine:
                     with contextlib.suppress(Exception):  # the first error is the one to raise
@@ -120,9 +128,22 @@ class CachedOpening:
             self._early = None
             if not metas.done():
                 await settle(metas)
+            if early is not None:  # not taken (a cached file after all, or a failure): dropped
+                await settle(early)
+                if not early.cancelled() and early.exception() is None and (begun := early.result()):
+                    await begun[1].cancel()
+
+    async def _begin(self, metas: asyncio.Future[list[dict[str, Any]]]
+                     ) -> tuple[list[dict[str, Any]], Started] | None:
+        """The runtime's derivation begun over the store's sessions as the opening read them
+        (None: something may be cached, or the runtime has none)."""
+        assert self._early_derivation is not None
+        ms = await metas
+        d = await self._early_derivation([(m["sessionId"], int(m.get("messageCount") or 0)) for m in ms])
+        return None if d is None else (ms, Started(d))
 
     async def _hydrate_with(self, engine: SQLEngine, metas: asyncio.Future[list[dict[str, Any]]],
-                            force: bool) -> QueryIndex:
+                            force: bool, early: asyncio.Future[Any] | None = None) -> QueryIndex:
         self._lap("engine")
         for step, ms in (getattr(engine, "open_ms", None) or {}).items():
             self.open_ms[f"engine: {step}"] = ms
@@ -165,7 +186,11 @@ class CachedOpening:
         if cache is not None:
             await self._to_memory(copy=False)  # rebuilt in memory, then saved
             self._lap("attach memory")
-        await self._derive(index, persistent)
+        begun = None
+        if early is not None:
+            with contextlib.suppress(Exception):  # the usual derivation below reports what failed
+                begun = await early
+        await self._derive(index, persistent, begun)
         if cache is not None:
             self._schedule_save()
         return index
@@ -280,14 +305,25 @@ class CachedOpening:
             return True
 
 
-    async def _derive(self, index: QueryIndex, persistent: bool) -> None:
-        """Fill ``index`` from the store, dropping what it held."""
-        self._pending.clear()
-        self._stale.clear()
-        self._resync = False
-        metas = await self._core.store.all_sessions()
-        self._lap("derive: store sessions")
-        await index.rebuild(metas, self._messages(index, metas))
+    async def _derive(self, index: QueryIndex, persistent: bool,
+                      begun: tuple[list[dict[str, Any]], Started] | None = None) -> None:
+        """Fill ``index`` from the store, dropping what it held; with the derivation ``begun``
+        as the opening began (over those sessions), whose writes since are kept to re-read."""
+        if begun is None:
+            self._pending.clear()
+            self._stale.clear()
+            self._resync = False
+            metas = await self._core.store.all_sessions()
+            self._lap("derive: store sessions")
+            await index.rebuild(metas, self._messages(index, metas))
+        else:
+            metas, started = begun
+            self.open_ms["derive: begun early"] = 1
+            self._resync = self._resync or self._early_resync  # what the store held since: compared after
+            try:
+                await index.rebuild(metas, started)
+            finally:
+                await started.cancel()  # a no-op once it ran; else its loads are dropped
         await index.set_meta("complete", "1")
         self._lap_rebuild(index, "derive: rebuild")
         self.hydrations += 1

@@ -23,6 +23,7 @@ from ..ids import Clock, system_clock
 if TYPE_CHECKING:
     from ..embedding.static import StaticEmbedder, TokenSums
     from ..http import Transport
+    from ..index.derivation import EngineDerivation
     from ..index.engine import SQLEngine
     from ..index.transport import ShareTransport
     from ..stores.base import Store
@@ -118,6 +119,13 @@ class Runtime:
     async def open_query_engine(self, cache: str | None = None) -> SQLEngine:
         """A SQL engine for the query index (on the file ``cache`` when given and free)."""
         raise UnsupportedEnvironment(f"{self.kind} runtime has no query engine")
+
+    async def early_derivation(self, store: Store, cache: str | None,
+                               session_counts: list[tuple[str, int]]) -> EngineDerivation | None:
+        """A derivation of the index from ``store`` to begin while the engine opens (its
+        loads wait for ``attach``), when there is surely nothing cached to open instead (no
+        file ``cache``); None where there is none."""
+        return None
 
     def index_share(self, cache: str) -> ShareTransport | None:
         """How the tabs of this profile share the index cached at ``cache`` (None: not shared,

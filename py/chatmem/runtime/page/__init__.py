@@ -28,7 +28,16 @@ from .bridge import (
     run_code,
     storage_estimate,
 )
-from .engine import DuckDBWasmEngine, index_cache_path, open_index_engine, opfs_remove
+from .engine import (
+    DuckDBWasmEngine,
+    PageDerivation,
+    duckdb_import,
+    index_cache_path,
+    open_index_engine,
+    opfs_exists,
+    opfs_remove,
+    page_derivation,
+)
 from .fetch import FetchTransport
 from .locks import WebLock, is_online, on_online
 from .share import PageShareTransport
@@ -74,6 +83,19 @@ class PageRuntime(Runtime):
             engine.notice = notice
             return engine
         return await DuckDBWasmEngine.open()
+
+    async def early_derivation(self, store: Any, cache: str | None,
+                               session_counts: list[tuple[str, int]]) -> PageDerivation | None:
+        if not cache:
+            return None
+        try:
+            if await opfs_exists(cache.removeprefix("opfs://")):
+                return None
+        except Exception:  # noqa: BLE001 - no private file system here: the usual way decides
+            return None
+        # the engine's modules first: the derivation's work on this thread would slow their import
+        await duckdb_import()
+        return page_derivation(store, session_counts, None)
 
     def index_share(self, cache: str) -> PageShareTransport:
         return PageShareTransport(cache, self._owned)

@@ -14,7 +14,7 @@ from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
 
 __all__ = ["DERIVE_CHUNK", "DuckDBWasmEngine", "PageDerivation", "index_cache_path", "open_index_engine",
-           "opfs_remove"]
+           "duckdb_import", "opfs_exists", "opfs_remove", "page_derivation"]
 
 #: about this many messages a chunk of a derivation in the page
 DERIVE_CHUNK = 20_000
@@ -87,17 +87,8 @@ class DuckDBWasmEngine:
 
     def derivation(self, store: Any, session_counts: list[tuple[str, int]], chunk: int = DERIVE_CHUNK,
                    sort_max: int = SORT_PART, batch: int = 1 << 21) -> PageDerivation | None:
-        """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
-        sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
-        counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time; None unless
-        ``store`` is the page's IndexedDB one."""
-        make = getattr(getattr(store, "bridge_db", None), "derivation", None)
-        if make is None:
-            return None
-        options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
-                   "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "stage": STAGE, "sortMax": int(sort_max),
-                   "batch": int(batch)}
-        return PageDerivation(make(self._handle, options))
+        """``page_derivation`` into this engine."""
+        return page_derivation(store, session_counts, self, chunk=chunk, sort_max=sort_max, batch=batch)
 
     async def close(self) -> None:
         try:
@@ -108,11 +99,34 @@ class DuckDBWasmEngine:
                 await lock.release()
 
 
+def page_derivation(store: Any, session_counts: list[tuple[str, int]], engine: DuckDBWasmEngine | None,
+                    chunk: int = DERIVE_CHUNK, sort_max: int = SORT_PART, batch: int = 1 << 21
+                    ) -> PageDerivation | None:
+    """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
+    sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
+    counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time; into
+    ``engine``, or (None) into the one given later to ``attach`` (it reads, splits and
+    counts meanwhile). None unless ``store`` is the page's IndexedDB one."""
+    make = getattr(getattr(store, "bridge_db", None), "derivation", None)
+    if make is None:
+        return None
+    options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
+               "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "stage": STAGE, "sortMax": int(sort_max),
+               "batch": int(batch)}
+    return PageDerivation(make(engine._handle if engine is not None else None, options), engine is None)
+
+
 class PageDerivation(EngineDerivation):
     """``derive.js``'s ``Derivation`` (see ``chatmem.index.derivation``)."""
 
-    def __init__(self, handle: Any):
+    def __init__(self, handle: Any, early: bool = False):
         self._handle = handle
+        #: made before its engine was open: ``attach`` gives it
+        self.early = early
+
+    async def attach(self, engine: Any) -> None:
+        if self.early:
+            self._handle.attachEngine(engine._handle)
 
     async def next(self) -> dict[str, Any] | None:
         return await call(self._handle, "next", {}, engine_error)  # type: ignore[no-any-return]
@@ -182,6 +196,16 @@ async def _open_released(path: str) -> DuckDBWasmEngine:
         await asyncio.sleep(delay)
         waited += delay
         delay = min(delay * 2, 1.0)
+
+
+async def duckdb_import() -> bool:
+    """Import DuckDB-Wasm's modules (once a page); whether they are there."""
+    return bool(await bridge().duckdbImport())
+
+
+async def opfs_exists(name: str) -> bool:
+    """Whether the origin private file system holds the file ``name``."""
+    return bool(await bridge().opfsExists(name))
 
 
 async def opfs_remove(name: str) -> bool:
