@@ -73,9 +73,12 @@ def test_labels_focus_ring_and_contrast(app: AppPage) -> None:
     app.send("Hello")
     assert p.evaluate(UNNAMED) == []
     for panel in ("context", "settings", "data", "insights", "sync"):
+        p.evaluate("() => document.activeElement && document.activeElement.blur()")  # the last panel's title had it
         p.click(f'[data-panel="{panel}"] >> nth=0')
-        p.wait_for_function("name => !document.querySelector('#panel').hidden", arg=panel)
-        p.wait_for_timeout(200)
+        # the panel is open once it is rendered and its title has the focus (the title's focus
+        # comes last: a check before it, or the composer's focus below, would race with it)
+        p.wait_for_function("() => !document.querySelector('#panel').hidden"
+                            " && document.activeElement && document.activeElement.id === 'panel-title'")
         assert p.evaluate(UNNAMED) == [], panel
     p.focus("#composer-input")
     assert p.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
