@@ -166,7 +166,8 @@ def test_the_page_derivation_waits_for_a_slow_engine(page: object) -> None:
 
 STEMS = """
 async (words) => {
-  const { asciiTerm } = await import("/js/words.js");
+  const { asciiTerm, loadStemmer } = await import("/js/words.js");
+  await loadStemmer();
   return words.map(asciiTerm);
 }
 """

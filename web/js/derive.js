@@ -28,7 +28,7 @@
 
 import { BridgeError, callMethod } from "./envelope.js";
 import { sessionRange } from "./schema.js";
-import { ASCII, PUNCT, WordTable, asciiTerm, asciiWords, extractText } from "./words.js";
+import { ASCII, PUNCT, WordTable, asciiTerm, asciiWords, extractText, loadStemmer } from "./words.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
 const POSTINGS = ["tid", "doc", "tf"];
@@ -109,6 +109,7 @@ class Derivation {
 
   async next() {
     this.check();
+    await loadStemmer();
     let t = performance.now();
     const records = await (this.ahead || this.read());
     this.ahead = null;

@@ -4,8 +4,6 @@
 // Python's), and a table of the words already seen that reads a text's words straight from
 // its characters.
 
-import EnglishStemmer from "../vendor/snowball/english-stemmer.js";
-
 /** an ASCII text (Python's `str.isascii`) */
 export const ASCII = /^[\x00-\x7f]*$/;
 const WORD = /\d+(?:[.,]\d+)+|[a-z0-9]+(?:'[a-z0-9]+)*/g;
@@ -32,12 +30,21 @@ const MAX_TOKEN = 64;
 const LETTERS = /^[a-z]+$/;
 let english = null;
 
+/** Import the stemmer `asciiTerm` needs (once; not with the page's start-up: only a
+ *  derivation uses it). */
+export async function loadStemmer() {
+  if (!english) {
+    const { default: EnglishStemmer } = await import("../vendor/snowball/english-stemmer.js");
+    english ??= new EnglishStemmer();
+  }
+}
+
 /** Python's `tokenize.terms_of_word` of one of `asciiWords`' words: its one term, the stem
- *  of its first 64 characters (words shorter than 3 or with a digit are their own stem). */
+ *  of its first 64 characters (words shorter than 3 or with a digit are their own stem);
+ *  `loadStemmer` first. */
 export function asciiTerm(word) {
   const w = word.length > MAX_TOKEN ? word.slice(0, MAX_TOKEN) : word;
   if (w.length < 3 || !LETTERS.test(w)) return w;
-  english ??= new EnglishStemmer();
   return english.stemWord(w) || w;
 }
 
