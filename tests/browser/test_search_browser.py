@@ -245,6 +245,19 @@ def test_index_cached_in_opfs_catches_up_and_second_tab_asks_the_owner(new_page)
     assert last["n"] == 8 and last["removed"] is True
 
 
+# the end of a script that set ``got = await answers(mem)`` and ``out``: the same answers from
+# a fresh rebuild (a second handle with an in-memory index of its own), then both closed
+SAME_AS_FRESH = """
+from chatmem.runtime.page import DuckDBWasmEngine
+from chatmem.memory import open_indexeddb
+fresh = await open_indexeddb(NAME, engine_factory=DuckDBWasmEngine.open)
+out["same_as_fresh"] = got == await answers(fresh)
+out["fresh_open"] = fresh.index.last_open
+await fresh.close()
+await mem.close()
+out
+"""
+
 RECOVERY_FILL = """
 import chatmem
 mem = await chatmem.open(NAME)
@@ -264,16 +277,7 @@ async def answers(m):
             for q in ["apple", "ripe banana", "b", "zebra"]]
 got = await answers(mem)
 out = {"open": mem.index.last_open, "notice": mem.index.notice, "n": len(got[0])}
-# a fresh rebuild to compare with: a second handle with an in-memory index of its own
-from chatmem.runtime.page import DuckDBWasmEngine
-from chatmem.memory import open_indexeddb
-fresh = await open_indexeddb(NAME, engine_factory=DuckDBWasmEngine.open)
-out["same_as_fresh"] = got == await answers(fresh)
-out["fresh_open"] = fresh.index.last_open
-await fresh.close()
-await mem.close()
-out
-"""
+""" + SAME_AS_FRESH
 
 
 def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
@@ -335,14 +339,7 @@ if WRITE:
     out["quince"] = len(await mem.search("quince"))
     out["in_memory_after_write"] = mem.index._cache.in_memory
     got = await answers(mem)
-from chatmem.runtime.page import DuckDBWasmEngine
-from chatmem.memory import open_indexeddb
-fresh = await open_indexeddb(NAME, engine_factory=DuckDBWasmEngine.open)
-out["same_as_fresh"] = got == await answers(fresh)
-await fresh.close()
-await mem.close()
-out
-"""
+""" + SAME_AS_FRESH
 
 
 def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page) -> None:
@@ -391,14 +388,7 @@ async def answers(m):
 got = await answers(mem)
 out = {"early": mem.index.open_ms.get("derive: begun early"), "open": mem.index.last_open,
        "n": [len(a) for a in got]}
-from chatmem.runtime.page import DuckDBWasmEngine
-from chatmem.memory import open_indexeddb
-fresh = await open_indexeddb(NAME, engine_factory=DuckDBWasmEngine.open)
-out["same_as_fresh"] = got == await answers(fresh)
-await fresh.close()
-await mem.close()
-out
-"""
+""" + SAME_AS_FRESH
 
 
 def test_with_no_index_file_the_derivation_begins_while_the_engine_opens(page) -> None:
