@@ -113,6 +113,8 @@ def browser(playwright_instance: Any) -> Iterator[Any]:
 def context(browser: Any, requests_seen: Requests) -> Iterator[Any]:
     ctx = browser.new_context()
     ctx.on("request", lambda req: requests_seen.urls.append(req.url))
+    # shown with a failing test's output: which of the page's requests failed, and how
+    ctx.on("requestfailed", lambda req: print(f"[request failed: {req.url} {req.failure}]", file=sys.stderr))
     yield ctx
     ctx.close()
 

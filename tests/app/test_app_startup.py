@@ -98,3 +98,31 @@ await mem.close()
         page.evaluate("window.chatmem.appReady")
     finally:
         page.close()
+
+
+def test_the_page_starts_when_a_file_of_its_boot_failed_to_arrive_once(browser: Any, site: str) -> None:
+    """A connection dropped while the page boots (Pyodide's runtime module, the bridge,
+    the build's file list) costs a second fetch, not a broken page."""
+    ctx = browser.new_context(service_workers="block")
+    asked: dict[str, int] = {}
+
+    def drop_first(route: Any) -> None:
+        name = route.request.url.rsplit("/", 1)[1]
+        asked[name] = asked.get(name, 0) + 1
+        if asked[name] == 1:
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    for name in ("pyodide.asm.mjs", "load.js", "build-info.json"):
+        ctx.route(f"**/{name}", drop_first)
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(f"{site}?db={unique_name('boot-retry')}")
+        assert page.evaluate("window.chatmem.appReady") is True
+        assert page.evaluate("window.chatmem.runPython('import chatmem\\nchatmem.__name__')") == "chatmem"
+    finally:
+        ctx.close()
+    # each fetched again after its first was dropped (the file list is also read by the bridge)
+    assert sorted(asked) == ["build-info.json", "load.js", "pyodide.asm.mjs"] and min(asked.values()) >= 2, asked

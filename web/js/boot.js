@@ -14,7 +14,21 @@
 // compile, the longest part of the boot, would start that much later.
 
 const here = (path) => new URL(path, import.meta.url).href;
-const loader = import("./load.js");
+
+/** `start()`, and once more if it failed at the network level (a module or file the
+ * browser could not fetch: a dropped connection, a server restarting). A browser
+ * does not keep a failed module fetch: the second import fetches it again. */
+async function twice(start) {
+  try {
+    return await start();
+  } catch (e) {
+    if (!(e instanceof TypeError) || !/fetch|import/i.test(e.message)) throw e;
+    console.warn("starting once more after a failed fetch:", e.message);
+    return start();
+  }
+}
+
+const loader = twice(() => import("./load.js"));
 loader.catch(() => {});  // awaited in boot
 const progress = [];
 const timings = {};
@@ -76,15 +90,15 @@ async function boot() {
   step("pyodide", "active");
   step("wheels", "active");
   report("Loading Python (Pyodide)…");
-  const info = fetch(here("../build-info.json"), { cache: "no-cache" }).then((r) => r.json());
-  const app = info.then(fetchApp);
+  const info = twice(() => fetch(here("../build-info.json"), { cache: "no-cache" })).then((r) => r.json());
+  const app = info.then((i) => twice(() => fetchApp(i)));
   app.catch(() => {});  // awaited below
   // the wheels' worker at once too: load.js would start it only once its import graph (the
   // bridge, DuckDB-Wasm's and Arrow's modules) is evaluated, on a thread Pyodide's boot holds
-  const wheels = import("./wheels.js").then(({ fetchWheels }) => fetchWheels(here("../"), null));
+  const wheels = twice(() => import("./wheels.js")).then(({ fetchWheels }) => fetchWheels(here("../"), null));
   wheels.catch(() => {});  // awaited in loadChatmem
-  const pyodide = import(here("../pyodide/pyodide.mjs"))
-    .then(({ loadPyodide }) => loadPyodide({ indexURL: here("../pyodide/") }))
+  const pyodide = twice(() => import(here("../pyodide/pyodide.mjs"))
+    .then(({ loadPyodide }) => loadPyodide({ indexURL: here("../pyodide/") })))
     .then((py) => { step("pyodide", "done"); report("Installing chatmem…"); return py; });
   const { bridge, loadChatmem } = await loader;
   window.chatmem.bridge = bridge;
