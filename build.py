@@ -252,38 +252,56 @@ def esm_graph(entry: Path) -> list[Path]:
     return sorted(seen)
 
 
-ARROW_EVAL = "return new Function(`x`, `${fnBody}\\nreturn true;`);"
-ARROW_NO_EVAL = (
-    "const nulls = new Set(noNaNs); const nan = nullValues.length !== noNaNs.length;\n"
-    "    return function isValid(x) { return !(nulls.has(x) || (nan && x !== x)); };"
-)
+#: apache-arrow's one-file browser build builds its null check with ``new Function``, which the
+#: page's Content-Security-Policy (no 'unsafe-eval') forbids: the same check as a closure
+#: (``nullValues`` and the ``noNaNs`` filtered from them keep their minified names)
+ARROW_EVAL = re.compile(r'const (\w+)=(\w+)\.filter\((\w+)=>\3===\3\);(.*?)'
+                        r'return new Function\("x",`\$\{\w+\}\\nreturn true;`\)', re.S)
+ARROW_NO_EVAL = (r'const \1=\2.filter(\3=>\3===\3);\4const nulls=new Set(\1),nan=\2.length!==\1.length;'
+                 r'return function isValid(x){return!(nulls.has(x)||nan&&x!==x)}')
 
 
-def patch_arrow_eval(path: Path) -> None:
-    """apache-arrow builds its null check with ``new Function``, which the page's
-    Content-Security-Policy (no 'unsafe-eval') forbids: use an equivalent closure."""
-    text = path.read_text(encoding="utf-8")
-    if ARROW_EVAL not in text:
-        sys.exit(f"{path}: apache-arrow changed; update patch_arrow_eval")
-    path.write_text(text.replace(ARROW_EVAL, ARROW_NO_EVAL), encoding="utf-8")
+def write_arrow(dist: Path) -> None:
+    """apache-arrow as one ES module at ``vendor/apache-arrow/Arrow.dom.mjs`` (the import map's
+    address): its own one-file browser build (``Arrow.esnext.min.js``, a UMD script) wrapped
+    to export the names its ES build exports. Importing its ES build is ~120 modules, each
+    fetched, parsed and linked on the main thread: 0.3-0.8 s before DuckDB-Wasm could start."""
+    arrow = (NODE / "apache-arrow").resolve()
+    text = (arrow / "Arrow.esnext.min.js").read_text(encoding="utf-8")
+    text = re.sub(r"^//# sourceMappingURL=.*$", "", text, flags=re.M)
+    text, n = ARROW_EVAL.subn(ARROW_NO_EVAL, text, count=1)
+    if n != 1 or "new Function" in text:
+        sys.exit(f"{arrow}: apache-arrow changed; update ARROW_EVAL")
+    # the names to export: those of its ES build, every one of which the bundle must have
+    listing = ("const m = {exports: {}};"
+               "new Function('module', 'exports', require('fs').readFileSync(process.argv[1], 'utf8'))(m, m.exports);"
+               "import(process.argv[2]).then((es) => console.log(JSON.stringify([Object.keys(es), Object.keys(m.exports)])));")
+    node = shutil.which("node") or sys.exit("node is needed to build the page")
+    out = subprocess.run([node, "-e", listing, str(arrow / "Arrow.esnext.min.js"), (arrow / "Arrow.dom.mjs").as_uri()],
+                         capture_output=True, text=True, check=True).stdout
+    es_names, umd_names = json.loads(out)
+    missing = sorted(set(es_names) - set(umd_names))
+    if missing or "default" in es_names:
+        sys.exit(f"{arrow}: the one-file build lacks {missing}; update write_arrow")
+    module = ("// apache-arrow's Arrow.esnext.min.js as an ES module (written by build.py: see write_arrow)\n"
+              "const scope = {};\n(function () {\n" + text + "\n}).call(scope);\n"
+              "export const { " + ", ".join(sorted(es_names)) + " } = scope.Arrow;\n")
+    dst = dist / "vendor" / "apache-arrow" / "Arrow.dom.mjs"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(module, encoding="utf-8")
+    for lic in [*arrow.glob("LICENSE*"), *arrow.glob("NOTICE*")]:
+        copy(lic, dst.parent / lic.name)
 
 
 def write_vendor(dist: Path) -> None:
-    """idb, DuckDB-Wasm's imports (apache-arrow's ESM graph, tslib, flatbuffers) for the import map,
-    and PyScript's core (for pages that use chatmem under PyScript)."""
-    arrow = (NODE / "apache-arrow").resolve()
-    for f in esm_graph(arrow / "Arrow.dom.mjs"):
-        copy(f, dist / "vendor" / "apache-arrow" / f.relative_to(arrow))
-    patch_arrow_eval(dist / "vendor" / "apache-arrow" / "builder" / "valid.mjs")
-    copy(NODE / "tslib" / "tslib.es6.mjs", dist / "vendor" / "tslib" / "tslib.es6.mjs")
-    fb = NODE / "flatbuffers" / "mjs"
-    for f in fb.glob("*.js"):
-        copy(f, dist / "vendor" / "flatbuffers" / "mjs" / f.name)
+    """idb, DuckDB-Wasm's one import (apache-arrow, one module: ``write_arrow``) for the import
+    map, gpt-tokenizer's encodings, and PyScript's core (for pages that use chatmem under PyScript)."""
+    write_arrow(dist)
     gpt = (NODE / "gpt-tokenizer").resolve()
     for enc in BPE_ENCODINGS:
         for f in esm_graph(gpt / "esm" / "encoding" / f"{enc}.js"):
             copy(f, dist / "vendor" / "gpt-tokenizer" / f.relative_to(gpt))
-    for pkg in ("apache-arrow", "tslib", "flatbuffers", "gpt-tokenizer"):
+    for pkg in ("gpt-tokenizer",):
         for lic in NODE.glob(f"{pkg}/LICENSE*"):
             copy(lic, dist / "vendor" / pkg / lic.name)
     pyscript = NODE / "@pyscript" / "core"

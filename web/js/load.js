@@ -11,7 +11,7 @@
 // result, it fetches and unzips the wheels while Pyodide is still starting. The
 // objects of that boot are then frozen out of Python's cyclic collector (`freezeHeap`).
 // The page needs the import map of the README (idb, @duckdb/duckdb-wasm,
-// apache-arrow, tslib, flatbuffers). `base` is the URL of the folder holding
+// apache-arrow). `base` is the URL of the folder holding
 // build-info.json, wheels/, js/ (by default the folder above this file);
 // `wheel` names a chatmem wheel instead, installed by micropip (which finds
 // its dependencies in the Pyodide's pyodide-lock.json).
