@@ -149,6 +149,33 @@ def test_bulk_load_keeps_every_value(search_page: Page) -> None:
         ]
 
 
+STRINGS = """
+import builtins
+eng = builtins._search_engine
+await eng.execute("CREATE TABLE str_t (a VARCHAR, b VARCHAR, c VARCHAR)")
+rows = [(f"01J{i:023d}", "caf\\u00e9 \\U0001F600" if i % 7 == 0 else f"plain {i}", None if i % 3 else "")
+        for i in range(1000)]
+# a value ending with a lone high surrogate, the next starting with a lone low one
+rows[10:12] = [("abc\\ud83d", "x", None), ("\\ude00def", "y", None)]
+await eng.load_rows("str_t", ["a", "b", "c"], rows)
+got = [tuple(r.values()) for r in await eng.execute("SELECT * FROM str_t")]
+await eng.execute("DROP TABLE str_t")
+[got, [tuple(r) for r in rows]]
+"""
+
+
+def test_bulk_load_encodes_string_columns_whole(search_page: Page) -> None:
+    """A string column is encoded in one call: an all-ASCII column (ids), a column with
+    multibyte and astral text, a column of NULLs and empty strings, and two values whose
+    lone surrogates would make one character if joined all arrive as sent (a lone
+    surrogate as U+FFFD, as when each value is encoded alone)."""
+    got, sent = search_page.py(STRINGS)
+    fix = {"abc\ud83d": "abc\ufffd", "\ude00def": "\ufffddef"}
+    assert [tuple(v) for v in got] == [tuple(fix.get(x, x) for x in r) for r in sent]
+    assert got[10][0] == "abc\ufffd" and got[11][0] == "\ufffddef"
+    assert got[7][1] == "caf\u00e9 \U0001F600" and got[3][2] == "" and got[1][2] is None
+
+
 # --------------------------------------------------------------------------- the cached index (OPFS)
 
 CACHE_FILL = """

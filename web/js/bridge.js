@@ -7,6 +7,7 @@
 //   apply-changes.js  pulled sync changes, merged in one transaction
 //   schema.js         the IndexedDB schema and its migrations
 //   query-engine.js   DuckDB-Wasm, the derived query index (and its OPFS cache file)
+//   arrow-columns.js  the Arrow tables of its bulk loads, laid out straight into typed arrays
 //   derive.js         the keyword index derived from the store in the page (records never cross to Python)
 //   words.js          the words of a text as derive.js cuts them (Python's for ASCII text)
 //   token-counter.js  exact BPE token counts (gpt-tokenizer)

@@ -3,6 +3,7 @@
 // Results cross as column-major JSON {columns, cols} in the envelope of envelope.js; bulk
 // loads go through Arrow. The index is derived: IndexedDB stays the truth.
 
+import { arrowTable } from "./arrow-columns.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 
 const ENGINE_METHODS = new Set(["execute", "executemany", "loadRows", "close", "cancel"]);
@@ -53,129 +54,6 @@ function columnValues(vector, field) {
 function resultJSON(table) {
   const fields = table.schema.fields;
   return { columns: fields.map((f) => f.name), cols: fields.map((f, i) => columnValues(table.getChildAt(i), f)) };
-}
-
-// One column of loadRows as an Arrow vector. Numbers, lists of numbers and strings are
-// laid out straight into typed arrays (apache-arrow's generic builder costs about a
-// microsecond a value: a batch of 64 embeddings, 49,152 values, held the main thread
-// ~40 ms); anything else (booleans, mixed values) goes through that builder.
-function arrowColumn(arrow, values) {
-  if (values instanceof Int32Array) return arrow.makeVector(values);  // a derivation's integer columns
-  const sample = values.find((v) => v !== null && v !== undefined);
-  if (typeof sample === "number") return numberColumn(arrow, values) || arrow.vectorFromArray(values, new arrow.Float64());
-  if (typeof sample === "string") return stringColumn(arrow, values) || arrow.vectorFromArray(values, new arrow.Utf8());
-  if (Array.isArray(sample)) {
-    const fast = numberListColumn(arrow, values);
-    if (fast) return fast;
-    const inner = values.flat().find((v) => v !== null && v !== undefined);
-    const child = typeof inner === "number" ? new arrow.Float64() : new arrow.Utf8();
-    return arrow.vectorFromArray(values, new arrow.List(new arrow.Field("item", child, true)));
-  }
-  if (typeof sample === "boolean") return arrow.vectorFromArray(values, new arrow.Bool());
-  return arrow.vectorFromArray(values, new arrow.Utf8());
-}
-
-// An Arrow table of the named columns, one array of values (or Int32Array) per column.
-function arrowTable(arrow, columns, cols) {
-  const data = {};
-  columns.forEach((name, i) => (data[name] = arrowColumn(arrow, cols[i])));
-  return new arrow.Table(data);
-}
-
-// The validity bitmap of `values` (bit i set: values[i] is not null), or null when none is.
-function validity(values) {
-  const n = values.length;
-  let bitmap = null;
-  let nulls = 0;
-  for (let i = 0; i < n; i++) {
-    if (values[i] === null || values[i] === undefined) {
-      if (!bitmap) bitmap = new Uint8Array((n + 7) >> 3).fill(0xff);
-      bitmap[i >> 3] &= ~(1 << (i & 7));
-      nulls++;
-    }
-  }
-  return { bitmap, nulls };
-}
-
-function withNulls(arrow, props, values) {
-  const { bitmap, nulls } = validity(values);
-  return arrow.makeVector(arrow.makeData({ ...props, length: values.length, nullCount: nulls,
-    ...(bitmap ? { nullBitmap: bitmap } : {}) }));
-}
-
-// Float64 from numbers and nulls; null if any other value is in the column.
-function numberColumn(arrow, values) {
-  const data = new Float64Array(values.length);
-  for (let i = 0; i < values.length; i++) {
-    const v = values[i];
-    if (typeof v === "number") data[i] = v;
-    else if (v !== null && v !== undefined) return null;
-  }
-  return withNulls(arrow, { type: new arrow.Float64(), data }, values);
-}
-
-// List<Float64> from arrays of numbers and nulls (null lists, null items); null if anything
-// else is in the column.
-function numberListColumn(arrow, values) {
-  const n = values.length;
-  const offsets = new Int32Array(n + 1);
-  for (let i = 0; i < n; i++) {
-    const v = values[i];
-    if (v !== null && v !== undefined && !Array.isArray(v)) return null;
-    offsets[i + 1] = offsets[i] + (v ? v.length : 0);
-  }
-  const flat = new Float64Array(offsets[n]);
-  let itemBitmap = null;
-  let itemNulls = 0;
-  for (let i = 0; i < n; i++) {
-    const v = values[i];
-    if (!v) continue;
-    for (let j = 0, k = offsets[i]; j < v.length; j++, k++) {
-      const x = v[j];
-      if (typeof x === "number") flat[k] = x;
-      else if (x === null || x === undefined) {
-        if (!itemBitmap) itemBitmap = new Uint8Array((flat.length + 7) >> 3).fill(0xff);
-        itemBitmap[k >> 3] &= ~(1 << (k & 7));
-        itemNulls++;
-      } else return null;
-    }
-  }
-  const item = new arrow.Float64();
-  const child = arrow.makeData({ type: item, length: flat.length, nullCount: itemNulls, data: flat,
-    ...(itemBitmap ? { nullBitmap: itemBitmap } : {}) });
-  return withNulls(arrow, { type: new arrow.List(new arrow.Field("item", item, true)), valueOffsets: offsets, child },
-    values);
-}
-
-const utf8 = new TextEncoder();
-
-// Utf8 from strings and nulls, encoded into one buffer; null if anything else is in the column.
-function stringColumn(arrow, values) {
-  const n = values.length;
-  const offsets = new Int32Array(n + 1);
-  let chars = 0;
-  for (let i = 0; i < n; i++) {
-    const v = values[i];
-    if (typeof v === "string") chars += v.length;
-    else if (v !== null && v !== undefined) return null;
-  }
-  let buf = new Uint8Array(chars + (chars >> 2) + 16);
-  let at = 0;
-  for (let i = 0; i < n; i++) {
-    const v = values[i];
-    if (typeof v === "string" && v.length) {
-      let done = utf8.encodeInto(v, buf.subarray(at));
-      if (done.read < v.length) {  // out of room: grow (3 bytes a UTF-16 unit at most), encode again
-        const grown = new Uint8Array(Math.max(buf.length * 2, at + v.length * 3));
-        grown.set(buf.subarray(0, at));
-        buf = grown;
-        done = utf8.encodeInto(v, buf.subarray(at));
-      }
-      at += done.written;
-    }
-    offsets[i + 1] = at;
-  }
-  return withNulls(arrow, { type: new arrow.Utf8(), valueOffsets: offsets, data: buf.subarray(0, at) }, values);
 }
 
 class Duck {
