@@ -510,7 +510,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed, "durability": args.durability,
         "w1_points": [(1000, 200), (5000, 100)], "w1_warmup": 20, "w1_block_reps": 60,
         "w2_points": [(10000, 4)], "w2_ps_reps": 2, "w3_n": 10000, "w3_budget": 8000, "w3_reps": 40,
-        "w5_reps": 3, "w6_loads": 4, "w7_ops": 1000, "w7_reps": 3, "w7_fail_rate": 0.10,
+        "w5_reps": 3, "w6_loads": 8, "w7_ops": 1000, "w7_reps": 3, "w7_fail_rate": 0.10,
         "w4_messages": 100_000, "w4_queries": 200, "w9_messages": 50_000,
         "w10_messages": 100_000 if getattr(args, "scale", False) else 10_000,
     }
