@@ -116,8 +116,8 @@ function stringColumn(arrow, values) {
   const text = values.join("");  // null and undefined join as ""
   let buf = new Uint8Array(chars);
   if (utf8.encodeInto(text, buf).read < text.length) {  // not all ASCII: at most 3 bytes a unit
-    buf = new Uint8Array(chars * 3);
-    buf = buf.subarray(0, utf8.encodeInto(text, buf).written);
+    const room = new Uint8Array(chars * 3);
+    buf = room.slice(0, utf8.encodeInto(text, room).written);  // not holding 3 bytes a unit
     if (!byteOffsets(buf, offsets)) return eachEncoded(arrow, values);
   }
   return withNulls(arrow, { type: new arrow.Utf8(), valueOffsets: offsets, data: buf }, values);
