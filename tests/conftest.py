@@ -57,6 +57,21 @@ def unique_name(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def three_sessions(content: str, n: int) -> str:
+    """Page Python that opens ``NAME`` as ``mem`` and stores sessions "a", "b" and "c"
+    (their ids in ``ids``), each with ``n`` user messages whose content is the
+    expression ``content`` of ``t`` (the title) and ``i`` (the message's number)."""
+    return f"""
+import asyncio, chatmem
+mem = await chatmem.open(NAME)
+ids = []
+for t in ["a", "b", "c"]:
+    s = await mem.sessions.create(title=t)
+    ids.append(s.session_id)
+    await mem.messages.append_many(s.session_id, [{{"role": "user", "content": {content}}} for i in range({n})])
+"""
+
+
 # ---------------------------------------------------------------------------- the site
 
 

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import three_sessions
+
 pytestmark = pytest.mark.browser
 
-FILL = """
-import chatmem
-mem = await chatmem.open(NAME)
-ids = []
-for t in ["a", "b", "c"]:
-    s = await mem.sessions.create(title=t)
-    ids.append(s.session_id)
-    await mem.messages.append_many(s.session_id, [
-        {"role": "user", "content": f"apple {t} ripe banana {i} " + "lorem ipsum dolor sit amet " * 20}
-        for i in range(200)])
+FILL = three_sessions('f"apple {t} ripe banana {i} " + "lorem ipsum dolor sit amet " * 20', 200) + """
 await mem.search("apple")
 await mem.close()
 ids

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Page
+from conftest import Page, three_sessions
 from search_checks import CHECKS
 
 pytestmark = pytest.mark.browser
@@ -178,14 +178,7 @@ def test_bulk_load_encodes_string_columns_whole(search_page: Page) -> None:
 
 # --------------------------------------------------------------------------- the cached index (OPFS)
 
-CACHE_FILL = """
-import chatmem
-mem = await chatmem.open(NAME)
-ids = []
-for t in ["a", "b", "c"]:
-    s = await mem.sessions.create(title=t)
-    ids.append(s.session_id)
-    await mem.messages.append_many(s.session_id, [{"role": "user", "content": "apple " + t + str(i)} for i in range(3)])
+CACHE_FILL = three_sessions('"apple " + t + str(i)', 3) + """
 hits = await mem.search("apple", limit=20)
 out = {"n": len(hits), "open": mem.index.last_open, "cache": mem.index.cache, "ids": ids}
 await mem.close()
@@ -392,22 +385,15 @@ def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page)
     a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")
 
 
-EARLY = """
-import asyncio, chatmem
-mem = await chatmem.open(NAME)
-sids = []
-for t in ["a", "b", "c"]:
-    s = await mem.sessions.create(title=t)
-    sids.append(s.session_id)
-    await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"apple {t} ripe banana {i}"} for i in range(50)])
+EARLY = three_sessions('f"apple {t} ripe banana {i}"', 50) + """
 await mem.close()  # no search yet: no index file
 mem = await chatmem.open(NAME)
 warm = mem.index.warm()  # the opening begins; these writes land while it reads the store
-await mem.messages.append(sids[1], "user", "a quokka in session b")
+await mem.messages.append(ids[1], "user", "a quokka in session b")
 late = await mem.sessions.create(title="late")
 await mem.messages.append(late.session_id, "user", "a wombat arrived late")
-await mem.sessions.delete(sids[0])
-await mem.sessions.delete_messages(sids[2], [(await mem.messages.list(sids[2], limit=1))[0].id])
+await mem.sessions.delete(ids[0])
+await mem.sessions.delete_messages(ids[2], [(await mem.messages.list(ids[2], limit=1))[0].id])
 await warm
 async def answers(m):
     return [[(h.message.id, round(h.score, 9)) for h in await m.search(q, limit=200)]

@@ -16,8 +16,9 @@
 const here = (path) => new URL(path, import.meta.url).href;
 
 /** `start()`, and once more if it failed at the network level (a module or file the
- * browser could not fetch: a dropped connection, a server restarting). A browser
- * does not keep a failed module fetch: the second import fetches it again. */
+ * browser could not fetch: a dropped connection, a server restarting). Chromium does
+ * not keep a failed module fetch: the second import fetches it again (Pyodide imports
+ * its runtime module itself, so its URL cannot change as query-engine.js' can). */
 async function twice(start) {
   try {
     return await start();

@@ -250,8 +250,8 @@ export function duckdbPrestart() {
 
 /**
  * `import(specifier)`, tried once more under a fresh URL if the first fetch failed
- * (a busy server or a dropped connection): the browser keeps a failed module import
- * for its URL, so the same URL would fail again for the rest of the page's life.
+ * (a busy server or a dropped connection): Chromium fetches a failed module again
+ * (boot.js `twice`), but a browser that keeps the failure for its URL would not.
  */
 async function importAgain(specifier, path) {
   try {
