@@ -231,11 +231,48 @@ def write_pyodide(dist: Path, wheels: list[Path]) -> None:
     (dist / "pyodide" / "pyodide-lock.json").write_text(json.dumps(lock, indent=1))
 
 
+#: DuckDB-Wasm is built as an Emscripten main module that extensions can link against. Its
+#: start links all its 75,000 exports in JS: a WebAssembly.Global and a table slot for each
+#: (``updateGOT``) and three passes over them. Only the ~270 symbols the module itself imports
+#: through its GOT need an entry now; a side module loaded later gets the rest on demand
+#: (``GOTHandler`` creates the entry, ``reportUndefinedSymbols`` resolves it from ``wasmImports``).
+#: Each pair must occur exactly once in the pinned worker, or the build stops.
+DUCKDB_LEAN_LINK = [
+    # updateGOT/relocateExports: with `lean`, only the entries that exist (and __heap_base, which
+    # getMemory reads) are updated
+    ("updateGOT=(e,t)=>{for(var r in e)if(!isInternalSym(r)){",
+     'updateGOT=(e,t,lean)=>{for(var r in e)if(!isInternalSym(r)&&(!lean||GOT[r]||r=="__heap_base")){'),
+    ("relocateExports=(e,t,r)=>{", "relocateExports=(e,t,r,lean)=>{"),
+    ("n[a]=l}return updateGOT(n,r),n}", "n[a]=l}return updateGOT(n,r,lean),n}"),
+    ("wasmExports=n.exports,wasmExports=relocateExports(wasmExports,1024);",
+     "wasmExports=n.exports,wasmExports=relocateExports(wasmExports,1024,void 0,!0);"),
+    # mergeLibSymbols: one pass over the exports instead of two Object.entries arrays
+    ("mergeLibSymbols=(e,t)=>{registerDynCallSymbols(e);for(var[r,n]of Object.entries(e))"
+     "(l=>{isSymbolDefined(l)||(wasmImports[l]=n)})(r)}",
+     'mergeLibSymbols=(e,t)=>{for(var r in e){var n=e[r];r.startsWith("dynCall_")&&!Module.hasOwnProperty(r)'
+     "&&(Module[r]=n),isSymbolDefined(r)||(wasmImports[r]=n)}}"),
+    # its one caller passes the object relocateExports just made: no copy of it
+    ("function applySignatureConversions(e){e=Object.assign({},e);", "function applySignatureConversions(e){"),
+]
+
+
+def lean_link(text: str, where: Path) -> str:
+    """DuckDB-Wasm's worker with ``DUCKDB_LEAN_LINK`` applied."""
+    for old, new in DUCKDB_LEAN_LINK:
+        if text.count(old) != 1:
+            sys.exit(f"{where}: DuckDB-Wasm changed; update DUCKDB_LEAN_LINK ({old[:40]}...)")
+        text = text.replace(old, new)
+    return text
+
+
 def write_duckdb(dist: Path) -> None:
-    """One DuckDB-Wasm engine (eh: Chromium has wasm exceptions) and its worker, plus its imports."""
+    """One DuckDB-Wasm engine (eh: Chromium has wasm exceptions) and its worker (linked lean:
+    ``DUCKDB_LEAN_LINK``), plus its imports."""
     src = NODE / "@duckdb" / "duckdb-wasm" / "dist"
-    for name in ("duckdb-browser.mjs", "duckdb-eh.wasm", "duckdb-browser-eh.worker.js"):
+    for name in ("duckdb-browser.mjs", "duckdb-eh.wasm"):
         copy(src / name, dist / "duckdb" / name)
+    worker = src / "duckdb-browser-eh.worker.js"
+    (dist / "duckdb" / worker.name).write_text(lean_link(worker.read_text(encoding="utf-8"), worker), encoding="utf-8")
 
 
 def esm_graph(entry: Path) -> list[Path]:
