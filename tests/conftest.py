@@ -142,15 +142,35 @@ class Page:
     """A booted chatmem page: ``py(code)`` runs async Python in it."""
 
     def __init__(self, page: Any, url: str):
-        self.page = page
         self.url = url
         self.errors: list[str] = []
         #: what the page said while it loaded: console errors and failed requests, shown
         #: when the boot module never ran
         self.log: list[str] = []
+        self._watch(page)
+
+    def _watch(self, page: Any) -> None:
+        self.page = page
+        #: the renderer died (it takes every test that shares this page after it)
+        self.crashed = False
+        page.on("crash", lambda _: setattr(self, "crashed", True))
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         page.on("console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}"))
         page.on("requestfailed", lambda r: self.log.append(f"failed: {r.url} {r.failure}"))
+
+    def revive(self) -> None:
+        """A fresh page booted in place of one whose renderer crashed or that was closed, so
+        that one crash fails the test it happened in, not every test after it that shares
+        the page (what a test kept in the page itself is gone; its databases are not)."""
+        if not (self.crashed or self.page.is_closed()):
+            return
+        print(f"\n[the shared page {'crashed' if self.crashed else 'was closed'}; booting a new one; "
+              f"the page said: {self.log[-5:] + self.errors[-5:]}]", file=sys.stderr)
+        old = self.page
+        self._watch(old.context.new_page())
+        if not old.is_closed():
+            old.close()
+        self.boot()
 
     def boot(self) -> Page:
         return self._load(lambda: self.page.goto(self.url))
@@ -196,6 +216,13 @@ _page_counter = itertools.count()
 def page(context: Any, site: str) -> Page:
     """One booted page shared by the browser tests (state is per database name)."""
     return Page(context.new_page(), site).boot()
+
+
+@pytest.fixture(autouse=True)
+def _revive_shared_page(request: Any) -> None:
+    """Before each test that uses the shared page: a new one if its renderer crashed."""
+    if "page" in request.fixturenames:
+        request.getfixturevalue("page").revive()
 
 
 @pytest.fixture
