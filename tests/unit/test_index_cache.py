@@ -466,3 +466,83 @@ def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close
         return rows
 
     assert run(go())[0]["n"] == 5
+
+
+def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_path, monkeypatch):
+    """A save of the in-memory index copies it to the file in short steps (the postings
+    in parts of ``COPY_PART`` rows), each under the index's lock: a search during the
+    save is answered between two steps, a vector write then makes the index dirty and
+    it is saved again, and the file holds the working index's rows in its order."""
+    import contextlib
+
+    from chatmem.index import HashingEmbedder
+    from chatmem.index import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "COPY_PART", 12)
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        await _history()(mem)
+        await mem.search("apple")
+        await mem.close()
+
+        mem = _mem(db, idx)
+        live = mem.index
+        live.move_delay, live.save_delay = 0, 0
+        assert await mem.search("apple")
+        await live._moving  # answered from the file, then copied into memory
+        assert live._cache.in_memory
+        sid = (await mem.sessions.list())[0].session_id
+        await mem.messages.append(sid, "user", "apple quince")
+        assert len(await mem.search("quince")) == 1
+
+        steps: list[str] = []
+        paused, go_on = asyncio.Event(), asyncio.Event()
+        save = live._cache.save
+
+        async def stepped(hold):
+            @contextlib.asynccontextmanager
+            async def logged():
+                if len(steps) == 3:  # between two steps: the lock is free
+                    paused.set()
+                    await go_on.wait()
+                async with hold():
+                    steps.append("step")
+                    yield
+            await save(hold=logged)
+
+        live._cache.save = stepped
+        live._schedule_save(soon=True)
+        first = live._saving
+        await asyncio.wait_for(paused.wait(), 30)
+        assert live._copying
+        hits = await asyncio.wait_for(mem.search("quince"), 30)
+        assert [h.message.content for h in hits] == ["apple quince"]
+        n = await asyncio.wait_for(live.index.embed_missing(HashingEmbedder(16)), 30)
+        assert n == 42
+        live.changed_in_background()
+        assert not first.done() and live._dirty
+        go_on.set()
+        await asyncio.wait_for(first, 30)
+        assert live._saving is not first  # written to during the copy: saved again
+        await asyncio.wait_for(live._saving, 30)
+        assert not live._dirty
+        postings = await mem.sql("SELECT tid, doc, tf FROM postings ORDER BY tid, doc")
+        parts = await live._cache._parts("postings")
+        assert len(parts) >= 5 and len(steps) >= 3 + len(parts)
+        await mem.close()
+
+        mem = _mem(db, idx)
+        mem.index.move_delay = 3600  # answered from the file as saved
+        assert await mem.sql("SELECT tid, doc, tf FROM postings") == postings
+        assert await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model") == [
+            {"model": HashingEmbedder(16).model, "n": 42}]
+        got = await _answers(mem)
+        assert not mem.index._cache.in_memory and mem.index.last_open["refreshed"] == 0
+        fresh = _mem(db, None)
+        assert got == await _answers(fresh)
+        await fresh.close()
+        await mem.close()
+
+    run(go())

@@ -115,6 +115,7 @@ class LiveIndex(CachedOpening):
         self._save_cost = 0.0
         self._saved_at = 0.0
         self._save_waiting = False
+        self._copying = False
         #: seconds between an opening that changed the index and its background save
         self.save_delay = 1.0
         #: seconds between an opening answered from the cached file and its copy into memory
@@ -292,6 +293,8 @@ class LiveIndex(CachedOpening):
         """The index, hydrated and caught up with every acknowledged write (a guest's:
         the owner's index, caught up with this tab's writes and notices)."""
         await self._core.check_external()
+        if self._copying and self.index is not None and not (self._pending or self._stale or self._resync):
+            return self.index  # a save holds _lock: its copy steps let queries through
         async with self._lock:
             index = self.index or await self._open()
             if self.role == "guest":
@@ -422,6 +425,9 @@ class LiveIndex(CachedOpening):
                     await task
                 except Exception:
                     pass
+        if self._saving is not None and not self._saving.done():
+            self._saving.cancel()  # the next one, for writes during that copy: saved below
+            await settle(self._saving)
         if self.role == "owner" and self.share is not None:
             await self.share.drain()
         if self.index is not None:

@@ -79,6 +79,8 @@ class CachedOpening:
     _saved_at: float
     #: the background save is still waiting (``close`` cancels it then and saves itself)
     _save_waiting: bool
+    #: a save is copying the index to its file: queries with nothing to catch up need no ``_lock``
+    _copying: bool
     _moving: asyncio.Task[Any] | None
     save_delay: float
     move_delay: float
@@ -277,21 +279,29 @@ class CachedOpening:
         async with self._lock:
             if self._dirty and self._cache is not None and self.index is not None:
                 await self._save()
+        if self._dirty and self._saving is asyncio.current_task():  # written to during the copy
+            self._saving = asyncio.ensure_future(self._save_later())
 
     async def _save(self) -> None:
-        if self._cache is not None and self.index is not None:
-            async with self.index._lock:
-                t = time.monotonic()
-                try:
-                    await self._cache.save()
-                except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
-                    self._cache = None
-                    self.notice = (f"The search index cannot be saved ({e}); "
-                                   "it is kept in memory and rebuilt on the next visit.")
-                    self.last_open["persistent"] = False
-                self._saved_at = time.monotonic()
-                self._save_cost = self._saved_at - t
+        """Copy the index to its file, in steps under the index's lock (``IndexCache.save``):
+        queries run between them, and so may vectors' writes, which make it dirty again.
+        The caller holds ``_lock`` (or is closing): no catch-up writes meanwhile."""
+        index = self.index
+        if self._cache is not None and index is not None:
             self._dirty = False
+            self._copying = True
+            t = time.monotonic()
+            try:
+                await self._cache.save(hold=lambda: index._lock)
+            except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
+                self._cache = None
+                self.notice = (f"The search index cannot be saved ({e}); "
+                               "it is kept in memory and rebuilt on the next visit.")
+                self.last_open["persistent"] = False
+            finally:
+                self._copying = False
+            self._saved_at = time.monotonic()
+            self._save_cost = self._saved_at - t
 
     async def save(self) -> bool:
         """Write the index to its cache file now (a guest has the owner do it; False when
