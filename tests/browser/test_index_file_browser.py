@@ -56,6 +56,13 @@ OPFS_SIZE = """async (file) => {
   return (await (await root.getFileHandle(file)).getFile()).size;
 }"""
 
+OPFS_FILES = """async (prefix) => {
+  const root = await navigator.storage.getDirectory();
+  const out = {};
+  for await (const [n, h] of root.entries()) if (n.startsWith(prefix)) out[n] = (await h.getFile()).size;
+  return out;
+}"""
+
 
 def _file(name: str) -> str:
     return f"chatmem-index-{name}.duckdb"
@@ -90,3 +97,25 @@ def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
         tries.append(a.py(FILE_FACTS.replace("NAME", repr(name)))["text"])
     assert tries[-1] and "Uncompressed" not in tries[-1], tries
 
+
+
+WIDE = three_sessions('f"apple {t} {i} " + " ".join(f"w{(i * 7 + k * 13) % 5000}" for k in range(60))', 4000) + """
+await mem.search("apple")
+await mem.close()
+"""
+
+
+def test_a_save_in_steps_leaves_no_large_wal_beside_the_file(new_page) -> None:
+    """A save copies the index to the OPFS file in steps (a transaction each); their
+    commits checkpoint rather than fill the WAL, whose OPFS file never shrinks once
+    grown: the WAL stays small beside an index file of several MB."""
+    from conftest import unique_name
+
+    name = unique_name("wal")
+    a = new_page()
+    a.py(WIDE.replace("NAME", repr(name)), timeout=300_000)
+    files = a.page.evaluate(OPFS_FILES, _file(name))
+    index, wal = files[_file(name)], files.get(_file(name) + ".wal", 0)
+    assert index > 4_000_000 and wal < 1_500_000, files
+    facts = a.py(FILE_FACTS.replace("NAME", repr(name)))
+    assert facts["open"]["mode"] == "cached" and facts["notice"] is None, facts

@@ -279,12 +279,16 @@ async function start(duckdb, arrow, path, openMs = {}, db = null) {
     conn = await db.connect();
     // one round trip to the worker, the statements in order (the first that fails stops the
     // rest): no extension loads, the file touched (to fail here, not later), then no files
-    // (registered or OPFS), no network, and no SET that could undo it
+    // (registered or OPFS), no network, and no SET that could undo it. A commit that would
+    // take the WAL past checkpoint_threshold checkpoints instead of writing it: the OPFS WAL
+    // file never shrinks (a checkpoint empties it, the file keeps its size), so at the
+    // default 16 MB every save of the index in steps left a WAL as large as the index
     await conn.query([
       "SET autoload_known_extensions=false",
       "SET autoinstall_known_extensions=false",
       ...(path ? ["SELECT count(*) FROM duckdb_tables()"] : []),
       "SET enable_external_access=false",
+      "SET checkpoint_threshold='1MB'",
       "SET lock_configuration=true",
     ].join(";\n"));
     lap("setup");
