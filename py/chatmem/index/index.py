@@ -478,13 +478,7 @@ class QueryIndex:
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
             if staged := isinstance(messages, (EngineDerivation, Started)):
-                await ex("BEGIN TRANSACTION")
-                try:
-                    docs, ordered = await run_derivation(self.engine, messages, ms)
-                except BaseException:
-                    await self._rollback()
-                    raise
-                await ex("COMMIT")
+                docs, ordered = await run_derivation(self.engine, messages, ms)
             else:
                 docs, ordered = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms), False
             t1 = time.perf_counter()
