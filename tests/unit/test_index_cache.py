@@ -156,6 +156,14 @@ def _history(n_sessions: int = 5):
     return fill
 
 
+async def _saved_history(db: str, idx: str) -> None:
+    """The store ``db`` with ``_history()``, and its index saved in the file ``idx``."""
+    mem = _mem(db, idx)
+    await _history()(mem)
+    await mem.search("apple")
+    await mem.close()
+
+
 def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
     """A cached file that cannot be read is rebuilt from the store, and a save that fails
     (the storage quota) leaves the index in memory; each time a notice says so and the
@@ -182,10 +190,7 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
         return Memory(SQLiteStore(db), engine_factory=engine)
 
     async def go():
-        mem = _mem(db, idx)
-        await _history()(mem)
-        await mem.search("apple")
-        await mem.close()
+        await _saved_history(db, idx)
         fresh = _mem(db, None)
         want = await _answers(fresh)
         await fresh.close()
@@ -263,10 +268,7 @@ def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
             return await super().execute(sql, params, **kw)
 
     async def go():
-        mem = _mem(db, idx)
-        await _history()(mem)
-        await mem.search("apple")
-        await mem.close()
+        await _saved_history(db, idx)
 
         async def engine():
             return RefusesCommit(idx)
@@ -482,10 +484,7 @@ def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_pat
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
     async def go():
-        mem = _mem(db, idx)
-        await _history()(mem)
-        await mem.search("apple")
-        await mem.close()
+        await _saved_history(db, idx)
 
         mem = _mem(db, idx)
         live = mem.index
