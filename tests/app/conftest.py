@@ -24,7 +24,11 @@ class AppPage:
         self.page = page
         self.db = db
         self.errors: list[str] = []
+        #: the page's console errors and warnings, and its failed requests (said when a wait runs out)
+        self.log: list[str] = []
         page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}"))
+        page.on("requestfailed", lambda r: self.log.append(f"failed: {r.url} {r.failure}"))
         page.goto(f"{url}?db={db}")
         self.ready()
 
@@ -44,12 +48,31 @@ class AppPage:
         n = self.page.evaluate(f"t => ({SENT_JS})(t).length", text)
         self.page.fill("#composer-input", text)
         self.page.press("#composer-input", "Enter")
-        self.page.wait_for_function(
-            f"([t, n]) => {{ const sent = ({SENT_JS})(t); if (sent.length <= n) return false;"
-            " let li = sent[sent.length - 1].nextElementSibling;"
-            " for (; li; li = li.nextElementSibling)"
-            "   if (li.matches('.msg.assistant:not(.streaming), .msg.system[role=alert]')) return true;"
-            " return false; }", arg=[text, n])
+        try:
+            self.page.wait_for_function(
+                f"([t, n]) => {{ const sent = ({SENT_JS})(t); if (sent.length <= n) return false;"
+                " let li = sent[sent.length - 1].nextElementSibling;"
+                " for (; li; li = li.nextElementSibling)"
+                "   if (li.matches('.msg.assistant:not(.streaming), .msg.system[role=alert]')) return true;"
+                " return false; }", arg=[text, n])
+        except Exception as e:
+            raise AssertionError(f"{text!r} was not stored and answered: {self.state()}") from e
+
+    def state(self) -> dict[str, Any]:
+        """What the page shows and has logged: said when a wait for it runs out."""
+        shown = self.page.evaluate(
+            "() => ({composer: document.querySelector('#composer-input')?.value,"
+            " toasts: [...document.querySelectorAll('#toasts .toast')].map(t => t.textContent),"
+            " messages: [...document.querySelectorAll('#messages > li')].slice(-6)"
+            "   .map(li => `${li.className} ${li.dataset.id || ''}: ${li.textContent.slice(0, 80)}`)})")
+        try:
+            shown["busy"] = self.page.evaluate(
+                "code => Promise.race([window.chatmem.runPython(code),"
+                " new Promise(r => setTimeout(() => r('no answer from Python in 5 s'), 5000))])",
+                "import chatmem_app\nchatmem_app.app.busy")
+        except Exception as e:  # noqa: BLE001 - the state is reported, whatever part answers
+            shown["busy"] = f"unknown ({e})"
+        return {**shown, "log": self.log[-12:], "errors": self.errors}
 
     def new_session(self) -> None:
         n = self.page.locator("#session-list .session").count()
