@@ -59,6 +59,14 @@ def test_keyboard_only(app: AppPage) -> None:
     p.keyboard.press("Escape")
     p.wait_for_function("() => document.activeElement.getAttribute('data-panel') === 'settings'")
     assert p.locator("#panel").is_hidden()
+    # ...but not from someone who went on to the composer before the panel was gone
+    p.keyboard.press("Enter")
+    p.wait_for_function("() => document.activeElement.id === 'panel-title'")
+    p.evaluate("() => { document.querySelector('#panel [data-action=close-panel]').click();"
+               " document.querySelector('#composer-input').focus(); }")
+    p.wait_for_selector("#panel", state="hidden")
+    p.wait_for_function("() => !document.querySelector('.tools [aria-pressed=true]')")
+    assert focused(p) == "composer-input"
     # pin with the keyboard
     p.focus("#session-bar [data-action=pin]")
     p.keyboard.press("Enter")

@@ -246,12 +246,17 @@ async def _open_panel(app: App, el: Any, ev: Any) -> None:
 async def _close_panel(app: App, el: Any, ev: Any) -> None:
     name = app.panel
     app.panel = None
-    q("#panel").setAttribute("hidden", "")
+    panel = q("#panel")
+    # focus goes back to the opener only from the panel (or from nowhere): someone who
+    # already went on typing in the composer keeps typing there
+    active = js.document.activeElement
+    give_back = dom.nil(active) or active == js.document.body or panel.contains(active)
+    panel.setAttribute("hidden", "")
     q("#app").classList.remove("with-panel")
     for b in js.document.querySelectorAll("[data-panel]"):
         b.setAttribute("aria-pressed", "false")
     opener = q(f'.tools [data-panel="{name}"]') or q("#composer-input")
-    if opener:
+    if opener and give_back:
         opener.focus()
 
 

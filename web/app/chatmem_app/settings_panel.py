@@ -124,8 +124,12 @@ def _num(id_: str, kind: type = int) -> Any:
 
 
 def read_form() -> dict[str, Any]:
-    v = lambda id_: str(q(f"#{id_}").value).strip()
-    c = lambda id_: bool(q(f"#{id_}").checked)
+    def v(id_: str) -> str:
+        return str(q(f"#{id_}").value).strip()
+
+    def c(id_: str) -> bool:
+        return bool(q(f"#{id_}").checked)
+
     return {
         "provider": {"base_url": v("set-base-url"), "api_key": v("set-api-key"), "model": v("set-model"),
                      "system_prompt": v("set-system")},

@@ -12,7 +12,7 @@ from typing import Any
 
 from chatmem.errors import ChatmemError
 
-from . import dom, settings
+from . import dom
 from .dom import h, q
 
 __all__ = ["ACTIONS", "chip_text", "refresh_chip", "render", "start_polling", "sync_now"]
