@@ -20,19 +20,37 @@ const KNOWN_SESSIONS = 64;
 // null: it refers to the stored message, which the push reads. `ops` is a list, or
 // a function answering the list as JSON text, called (synchronously, inside the
 // transaction) only if the outbox is on: a big write skips building ops nobody keeps.
+// The look and the adds are bare requests (no promise each, as a batch's message adds):
+// an add's error reaches the transaction (`firstError`); the one promise answered
+// rejects if building the ops threw, after aborting the transaction.
 export function enqueue(db, tx, ops, created = true) {
   if (!ops || (Array.isArray(ops) && ops.length === 0)) return [];
-  const outbox = tx.objectStore("outbox");
+  const outbox = unwrap(tx.objectStore("outbox"));
   const add = () => {
     const list = Array.isArray(ops) ? ops : JSON.parse(ops());
-    return list.filter((op) => created || !op.only_if_created)
-      .map(({ only_if_created: _o, ...op }) => outbox.add(op));
+    for (const { only_if_created: onlyNew, ...op } of list) {
+      if (created || !onlyNew) outbox.add(op);
+    }
   };
-  if (db.outboxOn) return add();  // turned on for good: no need to look again
-  return [tx.objectStore("kv").count(OUTBOX_KEY).then((n) => {
-    if (!n) return null;
-    db.outboxOn = true;
-    return Promise.all(add());
+  if (db.outboxOn) {  // turned on for good: no need to look again
+    add();
+    return [];
+  }
+  const look = unwrap(tx.objectStore("kv")).count(OUTBOX_KEY);
+  return [new Promise((resolve, reject) => {
+    look.onsuccess = () => {
+      try {
+        if (look.result) {
+          db.outboxOn = true;
+          add();
+        }
+        resolve();
+      } catch (e) {
+        try { tx.abort(); } catch { /* already finished */ }
+        reject(e);
+      }
+    };
+    look.onerror = () => resolve();  // the transaction fails with it: `done` says so
   })];
 }
 
