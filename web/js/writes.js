@@ -21,7 +21,8 @@ const KNOWN_SESSIONS = 64;
 // a function answering the list as JSON text, called (synchronously, inside the
 // transaction) only if the outbox is on: a big write skips building ops nobody keeps.
 // The look and the adds are bare requests (no promise each, as a batch's message adds):
-// an add's error reaches the transaction (`firstError`); the one promise answered
+// a failed add aborts the transaction, whose `done` the caller awaits (`firstError`
+// keeps the add's own error where the caller asks for it); the one promise answered
 // rejects if building the ops threw, after aborting the transaction.
 export function enqueue(db, tx, ops, created = true) {
   if (!ops || (Array.isArray(ops) && ops.length === 0)) return [];

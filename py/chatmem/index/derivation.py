@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..settle import settle
@@ -130,16 +131,22 @@ async def run_derivation(engine: SQLEngine, d: EngineDerivation | Started,
     from 2.0 to 2.8 GB)."""
     rows = await engine.execute(
         "SELECT path IS NULL AS mem FROM duckdb_databases() WHERE database_name = current_database()")
-    if not (rows and rows[0]["mem"]):
+    async with _one_transaction(engine, bool(rows and rows[0]["mem"])):
         await engine.execute(stage_statement())
         return await (d if isinstance(d, Started) else Started(d)).run(engine, ms)
+
+
+@contextlib.asynccontextmanager
+async def _one_transaction(engine: SQLEngine, on: bool) -> AsyncIterator[None]:
+    """The block's statements in one transaction when ``on``, else each on its own."""
+    if not on:
+        yield
+        return
     await engine.execute("BEGIN TRANSACTION")
     try:
-        await engine.execute(stage_statement())
-        got = await (d if isinstance(d, Started) else Started(d)).run(engine, ms)
+        yield
     except BaseException:
-        with contextlib.suppress(Exception):  # a failed COMMIT or statement: end what is left
+        with contextlib.suppress(Exception):  # a failed statement: end what is left
             await engine.execute("ROLLBACK")
         raise
     await engine.execute("COMMIT")
-    return got
