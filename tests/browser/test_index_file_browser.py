@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import three_sessions
+from conftest import three_sessions, unique_name
 
 pytestmark = pytest.mark.browser
 
@@ -72,8 +72,6 @@ def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
     """Catch-ups that copy the file into memory and save it back keep its size (the save
     reuses the blocks of the copy it replaces), and the text is compressed (FSST), not
     stored raw."""
-    from conftest import unique_name
-
     name = unique_name("size")
     a = new_page()
     ids = a.py(FILL.replace("NAME", repr(name)))
@@ -98,7 +96,6 @@ def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
     assert tries[-1] and "Uncompressed" not in tries[-1], tries
 
 
-
 WIDE = three_sessions('f"apple {t} {i} " + " ".join(f"w{(i * 7 + k * 13) % 5000}" for k in range(60))', 4000) + """
 await mem.search("apple")
 await mem.close()
@@ -109,8 +106,6 @@ def test_a_save_in_steps_leaves_no_large_wal_beside_the_file(new_page) -> None:
     """A save copies the index to the OPFS file in steps (a transaction each); their
     commits checkpoint rather than fill the WAL, whose OPFS file never shrinks once
     grown: the WAL stays small beside an index file of several MB."""
-    from conftest import unique_name
-
     name = unique_name("wal")
     a = new_page()
     a.py(WIDE.replace("NAME", repr(name)), timeout=300_000)

@@ -57,10 +57,6 @@ WORK = "chatmem_work"
 COPY_PART = 2_000_000
 
 
-def _free() -> AsyncContextManager[Any]:
-    return contextlib.nullcontext()
-
-
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -134,7 +130,7 @@ class IndexCache:
             f"SELECT key, value FROM {_q(self.file_db)}.main.index_meta WHERE key IN ('schema', 'complete')")
         return {str(r["key"]): str(r["value"]) for r in rows}
 
-    async def save(self, hold: Callable[[], AsyncContextManager[Any]] = _free) -> None:
+    async def save(self, hold: Callable[[], AsyncContextManager[Any]] = contextlib.nullcontext) -> None:
         """Make the file hold the working database: a checkpoint while the file is it;
         else replace the file's contents with the in-memory ones and checkpoint, in steps
         each entered under ``hold()`` (e.g. the index's lock: queries run between them)."""
