@@ -194,7 +194,7 @@ await mem.sessions.delete(IDS[1])
 hits = await mem.search("apple", limit=20)
 builtins._cache_mem = mem  # stays open: this tab holds the cache file
 out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations,
-       "banana": [h.session_id for h in await mem.search("banana")]}
+       "banana": [h.session_id for h in await mem.search("banana")], "resync": mem.index.index.last_resync}
 # the catch-up scheduled a background save: wait for it, so that what this tab learns
 # from here on is, as the test says, not saved (a later save would race the reload)
 if mem.index._saving is not None:
@@ -226,7 +226,8 @@ import chatmem, builtins
 from chatmem.runtime import page as _browser
 mem = await chatmem.open(NAME)
 hits = await mem.search("apple cherry banana", limit=20)
-out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations}
+out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations,
+       "resync": mem.index.index.last_resync}
 await mem.close()
 out["removed"] = await _browser.opfs_remove("chatmem-index-" + NAME + ".duckdb")
 out
@@ -250,6 +251,8 @@ def test_index_cached_in_opfs_catches_up_and_second_tab_asks_the_owner(new_page)
     got = a.py(CACHE_REOPEN.replace("NAME", repr(name)).replace("IDS", ids))
     assert got["open"] == {"mode": "cached", "persistent": True, "sessions": 2, "refreshed": 1, "dropped": 1}
     assert got["hydrations"] == 0 and got["n"] == 6 and got["banana"] == [first["ids"][0]]
+    # the session only appended to got its new message, nothing dropped and reloaded
+    assert got["resync"] == {"whole": 0, "appended": 1, "loaded": 1}
 
     b = new_page()
     second = b.py(SECOND_TAB.replace("NAME", repr(name)).replace("IDS", ids))
@@ -263,6 +266,7 @@ def test_index_cached_in_opfs_catches_up_and_second_tab_asks_the_owner(new_page)
     last = a.py(AFTER_CRASH.replace("NAME", repr(name)))
     assert last["open"]["mode"] == "cached" and last["open"]["refreshed"] == 1 and last["hydrations"] == 0
     assert last["n"] == 8 and last["removed"] is True
+    assert last["resync"] == {"whole": 0, "appended": 1, "loaded": 1}
 
 
 # the end of a script that set ``got = await answers(mem)`` and ``out``: the same answers from

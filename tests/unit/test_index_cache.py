@@ -95,6 +95,59 @@ def test_reopened_cache_catches_up_only_changed_sessions(tmp_path):
     run(go())
 
 
+def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
+    """A session only appended to gets just its new messages; one with a message deleted,
+    cleared and refilled, or replaced by an import with the same ids but another text is
+    dropped and loaded whole. Either way the answers are those of a fresh derivation.
+    (The comparison reads the rows' scalars and word counts, not the text: see catchup.py.)"""
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    async def go():
+        mem = _mem(db, idx)
+        ids = {}
+        for name in ["appended", "deleted", "cleared", "replaced", "same"]:
+            s = await mem.sessions.create(title=name)
+            ids[name] = s.session_id
+            await mem.messages.append_many(s.session_id, [
+                {"role": "user", "content": f"apple banana {name} {i}"} for i in range(4)])
+        assert len(await mem.search("apple", limit=50)) == 20
+        backup = await mem.export([ids["replaced"]])
+        await mem.close()
+
+        other = _mem(db, None)
+        await other.messages.append(ids["appended"], "assistant", "a ripe banana and a cherry")
+        await other.messages.append(ids["appended"], "user", "zebra")
+        victim = (await other.messages.list(ids["deleted"]))[1]
+        await other.sessions.delete_messages(ids["deleted"], [victim.id])
+        await other.sessions.clear(ids["cleared"])
+        await other.messages.append(ids["cleared"], "user", "cherry after the clear")
+        backup["sessions"][0]["meta"]["title"] = "restored"
+        for m in backup["sessions"][0]["messages"]:  # the same ids, another text (of more words)
+            m["content"] = m["content"].replace("apple", "zebra and zebra")
+        await other.import_sessions(backup, preserve_ids=True)
+        await other.close()
+
+        mem = _mem(db, idx)
+        got = await _answers(mem)
+        assert mem.index.hydrations == 0 and mem.index.catchups == 1
+        assert mem.index.last_open["refreshed"] == 4
+        assert mem.index.index.last_resync == {"whole": 3, "appended": 1, "loaded": 2 + 3 + 1 + 4}
+        assert len(await mem.search("apple", limit=50)) == 4 + 3 + 0 + 0 + 4
+        assert {h.message.session_id for h in await mem.search("zebra", limit=50)} == {ids["appended"], ids["replaced"]}
+        assert victim.id not in {h.message.id for h in await mem.search("apple", limit=50)}
+        await mem.close()
+
+        fresh = _mem(db, None)
+        assert await _answers(fresh) == got
+        await fresh.close()
+        # reopened: the file kept the catch-up (and was rewritten whole, compact)
+        mem = _mem(db, idx)
+        assert await _answers(mem) == got and mem.index.last_open["refreshed"] == 0
+        await mem.close()
+
+    run(go())
+
+
 def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from chatmem.index import tokenize
-from chatmem.index.tokenize import tokens, words
+from chatmem.index.tokenize import term_count, tokens, words
 from shared_texts import real_texts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,3 +72,15 @@ def test_benchmark_messages_match_the_definition() -> None:
     for _ in range(500):
         text = w.text()
         assert tokenize._ascii_words(text) == reference_words(text)
+
+
+def test_term_count_is_the_number_of_tokens() -> None:
+    """``term_count`` (no stemming: what a catch-up compares with ``docs.doc_len``) equals
+    ``len(tokens(text))`` on every real text, on CJK and mixed scripts, and on random text."""
+    rng = random.Random(7)
+    alphabet = "ab9Z0 ,.'\u00e9\u4e2d\u6587\u65e5\u672c\u3042\ud55c-"
+    texts = real_texts() + ["\u4e2d\u6587\u68c0\u7d22 and English", "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8", "caf\u00e9 na\u00efve", ""]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    assert any(not t.isascii() for t in texts)
+    for text in texts:
+        assert term_count(text) == len(tokens(text)), text

@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import EmbeddingError, TransportError, ValidationError
 from ..http import Transport
 from ..slices import Slicer
+from .engine import marks
 from .tokenize import norm_text
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "query_literal",
     "store_embeddings",
     "vector_literal",
+    "with_previous",
 ]
 
 #: the columns of an ``embeddings`` row, in ``embedding_rows`` order: the vectors, then
@@ -361,6 +363,19 @@ async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str
         [p for _, _, p in items if p is not None] if weight > 0 else []))
     return [contextualize(by_text[t], by_text[p] if (weight > 0 and p is not None) else None, weight)
             for _, t, p in items]
+
+
+async def with_previous(engine: Any, embedder: Embedder, items: list[tuple[str, str]]
+                        ) -> list[tuple[str, str, str | None]]:
+    """``(id, text, previous message's text)`` of ``(id, text)`` items whose rows are in
+    the index: what a contextual embedder (one with a ``context_weight``) needs."""
+    if not getattr(embedder, "context_weight", 0):
+        return [(i, t, None) for i, t in items]
+    rows = await engine.execute(
+        "SELECT m.id, p.text AS prev FROM messages m LEFT JOIN messages p ON p.session_id = m.session_id "
+        f"AND p.seq = m.seq - 1 WHERE m.id IN ({marks(len(items))})", [i for i, _ in items])
+    prev = {r["id"]: r["prev"] for r in rows}
+    return [(i, t, prev.get(i)) for i, t in items]
 
 
 async def store_embeddings(engine: Any, embedder: Embedder,

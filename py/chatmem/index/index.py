@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import QueryTimeout, ValidationError
 from ..models import extract_text
+from .catchup import catch_up
 from .derivation import EngineDerivation, Started, run_derivation
 from .embed import Embedder
 from .engine import SQLEngine, columns, marks
@@ -89,6 +90,10 @@ class QueryIndex:
         self.embedder = embedder
         self.compact_after = compact_after
         self.unsorted_postings = 0
+        #: what the last ``resync`` did (sessions loaded whole, only appended to, messages
+        #: loaded) and the milliseconds of its steps
+        self.last_resync: dict[str, int] = {}
+        self.resync_ms: dict[str, float] = {}
         self._records = records
         self._lock = asyncio.Lock()
         self._ready = False
@@ -317,21 +322,12 @@ class QueryIndex:
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
                 # current and the vectors to ``embed_missing``
-                from .embed import store_embeddings
+                from .embed import store_embeddings, with_previous
 
-                await store_embeddings(self.engine, self.embedder, await self._with_previous(to_embed), meta)
+                items = await with_previous(self.engine, self.embedder, to_embed)
+                await store_embeddings(self.engine, self.embedder, items, meta)
         if self.unsorted_postings > self.compact_after:
             await self.compact()
-
-    async def _with_previous(self, items: list[tuple[str, str]]) -> list[tuple[str, str, str | None]]:
-        """``(id, text, previous message's text)``: what a contextual embedder needs."""
-        if not getattr(self.embedder, "context_weight", 0):
-            return [(i, t, None) for i, t in items]
-        rows = await self.engine.execute(
-            "SELECT m.id, p.text AS prev FROM messages m LEFT JOIN messages p ON p.session_id = m.session_id "
-            f"AND p.seq = m.seq - 1 WHERE m.id IN ({marks(len(items))})", [i for i, _ in items])
-        prev = {r["id"]: r["prev"] for r in rows}
-        return [(i, t, prev.get(i)) for i, t in items]
 
     async def _apply(self, kind: str, sid: str, payload: Any) -> None:
         ex = self.engine.execute
@@ -361,26 +357,25 @@ class QueryIndex:
                      drop: Iterable[str] = ()) -> None:
         """In one transaction: replace the ``sessions`` (records) and all their
         messages by ``messages``, and remove the sessions ``drop``. What a cached
-        index does to catch up with the store."""
+        index does to catch up with the store; a session only appended to gets
+        just its new messages (``catchup.py``; ``last_resync`` counts them,
+        ``resync_ms`` times the steps)."""
         await self.setup()
-        sids = [str(s["sessionId"]) for s in sessions] + [str(d) for d in drop]
         async with self._lock:
             self._forget_stats()
             await self.engine.execute("BEGIN TRANSACTION")
             try:
-                for i in range(0, len(sids), 500):
-                    part = sids[i : i + 500]
-                    await self._drop_messages(part)
-                    await self.engine.execute(
-                        f"DELETE FROM sessions WHERE session_id IN ({marks(len(part))})", part)
-                await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
-                for i in range(0, len(messages), _CHUNK):
-                    await self._load_messages([dict(m) for m in messages[i : i + _CHUNK]])
+                done = await catch_up(self.engine, self._figures, sessions, messages, [str(d) for d in drop])
+                t = time.perf_counter()
                 await self.engine.execute("COMMIT")
+                done.ms["commit"] = (time.perf_counter() - t) * 1000
             except BaseException:
                 await self._rollback()
                 raise
             self._forget_stats()
+            self._complete.clear()  # new messages have no vectors yet
+            self.unsorted_postings += done.postings
+            self.last_resync, self.resync_ms = done.counts(), done.ms
         if self.unsorted_postings > self.compact_after:
             await self.compact()
 

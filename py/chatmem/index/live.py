@@ -8,12 +8,13 @@ The store stays the source of truth; the index is derived and rebuildable.
 - Cached: in the browser the index is saved to an OPFS file named after the
   store (``opfs://chatmem-index-<name>.duckdb``, chosen by the page runtime), so a reload does not
   re-derive it: the first query compares each session's stored record with
-  the index's row in the file; when none differs it is answered from the file
-  itself, which is copied into memory shortly after (``opening.py``,
-  ``cache.py``); otherwise the file is copied into memory first and only the
-  sessions that differ are re-read, those gone dropped, all in one
-  transaction. Appends of many messages queued before a query (an import) are
-  caught up the same way, by one comparison with the store. The file is saved after a hydration, after a catch-up that
+  the index's row in the file; the sessions that differ are re-read (a session
+  only appended to gets just its new messages, any other is reloaded whole,
+  ``catchup.py``), those gone dropped, all in one transaction in the file; the
+  first query is answered from the file itself, which is copied into memory
+  shortly after (``opening.py``, ``cache.py``). Appends of many messages queued
+  before a query (an import) are caught up the same way, by one comparison with
+  the store. The file is saved after a hydration, after a catch-up that
   changed something, on ``save()`` and on ``close()``; what was written after
   the last save is caught up at the next opening. The tab holding the Web
   Lock of the file owns it; another tab gets an in-memory index hydrated from
@@ -121,6 +122,8 @@ class LiveIndex(CachedOpening):
         #: seconds between an opening answered from the cached file and its copy into memory
         self.move_delay = 2.0
         self._moving: asyncio.Task[Any] | None = None
+        #: the opening's catch-up wrote into the cached file: rewritten whole once in memory
+        self._in_place = False
         #: full derivations from the store / openings of a cached index
         self.hydrations = 0
         self.catchups = 0
@@ -431,6 +434,7 @@ class LiveIndex(CachedOpening):
         if self.role == "owner" and self.share is not None:
             await self.share.drain()
         if self.index is not None:
+            await self._compact_file()
             if self._dirty and self._cache is not None:
                 try:
                     await self.ready()  # what is queued goes into the saved copy too

@@ -4,10 +4,11 @@ into memory and its saves (``CachedOpening``, a base of ``LiveIndex``; see
 ``live.py`` for the whole story and ``cache.py`` for the file).
 
 The first query after a reload is answered from a valid cached file where it
-is; the copy into memory follows ``move_delay`` seconds later (at once when the
-catch-up has writes to make). ``open_ms`` holds the milliseconds of each phase
-of the last opening or whole catch-up. Nothing here is the source of truth:
-what the file lacks is caught up from the store.
+is, the catch-up's writes made in the file; the copy into memory follows
+``move_delay`` seconds later, and a file written in place is then saved whole
+again (in-place writes leave partly used blocks). ``open_ms`` holds the
+milliseconds of each phase of the last opening or whole catch-up. Nothing here
+is the source of truth: what the file lacks is caught up from the store.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class CachedOpening:
     #: a save is copying the index to its file: queries with nothing to catch up need no ``_lock``
     _copying: bool
     _moving: asyncio.Task[Any] | None
+    _in_place: bool
     save_delay: float
     move_delay: float
 
@@ -173,10 +175,10 @@ class CachedOpening:
                     caught = await self._catch_up(index, await metas)
                     if caught is not None:
                         self.catchups += 1
-                        if caught:
+                        if caught:  # written into the file: kept at once, compacted once moved
+                            self._in_place = True
                             self._schedule_save()
-                        else:
-                            self._schedule_move()
+                        self._schedule_move()
                         return index
                 elif state == "stale":
                     self.notice = OLDER_INDEX
@@ -210,14 +212,14 @@ class CachedOpening:
         if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
             return None
         if changed or gone:
-            # re-read each changed session whole: cheaper than proving which messages changed
+            # each changed session read whole; the index adds what it lacks, and drops and
+            # reloads a session whose stored messages differ from its rows (``catchup.py``)
             msgs = [m async for m in each_message(self._core.store, changed)]
             self._lap("catchup: read changed")
-            if self._cache is not None:
-                await self._to_memory()  # many writes: in memory, then saved
-                self._lap("catchup: copy into memory")
-            await index.resync(changed, msgs, gone)
+            await index.resync(changed, msgs, gone)  # into the file: the first answer waits for no copy
             self._lap("catchup: apply")
+            for step, ms in index.resync_ms.items():
+                self.open_ms[f"catchup: apply: {step}"] = round(ms, 1)
         self.last_open = {"mode": "cached", "persistent": self._cache is not None, "sessions": len(metas),
                           "refreshed": len(changed), "dropped": len(gone)}
         return len(changed) + len(gone)
@@ -249,7 +251,22 @@ class CachedOpening:
                 try:
                     await self._to_memory()
                 except Exception:  # noqa: BLE001 - the file keeps answering; a save copies nothing
-                    pass
+                    return
+        if self._in_place:
+            self._in_place = False
+            self._schedule_save(soon=True)
+
+    async def _compact_file(self) -> None:
+        """Before the last save of a closing index whose catch-up wrote into the file and
+        that never moved into memory: move it now, so that the save rewrites the file
+        whole, as compact as a fresh one (writes in place leave partly used blocks)."""
+        if self._in_place and self._cache is not None and not self._cache.in_memory:
+            self._in_place = False
+            try:
+                await self._to_memory()
+                self._dirty = self._dirty or self._cache.in_memory
+            except Exception:  # noqa: BLE001 - the file stays as it is, complete
+                pass
 
     def _schedule_save(self, *, soon: bool = False) -> None:
         """Save in the background once the queries of the moment are answered (the first

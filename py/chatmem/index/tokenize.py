@@ -51,6 +51,7 @@ __all__ = [
     "phrase_pattern",
     "preload",
     "stem",
+    "term_count",
     "terms_of_word",
     "tokens",
     "words",
@@ -225,6 +226,15 @@ def terms_of_word(word: str) -> list[str]:
 def tokens(text: str) -> list[str]:
     """The index terms of ``text``, in order, with repeats (their count is the term frequency)."""
     return _terms_of(words(text))
+
+
+def term_count(text: str) -> int:
+    """``len(tokens(text))`` without stemming (what ``docs.doc_len`` holds): one term a
+    word, a CJK run as many as its characters (its bigrams and its last character)."""
+    ws = words(text)
+    if text.isascii():
+        return len(ws)
+    return sum(len(w) if is_cjk(w[0]) else 1 for w in ws)
 
 
 def norm_text(text: str) -> str:
