@@ -342,6 +342,45 @@ def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
     run(go())
 
 
+def test_a_catch_up_the_file_refuses_is_made_in_memory(tmp_path):
+    """A reopening's catch-up is written into the file; when the file refuses it (the
+    quota), it is made in an in-memory copy instead: no rebuild, nothing hidden."""
+    from chatmem.errors import QuotaExceeded
+
+    db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
+
+    class RefusesCommit(DuckDBEngine):
+        async def execute(self, sql, params=None, **kw):
+            if sql == "COMMIT":
+                rows = await super().execute("SELECT current_database() AS d")
+                if rows[0]["d"] != "chatmem_work":
+                    raise QuotaExceeded("injected: the file cannot grow")
+            return await super().execute(sql, params, **kw)
+
+    async def go():
+        await _saved_history(db, idx)
+        other = _mem(db, None)
+        sid = (await other.sessions.list())[0].session_id
+        await other.messages.append(sid, "user", "a quince written while no index was open")
+        await other.close()
+
+        async def engine():
+            return RefusesCommit(idx)
+
+        mem = Memory(SQLiteStore(db), engine_factory=engine)
+        mem.index.move_delay = 3600
+        assert [h.message.session_id for h in await mem.search("quince")] == [sid]
+        assert mem.index.hydrations == 0 and mem.index.last_open["refreshed"] == 1
+        assert mem.index._cache.in_memory and "catchup: copy into memory" in mem.index.open_ms
+        assert mem.index.notice is None
+        fresh = _mem(db, None)
+        assert await _answers(mem) == await _answers(fresh)
+        await fresh.close()
+        await mem.close()
+
+    run(go())
+
+
 def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
     """Appends of more than BULK_EVENTS messages queued before a query (an import) are
     not applied one transaction each: the store is compared in one pass; the answers

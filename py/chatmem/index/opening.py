@@ -175,8 +175,7 @@ class CachedOpening:
                     caught = await self._catch_up(index, await metas)
                     if caught is not None:
                         self.catchups += 1
-                        if caught:  # written into the file: kept at once, compacted once moved
-                            self._in_place = True
+                        if caught:  # kept at once (a checkpoint, if written into the file)
                             self._schedule_save()
                         self._schedule_move()
                         return index
@@ -216,7 +215,17 @@ class CachedOpening:
             # reloads a session whose stored messages differ from its rows (``catchup.py``)
             msgs = [m async for m in each_message(self._core.store, changed)]
             self._lap("catchup: read changed")
-            await index.resync(changed, msgs, gone)  # into the file: the first answer waits for no copy
+            on_file = self._cache is not None and not self._cache.in_memory
+            try:
+                await index.resync(changed, msgs, gone)  # into the file: the first answer waits for no copy
+            except Exception:
+                if not on_file or self._file_only:
+                    raise
+                await self._to_memory()  # the file refuses the write (e.g. the quota): in memory
+                self._lap("catchup: copy into memory")
+                on_file = False
+                await index.resync(changed, msgs, gone)  # the failed one was rolled back
+            self._in_place = self._in_place or on_file  # rewritten whole once moved into memory
             self._lap("catchup: apply")
             for step, ms in index.resync_ms.items():
                 self.open_ms[f"catchup: apply: {step}"] = round(ms, 1)
