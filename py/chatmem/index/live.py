@@ -122,7 +122,7 @@ class LiveIndex(CachedOpening):
         #: seconds between an opening answered from the cached file and its copy into memory
         self.move_delay = 2.0
         self._moving: asyncio.Task[Any] | None = None
-        #: the opening's catch-up wrote into the cached file: rewritten whole once in memory
+        #: a catch-up wrote into the cached file: it is rewritten whole once the index is in memory
         self._in_place = False
         #: full derivations from the store / openings of a cached index
         self.hydrations = 0
