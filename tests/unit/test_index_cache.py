@@ -99,7 +99,7 @@ def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
     """A session only appended to gets just its new messages; one with a message deleted,
     cleared and refilled, or replaced by an import with the same ids but another text is
     dropped and loaded whole. Either way the answers are those of a fresh derivation.
-    (The comparison reads the rows' scalars and word counts, not the text: see catchup.py.)"""
+    (The comparison reads the rows' scalars and term counts, not the text: see catchup.py.)"""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
     async def go():
@@ -140,7 +140,7 @@ def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
         fresh = _mem(db, None)
         assert await _answers(fresh) == got
         await fresh.close()
-        # reopened: the file kept the catch-up (and was rewritten whole, compact)
+        # reopened: the file kept the catch-up (its size: test_index_size.py)
         mem = _mem(db, idx)
         assert await _answers(mem) == got and mem.index.last_open["refreshed"] == 0
         await mem.close()
