@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from chatmem import Memory
+from chatmem.errors import QuotaExceeded
 from chatmem.index import DuckDBEngine
 from chatmem.stores.sqlite import SQLiteStore
 from conftest import sqlite_memory as _mem
@@ -19,6 +20,17 @@ from conftest import sqlite_memory as _mem
 
 def run(coro):
     return asyncio.run(coro)
+
+
+class RefusesCommit(DuckDBEngine):
+    """An engine whose file refuses every commit (the storage quota); memory takes them."""
+
+    async def execute(self, sql, params=None, **kw):
+        if sql == "COMMIT":
+            rows = await super().execute("SELECT current_database() AS d")
+            if rows[0]["d"] != "chatmem_work":
+                raise QuotaExceeded("injected: the file cannot grow")
+        return await super().execute(sql, params, **kw)
 
 
 def _tamper(path: str, sql: str) -> None:
@@ -221,7 +233,6 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
     """A cached file that cannot be read is rebuilt from the store, and a save that fails
     (the storage quota) leaves the index in memory; each time a notice says so and the
     answers equal those of an index derived from scratch."""
-    from chatmem.errors import QuotaExceeded
 
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
@@ -308,17 +319,7 @@ def test_a_valid_cache_answers_from_the_file_then_moves_into_memory(tmp_path):
 def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
     """While the index is the file, a write it refuses (the quota) is applied in memory
     instead: the message is found, nothing is lost or hidden."""
-    from chatmem.errors import QuotaExceeded
-
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
-
-    class RefusesCommit(DuckDBEngine):
-        async def execute(self, sql, params=None, **kw):
-            if sql == "COMMIT":
-                rows = await super().execute("SELECT current_database() AS d")
-                if rows[0]["d"] != "chatmem_work":
-                    raise QuotaExceeded("injected: the file cannot grow")
-            return await super().execute(sql, params, **kw)
 
     async def go():
         await _saved_history(db, idx)
@@ -345,17 +346,7 @@ def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
 def test_a_catch_up_the_file_refuses_is_made_in_memory(tmp_path):
     """A reopening's catch-up is written into the file; when the file refuses it (the
     quota), it is made in an in-memory copy instead: no rebuild, nothing hidden."""
-    from chatmem.errors import QuotaExceeded
-
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
-
-    class RefusesCommit(DuckDBEngine):
-        async def execute(self, sql, params=None, **kw):
-            if sql == "COMMIT":
-                rows = await super().execute("SELECT current_database() AS d")
-                if rows[0]["d"] != "chatmem_work":
-                    raise QuotaExceeded("injected: the file cannot grow")
-            return await super().execute(sql, params, **kw)
 
     async def go():
         await _saved_history(db, idx)
