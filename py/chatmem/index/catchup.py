@@ -24,7 +24,7 @@ from typing import Any
 
 from .engine import SQLEngine, marks
 from .figures import KeywordFigures
-from .keywords import drop_sessions, load_messages
+from .keywords import drop_sessions, lap, load_messages
 from .schema import MESSAGE_COLUMNS, TABLES, message_row, session_row
 from .tokenize import term_count
 
@@ -105,16 +105,9 @@ async def catch_up(engine: SQLEngine, figures: KeywordFigures, sessions: Sequenc
     with exactly their stored ``messages``, and none of the sessions ``drop``."""
     ms: dict[str, float] = {}
     t = time.perf_counter()
-
-    def lap(step: str) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        ms[step] = ms.get(step, 0.0) + (now - t) * 1000
-        t = now
-
     changed = [str(s["sessionId"]) for s in sessions]
     todo = await plan(engine, changed, messages, ms)
-    lap("plan")
+    t = lap(ms, "plan", t)
     dropped, rows = todo.whole + drop, changed + drop
     for i in range(0, len(dropped), _PART):
         await drop_sessions(engine, dropped[i : i + _PART], figures)
@@ -122,9 +115,9 @@ async def catch_up(engine: SQLEngine, figures: KeywordFigures, sessions: Sequenc
         part = rows[i : i + _PART]
         await engine.execute(f"DELETE FROM sessions WHERE session_id IN ({marks(len(part))})", part)
     await engine.load_rows("sessions", _SESSION_COLS, [session_row(s) for s in sessions])
-    lap("drop")
+    t = lap(ms, "drop", t)
     postings = 0
     for i in range(0, len(todo.load), _CHUNK):
         postings += await load_messages(engine, [dict(m) for m in todo.load[i : i + _CHUNK]], figures, ms=ms)
-    lap("messages")  # in all; ``load_messages`` adds its own steps (tokenise, load, derive)
+    lap(ms, "messages", t)  # in all; ``load_messages`` adds its own steps (tokenise, load, derive)
     return Caught(len(todo.whole), len(changed) - len(todo.whole), len(todo.load), postings, ms)

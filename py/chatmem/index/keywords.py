@@ -35,7 +35,7 @@ from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, messag
 from .tokenize import terms_of_word, words
 
 __all__ = ["SORT_MESSAGES_MAX", "SORT_PART", "STAGE", "Prepared", "TermIds", "drop_sessions", "finish_derivation", "stage_statement",
-           "load_messages",
+           "lap", "load_messages",
            "prepare_messages", "store_messages", "stream_messages"]
 
 #: a derivation from scratch sorts the postings by term in parts of about this many rows:
@@ -57,7 +57,8 @@ _STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::
 
 
 
-def _lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
+def lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
+    """Add the milliseconds since ``since`` to ``ms[phase]`` (when ``ms``); the time now."""
     now = time.perf_counter()
     if ms is not None:
         ms[phase] = ms.get(phase, 0.0) + (now - since) * 1000
@@ -150,7 +151,7 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
     await ex(_STAGE_DDL)
     await engine.load_rows("messages", _COLS["messages"], mrows)
     await engine.load_rows("stage", _STAGE, srows)
-    t = _lap(ms, "load", t)
+    t = lap(ms, "load", t)
     await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
     if ids:
         # the staging rows hold term ids: count them; the terms, the order and df come after
@@ -158,7 +159,7 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
                  "CAST(w AS INTEGER) AS tid FROM (SELECT doc, unnest(string_split(toks, ' ')) AS w "
                  "FROM stage WHERE toks <> '')) GROUP BY tid, doc")
         await ex("DROP TABLE IF EXISTS stage")
-        _lap(ms, "derive", t)
+        lap(ms, "derive", t)
         return 0
     await ex(_STAGE_TERMS)
     await ex(
@@ -177,7 +178,7 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
         await figures.add_new(engine, first_tid)
     await ex("DROP TABLE IF EXISTS stage")
     await ex("DROP TABLE IF EXISTS st")
-    _lap(ms, "derive", t)
+    lap(ms, "derive", t)
     return sum(len(set(tk)) for tk in toks) if counts else 0
 
 
