@@ -307,6 +307,71 @@ async def check_sql_rejects_writes_and_index_is_unharmed(index: Any) -> None:
     assert rows == []
 
 
+# Hostile text built from the pieces that make a guard and DuckDB disagree: a read, what
+# stands before a literal or comment opener (a name goes on through ``_``, ``$`` or a
+# non-ASCII character), the opener, a line end (DuckDB ends ``--`` at \n and \r only), a
+# separator, a write and a closer. Random pieces alone did not find such a hole.
+_READS = ["SELECT 1", "WITH a AS (SELECT 1) SELECT * FROM a"]
+_BEFORE = ["", " ", "a_", "a$", "x1", "é", "€", "1"]
+_OPENERS = ["--", "/*", "'", "E'", "e'", "E'\\'", "$$", "$t$", '"']
+_LINE_ENDS = ["\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", ""]
+_SEPARATORS = [";", " ; ", ""]
+_WRITES = ["DROP TABLE t", "DELETE FROM t", "CREATE TABLE u (a INT)"]
+_CLOSERS = ["", " */", "'", "$$", "$t$", '"', " WITH b_$t$ AS (SELECT 1) SELECT 1", " --"]
+
+
+def hostile_sql(reads: list[str] = _READS, separators: list[str] = _SEPARATORS, writes: list[str] = _WRITES,
+                closers: list[str] = _CLOSERS) -> list[str]:
+    """Every combination of the pieces above: honest reads, broken text and walk-arounds."""
+    import itertools
+
+    return [f"{read} {before}{opener}{end}{sep}{write}{closer}" for read, before, opener, end, sep, write, closer
+            in itertools.product(reads, _BEFORE, _OPENERS, _LINE_ENDS, separators, writes, closers)]
+
+
+async def check_sql_hostile_text_changes_nothing(index: Any) -> None:
+    """Comment, quote and line-end tricks around a write, through ``index.sql``: each is
+    refused or answers a read; afterwards every table holds what it held."""
+    await seed(index)
+    before = await index.counts()
+    writes = ["DROP TABLE messages", "DELETE FROM postings"]
+    answered = 0
+    closers = ["", " --", " WITH b_$t$ AS (SELECT 1) SELECT 1"]
+    for sql in hostile_sql(reads=["SELECT 1"], separators=[";"], writes=writes, closers=closers):
+        try:
+            await index.sql(sql)
+            answered += 1
+        except ValidationError:  # ReadOnlySQLError
+            pass
+        except Exception as e:  # DuckDB cannot parse what the guard let through
+            assert type(e).__name__ == "QueryError", f"{sql!r}: {e!r}"
+    assert answered  # honest reads among them still answer
+    assert await index.counts() == before
+
+
+async def check_sql_second_wall_refuses_what_the_guard_missed(index: Any) -> None:
+    """Behind the text guard, the engine counts a user's statement with DuckDB's own parser
+    and runs it in a read-only transaction: a write or a second statement handed straight
+    to ``execute_read_only`` is refused and changes nothing; a read still answers."""
+    await seed(index)
+    before = await index.counts()
+    for bad in ["DROP TABLE messages", "DELETE FROM postings", "CREATE TABLE t AS SELECT 1",
+                "INSERT INTO sessions (session_id) VALUES ('x')", "SELECT 1; DROP TABLE docs",
+                "SELECT 1 --\r; DELETE FROM messages"]:
+        err = await expect_raises(ReadOnlySQLError, index.engine.execute_read_only(bad, []))
+        assert str(err)
+    assert await index.counts() == before
+    rows = await index.engine.execute_read_only("SELECT count(*) AS n FROM messages WHERE session_id = ?", ["s2"])
+    assert rows == [{"n": 3}]
+    # a comment ends at a carriage return for DuckDB: so it does for the guard
+    for bad in ["SELECT 1 --\r; DROP TABLE messages", "SELECT 1 --\r\nDELETE FROM messages",
+                "WITH a_$t$ AS (SELECT 1) SELECT 1; DROP TABLE messages; WITH b_$t$ AS (SELECT 1) SELECT 1"]:
+        await expect_raises(ReadOnlySQLError, index.sql(bad))
+    assert await index.counts() == before
+    # the engine is usable after every refusal: no transaction was left open
+    assert await index.sql("SELECT count(*) AS n FROM sessions") == [{"n": 3}]
+
+
 async def check_sql_analytics(index: Any) -> None:
     """The documented tables answer everyday questions."""
     await seed(index)

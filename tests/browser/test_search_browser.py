@@ -24,6 +24,8 @@ class Shared:
         self.engine = engine
     async def execute(self, sql, params=None, **kw):
         return await self.engine.execute(sql, params, **kw)
+    async def execute_read_only(self, sql, params=None):
+        return await self.engine.execute_read_only(sql, params)
     async def executemany(self, sql, rows):
         return await self.engine.executemany(sql, rows)
     async def load_rows(self, table, columns, rows):

@@ -9,6 +9,7 @@ import pytest
 from chatmem.errors import ReadOnlySQLError, ValidationError
 from chatmem.index import DuckDBEngine, QueryIndex
 from chatmem.index.sqlguard import check_read_only, strip_sql
+from search_checks import hostile_sql
 
 ALLOWED = [
     "SELECT 1",
@@ -113,5 +114,47 @@ def test_every_rejected_statement_would_have_run_and_the_index_is_unharmed():
         # and a guard-approved query with a ';' in a literal still runs
         assert await index.sql("SELECT 'a;b' AS s") == [{"s": "a;b"}]
         await index.close()
+
+    asyncio.run(run())
+
+
+def test_what_the_guard_passes_duckdb_reads_as_one_read():
+    """Every text the guard lets through is, for DuckDB's own parser, one read (or no valid
+    SQL at all): the guard and DuckDB never see different statements in the same text."""
+    import duckdb
+
+    con = duckdb.connect()
+    passed = 0
+    for sql in hostile_sql():
+        try:
+            check_read_only(sql)
+        except ReadOnlySQLError:
+            continue
+        passed += 1
+        try:
+            statements = con.extract_statements(sql)
+        except duckdb.Error:
+            continue  # DuckDB cannot parse it: nothing would run
+        kinds = [s.type.name for s in statements]
+        assert kinds in (["SELECT"], ["EXPLAIN"]), f"{sql!r}: the guard saw one read, DuckDB {kinds}"
+    assert passed > 1000  # the pieces also make honest reads (comments, literals), which pass
+
+
+def test_the_second_wall_holds_where_the_guard_is_bypassed():
+    """``execute_read_only`` alone refuses a write or a second statement and leaves no
+    transaction open; a transaction statement cannot end its read-only transaction."""
+
+    async def run():
+        engine = DuckDBEngine()
+        await engine.execute("CREATE TABLE t (a INT)")
+        await engine.execute("INSERT INTO t VALUES (1)")
+        for bad in ["DROP TABLE t", "DELETE FROM t", "CREATE TABLE u (a INT)", "SELECT 1; DROP TABLE t",
+                    "COMMIT", "CREATE TEMP TABLE u (a INT)", "SET threads = 1", "CHECKPOINT"]:
+            with pytest.raises(ReadOnlySQLError):
+                await engine.execute_read_only(bad)
+        assert await engine.execute_read_only("SELECT a FROM t WHERE a = ?", [1]) == [{"a": 1}]
+        assert await engine.execute("SELECT count(*) AS n FROM t") == [{"n": 1}]
+        await engine.execute("INSERT INTO t VALUES (2)")  # no read-only transaction left behind
+        await engine.close()
 
     asyncio.run(run())

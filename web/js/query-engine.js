@@ -6,7 +6,7 @@
 import { arrowTable } from "./arrow-columns.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 
-const ENGINE_METHODS = new Set(["execute", "executemany", "loadRows", "close", "cancel"]);
+const ENGINE_METHODS = new Set(["execute", "executeReadOnly", "executemany", "loadRows", "close", "cancel"]);
 
 const here = (path) => new URL(path, import.meta.url).href;
 
@@ -101,6 +101,30 @@ class Duck {
       batches.push(batch);
     }
     return resultJSON(new this.arrow.Table(reader.schema, batches));
+  }
+
+  /** A user's statement (`mem.sql`), already passed by the Python guard. Two more walls:
+   *  DuckDB's own parser counts it (preparing text of several statements fails; the
+   *  prepared statement is closed at once, since its run could not be interrupted), and
+   *  it runs inside a read-only transaction, rolled back whatever happens, in which
+   *  DuckDB refuses every write. */
+  async executeReadOnly({ sql, params }) {
+    let prepared;
+    try {
+      prepared = await this.conn.prepare(sql);
+    } catch (e) {
+      if (/more than one statement|multiple statements/i.test(String(e && e.message))) {
+        throw new BridgeError("ReadOnlySQLError", "only one statement is allowed (DuckDB reads several)");
+      }
+      throw e;
+    }
+    await prepared.close();
+    await this.conn.query("BEGIN TRANSACTION READ ONLY");
+    try {
+      return await this.interruptible(sql, params);
+    } finally {
+      await this.conn.query("ROLLBACK");
+    }
   }
 
   /** Interrupt the query in flight (if any); resolves once the engine took the request. */

@@ -23,9 +23,11 @@ uses core SQL only (no json, fts, vss, icu), so nothing reaches for the network.
 Every engine is locked down before it serves a query: ``enable_external_access
 = false`` (no files, no network) and ``lock_configuration = true`` (no ``SET``
 can undo it), so even SQL that slips past the guard reads only the index.
-``execute(..., interruptible=True)`` (what ``mem.sql`` uses) is interrupted
-when the awaiting task is cancelled or times out, and the engine is free again
-when the cancellation has been delivered.
+``execute_read_only`` (what ``mem.sql`` uses) walls a user's statement in
+twice more: DuckDB's parser must read exactly one statement, and it runs inside
+``BEGIN_READ_ONLY`` … ``ROLLBACK``. Like ``execute(..., interruptible=True)`` it
+is interrupted when the awaiting task is cancelled or times out, and the engine
+is free again when the cancellation has been delivered.
 
 Nothing here is durable: the index is a derived copy of the store.
 """
@@ -40,11 +42,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import DatabaseClosed, QueryError
+from ..errors import DatabaseClosed, QueryError, ReadOnlySQLError
 from ..settle import settle
 from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
-__all__ = ["DuckDBEngine", "SQLEngine", "columns", "marks"]
+__all__ = ["BEGIN_READ_ONLY", "READ_ONLY_REFUSAL", "WRITE_REFUSED", "DuckDBEngine", "SQLEngine", "columns", "marks"]
 
 Row = Sequence[Any]
 
@@ -83,8 +85,21 @@ class SQLEngine(Protocol):
         """Append ``rows`` (tuples in ``columns`` order) to ``table`` in bulk."""
         ...
 
+    async def execute_read_only(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """Run a user's statement, already passed by ``check_read_only``: exactly one
+        statement as DuckDB's parser reads it, inside ``BEGIN_READ_ONLY`` … ``ROLLBACK``,
+        interruptible as ``execute(..., interruptible=True)``."""
+        ...
+
     async def close(self) -> None: ...
 
+
+#: the second wall around a user's statement: DuckDB refuses any write inside it (the
+#: locked configuration alone does not stop ``DROP``, ``DELETE`` or ``CREATE``)
+BEGIN_READ_ONLY = "BEGIN TRANSACTION READ ONLY"
+#: the words of DuckDB's refusal of a write inside ``BEGIN_READ_ONLY``
+READ_ONLY_REFUSAL = "transaction is launched in read-only mode"
+WRITE_REFUSED = "the query writes, and only read-only queries are allowed"
 
 _SMALL_BATCH = 4  # rows up to which one multi-row INSERT ... VALUES beats a CSV file (the duckdb
 # package binds a parameter in ~0.1 ms: 100 message rows 118 ms as VALUES, 10 ms through a CSV file)
@@ -153,6 +168,8 @@ class DuckDBEngine:
         self._con.execute("SET enable_external_access=false")
         self._con.execute("SET lock_configuration=true")
         self._lock = threading.Lock()
+        kinds = duckdb.StatementType
+        self._read_kinds = frozenset({kinds.SELECT, kinds.EXPLAIN})
         self._running: _Call | None = None
         self._types: dict[str, dict[str, str]] = {}
         self._closed = False
@@ -219,6 +236,25 @@ class DuckDBEngine:
             return []
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def _execute_read_only(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
+        statements = self._con.extract_statements(sql)
+        if len(statements) != 1:
+            raise ReadOnlySQLError(f"only one statement is allowed (DuckDB reads {len(statements)})",
+                                   field="query")
+        kind = statements[0].type
+        if kind not in self._read_kinds:
+            raise ReadOnlySQLError(f"only read-only queries are allowed; DuckDB reads a {kind.name} statement",
+                                   field="query")
+        self._con.execute(BEGIN_READ_ONLY)
+        try:
+            return self._execute(sql, params)
+        except self._duckdb.TransactionException as e:
+            if READ_ONLY_REFUSAL in str(e):
+                raise ReadOnlySQLError(WRITE_REFUSED, field="query") from e
+            raise
+        finally:
+            self._con.execute("ROLLBACK")
 
     def _executemany(self, sql: str, rows: Sequence[Row]) -> None:
         if rows:
@@ -288,6 +324,13 @@ class DuckDBEngine:
     ) -> list[dict[str, Any]]:
         run = self._interruptible if interruptible else self._call
         result: list[dict[str, Any]] = await run(self._execute, sql, params)
+        return result
+
+    async def execute_read_only(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """A user's statement (``mem.sql``): counted with DuckDB's own parser (exactly one, or
+        ``ReadOnlySQLError``), run inside a read-only transaction that is rolled back, and
+        interrupted when the awaiting task is cancelled."""
+        result: list[dict[str, Any]] = await self._interruptible(self._execute_read_only, sql, params)
         return result
 
     async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:

@@ -202,8 +202,7 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             try:
-                return await asyncio.wait_for(
-                    self.engine.execute(query, list(params), interruptible=True), timeout)
+                return await asyncio.wait_for(self.engine.execute_read_only(query, list(params)), timeout)
             except TimeoutError as e:
                 raise QueryTimeout(f"the query ran longer than {timeout} s and was interrupted") from e
 

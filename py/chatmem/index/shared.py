@@ -26,7 +26,7 @@ Requests (``{"op": ...}``) and what the owner answers:
 
 - ``ready {stale, resync}``: re-read those sessions (everything) from the store; null
 - ``execute {sql, params}``: the library's own SQL; ``{columns, rows}``
-- ``sql {sql, params}``: a user's query (checked read-only again, interruptible); ``{columns, rows}``
+- ``sql {sql, params}``: a user's query (checked again, run by the owner's ``execute_read_only``); ``{columns, rows}``
 - ``cancel {target}``: interrupt that request; null once the engine is free
 - ``embed {model, dim, session_id, batch_size, limit}``: embed missing vectors with the
   owner's embedder; ``{n, progress}``, or null when the owner's model is another
@@ -178,6 +178,9 @@ class RemoteEngine:
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in res["rows"]]
 
+    async def execute_read_only(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        return await self.execute(sql, params, interruptible=True)
+
     async def executemany(self, sql: str, rows: Any) -> None:
         raise QueryError("another tab keeps the query index: only it writes what the store derives")
 
@@ -292,7 +295,7 @@ async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
         sql = str(req["sql"])
         check_read_only(sql)
         async with index._lock:
-            return _rows(await index.engine.execute(sql, req.get("params") or [], interruptible=True))
+            return _rows(await index.engine.execute_read_only(sql, req.get("params") or []))
     if op == "embed":
         emb = live.embedder
         if emb.model != req.get("model") or (req.get("dim") and emb.dimensions

@@ -1,9 +1,12 @@
 """``check_read_only``: let one read-only query through to the index, nothing else.
 
-The SQL is scanned the way DuckDB reads it: comments (``--``, ``/* */``),
-string literals (``'...'`` with ``''``, ``E'...'`` with backslash escapes,
-``$tag$...$tag$``) and quoted identifiers (``"..."``) are skipped, so a
-semicolon or a keyword inside them is harmless. Then:
+The SQL is scanned the way DuckDB's lexer reads it: comments (``--`` up to
+``\n`` or ``\r``, nested ``/* */``), string literals (``'...'`` with ``''``,
+``E'...'`` with backslash escapes, ``$tag$...$tag$``; neither of the last two
+right after a character that continues a name) and quoted identifiers
+(``"..."``) are skipped, so a semicolon or a keyword inside them is harmless.
+Where the guard and DuckDB could disagree, the guard must see more code, never
+less. Then:
 
 - one statement only (trailing semicolons are allowed);
 - it starts with ``SELECT``, ``WITH``, ``FROM`` (DuckDB's FROM-first form),
@@ -20,9 +23,11 @@ semicolon or a keyword inside them is harmless. Then:
   a path (``FROM 'x.csv'``, ``FROM "notes.csv"``, ``SUMMARIZE '...'``,
   ``DESCRIBE "x.parquet"``).
 
-The engine behind ``mem.sql`` is locked down as well (no file or network
-access, configuration locked: see ``chatmem.index.engine``); the guard is the
-first wall, not the only one.
+The guard is the first wall, not the only one. The engine's
+``execute_read_only`` counts the statements with DuckDB's own parser and runs
+the query inside a read-only transaction that is rolled back, and the engine is
+locked down (no file or network access, configuration locked: see
+``chatmem.index.engine``).
 
 This is a guard for honest mistakes and hostile strings alike, and the index
 is a derived copy: even so, it is strict rather than clever.
@@ -58,6 +63,17 @@ FORBIDDEN_FUNCTIONS = frozenset({
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+#: where DuckDB ends a ``--`` comment: its lexer's ``newline`` is ``[\n\r]``, nothing else
+#: (a guard that also ended it at U+2028 or U+0085 would see a statement where DuckDB sees
+#: a comment, and the other way round a literal where DuckDB sees a statement)
+_LINE_END = re.compile(r"[\n\r]")
+
+
+def _continues_name(c: str) -> bool:
+    """Whether DuckDB reads ``c`` as part of a name, so that an ``E'`` or ``$tag$`` right
+    after it does not open a literal: its lexer's ``ident_cont`` is ASCII letters, digits,
+    ``_``, ``$`` and every byte of a non-ASCII character."""
+    return not c.isascii() or c.isalnum() or c in "_$"
 
 
 def _fail(msg: str) -> ReadOnlySQLError:
@@ -76,8 +92,8 @@ def strip_sql(sql: str, idents: list[str] | None = None) -> str:
         c = sql[i]
         nxt = sql[i + 1] if i + 1 < n else ""
         if c == "-" and nxt == "-":
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
+            j = _LINE_END.search(sql, i)
+            i = n if j is None else j.end()
             out.append(" ")
         elif c == "/" and nxt == "*":
             depth, j = 1, i + 2
@@ -92,7 +108,7 @@ def strip_sql(sql: str, idents: list[str] | None = None) -> str:
                 raise _fail("unterminated /* comment")
             i = j
             out.append(" ")
-        elif c == "'" or (c in "eE" and nxt == "'" and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_"))):
+        elif c == "'" or (c in "eE" and nxt == "'" and not (i and _continues_name(sql[i - 1]))):
             backslash = c in "eE"
             j = i + (2 if backslash else 1)
             while True:
@@ -124,7 +140,7 @@ def strip_sql(sql: str, idents: list[str] | None = None) -> str:
                 idents.append(sql[i + 1 : j].replace('""', '"'))
             i = j + 1
             out.append('""')
-        elif c == "$" and (m := _DOLLAR.match(sql, i)) and (i == 0 or not sql[i - 1].isalnum()):
+        elif c == "$" and (m := _DOLLAR.match(sql, i)) and not (i and _continues_name(sql[i - 1])):
             tag = m.group()
             j = sql.find(tag, m.end())
             if j < 0:

@@ -17,6 +17,7 @@ from ...errors import (
     DatabaseClosed,
     IndexLocked,
     QueryError,
+    ReadOnlySQLError,
     SessionNotFound,
     StorageError,
     UnsupportedEnvironment,
@@ -63,6 +64,8 @@ def engine_error(err: dict[str, Any]) -> Exception:
         return DatabaseClosed(message)
     if name == "IndexLocked":
         return IndexLocked(message)
+    if name == "ReadOnlySQLError":
+        return ReadOnlySQLError(message, field="query")
     return QueryError(f"{name}: {message}")
 
 

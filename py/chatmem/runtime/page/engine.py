@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ...errors import StorageError
+from ...errors import QueryError, ReadOnlySQLError, StorageError
+from ...index.engine import READ_ONLY_REFUSAL, WRITE_REFUSED
 from ...index.derivation import EngineDerivation
 from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
@@ -56,6 +57,20 @@ class DuckDBWasmEngine:
                           interruptible=interruptible)
         res = await (self._interruptible(call) if interruptible else call)
         # column-major (query-engine.js ``resultJSON``): one array per column
+        cols = res["columns"]
+        return [dict(zip(cols, row)) for row in zip(*res["cols"])]
+
+    async def execute_read_only(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """A user's statement (``mem.sql``): prepared once to count it (DuckDB-Wasm refuses to
+        prepare more than one statement), then run the interruptible way inside a read-only
+        transaction that is rolled back (query-engine.js ``executeReadOnly``)."""
+        call = self._call("executeReadOnly", sql=sql, params=list(params) if params else None)
+        try:
+            res = await self._interruptible(call)
+        except QueryError as e:
+            if READ_ONLY_REFUSAL in str(e):
+                raise ReadOnlySQLError(WRITE_REFUSED, field="query") from e
+            raise
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in zip(*res["cols"])]
 
