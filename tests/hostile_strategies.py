@@ -12,8 +12,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["SMALL_LIMITS", "poison", "json_poison", "hostile_message", "hostile_session_kwargs",
-           "hostile_export", "hostile_op"]
+__all__ = ["SMALL_LIMITS", "poison", "json_poison", "shape_poison", "hostile_message", "hostile_session_kwargs",
+           "hostile_export", "hostile_import", "hostile_op"]
 
 #: what the batteries run with, so an oversize record stays cheap to build
 SMALL_LIMITS = {"max_message_bytes": 64 * 1024, "max_session_bytes": 16 * 1024, "max_depth": 32}
@@ -38,13 +38,34 @@ def json_poison() -> st.SearchStrategy[Any]:
     )
 
 
+def shape_poison() -> st.SearchStrategy[Any]:
+    """Poisons of shape and size that only a Python caller can hand over: nesting of lists
+    or objects to 6,000 levels, cycles, integers of thousands of digits, non-string keys."""
+    return st.one_of(
+        st.integers(600, 6000).map(lambda n: {"$deep": n}),
+        st.integers(40, 6000).map(lambda n: {"$deeplist": n}),
+        st.sampled_from([{"$cycle": "dict"}, {"$cycle": "list"}]),
+        st.integers(20, 6000).map(lambda n: {"$huge": n}),
+        st.sampled_from([{1: "int key"}, {b"k": "bytes key"}, {None: 1}, {(1, 2): "tuple key"}]),
+    )
+
+
 def poison() -> st.SearchStrategy[Any]:
     """Every poison, including Python values that are not JSON at all."""
     return st.one_of(
         json_poison(),
+        shape_poison(),
         st.sampled_from([b"bytes", frozenset({1}), 1 + 2j]),
-        st.just({1: "int key"}),
     )
+
+
+@st.composite
+def hostile_import(draw: st.DrawFn) -> Any:
+    """An import in one of the formats (or a bare value) with a poison where a reader meets it."""
+    from hostile_checks import import_shapes
+
+    shapes = import_shapes(draw(st.one_of(json_poison(), shape_poison())))
+    return shapes[draw(st.integers(0, len(shapes) - 1))]
 
 
 def _valid_content() -> st.SearchStrategy[Any]:

@@ -202,19 +202,38 @@ class ReadOnlySQLError(ValidationError):
     """``mem.sql`` accepts one read-only statement (SELECT, WITH ... SELECT, ...); this was not one."""
 
 
+def shown(value: object, width: int = 60) -> str:
+    """``value`` as an error message shows it: its ``repr`` when that is short and safe,
+    else a description. Never recursive and never failing, whatever the caller passed: a
+    list nested 5,000 deep, a cycle or an integer of 5,000 digits (whose ``repr`` raises
+    ``RecursionError`` or ``ValueError``) are described, not printed."""
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        if -(10**18) < value < 10**18:
+            return repr(value)
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, str):
+        text = repr(value[:width])
+        return text if len(value) <= width else f"{text} (cut at {width} of {len(value)} characters)"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
+
+
 class NotFound(ChatmemError, LookupError):
     """A session or message with the given id does not exist."""
 
 
 class SessionNotFound(NotFound):
     def __init__(self, session_id: str):
-        super().__init__(f"session not found: {session_id!r}")
+        super().__init__(f"session not found: {shown(session_id)}")
         self.session_id = session_id
 
 
 class MessageNotFound(NotFound):
     def __init__(self, message_id: str):
-        super().__init__(f"message not found: {message_id!r}")
+        super().__init__(f"message not found: {shown(message_id)}")
         self.message_id = message_id
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from .errors import ValidationError
+from .errors import ValidationError, shown
 from .models import extract_text
 
 __all__ = ["FORMATS", "to_anthropic", "from_anthropic_blocks"]
@@ -109,7 +109,7 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             if role == "assistant":
                 blocks += [_tool_use(c) for c in m.get("tool_calls") or ()]
         else:
-            raise ValidationError(f"no Anthropic role for {role!r}", field="role")
+            raise ValidationError(f"no Anthropic role for {shown(role)}", field="role")
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:

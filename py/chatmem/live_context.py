@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Any, Awaitable, Callable, Mapping, Protocol, cast, runtime_checkable
 
 from .context_render import json_stringify, render_context_message
-from .errors import ValidationError
+from .errors import ValidationError, shown
 from .ids import Clock
 
 __all__ = [
@@ -315,7 +315,7 @@ class DatetimeProvider:
 
                     self.tz = ZoneInfo(tz)
                 except Exception as e:  # ZoneInfoNotFoundError, missing tzdata, bad key
-                    raise ValidationError(f"unknown time zone {tz!r}: {e}", field="tz") from e
+                    raise ValidationError(f"unknown time zone {shown(tz)}: {e}", field="tz") from e
                 self.tz_name = tz
         elif isinstance(tz, tzinfo):
             self.tz = tz

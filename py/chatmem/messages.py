@@ -11,11 +11,11 @@ import builtins
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
 
 from .core import Core
-from .errors import MessageNotFound, SessionNotFound, ValidationError
+from .errors import MessageNotFound, SessionNotFound, ValidationError, shown
 from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from .sessions import DEFAULT_TITLE
 from .stores.base import Ops
-from .validation import check_value
+from .validation import check_id, check_value
 
 __all__ = ["Messages"]
 
@@ -29,8 +29,7 @@ BATCH_CHUNK = 1000
 
 
 def _check_session_id(session_id: Any) -> None:
-    if not isinstance(session_id, str) or not session_id:
-        raise ValidationError("session_id must be a non-empty string", field="session_id")
+    check_id(session_id, "session_id")
 
 
 def _check_page(offset: Any, limit: Any) -> None:
@@ -130,6 +129,8 @@ class Messages:
     ) -> list[ChatMessage]:
         """Append a batch in one transaction: all of it or, on any error, none of it."""
         now = self._core.now()
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise ValidationError(f"items must be a list of messages, got {shown(items)}", field="items")
         items = items if isinstance(items, list) else list(items)
         batched = getattr(self._core.store, "append_batches", None)
         if batched is None or len(items) <= EAGER_OPS:
@@ -166,7 +167,7 @@ class Messages:
                                       field="role" if "role" not in item else "content")
             rec = self.build_record(item["role"], item["content"], fields, index=i, now=now)
             if rec["id"] in seen:
-                raise ValidationError(f"item {i}: duplicate id {rec['id']!r} in batch", field="id", index=i)
+                raise ValidationError(f"item {i}: duplicate id {shown(rec['id'])} in batch", field="id", index=i)
             seen.add(rec["id"])
             chunk.append(rec)
             if len(chunk) == BATCH_CHUNK:

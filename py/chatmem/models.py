@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence, cast
 
-from .errors import ValidationError
+from .errors import ValidationError, shown
 
 __all__ = [
     "Role",
@@ -252,9 +252,9 @@ def validate_message_fields(
     them, so nested values are known to be JSON and are not serialised again here."""
     if not fields.keys() <= MESSAGE_FIELDS:
         name = sorted(set(fields) - MESSAGE_FIELDS)[0]
-        raise _fail(f"unknown field {name!r}", name, index)
+        raise _fail(f"unknown field {shown(name)}", name, index)
     if not isinstance(role, str) or role not in ROLES:
-        raise _fail(f"role must be one of {sorted(ROLES)}, got {role!r}", "role", index)
+        raise _fail(f"role must be one of {sorted(ROLES)}, got {shown(role)}", "role", index)
     if isinstance(content, str):
         pass
     elif isinstance(content, list):

@@ -7,12 +7,12 @@ durable (IndexedDB: committed; SQLite: committed; memory: in process only).
 from __future__ import annotations
 
 import builtins
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from .core import Core
-from .errors import SessionNotFound, ValidationError
+from .errors import SessionNotFound, ValidationError, shown
 from .models import ChatMessage, SessionMeta
-from .validation import check_session_record
+from .validation import check_id, check_ids, check_session_record
 
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 
@@ -37,7 +37,7 @@ def _check_str(value: Any, name: str, *, optional: bool = False) -> None:
 
 
 def _check_tags(tags: Any) -> list[str]:
-    if isinstance(tags, str) or not isinstance(tags, Iterable):
+    if isinstance(tags, (str, bytes, Mapping)) or not isinstance(tags, Iterable):
         raise ValidationError("tags must be a list of strings", field="tags")
     out = list(tags)
     if not all(isinstance(t, str) for t in out):
@@ -52,7 +52,7 @@ def _check_bool(value: Any, name: str) -> None:
 
 def _check_int(value: Any, name: str, minimum: int = 0) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValidationError(f"{name} must be an int >= {minimum}, got {value!r}", field=name)
+        raise ValidationError(f"{name} must be an int >= {minimum}, got {shown(value)}", field=name)
 
 
 class Sessions:
@@ -85,8 +85,8 @@ class Sessions:
         _check_str(character_id, "character_id")
         _check_str(user_id, "user_id")
         tag_list = _check_tags(tags)
-        if session_id is not None and (not isinstance(session_id, str) or not session_id):
-            raise ValidationError("session_id must be a non-empty string", field="session_id")
+        if session_id is not None:
+            check_id(session_id, "session_id")
         if created_at is not None:
             _check_int(created_at, "created_at")
         now = created_at if created_at is not None else self._core.now()
@@ -233,8 +233,9 @@ class Sessions:
     async def delete_messages(self, session_id: str, message_ids: builtins.list[str]) -> SessionMeta:
         """Delete some messages of a session (their ``seq`` are not reused). Durable when it returns."""
         _check_str(session_id, "session_id")
+        message_ids = check_ids(message_ids, "message_ids")
         ops = await self._core.outbox.messages_deleted(session_id, message_ids)
-        rec = await self._core.store.delete_messages(session_id, list(message_ids), ops)
+        rec = await self._core.store.delete_messages(session_id, message_ids, ops)
         self._core.invalidate(session_id)
         self._core.remember_meta(rec)
         self._core.changed("messages-deleted", session_id, list(message_ids))
@@ -258,6 +259,7 @@ class Sessions:
             message_count=len(copies), **fields,
         )
         rec = meta.to_record()
+        check_session_record(rec, self._core.limits)
         ops = await self._core.outbox.session_created(rec)
         ops += await self._core.outbox.messages_created(new_id, copies)
         await self._core.store.create_session(rec, copies, ops)
@@ -294,7 +296,7 @@ class Sessions:
         _check_int(at_index, "at_index")
         if at_index > count:
             raise ValidationError(
-                f"at_index {at_index} is past the end of the session ({count} messages)",
+                f"at_index {shown(at_index)} is past the end of the session ({count} messages)",
                 field="at_index",
             )
         source = await self._core.store.list_messages(session_id, 0, at_index, False)

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .errors import LimitExceeded, ValidationError
+from .errors import LimitExceeded, ValidationError, shown
 from .models import MESSAGE_FIELDS, validate_message_fields
 
 __all__ = [
@@ -38,6 +38,10 @@ __all__ = [
     "INT64_MAX",
     "MESSAGE_RECORD_FIELDS",
     "SESSION_RECORD_FIELDS",
+    "IMPORT_NESTING",
+    "check_id",
+    "check_ids",
+    "check_shape",
     "check_value",
     "loads_json",
     "check_message_record",
@@ -72,7 +76,7 @@ class Limits:
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValidationError(f"{f.name} must be a positive int, got {v!r}", field=f.name)
+                raise ValidationError(f"{f.name} must be a positive int, got {shown(v)}", field=f.name)
         if self.max_depth > 500:
             raise ValidationError("max_depth must be at most 500", field="max_depth")
 
@@ -216,6 +220,55 @@ def loads_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS, *, max_bytes:
     return value
 
 
+#: levels an import may hold around its records (a ChatGPT export: the array of
+#: conversations, a conversation, its mapping, a node, the message and its content)
+IMPORT_NESTING = 8
+
+
+def check_shape(value: Any, limits: Limits = DEFAULT_LIMITS, *, what: str = "the import",
+                error: type[ValidationError] = ValidationError,
+                too_deep: type[LimitExceeded] = LimitExceeded) -> None:
+    """Check a whole input's structure before anything reads it: only JSON types
+    (``dict`` with ``str`` keys, ``list``, ``str``, ``int`` within 64 bits, finite
+    ``float``, ``bool``, ``None``), nested at most ``limits.max_depth`` levels plus
+    ``IMPORT_NESTING`` for the envelope (a cycle is nested without end, so it is refused
+    too). Iterative, so no input reaches Python's recursion limit here or later, in a
+    reader or in an error message. ``error`` (a ``ValidationError``) is raised for a bad
+    value, ``too_deep`` (a ``LimitExceeded``) for the depth. Text is not checked here: a record's checks
+    refuse a lone surrogate in what is kept, naming where it is.
+    """
+    max_depth = limits.max_depth + IMPORT_NESTING
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        t = type(v)
+        if t is str or v is None or t is bool or isinstance(v, str):
+            continue
+        if t is dict or t is list or isinstance(v, (dict, list)):
+            if depth > max_depth:
+                raise too_deep(f"{what} is nested deeper than {max_depth} levels",
+                               limit="max_depth", maximum=limits.max_depth)
+            if isinstance(v, dict):
+                for k, item in v.items():
+                    if type(k) is not str and not isinstance(k, str):
+                        raise error(f"{what} has an object key that is not a string ({type(k).__name__})")
+                    if type(item) is not str:
+                        push((item, depth + 1))
+            else:
+                for item in v:
+                    if type(item) is not str:
+                        push((item, depth + 1))
+        elif isinstance(v, int):
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise error(f"{what} holds an integer out of the 64-bit range")
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise error(f"{what} holds NaN or Infinity, which JSON has not")
+        else:
+            raise error(f"{what} holds a {t.__name__}, which is not a JSON value")
+
+
 def _check_depth(value: Any, limits: Limits, what: str) -> None:
     stack = [(value, 1)]
     while stack:
@@ -256,6 +309,28 @@ _KEY_BYTES: dict[str, int] = {
                             "text")}
 
 
+def check_id(value: Any, field: str) -> str:
+    """``value`` if it is an id (a non-empty string of at most 200 characters that is
+    valid Unicode), else ``ValidationError`` naming ``field``."""
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
+        raise ValidationError(f"{field} must be a non-empty string of at most {_MAX_ID} characters, "
+                              f"got {shown(value)}", field=field)
+    if not value.isascii():
+        _text_bytes(value, field, None, field)
+    return value
+
+
+def check_ids(values: Any, field: str) -> list[str]:
+    """``values`` (a list, tuple or other iterable of ids; not a string or a mapping) as a
+    list, each passed by ``check_id``, else ``ValidationError`` naming ``field``."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ValidationError(f"{field} must be a list of ids, got {shown(values)}", field=field)
+    out = list(values)
+    for i, v in enumerate(out):
+        check_id(v, f"{field}[{i}]")
+    return out
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -286,10 +361,10 @@ def check_session_record(rec: Any, limits: Limits = DEFAULT_LIMITS, *, partial: 
             continue
         spec = _SESSION_TYPES.get(key)
         if spec is None:
-            raise ValidationError(f"unknown session field {key!r}", field=key)
+            raise ValidationError(f"unknown session field {shown(key)}", field=key)
         kind, nullable = spec
         if not (v is None and nullable) and not _session_field_ok(kind, v):
-            raise ValidationError(f"session field {key} has a wrong type or range: {v!r:.80}", field=key)
+            raise ValidationError(f"session field {key} has a wrong type or range: {shown(v)}", field=key)
     if not partial:
         for key in _SESSION_REQUIRED:
             if key not in rec:
@@ -308,7 +383,7 @@ def check_message_record(rec: Any, limits: Limits = DEFAULT_LIMITS) -> None:
         raise ValidationError("a message record must be an object", field="data")
     unknown = [k for k in rec if k not in MESSAGE_RECORD_FIELDS]
     if unknown:
-        raise ValidationError(f"unknown message field {unknown[0]!r}", field=unknown[0])
+        raise ValidationError(f"unknown message field {shown(unknown[0])}", field=unknown[0])
     for key in ("id", "sessionId", "role", "content", "createdAt"):
         if key not in rec:
             raise ValidationError(f"message field {key} is required", field=key)

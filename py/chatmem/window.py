@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import ContextOverflow, ValidationError
+from .errors import ContextOverflow, ValidationError, shown
 from .models import ChatMessage
 from .summarize import SUMMARY_PREFIX
 from .token_count import EstimateTokenizer, Tokenizer
@@ -92,7 +92,7 @@ def preset(name: str) -> ModelBudget:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValidationError(f"unknown model budget {name!r}; known: {sorted(PRESETS)}", field="name") from None
+        raise ValidationError(f"unknown model budget {shown(name)}; known: {sorted(PRESETS)}", field="name") from None
 
 
 @dataclass

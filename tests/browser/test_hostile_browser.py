@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Page, unique_name
-from hostile_checks import EXPLICIT_MESSAGE_CASES
-from hostile_strategies import SMALL_LIMITS, hostile_export, hostile_message, hostile_session_kwargs
+from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES
+from hostile_strategies import SMALL_LIMITS, hostile_export, hostile_import, hostile_message, hostile_session_kwargs
 
 pytestmark = pytest.mark.browser
 
@@ -41,8 +41,9 @@ PAGE_DEPTH = 300
 def for_the_page(v: Any) -> Any:
     """The case with its nesting capped at ``PAGE_DEPTH`` (still far past ``max_depth``)."""
     if isinstance(v, dict):
-        if set(v) == {"$deep"}:
-            return {"$deep": min(int(v["$deep"]), PAGE_DEPTH)}
+        if len(v) == 1 and next(iter(v)) in ("$deep", "$deeplist"):
+            key = next(iter(v))
+            return {key: min(int(v[key]), PAGE_DEPTH)}
         return {k: for_the_page(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return type(v)(for_the_page(x) for x in v)
@@ -79,6 +80,14 @@ def test_explicit_hostile_cases_in_indexeddb(page: Page) -> None:
     assert len(out) == len(EXPLICIT_MESSAGE_CASES)
 
 
+def test_no_shape_escapes_the_error_tree_in_indexeddb(page: Page) -> None:
+    """Deep nesting, cycles, non-string keys, huge integers, NaN, lone surrogates, sets and
+    bytes at every entry point, against IndexedDB: typed errors only, nothing written."""
+    out = run_cases(page, SHAPE_CASES, None)
+    assert isinstance(out, list), out
+    assert len(out) == len(SHAPE_CASES)
+
+
 def test_hypothesis_battery_in_indexeddb(page: Page) -> None:
     """Generated hostile messages, sessions and exports against IndexedDB."""
     cases: list[tuple[str, Any]] = []
@@ -87,7 +96,8 @@ def test_hypothesis_battery_in_indexeddb(page: Page) -> None:
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.one_of(hostile_message().map(lambda m: ("append", m)),
                      hostile_session_kwargs().map(lambda k: ("create", k)),
-                     hostile_export().map(lambda e: ("import", e))))
+                     hostile_export().map(lambda e: ("import", e)),
+                     hostile_import().map(lambda e: ("import", e))))
     def collect(case: tuple[str, Any]) -> None:
         cases.append(case)
 

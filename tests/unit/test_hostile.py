@@ -33,10 +33,11 @@ from chatmem.sync import SyncConfig
 from chatmem.sync.hlc import HybridLogicalClock
 from chatmem.validation import Limits
 from conftest import run
-from hostile_checks import EXPLICIT_MESSAGE_CASES, check_cases, expand
+from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES, check_cases, expand
 from hostile_strategies import (
     SMALL_LIMITS,
     hostile_export,
+    hostile_import,
     hostile_message,
     hostile_op,
     hostile_session_kwargs,
@@ -73,6 +74,24 @@ def test_explicit_hostile_cases_are_refused_and_nothing_is_written(backend: str,
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_no_shape_escapes_the_error_tree(backend: str, tmp_path: Path) -> None:
+    """Nesting 5,000 deep (lists and objects), cycles, non-string keys, 5,000-digit and
+    10**30 integers, NaN, Infinity, lone surrogates, sets and bytes, handed to every entry
+    point (imports in each format, appends, batches, ids, forks, deletes, exports, queries):
+    each a ValidationError, never RecursionError, TypeError or ValueError; store unchanged."""
+
+    async def go() -> list[str]:
+        mem = await open_store(backend, tmp_path)
+        try:
+            return await check_cases(mem, SHAPE_CASES)
+        finally:
+            await mem.close()
+
+    names = run(go())
+    assert len(names) == len(SHAPE_CASES) and "ImportLimitExceeded" in names
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
     """Generated hostile messages and sessions against the API: refused, nothing written, store usable."""
     cases: list[tuple[str, Any]] = []
@@ -101,7 +120,7 @@ def test_hypothesis_battery_import(tmp_path: Path) -> None:
     cases: list[tuple[str, Any]] = []
 
     @BATTERY
-    @given(hostile_export())
+    @given(st.one_of(hostile_export(), hostile_import()))
     def collect(export: dict[str, Any]) -> None:
         cases.append(("import", export))
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..models import ROLES, ChatMessage, extract_text
 from .schema import row_to_message_record
 from .scoring import K1, B, term_weights
@@ -81,7 +81,7 @@ def build_filters(
     if rls is not None:
         bad = [r for r in rls if r not in ROLES]
         if bad:
-            raise ValidationError(f"unknown role {bad[0]!r}; roles are {sorted(ROLES)}", field="roles")
+            raise ValidationError(f"unknown role {shown(bad[0])}; roles are {sorted(ROLES)}", field="roles")
     a = alias
     for ids, sql in (
         (sids, a + ".session_id IN ({})"),

@@ -36,8 +36,9 @@ import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import QueryTimeout, ValidationError
+from ..errors import QueryTimeout, ValidationError, shown
 from ..models import extract_text
+from ..validation import INT64_MAX, INT64_MIN
 from .catchup import catch_up
 from .derivation import EngineDerivation, Started, run_derivation
 from .embed import Embedder
@@ -64,6 +65,8 @@ EVENT_KINDS = frozenset(
 
 _COLS = {name: [c for c, _ in cols] for name, cols in TABLES.items()}
 _CHUNK = 20_000
+#: the longest ``timeout`` (seconds) ``sql`` takes: a day; longer is no timeout (None)
+MAX_SQL_TIMEOUT = 86_400
 _FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
 RecordSource = Callable[[list[str]], Awaitable[list[dict[str, Any] | None]]]
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
@@ -187,8 +190,9 @@ class QueryIndex:
         """
         check_read_only(query)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not timeout > 0):
-            raise ValidationError("timeout must be a number of seconds > 0, or None", field="timeout")
+                                    or not 0 < timeout <= MAX_SQL_TIMEOUT):
+            raise ValidationError(f"timeout must be a number of seconds > 0 and at most {MAX_SQL_TIMEOUT}, "
+                                  "or None", field="timeout")
         if params is None:
             params = []
         if not isinstance(params, (list, tuple)):
@@ -199,6 +203,14 @@ class QueryIndex:
                     f"param {i} must be a str, int, float, bool or None, got {type(p).__name__}",
                     field="params", index=i,
                 )
+            if isinstance(p, str) and not p.isascii():
+                try:
+                    p.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValidationError(f"param {i} is not valid Unicode (a lone surrogate)",
+                                          field="params", index=i) from None
+            elif isinstance(p, int) and not isinstance(p, bool) and not INT64_MIN <= p <= INT64_MAX:
+                raise ValidationError(f"param {i} is an integer out of the 64-bit range", field="params", index=i)
         await self.setup()
         async with self._lock:
             try:
@@ -301,7 +313,7 @@ class QueryIndex:
           records, or ``{"messages": [...], "session": record}``.
         """
         if kind not in EVENT_KINDS:
-            raise ValidationError(f"unknown change kind {kind!r}", field="kind")
+            raise ValidationError(f"unknown change kind {shown(kind)}", field="kind")
         if not isinstance(session_id, str) or not session_id:
             raise ValidationError("session_id must be a non-empty string", field="session_id")
         await self.setup()

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SessionNotFound, ValidationError
+from ..errors import SessionNotFound, ValidationError, shown
 from ..models import ChatMessage
 from .embed import Embedder, calibration_of, cosine_sql, query_literal
 from .hits import _fetch
@@ -66,7 +66,7 @@ class RetrievalConfig:
 
     def validate(self) -> None:
         if self.scope not in SCOPES:
-            raise ValidationError(f"scope must be one of {SCOPES}, got {self.scope!r}", field="scope")
+            raise ValidationError(f"scope must be one of {SCOPES}, got {shown(self.scope)}", field="scope")
         if self.strategy not in STRATEGIES:
             raise ValidationError(f"strategy must be one of {STRATEGIES}", field="strategy")
         n = self.recent_count
@@ -101,7 +101,7 @@ async def retrieve(
     if not isinstance(session_id, str) or not session_id:
         raise ValidationError("session_id must be a non-empty string", field="session_id")
     if config.strategy != "recent" and (not isinstance(query, str) or not query.strip()):
-        raise ValidationError(f"the {config.strategy!r} strategy needs a non-empty query", field="query")
+        raise ValidationError(f"the {shown(config.strategy)} strategy needs a non-empty query", field="query")
     await index.setup()
     if not await index.execute("SELECT 1 AS x FROM sessions WHERE session_id = ?", [session_id]):
         raise SessionNotFound(session_id)

@@ -49,7 +49,7 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..ids import system_clock
 from . import embed, scoring
 from .embed import Embedder, calibration_of, model_key, query_literal, semantic_ctes
@@ -148,7 +148,7 @@ async def search(
     """Search the index (see the module docstring). ``ValidationError`` on bad input,
     before any query runs. ``limit=None`` returns every match."""
     if mode not in MODES:
-        raise ValidationError(f"mode must be one of {MODES}, got {mode!r}", field="mode")
+        raise ValidationError(f"mode must be one of {MODES}, got {shown(mode)}", field="mode")
     if not isinstance(query, str):
         raise ValidationError("query must be a string", field="query")
     if not query.strip():

@@ -46,7 +46,7 @@ import secrets
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from .. import errors
-from ..errors import QueryError, ValidationError
+from ..errors import QueryError, ValidationError, shown
 from ..settle import settle
 from .embed import Embedder
 from .index import QueryIndex, RecordSource
@@ -313,4 +313,4 @@ async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
             await index.engine.load_rows("embeddings", list(req["columns"]), req["rows"])
         live.changed_in_background()
         return None
-    raise ValidationError(f"unknown index request {op!r}", field="op")
+    raise ValidationError(f"unknown index request {shown(op)}", field="op")

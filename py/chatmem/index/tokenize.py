@@ -38,7 +38,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 
 __all__ = [
     "ParsedQuery",
@@ -325,7 +325,7 @@ def parse_query(query: str) -> ParsedQuery:
     rest.append(query[pos:])
     pq.terms = _query_terms(words(" ".join(rest)))
     if not pq.terms and not pq.required:
-        raise ValidationError(f"query {query!r} has no searchable words", field="query")
+        raise ValidationError(f"query {shown(query)} has no searchable words", field="query")
     return pq
 
 

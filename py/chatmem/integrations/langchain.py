@@ -29,7 +29,7 @@ import concurrent.futures
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Sequence, TypeVar
 
-from ..errors import UnsupportedEnvironment, ValidationError
+from ..errors import UnsupportedEnvironment, ValidationError, shown
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -71,7 +71,7 @@ def to_chatmem(message: BaseMessage) -> dict[str, Any]:
         role = message.role if message.role in ("user", "assistant", "system", "tool") else "user"
         extra["chat_role"] = message.role
     if role is None:
-        raise ValidationError(f"no chatmem role for a LangChain {kind!r} message", field="messages")
+        raise ValidationError(f"no chatmem role for a LangChain {shown(kind)} message", field="messages")
     item: dict[str, Any] = {"role": role, "content": _content_in(message.content)}
     if message.name:
         item["name"] = message.name

@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import NotFound, ValidationError
+from ..errors import NotFound, ValidationError, shown
 from ..ids import Clock, system_clock
 from .quotas import Quotas
 from .storage import Account, SyncStorage, TokenRecord
@@ -73,7 +73,7 @@ def add_account(
         if v is not None and v < 0:
             raise ValidationError(f"{f} must be >= 0 (0: unlimited)", field=f)
     if storage.account(name) is not None:
-        raise ValidationError(f"account {name!r} already exists", field="name")
+        raise ValidationError(f"account {shown(name)} already exists", field="name")
     acct = Account(
         id=secrets.token_hex(8), name=name, space="acct-" + secrets.token_hex(16),
         created_at=clock(), ops_per_minute=ops_per_minute, max_bytes=max_bytes,
@@ -85,7 +85,7 @@ def add_account(
 def _account(storage: SyncStorage, name: str) -> Account:
     acct = storage.account(name)
     if acct is None:
-        raise NotFound(f"no account named {name!r}")
+        raise NotFound(f"no account named {shown(name)}")
     return acct
 
 
@@ -106,7 +106,7 @@ def issue_token(
 def revoke_token(storage: SyncStorage, token_id: str, *, clock: Clock = system_clock) -> None:
     """Revoke a token by id (at once, for every instance); ``NotFound`` if there is none."""
     if not storage.revoke_token(token_id, clock()):
-        raise NotFound(f"no token with id {token_id!r}")
+        raise NotFound(f"no token with id {shown(token_id)}")
 
 
 def list_tokens(storage: SyncStorage, account: str) -> list[TokenRecord]:

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 
 __all__ = ["Fault", "FaultPlan"]
 
@@ -195,5 +195,5 @@ class FaultPlan:
                 else:
                     raise ValueError(item)
             except (ValueError, IndexError) as e:
-                raise ValidationError(f"bad fault {raw!r} in {spec!r}", field="faults") from e
+                raise ValidationError(f"bad fault {shown(raw)} in {shown(spec)}", field="faults") from e
         return plan

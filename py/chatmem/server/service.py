@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..ids import Clock, system_clock
 from ..sync.admit import admit_op
 from ..sync.hlc import validate_device_id
@@ -58,7 +58,7 @@ def parse_cursor(value: str | None) -> int:
     if value is None or value == "":
         return 0
     if not value.isdigit() or len(value) > 18:
-        raise ValidationError(f"bad cursor {value!r}", field="since")
+        raise ValidationError(f"bad cursor {shown(value)}", field="since")
     return int(value)
 
 
@@ -171,7 +171,7 @@ class SyncService:
                 field_hlc={k: h for k in data},
             )
             if cur is None and kind == "update":
-                return _rejected(op_id, f"session {sid!r} does not exist on the server")
+                return _rejected(op_id, f"session {shown(sid)} does not exist on the server")
             txn.put(rec)
             return _applied(op_id, "re-created after a delete" if cur is not None else None)
         if cur.deleted:
@@ -202,7 +202,7 @@ class SyncService:
             if cur.session_id == sid and cur.data is not None and same_message(cur.data, data):
                 return _applied(op_id, "already stored")
             return _rejected(
-                op_id, f"message {mid!r} exists with different data (messages are immutable)"
+                op_id, f"message {shown(mid)} exists with different data (messages are immutable)"
             )
         if cur is not None and not revives(kind, h, cur.hlc):
             return _applied(op_id, "superseded: the message was deleted")
@@ -259,7 +259,7 @@ class SyncService:
         elif isinstance(limit, int) or (isinstance(limit, str) and limit.isdigit()):
             n = int(limit)
         else:
-            raise ValidationError(f"bad limit {limit!r}", field="limit")
+            raise ValidationError(f"bad limit {shown(limit)}", field="limit")
         if n < 1:
             raise ValidationError("limit must be at least 1", field="limit")
         n = min(n, MAX_CHANGES_LIMIT, self.limits.changes_page_records)

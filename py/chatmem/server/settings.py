@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from .quotas import DEFAULT_MAX_BYTES, DEFAULT_OPS_PER_MINUTE, Quotas
 
 __all__ = ["ServerSettings", "DEFAULT_MAX_BODY"]
@@ -33,7 +33,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ValidationError(f"{name} must be an integer, not {raw!r}", field=name) from None
+        raise ValidationError(f"{name} must be an integer, not {shown(raw)}", field=name) from None
     if value < 0:
         raise ValidationError(f"{name} must be >= 0", field=name)
     return value

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
 
-from ..errors import DuplicateId
+from ..errors import DuplicateId, shown
 from .storage import Account, StoredRecord, TokenRecord
 
 __all__ = ["Execute", "MIGRATIONS", "SQLSpaceTransaction", "SQLSyncStorage", "record_size"]
@@ -340,7 +340,7 @@ class SQLSyncStorage(ABC):
                    (account.id, account.name, account.space, account.created_at,
                     account.ops_per_minute, account.max_bytes))
         except self.integrity_errors as e:
-            raise DuplicateId(f"account {account.name!r} already exists") from e
+            raise DuplicateId(f"account {shown(account.name)} already exists") from e
 
     def set_account_quota(self, name: str, ops_per_minute: int | None, max_bytes: int | None) -> bool:
         with self._session() as ex:

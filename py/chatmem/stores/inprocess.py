@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DuplicateId, SessionNotFound
+from ..errors import DuplicateId, SessionNotFound, shown
 from ..sync.apply import apply_changes_to
 from .base import OUTBOX_KEY, Ops, clone, gate_ops, next_seq_after, snapshot_of
 
@@ -36,7 +36,7 @@ class MemoryStore:
     ) -> None:
         sid = record["sessionId"]
         if sid in self._sessions:
-            raise DuplicateId(f"session id exists: {sid!r}")
+            raise DuplicateId(f"session id exists: {shown(sid)}")
         self._check_new_ids(messages)
         rec = clone(record)
         rec["nextSeq"] = next_seq_after(messages)
@@ -94,13 +94,13 @@ class MemoryStore:
         for rec, _msgs in items:
             sid = rec["sessionId"]
             if (sid in self._sessions and sid not in replaced) or sid in seen:
-                raise DuplicateId(f"session id exists: {sid!r}")
+                raise DuplicateId(f"session id exists: {shown(sid)}")
             seen.add(sid)
         ids: set[str] = set()
         for _, msgs in items:
             for m in msgs:
                 if (m["id"] in self._messages and m["id"] not in replaced_msgs) or m["id"] in ids:
-                    raise DuplicateId(f"message id exists: {m['id']!r}")
+                    raise DuplicateId(f"message id exists: {shown(m['id'])}")
                 ids.add(m["id"])
         for sid in replaced:
             self._drop_session(sid)
@@ -118,7 +118,7 @@ class MemoryStore:
         for m in messages:
             mid = m["id"]
             if mid in self._messages or mid in seen:
-                raise DuplicateId(f"message id exists: {mid!r}")
+                raise DuplicateId(f"message id exists: {shown(mid)}")
             seen.add(mid)
 
     def _insert(self, messages: list[dict[str, Any]]) -> None:

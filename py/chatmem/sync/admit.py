@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..validation import Limits, check_message_record, check_session_record, check_value
 from .e2e import is_envelope
 from .hlc import check_skew
@@ -41,7 +41,7 @@ def admit_op(op: Any, limits: Limits, now_ms: int) -> SyncOp:
         if isinstance(data, Mapping):
             extra = [k for k in data if k != "sessionId"]
             if extra:
-                raise ValidationError(f"a delete carries only sessionId in its data, not {extra[0]!r}",
+                raise ValidationError(f"a delete carries only sessionId in its data, not {shown(extra[0])}",
                                       field="data")
             check_value(dict(data), limits, max_bytes=1024)
         return valid

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
+from ..validation import INT64_MAX
 from .e2e import EncryptionKey, Passphrase
 
 __all__ = ["SyncConfig", "CONFIG_KEY", "LOCAL_HOSTS", "normalize_endpoint"]
@@ -81,9 +82,10 @@ def normalize_endpoint(endpoint: str) -> str:
 
 def _int(value: Any, name: str, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValidationError(f"{name} must be an int >= {minimum}", field=name)
-    if maximum is not None and value > maximum:
-        raise ValidationError(f"{name} must be at most {maximum}", field=name)
+        raise ValidationError(f"{name} must be an int >= {shown(minimum)}", field=name)
+    if value > (INT64_MAX if maximum is None else maximum):
+        raise ValidationError(f"{name} must be at most {shown(INT64_MAX if maximum is None else maximum)}",
+                              field=name)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class SyncConfig:
                 continue  # present in public dicts; carries no value
             name = _ALIASES.get(key, key)
             if name not in names:
-                raise ValidationError(f"unknown sync config field {key!r}", field=str(key))
+                raise ValidationError(f"unknown sync config field {shown(key)}", field=key if isinstance(key, str) else "config")
             kwargs[name] = _encryption(value) if name == "encryption" else value
         return cls(**kwargs)
 

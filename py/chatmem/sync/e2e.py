@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import DecryptionError, ValidationError, WrongPassphrase
+from ..errors import DecryptionError, ValidationError, WrongPassphrase, shown
 
 __all__ = [
     "FORMAT",
@@ -207,10 +207,10 @@ class KeyParams:
         if not isinstance(d, Mapping):
             raise ValidationError("key params must be an object", field="params")
         if d.get("v", FORMAT) != FORMAT:
-            raise ValidationError(f"unsupported encryption format {d.get('v')!r}", field="v")
+            raise ValidationError(f"unsupported encryption format {shown(d.get('v'))}", field="v")
         kdf = d.get("kdf")
         if kdf not in ("pbkdf2-sha256", "raw"):
-            raise ValidationError(f"unknown kdf {kdf!r}", field="kdf")
+            raise ValidationError(f"unknown kdf {shown(kdf)}", field="kdf")
         salt, check, key_id = d.get("salt"), d.get("check"), d.get("key_id")
         iterations = d.get("iterations", 0)
         if kdf == "pbkdf2-sha256":
@@ -360,16 +360,16 @@ async def encrypt_records(
 
 def _envelope_item(index: int, fname: str, env: Any, resource: str, rid: str) -> _Item:
     if not is_envelope(env):
-        raise DecryptionError(f"{resource} {rid!r}: field {fname!r} is not an envelope")
+        raise DecryptionError(f"{resource} {shown(rid)}: field {shown(fname)} is not an envelope")
     op_id, hlc, key_id = env.get("op"), env.get("hlc"), env.get("k")
     if not all(isinstance(x, str) for x in (op_id, hlc, key_id)):
-        raise DecryptionError(f"{resource} {rid!r}: field {fname!r} has a malformed envelope")
+        raise DecryptionError(f"{resource} {shown(rid)}: field {shown(fname)} has a malformed envelope")
     try:
         iv, ct = b64d(env.get("iv"), "iv"), b64d(env.get("ct"), "ct")
     except ValidationError as e:
-        raise DecryptionError(f"{resource} {rid!r}: field {fname!r}: {e}") from e
+        raise DecryptionError(f"{resource} {shown(rid)}: field {shown(fname)}: {e}") from e
     if len(iv) != 12 or len(ct) < 16:
-        raise DecryptionError(f"{resource} {rid!r}: field {fname!r} has a malformed envelope")
+        raise DecryptionError(f"{resource} {shown(rid)}: field {shown(fname)} has a malformed envelope")
     return _Item(index, fname, iv, ct, associated_data(key_id, op_id, resource, rid, hlc, fname), op_id, hlc)
 
 
@@ -402,7 +402,7 @@ async def decrypt_records(
             kid = str(value["k"])
             if kid not in keys:
                 raise WrongPassphrase(
-                    f"{resource} {rid!r} is encrypted with another key: the passphrase was changed "
+                    f"{resource} {shown(rid)} is encrypted with another key: the passphrase was changed "
                     "on another device; enter the new one"
                 )
             work.setdefault(kid, []).append(it)
@@ -411,7 +411,7 @@ async def decrypt_records(
         opened = await suite.open_many(keys[kid].enc, [(it.iv, it.body, it.ad) for it in items])
         for it, pt in zip(items, opened):
             rec = records[it.index]
-            where = f"{rec['resource']} {rec['id']!r} field {it.fname!r}"
+            where = f"{rec['resource']} {shown(rec['id'])} field {shown(it.fname)}"
             if pt is None:
                 raise DecryptionError(f"{where} failed authentication (tampered, or moved to another record)")
             try:
@@ -427,10 +427,10 @@ def _merge(out: list[dict[str, Any] | None], it: _Item, value: Any, rec: Mapping
     assert target is not None
     if rec["resource"] == "message" and it.fname == MESSAGE_FIELD:
         if not isinstance(value, dict):
-            raise DecryptionError(f"message {rec['id']!r} decrypted to a non-object")
+            raise DecryptionError(f"message {shown(rec['id'])} decrypted to a non-object")
         for k in PLAIN_FIELDS:
             if k in target and k in value and target[k] != value[k]:
-                raise DecryptionError(f"message {rec['id']!r}: plain {k} differs from the encrypted one")
+                raise DecryptionError(f"message {shown(rec['id'])}: plain {k} differs from the encrypted one")
         target.update(value)
     else:
         target[it.fname] = value

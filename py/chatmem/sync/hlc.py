@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ..errors import ClockSkew, ValidationError
+from ..errors import ClockSkew, ValidationError, shown
 from ..ids import Clock, system_clock
 
 __all__ = [
@@ -83,7 +83,7 @@ def parse_hlc(value: object) -> HLCParts:
     m = HLC_PATTERN.match(value) if isinstance(value, str) else None
     if m is None:
         raise ValidationError(
-            f"not an HLC (want '<13-digit ms>-<4-digit counter>-<device id>'): {value!r}",
+            f"not an HLC (want '<13-digit ms>-<4-digit counter>-<device id>'): {shown(value)}",
             field="hlc",
         )
     return HLCParts(int(m.group(1)), int(m.group(2)), m.group(3))

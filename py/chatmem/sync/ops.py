@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from .hlc import parse_hlc
 
 __all__ = [
@@ -78,10 +78,10 @@ def validate_op(op: Any) -> SyncOp:
         raise _fail(f"an operation must be an object, got {type(op).__name__}", "op")
     _check_id(op.get("op_id"), "op_id")
     if op.get("type") not in OP_TYPES:
-        raise _fail(f"type must be one of {sorted(OP_TYPES)}, got {op.get('type')!r}", "type")
+        raise _fail(f"type must be one of {sorted(OP_TYPES)}, got {shown(op.get('type'))}", "type")
     if op.get("resource") not in RESOURCES:
         raise _fail(
-            f"resource must be one of {sorted(RESOURCES)}, got {op.get('resource')!r}", "resource"
+            f"resource must be one of {sorted(RESOURCES)}, got {shown(op.get('resource'))}", "resource"
         )
     _check_id(op.get("id"), "id")
     parse_hlc(op.get("hlc"))
@@ -102,7 +102,7 @@ def validate_op(op: Any) -> SyncOp:
             raise _fail("messages are immutable: no update of a message", "type")
         id_field = _ID_FIELD[resource]
         if id_field in data and data[id_field] != op["id"]:
-            raise _fail(f"data.{id_field} {data[id_field]!r} differs from id {op['id']!r}", "data")
+            raise _fail(f"data.{id_field} {shown(data[id_field])} differs from id {shown(op['id'])}", "data")
         if resource == "message":
             _check_id(data.get("sessionId"), "data.sessionId")
     return op  # type: ignore[return-value]

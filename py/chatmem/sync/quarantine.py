@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..validation import Limits, check_message_record, check_session_record
 from .hlc import parse_hlc
 from .ops import MAX_ID_LENGTH, RESOURCES
@@ -34,7 +34,7 @@ def check_change(c: Any, limits: Limits) -> None:
         raise ValidationError("a change must be an object", field="change")
     resource, rid, data = c.get("resource"), c.get("id"), c.get("data")
     if resource not in RESOURCES:
-        raise ValidationError(f"unknown resource {resource!r:.40}", field="resource")
+        raise ValidationError(f"unknown resource {shown(resource)}", field="resource")
     if not isinstance(rid, str) or not 0 < len(rid) <= MAX_ID_LENGTH:
         raise ValidationError("id must be a non-empty string", field="id")
     parse_hlc(c.get("hlc"))

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 
 __all__ = ["SyncState", "SYNC_STATES", "SyncStatus"]
 
@@ -54,7 +54,7 @@ class SyncStatus:
     def __post_init__(self) -> None:
         if self.state not in SYNC_STATES:
             raise ValidationError(
-                f"state must be one of {sorted(SYNC_STATES)}, got {self.state!r}", field="state"
+                f"state must be one of {sorted(SYNC_STATES)}, got {shown(self.state)}", field="state"
             )
         for name in ("pending", "dead_letters", "quarantined"):
             v = getattr(self, name)

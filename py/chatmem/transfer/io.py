@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator
 
-from ..errors import SessionNotFound, ValidationError
+from ..errors import SessionNotFound
+from ..validation import check_ids
 from .adapters import iter_import, prepare_import
 from .export_format import aiter_export_json, build_export, message_record, session_record
 from .normalized import NormalizedImport, NormalizedSession
@@ -47,10 +48,8 @@ class Transfer:
         if session_ids is None:
             recs = await self._core.store.all_sessions()
         else:
-            if isinstance(session_ids, str):
-                raise ValidationError("session_ids must be a list of ids", field="session_ids")
             recs = []
-            for sid in session_ids:
+            for sid in check_ids(session_ids, "session_ids"):
                 rec = await self._core.store.get_session(sid)
                 if rec is None:
                     raise SessionNotFound(sid)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..errors import ImportFormatError, ImportLimitExceeded
-from ..validation import DEFAULT_LIMITS, Limits
+from ..validation import DEFAULT_LIMITS, Limits, check_shape
 
 __all__ = ["load_json", "describe"]
 
@@ -25,7 +25,7 @@ def load_json(data: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
     ``LimitExceeded`` (an ``ImportFormatError`` is raised for the rest).
     """
     if isinstance(data, (dict, list)):
-        return data
+        return _shaped(data, limits)
     if isinstance(data, (str, bytes, bytearray, memoryview)) and len(data) > limits.max_import_bytes:
         raise ImportLimitExceeded(f"the import is larger than {limits.max_import_bytes} bytes",
                             limit="max_import_bytes", maximum=limits.max_import_bytes)
@@ -40,7 +40,7 @@ def load_json(data: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
         if not data.strip():
             raise ImportFormatError("malformed JSON: the input is empty")
         try:
-            return json.loads(data, parse_constant=_no_constants)
+            return _shaped(json.loads(data, parse_constant=_no_constants), limits)
         except RecursionError as e:
             raise ImportLimitExceeded("the import is nested too deeply to be records", limit="max_depth",
                                 maximum=limits.max_depth) from e
@@ -53,6 +53,13 @@ def load_json(data: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
     raise ImportFormatError(
         f"import data must be a dict, a list, or JSON text (str/bytes), got {type(data).__name__}"
     )
+
+
+def _shaped(data: Any, limits: Limits) -> Any:
+    """``data`` once ``check_shape`` passed it: JSON types and string keys only, numbers in
+    range, nesting bounded (so no reader or error message meets a recursion limit)."""
+    check_shape(data, limits, what="the import", error=ImportFormatError, too_deep=ImportLimitExceeded)
+    return data
 
 
 def describe(value: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping
 
-from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError
+from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError, shown
 from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..stores.base import SESSION_PRIVATE_FIELDS
 from ..validation import DEFAULT_LIMITS, Limits, check_value
@@ -22,6 +22,7 @@ from .source import describe, load_json
 __all__ = [
     "SUPPORTED_VERSIONS",
     "validate_export",
+    "validate_loaded_export",
     "validate_normalized",
     "iter_validated",
     "check_session_record",
@@ -88,7 +89,7 @@ def check_session_record(meta: Any, *, path: str, si: int | None = None) -> dict
 
     def need(key: str, ok: bool, what: str) -> None:
         if not ok:
-            raise _err(f"{path}.{key}", f"must be {what}, got {meta.get(key)!r}", field=key, si=si)
+            raise _err(f"{path}.{key}", f"must be {what}, got {shown(meta.get(key))}", field=key, si=si)
 
     sid = meta.get("sessionId")
     need("sessionId", isinstance(sid, str) and bool(sid), "a non-empty string")
@@ -141,13 +142,13 @@ def check_message_record(
             raise _err(f"{path}.{key}", "is required", field=key, si=si, mi=mi)
     rsid = rec.get("sessionId", session_id)
     if rsid != session_id:
-        raise _err(f"{path}.sessionId", f"must be the session's id {session_id!r}, got {rsid!r}",
+        raise _err(f"{path}.sessionId", f"must be the session's id {shown(session_id)}, got {shown(rsid)}",
                    field="sessionId", si=si, mi=mi)
     seq = rec.get("seq")
     if seq is None:
         seq = prev_seq + 1
     elif not _is_int(seq) or seq <= prev_seq:
-        raise _err(f"{path}.seq", f"must be an integer greater than {prev_seq}, got {seq!r}",
+        raise _err(f"{path}.seq", f"must be an integer greater than {prev_seq}, got {shown(seq)}",
                    field="seq", si=si, mi=mi)
     fields = {f: rec.get(k) for k, f in _RECORD_TO_FIELD.items()}
     try:
@@ -207,7 +208,7 @@ def iter_validated(sessions: Iterable[Any], *, path: str = "sessions",
         meta = check_session_record(meta_in, path=f"{spath}.meta", si=si)
         sid = meta["sessionId"]
         if sid in seen_sessions:
-            raise _err(f"{spath}.meta.sessionId", f"duplicate session id {sid!r} "
+            raise _err(f"{spath}.meta.sessionId", f"duplicate session id {shown(sid)} "
                        f"(also sessions[{seen_sessions[sid]}])", field="sessionId", si=si)
         seen_sessions[sid] = si
         if not isinstance(msgs_in, list):
@@ -224,7 +225,7 @@ def iter_validated(sessions: Iterable[Any], *, path: str = "sessions",
                                           path=mpath, session_index=si, message_index=mi)
             m = check_message_record(rec, path=mpath, session_id=sid, prev_seq=prev, si=si, mi=mi, json_checked=True)
             if m["id"] in seen_messages:
-                raise _err(f"{mpath}.id", f"duplicate message id {m['id']!r} "
+                raise _err(f"{mpath}.id", f"duplicate message id {shown(m['id'])} "
                            f"(also {seen_messages[m['id']]})", field="id", si=si, mi=mi)
             seen_messages[m["id"]] = mpath
             prev = m["seq"]
@@ -239,7 +240,11 @@ def validate_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Normalized
     Raises ``ImportFormatError`` (a ``ValidationError``) naming the path of the
     first bad value; nothing is returned unless every record is valid.
     """
-    data = load_json(data, limits)
+    return validate_loaded_export(load_json(data, limits), limits=limits)
+
+
+def validate_loaded_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:
+    """``validate_export`` of data ``load_json`` gave (its shape already checked)."""
     if not isinstance(data, Mapping):
         raise _err("$", f"a chatmem export must be an object, got {describe(data)}")
     for key in data:
@@ -247,11 +252,11 @@ def validate_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Normalized
             raise _err(key, "unknown field (expected 'version', 'exportedAt', 'sessions')", field=key)
     version = data.get("version")
     if version not in SUPPORTED_VERSIONS:
-        raise _err("version", f"unsupported export version {version!r}; this chatmem reads "
+        raise _err("version", f"unsupported export version {shown(version)}; this chatmem reads "
                    f"{', '.join(SUPPORTED_VERSIONS)}", field="version")
     exported_at = data.get("exportedAt")
     if exported_at is not None and (not _is_int(exported_at) or exported_at < 0):
-        raise _err("exportedAt", f"must be a non-negative integer (ms), got {exported_at!r}",
+        raise _err("exportedAt", f"must be a non-negative integer (ms), got {shown(exported_at)}",
                    field="exportedAt")
     if "sessions" not in data:
         raise _err("sessions", "is required", field="sessions")

@@ -14,12 +14,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Iterator
 
-from ...errors import ImportFormatError
+from ...errors import ImportFormatError, shown
 from ...ids import IdGenerator
 from ...validation import DEFAULT_LIMITS, Limits
 from ..normalized import NormalizedImport, NormalizedSession, assign_new_ids
 from ..source import describe, load_json
-from ..validate import iter_validated, validate_export, validate_normalized
+from ..validate import iter_validated, validate_loaded_export, validate_normalized
 from . import airi, chatgpt, chatmem, claude
 
 __all__ = ["ADAPTERS", "FORMATS", "detect_format", "convert", "prepare_import", "iter_import"]
@@ -39,7 +39,11 @@ def detect_format(data: Any) -> str:
 
     ``data`` may be a dict, a list, or JSON text (``str`` / ``bytes``).
     """
-    data = load_json(data)
+    return _detect(load_json(data))
+
+
+def _detect(data: Any) -> str:
+    """``detect_format`` of data ``load_json`` gave."""
     for name, module in ADAPTERS.items():
         if module.detect(data):
             return name
@@ -68,17 +72,21 @@ def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = N
     from ``ids``. Raises ``ImportFormatError`` (a ``ValidationError``) naming
     the path of the first bad value; nothing is returned unless all of it is valid.
     """
-    data = load_json(data, limits)
+    return _convert(load_json(data, limits), format, ids=ids, limits=limits)
+
+
+def _convert(data: Any, format: str | None, *, ids: IdGenerator | None, limits: Limits) -> NormalizedImport:
+    """``convert`` of data ``load_json`` gave."""
     if format is None:
-        format = detect_format(data)
+        format = _detect(data)
     module = ADAPTERS.get(format)
     if module is None:
-        raise ImportFormatError(f"unknown import format {format!r}; expected one of {list(FORMATS)}",
+        raise ImportFormatError(f"unknown import format {shown(format)}; expected one of {list(FORMATS)}",
                                 path="format", field="format")
     if format != chatmem.NAME and not module.detect(data):
-        raise ImportFormatError(f"the input is not in the {format!r} format")
+        raise ImportFormatError(f"the input is not in the {shown(format)} format")
     if format == chatmem.NAME:
-        return validate_export(data, limits=limits)
+        return validate_loaded_export(data, limits=limits)
     normalized: NormalizedImport = module.to_normalized(data, ids=ids)
     # what an adapter made must pass the same checks as a chatmem export
     return validate_normalized(normalized, limits=limits)
@@ -98,9 +106,14 @@ def prepare_import(
     session and message ids (fork links between imported sessions kept);
     foreign formats always get fresh ids.
     """
-    data = load_json(data, limits)
-    name = format or detect_format(data)
-    normalized = convert(data, name, ids=ids, limits=limits)
+    return _prepare(load_json(data, limits), format=format, preserve_ids=preserve_ids, ids=ids, limits=limits)
+
+
+def _prepare(data: Any, *, format: str | None, preserve_ids: bool, ids: IdGenerator | None,
+             limits: Limits) -> tuple[str, NormalizedImport]:
+    """``prepare_import`` of data ``load_json`` gave."""
+    name = format or _detect(data)
+    normalized = _convert(data, name, ids=ids, limits=limits)
     if name == chatmem.NAME and not preserve_ids:
         normalized = assign_new_ids(normalized, ids)
     return name, normalized
@@ -118,10 +131,10 @@ def iter_import(
     read, and raises ``ImportFormatError`` when it reaches the first bad value (a writer
     aborts what it wrote); any other format is prepared whole before this returns."""
     data = load_json(data, limits)
-    name = format or detect_format(data)
+    name = format or _detect(data)
     module = ADAPTERS.get(name)
     stream = getattr(module, "iter_normalized", None)
     if stream is None or module is None or not module.detect(data):
-        name, normalized = prepare_import(data, format=name, ids=ids, limits=limits)
+        name, normalized = _prepare(data, format=name, preserve_ids=False, ids=ids, limits=limits)
         return name, iter(normalized)
     return name, iter_validated(stream(data, ids=ids), limits=limits)

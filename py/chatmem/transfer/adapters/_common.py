@@ -6,7 +6,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any, Callable, Iterator, Mapping
 
-from ...errors import ImportFormatError
+from ...errors import ImportFormatError, shown
 from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ._tree import Line
 
@@ -26,9 +26,9 @@ def seconds_to_ms(value: Any, path: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise fail(path, f"must be a number of seconds since the epoch, got {value!r}")
+        raise fail(path, f"must be a number of seconds since the epoch, got {shown(value)}")
     if value < 0:
-        raise fail(path, f"must not be negative, got {value!r}")
+        raise fail(path, f"must not be negative, got {shown(value)}")
     return int(round(value * 1000))
 
 
@@ -40,19 +40,19 @@ def iso_to_ms(value: Any, path: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise fail(path, f"must be an ISO-8601 timestamp string, got {value!r}")
+        raise fail(path, f"must be an ISO-8601 timestamp string, got {shown(value)}")
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     try:
         dt = datetime.fromisoformat(text)
     except ValueError as e:
-        raise fail(path, f"is not an ISO-8601 timestamp: {value!r}") from e
+        raise fail(path, f"is not an ISO-8601 timestamp: {shown(value)}") from e
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     ms = (dt - _EPOCH) // _MS
     if ms < 0:
-        raise fail(path, f"is before 1970: {value!r}")
+        raise fail(path, f"is before 1970: {shown(value)}")
     return int(ms)
 
 

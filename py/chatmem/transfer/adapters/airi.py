@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ValidationError
+from ...errors import ValidationError, shown
 from ...ids import IdGenerator
 from ...models import ROLES, validate_message_fields
 from ..normalized import NormalizedImport, RecordBuilder
@@ -46,7 +46,7 @@ def _int_ms(value: Any, path: str, *, required: bool) -> int | None:
     if value is None and not required:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
-        raise fail(path, f"must be a non-negative number of ms since the epoch, got {value!r}")
+        raise fail(path, f"must be a non-negative number of ms since the epoch, got {shown(value)}")
     return int(value)
 
 
@@ -68,7 +68,7 @@ def _message(item: Any, path: str, fallback_time: int, builder: RecordBuilder) -
     if role == "error":
         role, metadata["airiRole"] = "assistant", "error"
     elif role not in ROLES:
-        raise fail(f"{path}.role", f"must be one of {sorted(ROLES | {'error'})}, got {role!r}", "role")
+        raise fail(f"{path}.role", f"must be one of {sorted(ROLES | {'error'})}, got {shown(role)}", "role")
     content = item.get("content")
     slices = item.get("slices")
     if content is None:
@@ -118,8 +118,8 @@ def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImp
     if not detect(data):
         raise fail("format", "an AIRI export needs format 'chat-sessions-index:v1'", "format")
     if data["format"] != FORMAT:
-        raise fail("format", f"unsupported AIRI export format {data['format']!r}; this chatmem reads "
-                   f"{FORMAT!r}", "format")
+        raise fail("format", f"unsupported AIRI export format {shown(data['format'])}; this chatmem reads "
+                   f"{shown(FORMAT)}", "format")
     sessions = data.get("sessions")
     if not isinstance(sessions, dict):
         raise fail("sessions", f"must be an object (session id -> record), got {describe(sessions)}",
@@ -127,7 +127,7 @@ def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImp
     builder = RecordBuilder(ids)
     out: NormalizedImport = []
     for sid, record in sessions.items():
-        path = f"sessions[{sid!r}]"
+        path = f"sessions[{shown(sid)}]"
         if not isinstance(record, dict):
             raise fail(path, f"must be an object with 'meta' and 'messages', got {describe(record)}")
         meta, when = _meta(record.get("meta"), f"{path}.meta", builder)
@@ -146,7 +146,7 @@ def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImp
         listed = char.get("sessions") if isinstance(char, dict) else None
         for sid, meta_in in (listed or {}).items() if isinstance(listed, dict) else ():
             if sid not in sessions:
-                path = f"index.characters[{cid!r}].sessions[{sid!r}]"
+                path = f"index.characters[{shown(cid)}].sessions[{shown(sid)}]"
                 meta, _ = _meta(meta_in, path, builder)
                 out.append(builder.finish(meta, []))
     return out

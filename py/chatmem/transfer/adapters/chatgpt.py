@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping
 
+from ...errors import shown
 from ...ids import IdGenerator
 from ...models import ROLES, extract_text
 from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
@@ -156,12 +157,12 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
     parent_of: dict[str, str | None] = {}
     children_of: dict[str, list[str]] = {}
     for key, node in mapping.items():
-        npath = f"{path}.mapping[{key!r}]"
+        npath = f"{path}.mapping[{shown(key)}]"
         if not isinstance(node, dict):
             raise fail(npath, f"must be an object, got {describe(node)}")
         parent = node.get("parent")
         if parent is not None and not isinstance(parent, str):
-            raise fail(f"{npath}.parent", f"must be a node id or null, got {parent!r}", "parent")
+            raise fail(f"{npath}.parent", f"must be a node id or null, got {shown(parent)}", "parent")
         kids = node.get("children") or []
         if not isinstance(kids, list) or not all(isinstance(k, str) for k in kids):
             raise fail(f"{npath}.children", "must be an array of node ids", "children")
@@ -191,7 +192,7 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
             _build(k)
 
     def _build(key: str) -> None:
-        npath = f"{path}.mapping[{key!r}].message"
+        npath = f"{path}.mapping[{shown(key)}].message"
         parent = parent_of.get(key)
         inherited_call = call_of.get(parent) if parent else None
         inherited_time = time_of.get(parent) if parent else None
@@ -206,7 +207,7 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
             raise fail(f"{npath}.author", f"must be an object, got {describe(author)}", "author")
         role = author.get("role")
         if role not in ROLES:
-            raise fail(f"{npath}.author.role", f"must be one of {sorted(ROLES)}, got {role!r}", "role")
+            raise fail(f"{npath}.author.role", f"must be one of {sorted(ROLES)}, got {shown(role)}", "role")
         created = seconds_to_ms(msg.get("create_time"), f"{npath}.create_time")
         if created is not None:
             time_of[key] = created

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping
 
+from ...errors import shown
 from ...ids import IdGenerator
 from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ..source import describe
@@ -116,7 +117,7 @@ def _message(
         raise fail(path, f"a chat message must be an object, got {describe(msg)}")
     sender = msg.get("sender")
     if sender not in SENDERS:
-        raise fail(f"{path}.sender", f"must be one of ['assistant', 'human'], got {sender!r}", "sender")
+        raise fail(f"{path}.sender", f"must be one of ['assistant', 'human'], got {shown(sender)}", "sender")
     role = SENDERS[sender]
     created = iso_to_ms(msg.get("created_at"), f"{path}.created_at")
     when = created if created is not None else fallback_time
