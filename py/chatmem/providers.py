@@ -12,6 +12,7 @@ errors or logs.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
 from .errors import (
@@ -48,9 +49,10 @@ class ChatProvider(Protocol):
 def _retry_after_ms(resp: HTTPResponse) -> int | None:
     value = resp.header("retry-after")
     try:
-        return int(float(value) * 1000) if value else None
+        seconds = float(value) if value else math.nan
     except ValueError:
         return None
+    return int(seconds * 1000) if math.isfinite(seconds) and 0 <= seconds <= 86_400 * 365 else None
 
 
 def provider_error(resp: HTTPResponse, url: str) -> ProviderError:

@@ -41,6 +41,8 @@ __all__ = [
     "IMPORT_NESTING",
     "check_id",
     "check_ids",
+    "is_id",
+    "parse_decimal",
     "check_shape",
     "check_value",
     "loads_json",
@@ -307,6 +309,28 @@ _SESSION_REQUIRED = ("sessionId", "createdAt", "updatedAt")
 _KEY_BYTES: dict[str, int] = {
     k: len(k) + 4 for k in (*MESSAGE_RECORD_FIELDS, *SESSION_RECORD_FIELDS, "nextSeq", "source", "sourceId", "type",
                             "text")}
+
+
+def is_id(value: Any) -> bool:
+    """Whether ``value`` is an id: a non-empty string of at most 200 characters that is
+    valid Unicode (so it can be stored, encoded as UTF-8 and sent back)."""
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_decimal(text: Any, max_digits: int = 18) -> int | None:
+    """The int that ``text`` spells in ASCII digits (at most ``max_digits`` of them), else
+    None: ``str.isdigit`` also takes "²" and other digits ``int`` refuses."""
+    if not isinstance(text, str) or not 0 < len(text) <= max_digits or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
 
 
 def check_id(value: Any, field: str) -> str:

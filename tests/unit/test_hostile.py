@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import urllib.request
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +311,117 @@ def test_deep_push_body_is_400_not_500(srv: SyncServer) -> None:
     op["data"] = dict(op["data"], metadata=hostile_checks.deep(500))
     status, answer = push_raw(srv, [op])
     assert status == 200 and answer["results"][0]["status"] == "rejected"
+
+
+def test_a_bad_operation_is_rejected_alone_and_never_5xx(srv: SyncServer) -> None:
+    """Lone surrogates in an op_id, an id or a sessionId, a timestamp or attempts of 10**30,
+    an op that is not an object or has no op_id: each is rejected on its own (a surrogate
+    op_id given back as U+FFFD, with its index), the good ops around them apply, and the
+    feed holds only those."""
+    good = good_ops(0)
+    message = good[1]
+    bad: list[Any] = [
+        {**message, "op_id": "\ud800x", "id": "m-a"},
+        {**message, "op_id": "b", "id": "m-\udc00"},
+        {**message, "op_id": "c", "id": "m-c", "data": {**message["data"], "sessionId": "s-\ud83d"}},
+        {**message, "op_id": "d", "id": "m-d", "timestamp": 10**30},
+        {**message, "op_id": "e", "id": "m-e", "attempts": 10**30},
+        7,
+        {k: v for k, v in message.items() if k != "op_id"},
+    ]
+    status, answer = push_raw(srv, [good[0], *bad, message])
+    assert status == 200, answer
+    results = answer["results"]
+    assert [r["status"] for r in results] == ["applied", *["rejected"] * len(bad), "applied"], results
+    assert results[1]["op_id"] == "\ufffdx" and results[1]["index"] == 1
+    assert [r["op_id"] for r in results[6:8]] == ["", ""] and results[6]["index"] == 6
+    assert all(r["reason"] for r in results[1:-1])
+    assert sorted(c["id"] for c in all_changes(srv)) == ["m-ok-0", "s-ok"]
+
+
+def test_every_error_body_is_the_documented_json() -> None:
+    """413 (a body over the limit, by its length or as read), 404, 405 and a bad cursor or
+    limit (a "²" is a digit to str.isdigit, not to int) all answer {"error": ...}, never
+    plain text and never 5xx."""
+    s = SyncServer([KEY], max_body_bytes=10_000)
+    s.start()
+    try:
+        big = json.dumps({"device_id": "dev", "ops": [], "pad": "x" * 20_000}).encode()
+        for method, path, body in [("POST", "/v1/push", big), ("GET", "/v1/nowhere", None),
+                                   ("DELETE", "/v1/push", None), ("GET", "/v1/changes?since=%C2%B2", None),
+                                   ("GET", "/v1/changes?limit=%C2%B2", None),
+                                   ("GET", "/v1/changes?since=" + "9" * 5000, None),
+                                   ("GET", "/v1/e2e/pending?after=%C2%B2&limit=" + "9" * 5000, None)]:
+            status, answer, _ = http(s, method, path, body)
+            assert 400 <= status < 500, (path, status, answer)
+            assert isinstance(answer, dict) and isinstance(answer["error"], str), (path, answer)
+        assert http(s, "POST", "/v1/push", big)[0] == 413
+        # a body sent without a length (chunked) is cut off as soon as it passes the bound
+        conn = HTTPConnection("127.0.0.1", s.port, timeout=30)
+        conn.putrequest("POST", "/v1/push")
+        conn.putheader("Authorization", f"Bearer {KEY}")
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        for _ in range(4):
+            conn.send(b"1000\r\n" + b" " * 4096 + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+        r = conn.getresponse()
+        assert r.status == 413 and "error" in json.loads(r.read())
+        conn.close()
+    finally:
+        s.stop()
+
+
+def test_the_server_refuses_malformed_envelopes() -> None:
+    """An encrypted record is stored only when every envelope has the format's shape and
+    belongs to its operation, and nothing but its plain ids sits beside them: extra or
+    missing fields, a key id that is not 16 hex digits, a short IV, a ciphertext that is
+    not a padded length or not base64, plain content beside envelopes, a second message
+    envelope, a plain id that is not valid Unicode are each rejected."""
+    from chatmem.server.e2e import check_op
+    from chatmem.sync.cipher import CryptographySuite
+    from chatmem.sync.e2e import Passphrase, encrypt_records, new_params
+
+    async def sealed() -> list[dict[str, Any]]:
+        suite = CryptographySuite()
+        _, key = await new_params(Passphrase("correct horse battery", iterations=10_000), suite)
+        recs = [{"op_id": "op-m", "resource": "message", "id": "m1", "hlc": "1700000000000-0000-dev",
+                 "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": "secret", "createdAt": 1}},
+                {"op_id": "op-s", "resource": "session", "id": "s1", "hlc": "1700000000000-0001-dev",
+                 "data": {"sessionId": "s1", "title": "secret", "pinned": True}}]
+        datas = await encrypt_records(recs, key, suite)
+        return [{"op_id": r["op_id"], "type": "create", "resource": r["resource"], "id": r["id"],
+                 "hlc": r["hlc"], "timestamp": 1, "attempts": 0, "data": d} for r, d in zip(recs, datas)]
+
+    message, session = run(sealed())
+    assert check_op(message) is None and check_op(session) is None
+    env = message["data"]["e2e"]
+
+    def with_env(**changes: Any) -> dict[str, Any]:
+        e = {k: v for k, v in {**env, **changes}.items() if v is not None}
+        return {**message, "data": {**message["data"], "e2e": e}}
+
+    bad = [
+        with_env(extra="x"), with_env(iv=None), with_env(k="not-a-key-id-hex"), with_env(k=7),
+        with_env(iv="AAAA"), with_env(ct=env["ct"][:-8]), with_env(ct="%%%"), with_env(op="other"),
+        with_env(hlc="1700000000000-0009-dev"), with_env(op=None),
+        {**message, "data": {**message["data"], "role": "user"}},
+        {**message, "data": {**message["data"], "title": env}},
+        {**message, "data": {**message["data"], "sessionId": "s-\ud800"}},
+        {**session, "data": {**session["data"], "archived": False}},
+        {**session, "data": {**session["data"], "pinned": {**session["data"]["pinned"], "k": "ab"}}},
+    ]
+    for op in bad:
+        assert check_op(op), op
+
+    srv_ = SyncServer([KEY])
+    srv_.start()
+    try:  # through HTTP: the bad envelope is that op's rejection; the plain op beside it applies
+        status, answer = push_raw(srv_, [good_ops(0)[0], {**bad[2], "id": "m-bad", "op_id": "x-bad"}])
+        assert status == 200 and [r["status"] for r in answer["results"]] == ["applied", "rejected"], answer
+        assert "envelope" in answer["results"][1]["reason"]
+    finally:
+        srv_.stop()
 
 
 def test_changes_page_is_limited_in_bytes(srv: SyncServer) -> None:
@@ -614,3 +726,13 @@ def test_markdown_renderer_is_depth_limited() -> None:
     assert depth(render.markdown(nested)) <= 3 * render.MAX_INLINE_DEPTH + 2
     assert render.markdown("> a\n> > b") == [("blockquote", {}, [("p", {}, ["a"]),
                                                                   ("blockquote", {}, [("p", {}, ["b"])])])]
+
+
+@pytest.mark.parametrize("value, ms", [("2", 2000), ("0.5", 500), ("inf", None), ("nan", None), ("-1", None),
+                                       ("1e400", None), ("soon", None), ("²", None)])
+def test_a_model_servers_retry_after_never_escapes(value: str, ms: int | None) -> None:
+    """A 429's Retry-After of inf, NaN, 1e400 or a negative number is ignored, not an OverflowError."""
+    from chatmem.providers import provider_error
+
+    err = provider_error(HTTPResponse(429, {"retry-after": value}, b'{"error": {"message": "slow down"}}'), "u")
+    assert isinstance(err, chatmem.errors.ProviderRateLimited) and err.retry_after_ms == ms

@@ -72,7 +72,7 @@ def test_retry_after_seconds_and_http_date() -> None:
     assert parse_retry_after(future, now) == 90_000
     past = email.utils.formatdate((now - 5_000) / 1000, usegmt=True)
     assert parse_retry_after(past, now) == 0
-    for junk in (None, "", "soon", "-3", "1.5"):
+    for junk in (None, "", "soon", "-3", "1.5", "²", "9" * 5000):
         assert parse_retry_after(junk, now) is None
 
 

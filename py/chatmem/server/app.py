@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -42,7 +43,7 @@ from .quotas import Quotas
 from .service import MAX_OPS_PER_PUSH, SyncService
 from .settings import DEFAULT_MAX_BODY, ServerSettings
 
-__all__ = ["create_app", "space_for_key", "FaultMiddleware", "AccessLog", "MAX_BODY_BYTES"]
+__all__ = ["create_app", "space_for_key", "BodyLimit", "FaultMiddleware", "AccessLog", "MAX_BODY_BYTES"]
 
 MAX_BODY_BYTES = DEFAULT_MAX_BODY
 
@@ -216,6 +217,10 @@ def create_app(
     async def unavailable(request: Request, exc: Exception) -> Response:
         return _error(503, "the database is unavailable; retry later", {"Retry-After": "1"})
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _error(exc.status_code, exc.detail, dict(exc.headers or {}))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -248,14 +253,61 @@ def create_app(
                 allow_private_network=True,
                 max_age=600,
             ),
+            Middleware(BodyLimit, max_body=max_body),
         ],
-        exception_handlers={DatabaseUnavailable: unavailable},
-        max_body_size=max_body,
+        exception_handlers={DatabaseUnavailable: unavailable, HTTPException: http_error},
         lifespan=lifespan,
     )
     if faults is not None:
         app = FaultMiddleware(app, faults)
     return app
+
+
+class _TooLarge(Exception):
+    """The request body passed ``BodyLimit``'s bound."""
+
+
+class BodyLimit:
+    """A request body over ``max_body`` bytes is answered 413 with the documented JSON
+    error (Starlette's own limit answers plain text): refused from its ``Content-Length``
+    before it is read, or as soon as the bytes read pass the bound."""
+
+    def __init__(self, app: ASGIApp, max_body: int):
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = _error(413, f"the body is larger than {self.max_body} bytes")
+        length = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if length.isdigit() and (len(length) > 18 or int(length) > self.max_body):
+            await too_large(scope, receive, send)
+            return
+        read = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > self.max_body:
+                    raise _TooLarge
+            return message
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, watch)
+        except _TooLarge:
+            if started:
+                raise
+            await too_large(scope, receive, send)
 
 
 class AccessLog:

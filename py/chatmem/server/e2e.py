@@ -29,11 +29,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import EncryptionConflict as E2EConflict
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
+from ..validation import is_id, parse_decimal
 from ..sync.e2e import (
+    MESSAGE_FIELD,
     PLAIN_FIELDS,
     KeyParams,
     envelope_key_ids,
+    envelope_problem,
     is_encrypted_data,
     is_envelope,
 )
@@ -81,14 +84,32 @@ def check_push(txn: SpaceTransaction, ops: list[Any]) -> None:
 
 
 def check_op(op: Mapping[str, Any]) -> str | None:
-    """Why an operation's envelopes do not belong to it (None if they do)."""
+    """Why an operation's encrypted record is not well formed (None when it is, or when the
+    record is plain): beside its plain routing ids (valid ids) it holds only envelopes
+    (``envelope_problem``), a message's whole record in the one field ``e2e``. A record
+    no device could read is refused here, once, instead of on every device that pulls it."""
     data = op.get("data")
     if not isinstance(data, Mapping) or op.get("type") == "delete":
         return None
+    if not any(is_envelope(v) for v in data.values()):
+        return None
+    message = op["resource"] == "message"
+    plain = _MESSAGE_PLAIN if message else PLAIN_FIELDS
     for name, value in data.items():
-        if is_envelope(value) and (value.get("op") != op["op_id"] or value.get("hlc") != op["hlc"]):
-            return f"the envelope of field {name!r} is bound to another operation"
+        if name in plain:
+            if not is_id(value):
+                return f"the plain {name} of an encrypted record is not an id"
+            continue
+        why = envelope_problem(value, op["op_id"], op["hlc"])
+        if why is not None:
+            return f"the envelope of field {shown(name)} {why}"
+    if message and set(data) - plain != {MESSAGE_FIELD}:
+        return f"an encrypted message holds its whole record in the one envelope {MESSAGE_FIELD!r}"
     return None
+
+
+#: what an encrypted message keeps plain (its own id travels as the operation's)
+_MESSAGE_PLAIN = frozenset({"sessionId"})
 
 
 def _params(value: Any, field: str) -> dict[str, Any]:
@@ -141,8 +162,8 @@ class E2EService:
     def pending(self, space: str, after: str | None, limit: str | None) -> dict[str, Any]:
         """Live records not (wholly) under the pending key, in feed order after ``after``."""
         target = self._target(space)
-        start = int(after) if after and after.isdigit() else 0
-        n = int(limit) if limit and limit.isdigit() else 100
+        start = parse_decimal(after) or 0
+        n = parse_decimal(limit) or 100
         n = max(1, min(n, MAX_REWRITE))
         found: list[dict[str, Any]] = []
         last, more = start, True
@@ -171,8 +192,8 @@ class E2EService:
             if _kid(_state(txn).get("pending")) != key_id or key_id is None:
                 raise E2EConflict("e2e-key-changed", "key_id is not the pending key")
             for i, rec in enumerate(body["records"]):
-                if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
-                    raise ValidationError(f"records[{i}] is not a record", field="records", index=i)
+                if not isinstance(rec, dict) or not is_id(rec.get("id")):
+                    raise ValidationError(f"records[{i}] is not a record with an id", field="records", index=i)
                 results.append(
                     {"resource": rec.get("resource"), "id": rec["id"], "status": self._rewrite_one(txn, rec, key_id)}
                 )
@@ -190,6 +211,8 @@ class E2EService:
         if not isinstance(data, dict) or envelope_key_ids(data) != {key_id}:
             return "rejected"
         if not is_encrypted_data(cur.resource, data):
+            return "rejected"
+        if any(envelope_problem(v, None, None) for k, v in data.items() if k not in PLAIN_FIELDS):
             return "rejected"
         if cur.resource == "session":
             if set(data) != set(cur.data) or data.get("sessionId") != cur.id:

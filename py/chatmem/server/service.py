@@ -39,7 +39,7 @@ from ..sync.admit import admit_op
 from ..sync.hlc import validate_device_id
 from ..sync.merge import is_newer, revives, same_message, winning_fields
 from ..sync.ops import MAX_ID_LENGTH
-from ..validation import DEFAULT_LIMITS, Limits
+from ..validation import DEFAULT_LIMITS, Limits, is_id, parse_decimal
 from . import e2e
 from .quotas import Quotas
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
@@ -57,9 +57,10 @@ def parse_cursor(value: str | None) -> int:
     """A cursor is the decimal feed position; empty or absent means "from the start"."""
     if value is None or value == "":
         return 0
-    if not value.isdigit() or len(value) > 18:
+    cursor = parse_decimal(value)
+    if cursor is None:
         raise ValidationError(f"bad cursor {shown(value)}", field="since")
-    return int(value)
+    return cursor
 
 
 def _touched(ops: list[Any]) -> list[tuple[str, str]]:
@@ -81,6 +82,14 @@ def _applied(op_id: str, reason: str | None = None) -> Result:
     return out
 
 
+def _printable(op_id: Any) -> str:
+    """A rejected op's ``op_id`` as its result can carry it: a lone surrogate (which no
+    UTF-8 answer can hold) becomes U+FFFD, anything but a string the empty string."""
+    if not isinstance(op_id, str):
+        return ""
+    return op_id[:MAX_ID_LENGTH].encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _rejected(op_id: str, reason: str) -> Result:
     return {"op_id": op_id, "status": "rejected", "reason": reason}
 
@@ -95,22 +104,31 @@ class SyncService:
 
     # ------------------------------------------------------------------ push
     def check_push(self, payload: Any) -> tuple[str, list[Any]]:
-        """The batch-level shape check (a failure is a 400 for the whole request)."""
+        """The body's shape (a failure is a 400 for the whole request): an object with a
+        ``device_id`` and a list of ``ops``. Each operation is checked on its own by ``push``."""
         if not isinstance(payload, dict):
             raise ValidationError("body must be a JSON object", field="body")
         device_id = validate_device_id(payload.get("device_id"))
         ops = payload.get("ops")
         if not isinstance(ops, list):
             raise ValidationError("ops must be a list", field="ops")
-        for i, op in enumerate(ops):
-            op_id = op.get("op_id") if isinstance(op, dict) else None
-            if not isinstance(op_id, str) or not op_id or len(op_id) > MAX_ID_LENGTH:
-                raise ValidationError(
-                    f"ops[{i}] must be an object with a non-empty string op_id",
-                    field="op_id",
-                    index=i,
-                )
         return device_id, ops
+
+    def _admit(self, op: Any, index: int, now: int) -> Result | None:
+        """Why ``op`` is rejected (its result), or None when it may be applied. Runs before
+        the store is touched, so nothing unreadable (an id that is not valid Unicode, a
+        number past 64 bits) reaches it, and a bad operation never fails its push."""
+        op_id = op.get("op_id") if isinstance(op, Mapping) else None
+        if not is_id(op_id):
+            return {"op_id": _printable(op_id), "index": index, "status": "rejected",
+                    "reason": "an operation must be an object whose op_id is a non-empty string of valid "
+                              f"Unicode of at most {MAX_ID_LENGTH} characters"}
+        try:
+            admit_op(op, self.limits, now)
+        except ValidationError as e:
+            return _rejected(op_id, f"invalid {e.field}: {e}")
+        bad_envelope = e2e.check_op(op)
+        return None if bad_envelope is None else _rejected(op_id, bad_envelope)
 
     def push(self, space: str, payload: Any) -> dict[str, Any]:
         """Apply a push body in one transaction; ``ValidationError`` for a malformed batch,
@@ -119,25 +137,21 @@ class SyncService:
         quotas = self.quotas.get(space)
         device_id, ops = self.check_push(payload)
         now = self.clock()
+        verdicts = [self._admit(op, i, now) for i, op in enumerate(ops)]
+        admitted = [op for op, verdict in zip(ops, verdicts) if verdict is None]
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
-            e2e.check_push(txn, ops)
+            e2e.check_push(txn, admitted)
             bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
-            seen = txn.seen_ops([op["op_id"] for op in ops])
-            txn.prefetch(_touched(ops))
-            for op in ops:
+            seen = txn.seen_ops([op["op_id"] for op in admitted])
+            txn.prefetch(_touched(admitted))
+            for op, verdict in zip(ops, verdicts):
+                if verdict is not None:
+                    results.append(verdict)
+                    continue
                 op_id = op["op_id"]
                 if op_id in seen:
                     results.append({"op_id": op_id, "status": "duplicate"})
-                    continue
-                try:
-                    admit_op(op, self.limits, now)
-                except ValidationError as e:
-                    results.append(_rejected(op_id, f"invalid {e.field}: {e}"))
-                    continue
-                bad_envelope = e2e.check_op(op)
-                if bad_envelope is not None:
-                    results.append(_rejected(op_id, bad_envelope))
                     continue
                 result = self._apply(txn, op)
                 if result["status"] == "applied":
@@ -256,8 +270,10 @@ class SyncService:
         start = parse_cursor(since)
         if limit is None or limit == "":
             n = DEFAULT_CHANGES_LIMIT
-        elif isinstance(limit, int) or (isinstance(limit, str) and limit.isdigit()):
-            n = int(limit)
+        elif isinstance(limit, int) and not isinstance(limit, bool):
+            n = limit
+        elif (parsed := parse_decimal(limit)) is not None:
+            n = parsed
         else:
             raise ValidationError(f"bad limit {shown(limit)}", field="limit")
         if n < 1:

@@ -33,8 +33,8 @@ def parse_retry_after(value: str | None, now_ms: int) -> int | None:
     value = value.strip()
     if not value:
         return None
-    if value.isdigit():
-        return int(value) * 1000
+    if value.isascii() and value.isdigit():
+        return int(value) * 1000 if len(value) <= 12 else None
     try:
         import email.utils  # only for an HTTP date; costly to import at start-up in the page
 

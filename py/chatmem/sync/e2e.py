@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import struct
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,7 @@ __all__ = [
     "new_params",
     "derive_key",
     "is_envelope",
+    "envelope_problem",
     "envelope_key_ids",
     "encrypt_records",
     "decrypt_records",
@@ -71,6 +73,8 @@ DEFAULT_ITERATIONS = 600_000
 MIN_ITERATIONS = 10_000
 _MAX_ITERATIONS = 100_000_000
 _PAD = 32
+#: bytes of AES-GCM's tag at the end of every ciphertext
+_TAG = 16
 #: a message's whole record travels in this one field
 MESSAGE_FIELD = "e2e"
 #: fields that stay plain: the record's own routing ids
@@ -292,6 +296,38 @@ def _pad(value: Any) -> bytes:
 
 def is_envelope(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("e2e") == FORMAT and "ct" in value
+
+
+_ENVELOPE_KEYS = frozenset({"e2e", "k", "op", "hlc", "iv", "ct"})
+_KEY_ID = re.compile(r"[0-9a-f]{16}\Z")
+
+
+def envelope_problem(value: Any, op_id: str | None, hlc: str | None) -> str | None:
+    """Why ``value`` is not a well-formed envelope of the operation ``op_id`` at ``hlc``
+    (None when it is): exactly the fields of the format, a key id of 16 hex digits, bound
+    to that operation (``op_id`` None: to any), a 12-byte IV and a ciphertext as long as a
+    padded plaintext and its tag. What the server can check without the key; the
+    receiving device checks that it authenticates."""
+    if not is_envelope(value):
+        return "is not an envelope"
+    if set(value) != _ENVELOPE_KEYS:
+        return "holds other fields than e2e, k, op, hlc, iv and ct"
+    key_id = value["k"]
+    if not isinstance(key_id, str) or not _KEY_ID.match(key_id):
+        return "names no key id (16 hex digits)"
+    if not isinstance(value["op"], str) or not isinstance(value["hlc"], str):
+        return "is bound to no operation"
+    if op_id is not None and (value["op"] != op_id or value["hlc"] != hlc):
+        return "is bound to another operation"
+    try:
+        iv, ct = b64d(value["iv"], "iv"), b64d(value["ct"], "ct")
+    except ValidationError as e:
+        return str(e)
+    if len(iv) != 12:
+        return "has an IV that is not 12 bytes"
+    if len(ct) < _PAD + _TAG or (len(ct) - _TAG) % _PAD:
+        return "has a ciphertext whose length is not that of a padded plaintext and its tag"
+    return None
 
 
 def is_encrypted_data(resource: str, data: Mapping[str, Any] | None) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError, shown
+from ..validation import INT64_MAX, is_id
 from .hlc import parse_hlc
 
 __all__ = [
@@ -62,10 +63,15 @@ def _fail(msg: str, field: str) -> ValidationError:
 
 
 def _check_id(value: Any, name: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+    if not is_id(value):
         raise _fail(
-            f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters", name
+            f"{name} must be a non-empty string of valid Unicode of at most {MAX_ID_LENGTH} characters", name
         )
+
+
+def _check_count(value: Any, name: str, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise _fail(f"{name} must be {what} within 64 bits", name)
 
 
 def validate_op(op: Any) -> SyncOp:
@@ -85,12 +91,8 @@ def validate_op(op: Any) -> SyncOp:
         )
     _check_id(op.get("id"), "id")
     parse_hlc(op.get("hlc"))
-    ts = op.get("timestamp")
-    if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-        raise _fail("timestamp must be a non-negative int (ms since the epoch)", "timestamp")
-    attempts = op.get("attempts", 0)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
-        raise _fail("attempts must be a non-negative int", "attempts")
+    _check_count(op.get("timestamp"), "timestamp", "a non-negative int (ms since the epoch)")
+    _check_count(op.get("attempts", 0), "attempts", "a non-negative int")
     kind, resource, data = op["type"], op["resource"], op.get("data")
     if kind == "delete":
         if data is not None and not isinstance(data, Mapping):
