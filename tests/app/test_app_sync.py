@@ -194,3 +194,44 @@ def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) ->
         assert wait_chip(app2, "wrong-passphrase") == "Wrong passphrase"
         wait_error(other, "passphrase")
         assert not app.errors and not app2.errors, app.errors + app2.errors
+
+
+def test_a_record_this_device_cannot_use_is_shown_and_tried_again(ctx: Any, site: str, srv: Any) -> None:
+    """A record the server holds but this device cannot use (written past the server's
+    checks, here a message with role 'evil') is quarantined: the chip says so, the panel
+    counts it with its reason and lists it; mended on the server, "Try again" applies it."""
+    from chatmem.server.storage import StoredRecord
+
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    app = AppPage(page, site, unique_name("quarantine"))
+    app.new_session()
+    app.send("The first words")
+    settings(app, srv.url, KEY)
+    sync_now(app)
+    assert wait_chip(app, "synced") == "Synced"
+    sid = app.py("import chatmem_app\n(await chatmem_app.app.mem.sessions.list())[0].session_id")
+    space = srv.space(KEY)
+    record = {"id": "m-from-elsewhere", "sessionId": sid, "seq": 50, "role": "evil", "content": "a stranger",
+              "createdAt": 1_700_000_000_000}
+
+    def store(data: dict[str, Any]) -> None:
+        with srv.storage.transaction(space) as txn:
+            txn.put(StoredRecord(resource="message", id=data["id"], data=data, deleted=False,
+                                 hlc="1700000000000-0000-elsewhere", birth_hlc="1700000000000-0000-elsewhere",
+                                 session_id=sid))
+
+    store(record)
+    sync_now(app)
+    assert wait_chip(app, "error") == "1 unreadable"
+    page.wait_for_selector("#sync-quarantined:has-text('1 (1 not a valid record)')")
+    assert "role" in page.locator("#sync-quarantine-list").inner_text()
+
+    store(dict(record, role="assistant"))
+    page.click("#panel [data-action=quarantine-retry]")
+    page.wait_for_selector("text=1 of 1 could be read now.")
+    assert wait_chip(app, "synced") == "Synced"
+    texts = app.py("import chatmem_app\n"
+                   f"[m.content for m in await chatmem_app.app.mem.messages.list({sid!r})]")
+    assert "a stranger" in texts
+    assert not app.errors, app.errors

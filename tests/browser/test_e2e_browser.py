@@ -104,3 +104,48 @@ st = await mem.sync.status()
 [err, st.state, st.pending, len(await mem.sessions.list())]
 """)
     assert out == ["WrongPassphrase", "wrong-passphrase", 1, 1]
+
+
+def test_a_tampered_record_is_quarantined_alone_in_the_page(page: Page, srv: Any) -> None:
+    """One message's ciphertext altered on the server: the page applies the rest of the
+    page (the session, the other message), moves its cursor, counts the message as
+    quarantined for decryption; mended on the server, retry_quarantined applies it."""
+
+    async def cpython() -> str:
+        mem = await chatmem.open()
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
+                                            encryption=Passphrase(PASS, iterations=10_000)))
+        s = await mem.sessions.create(title="shared")
+        await mem.messages.append(s.session_id, "user", f"first {MARKER}")
+        await mem.messages.append(s.session_id, "assistant", "second")
+        await mem.sync.run()
+        return s.session_id
+
+    sid = run(cpython())
+    space = srv.space(KEY)
+    target = next(r for r in srv.storage.changes(space, 0, 10**6) if r.resource == "message" and not r.deleted)
+    good = dict(target.data)
+
+    def store_data(data: dict[str, Any]) -> None:
+        with srv.storage.transaction(space) as txn:
+            cur = txn.get("message", target.id)
+            cur.data = data
+            txn.put(cur)
+
+    ct = good["e2e"]["ct"]
+    store_data({**good, "e2e": {**good["e2e"], "ct": ("B" if ct[0] == "A" else "A") + ct[1:]}})
+    db = unique_name("e2e-quarantine")
+    out = page.py(page_device(srv, db, PASS) + f"""
+report = await mem.sync.pull()
+st = await mem.sync.status()
+items = await mem.sync.quarantined()
+[report.state, st.quarantined, st.quarantine_reasons, [x["id"] for x in items],
+ len(await mem.messages.list({sid!r})), (await mem.sessions.get({sid!r})).title]
+""")
+    assert out == ["idle", 1, {"decryption": 1}, [target.id], 1, "shared"]
+    store_data(good)
+    out = page.py(page_device(srv, db, PASS) + f"""
+await mem.sync.retry_quarantined()
+[(await mem.sync.status()).quarantined, len(await mem.messages.list({sid!r}))]
+""")
+    assert out == [0, 2]

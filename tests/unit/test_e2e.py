@@ -328,18 +328,22 @@ def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: Any) ->
         flipped = ("B" if good[0] == "A" else "A") + good[1:]
         store_data({**target.data, "e2e": {**target.data["e2e"], "ct": flipped}})
         b = await device(srv, pw())
-        with pytest.raises(DecryptionError):
-            await b.sync.pull()
-        assert (await b.sync.status()).state == "error"
-        assert await b.sessions.list() == []
-        # another message's envelope under this message's id fails the same way
+        await b.sync.pull()  # the tampered message is quarantined alone; the rest applies
+        st = await b.sync.status()
+        assert st.state == "idle" and st.quarantined == 1 and st.quarantine_reasons == {"decryption": 1}
+        (item,) = await b.sync.quarantined()
+        assert item["id"] == target.id and item["kind"] == "decryption" and "authentication" in item["reason"]
+        assert {s.title for s in await b.sessions.list()} == {"second", *[s.title for s in await a.sessions.list()]}
+        assert len(await texts(b, sid)) == 1
+        # another message's envelope under this message's id is quarantined the same way
         store_data({**other.data, "id": target.id})
-        with pytest.raises(DecryptionError):
-            await b.sync.pull()
-        assert await b.sessions.list() == []
-        store_data(target.data)
         await b.sync.pull()
+        assert [x["id"] for x in await b.sync.quarantined()] == [target.id]
+        # mended on the server: tried again, it is applied and leaves the quarantine
+        store_data(target.data)
+        await b.sync.retry_quarantined()
         assert await texts(b, sid) == [f"my secret is {MARKER}", "noted"]
+        assert (await b.sync.status()).quarantined == 0
 
     run(go())
 

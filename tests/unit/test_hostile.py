@@ -514,9 +514,66 @@ def test_pull_sets_bad_changes_aside_and_moves_on(backend: str, tmp_path: Path) 
     run(go())
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -> None:
+    """Against the reference server, records it holds that this device cannot use: one of
+    a resource this version does not know, one dated an hour ahead of this device's clock
+    and one invalid. Each is quarantined alone (the good record of the same page applies,
+    the cursor moves on); retry_quarantined applies what became usable (the clock caught
+    up, the invalid record was mended) and keeps the rest."""
+    from chatmem.server.storage import StoredRecord
+
+    now = [1_800_000_000_000]
+    hour_ahead = f"{now[0] + 3_600_000:013d}-0000-elsewhere"
+    base = "1799999999000-0000-elsewhere"
+
+    def put(server: SyncServer, resource: str, rid: str, data: dict[str, Any], hlc: str = base) -> None:
+        with server.storage.transaction(server.space(KEY)) as txn:
+            txn.put(StoredRecord(resource=resource, id=rid, data=data, deleted=False, hlc=hlc, birth_hlc=hlc,
+                                 session_id=data.get("sessionId") if resource == "message" else None))
+
+    def msg(mid: str, **kw: Any) -> dict[str, Any]:
+        return {"id": mid, "sessionId": "rs", "role": "user", "content": f"text of {mid}", "createdAt": 1, **kw}
+
+    server = SyncServer([KEY], clock=lambda: now[0] + 7_200_000)
+    server.start()
+    try:
+        put(server, "session", "rs", {"sessionId": "rs", "title": "shared", "createdAt": 1, "updatedAt": 1})
+        put(server, "fact", "f1", {"key": "home", "value": "Porto"})
+        put(server, "message", "m-future", msg("m-future"), hlc=hour_ahead)
+        put(server, "message", "m-bad", msg("m-bad", role="evil"))
+        put(server, "message", "m-good", msg("m-good"))
+
+        async def go() -> None:
+            mem = await open_store(backend, tmp_path, clock=lambda: now[0])
+            await mem.sync.configure(SyncConfig(enabled=True, endpoint=server.url, api_key=KEY))
+            report = await mem.sync.pull()
+            st = await mem.sync.status()
+            assert report.state == "idle" and st.state == "idle", (report, st)
+            assert st.quarantine_reasons == {"unknown-type": 1, "clock-skew": 1, "invalid": 1}
+            assert {(x["resource"], x["id"], x["kind"]) for x in await mem.sync.quarantined()} == {
+                ("fact", "f1", "unknown-type"), ("message", "m-future", "clock-skew"), ("message", "m-bad", "invalid")}
+            assert [m.id for m in await mem.messages.list("rs")] == ["m-good"]
+            assert await mem.store.kv_get("sync.cursor") == str(server.storage.cursor(server.space(KEY)))
+            assert not (await mem.store.kv_get("sync.hlc") or "").startswith(hour_ahead[:13])
+
+            now[0] += 3_600_000  # this device's clock catches up; the sender mends its record
+            put(server, "message", "m-bad", msg("m-bad", role="assistant"))
+            await mem.sync.retry_quarantined()
+            st = await mem.sync.status()
+            assert st.quarantine_reasons == {"unknown-type": 1} and st.quarantined == 1
+            assert sorted(m.id for m in await mem.messages.list("rs")) == ["m-bad", "m-future", "m-good"]
+            await mem.close()
+
+        run(go())
+    finally:
+        server.stop()
+
+
 def test_pulled_far_future_hlc_never_poisons_the_clock(tmp_path: Path) -> None:
-    """A pulled change stamped 9999999999999-9999-x does not move this device's clock:
-    appends, creates and renames keep working (before: 'HLC wall time out of range' forever)."""
+    """A pulled change stamped 9999999999999-9999-x is quarantined (applied, it would win
+    every later write) and does not move this device's clock: appends, creates and renames
+    keep working (before: 'HLC wall time out of range' forever)."""
     future = change("session", "rs", {"sessionId": "rs", "title": "far", "createdAt": 1, "updatedAt": 1},
                     hlc="9999999999999-9999-x")
 
@@ -526,6 +583,8 @@ def test_pulled_far_future_hlc_never_poisons_the_clock(tmp_path: Path) -> None:
         await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
         await mem.sync.pull()
         assert not (await mem.store.kv_get("sync.hlc") or "").startswith("9999999999999")
+        assert not await mem.sessions.exists("rs")
+        assert (await mem.sync.status()).quarantine_reasons == {"clock-skew": 1}
         s = await mem.sessions.create(title="mine")
         await mem.messages.append(s.session_id, "user", "hello")
         await mem.sessions.update(s.session_id, title="renamed")

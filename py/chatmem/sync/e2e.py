@@ -60,6 +60,7 @@ __all__ = [
     "envelope_key_ids",
     "encrypt_records",
     "decrypt_records",
+    "decrypt_each",
     "is_encrypted_data",
     "associated_data",
     "b64e",
@@ -421,8 +422,27 @@ async def decrypt_records(
     ``WrongPassphrase`` if an envelope names a key not in ``keys`` (the passphrase
     was changed elsewhere); ``DecryptionError`` if one does not authenticate or
     does not belong to its record; plain content is refused unless ``allow_plain``.
+    The first record that fails raises (``decrypt_each`` answers each record apart).
     """
     out: list[dict[str, Any] | None] = []
+    for opened in await decrypt_each(records, keys, suite, allow_plain=allow_plain):
+        if isinstance(opened, Exception):
+            raise opened
+        out.append(opened)
+    return out
+
+
+async def decrypt_each(
+    records: Sequence[Mapping[str, Any]],
+    keys: Mapping[str, SpaceKey],
+    suite: CipherSuite,
+    *,
+    allow_plain: bool = False,
+) -> list[dict[str, Any] | None | WrongPassphrase | DecryptionError]:
+    """``decrypt_records``, record by record: each record's plain ``data`` (None for a
+    delete), or the error that record alone raised, so that one record no key opens
+    never keeps the others of its page from being applied."""
+    out: list[dict[str, Any] | None | WrongPassphrase | DecryptionError] = []
     work: dict[str, list[_Item]] = {}
     for i, rec in enumerate(records):
         data, resource, rid = rec.get("data"), str(rec["resource"]), str(rec["id"])
@@ -430,37 +450,49 @@ async def decrypt_records(
             out.append(None)
             continue
         plain: dict[str, Any] = {}
-        for fname, value in data.items():
-            if fname in PLAIN_FIELDS or (allow_plain and not is_envelope(value)):
-                plain[fname] = value
-                continue
-            it = _envelope_item(i, fname, value, resource, rid)
-            kid = str(value["k"])
-            if kid not in keys:
-                raise WrongPassphrase(
-                    f"{resource} {shown(rid)} is encrypted with another key: the passphrase was changed "
-                    "on another device; enter the new one"
-                )
+        items: list[tuple[str, _Item]] = []
+        try:
+            if not isinstance(data, Mapping):
+                raise DecryptionError(f"{resource} {shown(rid)}: its data is not an object")
+            for fname, value in data.items():
+                if fname in PLAIN_FIELDS or (allow_plain and not is_envelope(value)):
+                    plain[fname] = value
+                    continue
+                it = _envelope_item(i, fname, value, resource, rid)
+                kid = str(value["k"])
+                if kid not in keys:
+                    raise WrongPassphrase(
+                        f"{resource} {shown(rid)} is encrypted with another key: the passphrase was changed "
+                        "on another device; enter the new one"
+                    )
+                items.append((kid, it))
+        except (WrongPassphrase, DecryptionError) as e:
+            out.append(e)
+            continue
+        for kid, it in items:
             work.setdefault(kid, []).append(it)
         out.append(plain)
-    for kid, items in work.items():
-        opened = await suite.open_many(keys[kid].enc, [(it.iv, it.body, it.ad) for it in items])
-        for it, pt in zip(items, opened):
-            rec = records[it.index]
+    for kid, items_ in work.items():
+        opened = await suite.open_many(keys[kid].enc, [(it.iv, it.body, it.ad) for it in items_])
+        for it, pt in zip(items_, opened):
+            rec, target = records[it.index], out[it.index]
+            if not isinstance(target, dict):
+                continue  # another field of this record failed already
             where = f"{rec['resource']} {shown(rec['id'])} field {shown(it.fname)}"
-            if pt is None:
-                raise DecryptionError(f"{where} failed authentication (tampered, or moved to another record)")
             try:
-                value = json.loads(pt.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as e:
-                raise DecryptionError(f"{where} decrypted to something that is not JSON") from e
-            _merge(out, it, value, rec)
+                if pt is None:
+                    raise DecryptionError(f"{where} failed authentication (tampered, or moved to another record)")
+                try:
+                    value = json.loads(pt.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                    raise DecryptionError(f"{where} decrypted to something that is not JSON") from e
+                _merge(target, it, value, rec)
+            except DecryptionError as e:
+                out[it.index] = e
     return out
 
 
-def _merge(out: list[dict[str, Any] | None], it: _Item, value: Any, rec: Mapping[str, Any]) -> None:
-    target = out[it.index]
-    assert target is not None
+def _merge(target: dict[str, Any], it: _Item, value: Any, rec: Mapping[str, Any]) -> None:
     if rec["resource"] == "message" and it.fname == MESSAGE_FIELD:
         if not isinstance(value, dict):
             raise DecryptionError(f"message {shown(rec['id'])} decrypted to a non-object")

@@ -29,6 +29,8 @@ What is durable, and when:
   (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
+  A record this device cannot use is quarantined alone (``chatmem.sync.quarantine``);
+  ``retry_quarantined()`` pulls again from where the earliest one's page began.
 - End-to-end encryption: see ``chatmem.sync.unlock`` (key check before a push
   or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
 - One drainer at a time: in the browser a Web Lock per database (the tab
@@ -86,7 +88,8 @@ from .push import (
     select_batch,
     strip_lease,
 )
-from .quarantine import QUARANTINE_KEY
+from .quarantine import QUARANTINE_KEY, retry_from
+from .quarantine import kinds as quarantine_kinds
 from .status import SyncState, SyncStatus
 from .unlock import EncryptedSync
 
@@ -262,7 +265,8 @@ class SyncEngine(AutoSync, EncryptedSync):
         pending += await self._backfill.remaining()
         st = await self._core.store.kv_get(STATUS_KEY)
         q = await self._core.store.kv_get(QUARANTINE_KEY)
-        quarantined = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
+        reasons = quarantine_kinds(q)
+        quarantined = sum(reasons.values())
         if isinstance(st, dict) and st.get("owner") != self.owner:
             out = SyncStatus(
                 state=st.get("state", "idle"),
@@ -271,27 +275,38 @@ class SyncEngine(AutoSync, EncryptedSync):
                 last_success=st.get("lastSuccess"),
                 last_error=st.get("lastError"),
                 quarantined=quarantined,
+                quarantine_reasons=reasons,
             )
         else:
-            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined)
+            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined,
+                             reasons)
         if dead and out.state == "idle":
             # dead letters wait for the user: that is an error until replayed or discarded
             out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
         return out
 
     async def quarantined(self) -> list[dict[str, Any]]:
-        """Pulled changes that were set aside (newest last): ``{change, reason, field, at, cursor}``.
-
+        """The pulled records this device could not use, one entry each (newest last):
+        ``{resource, id, kind, reason, field, change, at, since}`` (``chatmem.sync.quarantine``);
         ``change`` holds the change as received, as JSON text (``{"json": ...}``)."""
         q = await self._core.store.kv_get(QUARANTINE_KEY)
-        return list(q.get("items", [])) if isinstance(q, dict) else []
+        items = q.get("items") if isinstance(q, dict) else None
+        return [dict(x) for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+    async def retry_quarantined(self) -> PullReport:
+        """Try the quarantined records again: pull again from where the earliest one's page
+        began. A record that now decrypts and passes (e.g. once the right passphrase was
+        entered, or the sender fixed it) is applied and leaves the quarantine; one that
+        still fails stays, with its new reason. ``status().quarantined`` says how many are left."""
+        return await self._pull_locked(rewind=True)
 
     async def clear_quarantine(self) -> int:
-        """Forget every set-aside change; returns how many were counted. Durable when it returns."""
+        """Forget every quarantined record (they are never applied); returns how many there
+        were. Durable when it returns."""
         q = await self._core.store.kv_get(QUARANTINE_KEY)
-        n = q.get("count", 0) if isinstance(q, dict) and isinstance(q.get("count"), int) else 0
+        n = sum(quarantine_kinds(q).values())
         await self._core.store.kv_set(QUARANTINE_KEY, {"count": 0, "items": []})
-        return int(n)
+        return n
 
     # ------------------------------------------------------------------ dead letters
     async def dead_letters(self) -> list[dict[str, Any]]:
@@ -420,6 +435,12 @@ class SyncEngine(AutoSync, EncryptedSync):
     # ------------------------------------------------------------------ pull
     async def pull(self) -> PullReport:
         """Apply the server's change feed page by page (see the module docstring)."""
+        return await self._pull_locked(rewind=False)
+
+    async def _pull_locked(self, *, rewind: bool) -> PullReport:
+        """A pull under the drain lock; ``rewind``: from where the earliest quarantined
+        record's page began (the cursor is moved back under the lock, so no other pull
+        moves it meanwhile)."""
         cfg, client = await self._ready()
         if self._paused:
             return await self._pull_skipped()
@@ -429,6 +450,10 @@ class SyncEngine(AutoSync, EncryptedSync):
             skipped = await self._unlock(cfg, client)
             if skipped is not None:
                 return PullReport(state=skipped)
+            if rewind:
+                anything, since = retry_from(await self._core.store.kv_get(QUARANTINE_KEY))
+                if anything:
+                    await self._core.store.kv_set(CURSOR_KEY, since or "")
             return await self._pull_guarded(cfg, client)
         finally:
             await self._lock.release()

@@ -30,6 +30,7 @@ from .e2e import (
     SpaceKey,
     b64d,
     b64e,
+    decrypt_each,
     decrypt_records,
     derive_key,
     encrypt_records,
@@ -38,6 +39,7 @@ from .e2e import (
     space_key,
 )
 from .protocol import SyncClient
+from .quarantine import Quarantined, quarantined
 
 if TYPE_CHECKING:
     from ..stores.base import Store
@@ -251,22 +253,38 @@ class Keyring:
         datas = await encrypt_records(ops, self.key, self.suite)
         return [dict(op, data=d) for op, d in zip(ops, datas)]
 
-    async def open(self, changes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Pulled changes with their ``data`` decrypted (``DecryptionError`` / ``WrongPassphrase``)."""
+    async def open(self, changes: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[Quarantined]]:
+        """Pulled changes with their ``data`` decrypted, and those that could not be: a record
+        that fails to authenticate or names a key this device does not hold is quarantined
+        on its own (``QuarantineKind`` ``"decryption"``). ``WrongPassphrase`` stops the
+        whole pull when the device has no key for an encrypted space, or while another
+        device changes the passphrase."""
         if self.key is None:
             for c in changes:
-                if any(k is not None for k in envelope_key_ids(c.get("data"))):
+                if any(k is not None for k in _key_ids(c.get("data"))):
                     raise WrongPassphrase(
                         "this sync space holds end-to-end encrypted records: set its passphrase"
                     )
-            return [dict(c) for c in changes]
+            return [dict(c) for c in changes], []
         pending = self.pending_key_id
-        if pending is not None and any(pending in envelope_key_ids(c.get("data")) for c in changes):
+        if pending is not None and any(pending in _key_ids(c.get("data")) for c in changes):
             raise WrongPassphrase(
                 "a passphrase change is in progress on another device: pulling waits for it "
                 "(then enter the new passphrase here)"
             )
-        datas = await decrypt_records(
+        opened = await decrypt_each(
             changes, {self.key.key_id: self.key}, self.suite, allow_plain=not self.space_encrypted
         )
-        return [dict(c, data=d) for c, d in zip(changes, datas)]
+        good: list[dict[str, Any]] = []
+        bad: list[Quarantined] = []
+        for c, d in zip(changes, opened):
+            if isinstance(d, Exception):
+                bad.append(quarantined(c, "decryption", str(d)))
+            else:
+                good.append(dict(c, data=d))
+        return good, bad
+
+
+def _key_ids(data: Any) -> set[str | None]:
+    """``envelope_key_ids`` of a pulled record's data (none for data that is not an object)."""
+    return envelope_key_ids(data) if isinstance(data, Mapping) else set()

@@ -43,6 +43,7 @@ from ..errors import (
     TransportTimeout,
     ValidationError,
     WrongPassphrase,
+    shown,
 )
 from ..http import HTTPResponse, Transport
 from ..ids import Clock, system_clock
@@ -342,6 +343,10 @@ class SyncClient:
         out: list[Change] = []
         malformed: list[dict[str, Any]] = []
         for c in answer["changes"]:
+            if isinstance(c, dict) and isinstance(c.get("resource"), str) and c["resource"] not in RESOURCES:
+                malformed.append({"change": c, "kind": "unknown-type",
+                                  "reason": f"a {shown(c['resource'])} record, which this version does not know"})
+                continue
             if (
                 not isinstance(c, dict)
                 or c.get("resource") not in RESOURCES

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ClockSkew, SyncPermanentError, SyncTransientError
 from .backoff import BackoffPolicy
 from .config import SyncConfig
+from .hlc import check_skew
 from .protocol import SyncClient
-from .quarantine import QUARANTINE_KEY, printable, screen, set_aside
+from .quarantine import QUARANTINE_KEY, Quarantined, quarantined, screen, set_aside
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -35,7 +36,8 @@ async def pull_changes(
     *,
     sleep: Callable[[float], Awaitable[None]],
     rand: Callable[[], float],
-    decode: Callable[[Sequence[dict[str, Any]]], Awaitable[list[dict[str, Any]]]] | None = None,
+    decode: Callable[[Sequence[dict[str, Any]]], Awaitable[tuple[list[dict[str, Any]], list[Quarantined]]]]
+    | None = None,
 ) -> tuple[int, int, str | None]:
     """Pull until the feed has no more; returns (pages, changes, cursor).
 
@@ -44,10 +46,11 @@ async def pull_changes(
     pull starts over from the beginning, once. Touched sessions are
     invalidated in the caches and reported to listeners as ``session-synced``.
     ``decode`` (end-to-end decryption) turns each page's changes into plain ones
-    before anything of it is applied; what it raises stops the pull there.
-    Then each change is checked (``chatmem.sync.quarantine``): one that fails is
-    set aside in ``kv`` in the same transaction as the cursor, never applied,
-    and the pull moves on. The HLC clock never adopts an HLC past the skew bound.
+    and quarantines those it cannot open; what it raises (no key for the space)
+    stops the pull there. Then each change is checked: one that fails, or whose
+    HLC is past the clock-skew bound, is quarantined (``chatmem.sync.quarantine``)
+    in the same transaction as the cursor, never applied, and the pull moves on;
+    a good version of a quarantined record takes it out of the quarantine.
     """
     store = core.store
     policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
@@ -74,21 +77,27 @@ async def pull_changes(
             {"resource": c.resource, "id": c.id, "data": c.data, "deleted": c.deleted, "hlc": c.hlc}
             for c in page.changes
         ]
+        bad: list[Quarantined] = []
         if decode is not None:
-            changes = await decode(changes)
-        changes, bad = screen(changes, core.limits)
-        bad += [{"change": printable(m.get("change")), "reason": m.get("reason"), "field": None}
-                for m in page.malformed]
+            changes, bad = await decode(changes)
+        changes, invalid = screen(changes, core.limits)
+        bad += invalid
+        bad += [quarantined(m.get("change"), "unknown-type" if m.get("kind") == "unknown-type" else "malformed",
+                            str(m.get("reason"))) for m in page.malformed]
+        changes = _within_skew(changes, bad, core.now(), core.limits.max_clock_skew_ms)
         if hlc is not None:
             for c in changes:
                 try:
                     hlc.update(str(c["hlc"]))
-                except ClockSkew as e:  # applied, but this clock stays where it is
+                except ClockSkew as e:  # within the bound a moment ago: applied, the clock stays
                     log.warning("pulled change %s %s: %s", c["resource"], c["id"], e)
         kv: dict[str, Any] = {CURSOR_KEY: page.cursor}
+        stored_quarantine = await store.kv_get(QUARANTINE_KEY)
+        quarantine = set_aside(stored_quarantine, bad, core.now(), cursor, changes)
+        if quarantine is not None:
+            kv[QUARANTINE_KEY] = quarantine
         if bad:
-            log.warning("pull: %d change(s) set aside: %s", len(bad), bad[0]["reason"])
-            kv[QUARANTINE_KEY] = set_aside(await store.kv_get(QUARANTINE_KEY), bad, core.now(), page.cursor)
+            log.warning("pull: %d record(s) quarantined: %s", len(bad), bad[0]["reason"])
         touched = await store.apply_changes(changes, kv)
         for sid in touched:
             core.invalidate(sid)
@@ -99,3 +108,18 @@ async def pull_changes(
         if not page.more:
             break
     return pages, n, cursor
+
+
+def _within_skew(changes: list[dict[str, Any]], bad: list[Quarantined], now_ms: int,
+                 max_skew_ms: int) -> list[dict[str, Any]]:
+    """``changes`` but those whose HLC is more than ``max_skew_ms`` ahead of this clock,
+    which go to ``bad``: applied, such a record would win every later write."""
+    kept = []
+    for c in changes:
+        try:
+            check_skew(c["hlc"], now_ms, max_skew_ms)
+        except ClockSkew as e:
+            bad.append(quarantined(c, "clock-skew", str(e), "hlc"))
+            continue
+        kept.append(c)
+    return kept

@@ -23,7 +23,7 @@ States:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from ..errors import ValidationError, shown
@@ -48,8 +48,11 @@ class SyncStatus:
     last_success: int | None = None
     #: human-readable reason of the last failure (never contains the api key)
     last_error: str | None = None
-    #: pulled changes set aside because they failed validation (``mem.sync.quarantined()``)
+    #: pulled records quarantined because this device cannot use them (``mem.sync.quarantined()``)
     quarantined: int = 0
+    #: how many of them for each reason: ``"decryption"``, ``"invalid"``, ``"unknown-type"``,
+    #: ``"clock-skew"``, ``"malformed"`` (reasons with none are left out)
+    quarantine_reasons: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.state not in SYNC_STATES:
@@ -70,6 +73,7 @@ class SyncStatus:
             "lastSuccess": self.last_success,
             "lastError": self.last_error,
             "quarantined": self.quarantined,
+            "quarantineReasons": dict(self.quarantine_reasons),
         }
 
     @classmethod
@@ -81,4 +85,5 @@ class SyncStatus:
             last_success=d.get("lastSuccess", d.get("last_success")),
             last_error=d.get("lastError", d.get("last_error")),
             quarantined=int(d.get("quarantined", 0)),
+            quarantine_reasons=dict(d.get("quarantineReasons") or {}),
         )

@@ -7,8 +7,9 @@ re-encryption ``chatmem.sync.keyring``.
   ``wrong-passphrase`` (or ``locked`` when no passphrase was entered here),
   with nothing sent or applied.
 - The outbox keeps plain records: ``data`` is encrypted when a push is built
-  and decrypted when a pulled page is applied (``DecryptionError`` if it does
-  not authenticate: that page is not applied and the cursor stays).
+  and decrypted when a pulled page is applied; a record that does not
+  authenticate is quarantined alone (``chatmem.sync.quarantine``) and the
+  rest of its page applies.
 - ``change_passphrase`` re-encrypts the space (resumable, each record once).
 """
 

@@ -1,5 +1,6 @@
 """Sync status — the chip in the sidebar and its panel — from ``mem.sync``:
-pending changes, dead letters with replay/discard, last sync, errors, and
+pending changes, dead letters with replay/discard, records this device could
+not use (quarantined) with "Try again" and "Forget", last sync, errors, and
 "Sync now". The chip shows the engine's own state (idle, syncing, offline,
 paused-auth, locked, wrong-passphrase, error) with the outbox counts; it never claims "synced" while
 anything waits. Auto-sync itself is ``mem.sync``'s loop; the page only
@@ -44,6 +45,8 @@ def chip_text(st: Any, enabled: bool, busy: bool = False) -> tuple[str, str]:
         return "error", "Sync error" + (f" · {st.pending} waiting" if st.pending else "")
     if st.dead_letters:
         return "error", f"{st.dead_letters} failed"
+    if st.quarantined:
+        return "error", f"{st.quarantined} unreadable"
     if st.pending:
         return "pending", f"{st.pending} to sync"
     if st.last_success is None:
@@ -87,12 +90,18 @@ async def render(app: Any, body: Any) -> None:
                         h("button", {"type": "button", "class": "btn small", "data-action": "dead-discard",
                                      "data-op": op_id}, "Discard"))))
     cfg = app.mem.sync.config
+    kept = await app.mem.sync.quarantined()
+    unreadable = [h("li", {},
+                    h("span", {"class": "r"}, f"{x.get('resource') or 'record'} · {_KINDS.get(str(x.get('kind')), 'unusable')}"),
+                    h("span", {"class": "x", "title": str(x.get("reason") or "")}, str(x.get("reason") or "")))
+                  for x in kept[-50:]]
     dom.append(body,
                h("dl", {"class": "kv"},
                  h("dt", {}, "Status"), h("dd", {"id": "sync-state"}, label),
                  h("dt", {}, "Server"), h("dd", {}, cfg.endpoint if cfg and cfg.endpoint else "none"),
                  h("dt", {}, "Waiting to send"), h("dd", {"id": "sync-pending"}, f"{st.pending} changes"),
                  h("dt", {}, "Failed for good"), h("dd", {"id": "sync-dead"}, f"{st.dead_letters}"),
+                 h("dt", {}, "Could not be read"), h("dd", {"id": "sync-quarantined"}, _reasons(st)),
                  h("dt", {}, "Last sync"), h("dd", {"id": "sync-last"}, _when(st.last_success)),
                  h("dt", {}, "Last error"), h("dd", {"id": "sync-error"}, str(st.last_error or "none"))),
                h("button", {"type": "button", "class": "btn small", "data-action": "sync-now",
@@ -109,7 +118,33 @@ async def render(app: Any, body: Any) -> None:
                  h("button", {"type": "button", "class": "btn small", "data-action": "dead-replay", "data-op": "all"},
                    "Replay all"),
                  h("button", {"type": "button", "class": "btn small danger", "data-action": "dead-discard",
-                              "data-op": "all"}, "Discard all")) if rows else None)
+                              "data-op": "all"}, "Discard all")) if rows else None,
+               h("h3", {}, "Records this device could not read"),
+               h("p", {"class": "note"},
+                 "Changes from other devices that could not be used here are kept aside, never applied, and "
+                 "never stop the rest from syncing. Try them again after entering the right passphrase, or once "
+                 "the device that wrote them is updated.") if unreadable else None,
+               h("ul", {"class": "ctx-list", "id": "sync-quarantine-list"}, unreadable) if unreadable
+               else h("p", {"class": "note"}, "None."),
+               h("div", {"class": "row"},
+                 h("button", {"type": "button", "class": "btn small", "data-action": "quarantine-retry",
+                              "disabled": not enabled}, "Try again"),
+                 h("button", {"type": "button", "class": "btn small danger", "data-action": "quarantine-clear"},
+                   "Forget them")) if unreadable else None)
+
+
+#: what each quarantine reason means, in the panel's words
+_KINDS = {"decryption": "could not be decrypted", "invalid": "not a valid record",
+          "unknown-type": "of a kind this version does not know", "clock-skew": "dated in the future",
+          "malformed": "not a change"}
+
+
+def _reasons(st: Any) -> str:
+    """"0", or the count and its reasons: "2 (1 could not be decrypted, 1 not a valid record)"."""
+    if not st.quarantined:
+        return "0"
+    parts = [f"{n} {_KINDS.get(kind, kind)}" for kind, n in sorted(st.quarantine_reasons.items())]
+    return f"{st.quarantined} ({', '.join(parts)})" if parts else str(st.quarantined)
 
 
 def _passphrase_box(cfg: Any) -> Any:
@@ -145,6 +180,30 @@ async def _change_passphrase(app: Any, el: Any, ev: Any) -> None:
         app.toast("Passphrase changed: everything on the server is encrypted with the new one.")
     finally:
         await refresh_chip(app)
+
+
+async def _quarantine_retry(app: Any, el: Any, ev: Any) -> None:
+    """Pull the quarantined records again; say how many could now be used."""
+    before = (await app.mem.sync.status()).quarantined
+    await refresh_chip(app, busy=True)
+    try:
+        await app.mem.sync.retry_quarantined()
+    except ChatmemError as e:
+        app.toast(f"Could not try them again: {e}", error=True)
+    else:
+        left = (await app.mem.sync.status()).quarantined
+        used = max(0, before - left)
+        app.toast(f"{used} of {before} could be read now." if used else f"Still none of the {before} could be read.",
+                  error=not used)
+    finally:
+        await refresh_chip(app)
+    await app.refresh_sessions()
+
+
+async def _quarantine_clear(app: Any, el: Any, ev: Any) -> None:
+    n = await app.mem.sync.clear_quarantine()
+    app.toast(f"{n} unreadable record{'s' if n != 1 else ''} forgotten.")
+    await refresh_chip(app)
 
 
 async def _dead(app: Any, el: Any, replay: bool) -> None:
@@ -202,4 +261,5 @@ async def start_polling(app: Any) -> None:
 
 
 ACTIONS = {"sync-now": _sync_now, "dead-replay": _replay, "dead-discard": _discard,
-           "change-passphrase": _change_passphrase}
+           "change-passphrase": _change_passphrase, "quarantine-retry": _quarantine_retry,
+           "quarantine-clear": _quarantine_clear}
