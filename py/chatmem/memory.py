@@ -10,6 +10,7 @@ constructors; none of them refers back to the ``Memory``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from types import TracebackType
@@ -42,11 +43,13 @@ from .window import ModelBudget, WindowResult
 if TYPE_CHECKING:
     from .transfer.io import ImportReport, Transfer
 
-__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT"]
+__all__ = ["Memory", "open", "open_indexeddb", "IN_BROWSER", "DEFAULT_SQL_TIMEOUT", "CHANGED_ELSEWHERE"]
 
 DURABILITIES = ("relaxed", "strict")
 #: seconds ``Memory.sql`` lets one query run before it interrupts it
 DEFAULT_SQL_TIMEOUT = 30.0
+#: the ``on_change`` kind of a write made by another tab or process
+CHANGED_ELSEWHERE = "changed-elsewhere"
 
 
 def _check_limits(limits: Limits | None) -> Limits:
@@ -123,6 +126,9 @@ class Memory:
             early=(lambda counts: runtime.early_derivation(store, cache, counts)) if cache else None)
         self._core.listeners.append(self.index.on_change)
         self._core.external_listeners.append(self.index.on_external)
+        #: what ``on_change`` registered
+        self._listeners: list[Callable[[str, str, Any], None]] = []
+        self._core.external_listeners.append(self._on_external)
         self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
@@ -136,9 +142,17 @@ class Memory:
         return Transfer(self._core)
 
     def _on_remote_change(self, session_id: str) -> None:
-        """Another tab wrote to this session: drop cached views, re-read it before the next query."""
+        """Another tab wrote to this session: drop cached views, re-read it before the next
+        query, and tell ``on_change`` listeners (``CHANGED_ELSEWHERE``)."""
         self._core.invalidate(session_id)
         self.index.on_remote(session_id)
+        for fn in list(self._listeners):
+            fn(CHANGED_ELSEWHERE, session_id, None)
+
+    def _on_external(self) -> None:
+        """Another process wrote to the store (found before a read): every session may differ."""
+        for fn in list(self._listeners):
+            fn(CHANGED_ELSEWHERE, "", None)
 
     #: ``OfflineResponder`` and the app use ranked search when this is true
     has_index = True
@@ -295,9 +309,20 @@ class Memory:
         """
         return await self._transfer.import_sessions(data, preserve_ids=preserve_ids, format=format)
 
-    def on_change(self, fn: Any) -> None:
-        """Call ``fn(kind, session_id, payload)`` after every acknowledged write in this process."""
-        self._core.listeners.append(fn)
+    def on_change(self, fn: Callable[[str, str, Any], None]) -> None:
+        """Call ``fn(kind, session_id, payload)`` after every acknowledged write in this
+        process (``kind`` names it: ``"messages-appended"``, ``"session-updated"``, ...;
+        ``"session-synced"`` for what a pull applied), and with ``CHANGED_ELSEWHERE``
+        (``"changed-elsewhere"``, payload None) when another tab wrote to ``session_id``
+        or another process wrote to the store (``session_id`` ``""``: any session), so a
+        page can show what arrives without a reload."""
+        if not self._listeners:
+            self._core.listeners.append(self._tell)
+        self._listeners.append(fn)
+
+    def _tell(self, kind: str, session_id: str, payload: Any) -> None:
+        for fn in list(self._listeners):
+            fn(kind, session_id, payload)
 
     @property
     def cache(self) -> tuple[LRUCache[Any, Any], LRUCache[Any, Any]]:

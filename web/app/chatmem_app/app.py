@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from chatmem.errors import SessionNotFound
+from chatmem.memory import CHANGED_ELSEWHERE
 
 from . import (
     context_panel,
@@ -31,6 +32,9 @@ from .dom import h, js, q
 __all__ = ["App"]
 
 Handler = Callable[[Any, Any, Any], Awaitable[Any]]
+
+#: ``mem.on_change`` kinds of what arrives from elsewhere: a pull, another tab or process
+ARRIVALS = frozenset({"session-synced", CHANGED_ELSEWHERE})
 
 PANELS: dict[str, tuple[str, Any]] = {
     "context": ("Context", context_panel),
@@ -64,6 +68,9 @@ class App:
                              "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update,
                              "reload-page": _reload_page})
         self._sync_timer: int | None = None
+        #: sessions changed elsewhere, not yet shown ("" stands for any); and the timer that shows them
+        self._arrived: set[str] = set()
+        self._arrival_timer: int | None = None
         self._panel_gen = 0
         self.datetime_provider: Any = None
         context_panel.share_datetime(self)
@@ -80,7 +87,7 @@ class App:
         dom.on(root, "dragleave", self._drag)
         dom.on(root, "drop", lambda ev: self._dispatch(ev, "data-drop"))
         dom.on(q("#toasts"), "click", lambda ev: self._dispatch(ev, "data-action", click=True))
-        self.mem.on_change(lambda kind, sid, payload: self.schedule_sync_refresh())
+        self.mem.on_change(self._on_change)
         dom.on(js.window, "chatmem:update-ready", lambda ev: self.toast(
             "A new version of chatmem is ready.", action="apply-update", label="Reload", ms=60_000))
         dom.on(js.window, "chatmem:versionchange", self._version_changed)
@@ -194,6 +201,32 @@ class App:
             return
         dom.mount(q("#panel-title"), title)
         dom.mount(q("#panel-body"), body)
+
+    def _on_change(self, kind: str, session_id: str, payload: Any) -> None:
+        """Every write refreshes the sync chip; what arrives from elsewhere (a pull, another
+        tab, another process) is shown: the list, the open conversation, the open panel."""
+        self.schedule_sync_refresh()
+        if kind not in ARRIVALS:
+            return
+        self._arrived.add(session_id)
+        if self._arrival_timer is not None:
+            dom.clear_timeout(self._arrival_timer)
+        self._arrival_timer = dom.set_timeout(lambda: self.run(self._show_arrivals()), 150)
+
+    async def _show_arrivals(self) -> None:
+        """Show the sessions that changed elsewhere; while a reply streams, wait for it."""
+        self._arrival_timer = None
+        if self.busy:
+            self._arrival_timer = dom.set_timeout(lambda: self.run(self._show_arrivals()), 500)
+            return
+        arrived, self._arrived = self._arrived, set()
+        await self.refresh_sessions()
+        if self.current is not None and self.current not in {s.session_id for s in self.sessions}:
+            await self.open_session(None)  # deleted elsewhere
+        elif self.current is not None and (self.current in arrived or "" in arrived):
+            await conversation.refresh(self)
+        if self.panel == "data":  # the sync panel follows the chip
+            data_panel.update_counts(self)
 
     def schedule_sync_refresh(self) -> None:
         if self._sync_timer is not None:

@@ -142,6 +142,17 @@ async def render(app: Any) -> None:
     _scroll_bottom()
 
 
+async def refresh(app: Any) -> None:
+    """Draw the open conversation again with what the store now holds (another tab wrote,
+    a pull arrived), keeping the reader where they are unless they were at the end."""
+    c = q("#conversation")
+    at_end = c.scrollHeight - c.scrollTop - c.clientHeight < 40
+    top = c.scrollTop
+    await render(app)
+    if not at_end:
+        c.scrollTop = top
+
+
 def _scroll_bottom() -> None:
     c = q("#conversation")
     c.scrollTop = c.scrollHeight

@@ -15,7 +15,7 @@ from chatmem.errors import ImportFormatError, ValidationError
 from . import dom
 from .dom import h, q
 
-__all__ = ["ACTIONS", "human_bytes", "import_bytes", "render"]
+__all__ = ["ACTIONS", "human_bytes", "import_bytes", "render", "update_counts"]
 
 FORMATS = {"chatmem": "chatmem", "airi": "AIRI", "chatgpt": "ChatGPT", "claude": "Claude"}
 
@@ -32,8 +32,6 @@ def human_bytes(n: float | None) -> str:
 
 async def render(app: Any, body: Any) -> None:
     est = await app.mem.storage_estimate()
-    n_sessions = len(app.sessions)
-    n_messages = sum(s.message_count for s in app.sessions)
     persisted = bool(est.get("persisted"))
     choices = [h("li", {}, h("label", {},
                              h("input", {"type": "checkbox", "class": "export-pick", "value": s.session_id,
@@ -43,7 +41,7 @@ async def render(app: Any, body: Any) -> None:
     dom.append(body,
                h("h3", {}, "Storage"),
                h("dl", {"class": "kv"},
-                 h("dt", {}, "Conversations"), h("dd", {}, f"{n_sessions} ({n_messages} messages)"),
+                 h("dt", {}, "Conversations"), h("dd", {"id": "data-counts"}, _counts(app)),
                  h("dt", {}, "Used by this site"), h("dd", {"id": "storage-usage"}, human_bytes(est.get("usage"))),
                  h("dt", {}, "Available"), h("dd", {}, human_bytes(est.get("quota"))),
                  h("dt", {}, "Kept for good"), h("dd", {"id": "persist-state"},
@@ -54,7 +52,7 @@ async def render(app: Any, body: Any) -> None:
                h("h3", {}, "Export"),
                h("p", {"class": "note"}, "A JSON file you can import here or elsewhere. API keys are never exported."),
                h("button", {"type": "button", "class": "btn small", "data-action": "export-all",
-                            "disabled": not app.sessions}, "Export everything"),
+                            "id": "export-all", "disabled": not app.sessions}, "Export everything"),
                h("p", {"class": "note"}, "Or only the conversations ticked here:") if choices else None,
                h("ul", {"class": "select-list", "aria-label": "Conversations to export"}, choices) if choices else None,
                h("button", {"type": "button", "class": "btn small", "data-action": "export-selected"},
@@ -71,6 +69,22 @@ async def render(app: Any, body: Any) -> None:
                  h("input", {"id": "import-restore", "type": "checkbox"}),
                  "Restore a backup: keep its ids (importing it again changes nothing)"),
                h("div", {"id": "import-report", "role": "status", "aria-live": "polite"}))
+
+
+def _counts(app: Any) -> str:
+    n, m = len(app.sessions), sum(s.message_count for s in app.sessions)
+    return f"{n} conversation{'s' if n != 1 else ''} ({m} message{'s' if m != 1 else ''})"
+
+
+def update_counts(app: Any) -> None:
+    """The open panel's counts and "Export everything" as the list now is (what arrived from
+    elsewhere, an import), without drawing the panel again: ticks and reports stay."""
+    counts = q("#data-counts")
+    if counts is not None:
+        dom.mount(counts, _counts(app))
+    button = q("#export-all")
+    if button is not None:
+        button.disabled = not app.sessions
 
 
 async def _persist(app: Any, el: Any, ev: Any) -> None:
@@ -115,6 +129,7 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
         dom.mount(out, h("p", {"class": "status-err"}, f"Nothing imported: {name} has a problem: {e}"))
         return None
     await app.refresh_sessions()
+    update_counts(app)
     fmt = FORMATS.get(report.format, report.format)
     dom.mount(out, h("div", {"class": "report status-ok", "id": "import-summary"},
                      h("p", {}, f"Imported {name} ({fmt} format)."),
