@@ -263,10 +263,6 @@ def create_app(
     return app
 
 
-class _TooLarge(Exception):
-    """The request body passed ``BodyLimit``'s bound."""
-
-
 class BodyLimit:
     """A request body over ``max_body`` bytes is answered 413 with the documented JSON
     error (Starlette's own limit answers plain text): refused from its ``Content-Length``
@@ -286,27 +282,34 @@ class BodyLimit:
             await too_large(scope, receive, send)
             return
         read = 0
-        started = False
+        passed = started = False
 
         async def limited() -> Message:
-            nonlocal read
+            # past the bound the app is told the client left: reading the body fails there
+            nonlocal read, passed
+            if passed:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 read += len(message.get("body", b""))
                 if read > self.max_body:
-                    raise _TooLarge
+                    passed = True
+                    return {"type": "http.disconnect"}
             return message
 
         async def watch(message: Message) -> None:
             nonlocal started
+            if passed and not started:
+                return  # the answer is the 413 below
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, limited, watch)
-        except _TooLarge:
-            if started:
+        except Exception:
+            if not passed or started:
                 raise
+        if passed and not started:
             await too_large(scope, receive, send)
 
 
