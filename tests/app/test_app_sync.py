@@ -127,7 +127,8 @@ def test_sync_status_shows_pending_then_synced(ctx: Any, site: str, srv: Any) ->
     assert not app.errors, app.errors
 
 
-def encrypted_settings(app: AppPage, endpoint: str, passphrase: str, remember: bool = False) -> None:
+def encrypted_settings(app: AppPage, endpoint: str, passphrase: str, remember: bool = False,
+                       accepted: bool = True) -> None:
     p = app.page
     p.click(".tools [data-panel=settings]")
     p.check("#set-sync-enabled")
@@ -139,7 +140,11 @@ def encrypted_settings(app: AppPage, endpoint: str, passphrase: str, remember: b
     p.set_checked("#set-sync-remember", remember)
     assert "cannot be read by anyone" in p.locator("#sync-e2e-warning").inner_text()
     p.click("#settings-form button[type=submit]")
-    p.wait_for_selector("#settings-saved:has-text('Saved')")
+    if accepted:
+        p.wait_for_selector("#settings-saved:has-text('Saved')")
+    else:  # refused at once, in place, and nothing says "Saved."
+        p.wait_for_selector("#set-sync-passphrase-error:has-text('Not accepted')")
+        assert "Saved" not in p.locator("#settings-saved").inner_text()
 
 
 def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) -> None:
@@ -189,10 +194,8 @@ def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) ->
         other = ctx.new_page()
         other.set_default_timeout(60_000)
         app2 = AppPage(other, site, unique_name("e2e-wrong"))
-        encrypted_settings(app2, srv.url, "not the passphrase")
-        sync_now(app2)
-        assert wait_chip(app2, "wrong-passphrase") == "Wrong passphrase"
-        wait_error(other, "passphrase")
+        encrypted_settings(app2, srv.url, "not the passphrase", accepted=False)
+        assert wait_chip(app2, "locked") == "Unlock sync"
         assert not app.errors and not app2.errors, app.errors + app2.errors
 
 
@@ -235,3 +238,67 @@ def test_a_record_this_device_cannot_use_is_shown_and_tried_again(ctx: Any, site
                    f"[m.content for m in await chatmem_app.app.mem.messages.list({sid!r})]")
     assert "a stranger" in texts
     assert not app.errors, app.errors
+
+
+def test_locked_and_unlocked(browser: Any, site: str, tmp_path: Any) -> None:
+    """After a reload a remembered key just works and other settings save; on a second
+    device a wrong passphrase is refused in place (nothing says "Saved."), the chip says
+    "Unlock sync" and opens one field that refuses a wrong passphrase in place and, with
+    the right one, syncs: the first device's conversation appears."""
+    from chatmem.server import SQLiteSyncStorage
+
+    passphrase = "correct horse battery staple"
+    with running_server(api_keys=[KEY], storage=SQLiteSyncStorage(str(tmp_path / "server.db"))) as srv:
+        ctx1, ctx2 = browser.new_context(), browser.new_context()
+        try:
+            page = ctx1.new_page()
+            page.set_default_timeout(60_000)
+            app = AppPage(page, site, unique_name("unlock-a"))
+            app.new_session()
+            app.send("Remember the okapi")
+            encrypted_settings(app, srv.url, passphrase, remember=True)
+            sync_now(app)
+            assert wait_chip(app, "synced") == "Synced"
+
+            page.reload()
+            app.ready()
+            assert wait_chip(app, "synced") == "Synced"  # the remembered key: no passphrase asked
+            page.click(".tools [data-panel=settings]")
+            page.fill("#set-sync-interval", "30")
+            page.click("#settings-form button[type=submit]")
+            page.wait_for_selector("#settings-saved:has-text('Saved')")
+            assert page.locator("#settings-errors").inner_text() == ""
+            assert wait_chip(app, "synced") == "Synced"
+
+            other = ctx2.new_page()
+            other.set_default_timeout(60_000)
+            app2 = AppPage(other, site, unique_name("unlock-b"))
+            p = other
+            p.click(".tools [data-panel=settings]")
+            p.check("#set-sync-enabled")
+            p.fill("#set-sync-endpoint", srv.url)
+            p.fill("#set-sync-key", KEY)
+            p.set_checked("#set-sync-auto", False)
+            p.check("#set-sync-encrypt")
+            p.fill("#set-sync-passphrase", "not the passphrase")
+            p.click("#settings-form button[type=submit]")
+            p.wait_for_selector("#set-sync-passphrase-error:has-text('Not accepted')")
+            assert "Saved" not in p.locator("#settings-saved").inner_text()
+            assert wait_chip(app2, "locked") == "Unlock sync"
+
+            p.click("#sync-chip")
+            p.wait_for_selector("#sync-unlock-passphrase")
+            p.fill("#sync-unlock-passphrase", "still not it")
+            p.click(".e2e-unlock button[type=submit]")
+            p.wait_for_selector("#sync-unlock-error:has-text('not this sync space')")
+            assert wait_chip(app2, "locked") == "Unlock sync"
+            p.fill("#sync-unlock-passphrase", passphrase)
+            p.click(".e2e-unlock button[type=submit]")
+            p.wait_for_selector("text=Sync unlocked.")
+            assert wait_chip(app2, "synced") == "Synced"
+            app2.expect_titles(["Remember the okapi"])
+            assert p.locator("#sync-unlock-passphrase").count() == 0
+            assert not app.errors and not app2.errors, app.errors + app2.errors
+        finally:
+            ctx1.close()
+            ctx2.close()

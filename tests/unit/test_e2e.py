@@ -507,3 +507,39 @@ def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
 
     run(go())
     assert MARKER.encode() not in stored_bytes(srv)
+
+
+def test_unlock_checks_the_passphrase_at_once_and_a_remembered_key_just_works(srv: Any, tmp_path: Path) -> None:
+    """A device whose encryption waits for the passphrase is not unlocked; unlock() with a
+    wrong one raises WrongPassphrase at once and keeps nothing (still locked, nothing
+    pulled); with the right one (remembered) sync goes on, and after a reopen the
+    remembered key is enough: unlocked() with no passphrase entered."""
+
+    async def go() -> None:
+        a = await device(srv, pw())
+        s = await a.sessions.create(title="written on a")
+        await a.messages.append(s.session_id, "user", "kept secret")
+        await a.sync.run()
+        path = str(tmp_path / "b.db")
+        b = await device(srv, Passphrase.locked(remember=True), persist=path)
+        assert not await b.sync.unlocked()
+        with pytest.raises(WrongPassphrase):
+            await b.sync.unlock(pw("not it", remember=True))
+        assert not await b.sync.unlocked() and (await b.sync.status()).state == "locked"
+        assert await b.sessions.list() == []
+        cfg = await b.sync.unlock(pw(remember=True))
+        assert cfg.encryption is not None and not cfg.encryption.is_locked
+        assert await b.sync.unlocked() and (await b.sync.status()).state == "idle"
+        await b.sync.run()
+        assert await texts(b, s.session_id) == ["kept secret"]
+        await b.close()
+        again = await chatmem.open(persist=path)
+        again.sync.transport = Capture()
+        assert await again.sync.unlocked()  # the stored config is locked; the remembered key opens it
+        await a.messages.append(s.session_id, "assistant", "and a reply")
+        await a.sync.run()
+        await again.sync.run()
+        assert await texts(again, s.session_id) == ["kept secret", "and a reply"]
+        await again.close()
+
+    run(go())

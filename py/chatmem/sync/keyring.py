@@ -91,6 +91,11 @@ class Keyring:
         except ValidationError as e:
             raise SyncTransientError(f"/v1/e2e: malformed key params: {e}", status=200) from e
 
+    async def remembered_key_id(self) -> str | None:
+        """The id of the key this device remembers (``remember=True``), if any."""
+        rec = await self._store.kv_get(KEY_KV)
+        return rec["key_id"] if isinstance(rec, dict) and isinstance(rec.get("key_id"), str) else None
+
     async def _remembered(self) -> SpaceKey | None:
         rec = await self._store.kv_get(KEY_KV)
         if not isinstance(rec, dict) or not isinstance(rec.get("master"), str):
@@ -121,6 +126,18 @@ class Keyring:
         """Drop the remembered key from this device's store, and the one in memory."""
         self.key = None
         await self._store.kv_set(KEY_KV, None)
+
+    async def verify(self, secret: Secret, client: SyncClient) -> bool:
+        """Check ``secret`` against the space's key check value now (``WrongPassphrase``
+        when it does not match) and keep its key. False, with nothing checked, when the
+        space is still plain: the next sync encrypts it with ``secret`` (``ensure``)."""
+        current, pending = await self._state(client)
+        self.space_encrypted = current is not None
+        self.pending_key_id = pending.key_id if pending is not None else None
+        if current is None:
+            return False
+        await self._keep(secret, await self._key_for(secret, current))
+        return True
 
     async def ensure(self, secret: Secret | None, client: SyncClient) -> SpaceKey | None:
         """Before a push or pull: the verified key, or ``WrongPassphrase`` (nothing sent yet).

@@ -65,6 +65,8 @@ class EncryptedSync:
 
         async def _ready(self) -> tuple[SyncConfig, SyncClient]: ...
 
+        async def _load(self) -> None: ...
+
         def _set_config(self, cfg: SyncConfig) -> None: ...
 
     async def _unlock(self, cfg: SyncConfig, client: SyncClient) -> SyncState | None:
@@ -114,6 +116,46 @@ class EncryptedSync:
         enc = self._config.encryption if self._config else None
         locked = enc is None or enc.is_locked
         await self._set_state("locked" if locked else "wrong-passphrase", error=str(e))
+
+    async def unlocked(self) -> bool:
+        """Whether this device can read and write its encrypted sync now: sync is not
+        encrypted, a passphrase was entered in this session, or a key is remembered here
+        (``remember=True``). False means "Unlock sync": ``unlock(passphrase)``."""
+        await self._load()
+        enc = self._config.encryption if self._config is not None else None
+        if enc is None or not enc.is_locked:
+            return True
+        return await self.keyring.remembered_key_id() is not None
+
+    async def unlock(self, secret: Passphrase | EncryptionKey) -> SyncConfig:
+        """Enter the passphrase of this device's encrypted sync: checked at once against
+        the space's key check value on the server. ``WrongPassphrase`` when it does not
+        match (nothing kept, the device stays locked); ``SyncOffline`` when the server
+        cannot be asked now (nothing kept: try again online). When it matches it becomes
+        this device's encryption (its key remembered if ``secret.remember``), the state
+        is idle and sync goes on. A space that is still plain has nothing to check
+        against: ``secret`` is kept and the next sync encrypts the space with it.
+        Durable when it returns."""
+        if not isinstance(secret, (Passphrase, EncryptionKey)):
+            raise ValidationError("the passphrase must be a Passphrase or EncryptionKey", field="encryption")
+        cfg, client = await self._ready()
+        if cfg.encryption is None:
+            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        if not await self._lock.acquire():
+            raise SyncTransientError("another tab is syncing: try again in a moment")
+        try:
+            try:
+                await self.keyring.verify(secret, client)
+            except WrongPassphrase as e:
+                await self._wrong_key(e)
+                raise
+            updated = cfg.replace(encryption=secret)
+            await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
+            self._set_config(updated)
+            await self._set_state("idle")
+            return updated
+        finally:
+            await self._lock.release()
 
     async def change_passphrase(self, new: Passphrase | EncryptionKey) -> SyncConfig:
         """Re-encrypt the space under ``new`` and keep it as this device's encryption.

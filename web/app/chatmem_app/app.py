@@ -235,15 +235,19 @@ class App:
 
     async def save_settings(self, new: dict[str, Any], *, sync: bool = False) -> None:
         """Store the settings (durable when this returns) and apply them: the live context,
-        the retention schedule and, with ``sync``, ``mem.sync``'s config."""
+        the retention schedule and, with ``sync``, ``mem.sync``'s config (``WrongPassphrase``
+        when a passphrase was entered that the sync space refuses: the rest is applied)."""
         await settings.save(self.mem, new)
         self.settings = new
         context_panel.share_datetime(self)
         conversation.render_mode_note(self)
-        if sync:
-            await settings_apply.apply_sync(self.mem, new)
-            await sync_panel.refresh_chip(self)
-        settings_apply.apply_retention_schedule(self.mem, new, self._retention_ran)
+        try:
+            if sync:
+                await settings_apply.apply_sync(self.mem, new)
+        finally:
+            if sync:
+                await sync_panel.refresh_chip(self)
+            settings_apply.apply_retention_schedule(self.mem, new, self._retention_ran)
 
     async def start_background(self) -> None:
         """After the first paint: resume auto-sync and the retention schedule, poll the sync status."""

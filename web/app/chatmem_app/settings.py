@@ -106,8 +106,6 @@ def validate(s: dict[str, Any]) -> list[str]:
         errs.append("Sync interval: at least 5 seconds")
     if sy["enabled"] and not (sy["endpoint"] and sy["api_key"]):
         errs.append("Sync: an endpoint and a key are needed to turn sync on")
-    if sy["encrypt"] and not sy["passphrase"] and not sy.get("has_passphrase"):
-        errs.append("Sync: enter a passphrase to encrypt end to end")
     if not any(e.startswith("Sync") for e in errs):
         try:
             sync_config(s)
@@ -143,15 +141,16 @@ def retention_policy(ret: dict[str, Any]) -> chatmem.RetentionPolicy:
                                    delete_archived=ret["delete_archived"])
 
 
-def sync_config(s: dict[str, Any], current: Any = None) -> chatmem.SyncConfig:
+def sync_config(s: dict[str, Any], current: Any = None, *, typed: bool = True) -> chatmem.SyncConfig:
     """``ValidationError`` (naming the field) when the sync settings are not valid.
 
     An empty passphrase field keeps the passphrase already entered (``current``'s),
-    or a locked one that waits for it."""
+    or a locked one that waits for it ("Unlock sync"). ``typed``: the passphrase in the
+    form goes into the config as it is (else ``apply_sync`` checks it first)."""
     sy = s["sync"]
     enc = None
     if sy["encrypt"]:
-        if sy["passphrase"]:
+        if sy["passphrase"] and typed:
             enc = chatmem.Passphrase(sy["passphrase"], remember=bool(sy["remember"]))
         elif current is not None and current.encryption is not None and not current.encryption.is_locked:
             enc = current.encryption
@@ -178,7 +177,7 @@ async def load(mem: Any) -> dict[str, Any]:
         s["sync"] = {"enabled": cfg.enabled, "endpoint": cfg.endpoint, "api_key": cfg.api_key,
                      "interval_s": cfg.sync_interval // 1000, "auto": cfg.auto_sync or not cfg.enabled,
                      "encrypt": enc is not None, "passphrase": "", "remember": bool(enc and enc.remember),
-                     "has_passphrase": bool(enc and not enc.is_locked)}
+                     "has_passphrase": bool(enc and await mem.sync.unlocked())}
     return s
 
 

@@ -9,6 +9,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import chatmem
+from chatmem.errors import SyncError, WrongPassphrase
+
 from . import settings
 
 __all__ = ["apply_retention_schedule", "apply_sync", "resume"]
@@ -20,13 +23,28 @@ OnRetention = Callable[[Any], Awaitable[None]]
 async def apply_sync(mem: Any, prefs: dict[str, Any]) -> None:
     """Hand the saved sync settings to ``mem.sync.configure`` (durable in kv when this returns).
 
-    A passphrase in ``prefs`` goes to ``mem.sync`` and is cleared from ``prefs``:
-    only ``has_passphrase`` says one was entered."""
-    if mem.sync.config is not None or prefs["sync"]["enabled"] or prefs["sync"]["endpoint"]:
-        cfg = await mem.sync.configure(settings.sync_config(prefs, mem.sync.config))
-        enc = cfg.encryption
-        # the passphrase now lives only inside mem.sync; the form never shows it again
-        prefs["sync"].update(passphrase="", has_passphrase=bool(enc and not enc.is_locked))
+    A passphrase in ``prefs`` goes to ``mem.sync`` and is cleared from ``prefs``: only
+    ``has_passphrase`` says one was entered. With sync on it is checked at once against
+    the server (``mem.sync.unlock``): ``WrongPassphrase`` when it does not match, and
+    the config stays as it was, locked; when the server cannot be asked now it is kept
+    and checked by the next sync."""
+    sy = prefs["sync"]
+    if mem.sync.config is None and not sy["enabled"] and not sy["endpoint"]:
+        return
+    typed, sy["passphrase"] = sy["passphrase"], ""  # from here on only mem.sync holds it
+    check = bool(typed and sy["encrypt"] and sy["enabled"])
+    cfg = await mem.sync.configure(settings.sync_config(dict(prefs, sync=dict(sy, passphrase=typed)),
+                                                        mem.sync.config, typed=not check))
+    if check:
+        try:
+            cfg = await mem.sync.unlock(chatmem.Passphrase(typed, remember=bool(sy["remember"])))
+        except WrongPassphrase:
+            sy["has_passphrase"] = False
+            raise
+        except SyncError:  # cannot be checked now: the next sync checks it
+            cfg = await mem.sync.configure(settings.sync_config(dict(prefs, sync=dict(sy, passphrase=typed)),
+                                                                mem.sync.config))
+    sy["has_passphrase"] = bool(cfg.encryption and await mem.sync.unlocked())
 
 
 def apply_retention_schedule(mem: Any, prefs: dict[str, Any], on_run: OnRetention) -> None:

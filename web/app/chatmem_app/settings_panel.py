@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import chatmem
+from chatmem.errors import WrongPassphrase
 
 from . import dom, settings
 from .dom import h, q
@@ -95,7 +96,8 @@ async def render(app: Any, body: Any) -> None:
                     "checkbox"),
              _field("Passphrase", "set-sync-passphrase", "", "password",
                     placeholder="entered — leave empty to keep it" if sy.get("has_passphrase") else "",
-                    autocomplete="new-password"),
+                    autocomplete="new-password", **{"aria-describedby": "set-sync-passphrase-error"}),
+             h("p", {"id": "set-sync-passphrase-error", "class": "status-err", "role": "alert"}),
              _field("Remember on this device (keeps the derived key here, never the passphrase)",
                     "set-sync-remember", sy["remember"], "checkbox"),
              h("p", {"class": "note", "id": "sync-e2e-warning"},
@@ -159,11 +161,20 @@ async def _save(app: Any, el: Any, ev: Any) -> None:
     new["sync"]["has_passphrase"] = bool(app.settings["sync"].get("has_passphrase"))
     errs = settings.validate(new)
     _errors(errs)
+    dom.mount(q("#set-sync-passphrase-error"), None)
+    dom.mount(q("#settings-saved"), None)
     if errs:
         return
-    await app.save_settings(new, sync=True)
     box = q("#set-sync-passphrase")  # handed to mem.sync: the form lets go of it
     box.value = ""
+    try:
+        await app.save_settings(new, sync=True)
+    except WrongPassphrase:
+        dom.mount(q("#set-sync-passphrase-error"),
+                  "Not accepted: this is not the passphrase this sync space is encrypted with. "
+                  "Your other settings are kept; sync stays locked until the right one is entered.")
+        box.focus()
+        return
     box.setAttribute("placeholder", "entered — leave empty to keep it" if app.settings["sync"].get("has_passphrase")
                      else "")
     dom.mount(q("#retention-schedule"), _schedule_text(app))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatmem.errors import ChatmemError
+from chatmem.errors import ChatmemError, WrongPassphrase
 
 from . import dom
 from .dom import h, q
@@ -27,18 +27,19 @@ def _enabled(app: Any) -> bool:
     return cfg is not None and cfg.enabled
 
 
-def chip_text(st: Any, enabled: bool, busy: bool = False) -> tuple[str, str]:
-    """(data-state, label) for the sidebar chip, from a ``SyncStatus``."""
+def chip_text(st: Any, enabled: bool, busy: bool = False, locked: bool = False) -> tuple[str, str]:
+    """(data-state, label) for the sidebar chip, from a ``SyncStatus``; ``locked``: this
+    device has no key for its encrypted sync (``mem.sync.unlocked()`` is false)."""
     if not enabled:
         return "off", "Sync off"
     if busy or st.state == "syncing":
         return "syncing", "Syncing…"
+    if locked or st.state == "locked":
+        return "locked", "Unlock sync"
     if st.state == "offline":
         return "offline", f"Offline · {st.pending} waiting" if st.pending else "Offline"
     if st.state == "paused-auth":
         return "paused-auth", "Sync key rejected"
-    if st.state == "locked":
-        return "locked", "Passphrase needed"
     if st.state == "wrong-passphrase":
         return "wrong-passphrase", "Wrong passphrase"
     if st.state == "error":
@@ -56,7 +57,7 @@ def chip_text(st: Any, enabled: bool, busy: bool = False) -> tuple[str, str]:
 
 async def refresh_chip(app: Any, busy: bool = False) -> Any:
     st = await app.mem.sync.status()
-    state, label = chip_text(st, _enabled(app), busy)
+    state, label = chip_text(st, _enabled(app), busy, not await app.mem.sync.unlocked())
     chip = q("#sync-chip")
     chip.setAttribute("data-state", state)
     chip.setAttribute("aria-label", f"Sync status: {label}")
@@ -75,7 +76,7 @@ def _when(ms: Any) -> str:
 async def render(app: Any, body: Any) -> None:
     st = await app.mem.sync.status()
     enabled = _enabled(app)
-    _, label = chip_text(st, enabled)
+    _, label = chip_text(st, enabled, locked=not await app.mem.sync.unlocked())
     dead = await app.mem.sync.dead_letters()
     rows = []
     for d in dead[:50]:
@@ -90,12 +91,15 @@ async def render(app: Any, body: Any) -> None:
                         h("button", {"type": "button", "class": "btn small", "data-action": "dead-discard",
                                      "data-op": op_id}, "Discard"))))
     cfg = app.mem.sync.config
+    locked = cfg is not None and cfg.encryption is not None and (
+        st.state in ("locked", "wrong-passphrase") or not await app.mem.sync.unlocked())
     kept = await app.mem.sync.quarantined()
     unreadable = [h("li", {},
                     h("span", {"class": "r"}, f"{x.get('resource') or 'record'} · {_KINDS.get(str(x.get('kind')), 'unusable')}"),
                     h("span", {"class": "x", "title": str(x.get("reason") or "")}, str(x.get("reason") or "")))
                   for x in kept[-50:]]
     dom.append(body,
+               _unlock_box(cfg, st) if locked else None,
                h("dl", {"class": "kv"},
                  h("dt", {}, "Status"), h("dd", {"id": "sync-state"}, label),
                  h("dt", {}, "Server"), h("dd", {}, cfg.endpoint if cfg and cfg.endpoint else "none"),
@@ -111,7 +115,7 @@ async def render(app: Any, body: Any) -> None:
                None if enabled else h("p", {"class": "note"},
                                       "Sync is off. Every change is kept in the outbox on this device and is sent "
                                       "once you turn sync on in Settings."),
-               _passphrase_box(cfg),
+               None if locked else _passphrase_box(cfg),
                h("h3", {}, "Failed changes"),
                h("ul", {"class": "ctx-list", "id": "sync-dead-list"}, rows) if rows else h("p", {"class": "note"}, "None."),
                h("div", {"class": "row"},
@@ -147,12 +151,61 @@ def _reasons(st: Any) -> str:
     return f"{st.quarantined} ({', '.join(parts)})" if parts else str(st.quarantined)
 
 
+def _unlock_box(cfg: Any, st: Any) -> Any:
+    """"Unlock sync": the one field a device that needs the passphrase asks for, first in the panel."""
+    wrong = st.state == "wrong-passphrase"
+    return h("form", {"class": "e2e-unlock", "data-action": "unlock-sync", "aria-labelledby": "sync-unlock-title"},
+             h("h3", {"id": "sync-unlock-title"}, "Unlock sync"),
+             h("p", {"class": "note"},
+               "The passphrase was changed on another device: enter the new one." if wrong else
+               "Sync is end-to-end encrypted. Enter its passphrase on this device to send and receive changes. "
+               "Your conversations here stay readable meanwhile."),
+             h("label", {"class": "field", "for": "sync-unlock-passphrase"}, "Passphrase",
+               h("input", {"id": "sync-unlock-passphrase", "type": "password", "autocomplete": "current-password",
+                           "aria-describedby": "sync-unlock-error"})),
+             _check("sync-unlock-remember", "Remember on this device", bool(cfg.encryption.remember)),
+             h("p", {"id": "sync-unlock-error", "class": "status-err", "role": "alert"}),
+             h("button", {"type": "submit", "class": "btn small primary"}, "Unlock"))
+
+
+def _check(id_: str, label: str, checked: bool) -> Any:
+    box = h("input", {"id": id_, "type": "checkbox"})
+    box.checked = checked
+    return h("label", {"class": "field check", "for": id_}, box, label)
+
+
+async def _unlock(app: Any, el: Any, ev: Any) -> None:
+    """Check the passphrase at once: refused in place when wrong; sync goes on when right."""
+    import chatmem
+
+    field = q("#sync-unlock-passphrase")
+    typed, field.value = str(field.value), ""  # the field lets go of it at once
+    error = q("#sync-unlock-error")
+    if not typed:
+        dom.mount(error, "Enter the passphrase first.")
+        field.focus()
+        return
+    try:
+        await app.mem.sync.unlock(chatmem.Passphrase(typed, remember=bool(q("#sync-unlock-remember").checked)))
+    except WrongPassphrase:
+        dom.mount(error, "That is not this sync space's passphrase. Nothing was changed; try again.")
+        field.focus()
+        return
+    except ChatmemError as e:
+        dom.mount(error, f"It cannot be checked right now ({e}). Try again when the server can be reached.")
+        return
+    app.settings["sync"]["has_passphrase"] = True
+    app.toast("Sync unlocked.")
+    await sync_now(app)
+    await app.render_panel()
+
+
 def _passphrase_box(cfg: Any) -> Any:
-    """Change the end-to-end passphrase (shown only when sync is encrypted)."""
+    """Change the end-to-end passphrase (shown only when sync is encrypted and unlocked)."""
     if cfg is None or cfg.encryption is None:
         return None
     return h("div", {"class": "e2e-change"},
-             h("h3", {}, "Encryption passphrase"),
+             h("h3", {}, "Change the passphrase"),
              h("p", {"class": "note"},
                "Changing it re-encrypts everything on the server. Other devices then need the new one. "
                "If it is interrupted, enter the same new passphrase again: it goes on where it stopped."),
@@ -261,5 +314,5 @@ async def start_polling(app: Any) -> None:
 
 
 ACTIONS = {"sync-now": _sync_now, "dead-replay": _replay, "dead-discard": _discard,
-           "change-passphrase": _change_passphrase, "quarantine-retry": _quarantine_retry,
+           "change-passphrase": _change_passphrase, "unlock-sync": _unlock, "quarantine-retry": _quarantine_retry,
            "quarantine-clear": _quarantine_clear}
