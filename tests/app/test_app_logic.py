@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web" / "app"))
 from chatmem_app import chart, render, settings
 
 import chatmem
+from chatmem.index.matches import matched_spans
 
 
 def tags(nodes: list[Any]) -> list[str]:
@@ -62,11 +63,16 @@ def test_links_only_http_with_safe_rel() -> None:
     assert "noopener" in links[0][1]["rel"]
 
 
-def test_highlight_and_snippet() -> None:
-    nodes = render.highlight("Lisbon in May; lisbon again", "LISBON")
-    assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["Lisbon", "lisbon"]
-    s = render.snippet("x " * 200 + "needle here" + " y" * 200, "needle", width=60)
-    assert "needle" in s and s.startswith("…") and s.endswith("…") and len(s) <= 62
+def test_snippet_marks_the_matched_words_around_the_first() -> None:
+    """The window opens before the first match, marks every matched word in it, and says
+    where it was cut."""
+    text = "x " * 200 + "the needle here, a needle" + " y" * 200
+    text = " ".join(text.split())
+    nodes = render.snippet(text, matched_spans(text, "needles"), width=60)
+    assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["needle", "needle"]
+    shown = texts(nodes)
+    assert shown.startswith("…") and shown.endswith("…") and len(shown) <= 62
+    assert texts(render.snippet("short text", [], width=60)) == "short text"
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -95,13 +101,13 @@ def test_settings_defaults_valid_and_merge_drops_unknown() -> None:
     assert not settings.provider_configured(s)
 
 
-def test_highlight_marks_every_term_of_the_query() -> None:
-    marks = render.terms('zebra "Elm street"')
-    assert marks == ["Elm street", "zebra"]
-    nodes = render.highlight("The Zebra crossing is on elm street, zebra!", marks)
-    assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["Zebra", "elm street", "zebra"]
-    assert texts(nodes) == "The Zebra crossing is on elm street, zebra!"
-    assert "crossing" in render.snippet("a " * 100 + "zebra crossing", ["nope", "zebra"], width=40)
+def test_a_result_marks_only_the_words_that_matched() -> None:
+    """Stems of the query's words, whole words only; never stopwords or single letters, never
+    a query word inside another word."""
+    text = "I live in Porto; which city do I reside in? I'm pinging the zebras in Elm Street"
+    nodes = render.snippet(text, matched_spans(text, 'which city do I reside in "elm street" zebra'), width=200)
+    assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["city", "reside", "zebras", "Elm", "Street"]
+    assert texts(nodes) == text
 
 
 def test_settings_map_to_the_library_objects() -> None:

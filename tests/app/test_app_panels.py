@@ -70,6 +70,35 @@ await chatmem_app.app.open_session(b.session_id)
     assert p.locator("#search-results .hit .where").inner_text().startswith("Kitchen")
 
 
+def test_search_marks_only_matched_words_and_folds_weak_matches(app: AppPage) -> None:
+    """Semantic search for "which city do I reside in": no "do", "I", "in" or letter inside
+    a word is marked; unrelated messages are not listed as results but folded under
+    "weaker matches"; keyword search marks the word forms the index matched."""
+    p = app.page
+    app.py(f"""
+import chatmem, chatmem_app
+mem = await chatmem.open({app.db!r})
+s = await mem.sessions.create(title="About me")
+for text in ["I live in Porto these days, in a small flat", "Do you know a joke about atoms?",
+             "Lunch was pasta with tomatoes", "I think jazz is lovely in winter", "Ping me in an hour"]:
+    await mem.messages.append(s.session_id, "user", text)
+await chatmem_app.app.refresh_sessions()
+""")
+    p.click("#search-form summary")
+    p.select_option("#search-mode", "semantic")
+    search(app, "which city do I reside in")
+    marks = p.locator("#search-results mark").all_inner_texts()
+    assert set(marks) <= {"city", "reside"}, marks
+    summary = p.locator("#search-results details.weaker summary")
+    assert summary.count() == 1 and "weaker match" in summary.inner_text()
+    listed = p.locator("#search-results > ul .hit").count()
+    folded = p.locator("#search-results details.weaker .hit").count()
+    assert folded >= 1 and listed + folded == 5
+    p.select_option("#search-mode", "keyword")
+    search(app, "atom jokes")
+    assert p.locator("#search-results mark").all_inner_texts() == ["joke", "atoms"]
+
+
 def test_context_panel_shows_the_window_against_the_budget(app: AppPage) -> None:
     p = app.page
     app.py(f"""

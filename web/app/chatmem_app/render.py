@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["Node", "highlight", "inline", "markdown", "snippet", "terms"]
+__all__ = ["Node", "inline", "markdown", "snippet"]
 
 Node = str | tuple[str, dict[str, Any], list[Any]]
 
@@ -124,42 +124,25 @@ def markdown(text: str, depth: int = 0) -> list[Node]:
     return out
 
 
-def terms(query: str) -> list[str]:
-    """What to mark for ``query``: its quoted phrases and its other words (longest first)."""
-    phrases = re.findall(r'"([^"]+)"', query)
-    words = re.findall(r"[^\W_]+", re.sub(r'"[^"]*"', " ", query))
-    out = sorted({t for t in phrases + words if t.strip()}, key=lambda t: (-len(t), t.lower()))
+def snippet(text: str, spans: list[tuple[int, int]], width: int = 120) -> list[Node]:
+    """A window of ``text`` (one line: its runs of white space are single spaces, as
+    ``spans`` were found in) around its first span, every span in it in ``<mark>``."""
+    start = 0
+    if spans and len(text) > width:
+        start = max(0, min(spans[0][0] - width // 3, len(text) - width))
+    end = min(len(text), start + width)
+    out: list[Node] = ["…"] if start else []
+    pos = start
+    for a, b in spans:
+        a, b = max(a, start), min(b, end)
+        if a >= b:
+            continue
+        if a > pos:
+            out.append(text[pos:a])
+        out.append(("mark", {}, [text[a:b]]))
+        pos = b
+    if pos < end:
+        out.append(text[pos:end])
+    if end < len(text):
+        out.append("…")
     return out
-
-
-def highlight(text: str, needle: str | list[str]) -> list[Node]:
-    """``text`` with every case-insensitive occurrence of ``needle`` (or any of them) in ``<mark>``."""
-    needles = [needle] if isinstance(needle, str) else needle
-    needles = [n for n in needles if n]
-    if not needles:
-        return [text]
-    pattern = re.compile("|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True)), re.IGNORECASE)
-    out: list[Node] = []
-    pos = 0
-    for m in pattern.finditer(text):
-        if m.start() > pos:
-            out.append(text[pos : m.start()])
-        out.append(("mark", {}, [m.group(0)]))
-        pos = m.end()
-    if pos < len(text):
-        out.append(text[pos:])
-    return out
-
-
-def snippet(text: str, needle: str | list[str], width: int = 120) -> str:
-    """A window of ``text`` around the first occurrence of ``needle`` (or any of them), on one line."""
-    flat = " ".join(text.split())
-    low = flat.lower()
-    needles = [needle] if isinstance(needle, str) else needle
-    found = [j for j in (low.find(n.lower()) for n in needles if n) if j >= 0]
-    j = min(found) if found else -1
-    if j < 0 or len(flat) <= width:
-        return flat[:width] + ("…" if len(flat) > width else "")
-    start = max(0, j - width // 3)
-    end = min(len(flat), start + width)
-    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")

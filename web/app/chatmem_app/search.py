@@ -1,10 +1,16 @@
 """The search box: ``mem.search`` across all conversations — keyword (BM25),
 semantic or hybrid — with filters (role, this conversation, archived,
-character, dates); each result opens its conversation at the message."""
+character, dates); each result opens its conversation at the message. A result
+highlights the words the query matched as the index reads them
+(``chatmem.index.matches``); semantic and hybrid results below the relevance
+floor are folded under "weaker matches"."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from chatmem.index.embed import calibration_of
+from chatmem.index.matches import matched_spans
 
 from . import dom
 from . import render as md
@@ -15,6 +21,11 @@ __all__ = ["ACTIONS", "filters", "render_characters", "run_search"]
 LIMIT = 50
 MODES = {"keyword": "Keyword (BM25)", "semantic": "Semantic", "hybrid": "Hybrid"}
 DAY_MS = 86_400_000
+#: the calibrated similarity below which a semantic or hybrid hit is a weaker match: with the
+#: default model a paraphrase scores at least 0.75 and an unrelated message below 0.7
+FLOOR = 0.7
+#: characters of a result's snippet
+SNIPPET = 120
 
 
 def _day_ms(value: str) -> int | None:
@@ -72,26 +83,45 @@ async def _search(app: Any, el: Any, ev: Any) -> None:
         await _clear(app, el, ev)
         return
     pairs, mode = await run_search(app, query)
-    marks = md.terms(query)
-    items = []
-    for hit, s in pairs:
-        m = hit.message
-        who = {"user": "You", "assistant": "Assistant"}.get(m.role, m.role.capitalize())
-        items.append(h("li", {},
-                       h("button", {"type": "button", "class": "hit", "data-action": "open", "data-id": s.session_id,
-                                    "data-message": m.id, "title": f"score {hit.score:.3f}"},
-                         h("span", {"class": "where"}, f"{s.title} · {who}{' · archived' if s.archived else ''}"),
-                         h("span", {"class": "snip"},
-                           [dom.node(n) for n in md.highlight(md.snippet(m.text, marks), marks)]))))
-    n = len(pairs)
+    lo, hi = calibration_of(app.mem.index.embedder)
+    strong = [p for p in pairs if _strong(p[0], mode, lo, hi)]
+    weaker = [p for p in pairs if not _strong(p[0], mode, lo, hi)]
+    n = len(strong)
     dom.mount(box,
               h("div", {"class": "head"},
-                h("span", {}, f"{n}{'+' if n >= LIMIT else ''} result{'s' if n != 1 else ''} for “{query}”"),
+                h("span", {}, f"{n}{'+' if len(pairs) >= LIMIT else ''} result{'s' if n != 1 else ''} for “{query}”"),
                 h("button", {"type": "button", "class": "btn small ghost", "data-action": "search-clear"}, "Clear")),
               h("p", {"class": "note"}, f"{MODES.get(mode, mode)} search, best first"),
-              h("ul", {}, items) if items else h("p", {"class": "empty"}, "Nothing found."))
+              h("ul", {}, [_item(hit, s, query) for hit, s in strong]) if strong
+              else h("p", {"class": "empty"}, "Nothing found."),
+              h("details", {"class": "weaker"},
+                h("summary", {}, f"{len(weaker)} weaker match{'es' if len(weaker) != 1 else ''}"),
+                h("ul", {}, [_item(hit, s, query) for hit, s in weaker])) if weaker else None)
     box.removeAttribute("hidden")
     q("#session-list").setAttribute("hidden", "")
+
+
+def _strong(hit: Any, mode: str, lo: float, hi: float) -> bool:
+    """A keyword hit always; a semantic one at or above ``FLOOR``; a hybrid one that matched a
+    word, or whose meaning is that close (its raw similarity calibrated as semantic search does)."""
+    b = hit.breakdown
+    if mode == "semantic":
+        return float(b.get("semantic", 0.0)) >= FLOOR
+    if mode == "hybrid":
+        calibrated = (float(b.get("similarity", 0.0)) - lo) / (hi - lo) if hi > lo else 0.0
+        return float(b.get("bm25", 0.0)) > 0 or calibrated >= FLOOR
+    return True
+
+
+def _item(hit: Any, s: Any, query: str) -> Any:
+    m = hit.message
+    who = {"user": "You", "assistant": "Assistant"}.get(m.role, m.role.capitalize())
+    flat = " ".join(m.text.split())
+    return h("li", {},
+             h("button", {"type": "button", "class": "hit", "data-action": "open", "data-id": s.session_id,
+                          "data-message": m.id, "title": f"score {hit.score:.3f}"},
+               h("span", {"class": "where"}, f"{s.title} · {who}{' · archived' if s.archived else ''}"),
+               h("span", {"class": "snip"}, [dom.node(n) for n in md.snippet(flat, matched_spans(flat, query), SNIPPET)])))
 
 
 async def _clear(app: Any, el: Any, ev: Any) -> None:
