@@ -150,7 +150,9 @@ class ContextBuilder:
             if isinstance(count, int) and count >= 0:
                 recent = _last_n_keeping_user(recent, count)
         retrieved: list[ChatMessage] = []
-        if retrieval is not None and getattr(retrieval, "strategy", "recent") != "recent":
+        # ``recent`` retrieves only when its scope reaches other sessions (their relevant messages)
+        if retrieval is not None and (getattr(retrieval, "strategy", "recent") != "recent"
+                                      or getattr(retrieval, "scope", "session") != "session"):
             if self.retriever is None:
                 raise ValidationError(
                     "retrieval strategy needs the search index; only 'recent' works without it",

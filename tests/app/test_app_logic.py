@@ -80,6 +80,7 @@ def test_snippet_marks_the_matched_words_around_the_first() -> None:
     ({"provider": {"base_url": "http://example.com/v1", "model": "m"}}, "plain http"),
     ({"provider": {"base_url": "https://api.example.com/v1"}}, "Model"),
     ({"retrieval": {"strategy": "random"}}, "Retrieval strategy"),
+    ({"retrieval": {"scope": "everyone"}}, "Recall from"),
     ({"retrieval": {"weights": {"recency": 2}}}, "Recency weight"),
     ({"retention": {"max_sessions": -1}}, "max sessions"),
     ({"sync": {"enabled": True}}, "Sync"),
@@ -118,6 +119,7 @@ def test_settings_map_to_the_library_objects() -> None:
     assert settings.validate(s) == []
     r = settings.retrieval_config(s)
     assert (r.strategy, r.recent_count, r.hybrid_weights.recency, r.hybrid_weights.relevance) == ("hybrid", 4, 0.2, 0.8)
+    assert r.scope == "character"  # the default: a new chat recalls the character's other conversations
     r.validate()
     pol = settings.retention_policy(s["retention"])
     assert pol == chatmem.RetentionPolicy(max_sessions=5, max_age=3 * 86_400_000, archive_after=2 * 86_400_000,

@@ -127,3 +127,32 @@ def test_invalid_settings_are_refused_and_named(app: AppPage) -> None:
 import chatmem
 mem = await chatmem.open({app.db!r})
 await mem.store.kv_get("app:settings")""") is None
+
+
+def test_a_new_chat_recalls_what_another_conversation_said(app: AppPage, llm: LLMServer) -> None:
+    """By default a turn may recall the character's other conversations: a new chat asked
+    "what's my name and which city do I live in?" sends the model the earlier message that
+    says so, marked with where it came from, and the Context panel names that conversation."""
+    p = app.page
+    llm.reset()
+    configure(app, llm.url)
+    app.new_session()
+    app.send("My name is Ana and I live in Porto.")
+    app.new_session()
+    app.send("What's my name and which city do I live in?")
+    body = llm.requests[-1]["body"]
+    sent = [m for m in body["messages"] if "Porto" in str(m.get("content"))]
+    assert sent and "From an earlier conversation" in str(sent[0]["content"]), body["messages"]
+    p.click(".tools [data-panel=context]")
+    p.wait_for_selector("#ctx-recalled")
+    assert "My name is Ana and I live in Porto." in p.locator("#ctx-recalled").inner_text()
+    assert "from “my name is ana" in p.locator("#ctx-recalled").inner_text().lower()
+    # narrowed to the open conversation, nothing else is recalled
+    p.click(".tools [data-panel=settings]")
+    p.select_option("#set-scope", "session")
+    p.click("#settings-form button[type=submit]")
+    p.wait_for_selector("#settings-saved:has-text('Saved')")
+    p.click("[data-action=close-panel]")
+    app.send("And where do I live?")
+    assert not any("Porto" in str(m.get("content")) for m in llm.requests[-1]["body"]["messages"][:-1]
+                   if m.get("role") != "assistant")

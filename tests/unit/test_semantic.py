@@ -178,6 +178,13 @@ def test_scope_character_recalls_another_session_of_the_same_character_only():
             texts = [m["content"] for m in msgs]
             assert any("Alice is a veterinarian" in t and 'earlier conversation "Last week"' in t for t in texts)
             assert not any("Bob" in t for t in texts)
+            # "recent" with the character's scope: the last messages, then the recalled fact
+            recent = await mem.build_context(now.session_id, system_prompt="x", max_tokens=2000,
+                                             retrieval=RetrievalConfig(strategy="recent", recent_count=5,
+                                                                       scope="character"))
+            texts = [m["content"] for m in recent]
+            assert any('earlier conversation "Last week"' in t and "Alice" in t for t in texts)
+            assert texts[-1] == "What does my sister do for a living?" and not any("Bob" in t for t in texts)
             session_only = await mem.build_context(now.session_id, system_prompt="x", max_tokens=2000,
                                                    retrieval=RetrievalConfig(strategy="relevant"))
             assert not any("Alice" in m["content"] for m in session_only)

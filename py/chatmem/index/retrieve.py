@@ -25,7 +25,8 @@ compared with), ``semantic`` and ``recency`` the weighted parts that sum to
 
 ``scope`` reaches past the session: ``"character"`` also searches the other
 sessions of the same character (and user), ``"user"`` every other session of
-the same user. From those, up to ``recent_count`` messages whose calibrated
+the same user (with any strategy: ``recent`` then adds them after the session's
+last messages when a query is given). From those, up to ``recent_count`` messages whose calibrated
 similarity to the query is at least ``relevance_threshold`` come after the
 session's own, most relevant first; their ``SearchHit.session_id`` names the
 session they came from (``build_context`` marks them with it, see
@@ -115,7 +116,14 @@ async def retrieve(
         )
         hits = [hit_from_row(m, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
                                               "recency": float(r["recency"])}) for m, r in await _fetch(index, rows)]
-        return sorted(hits, key=lambda h: h.message.seq)
+        hits.sort(key=lambda h: h.message.seq)
+        if config.scope == "session" or not isinstance(query, str) or not query.strip():
+            return hits
+        # the vectors the other sessions have now (what the index embeds in the background):
+        # a turn never waits for a whole history to be embedded
+        emb = default_embedder(index, embedder)
+        (vec,) = await emb.embed([query])
+        return hits + await _other_sessions(index, session_id, config, vec, emb, calibration_of(emb))
 
     emb = default_embedder(index, embedder)
     await index.embed_missing(emb, session_id=None if config.scope != "session" else session_id)

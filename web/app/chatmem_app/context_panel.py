@@ -11,7 +11,7 @@ from datetime import timedelta, timezone
 from typing import Any
 
 import chatmem
-from chatmem.errors import ContextOverflow
+from chatmem.errors import ChatmemError, ContextOverflow
 from chatmem.models import extract_text
 
 from . import dom, settings
@@ -104,8 +104,26 @@ async def render(app: Any, body: Any) -> None:
     tk = app.mem.tokenizer
     items = [(m.get("role", ""), " ".join(extract_text(m.get("content")).split()), str(tk.count_message(m)))
              for m in res.messages]
-    parts += [h("h3", {}, "Messages the model would see"), _list(items)]
+    parts += [h("h3", {}, "Recalled"), await _recalled(app, res),
+              h("h3", {}, "Messages the model would see"), _list(items)]
     dom.append(body, parts)
+
+
+async def _recalled(app: Any, res: chatmem.WindowResult) -> Any:
+    """Each older message retrieval brought into the window, with the conversation it came from."""
+    if not res.retrieved_ids:
+        return h("p", {"class": "note", "id": "ctx-recalled"}, "Nothing recalled for this turn.")
+    titles = {s.session_id: s.title for s in app.sessions}
+    rows = []
+    for mid in res.retrieved_ids:
+        try:
+            m = await app.mem.messages.get(mid)
+        except ChatmemError:
+            continue
+        where = "this conversation" if m.session_id == app.current else f"“{titles.get(m.session_id, 'another')}”"
+        rows.append(h("li", {}, h("span", {"class": "r"}, f"from {where}"),
+                      h("span", {"class": "x", "title": m.text[:500]}, " ".join(m.text.split())[:160] or "—")))
+    return h("ol", {"class": "ctx-list", "id": "ctx-recalled"}, rows)
 
 
 ACTIONS: dict[str, Any] = {}

@@ -31,6 +31,9 @@ __all__ = [
 ]
 
 KEY = "app:settings"
+#: where a turn may recall older messages from (``RetrievalConfig.scope``), in the form's words
+SCOPES = {"session": "This conversation only", "character": "This character's conversations",
+          "user": "All my conversations"}
 #: the relevance threshold's default before similarities were calibrated per embedder
 OLD_THRESHOLD = 0.3
 
@@ -39,8 +42,10 @@ DEFAULTS: dict[str, Any] = {
     "budget": "gpt-4o",
     # the original's relevanceThreshold; similarities are calibrated per embedder, so 0.7
     # keeps a paraphrase and drops an unrelated message with any of them
+    # "scope": where relevant older messages may come from; the character's other
+    # conversations by default, so a new chat recalls what was said in another
     "retrieval": {"strategy": "recent", "recent_count": 10, "relevance_threshold": 0.7,
-                  "weights": {"recency": 0.6, "relevance": 0.4}, "calibrated": True},
+                  "weights": {"recency": 0.6, "relevance": 0.4}, "calibrated": True, "scope": "character"},
     "context": {"datetime": True},
     "retention": {"max_sessions": 1000, "max_age_days": 90, "archive_after_days": 30,
                   "delete_archived": False, "auto": False},
@@ -90,6 +95,8 @@ def validate(s: dict[str, Any]) -> list[str]:
     r = s["retrieval"]
     if r["strategy"] not in ("recent", "relevant", "hybrid"):
         errs.append("Retrieval strategy: recent, relevant or hybrid")
+    if r["scope"] not in SCOPES:
+        errs.append("Recall from: this conversation, the character's conversations, or all of them")
     if not isinstance(r["recent_count"], int) or not 1 <= r["recent_count"] <= 1000:
         errs.append("Recent messages: a whole number from 1 to 1000")
     if not _num(r["relevance_threshold"]) or not 0 <= r["relevance_threshold"] <= 1:
@@ -132,7 +139,8 @@ def retrieval_config(s: dict[str, Any]) -> chatmem.RetrievalConfig:
     return chatmem.RetrievalConfig(
         strategy=r["strategy"], recent_count=r["recent_count"], relevance_threshold=float(r["relevance_threshold"]),
         hybrid_weights=chatmem.HybridWeights(recency=float(r["weights"]["recency"]),
-                                             relevance=float(r["weights"]["relevance"])))
+                                             relevance=float(r["weights"]["relevance"])),
+        scope=r["scope"])
 
 
 def retention_policy(ret: dict[str, Any]) -> chatmem.RetentionPolicy:
