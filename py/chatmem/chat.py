@@ -10,6 +10,13 @@
    ``provider`` and ``model`` set. On any failure (HTTP error, broken stream,
    timeout, cancellation) nothing of the answer is stored, the user message
    stays, and the error is raised (``ProviderError`` family).
+
+``reply`` is steps 2-4 alone: an answer to what the session holds now (the
+user message already stored), e.g. from the ``OfflineResponder`` when the model
+cannot be reached, then from the model once it is back. A provider with an
+``origin`` (the ``OfflineResponder``: ``"offline"``) does not speak for the
+model: its answers are stored with ``metadata["origin"]`` so, and no window
+ever sends them to a model as its turns (``context_builder.for_model``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ if TYPE_CHECKING:
     from .context_builder import ContextBuilder
     from .messages import Messages
 
-__all__ = ["send", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = ["send", "reply", "DEFAULT_SYSTEM_PROMPT"]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
@@ -52,6 +59,28 @@ async def send(
     if isinstance(text, str) and not text.strip():
         raise ValidationError("the message is empty", field="text")
     await messages.append(session_id, "user", text)
+    return await reply(messages, builder, session_id, provider=provider, model=model, budget=budget,
+                       system_prompt=system_prompt, retrieval=retrieval, summarize=summarize, on_token=on_token,
+                       **options)
+
+
+async def reply(
+    messages: Messages,
+    builder: ContextBuilder,
+    session_id: str,
+    *,
+    provider: ChatProvider,
+    model: str | None = None,
+    budget: ModelBudget | str | int = "gpt-4o",
+    system_prompt: str | None = None,
+    retrieval: Any = None,
+    summarize: Any = None,
+    on_token: Callable[[str], Any] | None = None,
+    **options: Any,
+) -> ChatMessage:
+    """The assistant's answer to the session as it is (see the module docstring)."""
+    if provider is None or not hasattr(provider, "stream"):
+        raise ValidationError("provider must be a ChatProvider (with stream())", field="provider")
     if system_prompt is None and await builder.system_prompt(session_id) is None:
         system_prompt = DEFAULT_SYSTEM_PROMPT
     window = await builder.build_window(
@@ -68,7 +97,9 @@ async def send(
                 await out
         await asyncio.sleep(0)  # let a cancel land between pieces
     answer = "".join(pieces)
+    origin = getattr(provider, "origin", None)
     return await messages.append(
         session_id, "assistant", answer,
         provider=getattr(provider, "name", type(provider).__name__), model=used_model,
+        **({"metadata": {"origin": origin}} if isinstance(origin, str) else {}),
     )

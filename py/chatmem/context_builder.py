@@ -35,7 +35,18 @@ from .window import ModelBudget, WindowResult, fit_window, preset
 if TYPE_CHECKING:
     from .core import Core
 
-__all__ = ["ContextBuilder", "summary_key", "Retriever"]
+__all__ = ["ContextBuilder", "NOT_FOR_MODEL", "Retriever", "for_model", "summary_key"]
+
+#: ``metadata["origin"]`` of stored messages that are not the model's turns nor the user's:
+#: an answer from memory (``OfflineResponder``), a notice the app stored (a failed turn)
+NOT_FOR_MODEL = frozenset({"offline", "notice"})
+
+
+def for_model(m: ChatMessage) -> bool:
+    """Whether a window may send ``m`` to a model: not an answer from memory or a notice
+    (by its ``origin``, or, as stored before origins were, by the offline provider's name)."""
+    origin = (m.metadata or {}).get("origin")
+    return origin not in NOT_FOR_MODEL and not (m.role == "assistant" and m.provider == "offline")
 
 #: ``retriever(session_id, query, config, exclude_ids) -> older messages`` (search plugs in here)
 Retriever = Callable[[str, str, Any, set[str]], Awaitable[list[ChatMessage]]]
@@ -93,7 +104,7 @@ class ContextBuilder:
             page = await store.list_messages(session_id, offset, PAGE, True)
             for rec in page:
                 m = ChatMessage.from_record(rec)
-                if is_summary_message(m) or m.id in skip or is_system_prompt(m):
+                if is_summary_message(m) or m.id in skip or is_system_prompt(m) or not for_model(m):
                     continue
                 out.append(m)
                 tokens += tk.count_message(m)
@@ -163,7 +174,7 @@ class ContextBuilder:
                 # the window sends a message once even if it is both retrieved and recent
                 skip = set(folded) | ({stored_prompt.id} if stored_prompt else set())
                 retrieved = [m for m in await self.retriever(session_id, query, retrieval, skip)
-                             if m.id not in skip]
+                             if m.id not in skip and for_model(m)]
         return fit_window(
             system_prompt, ctx, summary, retrieved, recent,
             max_tokens=max_tokens, reserve_tokens=reserve_tokens, tokenizer=tk,

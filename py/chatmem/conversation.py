@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .chat import send
+from .chat import reply, send
 from .models import ChatMessage
 
 if TYPE_CHECKING:
@@ -46,6 +46,14 @@ class Session:
         """
         return await send(self._messages, self._builder, self.session_id, text, provider=provider, model=model,
                           budget=budget, on_token=on_token, **kw)
+
+    async def reply(self, *, provider: Any, model: str | None = None, budget: Any = "gpt-4o",
+                    on_token: Any = None, **kw: Any) -> ChatMessage:
+        """The assistant's answer to the conversation as it stands (its last user message
+        already stored): ``send`` without storing a new message. For an answer from memory
+        while the model cannot be reached, then the model's own once it is back."""
+        return await reply(self._messages, self._builder, self.session_id, provider=provider, model=model,
+                           budget=budget, on_token=on_token, **kw)
 
     async def history(self) -> list[dict[str, Any]]:
         """AIR's ``get_history``: dicts with role, content, provider, model, created_at."""

@@ -55,6 +55,8 @@ class OfflineResponder:
 
     name = "offline"
     model = "offline-memory"
+    #: its answers are stored as from memory, never sent to a model as the model's turns
+    origin = "offline"
 
     def __init__(self, memory: Memory, *, max_quotes: int = 3, scan_sessions: int = 200):
         self.memory = memory

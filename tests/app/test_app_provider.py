@@ -156,3 +156,35 @@ def test_a_new_chat_recalls_what_another_conversation_said(app: AppPage, llm: LL
     app.send("And where do I live?")
     assert not any("Porto" in str(m.get("content")) for m in llm.requests[-1]["body"]["messages"][:-1]
                    if m.get("role") != "assistant")
+
+
+def test_offline_fallback_and_honest_context(browser: Any, site: str, llm: LLMServer) -> None:
+    """A model configured but unreachable (the page offline, or nothing listening): the app
+    answers from memory, says so, and offers "Send to the model"; once the model is back it
+    answers the same message, and never receives the answer from memory as its own turn."""
+    llm.reset()
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(60_000)
+        app = AppPage(page, site, unique_name("fallback"))
+        configure(app, "http://127.0.0.1:9/v1")  # nothing listens there
+        app.new_session()
+        app.send("Lisbon is lovely in May")
+        page.wait_for_selector(".msg.fallback:has-text('could not be reached')")
+        assert page.locator(".msg.assistant.offline").count() == 1
+        ctx.set_offline(True)
+        app.send("What do you remember about Lisbon?")
+        page.wait_for_selector(".msg.fallback:has-text('You are offline')")
+        ctx.set_offline(False)
+        configure(app, llm.url)
+        page.locator(".msg.fallback [data-action=ask-model]").last.click()
+        page.wait_for_function("() => document.querySelectorAll('.msg.assistant:not(.offline):not(.streaming)').length >= 1")
+        sent = llm.requests[-1]["body"]["messages"]
+        turns = [(m["role"], m["content"]) for m in sent if isinstance(m.get("content"), str) and m["role"] != "system"]
+        assert turns == [("user", "Lisbon is lovely in May"), ("user", "What do you remember about Lisbon?")], sent
+        assert not any("Offline" in str(m.get("content")) for m in sent)
+        assert sent[-1]["content"] == "What do you remember about Lisbon?"
+        assert not app.errors, app.errors
+    finally:
+        ctx.close()

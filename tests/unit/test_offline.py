@@ -72,3 +72,37 @@ def test_without_a_query_index_it_scans_the_store() -> None:
     reply = run(go())
     assert reply.startswith(OFFLINE_LABEL) and "You, in “Keys”: The spare key is under the blue flowerpot" in reply
     assert "Where is the spare key" not in reply
+
+
+def test_answers_from_memory_are_never_sent_to_a_model_as_its_turns() -> None:
+    """An answer from memory is stored marked origin "offline"; the window a model gets holds
+    the user's messages and the model's own answers only, also for answers stored before the
+    marker existed; once the model is back, Session.reply answers the same user message."""
+    from llm_server import LLMServer
+
+    llm = LLMServer()
+
+    async def go() -> None:
+        mem = await chatmem.open()
+        s = await mem.sessions.create(title="Trip")
+        h = mem.session(s.session_id)
+        offline = await h.send("Remind me of the Lisbon plan", provider=OfflineResponder(mem))
+        assert offline.metadata == {"origin": "offline"} and offline.provider == "offline"
+        # an answer from memory stored before origins were marked: known by its provider
+        await mem.messages.append(s.session_id, "assistant", "Offline — older answer", provider="offline")
+        window = await mem.build_window(s.session_id, budget="gpt-4o")
+        assert [m["role"] for m in window.messages] == ["user"]
+        model = chatmem.OpenAICompatibleProvider(llm.url, "sk-test", "tiny-model")
+        answer = await h.reply(provider=model)
+        sent = llm.requests[-1]["body"]["messages"]
+        assert [m["role"] for m in sent] == ["system", "user"]
+        assert sent[-1]["content"] == "Remind me of the Lisbon plan"
+        assert answer.provider != "offline" and not (answer.metadata or {}).get("origin")
+        roles = [m.role for m in await mem.messages.list(s.session_id)]
+        assert roles == ["user", "assistant", "assistant", "assistant"]
+        await mem.close()
+
+    try:
+        run(go())
+    finally:
+        llm.close()

@@ -7,7 +7,8 @@ import json
 import time
 from typing import Any
 
-from chatmem.errors import ContextOverflow, ProviderError
+import chatmem
+from chatmem.errors import ContextOverflow, ProviderError, ProviderUnavailable
 from chatmem.offline import OFFLINE_LABEL
 from chatmem.sessions import DEFAULT_TITLE
 
@@ -174,6 +175,11 @@ def jump_to(message_id: str) -> None:
 class Live:
     """An assistant message being streamed into the view (text only until stored)."""
 
+    def reset(self) -> None:
+        """Forget what arrived (another answer streams into it instead)."""
+        self.text = ""
+        self.body.textContent = ""
+
     def __init__(self) -> None:
         self.body = h("p", {})
         self.el = h("li", {"class": "msg assistant streaming", "aria-busy": "true"},
@@ -232,11 +238,24 @@ async def send(app: Any, text: str) -> None:
     live = Live()
     _append_el(live.el)
     s = app.settings
-    failure = None
+    failure = fallback = None
+    provider = settings.chat_provider(mem, s)
+    turn = _turn_options(s, live)
     try:
-        await mem.session(sid).send(text, provider=settings.chat_provider(mem, s), budget=s["budget"],
-                                    system_prompt=s["provider"]["system_prompt"] or None,
-                                    retrieval=settings.retrieval_config(s), on_token=live.add)
+        if settings.provider_configured(s) and not bool(js.navigator.onLine):
+            # offline, and the page knows it: answer from memory at once
+            fallback = "You are offline"
+            await mem.session(sid).send(text, provider=chatmem.OfflineResponder(mem), **turn)
+        else:
+            await mem.session(sid).send(text, provider=provider, **turn)
+    except ProviderUnavailable:
+        # no answer at all from the model server: the message is stored; answer from memory
+        fallback = "The model could not be reached"
+        live.reset()
+        try:
+            await mem.session(sid).reply(provider=chatmem.OfflineResponder(mem), **turn)
+        except ProviderError as e:
+            failure = f"{e}. Your message is saved; try again later."
     except ProviderError as e:
         failure = f"{e}. Your message is saved; try again later."
     except ContextOverflow as e:
@@ -265,9 +284,52 @@ async def send(app: Any, text: str) -> None:
         live.el.remove()
         _append_el(_failure_el(failure))
         return
+    if fallback:
+        _append_el(_fallback_el(sid, fallback))
     _scroll_bottom()
     if app.panel == "context":
         await app.render_panel()
+
+
+def _turn_options(s: dict[str, Any], live: Live) -> dict[str, Any]:
+    """What every turn hands ``send`` / ``reply``: the budget, prompt, retrieval and the view."""
+    return {"budget": s["budget"], "system_prompt": s["provider"]["system_prompt"] or None,
+            "retrieval": settings.retrieval_config(s), "on_token": live.add}
+
+
+def _fallback_el(sid: str, why: str) -> Any:
+    """Says the answer above came from memory, and offers the model's once it is back."""
+    return h("li", {"class": "msg system fallback", "role": "status"},
+             h("header", {}, h("span", {"class": "role"}, "Answered from memory")),
+             h("div", {"class": "body"},
+               h("p", {}, f"{why}, so this answer comes from your saved conversations. Your message is saved; "
+                          "the model never sees this answer as its own."),
+               h("button", {"type": "button", "class": "btn small", "data-action": "ask-model", "data-id": sid},
+                 "Send to the model")))
+
+
+async def _ask_model(app: Any, el: Any, ev: Any) -> None:
+    """The model's answer to the conversation as it stands (its answer from memory left out)."""
+    if app.busy:
+        return
+    sid = str(el.getAttribute("data-id"))
+    note = dom.closest(el, "li")
+    app.busy = True
+    live = Live()
+    _append_el(live.el)
+    try:
+        await app.mem.session(sid).reply(provider=settings.chat_provider(app.mem, app.settings),
+                                         **_turn_options(app.settings, live))
+    except ProviderError as e:
+        live.el.remove()
+        app.toast(f"The model could not answer yet: {e}", error=True)
+        return
+    finally:
+        app.busy = False
+    if note is not None:
+        note.remove()
+    if app.current == sid:
+        await render(app)
 
 
 async def _send(app: Any, el: Any, ev: Any) -> None:
@@ -383,6 +445,7 @@ async def _fork(app: Any, el: Any, ev: Any) -> None:
 
 ACTIONS = {
     "send": _send,
+    "ask-model": _ask_model,
     "pin": _pin,
     "archive": _archive,
     "rename": _rename,
