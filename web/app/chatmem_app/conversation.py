@@ -145,7 +145,14 @@ async def render(app: Any) -> None:
 
 async def refresh(app: Any) -> None:
     """Draw the open conversation again with what the store now holds (another tab wrote,
-    a pull arrived), keeping the reader where they are unless they were at the end."""
+    a pull arrived), keeping the reader where they are unless they were at the end. When
+    it holds the messages already shown, nothing is drawn (an opened detail stays open)."""
+    meta = app.current_meta()
+    if meta is not None:
+        stored = [m.id for m in await app.mem.messages.list(meta.session_id, limit=None)]
+        shown = [str(li.dataset.id) for li in js.document.querySelectorAll("#messages > li.msg[data-id]")]
+        if stored == shown:
+            return
     c = q("#conversation")
     at_end = c.scrollHeight - c.scrollTop - c.clientHeight < 40
     top = c.scrollTop
