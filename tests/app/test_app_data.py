@@ -110,7 +110,7 @@ sorted(s.session_id for s in await mem.sessions.list(archived=None))"""
     assert c.py(ids.replace("DB", repr(c.db))) == sorted(s["meta"]["sessionId"] for s in data["sessions"])
     # the same backup again changes nothing
     drop_file(c.page, path.name, path.read_text())
-    c.page.wait_for_selector("#import-summary:has-text('already here, skipped')")
+    c.page.wait_for_selector("#import-summary:has-text('3 conversations already here, unchanged')")
     c.expect_titles(["Lisbon trip", "Chess", "Bread"])
     assert not b.errors and not c.errors, (b.errors, c.errors)
 
@@ -139,6 +139,8 @@ def test_a_file_that_is_not_an_export_is_refused_clearly(app: AppPage) -> None:
     err.wait_for()
     assert "Nothing imported" in err.inner_text() and "notes.json" in err.inner_text()
     assert "not an export chatmem can read" in err.inner_text()
+    # one sentence that names what it reads: no Python list, no field names
+    assert "ChatGPT" in err.inner_text() and "[" not in err.inner_text()
     # a broken file: also nothing written
     p.set_input_files("#import-file", {"name": "broken.json", "mimeType": "application/json",
                                        "buffer": b'{"version": "1.0.0", "sessions": [{"meta": {}, "messages": [{"role": 7}]}]}'})
@@ -149,3 +151,27 @@ def test_a_file_that_is_not_an_export_is_refused_clearly(app: AppPage) -> None:
 import chatmem
 mem = await chatmem.open({app.db!r})
 len(await mem.sessions.list(archived=None))""") == 1
+
+
+def test_a_chatgpt_export_keeps_traces_of_what_it_could_not_bring(app: AppPage) -> None:
+    """An image the export holds only a pointer to is shown as a placeholder, citation markers
+    read as references, and the report counts with the right plural."""
+    p = app.page
+    conv = {"title": "Trip", "create_time": 1_700_000_000.0, "current_node": "b", "mapping": {
+        "r": {"id": "r", "message": None, "parent": None, "children": ["a"]},
+        "a": {"id": "a", "parent": "r", "children": ["b"], "message": {
+            "id": "a", "author": {"role": "user"}, "create_time": 1_700_000_000.0,
+            "content": {"content_type": "multimodal_text", "parts": [
+                {"content_type": "image_asset_pointer", "asset_pointer": "file-service://file-XYZ",
+                 "width": 512, "height": 512}, "What city is this?"]}}},
+        "b": {"id": "b", "parent": "a", "children": [], "message": {
+            "id": "b", "author": {"role": "assistant"}, "create_time": 1_700_000_001.0,
+            "content": {"content_type": "text", "parts": ["It looks like Porto【13†source】."]}}}}}
+    p.click(".tools [data-panel=data]")
+    drop_file(p, "conversations.json", json.dumps([conv]))
+    p.wait_for_selector("#import-summary")
+    assert "1 conversation, 2 messages" in p.locator("#import-summary").inner_text()
+    p.click("#session-list .session:has-text('Trip')")
+    p.wait_for_selector("#messages .attachment")
+    assert "Image" in p.locator("#messages .attachment").inner_text()
+    assert "It looks like Porto[13]." in p.locator("#messages .msg.assistant").inner_text()

@@ -341,10 +341,12 @@ def test_malformed_json_is_a_clear_error():
 
 def test_unknown_format_is_a_clear_error():
     """Input of no known shape, or a named format that does not exist, says what is expected."""
-    with pytest.raises(ImportFormatError, match=r"unknown import format \(an object with keys: foo\)"):
+    with pytest.raises(ImportFormatError, match=r"not an export chatmem can read \(it is an object with keys: foo\)"):
         detect_format({"foo": 1})
-    with pytest.raises(ImportFormatError, match="unknown import format"):
+    with pytest.raises(ImportFormatError) as e:
         convert([{"messages": []}])
+    # one sentence naming what it reads, never a Python list
+    assert str(e.value).count(". ") == 0 and "ChatGPT" in str(e.value) and "[" not in str(e.value)
     with pytest.raises(ImportFormatError, match="nothing to import"):
         convert([])
     with pytest.raises(ImportFormatError, match=r"unknown import format 'gemini'"):
@@ -459,9 +461,11 @@ def test_chatgpt_websearch_tools():
     assert quote["metadata"]["contentType"] == "tether_quote"
     assert quote["metadata"]["domain"] == "www.ultimatespecs.com"
     assert quote["toolCallId"] == msgs[3]["toolCalls"][0]["id"] == msgs[5]["toolCallId"]
-    markers = [re.findall("【[^】]*†source】", t) for t in texts(msgs)]
-    assert markers[6] == ["【6†source】", "【7†source】"]
-    assert markers[12] == markers[14] == ["【13†source】"]
+    # citation markers read as plain references to the quoted results
+    markers = [re.findall(r"\[\d+\]", t) for t in texts(msgs)]
+    assert markers[6] == ["[6]", "[7]"]
+    assert markers[12] == markers[14] == ["[13]"]
+    assert not any("†source】" in t for t in texts(msgs))
     assert "\\u3010" not in "".join(texts(msgs))  # escapes decoded, not kept as text
     assert sum(m["messageCount"] for m, _ in normalized) == 21 - 2  # two hidden system messages
 

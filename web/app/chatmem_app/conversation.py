@@ -55,7 +55,10 @@ def message_el(m: Any) -> Any:
                 [dom.node(n) for n in md.markdown(m.text[len(OFFLINE_LABEL):].lstrip())]]
     else:
         body = [dom.node(n) for n in md.markdown(m.text)]
-        if not m.text.strip() and not m.tool_calls:
+        held = _held_parts(m.content)
+        if held:
+            body.append(h("ul", {"class": "attachments"}, [h("li", {"class": "attachment"}, t) for t in held]))
+        elif not m.text.strip() and not m.tool_calls:
             body = [h("p", {"class": "note"}, "(no text)")]
     calls = []
     for call in m.tool_calls or []:
@@ -73,6 +76,26 @@ def message_el(m: Any) -> Any:
                               "data-seq": m.seq, "title": "Fork from here: a new conversation up to this message",
                               "aria-label": f"Fork from message {m.seq + 1}"}, "Fork"))),
              h("div", {"class": "body"}, body), calls)
+
+
+#: what a content part the view cannot show is called in its placeholder
+_PART_NAMES = {"image": "Image", "audio": "Audio", "file": "File", "video": "Video"}
+
+
+def _held_parts(content: Any) -> list[str]:
+    """A placeholder line for each part of ``content`` that is not text (an image, a file, a
+    recording kept only as a reference by an import): it never disappears without a trace."""
+    if not isinstance(content, list):
+        return []
+    out = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "code", "reasoning", None):
+            continue
+        name = part.get("name") or part.get("fileName") or part.get("file_name") or ""
+        label = _PART_NAMES.get(str(kind), str(kind).replace("_", " ").capitalize())
+        out.append(f"[{label}{': ' + str(name) if name else ''} — not included in this copy]")
+    return out
 
 
 def _title(app: Any, meta: Any) -> None:

@@ -76,6 +76,10 @@ def _counts(app: Any) -> str:
     return f"{n} conversation{'s' if n != 1 else ''} ({m} message{'s' if m != 1 else ''})"
 
 
+def _n(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def update_counts(app: Any) -> None:
     """The open panel's counts and "Export everything" as the list now is (what arrived from
     elsewhere, an import), without drawing the panel again: ticks and reports stay."""
@@ -120,9 +124,7 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
         report = await app.mem.import_sessions(data, preserve_ids=preserve_ids)
     except ImportFormatError as e:
         where = getattr(e, "path", None)
-        text = (f"Nothing imported: {name} has a problem: {e}" if where else
-                f"Nothing imported: {name} is not an export chatmem can read (chatmem, AIRI, ChatGPT or Claude "
-                f"JSON). {e}")
+        text = f"Nothing imported: {name} has a problem: {e}" if where else f"Nothing imported from {name}. {e}"
         dom.mount(out, h("p", {"class": "status-err"}, text))
         return None
     except ValidationError as e:
@@ -134,9 +136,11 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
     dom.mount(out, h("div", {"class": "report status-ok", "id": "import-summary"},
                      h("p", {}, f"Imported {name} ({fmt} format)."),
                      h("ul", {},
-                       h("li", {}, f"{report.sessions_imported} conversations, {report.messages_imported} messages"),
-                       h("li", {}, f"{report.sessions_replaced} replaced") if report.sessions_replaced else None,
-                       h("li", {}, f"{report.sessions_skipped} already here, skipped")
+                       h("li", {}, f"{_n(report.sessions_imported, 'conversation')}, "
+                                  f"{_n(report.messages_imported, 'message')}"),
+                       h("li", {}, f"{_n(report.sessions_replaced, 'conversation')} updated")
+                       if report.sessions_replaced else None,
+                       h("li", {}, f"{_n(report.sessions_skipped, 'conversation')} already here, unchanged")
                        if report.sessions_skipped else None)))
     return report
 

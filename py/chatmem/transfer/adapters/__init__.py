@@ -57,10 +57,8 @@ def _detect(data: Any) -> str:
     else:
         shape = describe(data)
     raise ImportFormatError(
-        f"unknown import format ({shape}); expected one of {list(FORMATS)}: a chatmem export "
-        "(version/exportedAt/sessions), an AIRI export (format 'chat-sessions-index:v1'), "
-        "ChatGPT's conversations.json (objects with 'mapping') or Claude's (objects with "
-        "'chat_messages')"
+        f"This is not an export chatmem can read (it is {shape}): it reads chatmem backups, "
+        "AIRI exports, ChatGPT's conversations.json and Claude's conversations.json."
     )
 
 

@@ -21,6 +21,7 @@ are kept in ``metadata`` (``{"source": "chatgpt", "sourceId": ...}``).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterator, Mapping
 
 from ...errors import shown
@@ -60,8 +61,27 @@ def _image_part(part: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: ChatGPT's citation markers: "【13†source】" or "【4:2†guide.pdf】" (older exports), read as
+#: a reference to the browsing result or file quoted in the conversation; the private-use
+#: "\ue200cite\ue202turn0search1\ue201" of newer ones point into results the export does not
+#: hold, so they are taken out
+_CITATION = re.compile("【(\\d+)(?::\\d+)?†([^】]{0,200})】")
+_PRIVATE_CITATION = re.compile("\\s?\ue200[^\ue201]{0,400}\ue201")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with ChatGPT's citation markers as plain references ("[13]", "[guide.pdf]")
+    or, where they point nowhere, without them."""
+    if "【" in text:
+        text = _CITATION.sub(lambda m: f"[{m.group(2) if m.group(2) != 'source' else m.group(1)}]", text)
+    if "\ue200" in text:
+        text = _PRIVATE_CITATION.sub("", text)
+    return text
+
+
 def _part(part: Any, path: str) -> dict[str, Any] | None:
     if isinstance(part, str):
+        part = clean_text(part)
         return {"type": "text", "text": part} if part else None
     if not isinstance(part, dict):
         raise fail(path, f"a content part must be a string or an object, got {describe(part)}")
@@ -114,7 +134,7 @@ def _content(content: Any, path: str) -> tuple[str | list[dict[str, Any]], dict[
         if not isinstance(parts, list):
             raise fail(f"{path}.parts", f"must be an array, got {describe(parts)}")
         if ct == "text" and all(isinstance(p, str) for p in parts):
-            return "\n".join(p for p in parts if p), extra
+            return clean_text("\n".join(p for p in parts if p)), extra
         converted = [_part(p, f"{path}.parts[{i}]") for i, p in enumerate(parts)]
         return [p for p in converted if p is not None], extra
     plain = content.get("text")
