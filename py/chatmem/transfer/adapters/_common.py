@@ -70,25 +70,32 @@ def assemble_lines(
     not imported: roots, hidden or empty ones). A fork holds copies (fresh
     ids) of its parent line's messages before the branch point, then its own;
     its ``forkIndex`` is the number of those copies. ``make_meta(parent_id,
-    fork_index, first_own_created_at)`` makes each session record.
+    fork_index, first_own_created_at)`` makes each session record. A fork is
+    titled after the conversation and its number ("Trip (branch 2)"); a branch
+    that says nothing its parent does not (hidden or empty nodes only, or a
+    regenerated reply word for word the same) is not kept: its own branches
+    fork from its parent.
     """
     out: NormalizedImport = []
     session_ids: list[str] = []  # per line: the session holding it (a skipped line: its parent's)
+    said: list[list[tuple[Any, Any]]] = []  # per line: the (role, content) of its session's messages
     for line in lines:
         shared = [records[n] for n in line.nodes[: line.own_from] if records.get(n) is not None]
         own = [records[n] for n in line.nodes[line.own_from :] if records.get(n) is not None]
         msgs = [builder.copy_message(m) for m in shared if m is not None] + [m for m in own if m]
-        if line.parent is not None and not own:
-            # a branch of hidden or empty nodes only: nothing to keep; its own
-            # branches fork from the same messages as it, so from its parent
+        words = [(m["role"], m["content"]) for m in msgs]
+        if line.parent is not None and (not own or words == said[line.parent]):
             session_ids.append(session_ids[line.parent])
+            said.append(said[line.parent])
             continue
         first = own[0]["createdAt"] if own and own[0] is not None else 0
         if line.parent is None:
             meta = make_meta(None, None, first)
         else:
             meta = make_meta(session_ids[line.parent], len(shared), first)
+            meta["title"] = f"{meta.get('title') or UNTITLED} (branch {len(out) + 1})"
         session_ids.append(meta["sessionId"])
+        said.append(words)
         out.append(builder.finish(meta, msgs))
     return out
 
