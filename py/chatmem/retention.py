@@ -15,6 +15,9 @@ session archived by step 1 counts as archived in steps 2 and 3):
 3. keep at most ``max_sessions`` unarchived sessions: the most recently
    updated stay, the rest are archived.
 
+0 in any of ``max_sessions``, ``max_age`` and ``archive_after`` means no limit
+(as the sync server's flags do): that step does nothing.
+
 Pinned sessions are never archived or deleted; they do count toward
 ``max_sessions`` (so unpinned sessions get ``max_sessions - pinned`` slots).
 A session appears in at most one list of a plan (a session that step 1 would
@@ -73,7 +76,7 @@ def _nonneg_int(v: Any, name: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
-    """The original's ``RetentionPolicy`` with its defaults."""
+    """The original's ``RetentionPolicy`` with its defaults; 0 in a bound is no limit."""
 
     max_sessions: int = 1000
     max_age: int = 90 * DAY_MS
@@ -127,12 +130,13 @@ def plan_retention(
     plan = RetentionPlan()
     # 1. archive inactive
     for m in metas:
-        if not m.pinned and not archived[m.session_id] and now - m.updated_at > policy.archive_after:
+        if (policy.archive_after and not m.pinned and not archived[m.session_id]
+                and now - m.updated_at > policy.archive_after):
             archived[m.session_id] = True
             plan.archive.append(m.session_id)
     # 2. delete expired archived
     deleted: set[str] = set()
-    if policy.delete_archived:
+    if policy.delete_archived and policy.max_age:
         for m in metas:
             if not m.pinned and archived[m.session_id] and now - m.created_at > policy.max_age:
                 deleted.add(m.session_id)
@@ -140,7 +144,7 @@ def plan_retention(
         plan.archive = [sid for sid in plan.archive if sid not in deleted]
     # 3. limit the number of active sessions
     active = [m for m in metas if not archived[m.session_id] and m.session_id not in deleted]
-    if len(active) > policy.max_sessions:
+    if policy.max_sessions and len(active) > policy.max_sessions:
         slots = max(0, policy.max_sessions - sum(1 for m in active if m.pinned))
         unpinned = sorted((m for m in active if not m.pinned), key=lambda m: (-m.updated_at, m.session_id))
         plan.archive.extend(m.session_id for m in unpinned[slots:])

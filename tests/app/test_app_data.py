@@ -138,7 +138,7 @@ def test_a_file_that_is_not_an_export_is_refused_clearly(app: AppPage) -> None:
     err = p.locator("#import-report .status-err")
     err.wait_for()
     assert "Nothing imported" in err.inner_text() and "notes.json" in err.inner_text()
-    assert "not an export chatmem can read" in err.inner_text()
+    assert "not in a format chatmem can read" in err.inner_text()
     # one sentence that names what it reads: no Python list, no field names
     assert "ChatGPT" in err.inner_text() and "[" not in err.inner_text()
     # a broken file: also nothing written

@@ -181,9 +181,19 @@ def test_delete_with_undo(app: AppPage) -> None:
         app.send(text)
     p.click("#session-bar [data-action=delete-session]")
     app.expect_titles(["Keep this one"])
+    # the keyboard stays in the list, on the conversation now open; Undo is announced
+    p.wait_for_function("() => document.activeElement?.matches('#session-list .session')")
+    assert "Keep this one" in p.evaluate("document.activeElement.textContent")
+    assert p.get_attribute("#toasts", "aria-live") == "polite"
+    assert app.py("import chatmem_app; chatmem_app.app.undo_ms") >= 10_000
     p.click("#toasts [data-action=undo-delete]")
     p.wait_for_function("() => document.querySelectorAll('#session-list .session').length === 2")
     p.wait_for_selector("#conv-title:text-is('Delete me please')")
+    # Ctrl+Z from the list brings a deleted conversation back too
+    p.click("#session-bar [data-action=delete-session]")
+    app.expect_titles(["Keep this one"])
+    p.keyboard.press("Control+z")
+    app.expect_titles(["Delete me please", "Keep this one"])
     # delete for good: shorten the undo window, wait it out
     app.py("import chatmem_app; chatmem_app.app.undo_ms = 300")
     p.click("#session-bar [data-action=delete-session]")

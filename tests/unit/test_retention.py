@@ -76,6 +76,20 @@ def test_limits_active_sessions_archiving_least_recently_updated():
     assert plan_retention(sessions, RetentionPolicy(max_sessions=7), NOW) == RetentionPlan()
 
 
+def test_zero_is_no_limit_in_every_bound():
+    """max_sessions=0, archive_after=0 and max_age=0 each mean no limit, as the server's flags
+    do: nothing is archived or deleted by that step (before, 0 archived every session)."""
+    sessions = [sess(f"s{i}", updated_days_ago=400 + i, created_days_ago=900) for i in range(5)]
+    assert plan_retention(sessions, RetentionPolicy(max_sessions=0, archive_after=0), NOW) == RetentionPlan()
+    archived = [sess(f"a{i}", updated_days_ago=400, created_days_ago=900, archived=True) for i in range(3)]
+    assert plan_retention(archived, RetentionPolicy(max_age=0, delete_archived=True), NOW) == RetentionPlan()
+    # one bound at 0, the others still apply
+    plan = plan_retention(sessions, RetentionPolicy(max_sessions=0, archive_after=500 * DAY_MS), NOW)
+    assert plan == RetentionPlan()
+    plan = plan_retention(sessions, RetentionPolicy(max_sessions=2, archive_after=0), NOW)
+    assert plan == RetentionPlan(archive=["s2", "s3", "s4"], delete=[])
+
+
 def test_limit_ties_are_broken_by_id_and_records_are_accepted():
     """Equal updated_at are ordered by id; stored records work like SessionMeta."""
     sessions = [sess(s, updated_days_ago=1).to_record() for s in ("c", "a", "b")]

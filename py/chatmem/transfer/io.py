@@ -101,17 +101,25 @@ class Transfer:
     async def import_sessions(
         self, data: Any, *, preserve_ids: bool = False, format: str | None = None
     ) -> ImportReport:
-        """Import a chatmem, AIRI, ChatGPT or Claude export (dict, list, str or bytes JSON)."""
+        """Import a chatmem, AIRI, ChatGPT or Claude export (dict, list, str or bytes JSON).
+
+        Imported sessions (all but a restored backup, ``preserve_ids=True``) count as active
+        from the import on: their ``updatedAt`` is the import's time, so a retention policy
+        ages them from the day they arrived, not from their original dates (``createdAt``
+        and every message's ``createdAt`` keep those)."""
         batched = None if preserve_ids else getattr(self._core.store, "import_batches", None)
         todo: NormalizedImport = []
         if batched is not None:  # fresh sessions, written while the rest is still being checked
             name, sessions = iter_import(data, format=format, ids=self._core.ids, limits=self._core.limits)
+            sessions = _arrived(sessions, self._core.now())
             report = ImportReport(format=name)
             ops = await self._core.outbox.import_later(todo)  # reads ``todo`` once it is filled
             await batched(_chunks(sessions, todo), ops=ops)
         else:
             name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids,
                                               limits=self._core.limits)
+            if not preserve_ids:
+                normalized = list(_arrived(iter(normalized), self._core.now()))
             report = ImportReport(format=name)
             for rec, msgs in normalized:
                 same = await self._unchanged(rec, msgs) if preserve_ids else None
@@ -139,6 +147,12 @@ class Transfer:
 
 #: messages per chunk handed to a store's ``import_batches``
 IMPORT_CHUNK = 2000
+
+
+def _arrived(sessions: Iterator[NormalizedSession], now: int) -> Iterator[NormalizedSession]:
+    """Each imported session active from ``now`` (its ``updatedAt``), as it arrives here."""
+    for rec, msgs in sessions:
+        yield dict(rec, updatedAt=max(int(rec.get("updatedAt") or 0), now)), msgs
 
 
 def _chunks(sessions: Iterator[NormalizedSession], into: NormalizedImport) -> Iterator[NormalizedImport]:

@@ -46,7 +46,8 @@ PANELS: dict[str, tuple[str, Any]] = {
 
 class App:
     #: ms a deleted session can be restored before it is deleted for good
-    undo_ms = 6000
+    #: how long a deleted conversation can be brought back (Undo, Ctrl+Z)
+    undo_ms = 12_000
 
     def __init__(self, mem: Any, prefs: dict[str, Any]):
         self.mem = mem
@@ -128,6 +129,10 @@ class App:
             if fn is not None:
                 fn(self, el, ev)
         if ev.defaultPrevented:
+            return
+        if (str(ev.key).lower() == "z" and (ev.ctrlKey or ev.metaKey) and not ev.shiftKey
+                and str(ev.target.tagName) not in ("INPUT", "TEXTAREA") and sidebar.undo_last_delete(self)):
+            ev.preventDefault()
             return
         if ev.key == "Escape":
             if self.panel:

@@ -121,9 +121,25 @@ async def _delete(app: Any, el: Any, ev: Any) -> None:
             app.run(_really_delete(app, sid))
 
     app.pending_deletes[sid] = dom.set_timeout(commit, app.undo_ms)
-    app.toast(f"Deleted “{meta.title}”.", action="undo-delete", label="Undo", data={"id": sid}, ms=app.undo_ms)
+    app.toast(f"Deleted “{meta.title}”. Ctrl+Z or Undo brings it back.", action="undo-delete", label="Undo",
+              data={"id": sid}, ms=app.undo_ms)
     nxt = next((s.session_id for s in visible_sessions(app)), None)
     await app.open_session(nxt)
+    # the keyboard stays in the list: on the conversation now open, or the list itself
+    target = q(f'#session-list .session[data-id="{nxt}"]') if nxt else None
+    (target or q("#new-session")).focus()
+
+
+def undo_last_delete(app: Any) -> bool:
+    """Undo the newest delete still in its undo window (Ctrl+Z / Cmd+Z); whether there was one."""
+    if not app.pending_deletes:
+        return False
+    sid = list(app.pending_deletes)[-1]
+    button = q(f'#toasts [data-action="undo-delete"][data-id="{sid}"]')
+    if button is not None:
+        button.click()
+        return True
+    return False
 
 
 async def _really_delete(app: Any, sid: str) -> None:

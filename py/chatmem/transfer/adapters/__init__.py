@@ -57,7 +57,7 @@ def _detect(data: Any) -> str:
     else:
         shape = describe(data)
     raise ImportFormatError(
-        f"This is not an export chatmem can read (it is {shape}): it reads chatmem backups, "
+        f"This is not in a format chatmem can read (it is {shape}): it reads chatmem backups, "
         "AIRI exports, ChatGPT's conversations.json and Claude's conversations.json."
     )
 
