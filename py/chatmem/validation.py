@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import LimitExceeded, ValidationError, shown
 from .models import MESSAGE_FIELDS, validate_message_fields
@@ -311,7 +311,7 @@ _KEY_BYTES: dict[str, int] = {
                             "text")}
 
 
-def is_id(value: Any) -> bool:
+def is_id(value: Any) -> TypeGuard[str]:
     """Whether ``value`` is an id: a non-empty string of at most 200 characters that is
     valid Unicode (so it can be stored, encoded as UTF-8 and sent back)."""
     if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from conftest import Page, unique_name
 from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES
-from hostile_strategies import SMALL_LIMITS, hostile_export, hostile_import, hostile_message, hostile_session_kwargs
+from hostile_strategies import (
+    SMALL_LIMITS,
+    hostile_export,
+    hostile_import,
+    hostile_message,
+    hostile_session_kwargs,
+)
 
 pytestmark = pytest.mark.browser
 

@@ -411,8 +411,6 @@ export async function open(name, durability = "relaxed") {
   let db;
   try {
     db = await Promise.race([opening, blocked]);
-  } catch (e) {
-    throw e;
   } finally {
     clearTimeout(blockedTimer);
   }

@@ -58,7 +58,7 @@ export class IndexShare {
     if (got) return "owner";
     this.role = "guest";
     this.abort = new AbortController();
-    this.lockDone = navigator.locks.request(this.name, { signal: this.abort.signal }, (lock) => {
+    this.lockDone = navigator.locks.request(this.name, { signal: this.abort.signal }, (_lock) => {
       if (this.role !== "guest") return undefined; // closed while waiting
       const held = this._own();
       try { onOwner(); } catch (e) { console.error(e); }

@@ -5,6 +5,7 @@
 // its characters.
 
 /** an ASCII text (Python's `str.isascii`) */
+// eslint-disable-next-line no-control-regex -- every ASCII character, the control ones included
 export const ASCII = /^[\x00-\x7f]*$/;
 const WORD = /\d+(?:[.,]\d+)+|[a-z0-9]+(?:'[a-z0-9]+)*/g;
 /** without an apostrophe, point or comma a text's words are its runs of letters and digits */

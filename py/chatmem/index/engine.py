@@ -100,6 +100,8 @@ BEGIN_READ_ONLY = "BEGIN TRANSACTION READ ONLY"
 #: the words of DuckDB's refusal of a write inside ``BEGIN_READ_ONLY``
 READ_ONLY_REFUSAL = "transaction is launched in read-only mode"
 WRITE_REFUSED = "the query writes, and only read-only queries are allowed"
+#: the statement types a user's query may be, as ``duckdb``'s parser names them
+_READ_KINDS = frozenset({"SELECT", "EXPLAIN"})
 
 _SMALL_BATCH = 4  # rows up to which one multi-row INSERT ... VALUES beats a CSV file (the duckdb
 # package binds a parameter in ~0.1 ms: 100 message rows 118 ms as VALUES, 10 ms through a CSV file)
@@ -168,8 +170,6 @@ class DuckDBEngine:
         self._con.execute("SET enable_external_access=false")
         self._con.execute("SET lock_configuration=true")
         self._lock = threading.Lock()
-        kinds = duckdb.StatementType
-        self._read_kinds = frozenset({kinds.SELECT, kinds.EXPLAIN})
         self._running: _Call | None = None
         self._types: dict[str, dict[str, str]] = {}
         self._closed = False
@@ -242,9 +242,9 @@ class DuckDBEngine:
         if len(statements) != 1:
             raise ReadOnlySQLError(f"only one statement is allowed (DuckDB reads {len(statements)})",
                                    field="query")
-        kind = statements[0].type
-        if kind not in self._read_kinds:
-            raise ReadOnlySQLError(f"only read-only queries are allowed; DuckDB reads a {kind.name} statement",
+        kind = str(statements[0].type.name)
+        if kind not in _READ_KINDS:
+            raise ReadOnlySQLError(f"only read-only queries are allowed; DuckDB reads a {kind} statement",
                                    field="query")
         self._con.execute(BEGIN_READ_ONLY)
         try:

@@ -92,8 +92,8 @@ def strip_sql(sql: str, idents: list[str] | None = None) -> str:
         c = sql[i]
         nxt = sql[i + 1] if i + 1 < n else ""
         if c == "-" and nxt == "-":
-            j = _LINE_END.search(sql, i)
-            i = n if j is None else j.end()
+            line_end = _LINE_END.search(sql, i)
+            i = n if line_end is None else line_end.end()
             out.append(" ")
         elif c == "/" and nxt == "*":
             depth, j = 1, i + 2

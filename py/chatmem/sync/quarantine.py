@@ -123,7 +123,7 @@ def set_aside(stored: Any, bad: list[Quarantined], now_ms: int, since: str | Non
     the records of the ``applied`` changes taken out (a good version of a quarantined
     record arrived); None when nothing changes."""
     items = _entries(stored)
-    fresh = [Quarantined(**b, at=now_ms, since=since) for b in bad]  # type: ignore[typeddict-item]
+    fresh = [Quarantined(**b, at=now_ms, since=since) for b in bad]
     gone = {(b.get("resource"), b.get("id")) for b in fresh if b.get("id") is not None}
     if items:
         gone |= {(c.get("resource"), c.get("id")) for c in applied}

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from ...errors import QueryError, ReadOnlySQLError, StorageError
-from ...index.engine import READ_ONLY_REFUSAL, WRITE_REFUSED
 from ...index.derivation import EngineDerivation
+from ...index.engine import READ_ONLY_REFUSAL, WRITE_REFUSED
 from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
 from ...settle import settle
