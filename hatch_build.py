@@ -25,8 +25,11 @@ class ModelHook(BuildHookInterface):  # type: ignore[type-arg]
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
-        if self.target_name != "wheel" or version == "editable" \
-                or os.environ.get("CHATMEM_WHEEL_MODEL") == "0":
+        if (
+            self.target_name != "wheel"
+            or version == "editable"
+            or os.environ.get("CHATMEM_WHEEL_MODEL") == "0"
+        ):
             return
         spec = importlib.util.spec_from_file_location("chatmem_build_script", Path(self.root) / "build.py")
         assert spec is not None and spec.loader is not None

@@ -44,8 +44,15 @@ def _lc_message(m: dict[str, Any]) -> Any:
         return HumanMessage(m["content"], id=m["id"])
     if m["role"] == "tool":
         return ToolMessage(m["content"], tool_call_id=m["toolCallId"], id=m["id"])
-    calls = [{"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"]), "id": c["id"],
-              "type": "tool_call"} for c in m.get("toolCalls") or ()]
+    calls = [
+        {
+            "name": c["function"]["name"],
+            "args": json.loads(c["function"]["arguments"]),
+            "id": c["id"],
+            "type": "tool_call",
+        }
+        for c in m.get("toolCalls") or ()
+    ]
     return AIMessage(m["content"], id=m["id"], tool_calls=calls)
 
 
@@ -59,12 +66,14 @@ async def _chatmem_open(kind: str, tmp: Path, durability: str) -> Any:
     return await chatmem.open()
 
 
-async def _cm_w1(kind: str, tmp: Path, durability: str, seed: int, base: int, warmup: int, reps: int) -> list[float]:
+async def _cm_w1(
+    kind: str, tmp: Path, durability: str, seed: int, base: int, warmup: int, reps: int
+) -> list[float]:
     mem = await _chatmem_open(kind, tmp, durability)
     s = await mem.sessions.create(title="bench")
     items = [_item(m) for m in payloads.messages(seed, base + warmup + reps)]
     for i in range(0, base, 1000):
-        await mem.messages.append_many(s.session_id, items[i:min(base, i + 1000)])
+        await mem.messages.append_many(s.session_id, items[i : min(base, i + 1000)])
     times = []
     for i, m in enumerate(items[base:]):
         fields = {k: v for k, v in m.items() if k not in ("role", "content")}
@@ -84,7 +93,7 @@ async def _cm_w2(kind: str, tmp: Path, durability: str, seed: int, n: int, reps:
         s = await mem.sessions.create(title="bench")
         t0 = time.perf_counter()
         for i in range(0, n, 10000):
-            await mem.messages.append_many(s.session_id, items[i:i + 10000])
+            await mem.messages.append_many(s.session_id, items[i : i + 10000])
         times.append(ms(t0))
     await mem.close()
     return times
@@ -95,7 +104,7 @@ async def _cm_w3(kind: str, tmp: Path, seed: int, n: int, budget: int, reps: int
     s = await mem.sessions.create(title="bench")
     items = [_item(m, with_id=True) for m in payloads.messages(seed, n)]
     for i in range(0, n, 10000):
-        await mem.messages.append_many(s.session_id, items[i:i + 10000])
+        await mem.messages.append_many(s.session_id, items[i : i + 10000])
     times = []
     res = None
     for r in range(reps + 3):
@@ -122,8 +131,13 @@ async def _cm_w3(kind: str, tmp: Path, seed: int, n: int, budget: int, reps: int
             fit_only.append(ms(t0))
     await mem.close()
     assert res is not None
-    return {"times": times, "fit_only": fit_only, "kept_ids": full.kept_ids, "tokens": full.tokens,
-            "same_as_paged": res.kept_ids == full.kept_ids}
+    return {
+        "times": times,
+        "fit_only": fit_only,
+        "kept_ids": full.kept_ids,
+        "tokens": full.tokens,
+        "same_as_paged": res.kept_ids == full.kept_ids,
+    }
 
 
 # ---------------------------------------------------------------- LangChain
@@ -144,7 +158,7 @@ def _lc_w1(kind: str, tmp: Path, seed: int, base: int, warmup: int, reps: int) -
     h = _lc_history(kind, tmp)
     msgs = [_lc_message(m) for m in payloads.messages(seed, base + warmup + reps)]
     for i in range(0, base, 1000):
-        h.add_messages(msgs[i:min(base, i + 1000)])
+        h.add_messages(msgs[i : min(base, i + 1000)])
     times = []
     for i, m in enumerate(msgs[base:]):
         t0 = time.perf_counter()
@@ -193,12 +207,18 @@ def _lc_w3(kind: str, tmp: Path, seed: int, n: int, budget: int, reps: int) -> d
     kept: list[Any] = []
     for r in range(reps + 3):
         t0 = time.perf_counter()
-        kept = trim_messages([system, *h.messages], max_tokens=budget, token_counter=counter, strategy="last",
-                             include_system=True, start_on="human", allow_partial=False)
+        kept = trim_messages(
+            [system, *h.messages],
+            max_tokens=budget,
+            token_counter=counter,
+            strategy="last",
+            include_system=True,
+            start_on="human",
+            allow_partial=False,
+        )
         if r >= 3:
             times.append(ms(t0))
-    return {"times": times, "kept_ids": [m.id for m in kept if m.id != "system"],
-            "tokens": counter(kept)}
+    return {"times": times, "kept_ids": [m.id for m in kept if m.id != "system"], "tokens": counter(kept)}
 
 
 # ---------------------------------------------------------------- all
@@ -210,8 +230,11 @@ def _compare(cm: dict[str, Any], lc: dict[str, Any], raw: list[dict[str, Any]]) 
     role = {m["id"]: m["role"] for m in raw}
     only_cm, only_lc = sorted(set(a) - set(b), key=pos.get), sorted(set(b) - set(a), key=pos.get)
     return {
-        "chatmem_kept": len(a), "trim_kept": len(b), "common": len(set(a) & set(b)),
-        "chatmem_tokens": cm["tokens"], "trim_tokens": lc["tokens"],
+        "chatmem_kept": len(a),
+        "trim_kept": len(b),
+        "common": len(set(a) & set(b)),
+        "chatmem_tokens": cm["tokens"],
+        "trim_tokens": lc["tokens"],
         "only_chatmem": [(pos[i], role[i]) for i in only_cm],
         "only_trim": [(pos[i], role[i]) for i in only_lc],
         "chatmem_first": (pos[a[0]], role[a[0]]) if a else None,
@@ -230,14 +253,19 @@ def run_all(cfg: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
             for kind in ("memory", "sqlite"):
                 log(f"cpython W1 chatmem-{kind} @{base}")
                 out[("W1", f"append @{base:,}", f"chatmem {kind}")] = asyncio.run(
-                    _cm_w1(kind, tmp, dur, seed, base, cfg["w1_warmup"], reps))
+                    _cm_w1(kind, tmp, dur, seed, base, cfg["w1_warmup"], reps)
+                )
             for kind in ("memory", "sql"):
                 log(f"cpython W1 langchain-{kind} @{base}")
-                out[("W1", f"append @{base:,}", f"LangChain {kind}")] = _lc_w1(kind, tmp, seed, base, cfg["w1_warmup"], reps)
+                out[("W1", f"append @{base:,}", f"LangChain {kind}")] = _lc_w1(
+                    kind, tmp, seed, base, cfg["w1_warmup"], reps
+                )
         n, reps = cfg["w2_n"], cfg["w2_reps"]
         for kind in ("memory", "sqlite"):
             log(f"cpython W2 chatmem-{kind}")
-            out[("W2", f"import {n:,}", f"chatmem {kind}")] = asyncio.run(_cm_w2(kind, tmp, dur, seed, n, reps))[1:]
+            out[("W2", f"import {n:,}", f"chatmem {kind}")] = asyncio.run(
+                _cm_w2(kind, tmp, dur, seed, n, reps)
+            )[1:]
         for kind in ("memory", "sql"):
             log(f"cpython W2 langchain-{kind}")
             out[("W2", f"import {n:,}", f"LangChain {kind}")] = _lc_w2(kind, tmp, seed, n, reps)[1:]
@@ -248,12 +276,16 @@ def run_all(cfg: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
             log(f"cpython W3 chatmem-{kind}")
             r = asyncio.run(_cm_w3(kind, tmp, seed, n3, budget, reps3))
             out[("W3", f"window {n3:,} / {budget:,} tok", f"chatmem {kind} (store + fit)")] = r["times"]
-            out[("W3", f"window {n3:,} / {budget:,} tok", f"chatmem fit_window only ({kind} records)")] = r["fit_only"]
+            out[("W3", f"window {n3:,} / {budget:,} tok", f"chatmem fit_window only ({kind} records)")] = r[
+                "fit_only"
+            ]
             details[f"chatmem {kind}"] = r
         for kind in ("memory", "sql"):
             log(f"cpython W3 langchain-{kind}")
             r = _lc_w3(kind, tmp, seed, n3, budget, reps3)
-            out[("W3", f"window {n3:,} / {budget:,} tok", f"LangChain {kind} (read + trim_messages)")] = r["times"]
+            out[("W3", f"window {n3:,} / {budget:,} tok", f"LangChain {kind} (read + trim_messages)")] = r[
+                "times"
+            ]
             details[f"LangChain {kind}"] = r
         out["w3_compare"] = _compare(details["chatmem memory"], details["LangChain memory"], raw)
         out["w3_compare"]["chatmem_paged_equals_full"] = details["chatmem memory"]["same_as_paged"]
@@ -266,10 +298,19 @@ async def _cm_w7(tmp: Path, url: str, n: int, seed: int, passphrase: str = "") -
 
     mem = await chatmem.open(persist=str(tmp / "w7.db"))
     # sync on first, so the writes below queue outbox operations (the drain measured)
-    await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
-                                                batch_size=100, max_retries=10, backoff_base=20,
-                                                backoff_max=200, timeout=10_000,
-                                                encryption=chatmem.Passphrase(passphrase) if passphrase else None))
+    await mem.sync.configure(
+        chatmem.SyncConfig(
+            enabled=True,
+            endpoint=url,
+            api_key="bench",
+            batch_size=100,
+            max_retries=10,
+            backoff_base=20,
+            backoff_max=200,
+            timeout=10_000,
+            encryption=chatmem.Passphrase(passphrase) if passphrase else None,
+        )
+    )
     t = time.perf_counter()
     if passphrase:
         await mem.sync.pull()  # sets the space's key up: once per device, not per drain
@@ -282,9 +323,17 @@ async def _cm_w7(tmp: Path, url: str, n: int, seed: int, passphrase: str = "") -
     ms = (time.perf_counter() - t) * 1000
     status = await mem.sync.status()
     await mem.close()
-    return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
-            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup,
-            "state": status.state, "error": status.last_error}
+    return {
+        "ms": ms,
+        "ops": pending,
+        "requests": report.requests,
+        "acked": report.acknowledged,
+        "left": status.pending,
+        "dead": status.dead_letters,
+        "setup_ms": setup,
+        "state": status.state,
+        "error": status.last_error,
+    }
 
 
 def w7(url: str, n: int, seed: int, reps: int, passphrase: str = "") -> list[dict[str, Any]]:

@@ -33,13 +33,28 @@ def _messages(n: int, per: int = 100) -> tuple[list[dict[str, Any]], Any]:
     from scalegen import Words
 
     words = Words()
-    sessions = [{"sessionId": f"s{i:06d}", "title": f"s{i}", "createdAt": 1_000 + i, "updatedAt": 1_000 + i,
-                 "messageCount": per} for i in range((n + per - 1) // per)]
+    sessions = [
+        {
+            "sessionId": f"s{i:06d}",
+            "title": f"s{i}",
+            "createdAt": 1_000 + i,
+            "updatedAt": 1_000 + i,
+            "messageCount": per,
+        }
+        for i in range((n + per - 1) // per)
+    ]
 
     def messages() -> Any:
         for i in range(n):
-            yield {"id": f"m{i:08d}", "sessionId": f"s{i // per:06d}", "seq": i % per, "role": "user",
-                   "content": words.text(), "createdAt": 10_000 + (i * 7919) % n, "tokenCount": 1}
+            yield {
+                "id": f"m{i:08d}",
+                "sessionId": f"s{i // per:06d}",
+                "seq": i % per,
+                "role": "user",
+                "content": words.text(),
+                "createdAt": 10_000 + (i * 7919) % n,
+                "tokenCount": 1,
+            }
 
     return sessions, messages
 
@@ -71,12 +86,18 @@ async def derive(way: str, n: int, limit: str, folder: str) -> dict[str, Any]:
         t = time.perf_counter()
         try:
             await index.rebuild(sessions, messages())
-            out: dict[str, Any] = {"ok": True, "s": round(time.perf_counter() - t, 1), "phases_ms": index.rebuild_ms}
+            out: dict[str, Any] = {
+                "ok": True,
+                "s": round(time.perf_counter() - t, 1),
+                "phases_ms": index.rebuild_ms,
+            }
         except Exception as e:  # noqa: BLE001 - the out-of-memory error is the result
             out = {"ok": False, "s": round(time.perf_counter() - t, 1), "error": str(e).splitlines()[0][:200]}
         out["postings"] = (await engine.execute("SELECT count(*) AS n FROM postings"))[0]["n"]
-        out["buffers_mb"] = round((await engine.execute(
-            "SELECT sum(memory_usage_bytes) AS b FROM duckdb_memory()"))[0]["b"] / 1e6, 1)
+        out["buffers_mb"] = round(
+            (await engine.execute("SELECT sum(memory_usage_bytes) AS b FROM duckdb_memory()"))[0]["b"] / 1e6,
+            1,
+        )
         return out
     finally:
         DuckDBEngine._connect = connect  # type: ignore[method-assign]

@@ -25,24 +25,37 @@ from typing import Any, Awaitable, Callable
 HERE = Path(globals().get("__file__", ".")).resolve().parent  # exec'd without one in the page
 
 
-async def measure(words_source: Any, open_engine: Callable[[], Awaitable[Any]], n: int = 20_000,
-                  rounds: int = 2) -> dict[str, Any]:
+async def measure(
+    words_source: Any, open_engine: Callable[[], Awaitable[Any]], n: int = 20_000, rounds: int = 2
+) -> dict[str, Any]:
     from chatmem.index import QueryIndex, keywords, tokenize
     from chatmem.index import index as index_module
 
     gen = words_source()
-    recs = [{"id": f"m{i:025d}", "sessionId": f"s{i // 100:025d}", "seq": i % 100, "role": ("user", "assistant")[i % 2],
-             "createdAt": 1_700_000_000_000 + i, "content": gen.text()} for i in range(n)]
-    sessions = [{"sessionId": f"s{s:025d}", "title": "t", "createdAt": 0, "updatedAt": 0, "messageCount": 100}
-                for s in range((n + 99) // 100)]
+    recs = [
+        {
+            "id": f"m{i:025d}",
+            "sessionId": f"s{i // 100:025d}",
+            "seq": i % 100,
+            "role": ("user", "assistant")[i % 2],
+            "createdAt": 1_700_000_000_000 + i,
+            "content": gen.text(),
+        }
+        for i in range(n)
+    ]
+    sessions = [
+        {"sessionId": f"s{s:025d}", "title": "t", "createdAt": 0, "updatedAt": 0, "messageCount": 100}
+        for s in range((n + 99) // 100)
+    ]
     fast_words, now_stream = tokenize._ascii_words, index_module.stream_messages
 
     def definition(text: str) -> list[str]:
         ws = tokenize._ASCII_WORD.findall(text.lower())
         return [w.replace(",", "") if "," in w else w.replace("'", "") if "'" in w else w for w in ws]
 
-    async def previous_stream(engine: Any, messages: Any, figures: Any, *, chunk: int,
-                              ms: dict[str, float] | None = None) -> None:
+    async def previous_stream(
+        engine: Any, messages: Any, figures: Any, *, chunk: int, ms: dict[str, float] | None = None
+    ) -> None:
         part: list[dict[str, Any]] = []
         for rec in messages:
             part.append(dict(rec))
@@ -86,11 +99,13 @@ def _page(n: int, rounds: int) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from in_page import run_in_page
 
-    code = ("import types\n"
-            "from chatmem.runtime.page.engine import DuckDBWasmEngine\n"
-            f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
-            f"ds = types.ModuleType('derive_speed'); exec({(HERE / 'derive_speed.py').read_text()!r}, ds.__dict__)\n"
-            f"await ds.measure(gen.Words, DuckDBWasmEngine.open, {n}, {rounds})\n")
+    code = (
+        "import types\n"
+        "from chatmem.runtime.page.engine import DuckDBWasmEngine\n"
+        f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
+        f"ds = types.ModuleType('derive_speed'); exec({(HERE / 'derive_speed.py').read_text()!r}, ds.__dict__)\n"
+        f"await ds.measure(gen.Words, DuckDBWasmEngine.open, {n}, {rounds})\n"
+    )
     out: dict[str, Any] = run_in_page(code)
     return out
 
@@ -101,7 +116,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--page", action="store_true", help="in Pyodide + DuckDB-Wasm in Chromium (the built dist/)")
+    ap.add_argument(
+        "--page", action="store_true", help="in Pyodide + DuckDB-Wasm in Chromium (the built dist/)"
+    )
     args = ap.parse_args()
     if args.page:
         out = _page(args.messages, args.rounds)

@@ -70,10 +70,12 @@ def _page(n: int) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from in_page import run_in_page
 
-    code = ("import sys, types\n"
-            f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
-            f"imp = types.ModuleType('import_speed'); exec({(HERE / 'import_speed.py').read_text()!r}, imp.__dict__)\n"
-            f"await imp.measure(gen.chatgpt_export, gen.MARKER, {n})\n")
+    code = (
+        "import sys, types\n"
+        f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
+        f"imp = types.ModuleType('import_speed'); exec({(HERE / 'import_speed.py').read_text()!r}, imp.__dict__)\n"
+        f"await imp.measure(gen.chatgpt_export, gen.MARKER, {n})\n"
+    )
     out: dict[str, Any] = run_in_page(code)
     return out
 

@@ -71,9 +71,16 @@ def bench_messages(n: int) -> list[list[dict[str, str]]]:
     for i in range(len(words)):
         acc += 1.0 / (i + 1)
         cum.append(acc)
-    return [[{"role": ("user", "assistant")[i % 2],
-              "content": " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(30, 150)))}
-             for i in range(100)] for _ in range(n // 100)]
+    return [
+        [
+            {
+                "role": ("user", "assistant")[i % 2],
+                "content": " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(30, 150))),
+            }
+            for i in range(100)
+        ]
+        for _ in range(n // 100)
+    ]
 
 
 def column_bytes(con: duckdb.DuckDBPyConnection, tables: list[str], block_size: int) -> dict[str, int]:
@@ -84,8 +91,9 @@ def column_bytes(con: duckdb.DuckDBPyConnection, tables: list[str], block_size: 
     extra: dict[str, int] = {}
     for t in tables:
         for col, block, offset, more in con.execute(
-                f"SELECT column_name, block_id, block_offset, additional_block_ids FROM pragma_storage_info('{t}') "
-                "WHERE persistent AND block_id >= 0").fetchall():
+            f"SELECT column_name, block_id, block_offset, additional_block_ids FROM pragma_storage_info('{t}') "
+            "WHERE persistent AND block_id >= 0"
+        ).fetchall():
             name = f"{t}.{col}"
             segs.append((int(block), int(offset), name))
             extra[name] = extra.get(name, 0) + len(more or []) * block_size
@@ -102,24 +110,41 @@ def file_facts(path: str) -> dict[str, object]:
     con = duckdb.connect(path, read_only=True)
     try:
         db = con.execute("PRAGMA database_size").fetchone()
-        tag = con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
-                          "WHERE database_name = current_database()").fetchone()
-        text = con.execute("SELECT string_agg(DISTINCT compression, ',') FROM pragma_storage_info('messages') "
-                           "WHERE column_name = 'text' AND segment_type = 'VARCHAR'").fetchone()
+        tag = con.execute(
+            "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
+        text = con.execute(
+            "SELECT string_agg(DISTINCT compression, ',') FROM pragma_storage_info('messages') "
+            "WHERE column_name = 'text' AND segment_type = 'VARCHAR'"
+        ).fetchone()
         tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
-        blocks = {t: con.execute(f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{t}') "
-                                 "WHERE persistent").fetchone()[0] for t in tables}
+        blocks = {
+            t: con.execute(
+                f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{t}') WHERE persistent"
+            ).fetchone()[0]
+            for t in tables
+        }
         columns = column_bytes(con, tables, int(db[2]) if db else 262144)
-        kinds = {f"{t}.{c}": k for t in tables for c, k in con.execute(
-            f"SELECT column_name, string_agg(DISTINCT compression, ',') FROM pragma_storage_info('{t}') "
-            "WHERE persistent AND block_id >= 0 GROUP BY ALL").fetchall()}
+        kinds = {
+            f"{t}.{c}": k
+            for t in tables
+            for c, k in con.execute(
+                f"SELECT column_name, string_agg(DISTINCT compression, ',') FROM pragma_storage_info('{t}') "
+                "WHERE persistent AND block_id >= 0 GROUP BY ALL"
+            ).fetchall()
+        }
     finally:
         con.close()
-    return {"file_bytes": size, "blocks": db[3] if db else None, "free_blocks": db[5] if db else None,
-            "storage": tag[0] if tag else None, "text_compression": text[0] if text else None,
-            "blocks_per_table": blocks,
-            "columns": {k: [v, kinds.get(k)] for k, v in columns.items()},
-            "other": size - sum(columns.values())}
+    return {
+        "file_bytes": size,
+        "blocks": db[3] if db else None,
+        "free_blocks": db[5] if db else None,
+        "storage": tag[0] if tag else None,
+        "text_compression": text[0] if text else None,
+        "blocks_per_table": blocks,
+        "columns": {k: [v, kinds.get(k)] for k, v in columns.items()},
+        "other": size - sum(columns.values()),
+    }
 
 
 async def main() -> int:
@@ -150,9 +175,19 @@ async def main() -> int:
 
     def report(state: str) -> None:
         f = file_facts(path)
-        print(json.dumps({"state": state, "messages": args.messages, "mode": args.storage,
-                          "text_bytes": text_bytes, "ratio": round(f["file_bytes"] / text_bytes, 3),  # type: ignore[operator]
-                          **f}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "state": state,
+                    "messages": args.messages,
+                    "mode": args.storage,
+                    "text_bytes": text_bytes,
+                    "ratio": round(f["file_bytes"] / text_bytes, 3),  # type: ignore[operator]
+                    **f,
+                }
+            ),
+            flush=True,
+        )
 
     report(f"derived and saved ({derive_s:.0f} s)")
     for k in range(args.catch_ups):

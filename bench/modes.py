@@ -43,8 +43,9 @@ def quality_main(args: argparse.Namespace, open_page: OpenPage, log: Callable[[s
     print(table)
     log(f"quality run: {time.perf_counter() - t0:.0f} s")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quality.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"),
-                                                       "results": res, "page": page}, indent=1))
+    (args.out / "quality.json").write_text(
+        json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "results": res, "page": page}, indent=1)
+    )
     (args.out / "quality.md").write_text(table + "\n")
     return 0
 
@@ -57,7 +58,9 @@ def huge_main(args: argparse.Namespace, open_page: OpenPage, cpu: str, log: Call
     t0 = time.perf_counter()
     try:
         env = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "cpu": cpu, **b.env()}
-        log(f"--huge: {args.huge_n:,} messages in one page (Chromium {env['chromium']}, Pyodide {env['pyodide']})")
+        log(
+            f"--huge: {args.huge_n:,} messages in one page (Chromium {env['chromium']}, Pyodide {env['pyodide']})"
+        )
         h = scale.run_huge(b, args.huge_n, log)
     finally:
         stop()

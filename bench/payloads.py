@@ -68,13 +68,22 @@ def messages(seed: int, n: int) -> list[dict[str, Any]]:
         if r() < 0.125:
             call_id = f"call{seed}-{len(out)}"
             q = _text(r, _between(r, 10, 40))
-            push({
-                "role": "assistant",
-                "content": _text(r, _between(r, 200, 400)),
-                "toolCalls": [{"id": call_id, "type": "function", "function": {
-                    "name": "search_memory", "arguments": json.dumps({"q": q}, separators=(",", ":"),
-                                                                     ensure_ascii=False)}}],
-            })
+            push(
+                {
+                    "role": "assistant",
+                    "content": _text(r, _between(r, 200, 400)),
+                    "toolCalls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": "search_memory",
+                                "arguments": json.dumps({"q": q}, separators=(",", ":"), ensure_ascii=False),
+                            },
+                        }
+                    ],
+                }
+            )
             push({"role": "tool", "content": _text(r, _between(r, 200, 2000)), "toolCallId": call_id})
         push({"role": "assistant", "content": _text(r, _between(r, 400, 4000))})
     return out

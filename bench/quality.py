@@ -27,8 +27,17 @@ from typing import Any
 import chatmem
 from chatmem.index.tokenize import words
 
-__all__ = ["locomo_dir", "load_conversations", "run_quality", "run_page", "render_table", "store_conversation",
-           "ask_chatmem", "ask_bm25", "summarize"]
+__all__ = [
+    "locomo_dir",
+    "load_conversations",
+    "run_quality",
+    "run_page",
+    "render_table",
+    "store_conversation",
+    "ask_chatmem",
+    "ask_bm25",
+    "summarize",
+]
 
 MODES = ("keyword", "semantic", "hybrid")
 
@@ -63,8 +72,14 @@ def load_conversations(limit: int | None = None) -> list[dict[str, Any]]:
                 sessions.append((_ms(c[f"session_{n}_date_time"]), c[f"session_{n}"]))
             n += 1
         qs = [q for q in c["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")]
-        out.append({"name": f.stem, "speakers": (c["speaker_a"], c["speaker_b"]), "sessions": sessions,
-                    "questions": qs})
+        out.append(
+            {
+                "name": f.stem,
+                "speakers": (c["speaker_a"], c["speaker_b"]),
+                "sessions": sessions,
+                "questions": qs,
+            }
+        )
     return out
 
 
@@ -89,8 +104,14 @@ async def store_conversation(mem: Any, conv: dict[str, Any]) -> tuple[dict[str, 
     a, _b = conv["speakers"]
     for i, (created, turns) in enumerate(conv["sessions"]):
         s = await mem.sessions.create(title=f"session {i + 1}", character_id=conv["name"], created_at=created)
-        items = [{"role": "user" if t["speaker"] == a else "assistant", "content": turn_text(t),
-                  "created_at": created + j * 1000} for j, t in enumerate(turns)]
+        items = [
+            {
+                "role": "user" if t["speaker"] == a else "assistant",
+                "content": turn_text(t),
+                "created_at": created + j * 1000,
+            }
+            for j, t in enumerate(turns)
+        ]
         for t, m in zip(turns, await mem.messages.append_many(s.session_id, items)):
             dia_of[m.id] = t["dia_id"]
             texts.append(m.text)
@@ -98,8 +119,9 @@ async def store_conversation(mem: Any, conv: dict[str, Any]) -> tuple[dict[str, 
     return dia_of, texts, dias
 
 
-async def ask_chatmem(mem: Any, conv: dict[str, Any], dia_of: dict[str, str],
-                      res: dict[str, dict[str, list[float]]]) -> None:
+async def ask_chatmem(
+    mem: Any, conv: dict[str, Any], dia_of: dict[str, str], res: dict[str, dict[str, list[float]]]
+) -> None:
     """Every question of ``conv`` in each of chatmem's modes, scored into ``res``."""
     await mem.search("warm up", mode="hybrid", limit=10)  # builds the index and embeds every message
     for q in conv["questions"]:
@@ -111,7 +133,9 @@ async def ask_chatmem(mem: Any, conv: dict[str, Any], dia_of: dict[str, str],
             _score(ev, [dia_of[h.message.id] for h in hits], res[mode])
 
 
-def ask_bm25(conv: dict[str, Any], texts: list[str], dias: list[str], res: dict[str, dict[str, list[float]]]) -> None:
+def ask_bm25(
+    conv: dict[str, Any], texts: list[str], dias: list[str], res: dict[str, dict[str, list[float]]]
+) -> None:
     """The same questions through rank_bm25's BM25Okapi over the same texts (CPython: it needs numpy)."""
     from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
 
@@ -174,20 +198,28 @@ def run_quality(limit: int | None = None) -> dict[str, dict[str, float]]:
     return asyncio.run(_run(limit))
 
 
-WHERE = {"cpython": "CPython (memory store, duckdb)", "chromium": "Chromium (Pyodide, IndexedDB, DuckDB-Wasm)"}
+WHERE = {
+    "cpython": "CPython (memory store, duckdb)",
+    "chromium": "Chromium (Pyodide, IndexedDB, DuckDB-Wasm)",
+}
 
 
-def render_table(res: dict[str, dict[str, float]], embedder: str,
-                 page: dict[str, dict[str, float]] | None = None) -> str:
+def render_table(
+    res: dict[str, dict[str, float]], embedder: str, page: dict[str, dict[str, float]] | None = None
+) -> str:
     """One row per system and runtime; rank_bm25 (pure Python over numpy) runs on CPython only."""
-    lines = [f"| LoCoMo dev, top 10 ({embedder}) | where | R@5 | R@10 | hit@10 | p50 ms |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"| LoCoMo dev, top 10 ({embedder}) | where | R@5 | R@10 | hit@10 | p50 ms |",
+        "|---|---|---|---|---|---|",
+    ]
     runs = [("cpython", res)] + ([("chromium", page)] if page else [])
     for m in (*MODES, "rank_bm25"):
         for where, rs in runs:
             r = rs.get(m)
             if r:
                 place = "CPython (the same texts)" if m == "rank_bm25" else WHERE[where]
-                lines.append(f"| {m} | {place} | {r['R@5']:.3f} | {r['R@10']:.3f} | {r['hit@10']:.3f} "
-                             f"| {r['p50_ms']:.2f} |")
+                lines.append(
+                    f"| {m} | {place} | {r['R@5']:.3f} | {r['R@10']:.3f} | {r['hit@10']:.3f} "
+                    f"| {r['p50_ms']:.2f} |"
+                )
     return "\n".join(lines)

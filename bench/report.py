@@ -57,7 +57,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        spread = f"{fmt(r['p95'])} / {fmt(r['p99'])}" if r["workload"] == "W1" else f"IQR {fmt(r['iqr'])}, max {fmt(r['max'])}"
+        spread = (
+            f"{fmt(r['p95'])} / {fmt(r['p99'])}"
+            if r["workload"] == "W1"
+            else f"IQR {fmt(r['iqr'])}, max {fmt(r['max'])}"
+        )
         thr = f"{r['throughput']:,.0f} msg/s" if r.get("throughput") else ""
         out.append(
             f"| {r['workload']} | {r['case']} | {r['system']} | {fmt(r['p50'])} ms | {spread} | {r['n']} | {thr} "
@@ -68,8 +72,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 COLORS = {
-    "chatmem": "#2f6fdb", "raw": "#444444", "rawmin": "#888888", "dexie": "#2a9d5c",
-    "rewrite": "#d9822b", "pyscript": "#8e44ad", "LangChain": "#c0392b",
+    "chatmem": "#2f6fdb",
+    "raw": "#444444",
+    "rawmin": "#888888",
+    "dexie": "#2a9d5c",
+    "rewrite": "#d9822b",
+    "pyscript": "#8e44ad",
+    "LangChain": "#c0392b",
 }
 
 
@@ -86,7 +95,10 @@ def svg_chart(title: str, rows: list[dict[str, Any]]) -> str:
     bar, gap, left, width = 16, 4, 330, 420
     lo = min(r["p50"] for r in rows) / 2
     hi = max(r["p95"] if not math.isnan(r["p95"]) else r["p50"] for r in rows) * 1.5
-    scale = lambda v: left + width * (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))  # noqa: E731
+
+    def scale(v: float) -> float:
+        return left + width * (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
     y = 40
     parts = []
     case = None
@@ -95,26 +107,36 @@ def svg_chart(title: str, rows: list[dict[str, Any]]) -> str:
             case = (r["where"], r["case"])
             y += 10
             where = "Chromium" if r["where"] == "chromium" else "CPython"
-            parts.append(f'<text x="8" y="{y + 10}" font-weight="bold">{html.escape(r["case"])} ({where})</text>')
+            parts.append(
+                f'<text x="8" y="{y + 10}" font-weight="bold">{html.escape(r["case"])} ({where})</text>'
+            )
             y += 18
         x1 = scale(r["p50"])
         parts.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{html.escape(r["system"])}</text>')
-        parts.append(f'<rect x="{left}" y="{y}" width="{x1 - left:.1f}" height="{bar}" fill="{_color(r["system"])}"/>')
+        parts.append(
+            f'<rect x="{left}" y="{y}" width="{x1 - left:.1f}" height="{bar}" fill="{_color(r["system"])}"/>'
+        )
         if not math.isnan(r["p95"]) and r["p95"] > r["p50"]:
             x2 = scale(r["p95"])
-            parts.append(f'<line x1="{x1:.1f}" y1="{y + bar / 2}" x2="{x2:.1f}" y2="{y + bar / 2}" stroke="#000" stroke-width="1"/>')
+            parts.append(
+                f'<line x1="{x1:.1f}" y1="{y + bar / 2}" x2="{x2:.1f}" y2="{y + bar / 2}" stroke="#000" stroke-width="1"/>'
+            )
             parts.append(f'<line x1="{x2:.1f}" y1="{y + 3}" x2="{x2:.1f}" y2="{y + bar - 3}" stroke="#000"/>')
-        parts.append(f'<text x="{max(x1, scale(r["p95"]) if not math.isnan(r["p95"]) else x1) + 6:.1f}" y="{y + 12}">{fmt(r["p50"])} ms</text>')
+        parts.append(
+            f'<text x="{max(x1, scale(r["p95"]) if not math.isnan(r["p95"]) else x1) + 6:.1f}" y="{y + 12}">{fmt(r["p50"])} ms</text>'
+        )
         y += bar + gap
     h = y + 30
     ticks = []
     e = math.floor(math.log10(lo))
-    while 10 ** e <= hi:
-        v = 10 ** e
+    while 10**e <= hi:
+        v = 10**e
         if v >= lo:
             x = scale(v)
-            ticks.append(f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{h - 24}" stroke="#ddd"/>'
-                         f'<text x="{x:.1f}" y="{h - 10}" text-anchor="middle" fill="#666">{fmt(float(v))} ms</text>')
+            ticks.append(
+                f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{h - 24}" stroke="#ddd"/>'
+                f'<text x="{x:.1f}" y="{h - 10}" text-anchor="middle" fill="#666">{fmt(float(v))} ms</text>'
+            )
         e += 1
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 110}" height="{h}" '
@@ -122,5 +144,7 @@ def svg_chart(title: str, rows: list[dict[str, Any]]) -> str:
         f'<rect width="100%" height="100%" fill="#fff"/>'
         f'<text x="8" y="22" font-size="15" font-weight="bold">{html.escape(title)}</text>'
         f'<text x="{left + width + 100}" y="22" text-anchor="end" fill="#666">p50 bar, p95 whisker; log scale</text>'
-        + "".join(ticks) + "".join(parts) + "</svg>\n"
+        + "".join(ticks)
+        + "".join(parts)
+        + "</svg>\n"
     )

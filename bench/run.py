@@ -110,7 +110,8 @@ class Browser:
         if self._profile is not None:
             self.browser = None
             self.context = self._pw.chromium.launch_persistent_context(
-                self._profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                self._profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS
+            )
         else:
             self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             self.context = self.browser.new_context()
@@ -136,8 +137,10 @@ class Browser:
 
     def env(self) -> dict[str, Any]:
         return {
-            "chromium": self.browser.version if self.browser is not None else  # a persistent context has none
-            subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.split()[1],
+            "chromium": self.browser.version
+            if self.browser is not None
+            # a persistent context has none
+            else subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.split()[1],
             "hardware_concurrency": self.page.evaluate("navigator.hardwareConcurrency"),
             "pyodide": self.page.evaluate("window.chatmem.pyodide.version"),
         }
@@ -159,9 +162,25 @@ class Results:
         self.rows: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
 
-    def add(self, workload: str, case: str, system: str, times: list[float], *, where: str = "chromium",
-            n_msgs: int | None = None, **extra: Any) -> dict[str, Any]:
-        row = {"workload": workload, "case": case, "system": system, "where": where, **report.stats(times), **extra}
+    def add(
+        self,
+        workload: str,
+        case: str,
+        system: str,
+        times: list[float],
+        *,
+        where: str = "chromium",
+        n_msgs: int | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        row = {
+            "workload": workload,
+            "case": case,
+            "system": system,
+            "where": where,
+            **report.stats(times),
+            **extra,
+        }
         if n_msgs:
             row["throughput"] = n_msgs / (row["p50"] / 1000)
         row["samples"] = [round(t, 3) for t in times]
@@ -170,7 +189,10 @@ class Results:
         return row
 
     def find(self, workload: str, case: str, system: str) -> dict[str, Any] | None:
-        return next((r for r in self.rows if (r["workload"], r["case"], r["system"]) == (workload, case, system)), None)
+        return next(
+            (r for r in self.rows if (r["workload"], r["case"], r["system"]) == (workload, case, system)),
+            None,
+        )
 
     def ratios(self) -> None:
         """vs raw (same case, same run) and chatmem ÷ peer; CPython peers against the chatmem store of the same kind."""
@@ -184,8 +206,16 @@ class Results:
                     r["chatmem_over"] = cm["p50"] / r["p50"]
             elif r["system"].startswith("LangChain"):
                 kind = "memory" if " memory" in r["system"] else "sqlite"
-                cm = next((x for x in self.rows if x["workload"] == r["workload"] and x["case"] == r["case"]
-                           and x["system"].startswith(f"chatmem {kind}")), None)
+                cm = next(
+                    (
+                        x
+                        for x in self.rows
+                        if x["workload"] == r["workload"]
+                        and x["case"] == r["case"]
+                        and x["system"].startswith(f"chatmem {kind}")
+                    ),
+                    None,
+                )
                 if cm:
                     r["chatmem_over"] = cm["p50"] / r["p50"]
 
@@ -204,8 +234,19 @@ def w1(b: Browser, cfg: dict[str, Any], res: Results) -> None:
         r = b.call("w1", "bench-cm-w1", dur, seed, base, warm, reps)
         res.add("W1", case, "chatmem", r["times"])
         for s in JS_W1:
-            r = b.js("w1", s, {"db": f"bench-{s}-w1", "durability": dur, "seed": seed, "base": base,
-                               "warmup": warm, "reps": reps, "blocking": False})
+            r = b.js(
+                "w1",
+                s,
+                {
+                    "db": f"bench-{s}-w1",
+                    "durability": dur,
+                    "seed": seed,
+                    "base": base,
+                    "warmup": warm,
+                    "reps": reps,
+                    "blocking": False,
+                },
+            )
             res.add("W1", case, s, r["times"])
         if base <= 1000:
             r = b.call("ps_w1", "bench-ps-w1", seed, base, warm, reps)
@@ -216,22 +257,50 @@ def w1(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     block: dict[str, Any] = {}
     block["chatmem"] = b.call("w1", "bench-cm-w1b", dur, seed, base, warm, reps, True)["block"]
     for s in ("raw", "dexie", "rewrite"):
-        block[s] = b.js("w1", s, {"db": f"bench-{s}-w1b", "durability": dur, "seed": seed, "base": base,
-                                  "warmup": warm, "reps": reps, "blocking": True})["block"]
+        block[s] = b.js(
+            "w1",
+            s,
+            {
+                "db": f"bench-{s}-w1b",
+                "durability": dur,
+                "seed": seed,
+                "base": base,
+                "warmup": warm,
+                "reps": reps,
+                "blocking": True,
+            },
+        )["block"]
     block["pyscript.storage"] = b.call("ps_w1", "bench-ps-w1b", seed, base, warm, reps, True)["block"]
     big = cfg["w1_points"][-1][0]
     if big != base:
         block[f"chatmem @{big}"] = b.call("w1", "bench-cm-w1b", dur, seed, big, warm, reps, True)["block"]
-        block[f"rewrite @{big}"] = b.js("w1", "rewrite", {"db": "bench-rewrite-w1b", "durability": dur, "seed": seed,
-                                                          "base": big, "warmup": warm, "reps": reps,
-                                                          "blocking": True})["block"]
+        block[f"rewrite @{big}"] = b.js(
+            "w1",
+            "rewrite",
+            {
+                "db": "bench-rewrite-w1b",
+                "durability": dur,
+                "seed": seed,
+                "base": big,
+                "warmup": warm,
+                "reps": reps,
+                "blocking": True,
+            },
+        )["block"]
     res.extra["w1_blocking"] = {
-        k: {"longest_p50": report.stats([x[0] for x in v])["p50"], "longest_max": max(x[0] for x in v),
-            "busy_p50": report.stats([x[1] for x in v])["p50"], "n": len(v), "base": big if "@" in k else base}
+        k: {
+            "longest_p50": report.stats([x[0] for x in v])["p50"],
+            "longest_max": max(x[0] for x in v),
+            "busy_p50": report.stats([x[1] for x in v])["p50"],
+            "n": len(v),
+            "base": big if "@" in k else base,
+        }
         for k, v in block.items()
     }
     for k, v in res.extra["w1_blocking"].items():
-        log(f"  blocking {k}: longest p50 {v['longest_p50']:.2f} ms, max {v['longest_max']:.2f}, busy p50 {v['busy_p50']:.2f}")
+        log(
+            f"  blocking {k}: longest p50 {v['longest_p50']:.2f} ms, max {v['longest_max']:.2f}, busy p50 {v['busy_p50']:.2f}"
+        )
     # where chatmem's append time goes
     log("W1 profile (chatmem)")
     base, reps = cfg["w1_points"][0]
@@ -244,11 +313,18 @@ def _profile(parts: list[list[float]]) -> dict[str, float]:
     JSON.parse in JS, the bridge method (IndexedDB transaction included), JSON.stringify in JS."""
     p50 = lambda i: report.stats([p[i] if i < len(p) else 0.0 for p in parts])["p50"]  # noqa: E731
     tot, bridge, js, jparse, method, jstr, batched = (p50(i) for i in range(7))
-    return {"total_p50": tot, "bridge_call_p50": bridge, "js_call_p50": js,
-            "python_outside_bridge": tot - bridge - batched, "json_at_bridge": bridge - js,
-            "ffi_and_scheduling": js - jparse - method - jstr,
-            "js_json_parse": jparse, "bridge_method": method, "js_json_stringify": jstr,
-            "batched_write": batched}
+    return {
+        "total_p50": tot,
+        "bridge_call_p50": bridge,
+        "js_call_p50": js,
+        "python_outside_bridge": tot - bridge - batched,
+        "json_at_bridge": bridge - js,
+        "ffi_and_scheduling": js - jparse - method - jstr,
+        "js_json_parse": jparse,
+        "bridge_method": method,
+        "js_json_stringify": jstr,
+        "batched_write": batched,
+    }
 
 
 def w2(b: Browser, cfg: dict[str, Any], res: Results, keep: bool = True) -> None:
@@ -261,8 +337,18 @@ def w2(b: Browser, cfg: dict[str, Any], res: Results, keep: bool = True) -> None
         res.add("W2", case, "chatmem", r["times"][1:], n_msgs=n)
         res.extra.setdefault("w2_profile", {})[case] = _profile(r["parts"][1:])
         for s in ("raw", "rawschema", "rawmin", "dexie", "rewrite"):
-            r = b.js("w2", s, {"db": f"bench-{s}-w2", "durability": dur, "seed": seed, "n": n, "reps": reps + 1,
-                               "keep": keep and n == cfg["w2_points"][0][0]})
+            r = b.js(
+                "w2",
+                s,
+                {
+                    "db": f"bench-{s}-w2",
+                    "durability": dur,
+                    "seed": seed,
+                    "n": n,
+                    "reps": reps + 1,
+                    "keep": keep and n == cfg["w2_points"][0][0],
+                },
+            )
             res.add("W2", case, s, r["times"][1:], n_msgs=n)
         if n <= 10000:
             r = b.call("ps_w2", "bench-ps-w2", seed, n, cfg["w2_ps_reps"])
@@ -279,8 +365,19 @@ def w3(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     res.add("W3", case, "chatmem fit_window only", r["fit_only"])
     res.extra["w3_pyodide"] = {k: r[k] for k in ("kept", "tokens", "kept_full", "same")}
     for s in ("raw", "dexie", "rewrite"):
-        r = b.js("w3", s, {"db": f"bench-{s}-w3", "durability": dur, "seed": seed, "n": n, "k": 64,
-                           "budget": budget, "reps": reps})
+        r = b.js(
+            "w3",
+            s,
+            {
+                "db": f"bench-{s}-w3",
+                "durability": dur,
+                "seed": seed,
+                "n": n,
+                "k": 64,
+                "budget": budget,
+                "reps": reps,
+            },
+        )
         res.add("W3", case, s, r["times"])
 
 
@@ -292,8 +389,16 @@ def w5(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     r = b.call("w5", "bench-cm-w2", cfg["w5_reps"])
     res.add("W5", case, "chatmem", r["times"], n_msgs=(reps + 1) * n, bytes=r["bytes"])
     for s in ("raw", "dexie", "rewrite"):
-        r = b.js("w5", s, {"db": f"bench-{s}-w2", "durability": cfg["durability"], "reps": cfg["w5_reps"],
-                           "sessions": reps + 1})
+        r = b.js(
+            "w5",
+            s,
+            {
+                "db": f"bench-{s}-w2",
+                "durability": cfg["durability"],
+                "reps": cfg["w5_reps"],
+                "sessions": reps + 1,
+            },
+        )
         res.add("W5", case, s, r["times"], n_msgs=(reps + 1) * n, bytes=r["bytes"])
 
 
@@ -315,13 +420,17 @@ def w6(b: Browser, cfg: dict[str, Any], res: Results) -> None:
         p.set_default_timeout(300_000)
         p.goto(b.site)
         ready.append(p.evaluate("window.chatmem.ready.then(() => performance.now())"))
-        t = p.evaluate("c => window.chatmem.runPython(c)", (
-            "import chatmem, js\n"
-            "mem = await chatmem.open('bench-cm-w2')\n"
-            "ss = await mem.sessions.list(limit=1)\n"
-            "msgs = await mem.messages.list(ss[0].session_id, limit=50, newest_first=True)\n"
-            "await mem.close()\n"
-            "[js.performance.now(), len(msgs)]"))
+        t = p.evaluate(
+            "c => window.chatmem.runPython(c)",
+            (
+                "import chatmem, js\n"
+                "mem = await chatmem.open('bench-cm-w2')\n"
+                "ss = await mem.sessions.list(limit=1)\n"
+                "msgs = await mem.messages.list(ss[0].session_id, limit=50, newest_first=True)\n"
+                "await mem.close()\n"
+                "[js.performance.now(), len(msgs)]"
+            ),
+        )
         first.append(t[0])
         p.close()
     res.add("W6", case, "bare Pyodide boot", bare)
@@ -344,7 +453,9 @@ def w7(b: Browser, cfg: dict[str, Any], res: Results) -> None:
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for i in range(reps):
             for passphrase in modes:
-                plan = FaultPlan().random(rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0)
+                plan = FaultPlan().random(
+                    rate, seed=cfg["seed"] + i, kinds=(Fault("status", 500),), after_ratio=0.0
+                )
                 with running_server(api_keys=["bench"], faults=plan) as srv:
                     if where == "chromium":
                         r = b.call("w7", f"bench-cm-w7-{i}", srv.url, n, cfg["seed"] + i, passphrase)
@@ -374,9 +485,22 @@ def w4(b: Browser, cfg: dict[str, Any], res: Results) -> None:
     log(f"W4 keyword search over {n:,} messages (own profile)")
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "w4.json"
-        cmd = [sys.executable, str(ROOT / "bench" / "search" / "bench_browser.py"), "--messages", str(n),
-               "--sessions", str(max(1, n // 100)), "--queries", str(q), "--json", str(out),
-               "--dist", str(Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))), "--port", "0"]
+        cmd = [
+            sys.executable,
+            str(ROOT / "bench" / "search" / "bench_browser.py"),
+            "--messages",
+            str(n),
+            "--sessions",
+            str(max(1, n // 100)),
+            "--queries",
+            str(q),
+            "--json",
+            str(out),
+            "--dist",
+            str(Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))),
+            "--port",
+            "0",
+        ]
         subprocess.run(cmd, check=True, cwd=ROOT)
         m = json.loads(out.read_text())
     t = m["timings"]
@@ -403,15 +527,35 @@ def w8(cfg: dict[str, Any], res: Results) -> None:
 
     out = server_load.run_w8(cfg, log)
     case = f"{out['devices']} devices / {out['accounts']} accounts x {out['ops']} ops, 10% faults"
-    for kind, system in (("postgres", f"server x{out['instances']} PostgreSQL"), ("sqlite", "server x1 SQLite")):
+    for kind, system in (
+        ("postgres", f"server x{out['instances']} PostgreSQL"),
+        ("sqlite", "server x1 SQLite"),
+    ):
         r = out[kind]
-        res.add("W8", case, system, r["lat"], where="cpython", ops_per_s=round(r["ops_per_s"]),
-                pushes_per_s=round(r["pushes_per_s"]))
-        log(f"  W8 {system}: {r['ops_per_s']:,.0f} ops/s, {r['pushes_per_s']:,.0f} pushes/s, exactly once, converged")
-    res.add("W8", "live change: push on one instance -> stream event on another", "server x2 PostgreSQL",
-            out["live_ms"], where="cpython")
-    res.extra["w8"] = {k: ({kk: vv for kk, vv in v.items() if kk != "lat"} if isinstance(v, dict) else v)
-                       for k, v in out.items() if k != "live_ms"}
+        res.add(
+            "W8",
+            case,
+            system,
+            r["lat"],
+            where="cpython",
+            ops_per_s=round(r["ops_per_s"]),
+            pushes_per_s=round(r["pushes_per_s"]),
+        )
+        log(
+            f"  W8 {system}: {r['ops_per_s']:,.0f} ops/s, {r['pushes_per_s']:,.0f} pushes/s, exactly once, converged"
+        )
+    res.add(
+        "W8",
+        "live change: push on one instance -> stream event on another",
+        "server x2 PostgreSQL",
+        out["live_ms"],
+        where="cpython",
+    )
+    res.extra["w8"] = {
+        k: ({kk: vv for kk, vv in v.items() if kk != "lat"} if isinstance(v, dict) else v)
+        for k, v in out.items()
+        if k != "live_ms"
+    }
 
 
 WORKLOADS: dict[str, Callable[[Browser, dict[str, Any], Results], None]] = {
@@ -435,35 +579,61 @@ def targets(res: Results, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
 
     def t(name: str, goal: str, measured: str, ok: bool | None) -> None:
-        out.append({"target": name, "goal": goal, "measured": measured,
-                    "status": {True: "met", False: "missed", None: "not measured"}.get(ok, ok)})
+        out.append(
+            {
+                "target": name,
+                "goal": goal,
+                "measured": measured,
+                "status": {True: "met", False: "missed", None: "not measured"}.get(ok, ok),
+            }
+        )
 
     b1 = cfg["w1_points"][0][0]
     c1, r1, w1r = (res.find("W1", f"append @{b1:,}", s) for s in ("chatmem", "raw", "rewrite"))
     if c1 and r1:
         q = c1["p50"] / r1["p50"]
-        t("W1 vs raw", "chatmem p50 <= 1.5x raw IndexedDB", f"{report.fmt(c1['p50'])} vs {report.fmt(r1['p50'])} ms = {q:.2f}x", q <= 1.5)
+        t(
+            "W1 vs raw",
+            "chatmem p50 <= 1.5x raw IndexedDB",
+            f"{report.fmt(c1['p50'])} vs {report.fmt(r1['p50'])} ms = {q:.2f}x",
+            q <= 1.5,
+        )
     for base, want in ((1000, 6), (5000, 25)):
         c, w = res.find("W1", f"append @{base:,}", "chatmem"), res.find("W1", f"append @{base:,}", "rewrite")
         if c and w:
             q = w["p50"] / c["p50"]
-            t(f"W1 vs rewrite @{base:,}", f">= {want}x faster than whole-session rewrite",
-              f"{report.fmt(w['p50'])} vs {report.fmt(c['p50'])} ms = {q:.1f}x", q >= want)
+            t(
+                f"W1 vs rewrite @{base:,}",
+                f">= {want}x faster than whole-session rewrite",
+                f"{report.fmt(w['p50'])} vs {report.fmt(c['p50'])} ms = {q:.1f}x",
+                q >= want,
+            )
     blk = res.extra.get("w1_blocking", {}).get("chatmem")
     if blk:
-        t("W1 main-thread blocking", "< 2 ms per append",
-          f"longest task p50 {blk['longest_p50']:.2f} ms (max {blk['longest_max']:.2f}), busy p50 {blk['busy_p50']:.2f} ms",
-          blk["longest_p50"] < 2)
+        t(
+            "W1 main-thread blocking",
+            "< 2 ms per append",
+            f"longest task p50 {blk['longest_p50']:.2f} ms (max {blk['longest_max']:.2f}), busy p50 {blk['busy_p50']:.2f} ms",
+            blk["longest_p50"] < 2,
+        )
     n2 = cfg["w2_points"][0][0]
     c2, m2, r2, w2r = (res.find("W2", f"import {n2:,}", s) for s in ("chatmem", "rawmin", "raw", "rewrite"))
     if c2 and m2 and r2:
         q = c2["throughput"] / m2["throughput"]
-        t("W2 throughput", ">= 70% of the raw per-record limit",
-          f"{c2['throughput']:,.0f} vs {m2['throughput']:,.0f} msg/s = {q:.0%} "
-          f"({c2['throughput'] / r2['throughput']:.0%} of raw with the same outbox writes)", q >= 0.7)
+        t(
+            "W2 throughput",
+            ">= 70% of the raw per-record limit",
+            f"{c2['throughput']:,.0f} vs {m2['throughput']:,.0f} msg/s = {q:.0%} "
+            f"({c2['throughput'] / r2['throughput']:.0%} of raw with the same outbox writes)",
+            q >= 0.7,
+        )
     if w2r and m2:
-        t("W2 rewrite-model note", "report the one-record figure beside ours",
-          f"whole session as one record: {w2r['throughput']:,.0f} msg/s = {w2r['throughput'] / m2['throughput']:.1f}x the per-record limit", "reported")
+        t(
+            "W2 rewrite-model note",
+            "report the one-record figure beside ours",
+            f"whole session as one record: {w2r['throughput']:,.0f} msg/s = {w2r['throughput'] / m2['throughput']:.1f}x the per-record limit",
+            "reported",
+        )
     c3 = res.find("W3", f"window {cfg['w3_n']:,} / {cfg['w3_budget']:,} tok", "chatmem")
     if c3:
         t("W3 window", "< 10 ms p50 in Pyodide", f"{report.fmt(c3['p50'])} ms", c3["p50"] < 10)
@@ -471,34 +641,59 @@ def targets(res: Results, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     sc = res.find("W4", f"search {cfg['w4_messages']:,} msgs", "original substring scan (Python, in memory)")
     if kw and sc:
         q = sc["p50"] / kw["p50"]
-        t("W4 keyword search", "< 8 ms p50 over 100,000, >= 10x the substring scan",
-          f"{report.fmt(kw['p50'])} ms p50, {q:.1f}x the scan ({report.fmt(sc['p50'])} ms)",
-          kw["p50"] < 8 and q >= 10)
+        t(
+            "W4 keyword search",
+            "< 8 ms p50 over 100,000, >= 10x the substring scan",
+            f"{report.fmt(kw['p50'])} ms p50, {q:.1f}x the scan ({report.fmt(sc['p50'])} ms)",
+            kw["p50"] < 8 and q >= 10,
+        )
     else:
         t("W4 keyword search", "< 8 ms p50 over 100,000, >= 10x the substring scan", "not run", None)
     w4 = res.extra.get("w4")
     if w4 and "first_query_cached_s" in w4:
-        t("W6 first query with 100,000 stored (cached index)", "report", f"{w4['first_query_cached_s']:.1f} s "
-          f"(no cached index: {w4['first_query_uncached_s']:.1f} s)", "reported")
+        t(
+            "W6 first query with 100,000 stored (cached index)",
+            "report",
+            f"{w4['first_query_cached_s']:.1f} s (no cached index: {w4['first_query_uncached_s']:.1f} s)",
+            "reported",
+        )
     stored = (cfg["w2_points"][0][1] + 1) * cfg["w2_points"][0][0]
-    rd, br = (res.find("W6", f"cold page, {stored:,} stored", s) for s in ("chatmem ready", "bare Pyodide boot"))
+    rd, br = (
+        res.find("W6", f"cold page, {stored:,} stored", s) for s in ("chatmem ready", "bare Pyodide boot")
+    )
     if rd and br:
         q = rd["p50"] / br["p50"]
-        t("W6 time to usable page", "<= 1.25x bare Pyodide boot (+ DuckDB instantiate, not loaded yet)",
-          f"{report.fmt(rd['p50'])} vs {report.fmt(br['p50'])} ms = {q:.2f}x", q <= 1.25)
+        t(
+            "W6 time to usable page",
+            "<= 1.25x bare Pyodide boot (+ DuckDB instantiate, not loaded yet)",
+            f"{report.fmt(rd['p50'])} vs {report.fmt(br['p50'])} ms = {q:.2f}x",
+            q <= 1.25,
+        )
     if (w10 := embedbg.target(res)) is not None:
         out.append(w10)
     w8r = res.extra.get("w8")
     if w8r:
         pg_, sq = w8r["postgres"], w8r["sqlite"]
-        t("W8 correctness", "every op applied exactly once, devices converge, no cross-account read",
-          f"{pg_['acked']:,} ops on {w8r['instances']} instances and {sq['acked']:,} on SQLite: exactly once, "
-          "converged, 0 foreign records", pg_["exactly_once"] and pg_["converged"] and pg_["foreign"] == 0)
-        t("W8 throughput", "report PostgreSQL x3 vs SQLite x1",
-          f"{pg_['ops_per_s']:,.0f} vs {sq['ops_per_s']:,.0f} ops/s; push p50/p95 {pg_['p50_ms']:.0f}/{pg_['p95_ms']:.0f} "
-          f"vs {sq['p50_ms']:.0f}/{sq['p95_ms']:.0f} ms", "reported")
-        t("W8 live change", "another device sees a change within 1 s",
-          f"p50 {w8r['live_p50_ms']:.0f} ms, p95 {w8r['live_p95_ms']:.0f} ms", w8r["live_p95_ms"] < 1000)
+        t(
+            "W8 correctness",
+            "every op applied exactly once, devices converge, no cross-account read",
+            f"{pg_['acked']:,} ops on {w8r['instances']} instances and {sq['acked']:,} on SQLite: exactly once, "
+            "converged, 0 foreign records",
+            pg_["exactly_once"] and pg_["converged"] and pg_["foreign"] == 0,
+        )
+        t(
+            "W8 throughput",
+            "report PostgreSQL x3 vs SQLite x1",
+            f"{pg_['ops_per_s']:,.0f} vs {sq['ops_per_s']:,.0f} ops/s; push p50/p95 {pg_['p50_ms']:.0f}/{pg_['p95_ms']:.0f} "
+            f"vs {sq['p50_ms']:.0f}/{sq['p95_ms']:.0f} ms",
+            "reported",
+        )
+        t(
+            "W8 live change",
+            "another device sees a change within 1 s",
+            f"p50 {w8r['live_p50_ms']:.0f} ms, p95 {w8r['live_p95_ms']:.0f} ms",
+            w8r["live_p95_ms"] < 1000,
+        )
     return out
 
 
@@ -507,11 +702,24 @@ def targets(res: Results, cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 def config(args: argparse.Namespace) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "seed": args.seed, "durability": args.durability,
-        "w1_points": [(1000, 200), (5000, 100)], "w1_warmup": 20, "w1_block_reps": 60,
-        "w2_points": [(10000, 4)], "w2_ps_reps": 2, "w3_n": 10000, "w3_budget": 8000, "w3_reps": 40,
-        "w5_reps": 3, "w6_loads": 8, "w7_ops": 1000, "w7_reps": 3, "w7_fail_rate": 0.10,
-        "w4_messages": 100_000, "w4_queries": 200, "w9_messages": 50_000,
+        "seed": args.seed,
+        "durability": args.durability,
+        "w1_points": [(1000, 200), (5000, 100)],
+        "w1_warmup": 20,
+        "w1_block_reps": 60,
+        "w2_points": [(10000, 4)],
+        "w2_ps_reps": 2,
+        "w3_n": 10000,
+        "w3_budget": 8000,
+        "w3_reps": 40,
+        "w5_reps": 3,
+        "w6_loads": 8,
+        "w7_ops": 1000,
+        "w7_reps": 3,
+        "w7_fail_rate": 0.10,
+        "w4_messages": 100_000,
+        "w4_queries": 200,
+        "w9_messages": 50_000,
         "w10_messages": 100_000 if getattr(args, "scale", False) else 10_000,
     }
     if args.large:
@@ -520,9 +728,27 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     if args.w8_full:
         cfg.update(w8_devices=200, w8_accounts=20, w8_live=100)
     if args.quick:
-        cfg.update(w1_points=[(200, 20), (1000, 10)], w1_warmup=3, w1_block_reps=10, w2_points=[(1000, 2)],
-                   w2_ps_reps=1, w3_n=1000, w3_reps=5, w5_reps=1, w6_loads=1, w7_ops=100, w7_reps=1,
-                   w4_messages=2000, w4_queries=20, w9_messages=2000, w10_messages=1000, w8_devices=20, w8_accounts=4, w8_ops=10, w8_live=10)
+        cfg.update(
+            w1_points=[(200, 20), (1000, 10)],
+            w1_warmup=3,
+            w1_block_reps=10,
+            w2_points=[(1000, 2)],
+            w2_ps_reps=1,
+            w3_n=1000,
+            w3_reps=5,
+            w5_reps=1,
+            w6_loads=1,
+            w7_ops=100,
+            w7_reps=1,
+            w4_messages=2000,
+            w4_queries=20,
+            w9_messages=2000,
+            w10_messages=1000,
+            w8_devices=20,
+            w8_accounts=4,
+            w8_ops=10,
+            w8_live=10,
+        )
     return cfg
 
 
@@ -548,19 +774,33 @@ def main() -> int:
     ap.add_argument("--durability", choices=("relaxed", "strict"), default="relaxed")
     ap.add_argument("--seed", type=int, default=20261101)
     ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (CPython runs W1-W3)")
-    ap.add_argument("--w8-full", action="store_true", help="W8 with 200 devices in 20 accounts (default 100 in 10)")
+    ap.add_argument(
+        "--w8-full", action="store_true", help="W8 with 200 devices in 20 accounts (default 100 in 10)"
+    )
     ap.add_argument("--no-cpython", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", action="store_true",
-                    help="only re-render results.md and the charts from results.json (and huge.json, if there)")
-    ap.add_argument("--quality", action="store_true",
-                    help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython and in the page")
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="only re-render results.md and the charts from results.json (and huge.json, if there)",
+    )
+    ap.add_argument(
+        "--quality",
+        action="store_true",
+        help="retrieval quality on LoCoMo dev (R@5, R@10, hit@10, p50) beside rank_bm25, on CPython and in the page",
+    )
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
-    ap.add_argument("--scale", action="store_true",
-                    help="also the 100,000-message cases: W4 search and first queries, W9 ChatGPT import")
-    ap.add_argument("--huge", action="store_true",
-                    help="only the large-history run: --huge-n messages stored, windowed, exported, searched in one page")
+    ap.add_argument(
+        "--scale",
+        action="store_true",
+        help="also the 100,000-message cases: W4 search and first queries, W9 ChatGPT import",
+    )
+    ap.add_argument(
+        "--huge",
+        action="store_true",
+        help="only the large-history run: --huge-n messages stored, windowed, exported, searched in one page",
+    )
     ap.add_argument("--huge-n", type=int, default=1_000_000, help="messages for --huge (default 1,000,000)")
     args = ap.parse_args()
     if args.huge:
@@ -572,15 +812,23 @@ def main() -> int:
         res = Results()
         res.rows, res.extra = doc["rows"], doc["extra"]
         huge = args.out / "huge.json"
-        write(args.out, doc["env"], res, doc["targets"], json.loads(huge.read_text()) if huge.exists() else None)
+        write(
+            args.out, doc["env"], res, doc["targets"], json.loads(huge.read_text()) if huge.exists() else None
+        )
         return 0
     cfg = config(args)
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
     res = Results()
     env: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "machine": platform.machine(),
-        "os": platform.platform(), "cpu": _cpu(), "python": platform.python_version(),
-        "durability": cfg["durability"], "seed": cfg["seed"], "config": cfg,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "os": platform.platform(),
+        "cpu": _cpu(),
+        "python": platform.python_version(),
+        "durability": cfg["durability"],
+        "seed": cfg["seed"],
+        "config": cfg,
     }
     # the two generators must agree, or the comparison is not over the same data
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
@@ -594,7 +842,9 @@ def main() -> int:
             ck_py = payloads.checksum(payloads.messages(cfg["seed"], 2000))
             if ck_js != ck_py:
                 raise SystemExit(f"payload generators disagree: js {ck_js} py {ck_py}")
-            log(f"Chromium {env['chromium']}, Pyodide {env['pyodide']}, {env['cores']} cores, durability {cfg['durability']}")
+            log(
+                f"Chromium {env['chromium']}, Pyodide {env['pyodide']}, {env['cores']} cores, durability {cfg['durability']}"
+            )
             needs_w2 = {"W5", "W6"} & only and "W2" not in only
             for name, fn in WORKLOADS.items():
                 if name in SCALE and not args.scale and name not in only:
@@ -639,8 +889,9 @@ def _cpu() -> str:
     return platform.processor() or "unknown"
 
 
-def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]],
-          huge: dict[str, Any] | None = None) -> None:
+def write(
+    out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]], huge: dict[str, Any] | None = None
+) -> None:
     """results.json, results.md and the charts; ``huge`` (``--render`` with a huge.json
     beside results.json) fills the 1,000,000-message goal rows and adds its section."""
     out.mkdir(parents=True, exist_ok=True)
@@ -661,41 +912,60 @@ def write(out: Path, env: dict[str, Any], res: Results, tg: list[dict[str, Any]]
         goals.markdown(gl),
         *([scale.huge_markdown(huge)] if huge else []),
         "## Targets\n",
-        "| target | goal | measured | status |", "|---|---|---|---|",
+        "| target | goal | measured | status |",
+        "|---|---|---|---|",
         *[f"| {x['target']} | {x['goal']} | {x['measured']} | {x['status']} |" for x in tg],
         "",
     ]
     if "w1_blocking" in res.extra:
-        md += ["## W1 main-thread blocking per append\n",
-               "Longest uninterrupted main-thread task during each awaited append (a MessageChannel heartbeat), "
-               "and the busy time summed over the append (gaps >= 0.2 ms).\n",
-               "| system | messages in session | longest task p50 | longest task max | busy p50 |", "|---|---:|---:|---:|---:|",
-               *[f"| {k} | {v['base']:,} | {v['longest_p50']:.2f} ms | {v['longest_max']:.2f} ms | {v['busy_p50']:.2f} ms |"
-                 for k, v in res.extra["w1_blocking"].items()], ""]
+        md += [
+            "## W1 main-thread blocking per append\n",
+            "Longest uninterrupted main-thread task during each awaited append (a MessageChannel heartbeat), "
+            "and the busy time summed over the append (gaps >= 0.2 ms).\n",
+            "| system | messages in session | longest task p50 | longest task max | busy p50 |",
+            "|---|---:|---:|---:|---:|",
+            *[
+                f"| {k} | {v['base']:,} | {v['longest_p50']:.2f} ms | {v['longest_max']:.2f} ms | {v['busy_p50']:.2f} ms |"
+                for k, v in res.extra["w1_blocking"].items()
+            ],
+            "",
+        ]
     for key, title in (("w1_profile", "W1 append"), ("w2_profile", "W2 import")):
         prof = res.extra.get(key)
         if not prof:
             continue
         items = prof.items() if key == "w2_profile" else [("", prof)]
-        md += [f"## Where chatmem's time goes: {title}\n",
-               "Medians of each part, measured separately (they need not add up exactly).\n",
-               "| case | total | Python (validation, records, outbox ops, models) | JSON in Python | FFI crossing + event-loop hops "
-               "| JSON.parse in JS | bridge method incl. IndexedDB transaction | JSON.stringify in JS |",
-               "|---|---:|---:|---:|---:|---:|---:|---:|",
-               *[f"| {c or 'append'} | {p['total_p50']:.2f} ms | {p['python_outside_bridge']:.2f} ms | {p['json_at_bridge']:.2f} ms "
-                 f"| {p['ffi_and_scheduling']:.2f} ms | {p['js_json_parse']:.2f} ms | {p['bridge_method']:.2f} ms | {p['js_json_stringify']:.2f} ms |"
-                 for c, p in items], ""]
-        md += [f"{c or 'append'}: {p['batched_write']:.2f} ms in the batch fed to its transaction in chunks (validating "
-               "and building the records, their JSON and the IndexedDB transaction overlap, so they are not split; "
-               "Python is what comes before and after it).\n" for c, p in items if p.get("batched_write")]
+        md += [
+            f"## Where chatmem's time goes: {title}\n",
+            "Medians of each part, measured separately (they need not add up exactly).\n",
+            "| case | total | Python (validation, records, outbox ops, models) | JSON in Python | FFI crossing + event-loop hops "
+            "| JSON.parse in JS | bridge method incl. IndexedDB transaction | JSON.stringify in JS |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            *[
+                f"| {c or 'append'} | {p['total_p50']:.2f} ms | {p['python_outside_bridge']:.2f} ms | {p['json_at_bridge']:.2f} ms "
+                f"| {p['ffi_and_scheduling']:.2f} ms | {p['js_json_parse']:.2f} ms | {p['bridge_method']:.2f} ms | {p['js_json_stringify']:.2f} ms |"
+                for c, p in items
+            ],
+            "",
+        ]
+        md += [
+            f"{c or 'append'}: {p['batched_write']:.2f} ms in the batch fed to its transaction in chunks (validating "
+            "and building the records, their JSON and the IndexedDB transaction overlap, so they are not split; "
+            "Python is what comes before and after it).\n"
+            for c, p in items
+            if p.get("batched_write")
+        ]
     if "w3_compare" in res.extra:
         c = res.extra["w3_compare"]
-        md += ["## W3: chatmem's window against LangChain's trim_messages (same budget, same token costs)\n",
-               f"- chatmem kept {c['chatmem_kept']} messages ({c['chatmem_tokens']} tokens with the system prompt), "
-               f"trim_messages kept {c['trim_kept']} ({c['trim_tokens']} tokens); {c['common']} in common.",
-               f"- oldest kept: chatmem #{c['chatmem_first']}, trim_messages #{c['trim_first']} (index, role).",
-               f"- only chatmem: {c['only_chatmem'] or 'none'}; only trim_messages: {c['only_trim'] or 'none'}.",
-               f"- chatmem reading pages from the store keeps exactly what it keeps over all records: {c['chatmem_paged_equals_full']}.", ""]
+        md += [
+            "## W3: chatmem's window against LangChain's trim_messages (same budget, same token costs)\n",
+            f"- chatmem kept {c['chatmem_kept']} messages ({c['chatmem_tokens']} tokens with the system prompt), "
+            f"trim_messages kept {c['trim_kept']} ({c['trim_tokens']} tokens); {c['common']} in common.",
+            f"- oldest kept: chatmem #{c['chatmem_first']}, trim_messages #{c['trim_first']} (index, role).",
+            f"- only chatmem: {c['only_chatmem'] or 'none'}; only trim_messages: {c['only_trim'] or 'none'}.",
+            f"- chatmem reading pages from the store keeps exactly what it keeps over all records: {c['chatmem_paged_equals_full']}.",
+            "",
+        ]
     charts = []
     for wl in sorted({r["workload"] for r in res.rows}):
         rows = [r for r in res.rows if r["workload"] == wl]

@@ -61,8 +61,11 @@ class RendererMemory:
         """(is a renderer, VmRSS, VmHWM) in bytes."""
         try:
             renderer = b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                          if ":" in line)
+            fields = dict(
+                line.split(":", 1)
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if ":" in line
+            )
         except OSError:
             return False, 0, 0
         kb = lambda k: int(fields.get(k, "0 kB").split()[0]) * 1024  # noqa: E731
@@ -78,8 +81,12 @@ class RendererMemory:
             elif renderer:
                 hwm = max(hwm, h)
         self.peak_total = max(self.peak_total, total)
-        self.last = {"renderer_rss": rss, "renderer_peak": hwm, "chromium_total_rss": total,
-                     "chromium_total_peak_sampled": self.peak_total}
+        self.last = {
+            "renderer_rss": rss,
+            "renderer_peak": hwm,
+            "chromium_total_rss": total,
+            "chromium_total_peak_sampled": self.peak_total,
+        }
         return self.last
 
     def _run(self) -> None:
@@ -94,8 +101,10 @@ class RendererMemory:
             took = time.perf_counter() - phase[1]
             if took >= next_log:
                 next_log += self.log_every
-                self.log(f"  … {took:,.0f} s into {phase[0]}: renderer RSS {_mb(m['renderer_rss'])}, "
-                         f"all Chromium processes {_mb(m['chromium_total_rss'])}")
+                self.log(
+                    f"  … {took:,.0f} s into {phase[0]}: renderer RSS {_mb(m['renderer_rss'])}, "
+                    f"all Chromium processes {_mb(m['chromium_total_rss'])}"
+                )
 
     def start(self) -> RendererMemory:
         self.sample()
@@ -148,8 +157,9 @@ def _heap_line(h: dict[str, Any], mem: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
-def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
-             queries: int = 100, per_session: int = 100) -> dict[str, Any]:
+def run_huge(
+    b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0, queries: int = 100, per_session: int = 100
+) -> dict[str, Any]:
     """The ``--huge`` run; returns ``{n, phases: [...], failed, ...}`` (never raises for a
     failure of chatmem: it is the result)."""
     chunk = chunk or min(50_000, max(5_000, n // 20))
@@ -167,11 +177,18 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
                 h = b.call("heap", mod="scalepy")
             except Exception as e2:  # noqa: BLE001
                 h = {"unavailable": str(e2).splitlines()[0][:200]}
-            out["failed"] = {"phase": name, "stored": stored, "after_s": round(time.perf_counter() - t, 1),
-                             "error": f"{type(e).__name__}: {str(e).strip()[:600]}", "heap": h,
-                             "memory": mon.sample()}
-            log(f"HUGE FAILED in {name} with {stored:,} stored after {time.perf_counter() - t:.0f} s: "
-                f"{short_error(out['failed']['error'])}; {_heap_line(h, out['failed']['memory'])}")
+            out["failed"] = {
+                "phase": name,
+                "stored": stored,
+                "after_s": round(time.perf_counter() - t, 1),
+                "error": f"{type(e).__name__}: {str(e).strip()[:600]}",
+                "heap": h,
+                "memory": mon.sample(),
+            }
+            log(
+                f"HUGE FAILED in {name} with {stored:,} stored after {time.perf_counter() - t:.0f} s: "
+                f"{short_error(out['failed']['error'])}; {_heap_line(h, out['failed']['memory'])}"
+            )
             return None
         mon.phase = None
         r["memory"] = mon.sample()
@@ -188,8 +205,10 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
             if r is None:
                 return out
             stored = r["stored"]
-            log(f"  stored {stored:,} / {n:,} ({k / (r['ms'] / 1000):,.0f} msg/s this chunk, "
-                f"{stored / (time.perf_counter() - t0):,.0f} overall); {_heap_line(r['heap'], r['memory'])}")
+            log(
+                f"  stored {stored:,} / {n:,} ({k / (r['ms'] / 1000):,.0f} msg/s this chunk, "
+                f"{stored / (time.perf_counter() - t0):,.0f} overall); {_heap_line(r['heap'], r['memory'])}"
+            )
         out["store_s"] = time.perf_counter() - t0
         out["text_bytes"] = r["text_bytes"]
         for name, fn, args, limit in (
@@ -204,7 +223,9 @@ def run_huge(b: Any, n: int, log: Callable[[str], None], *, chunk: int = 0,
                 return out
             took = f"p50 {r['p50']:.1f} ms" if "p50" in r else f"{r['ms'] / 1000:.1f} s"
             if "figures_wait_ms" in r:
-                took += f" (timed once the kept figures were read: waited {r['figures_wait_ms'] / 1000:.1f} s)"
+                took += (
+                    f" (timed once the kept figures were read: waited {r['figures_wait_ms'] / 1000:.1f} s)"
+                )
             log(f"  {name}: {took}; {_heap_line(r['heap'], r['memory'])}")
         return out
     finally:
@@ -241,25 +262,35 @@ def peak(out: dict[str, Any]) -> dict[str, int]:
 
 def huge_markdown(h: dict[str, Any]) -> str:
     """The ``--huge`` run as markdown: one row per phase, then the failure and the peaks."""
-    lines = [f"## {h['n']:,} messages in one page (`--huge`)\n",
-             "| phase | time | Pyodide Wasm | JS heap | DuckDB buffers | renderer RSS (peak) |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"## {h['n']:,} messages in one page (`--huge`)\n",
+        "| phase | time | Pyodide Wasm | JS heap | DuckDB buffers | renderer RSS (peak) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for p in h["phases"]:
         took = f"p50 {p['p50']:.1f} ms" if "p50" in p else f"{p['ms'] / 1000:,.1f} s"
         hp, m = p.get("heap", {}), p.get("memory", {})
-        lines.append(f"| {p['phase']} | {took} | {_mb(hp.get('pyodide_wasm'))} | {_mb(hp.get('js_heap_used'))} "
-                     f"| {_duck(hp)} | {_mb(m.get('renderer_rss'))} ({_mb(m.get('renderer_peak'))}) |")
+        lines.append(
+            f"| {p['phase']} | {took} | {_mb(hp.get('pyodide_wasm'))} | {_mb(hp.get('js_heap_used'))} "
+            f"| {_duck(hp)} | {_mb(m.get('renderer_rss'))} ({_mb(m.get('renderer_peak'))}) |"
+        )
     f = h.get("failed")
     lines.append("")
     if f:
-        lines.append(f"**Failed** in *{f['phase']}* with {f['stored']:,} messages stored, after {f['after_s']} s: "
-                     f"`{short_error(f['error'], 400)}`; at that point {_heap_line(f['heap'], f['memory'])}.\n")
+        lines.append(
+            f"**Failed** in *{f['phase']}* with {f['stored']:,} messages stored, after {f['after_s']} s: "
+            f"`{short_error(f['error'], 400)}`; at that point {_heap_line(f['heap'], f['memory'])}.\n"
+        )
     else:
-        lines.append(f"All phases passed: {h['n']:,} stored in {h.get('store_s', 0):,.0f} s "
-                     f"({h.get('text_bytes', 0) / 1e6:,.0f} MB of text).\n")
+        lines.append(
+            f"All phases passed: {h['n']:,} stored in {h.get('store_s', 0):,.0f} s "
+            f"({h.get('text_bytes', 0) / 1e6:,.0f} MB of text).\n"
+        )
     pk = h.get("peak", {})
-    lines.append(f"Peaks: Pyodide Wasm {_mb(pk.get('pyodide_wasm'))}, JS heap {_mb(pk.get('js_heap_used'))}, "
-                 f"DuckDB buffers {_mb(pk.get('duckdb_buffer'))}, renderer RSS {_mb(pk.get('renderer_peak'))}, "
-                 f"all Chromium processes {_mb(pk.get('chromium_total_peak_sampled'))} (sampled each second).\n")
+    lines.append(
+        f"Peaks: Pyodide Wasm {_mb(pk.get('pyodide_wasm'))}, JS heap {_mb(pk.get('js_heap_used'))}, "
+        f"DuckDB buffers {_mb(pk.get('duckdb_buffer'))}, renderer RSS {_mb(pk.get('renderer_peak'))}, "
+        f"all Chromium processes {_mb(pk.get('chromium_total_peak_sampled'))} (sampled each second).\n"
+    )
     lines.append(f"Measured: {h['measurable']}\n")
     return "\n".join(lines)

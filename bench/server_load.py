@@ -70,15 +70,38 @@ class Servers:
     """``n`` server processes over ``db`` with a random fault plan, stopped on exit."""
 
     def __init__(self, db: str, n: int, faults: str):
-        env = dict(os.environ, CHATMEM_SYNC_DB=db, CHATMEM_SYNC_FAULTS=faults, CHATMEM_SYNC_LOG_LEVEL="warning",
-                   CHATMEM_SYNC_POOL_SIZE="8", CHATMEM_SYNC_OPS_PER_MINUTE="0")
+        env = dict(
+            os.environ,
+            CHATMEM_SYNC_DB=db,
+            CHATMEM_SYNC_FAULTS=faults,
+            CHATMEM_SYNC_LOG_LEVEL="warning",
+            CHATMEM_SYNC_POOL_SIZE="8",
+            CHATMEM_SYNC_OPS_PER_MINUTE="0",
+        )
         self.ports = [_port() for _ in range(n)]
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "chatmem.server:create_app", "--host", "127.0.0.1",
-                 "--port", str(p), "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2"],
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "chatmem.server:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(p),
+                    "--log-level",
+                    "warning",
+                    "--no-access-log",
+                    "--timeout-graceful-shutdown",
+                    "2",
+                ],
                 # stderr too: every injected `drop` makes uvicorn log an error line
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             for p in self.ports
         ]
@@ -142,12 +165,22 @@ async def _load(urls: list[str], devices: list[tuple[str, str]], ops: int) -> di
     for i, (acct, token) in enumerate(devices):
         mem = await chatmem.open()
         mem.sync.transport = TimedTransport(lat)
-        await mem.sync.configure(SyncConfig(
-            enabled=True, endpoint=urls[i % len(urls)], api_key=token, batch_size=10, max_retries=100,
-            backoff_base=50, backoff_max=1_000, timeout=10_000))
+        await mem.sync.configure(
+            SyncConfig(
+                enabled=True,
+                endpoint=urls[i % len(urls)],
+                api_key=token,
+                batch_size=10,
+                max_retries=100,
+                backoff_base=50,
+                backoff_max=1_000,
+                timeout=10_000,
+            )
+        )
         s = await mem.sessions.create(title=f"{acct} device {i}")
         await mem.messages.append_many(
-            s.session_id, [{"role": "user", "content": f"{acct} d{i} m{k}"} for k in range(ops - 1)])
+            s.session_id, [{"role": "user", "content": f"{acct} d{i} m{k}"} for k in range(ops - 1)]
+        )
         own.setdefault(acct, set()).add(s.session_id)
         mems.append(mem)
     t0 = time.perf_counter()
@@ -164,9 +197,15 @@ async def _load(urls: list[str], devices: list[tuple[str, str]], ops: int) -> di
         foreign += sum(1 for sid, _, _ in snap if sid not in own[acct])
     for m in mems:
         await m.close()
-    return {"acked": acked, "left": left, "push_s": push_s, "lat": lat, "foreign": foreign,
-            "states_per_account": max(len(v) for v in by_acct.values()),
-            "sessions_per_device": min(len(s) for s in snaps)}
+    return {
+        "acked": acked,
+        "left": left,
+        "push_s": push_s,
+        "lat": lat,
+        "foreign": foreign,
+        "states_per_account": max(len(v) for v in by_acct.values()),
+        "sessions_per_device": min(len(s) for s in snaps),
+    }
 
 
 def _server_counts(db: str, spaces: dict[str, str]) -> dict[str, int]:
@@ -207,17 +246,26 @@ async def _live(urls: list[str], token: str, n: int) -> list[float]:
         try:
             return await asyncio.wait_for(got.get(), 60)
         except TimeoutError:
-            raise SystemExit(f"W8 live: no stream event within 60 s ({what}); "
-                             f"listener {'ended: ' + repr(task.exception()) if task.done() else 'still open'}") from None
+            raise SystemExit(
+                f"W8 live: no stream event within 60 s ({what}); "
+                f"listener {'ended: ' + repr(task.exception()) if task.done() else 'still open'}"
+            ) from None
 
     task = asyncio.get_running_loop().create_task(listen())
     base, _ = await next_event("the stream's first cursor")
     out = []
     start = int(time.time() * 1000)  # the server refuses an HLC minutes ahead of its clock
     for k in range(n):
-        op = {"op_id": f"live-{k}", "type": "create", "resource": "session", "id": f"live-s{k}",
-              "data": {"title": f"t{k}"}, "timestamp": start + k, "hlc": f"{start + k:013d}-0000-pusher",
-              "attempts": 0}
+        op = {
+            "op_id": f"live-{k}",
+            "type": "create",
+            "resource": "session",
+            "id": f"live-s{k}",
+            "data": {"title": f"t{k}"},
+            "timestamp": start + k,
+            "hlc": f"{start + k:013d}-0000-pusher",
+            "attempts": 0,
+        }
         t0 = time.perf_counter()
         resp = await pusher.push([op])
         want = int(resp.cursor or 0)
@@ -242,7 +290,13 @@ def run_w8(cfg: dict[str, Any], log: Any) -> dict[str, Any]:
     with psycopg.connect(pg, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     db = pg.rsplit("/", 1)[0] + "/" + name
-    d, a, n, inst, seed = cfg["w8_devices"], cfg["w8_accounts"], cfg["w8_ops"], cfg["w8_instances"], cfg["seed"]
+    d, a, n, inst, seed = (
+        cfg["w8_devices"],
+        cfg["w8_accounts"],
+        cfg["w8_ops"],
+        cfg["w8_instances"],
+        cfg["seed"],
+    )
     result: dict[str, Any] = {"devices": d, "accounts": a, "ops": n, "instances": inst}
     try:
         log(f"W8 {d} devices / {a} accounts x {n} ops, {inst} instances over PostgreSQL, 10% faults")
@@ -287,11 +341,21 @@ if __name__ == "__main__":
     ap.add_argument("--live", type=int, default=50)
     ap.add_argument("--seed", type=int, default=20261101)
     args = ap.parse_args()
-    out = run_w8({"w8_devices": args.devices, "w8_accounts": args.accounts, "w8_ops": args.ops,
-                  "w8_instances": args.instances, "w8_live": args.live, "seed": args.seed},
-                 lambda m: print(m, flush=True))
+    out = run_w8(
+        {
+            "w8_devices": args.devices,
+            "w8_accounts": args.accounts,
+            "w8_ops": args.ops,
+            "w8_instances": args.instances,
+            "w8_live": args.live,
+            "seed": args.seed,
+        },
+        lambda m: print(m, flush=True),
+    )
     for kind in ("postgres", "sqlite"):
         r = out[kind]
-        print(f"{kind}: {r['acked']} ops in {r['push_s']:.1f} s = {r['ops_per_s']:.0f} ops/s, "
-              f"{r['pushes_per_s']:.0f} pushes/s, push p50 {r['p50_ms']:.0f} ms p95 {r['p95_ms']:.0f} ms")
+        print(
+            f"{kind}: {r['acked']} ops in {r['push_s']:.1f} s = {r['ops_per_s']:.0f} ops/s, "
+            f"{r['pushes_per_s']:.0f} pushes/s, push p50 {r['p50_ms']:.0f} ms p95 {r['p95_ms']:.0f} ms"
+        )
     print(f"live: p50 {out['live_p50_ms']:.0f} ms p95 {out['live_p95_ms']:.0f} ms")

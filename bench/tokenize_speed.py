@@ -52,15 +52,21 @@ def measure(words_source: Any, n: int = 20_000, rounds: int = 5) -> dict[str, An
         return (time.perf_counter() - t) / len(texts) * 1e6
 
     def rows(texts: list[str]) -> float:
-        recs = [{"id": f"m{i:025d}", "sessionId": "s", "seq": i, "role": "user", "createdAt": i, "content": x}
-                for i, x in enumerate(texts)]
+        recs = [
+            {"id": f"m{i:025d}", "sessionId": "s", "seq": i, "role": "user", "createdAt": i, "content": x}
+            for i, x in enumerate(texts)
+        ]
         t = time.perf_counter()
         for r in recs:
             message_rows(r)
         return (time.perf_counter() - t) / len(recs) * 1e6
 
-    out: dict[str, Any] = {"messages": n, "rounds": rounds, "python": sys.version.split()[0],
-                           "platform": sys.platform}
+    out: dict[str, Any] = {
+        "messages": n,
+        "rounds": rounds,
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+    }
     t = time.perf_counter()
     tokenize.preload()
     out["import_stemmers_s"] = round(time.perf_counter() - t, 2)
@@ -81,7 +87,9 @@ def measure(words_source: Any, n: int = 20_000, rounds: int = 5) -> dict[str, An
         out[k + " us"] = round(statistics.median(v), 1)
     for what in ("words", "message_rows"):
         for name in ("plain", "punct"):
-            out[f"{what} {name} speed-up"] = round(out[f"{what} {name} definition us"] / out[f"{what} {name} fast us"], 2)
+            out[f"{what} {name} speed-up"] = round(
+                out[f"{what} {name} definition us"] / out[f"{what} {name} fast us"], 2
+            )
     return out
 
 
@@ -89,10 +97,12 @@ def _page(n: int, rounds: int) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from in_page import run_in_page
 
-    code = ("import sys, types\n"
-            f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
-            f"tk = types.ModuleType('tokenize_speed'); exec({(HERE / 'tokenize_speed.py').read_text()!r}, tk.__dict__)\n"
-            f"tk.measure(gen.Words, {n}, {rounds})\n")
+    code = (
+        "import sys, types\n"
+        f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
+        f"tk = types.ModuleType('tokenize_speed'); exec({(HERE / 'tokenize_speed.py').read_text()!r}, tk.__dict__)\n"
+        f"tk.measure(gen.Words, {n}, {rounds})\n"
+    )
     out: dict[str, Any] = run_in_page(code)
     return out
 

@@ -101,7 +101,9 @@ class Requests:
         self.urls: list[str] = []
 
     def outside(self, base: str) -> list[str]:
-        return [u for u in self.urls if not (u.startswith(base) or u.startswith("data:") or u.startswith("blob:"))]
+        return [
+            u for u in self.urls if not (u.startswith(base) or u.startswith("data:") or u.startswith("blob:"))
+        ]
 
 
 @pytest.fixture(scope="session")
@@ -155,7 +157,9 @@ class Page:
         self.crashed = False
         page.on("crash", lambda _: setattr(self, "crashed", True))
         page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}"))
+        page.on(
+            "console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}")
+        )
         page.on("requestfailed", lambda r: self.log.append(f"failed: {r.url} {r.failure}"))
 
     def revive(self) -> None:
@@ -164,8 +168,11 @@ class Page:
         the page (what a test kept in the page itself is gone; its databases are not)."""
         if not (self.crashed or self.page.is_closed()):
             return
-        print(f"\n[the shared page {'crashed' if self.crashed else 'was closed'}; booting a new one; "
-              f"the page said: {self.log[-5:] + self.errors[-5:]}]", file=sys.stderr)
+        print(
+            f"\n[the shared page {'crashed' if self.crashed else 'was closed'}; booting a new one; "
+            f"the page said: {self.log[-5:] + self.errors[-5:]}]",
+            file=sys.stderr,
+        )
         old = self.page
         self._watch(old.context.new_page())
         if not old.is_closed():
@@ -188,16 +195,23 @@ class Page:
         except Exception as e:
             if TRANSIENT_FETCH not in str(e):
                 raise
-            print(f"\n[retrying a page load after a transient fetch failure: {e}; the page said: "
-                  f"{self.log + self.errors}]", file=sys.stderr)
+            print(
+                f"\n[retrying a page load after a transient fetch failure: {e}; the page said: "
+                f"{self.log + self.errors}]",
+                file=sys.stderr,
+            )
             self.log.clear()
             load()
             return self._ready()
 
     def _ready(self) -> Page:
-        state = self.page.evaluate("({chatmem: typeof window.chatmem, url: location.href, state: document.readyState})")
+        state = self.page.evaluate(
+            "({chatmem: typeof window.chatmem, url: location.href, state: document.readyState})"
+        )
         if state["chatmem"] == "undefined":
-            raise AssertionError(f"the boot module did not run: {state}; the page said: {self.log + self.errors}")
+            raise AssertionError(
+                f"the boot module did not run: {state}; the page said: {self.log + self.errors}"
+            )
         try:
             self.page.evaluate("window.chatmem.ready")
         except Exception as e:

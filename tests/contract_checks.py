@@ -82,9 +82,13 @@ async def check_session_list_order_and_filters(make: Make) -> None:
         assert [m.session_id for m in await mem.sessions.list(archived=True)] == [c.session_id]
         assert len(await mem.sessions.list(archived=None)) == 3
         assert {m.session_id for m in await mem.sessions.list(user_id="u1", archived=None)} == {
-            a.session_id, c.session_id}
+            a.session_id,
+            c.session_id,
+        }
         assert [m.session_id for m in await mem.sessions.list(character_id="c1")] == [
-            b.session_id, a.session_id]
+            b.session_id,
+            a.session_id,
+        ]
         assert [m.session_id for m in await mem.sessions.list(limit=1, offset=1)] == [a.session_id]
         await mem.sessions.unarchive(c.session_id)
         assert len(await mem.sessions.list()) == 3
@@ -130,7 +134,9 @@ async def check_append_and_read(make: Make) -> None:
         msgs = []
         for i in range(12):
             role = "user" if i % 2 == 0 else "assistant"
-            msgs.append(await mem.messages.append(s.session_id, role, f"message {i}", provider="p", model="m"))
+            msgs.append(
+                await mem.messages.append(s.session_id, role, f"message {i}", provider="p", model="m")
+            )
         assert [m.seq for m in msgs] == list(range(12))
         meta = await mem.sessions.get(s.session_id)
         assert meta.message_count == 12 and meta.updated_at == msgs[-1].created_at > meta.created_at
@@ -138,8 +144,14 @@ async def check_append_and_read(make: Make) -> None:
         got = await mem.messages.get(msgs[3].id)
         assert got == msgs[3] and got.content == "message 3" and got.provider == "p"
         assert [m.seq for m in await mem.messages.list(s.session_id, limit=5, offset=2)] == [2, 3, 4, 5, 6]
-        assert [m.seq for m in await mem.messages.list(s.session_id, limit=3, newest_first=True)] == [11, 10, 9]
-        assert [m.seq for m in await mem.messages.list(s.session_id, limit=3, offset=10, newest_first=True)] == [1, 0]
+        assert [m.seq for m in await mem.messages.list(s.session_id, limit=3, newest_first=True)] == [
+            11,
+            10,
+            9,
+        ]
+        assert [
+            m.seq for m in await mem.messages.list(s.session_id, limit=3, offset=10, newest_first=True)
+        ] == [1, 0]
         assert len(await mem.messages.list(s.session_id, limit=None)) == 12
         assert await mem.messages.list(s.session_id, offset=50) == []
         await raises(errors.SessionNotFound, mem.messages.append("nope", "user", "x"))
@@ -157,8 +169,10 @@ async def check_many_sessions_messages_in_one_read(make: Make) -> None:
         await mem.messages.append(a.session_id, "assistant", "a5")
         got = await mem.store.list_sessions_messages([b.session_id, "nope", empty.session_id, a.session_id])
         assert [m["content"] for m in got] == ["b0", "b1", "b2"] + [f"a{i}" for i in range(6)]
-        assert got == (await mem.store.list_messages(b.session_id, 0, None, False)
-                       + await mem.store.list_messages(a.session_id, 0, None, False))
+        assert got == (
+            await mem.store.list_messages(b.session_id, 0, None, False)
+            + await mem.store.list_messages(a.session_id, 0, None, False)
+        )
         assert await mem.store.list_sessions_messages([]) == []
 
 
@@ -167,14 +181,20 @@ async def check_rich_fields_roundtrip(make: Make) -> None:
     """Content parts, slices, tool results, categorization and tool calls come back intact."""
     async with await make() as mem:
         s = await mem.sessions.create()
-        parts = [{"type": "text", "text": "look ✨ 日本語"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+        parts = [
+            {"type": "text", "text": "look ✨ 日本語"},
+            {"type": "image_url", "image_url": {"url": "data:,"}},
+        ]
         call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
         a = await mem.messages.append(
-            s.session_id, "assistant", parts,
+            s.session_id,
+            "assistant",
+            parts,
             slices=[{"type": "text", "text": "t"}, {"type": "tool-call", "toolCall": call}],
             tool_results=[{"id": "call_1", "result": "ok"}],
             categorization={"speech": "hi", "reasoning": "because"},
-            tool_calls=[call], metadata={"k": [1, 2]},
+            tool_calls=[call],
+            metadata={"k": [1, 2]},
         )
         t = await mem.messages.append(s.session_id, "tool", "ok", tool_call_id="call_1", name="f")
         b = await mem.messages.get(a.id)
@@ -205,10 +225,16 @@ async def check_bad_input_writes_nothing(make: Make) -> None:
             ("assistant", "x", {"tool_results": [{"result": "no id"}]}),
         ]
         for role, content, fields in bad:
-            e = await raises(errors.ValidationError, mem.messages.append(s.session_id, role, content, **fields))
+            e = await raises(
+                errors.ValidationError, mem.messages.append(s.session_id, role, content, **fields)
+            )
             assert str(e)
-        e = await raises(errors.ValidationError, mem.messages.append_many(
-            s.session_id, [{"role": "user", "content": "fine"}, {"role": "user", "content": None}]))
+        e = await raises(
+            errors.ValidationError,
+            mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": "fine"}, {"role": "user", "content": None}]
+            ),
+        )
         assert e.index == 1 and e.field == "content"
         assert await mem.messages.count(s.session_id) == 1
         assert len(await mem.messages.list(s.session_id)) == 1
@@ -243,9 +269,14 @@ async def check_append_many(make: Make) -> None:
         s = await mem.sessions.create()
         await mem.messages.append(s.session_id, "system", "sys")
         out = await mem.messages.append_many(
-            s.session_id, [{"role": "user", "content": f"u{i}", "model": "m"} for i in range(100)])
+            s.session_id, [{"role": "user", "content": f"u{i}", "model": "m"} for i in range(100)]
+        )
         assert [m.seq for m in out] == list(range(1, 101))
-        assert [m.content for m in await mem.messages.list(s.session_id, limit=3, offset=1)] == ["u0", "u1", "u2"]
+        assert [m.content for m in await mem.messages.list(s.session_id, limit=3, offset=1)] == [
+            "u0",
+            "u1",
+            "u2",
+        ]
         assert (await mem.sessions.get(s.session_id)).message_count == 101
         assert await mem.messages.append_many(s.session_id, []) == []
 
@@ -272,8 +303,10 @@ async def check_fork(make: Make) -> None:
     """A fork at index 10 of 30 holds exactly the first 10; the parent is untouched."""
     async with await make() as mem:
         s = await mem.sessions.create(title="root", tags=["t"])
-        src = await mem.messages.append_many(s.session_id, [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(30)])
+        src = await mem.messages.append_many(
+            s.session_id,
+            [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(30)],
+        )
         f = await mem.sessions.fork(s.session_id, at_index=10, reason="try another way")
         assert f.parent_id == s.session_id and f.fork_index == 10 and f.fork_reason == "try another way"
         assert f.message_count == 10 and f.title == "root" and f.tags == ["t"]
@@ -300,7 +333,9 @@ async def check_stream(make: Make) -> None:
     """stream() yields every message in order, batch by batch."""
     async with await make() as mem:
         s = await mem.sessions.create()
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": str(i)} for i in range(523)])
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": str(i)} for i in range(523)]
+        )
         seen = [m.seq async for m in mem.messages.stream(s.session_id, batch_size=50)]
         assert seen == list(range(523))
         seen = [m.content async for m in mem.messages.stream(s.session_id, batch_size=1000)]
@@ -403,7 +438,9 @@ async def check_outbox_fills_only_once_sync_is_on(make: Make) -> None:
 
     async with await make() as mem:
         old = await mem.sessions.create(title="before")
-        await mem.messages.append_many(old.session_id, [{"role": "user", "content": f"h{i}"} for i in range(3)])
+        await mem.messages.append_many(
+            old.session_id, [{"role": "user", "content": f"h{i}"} for i in range(3)]
+        )
         await mem.sessions.update(old.session_id, title="before 2")
         await mem.messages.add("early", "user", "x")
         assert await mem.store.outbox_counts() == (0, 0), "nothing queued while sync was never on"
@@ -413,20 +450,31 @@ async def check_outbox_fills_only_once_sync_is_on(make: Make) -> None:
         s = await mem.sessions.create(title="t")
         m = await mem.messages.append(s.session_id, "user", "hi")
         await mem.sessions.update(s.session_id, title="t2")
-        await raises(errors.DuplicateId, mem.messages.append_many(
-            s.session_id, [{"role": "user", "content": "x"}, {"role": "user", "content": "y", "id": m.id}]))
+        await raises(
+            errors.DuplicateId,
+            mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": "x"}, {"role": "user", "content": "y", "id": m.id}]
+            ),
+        )
         await mem.messages.add(s.session_id, "assistant", "again")  # session exists: no session create
         await mem.messages.add("fresh", "user", "creates fresh")
         await mem.sessions.delete(s.session_id)
         ops = await mem.store.outbox_list()
         kinds = [(o["type"], o["resource"]) for o in ops]
         assert kinds == [
-            ("create", "session"), ("create", "message"), ("update", "session"),
-            ("create", "message"), ("create", "session"), ("create", "message"), ("delete", "session"),
+            ("create", "session"),
+            ("create", "message"),
+            ("update", "session"),
+            ("create", "message"),
+            ("create", "session"),
+            ("create", "message"),
+            ("delete", "session"),
         ], kinds
         assert ops[1]["id"] == m.id and ops[1]["data"] is None, "a message op refers, never copies"
         assert ops[2]["data"] == {"title": "t2"}
-        assert all(set(o) >= {"op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts"} for o in ops)
+        assert all(
+            set(o) >= {"op_id", "type", "resource", "id", "data", "timestamp", "hlc", "attempts"} for o in ops
+        )
         assert len({o["op_id"] for o in ops}) == len(ops)
         hlcs = [o["hlc"] for o in ops]
         assert hlcs == sorted(hlcs), "HLCs grow"
@@ -450,20 +498,24 @@ async def check_big_batches_and_imports_queue_ops_only_once_sync_is_on(make: Mak
         await mem.import_sessions(await mem.export([s.session_id]))
         assert await mem.store.outbox_counts() == (0, 0), "nothing queued while sync was never on"
         await mem.store.outbox_activate(1)
-        msgs = await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"a{i}"} for i in range(n)])
+        msgs = await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"a{i}"} for i in range(n)]
+        )
         report = await mem.import_sessions(await mem.export([s.session_id]))
         ops = await mem.store.outbox_list()
         assert [(o["type"], o["resource"], o["id"], o["data"]) for o in ops[:n]] == [
-            ("create", "message", m.id, None) for m in msgs]
+            ("create", "message", m.id, None) for m in msgs
+        ]
         new_sid = report.session_ids[0]
         assert (ops[n]["type"], ops[n]["resource"], ops[n]["id"]) == ("create", "session", new_sid)
         assert "nextSeq" not in ops[n]["data"] and ops[n]["data"]["title"] == "big"
         imported = await mem.store.list_messages(new_sid, 0, None, False)
-        assert [o["id"] for o in ops[n + 1:]] == [m["id"] for m in imported] and len(imported) == 2 * n
+        assert [o["id"] for o in ops[n + 1 :]] == [m["id"] for m in imported] and len(imported) == 2 * n
         hlcs = [o["hlc"] for o in ops]
         assert hlcs == sorted(hlcs) and len(set(o["op_id"] for o in ops)) == len(ops)
         batch = [{"role": "user", "content": f"x{i}"} for i in range(20)] + [
-            {"role": "user", "content": "y", "id": msgs[0].id}]
+            {"role": "user", "content": "y", "id": msgs[0].id}
+        ]
         await raises(errors.DuplicateId, mem.messages.append_many(s.session_id, batch))
         assert (await mem.store.outbox_counts())[0] == len(ops), "a failed batch queues nothing"
         assert await mem.messages.count(s.session_id) == 2 * n
@@ -475,13 +527,31 @@ async def check_big_batches_and_imports_queue_ops_only_once_sync_is_on(make: Mak
 async def _sample(mem: chatmem.Memory) -> list[str]:
     a = await mem.sessions.create(title="Trip ✈ 東京", character_id="airi", tags=["travel"])
     call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
-    await mem.messages.append_many(a.session_id, [
-        {"role": "system", "content": "be kind"},
-        {"role": "user", "content": [{"type": "text", "text": "weather?"}], "provider": "openai", "model": "gpt-4o"},
-        {"role": "assistant", "content": "", "tool_calls": [call],
-         "slices": [{"type": "tool-call", "toolCall": call}], "categorization": {"speech": "s", "reasoning": "r"}},
-        {"role": "tool", "content": "sunny", "tool_call_id": "c1", "tool_results": [{"id": "c1", "result": "sunny"}]},
-    ])
+    await mem.messages.append_many(
+        a.session_id,
+        [
+            {"role": "system", "content": "be kind"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "weather?"}],
+                "provider": "openai",
+                "model": "gpt-4o",
+            },
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [call],
+                "slices": [{"type": "tool-call", "toolCall": call}],
+                "categorization": {"speech": "s", "reasoning": "r"},
+            },
+            {
+                "role": "tool",
+                "content": "sunny",
+                "tool_call_id": "c1",
+                "tool_results": [{"id": "c1", "result": "sunny"}],
+            },
+        ],
+    )
     await mem.sessions.update(a.session_id, pinned=True)
     f = await mem.sessions.fork(a.session_id, at_index=2, reason="what if")
     b = await mem.sessions.create(title="empty")
@@ -541,11 +611,16 @@ async def check_bad_imports_write_nothing(make: Make) -> None:
         await mem.store.outbox_activate(0)
         s = await mem.sessions.create()
         good = await mem.export()
-        msgs = [{"id": f"m{i}", "sessionId": "S", "seq": i, "role": "user", "content": f"x{i}",
-                 "createdAt": 1} for i in range(1000)]
+        msgs = [
+            {"id": f"m{i}", "sessionId": "S", "seq": i, "role": "user", "content": f"x{i}", "createdAt": 1}
+            for i in range(1000)
+        ]
         msgs[617]["role"] = "robot"
-        one_bad = {"version": "1.0.0", "exportedAt": 1, "sessions": [
-            {"meta": dict(good["sessions"][0]["meta"], sessionId="S"), "messages": msgs}]}
+        one_bad = {
+            "version": "1.0.0",
+            "exportedAt": 1,
+            "sessions": [{"meta": dict(good["sessions"][0]["meta"], sessionId="S"), "messages": msgs}],
+        }
         cases = [
             ("{not json", "JSON"),
             (dict(good, version="9.9.9"), "version"),
@@ -568,12 +643,26 @@ async def check_an_import_reusing_a_stored_message_id_writes_nothing(make: Make)
         s = await mem.sessions.create()
         await mem.messages.append(s.session_id, "user", "kept", id="fixed-1")
         before = await mem.export()
-        msgs = [{"id": f"new-{i}", "sessionId": "S2", "seq": i, "role": "user", "content": f"x{i}",
-                 "createdAt": 1} for i in range(300)]
+        msgs = [
+            {
+                "id": f"new-{i}",
+                "sessionId": "S2",
+                "seq": i,
+                "role": "user",
+                "content": f"x{i}",
+                "createdAt": 1,
+            }
+            for i in range(300)
+        ]
         msgs[250]["id"] = "fixed-1"
-        data = {"version": "1.0.0", "exportedAt": 1, "sessions": [
-            {"meta": dict(before["sessions"][0]["meta"], sessionId="S1b"), "messages": []},
-            {"meta": dict(before["sessions"][0]["meta"], sessionId="S2"), "messages": msgs}]}
+        data = {
+            "version": "1.0.0",
+            "exportedAt": 1,
+            "sessions": [
+                {"meta": dict(before["sessions"][0]["meta"], sessionId="S1b"), "messages": []},
+                {"meta": dict(before["sessions"][0]["meta"], sessionId="S2"), "messages": msgs},
+            ],
+        }
         await raises(errors.DuplicateId, mem.import_sessions(data, preserve_ids=True))
         assert [m.session_id for m in await mem.sessions.list(limit=None)] == [s.session_id]
         assert await mem.store.get_message("new-0") is None
@@ -585,17 +674,30 @@ def _chatgpt(convs: int, per: int) -> list[dict[str, Any]]:
     """A ChatGPT export of ``convs`` linear conversations of ``per`` messages."""
     out = []
     for c in range(convs):
-        mapping: dict[str, Any] = {f"c{c}-r": {"id": f"c{c}-r", "message": None, "parent": None,
-                                               "children": [f"c{c}-0"]}}
+        mapping: dict[str, Any] = {
+            f"c{c}-r": {"id": f"c{c}-r", "message": None, "parent": None, "children": [f"c{c}-0"]}
+        }
         for i in range(per):
             mapping[f"c{c}-{i}"] = {
-                "id": f"c{c}-{i}", "parent": f"c{c}-{i - 1}" if i else f"c{c}-r",
+                "id": f"c{c}-{i}",
+                "parent": f"c{c}-{i - 1}" if i else f"c{c}-r",
                 "children": [f"c{c}-{i + 1}"] if i + 1 < per else [],
-                "message": {"id": f"c{c}-{i}", "author": {"role": ("user", "assistant")[i % 2]},
-                            "create_time": 1_700_000_000 + i, "content": {"content_type": "text",
-                                                                          "parts": [f"conv {c} turn {i}"]}}}
-        out.append({"title": f"c{c}", "create_time": 1_700_000_000, "update_time": 1_700_000_100,
-                    "mapping": mapping, "current_node": f"c{c}-{per - 1}"})
+                "message": {
+                    "id": f"c{c}-{i}",
+                    "author": {"role": ("user", "assistant")[i % 2]},
+                    "create_time": 1_700_000_000 + i,
+                    "content": {"content_type": "text", "parts": [f"conv {c} turn {i}"]},
+                },
+            }
+        out.append(
+            {
+                "title": f"c{c}",
+                "create_time": 1_700_000_000,
+                "update_time": 1_700_000_100,
+                "mapping": mapping,
+                "current_node": f"c{c}-{per - 1}",
+            }
+        )
     return out
 
 
@@ -619,7 +721,9 @@ async def check_a_bad_conversation_late_in_a_big_import_writes_nothing(make: Mak
         last = await mem.messages.list(report.session_ids[-1], limit=None)
         assert [m.content for m in last][-1] == "conv 24 turn 199" and len(last) == 200
         assert (await mem.store.outbox_counts())[0] == 1 + 25 + 5000
-        assert [h.message.content for h in await mem.search('"conv 24 turn 199"', limit=1)] == ["conv 24 turn 199"]
+        assert [h.message.content for h in await mem.search('"conv 24 turn 199"', limit=1)] == [
+            "conv 24 turn 199"
+        ]
 
 
 @check
@@ -649,8 +753,10 @@ async def check_write_then_search_and_sql(make: Make) -> None:
         await mem.messages.append(s.session_id, "assistant", "Tuna is a treat for most cats")
         hits = await mem.search("tuna treats")
         assert [h.message.role for h in hits][:1] == ["assistant"], "more matching terms rank first"
-        assert all(h.session_id == s.session_id and set(h.breakdown) >= {"keyword", "semantic", "recency"}
-                   for h in hits)
+        assert all(
+            h.session_id == s.session_id and set(h.breakdown) >= {"keyword", "semantic", "recency"}
+            for h in hits
+        )
         await mem.sessions.update(s.session_id, title="animals")
         rows = await mem.sql("SELECT title, message_count FROM sessions WHERE session_id = ?", [s.session_id])
         assert rows == [{"title": "animals", "message_count": 2}]
@@ -667,11 +773,20 @@ async def check_sql_is_read_only(make: Make) -> None:
     async with await make() as mem:
         s = await mem.sessions.create()
         await mem.messages.append(s.session_id, "user", "keep me")
-        for bad in ["INSERT INTO messages (id) VALUES ('x')", "DROP TABLE messages", "ATTACH 'x.db'",
-                    "COPY messages TO 'x.csv'", "INSTALL fts", "LOAD fts",
-                    "SELECT 1; DROP TABLE messages", "DELETE FROM messages"]:
+        for bad in [
+            "INSERT INTO messages (id) VALUES ('x')",
+            "DROP TABLE messages",
+            "ATTACH 'x.db'",
+            "COPY messages TO 'x.csv'",
+            "INSTALL fts",
+            "LOAD fts",
+            "SELECT 1; DROP TABLE messages",
+            "DELETE FROM messages",
+        ]:
             await raises(errors.ReadOnlySQLError, mem.sql(bad))
-        rows = await mem.sql("SELECT text FROM messages WHERE text = ?", ["keep me'; DROP TABLE messages; --"])
+        rows = await mem.sql(
+            "SELECT text FROM messages WHERE text = ?", ["keep me'; DROP TABLE messages; --"]
+        )
         assert rows == []
         assert await mem.sql("SELECT text FROM messages") == [{"text": "keep me"}]
 
@@ -683,13 +798,16 @@ async def check_rebuild_equals_incremental(make: Make) -> None:
         ids = await _sample(mem)
         await mem.search("weather")  # hydrate: every later write goes the incremental path
         extra = await mem.sessions.create(title="notes 日本語", tags=["x"])
-        await mem.messages.append_many(extra.session_id, [
-            {"role": "user", "content": f"note {i} about the weather in Kyoto 京都"} for i in range(30)])
+        await mem.messages.append_many(
+            extra.session_id,
+            [{"role": "user", "content": f"note {i} about the weather in Kyoto 京都"} for i in range(30)],
+        )
         await mem.sessions.update(ids[0], title="renamed", archived=True)
         await mem.sessions.clear(ids[2])
         await mem.messages.add("implicit", "user", "a session made on the fly, weather permitting")
-        await mem.sessions.delete_messages(extra.session_id, [
-            m.id for m in await mem.messages.list(extra.session_id, limit=3)])
+        await mem.sessions.delete_messages(
+            extra.session_id, [m.id for m in await mem.messages.list(extra.session_id, limit=3)]
+        )
         await mem.import_sessions(await mem.export([ids[1]]))
         queries = ["weather", "Kyoto", "京都", '"the weather"', "sunny"]
 
@@ -697,8 +815,11 @@ async def check_rebuild_equals_incremental(make: Make) -> None:
             out = []
             for q in queries:
                 out.append([(h.message.id, round(h.score, 6)) for h in await mem.search(q, limit=20)])
-            out.append(await mem.sql(
-                "SELECT session_id, title, archived, message_count, tags FROM sessions ORDER BY session_id"))
+            out.append(
+                await mem.sql(
+                    "SELECT session_id, title, archived, message_count, tags FROM sessions ORDER BY session_id"
+                )
+            )
             out.append(await mem.sql("SELECT id, seq, role, text, token_count FROM messages ORDER BY id"))
             return out
 
@@ -719,9 +840,12 @@ async def llm_plan(*plan: str) -> None:
 
     from chatmem.runtime import default_transport
 
-    await default_transport().request("POST", SERVICES["llm"] + "/control",
-                                      headers={"Content-Type": "application/json"},
-                                      body=_json.dumps({"plan": list(plan)}).encode())
+    await default_transport().request(
+        "POST",
+        SERVICES["llm"] + "/control",
+        headers={"Content-Type": "application/json"},
+        body=_json.dumps({"plan": list(plan)}).encode(),
+    )
 
 
 async def llm_requests() -> list[dict[str, Any]]:
@@ -749,19 +873,31 @@ async def check_build_context_order_and_guarantees(make: Make) -> None:
     async with await make() as mem:
         s = await mem.sessions.create()
         call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
-        await mem.messages.append_many(s.session_id, [
-            {"role": "user", "content": "old question " + "x" * 400},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "content": "tool says " + "y" * 200, "tool_call_id": "c1"},
-            {"role": "assistant", "content": "old answer"},
-            {"role": "user", "content": "newest question"},
-        ])
-        mem.context.update(ContextMessage("module:discord", "bot", {"activeChannel": "general", "recentMentions": 3},
-                                          ContextUpdateStrategy.REPLACE_SELF))
+        await mem.messages.append_many(
+            s.session_id,
+            [
+                {"role": "user", "content": "old question " + "x" * 400},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": "tool says " + "y" * 200, "tool_call_id": "c1"},
+                {"role": "assistant", "content": "old answer"},
+                {"role": "user", "content": "newest question"},
+            ],
+        )
+        mem.context.update(
+            ContextMessage(
+                "module:discord",
+                "bot",
+                {"activeChannel": "general", "recentMentions": 3},
+                ContextUpdateStrategy.REPLACE_SELF,
+            )
+        )
         out = await mem.build_context(s.session_id, system_prompt="You are Airi.", max_tokens=4000)
         assert out[0] == {"role": "system", "content": "You are Airi."}
         assert out[1]["role"] == "user"
-        assert out[1]["content"][0]["text"] == 'Module module:discord: {"activeChannel":"general","recentMentions":3}'
+        assert (
+            out[1]["content"][0]["text"]
+            == 'Module module:discord: {"activeChannel":"general","recentMentions":3}'
+        )
         assert [m["content"] for m in out[2:]][-1] == "newest question" and len(out) == 7
         win = await mem.build_window(s.session_id, system_prompt="You are Airi.", max_tokens=60)
         assert win.tokens <= 60 and win.messages[0]["role"] == "system"
@@ -769,10 +905,15 @@ async def check_build_context_order_and_guarantees(make: Make) -> None:
         roles = [m["role"] for m in win.messages]
         assert ("tool" in roles) == any(m.get("tool_calls") for m in win.messages), "tool pair kept whole"
         for budget in (30, 45, 70, 150, 260, 1000):
-            msgs = (await mem.build_window(s.session_id, system_prompt="You are Airi.", max_tokens=budget + 8,
-                                           reserve_tokens=8)).messages
+            msgs = (
+                await mem.build_window(
+                    s.session_id, system_prompt="You are Airi.", max_tokens=budget + 8, reserve_tokens=8
+                )
+            ).messages
             assert sum(mem.tokenizer.count_message(m) for m in msgs) <= budget
-        await raises(errors.ContextOverflow, mem.build_context(s.session_id, system_prompt="S" * 400, max_tokens=20))
+        await raises(
+            errors.ContextOverflow, mem.build_context(s.session_id, system_prompt="S" * 400, max_tokens=20)
+        )
         assert len(await mem.build_context(s.session_id, system_prompt="hi", budget="local-4k")) >= 3
 
 
@@ -785,15 +926,27 @@ async def check_session_retention_policy(make: Make) -> None:
     async with await make(clock=clock) as mem:
         t0 = clock.t
         ids = {}
-        for name, age_days in [("fresh", 1), ("idle", 40), ("ancient", 100), ("pinned", 200), ("old-archived", 120)]:
+        for name, age_days in [
+            ("fresh", 1),
+            ("idle", 40),
+            ("ancient", 100),
+            ("pinned", 200),
+            ("old-archived", 120),
+        ]:
             clock.t = t0 - age_days * DAY_MS
             ids[name] = (await mem.sessions.create(title=name)).session_id
         clock.t = t0
         await mem.sessions.update(ids["pinned"], pinned=True)
         await mem.sessions.archive(ids["old-archived"])
-        policy = RetentionPolicy(max_sessions=10, max_age=90 * DAY_MS, archive_after=30 * DAY_MS, delete_archived=True)
+        policy = RetentionPolicy(
+            max_sessions=10, max_age=90 * DAY_MS, archive_after=30 * DAY_MS, delete_archived=True
+        )
         dry = await mem.retention.apply(policy, dry_run=True, now=t0)
-        assert dry.dry_run and sorted(dry.archived) == sorted([ids["idle"]]) or set(dry.archived) <= {ids["idle"], ids["ancient"]}
+        assert (
+            dry.dry_run
+            and sorted(dry.archived) == sorted([ids["idle"]])
+            or set(dry.archived) <= {ids["idle"], ids["ancient"]}
+        )
         assert len(await mem.sessions.list(limit=None)) == 4, "dry run changed nothing"
         report = await mem.retention.apply(policy, now=t0)
         assert set(report.deleted) == {ids["ancient"], ids["old-archived"]}
@@ -814,10 +967,16 @@ async def check_message_retention_summarizes_and_window_uses_it(make: Make) -> N
     async with await make() as mem:
         s = await mem.sessions.create(title="long chat")
         await mem.messages.append(s.session_id, "system", "You are kind.")
-        await mem.messages.append_many(s.session_id, [
-            {"role": "user" if i % 2 == 0 else "assistant",
-             "content": f"Turn {i}: we discussed topic number {i}. The garden needs water on day {i}."}
-            for i in range(80)])
+        await mem.messages.append_many(
+            s.session_id,
+            [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Turn {i}: we discussed topic number {i}. The garden needs water on day {i}.",
+                }
+                for i in range(80)
+            ],
+        )
         policy = MessageRetentionPolicy(max_messages_per_session=200, summary_threshold=50)
         plan = await mem.retention.apply_messages(s.session_id, policy)
         assert len(plan.summarize) == 30 and plan.action == "archive"
@@ -827,14 +986,18 @@ async def check_message_retention_summarizes_and_window_uses_it(make: Make) -> N
         assert summaries[0].metadata["summaryOf"]["count"] == 30
         assert len(msgs) == 1 + 50 + 1
         archived = await mem.sessions.list(archived=True)
-        assert len(archived) == 1 and archived[0].parent_id == s.session_id and archived[0].message_count == 30
+        assert (
+            len(archived) == 1 and archived[0].parent_id == s.session_id and archived[0].message_count == 30
+        )
         out = await mem.build_context(s.session_id, system_prompt="SYS", max_tokens=100_000)
         assert out[0]["content"] == "SYS"
         assert out[1]["role"] == "system" and out[1]["content"].startswith("Previous conversation summary: ")
         assert "Turn 79" in out[-1]["content"]
         again = await mem.retention.apply_messages(s.session_id, policy)
         assert not again, "nothing more to summarize"
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"more {i}"} for i in range(20)])
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"more {i}"} for i in range(20)]
+        )
         inc = await mem.retention.apply_messages(s.session_id, policy)
         assert len(inc.summarize) == 20 and inc.previous_summary_id == summaries[0].id, "incremental fold"
 
@@ -846,10 +1009,16 @@ async def check_retrieval_in_the_window(make: Make) -> None:
 
     async with await make() as mem:
         s = await mem.sessions.create()
-        await mem.messages.append(s.session_id, "user", "My sister Paloma lives in Valparaíso and loves kites")
-        await mem.messages.append_many(s.session_id, [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"filler chatter number {i} " * 4}
-            for i in range(60)])
+        await mem.messages.append(
+            s.session_id, "user", "My sister Paloma lives in Valparaíso and loves kites"
+        )
+        await mem.messages.append_many(
+            s.session_id,
+            [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": f"filler chatter number {i} " * 4}
+                for i in range(60)
+            ],
+        )
         await mem.messages.append(s.session_id, "user", "Where does Paloma live?")
         recent_only = await mem.build_context(s.session_id, system_prompt="S", max_tokens=300)
         assert not any("Valparaíso" in str(m["content"]) for m in recent_only)
@@ -857,8 +1026,12 @@ async def check_retrieval_in_the_window(make: Make) -> None:
         out = await mem.build_context(s.session_id, system_prompt="S", max_tokens=300, retrieval=cfg)
         texts = [str(m["content"]) for m in out]
         assert any("Valparaíso" in t for t in texts[:-1]) and texts[-1] == "Where does Paloma live?"
-        recent = await mem.build_context(s.session_id, system_prompt="S", max_tokens=10_000,
-                                         retrieval=RetrievalConfig(strategy="recent", recent_count=4))
+        recent = await mem.build_context(
+            s.session_id,
+            system_prompt="S",
+            max_tokens=10_000,
+            retrieval=RetrievalConfig(strategy="recent", recent_count=4),
+        )
         assert len(recent) == 1 + 4
 
 
@@ -874,16 +1047,26 @@ async def check_chat_turn(make: Make) -> None:
         provider = OpenAICompatibleProvider(SERVICES["llm"], api_key="sk-test", model="test-model")
         await llm_plan("ok")
         tokens: list[str] = []
-        reply = await mem.session(s.session_id).send("hello there", provider=provider, on_token=tokens.append,
-                                                     system_prompt="Be brief.")
+        reply = await mem.session(s.session_id).send(
+            "hello there", provider=provider, on_token=tokens.append, system_prompt="Be brief."
+        )
         assert "".join(tokens) == "echo: hello there" == reply.content and len(tokens) == 3
-        assert reply.role == "assistant" and reply.provider == "openai-compatible" and reply.model == "test-model"
+        assert (
+            reply.role == "assistant"
+            and reply.provider == "openai-compatible"
+            and reply.model == "test-model"
+        )
         msgs = await mem.messages.list(s.session_id)
-        assert [(m.role, m.content) for m in msgs] == [("user", "hello there"), ("assistant", "echo: hello there")]
+        assert [(m.role, m.content) for m in msgs] == [
+            ("user", "hello there"),
+            ("assistant", "echo: hello there"),
+        ]
         sent = (await llm_requests())[0]
         assert sent["auth"] == "Bearer sk-test" and sent["body"]["stream"] is True
-        assert sent["body"]["messages"] == [{"role": "system", "content": "Be brief."},
-                                            {"role": "user", "content": "hello there"}]
+        assert sent["body"]["messages"] == [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hello there"},
+        ]
 
 
 @check
@@ -897,9 +1080,14 @@ async def check_chat_turn_failures_store_no_partial_answer(make: Make) -> None:
         s = await mem.sessions.create()
         h = mem.session(s.session_id)
         provider = OpenAICompatibleProvider(SERVICES["llm"], model="m")
-        cases = [("500", errors.ProviderServerError), ("break", errors.ProviderServerError),
-                 ("cut", errors.ProviderServerError), ("401", errors.ProviderAuthError),
-                 ("429", errors.ProviderRateLimited), ("404", errors.ProviderNotFound)]
+        cases = [
+            ("500", errors.ProviderServerError),
+            ("break", errors.ProviderServerError),
+            ("cut", errors.ProviderServerError),
+            ("401", errors.ProviderAuthError),
+            ("429", errors.ProviderRateLimited),
+            ("404", errors.ProviderNotFound),
+        ]
         for i, (behaviour, exc) in enumerate(cases):
             await llm_plan(behaviour)
             got: list[str] = []
@@ -944,14 +1132,27 @@ async def check_changing_the_embedder_re_embeds_in_the_background(make: Make) ->
 
     async with await make() as mem:
         s = await mem.sessions.create()
-        await mem.messages.append_many(s.session_id, [
-            {"role": "user", "content": t} for t in
-            ["the quick brown fox jumps", "a lazy dog sleeps all day", "quick brown foxes jumping high"]])
+        await mem.messages.append_many(
+            s.session_id,
+            [
+                {"role": "user", "content": t}
+                for t in [
+                    "the quick brown fox jumps",
+                    "a lazy dog sleeps all day",
+                    "quick brown foxes jumping high",
+                ]
+            ],
+        )
         await mem.search("fox", mode="semantic")
         new = HashingEmbedder(dimensions=64)
         task = mem.set_embedder(new)
         assert await task == 3
         rows = await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY model")
-        assert {"model": new.model, "n": 3} in rows and len(rows) >= 2  # the old vectors (and in-context ones) stay
+        assert {"model": new.model, "n": 3} in rows and len(
+            rows
+        ) >= 2  # the old vectors (and in-context ones) stay
         hits = await mem.search("quick brown fox", mode="semantic", limit=2)
-        assert {h.message.text for h in hits} == {"the quick brown fox jumps", "quick brown foxes jumping high"}
+        assert {h.message.text for h in hits} == {
+            "the quick brown fox jumps",
+            "quick brown foxes jumping high",
+        }

@@ -50,8 +50,7 @@ def stored_bytes(srv: Any) -> bytes:
 
         out = []
         with psycopg.connect(srv.where) as conn:
-            tables = conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+            tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
             for (t,) in tables:
                 out += [repr(row) for row in conn.execute(f'SELECT * FROM "{t}"').fetchall()]
         return "\n".join(out).encode("utf-8")

@@ -14,8 +14,18 @@ from typing import Any
 
 from chatmem.errors import ValidationError
 
-__all__ = ["EXPLICIT_MESSAGE_CASES", "SHAPE_CASES", "SHAPE_POISONS", "check_cases", "cycle", "deep", "deep_list",
-           "expand", "import_shapes", "state"]
+__all__ = [
+    "EXPLICIT_MESSAGE_CASES",
+    "SHAPE_CASES",
+    "SHAPE_POISONS",
+    "check_cases",
+    "cycle",
+    "deep",
+    "deep_list",
+    "expand",
+    "import_shapes",
+    "state",
+]
 
 
 def deep(n: int, leaf: Any = 1) -> Any:
@@ -84,25 +94,80 @@ EXPLICIT_MESSAGE_CASES: list[tuple[str, Any]] = [
     ("create", {"title": "\udc80"}),
     ("create", {"tags": ["ok", "\ud83d"]}),
     ("update", {"title": "\ud800"}),
-    ("import", {"version": "1.0.0", "exportedAt": 0, "sessions": [
-        {"meta": {"sessionId": "imp-1", "title": "t", "createdAt": 1, "updatedAt": 1},
-         "messages": [{"id": "imp-m1", "role": "user", "content": {"$big": 5 * 1024 * 1024}, "createdAt": 1}]}]}),
-    ("import", {"version": "1.0.0", "exportedAt": 0, "sessions": [
-        {"meta": {"sessionId": "imp-2", "title": "t", "createdAt": 10**30, "updatedAt": 1}, "messages": []}]}),
-    ("import", {"version": "1.0.0", "exportedAt": 0, "sessions": [
-        {"meta": {"sessionId": "imp-3", "title": "t", "createdAt": 1, "updatedAt": 1},
-         "messages": [{"id": "imp-m3", "role": "user", "content": "x", "createdAt": 1,
-                       "metadata": {"$deep": 2000}}]}]}),
-    ("import", '{"version":"1.0.0","sessions":[{"meta":{"sessionId":"imp-4","createdAt":1,"updatedAt":1},'
-               '"messages":[{"id":"imp-m4","role":"user","content":"x","createdAt":1,"metadata":{"a":NaN}}]}]}'),
+    (
+        "import",
+        {
+            "version": "1.0.0",
+            "exportedAt": 0,
+            "sessions": [
+                {
+                    "meta": {"sessionId": "imp-1", "title": "t", "createdAt": 1, "updatedAt": 1},
+                    "messages": [
+                        {"id": "imp-m1", "role": "user", "content": {"$big": 5 * 1024 * 1024}, "createdAt": 1}
+                    ],
+                }
+            ],
+        },
+    ),
+    (
+        "import",
+        {
+            "version": "1.0.0",
+            "exportedAt": 0,
+            "sessions": [
+                {
+                    "meta": {"sessionId": "imp-2", "title": "t", "createdAt": 10**30, "updatedAt": 1},
+                    "messages": [],
+                }
+            ],
+        },
+    ),
+    (
+        "import",
+        {
+            "version": "1.0.0",
+            "exportedAt": 0,
+            "sessions": [
+                {
+                    "meta": {"sessionId": "imp-3", "title": "t", "createdAt": 1, "updatedAt": 1},
+                    "messages": [
+                        {
+                            "id": "imp-m3",
+                            "role": "user",
+                            "content": "x",
+                            "createdAt": 1,
+                            "metadata": {"$deep": 2000},
+                        }
+                    ],
+                }
+            ],
+        },
+    ),
+    (
+        "import",
+        '{"version":"1.0.0","sessions":[{"meta":{"sessionId":"imp-4","createdAt":1,"updatedAt":1},'
+        '"messages":[{"id":"imp-m4","role":"user","content":"x","createdAt":1,"metadata":{"a":NaN}}]}]}',
+    ),
     ("import", '{"version":"1.0.0","sessions":[' + "[" * 50_000 + "]" * 50_000 + "]}"),
 ]
 
 
 #: values no entry point may take, each put where a caller could pass it
 SHAPE_POISONS: list[Any] = [
-    {"$deeplist": 5000}, {"$deep": 5000}, {"$cycle": "dict"}, {"$cycle": "list"}, {1: 2}, {b"version": "1.0.0"},
-    {"$huge": 5000}, 10**30, float("nan"), float("inf"), "\ud800", {"\ud800": 1}, {1, 2}, b"bytes",
+    {"$deeplist": 5000},
+    {"$deep": 5000},
+    {"$cycle": "dict"},
+    {"$cycle": "list"},
+    {1: 2},
+    {b"version": "1.0.0"},
+    {"$huge": 5000},
+    10**30,
+    float("nan"),
+    float("inf"),
+    "\ud800",
+    {"\ud800": 1},
+    {1, 2},
+    b"bytes",
 ]
 
 
@@ -110,16 +175,50 @@ def import_shapes(x: Any) -> list[Any]:
     """Imports in each format with ``x`` where a reader meets it first (a title, a time,
     the mapping, the sessions, the version) and the bare value itself."""
     return [
-        [{"title": x, "create_time": 1.0, "current_node": "r", "mapping": {"r": {
-            "id": "r", "parent": None, "children": [], "message": {
-                "id": "m", "author": {"role": "user"}, "create_time": 1.0, "metadata": x,
-                "content": {"content_type": "text", "parts": [x]}}}}}],
+        [
+            {
+                "title": x,
+                "create_time": 1.0,
+                "current_node": "r",
+                "mapping": {
+                    "r": {
+                        "id": "r",
+                        "parent": None,
+                        "children": [],
+                        "message": {
+                            "id": "m",
+                            "author": {"role": "user"},
+                            "create_time": 1.0,
+                            "metadata": x,
+                            "content": {"content_type": "text", "parts": [x]},
+                        },
+                    }
+                },
+            }
+        ],
         [{"title": "t", "create_time": x, "mapping": x, "current_node": "r"}],
         [{"uuid": x, "name": "n", "created_at": x, "chat_messages": x}],
-        [{"uuid": "u", "name": x, "created_at": "2024-01-01T00:00:00Z", "chat_messages": [
-            {"uuid": "m", "sender": "human", "text": x, "content": [x], "created_at": "2024-01-01T00:00:00Z"}]}],
+        [
+            {
+                "uuid": "u",
+                "name": x,
+                "created_at": "2024-01-01T00:00:00Z",
+                "chat_messages": [
+                    {
+                        "uuid": "m",
+                        "sender": "human",
+                        "text": x,
+                        "content": [x],
+                        "created_at": "2024-01-01T00:00:00Z",
+                    }
+                ],
+            }
+        ],
         {"format": "chat-sessions-index:v1", "sessions": x, "index": x},
-        {"format": "chat-sessions-index:v1", "sessions": {"s": {"meta": x, "messages": [{"role": "user", "content": x}]}}},
+        {
+            "format": "chat-sessions-index:v1",
+            "sessions": {"s": {"meta": x, "messages": [{"role": "user", "content": x}]}},
+        },
         {"version": x, "exportedAt": x, "sessions": x},
         {"version": "1.0.0", "exportedAt": 1, "sessions": [{"meta": x, "messages": x}]},
         x,
@@ -130,9 +229,12 @@ def import_shapes(x: Any) -> list[Any]:
 #: format, appends, batches, session ids, forks, deletes, exports and queries
 SHAPE_CASES: list[tuple[str, Any]] = [
     *[("import", shape) for x in SHAPE_POISONS for shape in import_shapes(x)],
-    *[(kind, x) for x in SHAPE_POISONS
-      for kind in ("add", "append_many", "fork", "delete_messages", "export", "sql_param", "sql_timeout")
-      if not (kind == "sql_param" and isinstance(x, float))],  # NaN and Infinity are SQL values
+    *[
+        (kind, x)
+        for x in SHAPE_POISONS
+        for kind in ("add", "append_many", "fork", "delete_messages", "export", "sql_param", "sql_timeout")
+        if not (kind == "sql_param" and isinstance(x, float))
+    ],  # NaN and Infinity are SQL values
     *[("append", ("user", "fine", {"metadata": {"k": x}})) for x in SHAPE_POISONS],
     *[("append", ("user", [{"type": "text", "text": "a", "v": x}], {})) for x in SHAPE_POISONS],
     *[("create", {"tags": x}) for x in SHAPE_POISONS],
@@ -141,8 +243,10 @@ SHAPE_CASES: list[tuple[str, Any]] = [
 
 async def state(mem: Any) -> tuple[Any, ...]:
     """Everything a failed call must leave as it was: sessions, messages, outbox."""
-    sessions = sorted((s.session_id, s.title, tuple(s.tags), s.message_count)
-                      for s in await mem.sessions.list(limit=None, archived=None))
+    sessions = sorted(
+        (s.session_id, s.title, tuple(s.tags), s.message_count)
+        for s in await mem.sessions.list(limit=None, archived=None)
+    )
     msgs = []
     for sid, *_ in sessions:
         msgs += [(m.id, m.seq) for m in await mem.messages.list(sid, limit=None)]

@@ -12,8 +12,17 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["SMALL_LIMITS", "poison", "json_poison", "shape_poison", "hostile_message", "hostile_session_kwargs",
-           "hostile_export", "hostile_import", "hostile_op"]
+__all__ = [
+    "SMALL_LIMITS",
+    "poison",
+    "json_poison",
+    "shape_poison",
+    "hostile_message",
+    "hostile_session_kwargs",
+    "hostile_export",
+    "hostile_import",
+    "hostile_op",
+]
 
 #: what the batteries run with, so an oversize record stays cheap to build
 SMALL_LIMITS = {"max_message_bytes": 64 * 1024, "max_session_bytes": 16 * 1024, "max_depth": 32}
@@ -69,8 +78,9 @@ def hostile_import(draw: st.DrawFn) -> Any:
 
 
 def _valid_content() -> st.SearchStrategy[Any]:
-    return st.one_of(_TEXT, st.lists(st.builds(lambda t: {"type": "text", "text": t}, _TEXT), min_size=1,
-                                    max_size=3))
+    return st.one_of(
+        _TEXT, st.lists(st.builds(lambda t: {"type": "text", "text": t}, _TEXT), min_size=1, max_size=3)
+    )
 
 
 def _nest(value: Any, path: list[str]) -> Any:
@@ -80,7 +90,9 @@ def _nest(value: Any, path: list[str]) -> Any:
 
 
 @st.composite
-def hostile_message(draw: st.DrawFn, poisons: st.SearchStrategy[Any] | None = None) -> tuple[str, Any, dict[str, Any]]:
+def hostile_message(
+    draw: st.DrawFn, poisons: st.SearchStrategy[Any] | None = None
+) -> tuple[str, Any, dict[str, Any]]:
     """``(role, content, fields)`` for ``messages.append`` with one poison somewhere."""
     bad = draw(poisons if poisons is not None else poison())
     role = draw(st.sampled_from(["system", "user", "assistant", "tool"]))
@@ -90,16 +102,23 @@ def hostile_message(draw: st.DrawFn, poisons: st.SearchStrategy[Any] | None = No
         fields["metadata"] = draw(st.dictionaries(_KEY, _TEXT, max_size=3))
     where = draw(st.sampled_from(["content", "part", "metadata", "created_at", "tool_calls", "role", "name"]))
     if where == "content":
-        content = bad if isinstance(bad, str) or isinstance(bad, dict) and "$big" in bad else [
-            {"type": "text", "text": "x", "v": bad}]
+        content = (
+            bad
+            if isinstance(bad, str) or isinstance(bad, dict) and "$big" in bad
+            else [{"type": "text", "text": "x", "v": bad}]
+        )
     elif where == "part":
         content = [{"type": "text", "text": "ok"}, {"type": "text", "text": "x", "extra": bad}]
     elif where == "metadata":
-        fields["metadata"] = dict(fields.get("metadata") or {}, **_nest(bad, draw(st.lists(_KEY, min_size=1, max_size=3))))
+        fields["metadata"] = dict(
+            fields.get("metadata") or {}, **_nest(bad, draw(st.lists(_KEY, min_size=1, max_size=3)))
+        )
     elif where == "created_at":
         fields["created_at"] = bad
     elif where == "tool_calls":
-        fields["tool_calls"] = [{"id": "call-1", "type": "function", "function": {"name": "f", "arguments": bad}}]
+        fields["tool_calls"] = [
+            {"id": "call-1", "type": "function", "function": {"name": "f", "arguments": bad}}
+        ]
     elif where == "role":
         role = bad
     else:
@@ -146,21 +165,35 @@ def hostile_export(draw: st.DrawFn) -> dict[str, Any]:
 def hostile_op(draw: st.DrawFn, n: int) -> dict[str, Any]:
     """A sync operation (message create or session create/update) with one JSON-carried poison."""
     kind = draw(st.sampled_from(["message", "session-create", "session-update", "hlc", "shape"]))
-    base = {"op_id": f"bad-{n}", "timestamp": 1, "attempts": 0, "hlc": f"{1_700_000_000_000 + n:013d}-0000-dev"}
+    base = {
+        "op_id": f"bad-{n}",
+        "timestamp": 1,
+        "attempts": 0,
+        "hlc": f"{1_700_000_000_000 + n:013d}-0000-dev",
+    }
     if kind == "message":
         rec = message_record(f"m-bad-{n}", "s-ok", draw(hostile_message(json_poison())))
         return {**base, "type": "create", "resource": "message", "id": rec["id"], "data": rec}
     if kind == "hlc":
-        return {**base, "type": "create", "resource": "session", "id": "s-ok",
-                "hlc": draw(st.sampled_from(["9999999999999-9999-x", "9999999999999-0000-dev"])),
-                "data": {"title": "from the future"}}
+        return {
+            **base,
+            "type": "create",
+            "resource": "session",
+            "id": "s-ok",
+            "hlc": draw(st.sampled_from(["9999999999999-9999-x", "9999999999999-0000-dev"])),
+            "data": {"title": "from the future"},
+        }
     if kind == "shape":
-        data = draw(st.sampled_from([
-            {"sessionId": "s-ok", "role": "user", "content": "no createdAt"},
-            {"sessionId": "s-ok", "role": "evil", "content": "x", "createdAt": 1},
-            {"sessionId": "s-ok", "role": "user", "content": {"x": 1}, "createdAt": 1},
-            {"sessionId": "s-ok", "role": "user", "content": "x", "createdAt": 1, "bogus": True},
-        ]))
+        data = draw(
+            st.sampled_from(
+                [
+                    {"sessionId": "s-ok", "role": "user", "content": "no createdAt"},
+                    {"sessionId": "s-ok", "role": "evil", "content": "x", "createdAt": 1},
+                    {"sessionId": "s-ok", "role": "user", "content": {"x": 1}, "createdAt": 1},
+                    {"sessionId": "s-ok", "role": "user", "content": "x", "createdAt": 1, "bogus": True},
+                ]
+            )
+        )
         return {**base, "type": "create", "resource": "message", "id": f"m-bad-{n}", "data": data}
     field = draw(st.sampled_from(["title", "tags", "pinned", "createdAt"]))
     bad = draw(json_poison())

@@ -62,9 +62,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         srv = self.server
         with srv.lock:
-            srv.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization"),
-                                 "x-api-key": self.headers.get("x-api-key"),
-                                 "anthropic-version": self.headers.get("anthropic-version")})
+            srv.requests.append(
+                {
+                    "path": self.path,
+                    "body": body,
+                    "auth": self.headers.get("Authorization"),
+                    "x-api-key": self.headers.get("x-api-key"),
+                    "anthropic-version": self.headers.get("anthropic-version"),
+                }
+            )
             anthropic = self.path.endswith("/v1/messages")
             chat = self.path.endswith("/chat/completions") or anthropic
             behaviour = srv.plan.pop(0) if srv.plan and chat else "ok"
@@ -86,11 +92,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._json(status, {"error": {"message": f"injected {status}"}}, headers)
         last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
         content = last.get("content")
-        text = content if isinstance(content, str) else " ".join(
-            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        text = (
+            content
+            if isinstance(content, str)
+            else " ".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+        )
         words = f"echo: {text}".split(" ")
         if not body.get("stream"):
-            return self._json(200, {"choices": [{"message": {"role": "assistant", "content": " ".join(words)}}]})
+            return self._json(
+                200, {"choices": [{"message": {"role": "assistant", "content": " ".join(words)}}]}
+            )
         self.send_response(200)
         self._cors()
         self.send_header("Content-Type", "text/event-stream")
@@ -111,7 +122,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
         self._event("[DONE]")
 
-
     def _named_event(self, obj: dict[str, Any]) -> None:
         self.wfile.write(f"event: {obj['type']}\ndata: {json.dumps(obj)}\n\n".encode())
         self.wfile.flush()
@@ -120,36 +130,74 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """The Messages API: echo the last user turn's text, as JSON or as Anthropic SSE."""
         if behaviour in ("500", "401", "404", "429"):
             status = int(behaviour)
-            kinds = {500: "api_error", 401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
+            kinds = {
+                500: "api_error",
+                401: "authentication_error",
+                404: "not_found_error",
+                429: "rate_limit_error",
+            }
             headers = {"Retry-After": "2"} if status == 429 else None
-            return self._json(status, {"type": "error", "error": {"type": kinds[status], "message": f"injected {status}"}},
-                              headers)
+            return self._json(
+                status,
+                {"type": "error", "error": {"type": kinds[status], "message": f"injected {status}"}},
+                headers,
+            )
         last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
         content = last.get("content")
-        text = content if isinstance(content, str) else " ".join(
-            p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
+        text = (
+            content
+            if isinstance(content, str)
+            else " ".join(
+                p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text"
+            )
+        )
         words = f"echo: {text}".split(" ")
         if not body.get("stream"):
-            return self._json(200, {"type": "message", "role": "assistant",
-                                    "content": [{"type": "text", "text": " ".join(words)}], "stop_reason": "end_turn"})
+            return self._json(
+                200,
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": " ".join(words)}],
+                    "stop_reason": "end_turn",
+                },
+            )
         self.send_response(200)
         self._cors()
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        self._named_event({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-                                                                 "content": [], "model": body.get("model")}})
-        self._named_event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        self._named_event(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": body.get("model"),
+                },
+            }
+        )
+        self._named_event(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        )
         self._named_event({"type": "ping"})
         for i, w in enumerate(words):
             piece = w if i == 0 else " " + w
-            self._named_event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}})
+            self._named_event(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+            )
             if behaviour in ("break", "cut") and i == 1:
                 if behaviour == "break":
-                    self._named_event({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+                    self._named_event(
+                        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+                    )
                 self.close_connection = True
                 return
         self._named_event({"type": "content_block_stop", "index": 0})
-        self._named_event({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}})
+        self._named_event(
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}
+        )
         self._named_event({"type": "message_stop"})
 
 

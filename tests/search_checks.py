@@ -28,17 +28,44 @@ async def expect_raises(exc: type[BaseException], coro: Awaitable[Any]) -> BaseE
 
 
 def session(sid: str, character: str = "alice", created: int = T0, **kw: Any) -> dict[str, Any]:
-    rec = {"sessionId": sid, "title": f"title {sid}", "createdAt": created, "updatedAt": created,
-           "userId": "local", "characterId": character, "pinned": False, "archived": False,
-           "tags": [], "parentId": None, "forkIndex": None, "forkReason": None, "messageCount": 0}
+    rec = {
+        "sessionId": sid,
+        "title": f"title {sid}",
+        "createdAt": created,
+        "updatedAt": created,
+        "userId": "local",
+        "characterId": character,
+        "pinned": False,
+        "archived": False,
+        "tags": [],
+        "parentId": None,
+        "forkIndex": None,
+        "forkReason": None,
+        "messageCount": 0,
+    }
     rec.update(kw)
     return rec
 
 
 def message(mid: str, sid: str, seq: int, text: Any, created: int, role: str = "user") -> dict[str, Any]:
-    return {"id": mid, "sessionId": sid, "seq": seq, "role": role, "content": text, "createdAt": created,
-            "provider": None, "model": None, "slices": None, "tool_results": None, "categorization": None,
-            "toolCalls": None, "toolCallId": None, "name": None, "metadata": None, "tokenCount": 5}
+    return {
+        "id": mid,
+        "sessionId": sid,
+        "seq": seq,
+        "role": role,
+        "content": text,
+        "createdAt": created,
+        "provider": None,
+        "model": None,
+        "slices": None,
+        "tool_results": None,
+        "categorization": None,
+        "toolCalls": None,
+        "toolCallId": None,
+        "name": None,
+        "metadata": None,
+        "tokenCount": 5,
+    }
 
 
 CORPUS: list[tuple[str, str, str, str, int]] = [
@@ -100,11 +127,15 @@ async def check_rarer_terms_rank_higher(index: Any) -> None:
 async def check_ties_broken_by_recency(index: Any) -> None:
     """Equal scores: the newer message first."""
     await index.apply("session-created", "s", session("s"))
-    await index.apply("messages-appended", "s", [
-        message("old", "s", 0, "identical words here", T0),
-        message("new", "s", 1, "identical words here", T0 + 5),
-        message("mid", "s", 2, "identical words here", T0 + 2),
-    ])
+    await index.apply(
+        "messages-appended",
+        "s",
+        [
+            message("old", "s", 0, "identical words here", T0),
+            message("new", "s", 1, "identical words here", T0 + 5),
+            message("mid", "s", 2, "identical words here", T0 + 2),
+        ],
+    )
     hits = await search(index, "identical words", limit=5)
     assert ids(hits) == ["new", "mid", "old"], ids(hits)
     assert hits[0].score == hits[1].score == hits[2].score
@@ -113,9 +144,12 @@ async def check_ties_broken_by_recency(index: Any) -> None:
 async def check_full_ties_cut_by_id(index: Any) -> None:
     """Equal scores and times: message id decides, also where the limit cuts a tie."""
     await index.apply("session-created", "s", session("s"))
-    await index.apply("messages-appended", "s", [
-        message(f"t{i}", "s", i, "same words", T0) for i in (3, 0, 4, 1, 2)] + [
-        message("best", "s", 5, "same same words", T0 - 5)])
+    await index.apply(
+        "messages-appended",
+        "s",
+        [message(f"t{i}", "s", i, "same words", T0) for i in (3, 0, 4, 1, 2)]
+        + [message("best", "s", 5, "same same words", T0 - 5)],
+    )
     assert ids(await search(index, "same", limit=3)) == ["best", "t4", "t3"]
     assert ids(await search(index, "same", limit=2)) == ["best", "t4"]
     assert ids(await search(index, "words same", limit=6)) == ["best", "t4", "t3", "t2", "t1", "t0"]
@@ -143,8 +177,9 @@ async def check_phrase_must_match_exactly(index: Any) -> None:
     assert ids(await search(index, '"new york"', limit=10)) == ["b1"]
     assert ids(await search(index, '"NEW-YORK" pizza', limit=10)) == ["b1"]
     assert ids(await search(index, '"york new"', limit=10)) == []
-    assert ids(await search(index, '"event loop" python', limit=10)) == ["a2", "a1"] or \
-        set(ids(await search(index, '"event loop" python', limit=10))) == {"a1", "a2"}
+    assert ids(await search(index, '"event loop" python', limit=10)) == ["a2", "a1"] or set(
+        ids(await search(index, '"event loop" python', limit=10))
+    ) == {"a1", "a2"}
     # a phrase word must be a whole word: "york" is not "yorkshire"
     await index.apply("messages-appended", "s2", [message("b9", "s2", 9, "new yorkshire pudding", T0)])
     assert "b9" not in ids(await search(index, '"new york"', limit=10))
@@ -194,7 +229,11 @@ async def check_empty_query_is_an_error(index: Any) -> None:
 async def check_filter_session_ids(index: Any) -> None:
     """``session_ids`` keeps only those sessions; an empty list matches nothing."""
     await seed(index)
-    assert set(ids(await search(index, "the python pizza", limit=20, session_ids=["s2"]))) <= {"b1", "b2", "b3"}
+    assert set(ids(await search(index, "the python pizza", limit=20, session_ids=["s2"]))) <= {
+        "b1",
+        "b2",
+        "b3",
+    }
     assert ids(await search(index, "pizza", limit=20, session_ids=["s1"])) == []
     assert ids(await search(index, "pizza", limit=20, session_ids=[])) == []
     await expect_raises(ValidationError, search(index, "pizza", session_ids="s1"))
@@ -223,6 +262,7 @@ async def check_filter_roles(index: Any) -> None:
 async def check_filter_date_range_edges(index: Any) -> None:
     """``date_range`` includes both ends; open ends with None; start > end is an error."""
     await seed(index)
+
     def d(n: int) -> int:
         return T0 + n * DAY
 
@@ -239,12 +279,26 @@ async def check_filter_date_range_edges(index: Any) -> None:
 async def check_filters_combined(index: Any) -> None:
     """All filters at once intersect."""
     await seed(index)
-    hits = await search(index, "the python pizza new", limit=20, session_ids=["s1", "s2"],
-                        character_ids=["bob"], roles=["user"], date_range=(T0 + 3 * DAY, T0 + 5 * DAY))
+    hits = await search(
+        index,
+        "the python pizza new",
+        limit=20,
+        session_ids=["s1", "s2"],
+        character_ids=["bob"],
+        roles=["user"],
+        date_range=(T0 + 3 * DAY, T0 + 5 * DAY),
+    )
     assert set(ids(hits)) == {"b1", "b3"}, ids(hits)
     for mode in ("semantic", "hybrid", "substring"):
-        hits = await search(index, "pizza", mode=mode, limit=20, session_ids=["s2"], roles=["assistant"],
-                            date_range=(T0 + 4 * DAY, T0 + 4 * DAY))
+        hits = await search(
+            index,
+            "pizza",
+            mode=mode,
+            limit=20,
+            session_ids=["s2"],
+            roles=["assistant"],
+            date_range=(T0 + 4 * DAY, T0 + 4 * DAY),
+        )
         assert ids(hits) == ["b2"], (mode, ids(hits))
 
 
@@ -256,7 +310,7 @@ async def check_injection_through_search_string(index: Any) -> None:
     await seed(index)
     await search(index, "warm up the vectors", mode="semantic")
     before = await index.counts()
-    for q in ["'; DROP TABLE messages; --", "\" OR 1=1 --", "pizza') OR ('1'='1", "\\'; DELETE FROM docs"]:
+    for q in ["'; DROP TABLE messages; --", '" OR 1=1 --', "pizza') OR ('1'='1", "\\'; DELETE FROM docs"]:
         for mode in ("keyword", "substring", "semantic", "hybrid"):
             try:
                 await search(index, q, mode=mode, limit=50)
@@ -320,13 +374,21 @@ _WRITES = ["DROP TABLE t", "DELETE FROM t", "CREATE TABLE u (a INT)"]
 _CLOSERS = ["", " */", "'", "$$", "$t$", '"', " WITH b_$t$ AS (SELECT 1) SELECT 1", " --"]
 
 
-def hostile_sql(reads: list[str] = _READS, separators: list[str] = _SEPARATORS, writes: list[str] = _WRITES,
-                closers: list[str] = _CLOSERS) -> list[str]:
+def hostile_sql(
+    reads: list[str] = _READS,
+    separators: list[str] = _SEPARATORS,
+    writes: list[str] = _WRITES,
+    closers: list[str] = _CLOSERS,
+) -> list[str]:
     """Every combination of the pieces above: honest reads, broken text and walk-arounds."""
     import itertools
 
-    return [f"{read} {before}{opener}{end}{sep}{write}{closer}" for read, before, opener, end, sep, write, closer
-            in itertools.product(reads, _BEFORE, _OPENERS, _LINE_ENDS, separators, writes, closers)]
+    return [
+        f"{read} {before}{opener}{end}{sep}{write}{closer}"
+        for read, before, opener, end, sep, write, closer in itertools.product(
+            reads, _BEFORE, _OPENERS, _LINE_ENDS, separators, writes, closers
+        )
+    ]
 
 
 async def check_sql_hostile_text_changes_nothing(index: Any) -> None:
@@ -355,17 +417,27 @@ async def check_sql_second_wall_refuses_what_the_guard_missed(index: Any) -> Non
     to ``execute_read_only`` is refused and changes nothing; a read still answers."""
     await seed(index)
     before = await index.counts()
-    for bad in ["DROP TABLE messages", "DELETE FROM postings", "CREATE TABLE t AS SELECT 1",
-                "INSERT INTO sessions (session_id) VALUES ('x')", "SELECT 1; DROP TABLE docs",
-                "SELECT 1 --\r; DELETE FROM messages"]:
+    for bad in [
+        "DROP TABLE messages",
+        "DELETE FROM postings",
+        "CREATE TABLE t AS SELECT 1",
+        "INSERT INTO sessions (session_id) VALUES ('x')",
+        "SELECT 1; DROP TABLE docs",
+        "SELECT 1 --\r; DELETE FROM messages",
+    ]:
         err = await expect_raises(ReadOnlySQLError, index.engine.execute_read_only(bad, []))
         assert str(err)
     assert await index.counts() == before
-    rows = await index.engine.execute_read_only("SELECT count(*) AS n FROM messages WHERE session_id = ?", ["s2"])
+    rows = await index.engine.execute_read_only(
+        "SELECT count(*) AS n FROM messages WHERE session_id = ?", ["s2"]
+    )
     assert rows == [{"n": 3}]
     # a comment ends at a carriage return for DuckDB: so it does for the guard
-    for bad in ["SELECT 1 --\r; DROP TABLE messages", "SELECT 1 --\r\nDELETE FROM messages",
-                "WITH a_$t$ AS (SELECT 1) SELECT 1; DROP TABLE messages; WITH b_$t$ AS (SELECT 1) SELECT 1"]:
+    for bad in [
+        "SELECT 1 --\r; DROP TABLE messages",
+        "SELECT 1 --\r\nDELETE FROM messages",
+        "WITH a_$t$ AS (SELECT 1) SELECT 1; DROP TABLE messages; WITH b_$t$ AS (SELECT 1) SELECT 1",
+    ]:
         await expect_raises(ReadOnlySQLError, index.sql(bad))
     assert await index.counts() == before
     # the engine is usable after every refusal: no transaction was left open
@@ -379,7 +451,10 @@ async def check_sql_analytics(index: Any) -> None:
         "SELECT s.character_id, count(*) AS n, sum(m.token_count) AS tokens FROM messages m "
         "JOIN sessions s USING (session_id) GROUP BY ALL ORDER BY n DESC"
     )
-    assert rows == [{"character_id": "alice", "n": 7, "tokens": 35}, {"character_id": "bob", "n": 3, "tokens": 15}]
+    assert rows == [
+        {"character_id": "alice", "n": 7, "tokens": 35},
+        {"character_id": "bob", "n": 3, "tokens": 15},
+    ]
     rows = await index.sql("SELECT session_id, message_count FROM sessions ORDER BY session_id")
     assert [r["message_count"] for r in rows] == [3, 3, 4]
     rows = await index.sql(
@@ -409,7 +484,9 @@ async def check_write_then_search(index: Any) -> None:
 async def check_session_events(index: Any) -> None:
     """Updates show in SQL; cleared and deleted sessions vanish from search."""
     await seed(index)
-    await index.apply("session-updated", "s2", {"title": "Pizza talk", "tags": ["food", "ny"], "pinned": True})
+    await index.apply(
+        "session-updated", "s2", {"title": "Pizza talk", "tags": ["food", "ny"], "pinned": True}
+    )
     rows = await index.sql("SELECT title, tags, pinned, character_id FROM sessions WHERE session_id = 's2'")
     assert rows == [{"title": "Pizza talk", "tags": ["food", "ny"], "pinned": True, "character_id": "bob"}]
     await index.apply("session-cleared", "s2")
@@ -431,7 +508,9 @@ async def check_rebuild_equals_incremental(index: Any) -> None:
     """Rebuilding from the store's final state gives the same answers as the events did."""
     await seed(index)
     await index.apply("session-updated", "s3", {"title": "renamed"})
-    await index.apply("messages-appended", "s2", [message("b4", "s2", 3, "pizza again, New York style", T0 + 30 * DAY)])
+    await index.apply(
+        "messages-appended", "s2", [message("b4", "s2", 3, "pizza again, New York style", T0 + 30 * DAY)]
+    )
     await index.apply("session-created", "s4", session("s4", "bob"))
     await index.apply("messages-appended", "s4", [message("d1", "s4", 0, "python pizza", T0 + 31 * DAY)])
     await index.apply("session-deleted", "s1")
@@ -443,8 +522,9 @@ async def check_rebuild_equals_incremental(index: Any) -> None:
         for q in queries:
             for mode in modes:
                 hits = await search(index, q, mode=mode, limit=10, now=T0 + 40 * DAY)
-                out.append([(h.message.id, h.session_id, round(h.score, 6),
-                             h.message.to_record()) for h in hits])
+                out.append(
+                    [(h.message.id, h.session_id, round(h.score, 6), h.message.to_record()) for h in hits]
+                )
         out.append(await index.sql("SELECT * FROM sessions ORDER BY session_id"))
         out.append(await index.sql("SELECT * FROM messages ORDER BY id"))
         return out
@@ -454,8 +534,9 @@ async def check_rebuild_equals_incremental(index: Any) -> None:
     messages = await index.sql("SELECT * FROM messages ORDER BY id DESC")
     from chatmem.index.schema import row_to_message_record, row_to_session_record
 
-    await index.rebuild([row_to_session_record(r) for r in sessions],
-                        (row_to_message_record(r) for r in messages))
+    await index.rebuild(
+        [row_to_session_record(r) for r in sessions], (row_to_message_record(r) for r in messages)
+    )
     assert await answers() == incremental
 
 
@@ -477,13 +558,20 @@ async def check_semantic_near_duplicate(index: Any) -> None:
     """The local embedder ranks a reworded near-duplicate above unrelated text."""
     await seed(index)
     emb = HashingEmbedder()
-    hits = await search(index, "how can I configure the asyncio event loop in python", mode="semantic",
-                        limit=3, embedder=emb)
+    hits = await search(
+        index, "how can I configure the asyncio event loop in python", mode="semantic", limit=3, embedder=emb
+    )
     assert ids(hits)[0] == "a1", ids(hits)
     assert hits[0].score > hits[-1].score
     assert hits[0].breakdown["similarity"] == hits[0].score
-    strict = await search(index, "how can I configure the asyncio event loop in python", mode="semantic",
-                          limit=10, threshold=0.7, embedder=emb)
+    strict = await search(
+        index,
+        "how can I configure the asyncio event loop in python",
+        mode="semantic",
+        limit=10,
+        threshold=0.7,
+        embedder=emb,
+    )
     assert ids(strict) == ["a1"], [(h.message.id, h.score) for h in strict]
     rows = await index.sql("SELECT DISTINCT model, dim FROM embeddings")
     assert rows == [{"model": emb.model, "dim": 384}]
@@ -492,8 +580,14 @@ async def check_semantic_near_duplicate(index: Any) -> None:
 async def check_hybrid_breakdown(index: Any) -> None:
     """Hybrid scores are the sum of their keyword, semantic and recency parts."""
     await seed(index)
-    hits = await search(index, "python event loop", mode="hybrid", limit=5, now=T0 + 10 * DAY,
-                        weights={"keyword": 0.6, "semantic": 0.3, "recency": 0.1})
+    hits = await search(
+        index,
+        "python event loop",
+        mode="hybrid",
+        limit=5,
+        now=T0 + 10 * DAY,
+        weights={"keyword": 0.6, "semantic": 0.3, "recency": 0.1},
+    )
     assert ids(hits)[0] in {"a1", "a2"}
     for h in hits:
         parts = h.breakdown["keyword"] + h.breakdown["semantic"] + h.breakdown["recency"]
@@ -502,8 +596,14 @@ async def check_hybrid_breakdown(index: Any) -> None:
         assert 0 <= h.breakdown["recency"] <= 0.1 + 1e-9
     assert max(h.breakdown["keyword"] for h in hits) == 0.6  # the best BM25 is normalised to 1
     # recency alone: the newest message first
-    rec = await search(index, "python", mode="hybrid", limit=3, now=T0 + 10 * DAY,
-                       weights={"keyword": 0, "semantic": 0, "recency": 1})
+    rec = await search(
+        index,
+        "python",
+        mode="hybrid",
+        limit=3,
+        now=T0 + 10 * DAY,
+        weights={"keyword": 0, "semantic": 0, "recency": 1},
+    )
     assert ids(rec)[0] == "c4"
 
 
@@ -527,7 +627,9 @@ async def check_vector_forms_agree(index: Any) -> None:
     ]
 
     def flat(hits: list[Any]) -> list[Any]:
-        return [(h.message.id, h.score, sorted((k, round(v, 9)) for k, v in h.breakdown.items())) for h in hits]
+        return [
+            (h.message.id, h.score, sorted((k, round(v, 9)) for k, v in h.breakdown.items())) for h in hits
+        ]
 
     saved = scoring.local_engine
     for mode, q, kw in cases:
@@ -555,13 +657,23 @@ async def check_retrieve_strategies(index: Any) -> None:
     await seed(index)
     recent = await retrieve(index, "s1", None, RetrievalConfig(strategy="recent", recent_count=2))
     assert ids(recent) == ["a2", "a3"]
-    assert recent[-1].score == 1.0 and abs(recent[0].score - 0.5 ** 0.5) < 1e-9
-    relevant = await retrieve(index, "s1", "configure the python asyncio event loop",
-                              RetrievalConfig(strategy="relevant", recent_count=5, relevance_threshold=0.7))
+    assert recent[-1].score == 1.0 and abs(recent[0].score - 0.5**0.5) < 1e-9
+    relevant = await retrieve(
+        index,
+        "s1",
+        "configure the python asyncio event loop",
+        RetrievalConfig(strategy="relevant", recent_count=5, relevance_threshold=0.7),
+    )
     assert "a1" in ids(relevant) and "a3" not in ids(relevant)
     assert all(h.breakdown["similarity"] >= 0.7 for h in relevant)
-    hyb = await retrieve(index, "s1", "weather sun", RetrievalConfig(
-        strategy="hybrid", recent_count=2, hybrid_weights=HybridWeights(recency=0.1, relevance=0.9)))
+    hyb = await retrieve(
+        index,
+        "s1",
+        "weather sun",
+        RetrievalConfig(
+            strategy="hybrid", recent_count=2, hybrid_weights=HybridWeights(recency=0.1, relevance=0.9)
+        ),
+    )
     assert "a3" in ids(hyb) and len(hyb) == 2
     seqs = [h.message.seq for h in hyb]
     assert seqs == sorted(seqs)
@@ -571,6 +683,7 @@ async def check_retrieve_strategies(index: Any) -> None:
 
 Check = Callable[[Any], Awaitable[None]]
 
+
 async def check_python_and_sql_scorers_agree(index: Any) -> None:
     """A query with few postings is scored in Python: same hits, scores and breakdowns as
     the SQL scorer, in keyword and hybrid mode, also after appends and a delete."""
@@ -579,8 +692,28 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
     from chatmem.index import scoring
 
     rng = random.Random(7)
-    vocab = ["apple", "banana", "cherry", "delta", "echo", "falcon", "garden", "harbor", "island", "jungle",
-             "kettle", "lemon", "mango", "night", "ocean", "piano", "quartz", "river", "stone", "tiger"]
+    vocab = [
+        "apple",
+        "banana",
+        "cherry",
+        "delta",
+        "echo",
+        "falcon",
+        "garden",
+        "harbor",
+        "island",
+        "jungle",
+        "kettle",
+        "lemon",
+        "mango",
+        "night",
+        "ocean",
+        "piano",
+        "quartz",
+        "river",
+        "stone",
+        "tiger",
+    ]
     emb = HashingEmbedder(dimensions=64)
 
     async def add(sid: str, n: int, start: int) -> None:
@@ -594,14 +727,23 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
     for sid in ("p1", "p2"):
         await index.apply("session-created", sid, session(sid))
         await add(sid, 60, 0)
-    queries = [("apple", {}), ("apple banana cherry", {}), ("tiger ocean", {"limit": 3}),
-               ('"mango" river', {}), ("night piano quartz stone", {"limit": 50}),
-               ("apple lemon", {"threshold": 1.0}), ("zebra", {}), ('"zebra" apple', {}),
-               ("apple banana cherry", {"limit": 1})]
+    queries = [
+        ("apple", {}),
+        ("apple banana cherry", {}),
+        ("tiger ocean", {"limit": 3}),
+        ('"mango" river', {}),
+        ("night piano quartz stone", {"limit": 50}),
+        ("apple lemon", {"threshold": 1.0}),
+        ("zebra", {}),
+        ('"zebra" apple', {}),
+        ("apple banana cherry", {"limit": 1}),
+    ]
 
     def flat(hits: list[Any]) -> list[Any]:
         # the raw BM25 sum of a breakdown may differ in its last bits (the order of a float sum)
-        return [(h.message.id, h.score, sorted((k, round(v, 9)) for k, v in h.breakdown.items())) for h in hits]
+        return [
+            (h.message.id, h.score, sorted((k, round(v, 9)) for k, v in h.breakdown.items())) for h in hits
+        ]
 
     async def both(q: str, kw: dict[str, Any], mode: str) -> None:
         saved = scoring.PY_POSTINGS
@@ -627,8 +769,10 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
 
 async def _ranked(index: Any, queries: list[str]) -> list[Any]:
     """Each query's top 7 keyword hits as ``(id, score, created_at)``."""
-    return [[(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
-            for q in queries]
+    return [
+        [(h.message.id, h.score, h.message.created_at) for h in await search(index, q, limit=7)]
+        for q in queries
+    ]
 
 
 async def _ranked_without_kept_docs(index: Any, queries: list[str]) -> list[Any]:
@@ -655,9 +799,16 @@ def _rare_appender(index: Any) -> Callable[[str, int], Awaitable[None]]:
 
     async def add(sid: str, count: int) -> None:
         nonlocal n
-        recs = [message(f"{sid}-{i}", sid, i, " ".join([WORDS[(i + j) % 10] for j in range(3 + i % 4)]
-                                                      + [f"rare{i % 7}"] * (1 + i % 3)), T0 + i * 1000)
-                for i in range(n, n + count)]
+        recs = [
+            message(
+                f"{sid}-{i}",
+                sid,
+                i,
+                " ".join([WORDS[(i + j) % 10] for j in range(3 + i % 4)] + [f"rare{i % 7}"] * (1 + i % 3)),
+                T0 + i * 1000,
+            )
+            for i in range(n, n + count)
+        ]
         n += count
         await index.apply("messages-appended", sid, recs)
 
@@ -698,8 +849,16 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
 
     async def add(sid: str, count: int) -> None:
         nonlocal n
-        recs = [message(f"{sid}-{n + i}", sid, n + i, " ".join(words[(n + i + j) % 10] for j in range(1 + (n + i) % 4)),
-                        T0 + (n + i) * 1000) for i in range(count)]
+        recs = [
+            message(
+                f"{sid}-{n + i}",
+                sid,
+                n + i,
+                " ".join(words[(n + i + j) % 10] for j in range(1 + (n + i) % 4)),
+                T0 + (n + i) * 1000,
+            )
+            for i in range(count)
+        ]
         n += count
         await index.apply("messages-appended", sid, recs)
 
@@ -757,7 +916,6 @@ async def check_kept_docs_answer_like_the_index(index: Any) -> None:
     assert await answers() == await without_table()
 
 
-
 async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: Any) -> None:
     """Past ``DOC_CACHE`` docs only each doc's length is kept (read in pages after a search,
     extended by appends, kept when appends cross ``DOC_CACHE``, dropped past
@@ -774,8 +932,16 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
 
     async def add(sid: str, count: int) -> None:
         nonlocal n
-        recs = [message(f"{sid}-{n + i}", sid, n + i, " ".join(words[(n + i + j * 3) % 10] for j in range(1 + (n + i) % 5)),
-                        T0 + (n + i) * 1000) for i in range(count)]
+        recs = [
+            message(
+                f"{sid}-{n + i}",
+                sid,
+                n + i,
+                " ".join(words[(n + i + j * 3) % 10] for j in range(1 + (n + i) % 5)),
+                T0 + (n + i) * 1000,
+            )
+            for i in range(count)
+        ]
         n += count
         await index.apply("messages-appended", sid, recs)
 
@@ -795,7 +961,9 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
         return False
 
     async def lengths() -> dict[int, int]:
-        return {int(r["doc"]): int(r["doc_len"]) for r in await index.execute("SELECT doc, doc_len FROM docs")}
+        return {
+            int(r["doc"]): int(r["doc_len"]) for r in await index.execute("SELECT doc, doc_len FROM docs")
+        }
 
     saved = doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE
     doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE = 40, 16, 200
@@ -844,7 +1012,6 @@ async def check_kept_lengths_past_the_name_cache_answer_like_the_index(index: An
         assert await lengths_kept() and await answers() == gone == await without_table()
     finally:
         doctable.DOC_CACHE, doctable.LENGTHS_PAGE, doctable.LENGTHS_CACHE = saved
-
 
 
 async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
@@ -900,7 +1067,10 @@ async def check_kept_rare_postings_answer_like_the_index(index: Any) -> None:
         assert statements == [] and any(first), statements
         assert first == await _ranked_without_kept_docs(index, queries)
 
-        fig.rare, fig.rare_sized = figures.RarePostings(), False  # read again, with an append between two pages
+        fig.rare, fig.rare_sized = (
+            figures.RarePostings(),
+            False,
+        )  # read again, with an append between two pages
         assert await fig.read_rare_page(index.engine) and 0 < len(fig.rare) < 7
         await add("r1", 9)
         while await fig.read_rare_page(index.engine):
@@ -934,7 +1104,9 @@ async def check_kept_rare_terms_past_the_vocabulary_cache(index: Any) -> None:
     add = _rare_appender(index)
 
     async def table_terms() -> dict[str, tuple[int, int]]:
-        rows = await index.execute("SELECT term, tid, df FROM terms WHERE df BETWEEN 1 AND ?", [figures.RARE_DF])
+        rows = await index.execute(
+            "SELECT term, tid, df FROM terms WHERE df BETWEEN 1 AND ?", [figures.RARE_DF]
+        )
         return {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
 
     engine = index.engine
@@ -976,7 +1148,9 @@ async def check_kept_rare_terms_past_the_vocabulary_cache(index: Any) -> None:
         gone = await _ranked(index, rare_queries)
         await index.figures_read()
         assert fig.rare_terms == await table_terms()  # now the other words are rare too
-        assert gone == await _ranked(index, rare_queries) == await _ranked_without_kept_docs(index, rare_queries)
+        assert (
+            gone == await _ranked(index, rare_queries) == await _ranked_without_kept_docs(index, rare_queries)
+        )
         assert all(not i.startswith("v2-") for a in gone for i, _, _ in a)
     finally:
         figures.TERM_CACHE, figures.RARE_DF, figures.RARE_PAGE = saved
@@ -993,8 +1167,16 @@ async def check_a_derivation_from_scratch_keeps_the_docs_it_numbered(index: Any)
         return  # a guest's view keeps none
     words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper"]
     sessions = [session("d1"), session("d2")]
-    recs = [message(f"d-{i}", ("d1", "d2")[i % 2], i, " ".join(words[(i + j * 7) % 10] for j in range(1 + i % 6)),
-                    T0 + (i % 17) * 1000) for i in range(40)]
+    recs = [
+        message(
+            f"d-{i}",
+            ("d1", "d2")[i % 2],
+            i,
+            " ".join(words[(i + j * 7) % 10] for j in range(1 + i % 6)),
+            T0 + (i % 17) * 1000,
+        )
+        for i in range(40)
+    ]
     queries = ["amber", "basil cedar", "dune ember fjord", "juniper -amber", "zebra"]
 
     async def answers() -> list[Any]:

@@ -22,8 +22,10 @@ def shared_dir() -> Path:
     for base in REPO.parents:
         if (base / "shared" / "quality").is_dir():
             return base / "shared"
-    pytest.skip("the shared folder (LoCoMo conversations, chat-export fixtures) is not beside this checkout: "
-                "set CHATMEM_SHARED to run this test")
+    pytest.skip(
+        "the shared folder (LoCoMo conversations, chat-export fixtures) is not beside this checkout: "
+        "set CHATMEM_SHARED to run this test"
+    )
 
 
 def _strings(value: object) -> Iterator[str]:
@@ -40,7 +42,9 @@ def _strings(value: object) -> Iterator[str]:
 def real_texts() -> list[str]:
     """Every string of the LoCoMo conversations and of the chat-export fixtures."""
     root = shared_dir()
-    files = sorted((root / "quality" / "locomo-dev").glob("*.json")) + sorted((root / "fixtures").rglob("*.json"))
+    files = sorted((root / "quality" / "locomo-dev").glob("*.json")) + sorted(
+        (root / "fixtures").rglob("*.json")
+    )
     out: list[str] = []
     for f in files:
         out.extend(_strings(json.loads(f.read_text("utf-8"))))

@@ -141,18 +141,48 @@ async def check_apply_changes(mem: Any) -> None:
     sid = s.session_id
     m0 = await mem.messages.append(sid, "user", "local first")
     await store.outbox_ack([o["op_id"] for o in await store.outbox_list()])
-    remote_msg = {"id": "r-msg-1", "sessionId": sid, "seq": 0, "role": "assistant", "content": "remote",
-                  "createdAt": s.created_at + 5}
-    touched = await store.apply_changes([
-        {"resource": "session", "id": sid, "deleted": False, "hlc": h(1),
-         "data": {"sessionId": sid, "title": "remote title", "tags": ["b"], "messageCount": 99,
-                  "createdAt": s.created_at, "updatedAt": 1}},
-        {"resource": "message", "id": "r-msg-1", "deleted": False, "hlc": h(2), "data": remote_msg},
-        {"resource": "message", "id": m0.id, "deleted": False, "hlc": h(3),
-         "data": dict(remote_msg, id=m0.id, content="tampered")},
-        {"resource": "message", "id": "orphan-1", "deleted": False, "hlc": h(4),
-         "data": dict(remote_msg, id="orphan-1", sessionId="remote-only", seq=3)},
-    ], {"sync.cursor": "4"})
+    remote_msg = {
+        "id": "r-msg-1",
+        "sessionId": sid,
+        "seq": 0,
+        "role": "assistant",
+        "content": "remote",
+        "createdAt": s.created_at + 5,
+    }
+    touched = await store.apply_changes(
+        [
+            {
+                "resource": "session",
+                "id": sid,
+                "deleted": False,
+                "hlc": h(1),
+                "data": {
+                    "sessionId": sid,
+                    "title": "remote title",
+                    "tags": ["b"],
+                    "messageCount": 99,
+                    "createdAt": s.created_at,
+                    "updatedAt": 1,
+                },
+            },
+            {"resource": "message", "id": "r-msg-1", "deleted": False, "hlc": h(2), "data": remote_msg},
+            {
+                "resource": "message",
+                "id": m0.id,
+                "deleted": False,
+                "hlc": h(3),
+                "data": dict(remote_msg, id=m0.id, content="tampered"),
+            },
+            {
+                "resource": "message",
+                "id": "orphan-1",
+                "deleted": False,
+                "hlc": h(4),
+                "data": dict(remote_msg, id="orphan-1", sessionId="remote-only", seq=3),
+            },
+        ],
+        {"sync.cursor": "4"},
+    )
     assert sorted(touched) == sorted([sid, "remote-only"]), touched
     assert await store.outbox_counts() == (0, 0), "applying pulled changes enqueues nothing"
     assert await store.kv_get("sync.cursor") == "4"
@@ -161,7 +191,9 @@ async def check_apply_changes(mem: Any) -> None:
     assert rec["messageCount"] == 2 and rec["updatedAt"] >= s.updated_at, rec
     msgs = await store.list_messages(sid, 0, None, False)
     assert [(m["id"], m["seq"], m["content"]) for m in msgs] == [
-        (m0.id, 0, "local first"), ("r-msg-1", 1, "remote")], msgs
+        (m0.id, 0, "local first"),
+        ("r-msg-1", 1, "remote"),
+    ], msgs
     orphan = await store.get_session("remote-only")
     assert orphan is not None and orphan["messageCount"] == 1 and orphan["nextSeq"] == 4
     # a newer pending local edit survives an older remote change; an older one does not
@@ -169,23 +201,42 @@ async def check_apply_changes(mem: Any) -> None:
     await mem.sessions.update(sid, pinned=True)
     pending_hlc = (await store.outbox_list())[0]["hlc"]
     older = "0000000000001-0000-remote"
-    await store.apply_changes([{"resource": "session", "id": sid, "deleted": False, "hlc": older,
-                                "data": {"sessionId": sid, "title": "old remote", "pinned": False,
-                                         "archived": True}}])
+    await store.apply_changes(
+        [
+            {
+                "resource": "session",
+                "id": sid,
+                "deleted": False,
+                "hlc": older,
+                "data": {"sessionId": sid, "title": "old remote", "pinned": False, "archived": True},
+            }
+        ]
+    )
     rec = await store.get_session(sid)
     assert rec["title"] == "pending local" and rec["pinned"] is True and rec["archived"] is True, rec
     newer = "9999999999999-0000-remote"
     assert newer > pending_hlc
-    await store.apply_changes([{"resource": "session", "id": sid, "deleted": False, "hlc": newer,
-                                "data": {"sessionId": sid, "title": "newest remote"}}])
+    await store.apply_changes(
+        [
+            {
+                "resource": "session",
+                "id": sid,
+                "deleted": False,
+                "hlc": newer,
+                "data": {"sessionId": sid, "title": "newest remote"},
+            }
+        ]
+    )
     assert (await store.get_session(sid))["title"] == "newest remote"
     # tombstones: one message, then the whole session with its messages
-    await store.apply_changes([{"resource": "message", "id": "r-msg-1", "deleted": True, "hlc": newer,
-                                "data": None}])
+    await store.apply_changes(
+        [{"resource": "message", "id": "r-msg-1", "deleted": True, "hlc": newer, "data": None}]
+    )
     assert await store.get_message("r-msg-1") is None
     assert (await store.get_session(sid))["messageCount"] == 1
-    await store.apply_changes([{"resource": "session", "id": sid, "deleted": True, "hlc": newer,
-                                "data": None}])
+    await store.apply_changes(
+        [{"resource": "session", "id": sid, "deleted": True, "hlc": newer, "data": None}]
+    )
     assert await store.get_session(sid) is None and await store.get_message(m0.id) is None
     assert await store.count_messages(sid) == 0
     assert (await store.outbox_counts())[0] == 2  # only the two local updates

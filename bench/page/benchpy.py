@@ -111,20 +111,30 @@ class _Profile:
             self.db.append_batches = self._orig_batches
 
 
-async def w1(db: str, durability: str, seed: int, base: int, warmup: int, reps: int,
-             blocking: bool = False, profile: bool = False) -> dict[str, Any]:
+async def w1(
+    db: str,
+    durability: str,
+    seed: int,
+    base: int,
+    warmup: int,
+    reps: int,
+    blocking: bool = False,
+    profile: bool = False,
+) -> dict[str, Any]:
     mem, sid, items = await _session(db, durability, seed, base + warmup + reps)
     for i in range(0, base, 1000):
-        await mem.messages.append_many(sid, items[i:min(base, i + 1000)])
-    for m in items[base:base + warmup]:
-        await mem.messages.append(sid, m["role"], m["content"], **{k: v for k, v in m.items() if k not in ("role", "content")})
+        await mem.messages.append_many(sid, items[i : min(base, i + 1000)])
+    for m in items[base : base + warmup]:
+        await mem.messages.append(
+            sid, m["role"], m["content"], **{k: v for k, v in m.items() if k not in ("role", "content")}
+        )
     prof = _Profile(mem) if profile else None
     times: list[float] = []
     parts: list[tuple[float, ...]] = []
     intervals: list[list[float]] = []
     if blocking:
         bench.hbStart()
-    for m in items[base + warmup:]:
+    for m in items[base + warmup :]:
         fields = {k: v for k, v in m.items() if k not in ("role", "content")}
         t0 = now()
         await mem.messages.append(sid, m["role"], m["content"], **fields)
@@ -141,8 +151,9 @@ async def w1(db: str, durability: str, seed: int, base: int, warmup: int, reps: 
     return {"times": times, "block": block, "parts": parts}
 
 
-async def w2(db: str, durability: str, seed: int, n: int, reps: int, keep: bool = False,
-             profile: bool = False) -> dict[str, Any]:
+async def w2(
+    db: str, durability: str, seed: int, n: int, reps: int, keep: bool = False, profile: bool = False
+) -> dict[str, Any]:
     await drop(db)
     mem = await chatmem.open(db, durability=durability)
     items = [item(m) for m in payload(seed, n)]
@@ -155,7 +166,7 @@ async def w2(db: str, durability: str, seed: int, n: int, reps: int, keep: bool 
             prof.take()
         t0 = now()
         for i in range(0, n, 10000):
-            await mem.messages.append_many(s.session_id, items[i:i + 10000])
+            await mem.messages.append_many(s.session_id, items[i : i + 10000])
         t = now() - t0
         times.append(t)
         if prof:
@@ -184,10 +195,12 @@ async def _window(mem: Any, sid: str, budget: int, page: int) -> Any:
     return fit_window("You are a helpful companion.", None, None, None, recs, max_tokens=budget)
 
 
-async def w3(db: str, durability: str, seed: int, n: int, budget: int, page: int, reps: int) -> dict[str, Any]:
+async def w3(
+    db: str, durability: str, seed: int, n: int, budget: int, page: int, reps: int
+) -> dict[str, Any]:
     mem, sid, items = await _session(db, durability, seed, n)
     for i in range(0, n, 10000):
-        await mem.messages.append_many(sid, items[i:i + 10000])
+        await mem.messages.append_many(sid, items[i : i + 10000])
     times: list[float] = []
     for _ in range(reps + 3):
         t0 = now()
@@ -204,8 +217,14 @@ async def w3(db: str, durability: str, seed: int, n: int, budget: int, page: int
     fit_only = fit_only[3:]
     await mem.close()
     await drop(db)
-    return {"times": times, "fit_only": fit_only, "kept": len(res.kept_ids), "tokens": res.tokens,
-            "kept_full": len(full.kept_ids), "same": res.kept_ids == full.kept_ids}
+    return {
+        "times": times,
+        "fit_only": fit_only,
+        "kept": len(res.kept_ids),
+        "tokens": res.tokens,
+        "kept_full": len(full.kept_ids),
+        "same": res.kept_ids == full.kept_ids,
+    }
 
 
 async def w5(db: str, reps: int) -> dict[str, Any]:
@@ -249,7 +268,9 @@ async def _pyscript(db: str) -> Any:
     return await storage(db)
 
 
-async def ps_w1(db: str, seed: int, base: int, warmup: int, reps: int, blocking: bool = False) -> dict[str, Any]:
+async def ps_w1(
+    db: str, seed: int, base: int, warmup: int, reps: int, blocking: bool = False
+) -> dict[str, Any]:
     st = await _pyscript(db)
     msgs = payload(seed, base + warmup + reps)
     sid = "s-w1"
@@ -303,10 +324,19 @@ async def w7(db: str, url: str, n: int, seed: int, passphrase: str = "") -> dict
     await drop(db)
     mem = await chatmem.open(db)
     # sync on first, so the writes below queue outbox operations (the drain measured)
-    await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=url, api_key="bench",
-                                                batch_size=100, max_retries=10, backoff_base=20,
-                                                backoff_max=200, timeout=10_000,
-                                                encryption=chatmem.Passphrase(passphrase) if passphrase else None))
+    await mem.sync.configure(
+        chatmem.SyncConfig(
+            enabled=True,
+            endpoint=url,
+            api_key="bench",
+            batch_size=100,
+            max_retries=10,
+            backoff_base=20,
+            backoff_max=200,
+            timeout=10_000,
+            encryption=chatmem.Passphrase(passphrase) if passphrase else None,
+        )
+    )
     t = now()
     if passphrase:
         await mem.sync.pull()  # sets the space's key up: once per device, not per drain
@@ -320,6 +350,14 @@ async def w7(db: str, url: str, n: int, seed: int, passphrase: str = "") -> dict
     ms = now() - t
     status = await mem.sync.status()
     await mem.close()
-    return {"ms": ms, "ops": pending, "requests": report.requests, "acked": report.acknowledged,
-            "left": status.pending, "dead": status.dead_letters, "setup_ms": setup,
-            "state": status.state, "error": status.last_error}
+    return {
+        "ms": ms,
+        "ops": pending,
+        "requests": report.requests,
+        "acked": report.acknowledged,
+        "left": status.pending,
+        "dead": status.dead_letters,
+        "setup_ms": setup,
+        "state": status.state,
+        "error": status.last_error,
+    }

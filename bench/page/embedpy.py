@@ -29,13 +29,16 @@ async def fill(db: str, n: int, per_session: int = 1000) -> dict[str, Any]:
     await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
     mem = await chatmem.open(db)
     if not isinstance(mem.index.embedder, chatmem.LocalEmbedder):
-        raise RuntimeError(f"the default embedder is {type(mem.index.embedder).__name__}, not the shipped model")
+        raise RuntimeError(
+            f"the default embedder is {type(mem.index.embedder).__name__}, not the shipped model"
+        )
     w, left, t0 = Words(), n, now()
     while left > 0:
         k = min(per_session, left)
         s = await mem.sessions.create(title="w10")
-        await mem.messages.append_many(s.session_id, [
-            {"role": ("user", "assistant")[i % 2], "content": w.text()} for i in range(k)])
+        await mem.messages.append_many(
+            s.session_id, [{"role": ("user", "assistant")[i % 2], "content": w.text()} for i in range(k)]
+        )
         left -= k
     await mem.search("warm", limit=1)  # the keyword index is up, as after the app's first paint
     _state.update(db=db, mem=mem)

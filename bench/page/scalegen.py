@@ -51,22 +51,41 @@ def chatgpt_export(n: int, per: int = 100, seed: int = 7) -> str:
     t = 1_700_000_000.0
     mid = (n // per) // 2
     for c in range((n + per - 1) // per):
-        mapping: dict[str, Any] = {f"c{c}-root": {"id": f"c{c}-root", "message": None, "parent": None,
-                                                  "children": [f"c{c}-0"]}}
+        mapping: dict[str, Any] = {
+            f"c{c}-root": {"id": f"c{c}-root", "message": None, "parent": None, "children": [f"c{c}-0"]}
+        }
         k = min(per, n - c * per)
         for i in range(k):
             t += 7.0
             text = w.text() + (f" {MARKER}" if c == mid and i == k // 2 else "")
             mapping[f"c{c}-{i}"] = {
-                "id": f"c{c}-{i}", "parent": f"c{c}-{i - 1}" if i else f"c{c}-root",
+                "id": f"c{c}-{i}",
+                "parent": f"c{c}-{i - 1}" if i else f"c{c}-root",
                 "children": [f"c{c}-{i + 1}"] if i + 1 < k else [],
-                "message": {"id": f"c{c}-{i}", "author": {"role": ("user", "assistant")[i % 2], "name": None,
-                                                          "metadata": {}},
-                            "create_time": t, "update_time": None,
-                            "content": {"content_type": "text", "parts": [text]},
-                            "status": "finished_successfully", "end_turn": True, "weight": 1.0,
-                            "metadata": {"model_slug": "gpt-4o"} if i % 2 else {}, "recipient": "all"}}
-        convs.append({"title": f"conversation {c}", "create_time": t - 7 * k, "update_time": t,
-                      "mapping": mapping, "current_node": f"c{c}-{k - 1}", "conversation_id": f"conv-{c}",
-                      "is_archived": False, "moderation_results": [], "plugin_ids": None})
+                "message": {
+                    "id": f"c{c}-{i}",
+                    "author": {"role": ("user", "assistant")[i % 2], "name": None, "metadata": {}},
+                    "create_time": t,
+                    "update_time": None,
+                    "content": {"content_type": "text", "parts": [text]},
+                    "status": "finished_successfully",
+                    "end_turn": True,
+                    "weight": 1.0,
+                    "metadata": {"model_slug": "gpt-4o"} if i % 2 else {},
+                    "recipient": "all",
+                },
+            }
+        convs.append(
+            {
+                "title": f"conversation {c}",
+                "create_time": t - 7 * k,
+                "update_time": t,
+                "mapping": mapping,
+                "current_node": f"c{c}-{k - 1}",
+                "conversation_id": f"conv-{c}",
+                "is_archived": False,
+                "moderation_results": [],
+                "plugin_ids": None,
+            }
+        )
     return json.dumps(convs)

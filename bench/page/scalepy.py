@@ -46,7 +46,8 @@ async def heap(mem: Any = None) -> dict[str, Any]:
         try:
             # bounded: after a failed phase the worker may still be busy (or gone)
             rows = await asyncio.wait_for(
-                idx.execute("SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()"), 10)
+                idx.execute("SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()"), 10
+            )
             out["duckdb_buffer"] = int(rows[0]["b"] or 0)
         except Exception as e:  # noqa: BLE001  (a busy or dead worker, a timeout: say so)
             out["duckdb_buffer_error"] = f"{type(e).__name__}: {e}"
@@ -88,8 +89,16 @@ async def chatgpt_import(db: str, n: int, timeout_s: float = 600) -> dict[str, A
     await mem.close()
     await _browser.drop_database(db)
     await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
-    return {"import_ms": t1 - t0, "search_ms": t2 - t1, "total_ms": t2 - t0, "found": bool(hits),
-            "tries": tries, "messages": imported, "bytes": len(text.encode()), "phases_ms": phases}
+    return {
+        "import_ms": t1 - t0,
+        "search_ms": t2 - t1,
+        "total_ms": t2 - t0,
+        "found": bool(hits),
+        "tries": tries,
+        "messages": imported,
+        "bytes": len(text.encode()),
+        "phases_ms": phases,
+    }
 
 
 # ---------------------------------------------------------------- the 1,000,000-message run
@@ -102,13 +111,15 @@ async def huge_open(db: str, per_session: int) -> dict[str, Any]:
     await _browser.drop_database(db)
     await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
     _huge.clear()
-    _huge.update(db=db, words=Words(), per=per_session, mem=await chatmem.open(db), done=0, text_bytes=0,
-                 sessions=[])
+    _huge.update(
+        db=db, words=Words(), per=per_session, mem=await chatmem.open(db), done=0, text_bytes=0, sessions=[]
+    )
     return {"heap": await heap(_huge["mem"])}
 
 
 async def huge_fill(count: int, timeout_s: float) -> dict[str, Any]:
     """Store ``count`` more messages through ``append_many``, a session of ``per`` at a time."""
+
     async def fill() -> None:
         mem, w, per = _huge["mem"], _huge["words"], _huge["per"]
         left = count
@@ -117,16 +128,22 @@ async def huge_fill(count: int, timeout_s: float) -> dict[str, Any]:
             s = await mem.sessions.create(title=f"session {len(_huge['sessions'])}")
             texts = [w.text() for _ in range(k)]
             _huge["text_bytes"] += sum(len(t.encode()) for t in texts)
-            await mem.messages.append_many(s.session_id, [
-                {"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)])
+            await mem.messages.append_many(
+                s.session_id,
+                [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)],
+            )
             _huge["sessions"].append(s.session_id)
             _huge["done"] += k
             left -= k
 
     t0 = now()
     await _watch(fill(), timeout_s)
-    return {"ms": now() - t0, "stored": _huge["done"], "text_bytes": _huge["text_bytes"],
-            "heap": await heap(_huge["mem"])}
+    return {
+        "ms": now() - t0,
+        "stored": _huge["done"],
+        "text_bytes": _huge["text_bytes"],
+        "heap": await heap(_huge["mem"]),
+    }
 
 
 async def huge_window(budget: int, timeout_s: float) -> dict[str, Any]:
@@ -185,7 +202,12 @@ async def huge_search(queries: int, timeout_s: float) -> dict[str, Any]:
         return out
 
     times = await _watch(run(), timeout_s)
-    return {"times": times, "p50": statistics.median(times), "figures_wait_ms": waited, "heap": await heap(mem)}
+    return {
+        "times": times,
+        "p50": statistics.median(times),
+        "figures_wait_ms": waited,
+        "heap": await heap(mem),
+    }
 
 
 async def huge_close() -> dict[str, Any]:
@@ -197,7 +219,9 @@ async def huge_close() -> dict[str, Any]:
             _log(f"closing the huge store: {type(e).__name__}: {e}")
     try:
         await asyncio.wait_for(_browser.drop_database(_huge["db"]), 60)
-        await asyncio.wait_for(_browser.opfs_remove(_browser.index_cache_path(_huge["db"]).removeprefix("opfs://")), 60)
+        await asyncio.wait_for(
+            _browser.opfs_remove(_browser.index_cache_path(_huge["db"]).removeprefix("opfs://")), 60
+        )
     except Exception as e:  # noqa: BLE001  (left for the next run's huge_open, which drops it first)
         _log(f"removing the huge store: {type(e).__name__}: {e}")
     return {"heap": await heap()}

@@ -258,14 +258,24 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8790)
     ap.add_argument("--dist", default=str(build.DIST))
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    ap.add_argument("--first-only", action="store_true",
-                    help="only the first queries: no cached index, then cached (unchanged, then 10 sessions "
-                         "changed); no query timings, no other tabs (to iterate on start-up)")
-    ap.add_argument("--page", choices=("lib", "app"), default="lib",
-                    help="lib: a page with Python and chatmem only (bench/lib.html); app: the app's page, "
-                         "whose interface starts on its own database beside the benchmark")
-    ap.add_argument("--no-cache-phases", action="store_true",
-                    help="stop after the query timings (for a build without the cached index)")
+    ap.add_argument(
+        "--first-only",
+        action="store_true",
+        help="only the first queries: no cached index, then cached (unchanged, then 10 sessions "
+        "changed); no query timings, no other tabs (to iterate on start-up)",
+    )
+    ap.add_argument(
+        "--page",
+        choices=("lib", "app"),
+        default="lib",
+        help="lib: a page with Python and chatmem only (bench/lib.html); app: the app's page, "
+        "whose interface starts on its own database beside the benchmark",
+    )
+    ap.add_argument(
+        "--no-cache-phases",
+        action="store_true",
+        help="stop after the query timings (for a build without the cached index)",
+    )
     args = ap.parse_args()
     import random
 
@@ -284,7 +294,11 @@ def main() -> int:
         return head + src
 
     rows: list[tuple[str, str]] = []
-    metrics: dict[str, object] = {"messages": args.messages, "sessions": args.sessions, "queries": args.queries}
+    metrics: dict[str, object] = {
+        "messages": args.messages,
+        "sessions": args.sessions,
+        "queries": args.queries,
+    }
 
     def row(label: str, value: str) -> None:
         rows.append((label, value))
@@ -300,7 +314,10 @@ def main() -> int:
             boot(page)
             r = py(page, CHANGE_THEN_QUERY, FIRST=first)
             print(r, flush=True)
-            row("time to first query, cached index, 10 sessions changed, s", f"{r['first_query_ms'] / 1000:.2f}")
+            row(
+                "time to first query, cached index, 10 sessions changed, s",
+                f"{r['first_query_ms'] / 1000:.2f}",
+            )
 
         def finish_early() -> int:
             ctx.close()
@@ -323,16 +340,22 @@ def main() -> int:
         ctx.new_cdp_session(page).send("Network.clearBrowserCache")
         boot(page)
         # a reused profile may hold the service worker of an older build (it would serve its files)
-        if page.evaluate("async () => { const rs = await navigator.serviceWorker.getRegistrations();"
-                         " for (const r of rs) await r.unregister(); return rs.length; }"):
+        if page.evaluate(
+            "async () => { const rs = await navigator.serviceWorker.getRegistrations();"
+            " for (const r of rs) await r.unregister(); return rs.length; }"
+        ):
             boot(page)
         fill = py(page, FILL)
         print(f"filled {fill['filled']} sessions in {fill['s']} s", flush=True)
         vocab = fill["vocab"]
         rng = random.Random(11)
-        typical = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(args.queries)]
-        common = [" ".join([rng.choice(vocab[:50])] + [rng.choice(vocab[50:]) for _ in range(rng.randint(0, 2))])
-                  for _ in range(max(20, args.queries // 4))]
+        typical = [
+            " ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(args.queries)
+        ]
+        common = [
+            " ".join([rng.choice(vocab[:50])] + [rng.choice(vocab[50:]) for _ in range(rng.randint(0, 2))])
+            for _ in range(max(20, args.queries // 4))
+        ]
         guests = [" ".join(rng.choice(vocab[50:]) for _ in range(rng.randint(1, 3))) for _ in range(40)]
         first, second = repr(typical[0]), repr(typical[1])
         asked = 22  # the first-query step asks typical[:asked]
@@ -345,43 +368,66 @@ def main() -> int:
         print(r, flush=True)
         metrics.update(boot_s=b, first_query_uncached_s=(r["open_ms"] + r["first_query_ms"]) / 1000)
         row("page boot (Pyodide + chatmem), s", f"{b:.1f}")
-        row(f"time to first query, no cached index ({r['messages']:,} messages), s",
-            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.1f}")
+        row(
+            f"time to first query, no cached index ({r['messages']:,} messages), s",
+            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.1f}",
+        )
 
         if args.first_only:
             py(page, CLOSE)  # saves the index file
             # in turns, as the machine's load drifts
-            for label in ("unchanged", "unchanged, prestarted", "unchanged again", "unchanged again, prestarted"):
+            for label in (
+                "unchanged",
+                "unchanged, prestarted",
+                "unchanged again",
+                "unchanged again, prestarted",
+            ):
                 b = boot(page, prestart=label.endswith("prestarted"))
                 r = py(page, FIRST_QUERY, FIRST=first, SECOND=second)
                 print(r, flush=True)
                 metrics[f"first_query_cached_s ({label})"] = (r["open_ms"] + r["first_query_ms"]) / 1000
-                row(f"time to first query, cached index, {label}, s",
+                row(
+                    f"time to first query, cached index, {label}, s",
                     f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot; "
-                    f"second query {r['second_query_ms']} ms)")
+                    f"second query {r['second_query_ms']} ms)",
+                )
                 py(page, CLOSE)
             changed_sessions()
             py(page, CLOSE)
             return finish_early()
 
         # 2-3. query timings
-        t = py(page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common, "asked": asked})))
+        t = py(
+            page, TIMINGS, QUERIES=repr(json.dumps({"typical": typical, "common": common, "asked": asked}))
+        )
         print(t, flush=True)
         metrics["timings"] = t
         row("keyword BM25 top-10 p50 / p95, ms", f"{t['keyword'][0]} / {t['keyword'][1]}")
         row("  timed once the figures kept in Python were read (waited, s)", f"{t['figures_wait_s']}")
-        row("  queries with a top-50 word, p50 / p95, ms", f"{t['keyword_common'][0]} / {t['keyword_common'][1]}")
-        row("  with role + date filters, p50 / p95, ms", f"{t['keyword_filtered'][0]} / {t['keyword_filtered'][1]}")
-        row("original substring scan in Python (in memory) p50 / p95, ms",
-            f"{t['substring_scan'][0]} / {t['substring_scan'][1]}")
+        row(
+            "  queries with a top-50 word, p50 / p95, ms",
+            f"{t['keyword_common'][0]} / {t['keyword_common'][1]}",
+        )
+        row(
+            "  with role + date filters, p50 / p95, ms",
+            f"{t['keyword_filtered'][0]} / {t['keyword_filtered'][1]}",
+        )
+        row(
+            "original substring scan in Python (in memory) p50 / p95, ms",
+            f"{t['substring_scan'][0]} / {t['substring_scan'][1]}",
+        )
         row("BM25 speed-up over the scan at p50", f"{t['ratio_p50']}x")
-        row("substring mode in DuckDB p50 / p95, ms",
-            f"{t['substring_mode_duckdb'][0]} / {t['substring_mode_duckdb'][1]}")
+        row(
+            "substring mode in DuckDB p50 / p95, ms",
+            f"{t['substring_mode_duckdb'][0]} / {t['substring_mode_duckdb'][1]}",
+        )
         row("semantic top-10, 384-dim, p50 / p95, ms", f"{t['semantic'][0]} / {t['semantic'][1]}")
         row("hybrid top-10 p50 / p95, ms", f"{t['hybrid'][0]} / {t['hybrid'][1]}")
         if "semantic_two_cosines" in t:
-            row("semantic / hybrid p50 with both cosines of every row scanned (baseline), ms",
-                f"{t['semantic_two_cosines'][0]} / {t['hybrid_two_cosines'][0]}")
+            row(
+                "semantic / hybrid p50 with both cosines of every row scanned (baseline), ms",
+                f"{t['semantic_two_cosines'][0]} / {t['hybrid_two_cosines'][0]}",
+            )
 
         if args.no_cache_phases:
             py(page, CLOSE)
@@ -393,26 +439,34 @@ def main() -> int:
         metrics["text_bytes"] = t["text_bytes"]
         # the profile holds this one store: every OPFS file is its index (whatever the files are called)
         metrics["index_bytes"] = sum(v for v in files.values() if isinstance(v, int))
-        row("keyword index files in OPFS (no embeddings) / UTF-8 text, MB",
+        row(
+            "keyword index files in OPFS (no embeddings) / UTF-8 text, MB",
             f"{metrics['index_bytes'] / 1e6:.1f} / {t['text_bytes'] / 1e6:.1f} "
-            f"= {metrics['index_bytes'] / max(1, t['text_bytes']):.2f}x")
+            f"= {metrics['index_bytes'] / max(1, t['text_bytes']):.2f}x",
+        )
 
         # 4. cold load with the cached index
         b = boot(page)
         r = py(page, FIRST_QUERY, FIRST=first, SECOND=second)
         print(r, flush=True)
         metrics.update(first_query_cached_s=(r["open_ms"] + r["first_query_ms"]) / 1000, cached_boot_s=b)
-        row("time to first query, cached index, unchanged store, s",
-            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot)")
+        row(
+            "time to first query, cached index, unchanged store, s",
+            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot)",
+        )
         py(page, CLOSE)
         # 4b. the same with DuckDB-Wasm started while Pyodide boots (duckdbPrestart)
         b = boot(page, prestart=True)
         r = py(page, FIRST_QUERY, FIRST=first, SECOND=second)
         print(r, flush=True)
-        metrics.update(first_query_cached_prestart_s=(r["open_ms"] + r["first_query_ms"]) / 1000,
-                       cached_prestart_boot_s=b)
-        row("  the same, DuckDB-Wasm prestarted while Pyodide boots, s",
-            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot)")
+        metrics.update(
+            first_query_cached_prestart_s=(r["open_ms"] + r["first_query_ms"]) / 1000,
+            cached_prestart_boot_s=b,
+        )
+        row(
+            "  the same, DuckDB-Wasm prestarted while Pyodide boots, s",
+            f"{(r['open_ms'] + r['first_query_ms']) / 1000:.2f} (+ {b:.1f} page boot)",
+        )
         py(page, CLOSE)
         changed_sessions()
 
@@ -424,15 +478,19 @@ def main() -> int:
             boot(other)
             r = py(other, FIRST_QUERY, FIRST=first, SECOND=second)
             print(r, flush=True)
-            t = py(other, GUEST_TIMINGS, QUERIES=repr(json.dumps(guests[20 * n:20 * n + 20])))
-            lo = r.get("last_open") or ({"mode": "shared", "persistent": True} if r.get("role") == "guest" else {})
+            t = py(other, GUEST_TIMINGS, QUERIES=repr(json.dumps(guests[20 * n : 20 * n + 20])))
+            lo = r.get("last_open") or (
+                {"mode": "shared", "persistent": True} if r.get("role") == "guest" else {}
+            )
             metrics[f"{label}_tab_s"] = (r["open_ms"] + r["first_query_ms"]) / 1000
             metrics[f"{label}_tab_open"] = lo
             metrics[f"{label}_tab_role"] = r.get("role")
             metrics[f"{label}_tab_keyword_p50_ms"] = t["p50"]
-            row(f"{label} tab (the first one open): first query after ready, s",
+            row(
+                f"{label} tab (the first one open): first query after ready, s",
                 f"{metrics[f'{label}_tab_s']:.2f} (role {r.get('role')}, {lo.get('mode')} index, "
-                f"keyword p50 {t['p50']} ms)")
+                f"keyword p50 {t['p50']} ms)",
+            )
             others.append(other)
         for other in others:
             py(other, CLOSE)
@@ -440,8 +498,10 @@ def main() -> int:
         # the file again after the catch-up of step 4 saved it (a save rewrites the whole index)
         after = sum(v for v in opfs_files(page).values() if isinstance(v, int))
         metrics["index_bytes_after_catch_up"] = after
-        row("  the same after a catch-up saved it again, MB",
-            f"{after / 1e6:.1f} = {after / max(1, metrics['text_bytes']):.2f}x")  # type: ignore[call-overload]
+        row(
+            "  the same after a catch-up saved it again, MB",
+            f"{after / 1e6:.1f} = {after / max(1, metrics['text_bytes']):.2f}x",
+        )  # type: ignore[call-overload]
         ctx.close()
     srv.shutdown()
     _table(args, rows)
@@ -478,7 +538,8 @@ def _put_lib_pages(dist: Path) -> None:
     out.mkdir(exist_ok=True)
     (out / "lib.html").write_text(lib)
     (out / "lib-prestart.html").write_text(
-        lib.replace(boot, '<script type="module" src="./lib-prestart.js"></script>\n  ' + boot))
+        lib.replace(boot, '<script type="module" src="./lib-prestart.js"></script>\n  ' + boot)
+    )
     (out / "lib-prestart.js").write_bytes((here / "lib-prestart.js").read_bytes())
 
 

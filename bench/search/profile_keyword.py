@@ -120,11 +120,19 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--dist", default=str(build.DIST))
     ap.add_argument("--cut", type=int, default=0, help="Python-scoring cut-off (0: the library's)")
-    ap.add_argument("--port", type=int, default=8781,
-                    help="the same for fill and profile: the stored data belongs to the origin")
-    ap.add_argument("--term-cache", type=int, default=0,
-                    help="terms kept whole in Python at most (0: the library's ``figures.TERM_CACHE``); "
-                         "below the vocabulary's size it stands for a history with more distinct terms")
+    ap.add_argument(
+        "--port",
+        type=int,
+        default=8781,
+        help="the same for fill and profile: the stored data belongs to the origin",
+    )
+    ap.add_argument(
+        "--term-cache",
+        type=int,
+        default=0,
+        help="terms kept whole in Python at most (0: the library's ``figures.TERM_CACHE``); "
+        "below the vocabulary's size it stands for a history with more distinct terms",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -138,8 +146,9 @@ def main() -> int:
     vocab_file = Path(args.profile) / "chatmem-vocabulary.json"
 
     with sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(args.profile, executable_path=build.CHROMIUM,
-                                                    args=build.CHROMIUM_ARGS)
+        ctx = pw.chromium.launch_persistent_context(
+            args.profile, executable_path=build.CHROMIUM, args=build.CHROMIUM_ARGS
+        )
         page = ctx.new_page()
         page.set_default_timeout(7_200_000)
 
@@ -157,16 +166,21 @@ def main() -> int:
         ctx.new_cdp_session(page).send("Network.clearBrowserCache")
         boot()
         # a reused profile may hold an older build's service worker and caches
-        page.evaluate("async () => { for (const r of await navigator.serviceWorker.getRegistrations())"
-                      " await r.unregister(); for (const k of await caches.keys()) await caches.delete(k); }")
+        page.evaluate(
+            "async () => { for (const r of await navigator.serviceWorker.getRegistrations())"
+            " await r.unregister(); for (const k of await caches.keys()) await caches.delete(k); }"
+        )
         boot()
         if args.step == "fill":
             filled = py(bb.FILL)
             vocab_file.write_text(json.dumps(filled["vocab"]))
             r = py(bb.FIRST_QUERY, FIRST="'hello'", SECOND="'world'", MORE="[]")
             py(bb.CLOSE)
-            print(f"filled {filled['filled']} sessions in {filled['s']} s; index derived in "
-                  f"{r['first_query_ms'] / 1000:.1f} s ({r['messages']:,} messages)", flush=True)
+            print(
+                f"filled {filled['filled']} sessions in {filled['s']} s; index derived in "
+                f"{r['first_query_ms'] / 1000:.1f} s ({r['messages']:,} messages)",
+                flush=True,
+            )
         else:
             vocab = json.loads(vocab_file.read_text())
             rng = random.Random(11)

@@ -72,20 +72,30 @@ class AnthropicProvider(HTTPProvider):
         return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"  # no key
 
     def _request(
-        self, messages: Sequence[Mapping[str, Any]] | Mapping[str, Any], model: str | None, stream: bool,
+        self,
+        messages: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        model: str | None,
+        stream: bool,
         kw: dict[str, Any],
     ) -> tuple[str, dict[str, str], bytes]:
         shaped = dict(messages) if isinstance(messages, Mapping) else to_anthropic(messages)
-        body: dict[str, Any] = {"model": model or self.model, "max_tokens": self.max_tokens,
-                                "messages": shaped["messages"], "stream": stream}
+        body: dict[str, Any] = {
+            "model": model or self.model,
+            "max_tokens": self.max_tokens,
+            "messages": shaped["messages"],
+            "stream": stream,
+        }
         if shaped.get("system"):
             body["system"] = shaped["system"]
         if self.temperature is not None:
             body["temperature"] = self.temperature
         body.update(self.extra_body)
         body.update(kw)
-        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION,
-                   "accept": "text/event-stream" if stream else "application/json"}
+        headers = {
+            "content-type": "application/json",
+            "anthropic-version": ANTHROPIC_VERSION,
+            "accept": "text/event-stream" if stream else "application/json",
+        }
         if self._api_key:
             headers["x-api-key"] = self._api_key
         return f"{self.base_url}/v1/messages", headers, json.dumps(body).encode()
@@ -145,6 +155,8 @@ class AnthropicProvider(HTTPProvider):
         except TransportTimeout as e:
             raise ProviderTimeout(f"{url}: timed out") from e
         except TransportError as e:
-            raise (ProviderServerError if "mid-stream" in str(e) else ProviderUnavailable)(f"{url}: {e}") from e
+            raise (ProviderServerError if "mid-stream" in str(e) else ProviderUnavailable)(
+                f"{url}: {e}"
+            ) from e
         finally:
             await lines.aclose()  # type: ignore[attr-defined]

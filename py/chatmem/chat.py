@@ -59,9 +59,19 @@ async def send(
     if isinstance(text, str) and not text.strip():
         raise ValidationError("the message is empty", field="text")
     await messages.append(session_id, "user", text)
-    return await reply(messages, builder, session_id, provider=provider, model=model, budget=budget,
-                       system_prompt=system_prompt, retrieval=retrieval, summarize=summarize, on_token=on_token,
-                       **options)
+    return await reply(
+        messages,
+        builder,
+        session_id,
+        provider=provider,
+        model=model,
+        budget=budget,
+        system_prompt=system_prompt,
+        retrieval=retrieval,
+        summarize=summarize,
+        on_token=on_token,
+        **options,
+    )
 
 
 async def reply(
@@ -84,7 +94,11 @@ async def reply(
     if system_prompt is None and await builder.system_prompt(session_id) is None:
         system_prompt = DEFAULT_SYSTEM_PROMPT
     window = await builder.build_window(
-        session_id, system_prompt=system_prompt, budget=budget, retrieval=retrieval, summarize=summarize,
+        session_id,
+        system_prompt=system_prompt,
+        budget=budget,
+        retrieval=retrieval,
+        summarize=summarize,
         format=getattr(provider, "format", "openai"),
     )
     used_model = model or getattr(provider, "model", None)
@@ -99,7 +113,10 @@ async def reply(
     answer = "".join(pieces)
     origin = getattr(provider, "origin", None)
     return await messages.append(
-        session_id, "assistant", answer,
-        provider=getattr(provider, "name", type(provider).__name__), model=used_model,
+        session_id,
+        "assistant",
+        answer,
+        provider=getattr(provider, "name", type(provider).__name__),
+        model=used_model,
         **({"metadata": {"origin": origin}} if isinstance(origin, str) else {}),
     )

@@ -48,13 +48,16 @@ def for_model(m: ChatMessage) -> bool:
     origin = (m.metadata or {}).get("origin")
     return origin not in NOT_FOR_MODEL and not (m.role == "assistant" and m.provider == "offline")
 
+
 #: ``retriever(session_id, query, config, exclude_ids) -> older messages`` (search plugs in here)
 Retriever = Callable[[str, str, Any, set[str]], Awaitable[list[ChatMessage]]]
 
 PAGE = 200
 
 
-def resolve_budget(budget: ModelBudget | str | int | None, max_tokens: int | None, reserve_tokens: int) -> tuple[int, int]:
+def resolve_budget(
+    budget: ModelBudget | str | int | None, max_tokens: int | None, reserve_tokens: int
+) -> tuple[int, int]:
     if isinstance(budget, str):
         budget = preset(budget)
     if isinstance(budget, ModelBudget):
@@ -150,7 +153,9 @@ class ContextBuilder:
         summary: str | ChatMessage | None = await self._summary(session_id)
         folded: set[str] = set()
         if summarize:
-            computed = await self._summarize(session_id, summarize, summary if isinstance(summary, ChatMessage) else None)
+            computed = await self._summarize(
+                session_id, summarize, summary if isinstance(summary, ChatMessage) else None
+            )
             if computed is not None:
                 summary, folded = computed
         await self.context.refresh()
@@ -162,22 +167,34 @@ class ContextBuilder:
                 recent = _last_n_keeping_user(recent, count)
         retrieved: list[ChatMessage] = []
         # ``recent`` retrieves only when its scope reaches other sessions (their relevant messages)
-        if retrieval is not None and (getattr(retrieval, "strategy", "recent") != "recent"
-                                      or getattr(retrieval, "scope", "session") != "session"):
+        if retrieval is not None and (
+            getattr(retrieval, "strategy", "recent") != "recent"
+            or getattr(retrieval, "scope", "session") != "session"
+        ):
             if self.retriever is None:
                 raise ValidationError(
                     "retrieval strategy needs the search index; only 'recent' works without it",
-                    field="retrieval")
+                    field="retrieval",
+                )
             if query is None:
                 query = next((m.text for m in reversed(recent) if m.role == "user"), "")
             if query.strip():
                 # the window sends a message once even if it is both retrieved and recent
                 skip = set(folded) | ({stored_prompt.id} if stored_prompt else set())
-                retrieved = [m for m in await self.retriever(session_id, query, retrieval, skip)
-                             if m.id not in skip and for_model(m)]
+                retrieved = [
+                    m
+                    for m in await self.retriever(session_id, query, retrieval, skip)
+                    if m.id not in skip and for_model(m)
+                ]
         return fit_window(
-            system_prompt, ctx, summary, retrieved, recent,
-            max_tokens=max_tokens, reserve_tokens=reserve_tokens, tokenizer=tk,
+            system_prompt,
+            ctx,
+            summary,
+            retrieved,
+            recent,
+            max_tokens=max_tokens,
+            reserve_tokens=reserve_tokens,
+            tokenizer=tk,
         )
 
     async def build_context(self, session_id: str, **kw: Any) -> list[dict[str, Any]] | dict[str, Any]:
@@ -185,7 +202,10 @@ class ContextBuilder:
         return to_anthropic(messages) if kw.get("format") == "anthropic" else messages
 
     async def _summarize(
-        self, session_id: str, summarize: Summarizer | MessageRetentionPolicy | bool, stored: ChatMessage | None
+        self,
+        session_id: str,
+        summarize: Summarizer | MessageRetentionPolicy | bool,
+        stored: ChatMessage | None,
     ) -> tuple[str, set[str]] | None:
         """The summary the message-level policy would store, computed without storing it:
         ``(text, ids it covers)``, or ``None`` while the session is within its cap."""
@@ -203,7 +223,7 @@ class ContextBuilder:
         cached = self._summaries.get(session_id)
         previous: str | None
         if cached is not None and cached[0] is summarizer and ids[: len(cached[1])] == cached[1]:
-            new, previous = ids[len(cached[1]):], cached[2]
+            new, previous = ids[len(cached[1]) :], cached[2]
         else:
             new, previous = ids, (summary_text(stored) if stored is not None else None)
         text: str = previous or ""

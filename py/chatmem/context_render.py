@@ -16,7 +16,7 @@ __all__ = ["render_context_message", "json_stringify"]
 def render_context_message(snapshot: Mapping[str, Any]) -> dict[str, Any] | None:
     """The injected context message, or ``None`` for an empty snapshot::
 
-        {"role": "user", "content": [{"type": "text", "text": "Module k: {json}\\n..."}]}
+    {"role": "user", "content": [{"type": "text", "text": "Module k: {json}\\n..."}]}
     """
     if not snapshot:
         return None
@@ -73,8 +73,12 @@ _MAX_DEPTH = 64  # chatmem.validation.DEFAULT_LIMITS.max_depth
 
 def _stringify(v: Any, out: list[str], depth: int = 1) -> None:
     if depth > _MAX_DEPTH and isinstance(v, (Mapping, list, tuple)):
-        raise LimitExceeded(f"a value is nested deeper than {_MAX_DEPTH} levels", limit="max_depth",
-                            maximum=_MAX_DEPTH, field="content")
+        raise LimitExceeded(
+            f"a value is nested deeper than {_MAX_DEPTH} levels",
+            limit="max_depth",
+            maximum=_MAX_DEPTH,
+            field="content",
+        )
     if v is None or v is True or v is False:
         out.append("null" if v is None else "true" if v else "false")
     elif isinstance(v, str):
@@ -86,8 +90,10 @@ def _stringify(v: Any, out: list[str], depth: int = 1) -> None:
     elif isinstance(v, Mapping):
         keys = [str(k) if not isinstance(k, str) else k for k in v]
         pairs = list(zip(keys, v.values()))
-        index = sorted((p for p in pairs if _INDEX_KEY.fullmatch(p[0]) and int(p[0]) < 2**32 - 1),
-                       key=lambda p: int(p[0]))
+        index = sorted(
+            (p for p in pairs if _INDEX_KEY.fullmatch(p[0]) and int(p[0]) < 2**32 - 1),
+            key=lambda p: int(p[0]),
+        )
         rest = [p for p in pairs if not (_INDEX_KEY.fullmatch(p[0]) and int(p[0]) < 2**32 - 1)]
         out.append("{")
         for i, (k, val) in enumerate(index + rest):
@@ -113,4 +119,3 @@ def json_stringify(value: Any) -> str:
     out: list[str] = []
     _stringify(value, out)
     return "".join(out)
-

@@ -38,22 +38,54 @@ class Session:
         """All messages in order (or a page of them)."""
         return await self._messages.list(self.session_id, limit=limit, offset=offset)
 
-    async def send(self, text: str | list[dict[str, Any]], *, provider: Any, model: str | None = None,
-                   budget: Any = "gpt-4o", on_token: Any = None, **kw: Any) -> ChatMessage:
+    async def send(
+        self,
+        text: str | list[dict[str, Any]],
+        *,
+        provider: Any,
+        model: str | None = None,
+        budget: Any = "gpt-4o",
+        on_token: Any = None,
+        **kw: Any,
+    ) -> ChatMessage:
         """One chat turn: store the user message, build the window, stream the answer, store it.
 
         On failure the user message stays and nothing of the answer is stored.
         """
-        return await send(self._messages, self._builder, self.session_id, text, provider=provider, model=model,
-                          budget=budget, on_token=on_token, **kw)
+        return await send(
+            self._messages,
+            self._builder,
+            self.session_id,
+            text,
+            provider=provider,
+            model=model,
+            budget=budget,
+            on_token=on_token,
+            **kw,
+        )
 
-    async def reply(self, *, provider: Any, model: str | None = None, budget: Any = "gpt-4o",
-                    on_token: Any = None, **kw: Any) -> ChatMessage:
+    async def reply(
+        self,
+        *,
+        provider: Any,
+        model: str | None = None,
+        budget: Any = "gpt-4o",
+        on_token: Any = None,
+        **kw: Any,
+    ) -> ChatMessage:
         """The assistant's answer to the conversation as it stands (its last user message
         already stored): ``send`` without storing a new message. For an answer from memory
         while the model cannot be reached, then the model's own once it is back."""
-        return await reply(self._messages, self._builder, self.session_id, provider=provider, model=model,
-                           budget=budget, on_token=on_token, **kw)
+        return await reply(
+            self._messages,
+            self._builder,
+            self.session_id,
+            provider=provider,
+            model=model,
+            budget=budget,
+            on_token=on_token,
+            **kw,
+        )
 
     async def history(self) -> list[dict[str, Any]]:
         """AIR's ``get_history``: dicts with role, content, provider, model, created_at."""
@@ -63,6 +95,12 @@ class Session:
 def history_of(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """AIR's history records of ``messages``: role, content, provider, model, created_at."""
     return [
-        {"role": m.role, "content": m.content, "provider": m.provider, "model": m.model, "created_at": m.created_at}
+        {
+            "role": m.role,
+            "content": m.content,
+            "provider": m.provider,
+            "model": m.model,
+            "created_at": m.created_at,
+        }
         for m in messages
     ]

@@ -162,6 +162,7 @@ class ContextOverflow(ValidationError):
         self.needed = needed
         self.budget = budget
 
+
 class LimitExceeded(ValidationError):
     """A configured bound (``chatmem.validation.Limits``) was passed: nothing was written.
 
@@ -169,8 +170,15 @@ class LimitExceeded(ValidationError):
     ``"max_depth"``), ``maximum`` its value.
     """
 
-    def __init__(self, message: str, *, limit: str = "", maximum: int = 0, field: str | None = None,
-                 index: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str = "",
+        maximum: int = 0,
+        field: str | None = None,
+        index: int | None = None,
+    ):
         super().__init__(message, field=field, index=index)
         self.limit = limit
         self.maximum = maximum
@@ -179,11 +187,20 @@ class LimitExceeded(ValidationError):
 class ImportLimitExceeded(ImportFormatError, LimitExceeded):
     """An import passed a ``Limits`` bound (its size, a record's size or nesting)."""
 
-    def __init__(self, message: str, *, limit: str, maximum: int, path: str | None = None,
-                 field: str | None = None, session_index: int | None = None,
-                 message_index: int | None = None):
-        super().__init__(message, path=path, field=field, session_index=session_index,
-                         message_index=message_index)
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        maximum: int,
+        path: str | None = None,
+        field: str | None = None,
+        session_index: int | None = None,
+        message_index: int | None = None,
+    ):
+        super().__init__(
+            message, path=path, field=field, session_index=session_index, message_index=message_index
+        )
         self.limit = limit
         self.maximum = maximum
 
@@ -401,6 +418,7 @@ class ProviderTimeout(ProviderError):
 
 class ProviderUnavailable(ProviderError):
     """No answer at all: offline, connection refused, unknown host."""
+
 
 class QueryError(ChatmemError):
     """The query index refused or failed a statement (bad SQL, unknown table or column).

@@ -125,8 +125,15 @@ def from_anthropic_blocks(blocks: Sequence[Mapping[str, Any]]) -> tuple[str, lis
     """An assistant answer's content blocks as (text, OpenAI-style ``tool_calls``)."""
     text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
     calls = [
-        {"id": b.get("id"), "type": "function",
-         "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {}, separators=(",", ":"))}}
-        for b in blocks if b.get("type") == "tool_use"
+        {
+            "id": b.get("id"),
+            "type": "function",
+            "function": {
+                "name": b.get("name"),
+                "arguments": json.dumps(b.get("input") or {}, separators=(",", ":")),
+            },
+        }
+        for b in blocks
+        if b.get("type") == "tool_use"
     ]
     return text, calls

@@ -93,9 +93,7 @@ class ContextMessage:
         try:
             self.strategy = ContextUpdateStrategy(self.strategy)
         except ValueError as e:
-            raise ValidationError(
-                "strategy must be 'replace-self' or 'append-self'", field="strategy"
-            ) from e
+            raise ValidationError("strategy must be 'replace-self' or 'append-self'", field="strategy") from e
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise ValidationError("priority must be an int", field="priority")
         if self.expires_at is not None and (
@@ -151,7 +149,9 @@ def _as_provider(provider: Any) -> ContextProvider:
     if callable(getattr(provider, "provide", None)):
         return cast(ContextProvider, provider)
     if not callable(provider):
-        raise ValidationError("a context provider needs a provide() method or must be callable", field="provider")
+        raise ValidationError(
+            "a context provider needs a provide() method or must be callable", field="provider"
+        )
     return CallableProvider(provider)
 
 
@@ -365,7 +365,10 @@ class UserProfileProvider:
         if not isinstance(settings, Mapping):
             raise ValidationError("get_settings() must return a dict or None", field="get_settings")
         return ContextMessage(
-            self.source_type, "user-profile", dict(settings), ContextUpdateStrategy.REPLACE_SELF,
+            self.source_type,
+            "user-profile",
+            dict(settings),
+            ContextUpdateStrategy.REPLACE_SELF,
             priority=self.priority,
         )
 

@@ -114,22 +114,34 @@ class Memory:
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
         self.retention = Retention(self.sessions, self.messages, store, clock, runtime.sleep)
         self.sync = SyncEngine(
-            self._core, transport=runtime.transport, sleep=runtime.sleep, rand=runtime.rand,
-            lock=runtime.drain_lock(getattr(store, "name", "chatmem")), online=runtime.online,
-            on_online=runtime.on_online, cipher=runtime.cipher_suite)
+            self._core,
+            transport=runtime.transport,
+            sleep=runtime.sleep,
+            rand=runtime.rand,
+            lock=runtime.drain_lock(getattr(store, "name", "chatmem")),
+            online=runtime.online,
+            on_online=runtime.on_online,
+            cipher=runtime.cipher_suite,
+        )
         self._closed = False
         #: the derived query index (DuckDB), built lazily on the first query
         cache = None if engine_factory is not None else runtime.index_cache(store)
         self.index = LiveIndex(
-            self._core, engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
-            embedder=embedder, cache=cache, share=_share(runtime, cache),
-            early=(lambda counts: runtime.early_derivation(store, cache, counts)) if cache else None)
+            self._core,
+            engine_factory=engine_factory or (lambda: runtime.open_query_engine(cache)),
+            embedder=embedder,
+            cache=cache,
+            share=_share(runtime, cache),
+            early=(lambda counts: runtime.early_derivation(store, cache, counts)) if cache else None,
+        )
         self._core.listeners.append(self.index.on_change)
         self._core.external_listeners.append(self.index.on_external)
         #: what ``on_change`` registered
         self._listeners: list[Callable[[str, str, Any], None]] = []
         self._core.external_listeners.append(self._on_external)
-        self._builder = ContextBuilder(self._core, self.context, self.tokenizer, retriever=self.index.retriever)
+        self._builder = ContextBuilder(
+            self._core, self.context, self.tokenizer, retriever=self.index.retriever
+        )
         subscribe = getattr(store, "subscribe", None)
         if subscribe is not None:
             subscribe(self._on_remote_change)
@@ -195,10 +207,20 @@ class Memory:
         ``breakdown`` of that score (keyword, semantic, recency).
         """
         return await self.index.search(
-            query, limit=limit, mode=mode, threshold=threshold, session_ids=session_ids,
-            character_ids=character_ids, date_range=date_range, roles=roles, **kw)
+            query,
+            limit=limit,
+            mode=mode,
+            threshold=threshold,
+            session_ids=session_ids,
+            character_ids=character_ids,
+            date_range=date_range,
+            roles=roles,
+            **kw,
+        )
 
-    async def retrieve(self, session_id: str, query: str | None, config: RetrievalConfig | None = None) -> list[SearchHit]:
+    async def retrieve(
+        self, session_id: str, query: str | None, config: RetrievalConfig | None = None
+    ) -> list[SearchHit]:
         """The original's ``RetrievalConfig`` strategies (recent, relevant, hybrid) over one session."""
         return await self.index.retrieve(session_id, query, config)
 
@@ -267,9 +289,16 @@ class Memory:
         Reads only: ``summarize=`` sends a computed summary, the store is untouched.
         """
         return await self._builder.build_context(
-            session_id, system_prompt=system_prompt, max_tokens=max_tokens, reserve_tokens=reserve_tokens,
-            retrieval=retrieval, summarize=summarize, budget=budget, format=format,
-            message_overhead=message_overhead)
+            session_id,
+            system_prompt=system_prompt,
+            max_tokens=max_tokens,
+            reserve_tokens=reserve_tokens,
+            retrieval=retrieval,
+            summarize=summarize,
+            budget=budget,
+            format=format,
+            message_overhead=message_overhead,
+        )
 
     async def build_window(self, session_id: str, **kw: Any) -> WindowResult:
         """``build_context`` with the details: tokens per part, kept and dropped ids, summary used."""
@@ -293,7 +322,9 @@ class Memory:
         """Every session (or those named) with its messages, in the original's export shape."""
         return await self._transfer.export(session_ids)
 
-    def export_iter(self, session_ids: Iterable[str] | None = None, *, batch_size: int = 500) -> AsyncIterator[str]:
+    def export_iter(
+        self, session_ids: Iterable[str] | None = None, *, batch_size: int = 500
+    ) -> AsyncIterator[str]:
         """The export as JSON text chunks, read page by page (never the whole history in memory)."""
         return self._transfer.export_iter(session_ids, batch_size=batch_size)
 
@@ -409,10 +440,18 @@ async def open(
     if runtime is not None and not isinstance(runtime, Runtime):
         raise ValidationError("runtime must be a chatmem.Runtime", field="runtime")
     runtime = runtime or default_runtime()
-    opts: dict[str, Any] = {"clock": clock, "cache_size": cache_size, "cache_ttl": cache_ttl,
-                            "cache_strategy": cache_strategy, "embedder": embedder, "tokenizer": tokenizer,
-                            "limits": limits, "runtime": runtime}
+    opts: dict[str, Any] = {
+        "clock": clock,
+        "cache_size": cache_size,
+        "cache_ttl": cache_ttl,
+        "cache_strategy": cache_strategy,
+        "embedder": embedder,
+        "tokenizer": tokenizer,
+        "limits": limits,
+        "runtime": runtime,
+    }
     if store is None:
-        store = await runtime.open_store(name, persist=None if persist is None else str(persist),
-                                         durability=durability)
+        store = await runtime.open_store(
+            name, persist=None if persist is None else str(persist), durability=durability
+        )
     return Memory(store, name=name, **opts)

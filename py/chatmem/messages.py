@@ -49,8 +49,9 @@ class Messages:
         """Validate one message and turn it into a record without ``seq`` or session."""
         limits = self._core.limits
         try:
-            check_value({"role": role, "content": content, **fields}, limits,
-                        max_bytes=limits.max_message_bytes)
+            check_value(
+                {"role": role, "content": content, **fields}, limits, max_bytes=limits.max_message_bytes
+            )
         except ValidationError as e:
             if index is not None:
                 e.index = index
@@ -85,14 +86,20 @@ class Messages:
         _check_session_id(session_id)
         ops: Ops
         if create or len(records) <= EAGER_OPS:
-            ops = [dict(op, only_if_created=True) for op in await self._core.outbox.session_created(create)] if create else []
+            ops = (
+                [dict(op, only_if_created=True) for op in await self._core.outbox.session_created(create)]
+                if create
+                else []
+            )
             ops += await self._core.outbox.messages_created(session_id, records)
         else:  # a batch: its ops are built only if the outbox is on
             ops = await self._core.outbox.messages_created_later(session_id, records)
         stored, sess = await self._core.store.append_messages(session_id, records, now, create, ops)
         return self._written(session_id, stored, sess)
 
-    def _written(self, session_id: str, stored: list[dict[str, Any]], sess: dict[str, Any]) -> list[ChatMessage]:
+    def _written(
+        self, session_id: str, stored: list[dict[str, Any]], sess: dict[str, Any]
+    ) -> list[ChatMessage]:
         """After an acknowledged append: the caches and listeners told, the messages answered."""
         self._core.remember_meta(sess)
         self._core.changed("messages-appended", session_id, {"messages": stored, "session": sess})
@@ -124,9 +131,7 @@ class Messages:
         (msg,) = await self._write(session_id, [rec], now, create.to_record())
         return msg
 
-    async def append_many(
-        self, session_id: str, items: Iterable[Mapping[str, Any]]
-    ) -> list[ChatMessage]:
+    async def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
         """Append a batch in one transaction: all of it or, on any error, none of it."""
         now = self._core.now()
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
@@ -163,11 +168,16 @@ class Messages:
                 raise ValidationError(f"item {i}: must be a dict", index=i)
             fields = {k: v for k, v in item.items() if k not in ("role", "content")}
             if "role" not in item or "content" not in item:
-                raise ValidationError(f"item {i}: needs 'role' and 'content'", index=i,
-                                      field="role" if "role" not in item else "content")
+                raise ValidationError(
+                    f"item {i}: needs 'role' and 'content'",
+                    index=i,
+                    field="role" if "role" not in item else "content",
+                )
             rec = self.build_record(item["role"], item["content"], fields, index=i, now=now)
             if rec["id"] in seen:
-                raise ValidationError(f"item {i}: duplicate id {shown(rec['id'])} in batch", field="id", index=i)
+                raise ValidationError(
+                    f"item {i}: duplicate id {shown(rec['id'])} in batch", field="id", index=i
+                )
             seen.add(rec["id"])
             chunk.append(rec)
             if len(chunk) == BATCH_CHUNK:
@@ -188,7 +198,9 @@ class Messages:
         self, session_id: str, *, limit: int | None = 50, offset: int = 0, newest_first: bool = False
     ) -> builtins.list[ChatMessage]:
         """A page of the session's messages in ``seq`` order (reversed if ``newest_first``)."""
-        return [ChatMessage.from_record(r) for r in await self.records(session_id, limit, offset, newest_first)]
+        return [
+            ChatMessage.from_record(r) for r in await self.records(session_id, limit, offset, newest_first)
+        ]
 
     async def records(
         self, session_id: str, limit: int | None = 50, offset: int = 0, newest_first: bool = False

@@ -183,9 +183,22 @@ class ChatMessage:
     def from_record(cls, r: Mapping[str, Any]) -> ChatMessage:
         get = r.get
         return cls(  # positional: a batch of appends builds thousands
-            r["id"], r["sessionId"], int(r["seq"]), cast(Role, r["role"]), r["content"], int(r["createdAt"]),
-            get("provider"), get("model"), get("slices"), get("tool_results"), get("categorization"),
-            get("toolCalls"), get("toolCallId"), get("name"), get("metadata"), int(get("tokenCount") or 0),
+            r["id"],
+            r["sessionId"],
+            int(r["seq"]),
+            cast(Role, r["role"]),
+            r["content"],
+            int(r["createdAt"]),
+            get("provider"),
+            get("model"),
+            get("slices"),
+            get("tool_results"),
+            get("categorization"),
+            get("toolCalls"),
+            get("toolCallId"),
+            get("name"),
+            get("metadata"),
+            int(get("tokenCount") or 0),
         )
 
     def to_provider(self) -> dict[str, Any]:
@@ -243,7 +256,11 @@ def _list_of_dicts(v: Any, name: str, index: int | None) -> None:
 
 
 def validate_message_fields(
-    role: Any, content: Any, fields: Mapping[str, Any], *, index: int | None = None,
+    role: Any,
+    content: Any,
+    fields: Mapping[str, Any],
+    *,
+    index: int | None = None,
     json_checked: bool = False,
 ) -> None:
     """Raise ``ValidationError`` unless ``role``, ``content`` and ``fields`` make a valid message.

@@ -64,8 +64,12 @@ class OfflineResponder:
         self.scan_sessions = scan_sessions
 
     def _quotable(self, m: ChatMessage, current: str) -> bool:
-        return (m.role in ("user", "assistant") and m.provider != self.name
-                and m.text.strip() != current and bool(m.text.strip()))
+        return (
+            m.role in ("user", "assistant")
+            and m.provider != self.name
+            and m.text.strip() != current
+            and bool(m.text.strip())
+        )
 
     async def _search(self, words: list[str], current: str) -> list[ChatMessage]:
         hits = await self.memory.search(" ".join(words), limit=self.max_quotes * 3 + 2)
@@ -104,11 +108,15 @@ class OfflineResponder:
         words, found = await self.find(text)
         shown = ", ".join(f"“{w}”" for w in words[:5])
         if not words:
-            return (f"{OFFLINE_LABEL} No model is configured, and your message has no words I can look up. "
-                    "Add a model in **Settings** for real answers.")
+            return (
+                f"{OFFLINE_LABEL} No model is configured, and your message has no words I can look up. "
+                "Add a model in **Settings** for real answers."
+            )
         if not found:
-            return (f"{OFFLINE_LABEL} No model is configured. I looked for {shown} in your earlier "
-                    "conversations and found nothing yet. Add a model in **Settings** for real answers.")
+            return (
+                f"{OFFLINE_LABEL} No model is configured. I looked for {shown} in your earlier "
+                "conversations and found nothing yet. Add a model in **Settings** for real answers."
+            )
         lines = [f"{OFFLINE_LABEL} No model is configured, so here is what I remember about {shown}:", ""]
         for m in found:
             meta = await self.memory.sessions.get(m.session_id)
@@ -119,8 +127,9 @@ class OfflineResponder:
     async def complete(self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any) -> str:
         return await self.reply(messages)
 
-    async def stream(self, messages: list[dict[str, Any]], *, model: str | None = None,
-                     **kw: Any) -> AsyncIterator[str]:
+    async def stream(
+        self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any
+    ) -> AsyncIterator[str]:
         answer = await self.reply(messages)
         for piece in re.findall(r"\S+\s*|\s+", answer):
             yield piece

@@ -21,7 +21,9 @@ DEVICE_KEY = "sync.device_id"
 
 
 class Outbox:
-    def __init__(self, store: Store, ids: IdGenerator, clock: Clock, *, max_skew_ms: int = DEFAULT_MAX_SKEW_MS):
+    def __init__(
+        self, store: Store, ids: IdGenerator, clock: Clock, *, max_skew_ms: int = DEFAULT_MAX_SKEW_MS
+    ):
         self._store = store
         self._max_skew_ms = max_skew_ms
         self._ids = ids
@@ -53,8 +55,16 @@ class Outbox:
         (the op refers to it; ``chatmem.sync.wire`` reads it when pushing)."""
         return self._make(await self._hlc(), type_, resource, id_, session_id, data, op_id)
 
-    def _make(self, hlc: HybridLogicalClock, type_: str, resource: str, id_: str, session_id: str,
-              data: dict[str, Any] | None, op_id: str | None = None) -> dict[str, Any]:
+    def _make(
+        self,
+        hlc: HybridLogicalClock,
+        type_: str,
+        resource: str,
+        id_: str,
+        session_id: str,
+        data: dict[str, Any] | None,
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
         return {
             "op_id": op_id or self._ids(),
             "type": type_,
@@ -70,15 +80,22 @@ class Outbox:
         }
 
     async def session_created(self, record: dict[str, Any]) -> list[dict[str, Any]]:
-        return [await self.op("create", "session", record["sessionId"], record["sessionId"], _session_data(record))]
+        return [
+            await self.op(
+                "create", "session", record["sessionId"], record["sessionId"], _session_data(record)
+            )
+        ]
 
-    async def messages_created(self, session_id: str, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def messages_created(
+        self, session_id: str, records: Iterable[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         """Reference ops: each refers to its stored message instead of copying it."""
         hlc = await self._hlc()
         return [self._make(hlc, "create", "message", r["id"], session_id, None) for r in records]
 
-    async def import_later(self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]]
-                           ) -> Callable[[], list[dict[str, Any]]]:
+    async def import_later(
+        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+    ) -> Callable[[], list[dict[str, Any]]]:
         """The ops of an import (each session's create, then its messages') as a function
         a store calls only if its outbox is on."""
         hlc = await self._hlc()

@@ -39,7 +39,9 @@ class ChatProvider(Protocol):
     #: recorded on assistant messages as ``provider``
     name: str
 
-    async def complete(self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any) -> str: ...
+    async def complete(
+        self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any
+    ) -> str: ...
 
     def stream(
         self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any
@@ -124,13 +126,18 @@ class OpenAICompatibleProvider(HTTPProvider):
     def __repr__(self) -> str:
         return f"OpenAICompatibleProvider({self.base_url!r}, model={self.model!r})"  # no key
 
-    def _request(self, messages: list[dict[str, Any]], model: str | None, stream: bool, kw: dict[str, Any]) -> tuple[str, dict[str, str], bytes]:
+    def _request(
+        self, messages: list[dict[str, Any]], model: str | None, stream: bool, kw: dict[str, Any]
+    ) -> tuple[str, dict[str, str], bytes]:
         body: dict[str, Any] = {"model": model or self.model, "messages": messages, "stream": stream}
         if self.temperature is not None:
             body["temperature"] = self.temperature
         body.update(self.extra_body)
         body.update(kw)
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if stream else "application/json",
+        }
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return f"{self.base_url}/chat/completions", headers, json.dumps(body).encode()
@@ -152,7 +159,9 @@ class OpenAICompatibleProvider(HTTPProvider):
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise ProviderServerError(f"{url}: unreadable answer") from e
 
-    async def stream(self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any) -> AsyncIterator[str]:
+    async def stream(
+        self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any
+    ) -> AsyncIterator[str]:
         """Yield the answer's text pieces as the server sends them (SSE)."""
         url, headers, body = self._request(messages, model, True, kw)
         finished = False
@@ -193,7 +202,8 @@ class OpenAICompatibleProvider(HTTPProvider):
         except TransportTimeout as e:
             raise ProviderTimeout(f"{url}: timed out") from e
         except TransportError as e:
-            raise (ProviderServerError if finished is False and "mid-stream" in str(e) else ProviderUnavailable)(
-                f"{url}: {e}") from e
+            raise (
+                ProviderServerError if finished is False and "mid-stream" in str(e) else ProviderUnavailable
+            )(f"{url}: {e}") from e
         finally:
             await lines.aclose()  # type: ignore[attr-defined]

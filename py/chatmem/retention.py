@@ -115,7 +115,9 @@ def _meta(s: SessionMeta | Mapping[str, Any]) -> SessionMeta:
         return s
     if isinstance(s, Mapping):
         return SessionMeta.from_record(s)
-    raise ValidationError(f"expected a SessionMeta or a session record, got {type(s).__name__}", field="sessions")
+    raise ValidationError(
+        f"expected a SessionMeta or a session record, got {type(s).__name__}", field="sessions"
+    )
 
 
 def plan_retention(
@@ -130,8 +132,12 @@ def plan_retention(
     plan = RetentionPlan()
     # 1. archive inactive
     for m in metas:
-        if (policy.archive_after and not m.pinned and not archived[m.session_id]
-                and now - m.updated_at > policy.archive_after):
+        if (
+            policy.archive_after
+            and not m.pinned
+            and not archived[m.session_id]
+            and now - m.updated_at > policy.archive_after
+        ):
             archived[m.session_id] = True
             plan.archive.append(m.session_id)
     # 2. delete expired archived
@@ -223,8 +229,13 @@ def plan_message_retention(
     msgs = [m if isinstance(m, ChatMessage) else ChatMessage.from_record(m) for m in messages]
     action: Literal["archive", "delete"] = "archive" if policy.archive_originals else "delete"
     summaries = [m for m in msgs if is_summary_message(m)]
-    fixed = [m for m in msgs if not is_summary_message(m) and m.role == "system"
-             and (policy.keep_system_messages or is_system_prompt(m))]
+    fixed = [
+        m
+        for m in msgs
+        if not is_summary_message(m)
+        and m.role == "system"
+        and (policy.keep_system_messages or is_system_prompt(m))
+    ]
     fixed_ids = {m.id for m in fixed}
     convo = [m for m in msgs if m.id not in fixed_ids and not is_summary_message(m)]
     keep_n = (

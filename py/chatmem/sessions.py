@@ -254,9 +254,14 @@ class Sessions:
         fields: dict[str, Any] = dict(title=parent.title, tags=list(parent.tags))
         fields.update(meta_fields)
         meta = SessionMeta(
-            session_id=new_id, created_at=now, updated_at=now, user_id=parent.user_id,
-            character_id=parent.character_id, parent_id=parent.session_id,
-            message_count=len(copies), **fields,
+            session_id=new_id,
+            created_at=now,
+            updated_at=now,
+            user_id=parent.user_id,
+            character_id=parent.character_id,
+            parent_id=parent.session_id,
+            message_count=len(copies),
+            **fields,
         )
         rec = meta.to_record()
         check_session_record(rec, self._core.limits)
@@ -277,8 +282,12 @@ class Sessions:
             rec["metadata"] = dict(rec.get("metadata") or {}, originalId=m.id, originalSeq=m.seq)
             records.append(rec)
         return await self._copy_into_new(
-            parent, records, title=f"{parent.title} (archived history)", archived=True,
-            fork_reason="retention-archive")
+            parent,
+            records,
+            title=f"{parent.title} (archived history)",
+            archived=True,
+            fork_reason="retention-archive",
+        )
 
     async def fork(
         self, session_id: str, *, at_index: int | None = None, reason: str | None = None

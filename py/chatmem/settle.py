@@ -13,8 +13,9 @@ from typing import Any, Callable
 __all__ = ["settle"]
 
 
-async def settle(fut: asyncio.Future[Any], *, poke: Callable[[], None] | None = None,
-                 interval: float | None = None) -> None:
+async def settle(
+    fut: asyncio.Future[Any], *, poke: Callable[[], None] | None = None, interval: float | None = None
+) -> None:
     """Wait until ``fut`` is done, ignoring further cancellation of the waiting task, and
     retrieve its outcome (an error is the expected end of a cancelled call, not a bug).
 

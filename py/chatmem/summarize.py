@@ -80,7 +80,7 @@ def is_system_prompt(m: ChatMessage | Mapping[str, Any]) -> bool:
 def summary_text(m: ChatMessage | Mapping[str, Any]) -> str:
     """The summary text of a stored summary message (without ``SUMMARY_PREFIX``)."""
     text = _as_message(m).text
-    return text[len(SUMMARY_PREFIX):] if text.startswith(SUMMARY_PREFIX) else text
+    return text[len(SUMMARY_PREFIX) :] if text.startswith(SUMMARY_PREFIX) else text
 
 
 def build_summary_prompt(messages: Sequence[ChatMessage], previous_summary: str | None = None) -> str:
@@ -99,7 +99,9 @@ class LLMSummarizer:
 
     def __init__(self, provider: ChatProvider, model: str | None = "gpt-4o-mini", **options: Any):
         if not callable(getattr(provider, "complete", None)):
-            raise ValidationError("provider needs an async complete(messages, *, model=None)", field="provider")
+            raise ValidationError(
+                "provider needs an async complete(messages, *, model=None)", field="provider"
+            )
         self.provider = provider
         self.model = model
         self.options = options
@@ -108,7 +110,9 @@ class LLMSummarizer:
         if not messages:
             return previous_summary or ""
         prompt = build_summary_prompt(messages, previous_summary)
-        out = await self.provider.complete([{"role": "user", "content": prompt}], model=self.model, **self.options)
+        out = await self.provider.complete(
+            [{"role": "user", "content": prompt}], model=self.model, **self.options
+        )
         text = (out or "").strip()
         if not text:
             raise ChatmemError("the summarizer model returned an empty summary; nothing was summarized")

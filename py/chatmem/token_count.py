@@ -94,7 +94,9 @@ def for_format(tokenizer: Tokenizer, format: str, message_overhead: int | None =
             return tokenizer
         message_overhead = MESSAGE_OVERHEAD[format]
     overhead = _check_overhead(message_overhead)
-    if getattr(tokenizer, "message_overhead", overhead) == overhead or not hasattr(tokenizer, "message_overhead"):
+    if getattr(tokenizer, "message_overhead", overhead) == overhead or not hasattr(
+        tokenizer, "message_overhead"
+    ):
         return tokenizer
     out = copy.copy(tokenizer)
     out.message_overhead = overhead
@@ -127,7 +129,11 @@ class EstimateTokenizer:
     def count_message(self, message: ChatMessage | Mapping[str, Any]) -> int:
         if isinstance(message, ChatMessage):
             content = message.token_count if self.trust_stored else estimate_tokens(message.text)
-            extra = message_extra_text(message) if (message.tool_calls or message.tool_call_id or message.name) else ""
+            extra = (
+                message_extra_text(message)
+                if (message.tool_calls or message.tool_call_id or message.name)
+                else ""
+            )
         elif self.trust_stored and isinstance(message.get("tokenCount"), int):  # a stored record
             content = message["tokenCount"]
             extra = message_extra_text(message)

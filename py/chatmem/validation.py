@@ -107,8 +107,15 @@ def _path(root: str, loc: Any) -> str:
     return where
 
 
-def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", field: str | None = None,
-                max_bytes: int | None = None, limit_name: str = "max_message_bytes") -> int:
+def check_value(
+    value: Any,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    path: str = "",
+    field: str | None = None,
+    max_bytes: int | None = None,
+    limit_name: str = "max_message_bytes",
+) -> int:
     """Check one JSON value (see the module docstring); return its size in UTF-8 JSON bytes.
 
     Iterative (no recursion): a value nested far past ``max_depth`` is refused
@@ -134,12 +141,17 @@ def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", 
             if depth > max_depth:
                 raise LimitExceeded(
                     f"{_where(_path(path, loc))}nested deeper than {max_depth} levels",
-                    limit="max_depth", maximum=max_depth, field=fname)
+                    limit="max_depth",
+                    maximum=max_depth,
+                    field=fname,
+                )
             if isinstance(v, dict):
                 top = fname is None and depth == 1
                 for k, item in v.items():
                     if type(k) is not str and not isinstance(k, str):
-                        raise ValidationError(f"{_where(_path(path, loc))}object keys must be strings", field=fname)
+                        raise ValidationError(
+                            f"{_where(_path(path, loc))}object keys must be strings", field=fname
+                        )
                     ks = _KEY_BYTES.get(k)
                     if ks is not None:
                         size += ks
@@ -170,17 +182,25 @@ def check_value(value: Any, limits: Limits = DEFAULT_LIMITS, *, path: str = "", 
             size += 5
         elif isinstance(v, int):
             if not INT64_MIN <= v <= INT64_MAX:
-                raise ValidationError(f"{_where(_path(path, loc))}integer out of the 64-bit range", field=fname)
+                raise ValidationError(
+                    f"{_where(_path(path, loc))}integer out of the 64-bit range", field=fname
+                )
             size += 20
         elif isinstance(v, float):
             if not math.isfinite(v):
                 raise ValidationError(f"{_where(_path(path, loc))}NaN and Infinity are not JSON", field=fname)
             size += 24
         else:
-            raise ValidationError(f"{_where(_path(path, loc))}{type(v).__name__} is not a JSON value", field=fname)
+            raise ValidationError(
+                f"{_where(_path(path, loc))}{type(v).__name__} is not a JSON value", field=fname
+            )
         if max_bytes is not None and size > max_bytes:
-            raise LimitExceeded(f"{_where(path)}larger than {max_bytes} bytes",
-                                limit=limit_name, maximum=max_bytes, field=field)
+            raise LimitExceeded(
+                f"{_where(path)}larger than {max_bytes} bytes",
+                limit=limit_name,
+                maximum=max_bytes,
+                field=field,
+            )
     return size
 
 
@@ -190,16 +210,24 @@ def _text_bytes(s: str, root: str, loc: Any, field: str | None) -> int:
     try:
         return len(s.encode("utf-8"))
     except UnicodeEncodeError as e:
-        raise ValidationError(f"{_where(_path(root, loc))}text is not valid Unicode (a lone surrogate at {e.start})",
-                              field=field) from e
+        raise ValidationError(
+            f"{_where(_path(root, loc))}text is not valid Unicode (a lone surrogate at {e.start})",
+            field=field,
+        ) from e
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def loads_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS, *, max_bytes: int | None = None,
-               what: str = "JSON", limit_name: str = "max_import_bytes") -> Any:
+def loads_json(
+    text: str | bytes,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    max_bytes: int | None = None,
+    what: str = "JSON",
+    limit_name: str = "max_import_bytes",
+) -> Any:
     """Parse JSON text strictly: NaN/Infinity refused, nesting bounded, size bounded.
 
     ``ValidationError`` (``LimitExceeded`` for a bound) on anything else.
@@ -214,8 +242,11 @@ def loads_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS, *, max_bytes:
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except RecursionError as e:
-        raise LimitExceeded(f"{what} is nested deeper than {limits.max_depth} levels",
-                            limit="max_depth", maximum=limits.max_depth) from e
+        raise LimitExceeded(
+            f"{what} is nested deeper than {limits.max_depth} levels",
+            limit="max_depth",
+            maximum=limits.max_depth,
+        ) from e
     except ValueError as e:
         raise ValidationError(f"{what} is not valid JSON: {e}") from e
     _check_depth(value, limits, what)
@@ -227,9 +258,14 @@ def loads_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS, *, max_bytes:
 IMPORT_NESTING = 8
 
 
-def check_shape(value: Any, limits: Limits = DEFAULT_LIMITS, *, what: str = "the import",
-                error: type[ValidationError] = ValidationError,
-                too_deep: type[LimitExceeded] = LimitExceeded) -> None:
+def check_shape(
+    value: Any,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    what: str = "the import",
+    error: type[ValidationError] = ValidationError,
+    too_deep: type[LimitExceeded] = LimitExceeded,
+) -> None:
     """Check a whole input's structure before anything reads it: only JSON types
     (``dict`` with ``str`` keys, ``list``, ``str``, ``int`` within 64 bits, finite
     ``float``, ``bool``, ``None``), nested at most ``limits.max_depth`` levels plus
@@ -249,8 +285,11 @@ def check_shape(value: Any, limits: Limits = DEFAULT_LIMITS, *, what: str = "the
             continue
         if t is dict or t is list or isinstance(v, (dict, list)):
             if depth > max_depth:
-                raise too_deep(f"{what} is nested deeper than {max_depth} levels",
-                               limit="max_depth", maximum=limits.max_depth)
+                raise too_deep(
+                    f"{what} is nested deeper than {max_depth} levels",
+                    limit="max_depth",
+                    maximum=limits.max_depth,
+                )
             if isinstance(v, dict):
                 for k, item in v.items():
                     if type(k) is not str and not isinstance(k, str):
@@ -277,8 +316,11 @@ def _check_depth(value: Any, limits: Limits, what: str) -> None:
         v, d = stack.pop()
         if isinstance(v, (dict, list)):
             if d > limits.max_depth + 4:  # room for the envelope around the records
-                raise LimitExceeded(f"{what} is nested deeper than {limits.max_depth} levels",
-                                    limit="max_depth", maximum=limits.max_depth)
+                raise LimitExceeded(
+                    f"{what} is nested deeper than {limits.max_depth} levels",
+                    limit="max_depth",
+                    maximum=limits.max_depth,
+                )
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
 
 
@@ -286,20 +328,38 @@ def _check_depth(value: Any, limits: Limits, what: str) -> None:
 
 #: message record key -> ``validate_message_fields`` name
 _MESSAGE_KEY_FIELD = {
-    "id": "id", "createdAt": "created_at", "provider": "provider", "model": "model",
-    "slices": "slices", "tool_results": "tool_results", "categorization": "categorization",
-    "toolCalls": "tool_calls", "toolCallId": "tool_call_id", "name": "name",
-    "metadata": "metadata", "tokenCount": "token_count",
+    "id": "id",
+    "createdAt": "created_at",
+    "provider": "provider",
+    "model": "model",
+    "slices": "slices",
+    "tool_results": "tool_results",
+    "categorization": "categorization",
+    "toolCalls": "tool_calls",
+    "toolCallId": "tool_call_id",
+    "name": "name",
+    "metadata": "metadata",
+    "tokenCount": "token_count",
 }
-MESSAGE_RECORD_FIELDS: frozenset[str] = frozenset({*_MESSAGE_KEY_FIELD, "sessionId", "seq", "role", "content"})
+MESSAGE_RECORD_FIELDS: frozenset[str] = frozenset(
+    {*_MESSAGE_KEY_FIELD, "sessionId", "seq", "role", "content"}
+)
 assert set(_MESSAGE_KEY_FIELD.values()) == MESSAGE_FIELDS
 
 #: session record key -> what it must be
 _SESSION_TYPES: dict[str, tuple[str, bool]] = {  # key -> (kind, may be null)
-    "sessionId": ("id", False), "title": ("str", True), "createdAt": ("time", False),
-    "updatedAt": ("time", False), "userId": ("str", False), "characterId": ("str", False),
-    "pinned": ("bool", False), "archived": ("bool", False), "tags": ("tags", True),
-    "parentId": ("str", True), "forkIndex": ("count", True), "forkReason": ("str", True),
+    "sessionId": ("id", False),
+    "title": ("str", True),
+    "createdAt": ("time", False),
+    "updatedAt": ("time", False),
+    "userId": ("str", False),
+    "characterId": ("str", False),
+    "pinned": ("bool", False),
+    "archived": ("bool", False),
+    "tags": ("tags", True),
+    "parentId": ("str", True),
+    "forkIndex": ("count", True),
+    "forkReason": ("str", True),
     "messageCount": ("count", False),
 }
 SESSION_RECORD_FIELDS: frozenset[str] = frozenset(_SESSION_TYPES)
@@ -307,8 +367,9 @@ _SESSION_REQUIRED = ("sessionId", "createdAt", "updatedAt")
 
 #: the JSON size (quotes, colon, comma) of the keys every record has, counted once here
 _KEY_BYTES: dict[str, int] = {
-    k: len(k) + 4 for k in (*MESSAGE_RECORD_FIELDS, *SESSION_RECORD_FIELDS, "nextSeq", "source", "sourceId", "type",
-                            "text")}
+    k: len(k) + 4
+    for k in (*MESSAGE_RECORD_FIELDS, *SESSION_RECORD_FIELDS, "nextSeq", "source", "sourceId", "type", "text")
+}
 
 
 def is_id(value: Any) -> TypeGuard[str]:
@@ -328,7 +389,11 @@ def is_id(value: Any) -> TypeGuard[str]:
 def parse_decimal(text: Any, max_digits: int = 18) -> int | None:
     """The int that ``text`` spells in ASCII digits (at most ``max_digits`` of them), else
     None: ``str.isdigit`` also takes "²" and other digits ``int`` refuses."""
-    if not isinstance(text, str) or not 0 < len(text) <= max_digits or not (text.isascii() and text.isdigit()):
+    if (
+        not isinstance(text, str)
+        or not 0 < len(text) <= max_digits
+        or not (text.isascii() and text.isdigit())
+    ):
         return None
     return int(text)
 
@@ -337,8 +402,10 @@ def check_id(value: Any, field: str) -> str:
     """``value`` if it is an id (a non-empty string of at most 200 characters that is
     valid Unicode), else ``ValidationError`` naming ``field``."""
     if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
-        raise ValidationError(f"{field} must be a non-empty string of at most {_MAX_ID} characters, "
-                              f"got {shown(value)}", field=field)
+        raise ValidationError(
+            f"{field} must be a non-empty string of at most {_MAX_ID} characters, got {shown(value)}",
+            field=field,
+        )
     if not value.isascii():
         _text_bytes(value, field, None, field)
     return value
@@ -414,12 +481,17 @@ def check_message_record(rec: Any, limits: Limits = DEFAULT_LIMITS) -> None:
     for key in ("id", "sessionId"):
         v = rec[key]
         if not isinstance(v, str) or not 0 < len(v) <= _MAX_ID:
-            raise ValidationError(f"{key} must be a non-empty string of at most {_MAX_ID} characters", field=key)
+            raise ValidationError(
+                f"{key} must be a non-empty string of at most {_MAX_ID} characters", field=key
+            )
     seq = rec.get("seq")
     if seq is not None and (not _is_int(seq) or not 0 <= seq <= INT64_MAX):
         raise ValidationError("seq must be a non-negative 64-bit int", field="seq")
     if not _is_int(rec["createdAt"]):
         raise ValidationError("createdAt must be an int (ms since the epoch)", field="createdAt")
     check_value(rec, limits, max_bytes=limits.max_message_bytes)
-    validate_message_fields(rec["role"], rec["content"],
-                            {f: rec[k] for k, f in _MESSAGE_KEY_FIELD.items() if rec.get(k) is not None})
+    validate_message_fields(
+        rec["role"],
+        rec["content"],
+        {f: rec[k] for k, f in _MESSAGE_KEY_FIELD.items() if rec.get(k) is not None},
+    )

@@ -92,7 +92,9 @@ def preset(name: str) -> ModelBudget:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValidationError(f"unknown model budget {shown(name)}; known: {sorted(PRESETS)}", field="name") from None
+        raise ValidationError(
+            f"unknown model budget {shown(name)}; known: {sorted(PRESETS)}", field="name"
+        ) from None
 
 
 @dataclass
@@ -140,7 +142,9 @@ def _msg(m: MessageLike) -> ChatMessage:
         return m
     if isinstance(m, Mapping):
         return ChatMessage.from_record(m)
-    raise ValidationError(f"expected a ChatMessage or a message record, got {type(m).__name__}", field="messages")
+    raise ValidationError(
+        f"expected a ChatMessage or a message record, got {type(m).__name__}", field="messages"
+    )
 
 
 def _id(m: MessageLike) -> str:
@@ -294,7 +298,9 @@ def fit_window(
     # 1. mandatory: system prompt + newest user message
     sys_msg = {"role": "system", "content": system_prompt} if system_prompt is not None else None
     sys_t = tk.count_message(sys_msg) if sys_msg else 0
-    u = next((i for i in range(len(recent_messages) - 1, -1, -1) if _role(recent_messages[i]) == "user"), None)
+    u = next(
+        (i for i in range(len(recent_messages) - 1, -1, -1) if _role(recent_messages[i]) == "user"), None
+    )
     walk = _Walk(recent_messages, tk, u)
     u_t = tk.count_message(walk.get(u)) if u is not None else 0
     if sys_t + u_t > budget:

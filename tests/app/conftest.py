@@ -12,9 +12,11 @@ import pytest
 from conftest import unique_name
 
 #: the stored user messages (not the draft shown while storing) whose text is ``t``
-SENT_JS = ("t => { const norm = (s) => s.replace(/\\s+/g, ' ').trim();"
-           " return [...document.querySelectorAll('#messages > li.msg.user')].filter("
-           "li => li.dataset.id !== 'draft' && norm(li.querySelector('.body').textContent) === norm(t)); }")
+SENT_JS = (
+    "t => { const norm = (s) => s.replace(/\\s+/g, ' ').trim();"
+    " return [...document.querySelectorAll('#messages > li.msg.user')].filter("
+    "li => li.dataset.id !== 'draft' && norm(li.querySelector('.body').textContent) === norm(t)); }"
+)
 
 
 class AppPage:
@@ -27,7 +29,9 @@ class AppPage:
         #: the page's console errors and warnings, and its failed requests (said when a wait runs out)
         self.log: list[str] = []
         page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}"))
+        page.on(
+            "console", lambda m: m.type in ("error", "warning") and self.log.append(f"{m.type}: {m.text}")
+        )
         page.on("requestfailed", lambda r: self.log.append(f"failed: {r.url} {r.failure}"))
         page.goto(f"{url}?db={db}")
         self.ready()
@@ -54,7 +58,9 @@ class AppPage:
                 " let li = sent[sent.length - 1].nextElementSibling;"
                 " for (; li; li = li.nextElementSibling)"
                 "   if (li.matches('.msg.assistant:not(.streaming), .msg.system[role=alert]')) return true;"
-                " return false; }", arg=[text, n])
+                " return false; }",
+                arg=[text, n],
+            )
         except Exception as e:
             raise AssertionError(f"{text!r} was not stored and answered: {self.state()}") from e
 
@@ -64,12 +70,14 @@ class AppPage:
             "() => ({composer: document.querySelector('#composer-input')?.value,"
             " toasts: [...document.querySelectorAll('#toasts .toast')].map(t => t.textContent),"
             " messages: [...document.querySelectorAll('#messages > li')].slice(-6)"
-            "   .map(li => `${li.className} ${li.dataset.id || ''}: ${li.textContent.slice(0, 80)}`)})")
+            "   .map(li => `${li.className} ${li.dataset.id || ''}: ${li.textContent.slice(0, 80)}`)})"
+        )
         try:
             shown["busy"] = self.page.evaluate(
                 "code => Promise.race([window.chatmem.runPython(code),"
                 " new Promise(r => setTimeout(() => r('no answer from Python in 5 s'), 5000))])",
-                "import chatmem_app\nchatmem_app.app.busy")
+                "import chatmem_app\nchatmem_app.app.busy",
+            )
         except Exception as e:  # noqa: BLE001 - the state is reported, whatever part answers
             shown["busy"] = f"unknown ({e})"
         return {**shown, "log": self.log[-12:], "errors": self.errors}
@@ -79,7 +87,9 @@ class AppPage:
         self.page.click("#new-session")
         self.page.wait_for_function(
             "n => document.querySelectorAll('#session-list .session').length > n "
-            "&& document.activeElement.id === 'composer-input'", arg=n)
+            "&& document.activeElement.id === 'composer-input'",
+            arg=n,
+        )
 
     def titles(self) -> list[str]:
         return self.page.locator("#session-list .session .title").all_inner_texts()

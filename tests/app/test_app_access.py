@@ -28,8 +28,10 @@ CONTRAST = """([fgSel, bgSel, prop]) => {
 
 
 def focused(p: Any) -> str:
-    return p.evaluate("() => { const e = document.activeElement; return e.id || e.getAttribute('data-panel') "
-                      "|| e.getAttribute('data-action') || e.tagName; }")
+    return p.evaluate(
+        "() => { const e = document.activeElement; return e.id || e.getAttribute('data-panel') "
+        "|| e.getAttribute('data-action') || e.tagName; }"
+    )
 
 
 def test_keyboard_only(app: AppPage) -> None:
@@ -48,10 +50,29 @@ def test_keyboard_only(app: AppPage) -> None:
     for _ in range(40):
         seen.append(focused(p))
         p.keyboard.press("Tab")
-    for want in ("new-session", "search-input", "view-active", "tag-filter", "open", "sync-chip",
-                 "context", "settings", "tag-input", "pin", "rename", "archive", "composer-input", "send-btn"):
+    for want in (
+        "new-session",
+        "search-input",
+        "view-active",
+        "tag-filter",
+        "open",
+        "sync-chip",
+        "context",
+        "settings",
+        "tag-input",
+        "pin",
+        "rename",
+        "archive",
+        "composer-input",
+        "send-btn",
+    ):
         assert want in seen, (want, seen)
-    assert seen.index("new-session") < seen.index("search-input") < seen.index("open") < seen.index("composer-input")
+    assert (
+        seen.index("new-session")
+        < seen.index("search-input")
+        < seen.index("open")
+        < seen.index("composer-input")
+    )
     # a panel opens with Enter, takes focus, closes with Escape and gives focus back
     p.focus('.tools [data-panel="settings"]')
     p.keyboard.press("Enter")
@@ -62,8 +83,10 @@ def test_keyboard_only(app: AppPage) -> None:
     # ...but not from someone who went on to the composer before the panel was gone
     p.keyboard.press("Enter")
     p.wait_for_function("() => document.activeElement.id === 'panel-title'")
-    p.evaluate("() => { document.querySelector('#panel [data-action=close-panel]').click();"
-               " document.querySelector('#composer-input').focus(); }")
+    p.evaluate(
+        "() => { document.querySelector('#panel [data-action=close-panel]').click();"
+        " document.querySelector('#composer-input').focus(); }"
+    )
     p.wait_for_selector("#panel", state="hidden")
     p.wait_for_function("() => !document.querySelector('.tools [aria-pressed=true]')")
     assert focused(p) == "composer-input"
@@ -71,8 +94,10 @@ def test_keyboard_only(app: AppPage) -> None:
     p.focus("#session-bar [data-action=pin]")
     p.keyboard.press("Enter")
     p.wait_for_selector("#session-list .group-label:has-text('Pinned')")
-    p.wait_for_function("() => document.activeElement.getAttribute('data-action') === 'pin' "
-                        "&& document.activeElement.innerText === 'Unpin'")
+    p.wait_for_function(
+        "() => document.activeElement.getAttribute('data-action') === 'pin' "
+        "&& document.activeElement.innerText === 'Unpin'"
+    )
 
 
 def test_labels_focus_ring_and_contrast(app: AppPage) -> None:
@@ -81,18 +106,26 @@ def test_labels_focus_ring_and_contrast(app: AppPage) -> None:
     app.send("Hello")
     assert p.evaluate(UNNAMED) == []
     for panel in ("context", "settings", "data", "insights", "sync"):
-        p.evaluate("() => document.activeElement && document.activeElement.blur()")  # the last panel's title had it
+        p.evaluate(
+            "() => document.activeElement && document.activeElement.blur()"
+        )  # the last panel's title had it
         p.click(f'[data-panel="{panel}"] >> nth=0')
         # the panel is open once it is rendered and its title has the focus (the title's focus
         # comes last: a check before it, or the composer's focus below, would race with it)
-        p.wait_for_function("() => !document.querySelector('#panel').hidden"
-                            " && document.activeElement && document.activeElement.id === 'panel-title'")
+        p.wait_for_function(
+            "() => !document.querySelector('#panel').hidden"
+            " && document.activeElement && document.activeElement.id === 'panel-title'"
+        )
         assert p.evaluate(UNNAMED) == [], panel
     p.focus("#composer-input")
     assert p.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
-    for fg, bg, prop in (("body", "body", None), (".msg .role", ".msg.assistant", None),
-                         ("#mode-note", ".composer", None), ("#send-btn", "#send-btn", None),
-                         (".session .meta", ".sidebar", None)):
+    for fg, bg, prop in (
+        ("body", "body", None),
+        (".msg .role", ".msg.assistant", None),
+        ("#mode-note", ".composer", None),
+        ("#send-btn", "#send-btn", None),
+        (".session .meta", ".sidebar", None),
+    ):
         ratio = p.evaluate(CONTRAST, [fg, bg, prop])
         assert ratio >= 4.5, (fg, bg, ratio)
 

@@ -23,7 +23,8 @@ def shown(app: AppPage, text: str, timeout: float = 20.0) -> None:
 
 
 def test_another_tabs_writes_appear_in_the_list_and_the_open_conversation(
-        app_factory: Callable[..., AppPage]) -> None:
+    app_factory: Callable[..., AppPage],
+) -> None:
     db = unique_name("tabs")
     a = app_factory(db=db)
     b = app_factory(db=db)
@@ -51,10 +52,12 @@ def test_what_a_background_pull_brings_appears(browser: Any, site: str, srv: Any
         page = ctx.new_page()
         page.set_default_timeout(60_000)
         app = AppPage(page, site, unique_name("pulled"))
-        app.py("import chatmem_app\nfrom chatmem.sync import SyncConfig\n"
-               f"await chatmem_app.app.mem.sync.configure(SyncConfig(enabled=True, endpoint={srv.url!r}, "
-               f"api_key={KEY!r}, auto_sync=True, sync_interval=1000))\n"
-               "chatmem_app.app.mem.sync.start()\nNone")
+        app.py(
+            "import chatmem_app\nfrom chatmem.sync import SyncConfig\n"
+            f"await chatmem_app.app.mem.sync.configure(SyncConfig(enabled=True, endpoint={srv.url!r}, "
+            f"api_key={KEY!r}, auto_sync=True, sync_interval=1000))\n"
+            "chatmem_app.app.mem.sync.start()\nNone"
+        )
 
         async def device(text: str, sid: str | None = None) -> str:
             mem = await chatmem.open()

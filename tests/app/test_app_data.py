@@ -60,11 +60,14 @@ def export(app: AppPage, tmp_path: Path, action: str) -> Path:
 
 
 def drop_file(page: Any, name: str, text: str) -> None:
-    dt = page.evaluate_handle("""([name, text]) => {
+    dt = page.evaluate_handle(
+        """([name, text]) => {
         const dt = new DataTransfer();
         dt.items.add(new File([text], name, { type: 'application/json' }));
         return dt;
-    }""", [name, text])
+    }""",
+        [name, text],
+    )
     page.dispatch_event(".drop-zone", "dragover", {"dataTransfer": dt})
     assert "over" in page.get_attribute(".drop-zone", "class")
     page.dispatch_event(".drop-zone", "drop", {"dataTransfer": dt})
@@ -142,31 +145,71 @@ def test_a_file_that_is_not_an_export_is_refused_clearly(app: AppPage) -> None:
     # one sentence that names what it reads: no Python list, no field names
     assert "ChatGPT" in err.inner_text() and "[" not in err.inner_text()
     # a broken file: also nothing written
-    p.set_input_files("#import-file", {"name": "broken.json", "mimeType": "application/json",
-                                       "buffer": b'{"version": "1.0.0", "sessions": [{"meta": {}, "messages": [{"role": 7}]}]}'})
+    p.set_input_files(
+        "#import-file",
+        {
+            "name": "broken.json",
+            "mimeType": "application/json",
+            "buffer": b'{"version": "1.0.0", "sessions": [{"meta": {}, "messages": [{"role": 7}]}]}',
+        },
+    )
     p.wait_for_selector("#import-report:has-text('broken.json')")
     assert "Nothing imported" in p.locator("#import-report").inner_text()
     assert app.titles() == ["Already here"]
-    assert app.py(f"""
+    assert (
+        app.py(f"""
 import chatmem
 mem = await chatmem.open({app.db!r})
-len(await mem.sessions.list(archived=None))""") == 1
+len(await mem.sessions.list(archived=None))""")
+        == 1
+    )
 
 
 def test_a_chatgpt_export_keeps_traces_of_what_it_could_not_bring(app: AppPage) -> None:
     """An image the export holds only a pointer to is shown as a placeholder, citation markers
     read as references, and the report counts with the right plural."""
     p = app.page
-    conv = {"title": "Trip", "create_time": 1_700_000_000.0, "current_node": "b", "mapping": {
-        "r": {"id": "r", "message": None, "parent": None, "children": ["a"]},
-        "a": {"id": "a", "parent": "r", "children": ["b"], "message": {
-            "id": "a", "author": {"role": "user"}, "create_time": 1_700_000_000.0,
-            "content": {"content_type": "multimodal_text", "parts": [
-                {"content_type": "image_asset_pointer", "asset_pointer": "file-service://file-XYZ",
-                 "width": 512, "height": 512}, "What city is this?"]}}},
-        "b": {"id": "b", "parent": "a", "children": [], "message": {
-            "id": "b", "author": {"role": "assistant"}, "create_time": 1_700_000_001.0,
-            "content": {"content_type": "text", "parts": ["It looks like Porto【13†source】."]}}}}}
+    conv = {
+        "title": "Trip",
+        "create_time": 1_700_000_000.0,
+        "current_node": "b",
+        "mapping": {
+            "r": {"id": "r", "message": None, "parent": None, "children": ["a"]},
+            "a": {
+                "id": "a",
+                "parent": "r",
+                "children": ["b"],
+                "message": {
+                    "id": "a",
+                    "author": {"role": "user"},
+                    "create_time": 1_700_000_000.0,
+                    "content": {
+                        "content_type": "multimodal_text",
+                        "parts": [
+                            {
+                                "content_type": "image_asset_pointer",
+                                "asset_pointer": "file-service://file-XYZ",
+                                "width": 512,
+                                "height": 512,
+                            },
+                            "What city is this?",
+                        ],
+                    },
+                },
+            },
+            "b": {
+                "id": "b",
+                "parent": "a",
+                "children": [],
+                "message": {
+                    "id": "b",
+                    "author": {"role": "assistant"},
+                    "create_time": 1_700_000_001.0,
+                    "content": {"content_type": "text", "parts": ["It looks like Porto【13†source】."]},
+                },
+            },
+        },
+    }
     p.click(".tools [data-panel=data]")
     drop_file(p, "conversations.json", json.dumps([conv]))
     p.wait_for_selector("#import-summary")

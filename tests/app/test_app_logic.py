@@ -31,13 +31,16 @@ def texts(nodes: list[Any]) -> str:
     return "".join(n if isinstance(n, str) else texts(n[2]) for n in nodes)
 
 
-@pytest.mark.parametrize("src", [
-    "<img src=x onerror=alert(1)>",
-    "<script>alert(1)</script>",
-    "**<b>bold</b>** and `<i>`",
-    "[click](javascript:alert(1))",
-    "> <iframe src=//evil>",
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "<img src=x onerror=alert(1)>",
+        "<script>alert(1)</script>",
+        "**<b>bold</b>** and `<i>`",
+        "[click](javascript:alert(1))",
+        "> <iframe src=//evil>",
+    ],
+)
 def test_markup_in_content_stays_text(src: str) -> None:
     nodes = render.markdown(src)
     assert set(tags(nodes)) <= {"p", "strong", "em", "code", "blockquote", "a", "pre"}
@@ -49,7 +52,9 @@ def test_markup_in_content_stays_text(src: str) -> None:
 
 
 def test_markdown_blocks_and_inline() -> None:
-    nodes = render.markdown("# Title\n\nSome **bold** and *it* and `x<y`\n\n- a\n- b\n\n```py\nprint(1)\n```\n1. one")
+    nodes = render.markdown(
+        "# Title\n\nSome **bold** and *it* and `x<y`\n\n- a\n- b\n\n```py\nprint(1)\n```\n1. one"
+    )
     assert [n[0] for n in nodes] == ["h3", "p", "ul", "pre", "ol"]
     assert tags([nodes[1]]) == ["p", "strong", "em", "code"]
     assert texts([nodes[3]]) == "print(1)"
@@ -75,19 +80,22 @@ def test_snippet_marks_the_matched_words_around_the_first() -> None:
     assert texts(render.snippet("short text", [], width=60)) == "short text"
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"provider": {"base_url": "ftp://x"}}, "Provider base URL"),
-    ({"provider": {"base_url": "http://example.com/v1", "model": "m"}}, "plain http"),
-    ({"provider": {"base_url": "https://api.example.com/v1"}}, "Model"),
-    ({"retrieval": {"strategy": "random"}}, "Retrieval strategy"),
-    ({"retrieval": {"scope": "everyone"}}, "Recall from"),
-    ({"retrieval": {"weights": {"recency": 2}}}, "Recency weight"),
-    ({"retention": {"max_sessions": -1}}, "max sessions"),
-    ({"sync": {"enabled": True}}, "Sync"),
-    ({"sync": {"interval_s": 1}}, "Sync interval"),
-    ({"budget": "huge"}, "Token budget"),
-    ({"retrieval": {"recent_count": 0}}, "Recent messages"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"provider": {"base_url": "ftp://x"}}, "Provider base URL"),
+        ({"provider": {"base_url": "http://example.com/v1", "model": "m"}}, "plain http"),
+        ({"provider": {"base_url": "https://api.example.com/v1"}}, "Model"),
+        ({"retrieval": {"strategy": "random"}}, "Retrieval strategy"),
+        ({"retrieval": {"scope": "everyone"}}, "Recall from"),
+        ({"retrieval": {"weights": {"recency": 2}}}, "Recency weight"),
+        ({"retention": {"max_sessions": -1}}, "max sessions"),
+        ({"sync": {"enabled": True}}, "Sync"),
+        ({"sync": {"interval_s": 1}}, "Sync interval"),
+        ({"budget": "huge"}, "Token budget"),
+        ({"retrieval": {"recent_count": 0}}, "Recent messages"),
+    ],
+)
 def test_settings_validation_names_the_field(change: dict[str, Any], problem: str) -> None:
     s = settings.merge(settings.DEFAULTS, change)
     errs = settings.validate(s)
@@ -106,26 +114,58 @@ def test_a_result_marks_only_the_words_that_matched() -> None:
     """Stems of the query's words, whole words only; never stopwords or single letters, never
     a query word inside another word."""
     text = "I live in Porto; which city do I reside in? I'm pinging the zebras in Elm Street"
-    nodes = render.snippet(text, matched_spans(text, 'which city do I reside in "elm street" zebra'), width=200)
+    nodes = render.snippet(
+        text, matched_spans(text, 'which city do I reside in "elm street" zebra'), width=200
+    )
     assert [n[2][0] for n in nodes if isinstance(n, tuple)] == ["city", "reside", "zebras", "Elm", "Street"]
     assert texts(nodes) == text
 
 
 def test_settings_map_to_the_library_objects() -> None:
-    s = settings.merge(settings.DEFAULTS, {
-        "retrieval": {"strategy": "hybrid", "recent_count": 4, "weights": {"recency": 0.2, "relevance": 0.8}},
-        "retention": {"max_sessions": 5, "archive_after_days": 2, "max_age_days": 3, "delete_archived": True},
-        "sync": {"enabled": True, "endpoint": "http://127.0.0.1:9/", "api_key": "k", "interval_s": 30, "auto": False}})
+    s = settings.merge(
+        settings.DEFAULTS,
+        {
+            "retrieval": {
+                "strategy": "hybrid",
+                "recent_count": 4,
+                "weights": {"recency": 0.2, "relevance": 0.8},
+            },
+            "retention": {
+                "max_sessions": 5,
+                "archive_after_days": 2,
+                "max_age_days": 3,
+                "delete_archived": True,
+            },
+            "sync": {
+                "enabled": True,
+                "endpoint": "http://127.0.0.1:9/",
+                "api_key": "k",
+                "interval_s": 30,
+                "auto": False,
+            },
+        },
+    )
     assert settings.validate(s) == []
     r = settings.retrieval_config(s)
-    assert (r.strategy, r.recent_count, r.hybrid_weights.recency, r.hybrid_weights.relevance) == ("hybrid", 4, 0.2, 0.8)
+    assert (r.strategy, r.recent_count, r.hybrid_weights.recency, r.hybrid_weights.relevance) == (
+        "hybrid",
+        4,
+        0.2,
+        0.8,
+    )
     assert r.scope == "character"  # the default: a new chat recalls the character's other conversations
     r.validate()
     pol = settings.retention_policy(s["retention"])
-    assert pol == chatmem.RetentionPolicy(max_sessions=5, max_age=3 * 86_400_000, archive_after=2 * 86_400_000,
-                                          delete_archived=True)
+    assert pol == chatmem.RetentionPolicy(
+        max_sessions=5, max_age=3 * 86_400_000, archive_after=2 * 86_400_000, delete_archived=True
+    )
     cfg = settings.sync_config(s)
-    assert (cfg.endpoint, cfg.api_key, cfg.sync_interval, cfg.auto_sync) == ("http://127.0.0.1:9", "k", 30_000, False)
+    assert (cfg.endpoint, cfg.api_key, cfg.sync_interval, cfg.auto_sync) == (
+        "http://127.0.0.1:9",
+        "k",
+        30_000,
+        False,
+    )
     assert isinstance(settings.chat_provider(object(), s), chatmem.OfflineResponder)
     s["provider"].update(base_url="http://127.0.0.1:9/v1", model="m")
     assert isinstance(settings.chat_provider(object(), s), chatmem.OpenAICompatibleProvider)
@@ -141,13 +181,19 @@ def test_bar_chart_scales_to_the_largest_value() -> None:
     heights = [float(r[1]["height"]) for r in rects]
     assert heights[1] == 100 - 18 - 8 and heights[0] == heights[1] / 2 and heights[2] == 0
     assert chart.per_day([{"day": 10, "messages": 3, "tokens": 9}], today=11, days=3) == [
-        (9, 0, 0), (10, 3, 9), (11, 0, 0)]
+        (9, 0, 0),
+        (10, 3, 9),
+        (11, 0, 0),
+    ]
 
 
 def test_relevance_threshold_default_is_the_originals() -> None:
     """0.7, the original's relevanceThreshold and the library's default (calibrated per embedder)."""
     assert settings.DEFAULTS["retrieval"]["relevance_threshold"] == 0.7
-    assert settings.retrieval_config(settings.DEFAULTS).relevance_threshold == chatmem.RetrievalConfig().relevance_threshold
+    assert (
+        settings.retrieval_config(settings.DEFAULTS).relevance_threshold
+        == chatmem.RetrievalConfig().relevance_threshold
+    )
 
 
 def test_settings_saved_with_the_uncalibrated_default_move_to_the_new_one() -> None:

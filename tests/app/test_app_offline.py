@@ -46,8 +46,13 @@ def test_starts_and_works_offline_after_one_visit(browser: Any, site: str, dist:
         # cut the network: offline emulation, and (browser-wide) no host resolves but loopback
         assert any(a.startswith("--host-resolver-rules=MAP * ~NOTFOUND") for a in CHROMIUM_ARGS)
         ctx.set_offline(True)
-        assert page.evaluate("() => fetch('/build-info.json?bypass=' + Math.random(), {cache: 'no-store'})"
-                             ".then(() => 'online', () => 'offline')") == "offline"
+        assert (
+            page.evaluate(
+                "() => fetch('/build-info.json?bypass=' + Math.random(), {cache: 'no-store'})"
+                ".then(() => 'online', () => 'offline')"
+            )
+            == "offline"
+        )
         page.reload()
         app.ready()
         assert not page.locator("#boot").is_visible()
@@ -65,7 +70,9 @@ def test_starts_and_works_offline_after_one_visit(browser: Any, site: str, dist:
 
 def test_manifest_and_service_worker_are_served(app: AppPage, site: str, dist: Any) -> None:
     p = app.page
-    manifest = p.evaluate("() => fetch(document.querySelector('link[rel=manifest]').href).then(r => r.json())")
+    manifest = p.evaluate(
+        "() => fetch(document.querySelector('link[rel=manifest]').href).then(r => r.json())"
+    )
     assert manifest["display"] == "standalone" and manifest["start_url"] == "./"
     assert any(i["src"] == "icons/icon.svg" for i in manifest["icons"])
     sw = (dist / "sw.js").read_text()
@@ -88,9 +95,11 @@ def test_time_to_interactive(app_factory: Callable[..., AppPage]) -> None:
     assert a.page.locator("#app").is_visible() and not a.page.locator("#boot").is_visible()
     a.page.wait_for_function("() => window.chatmem.timings['index:done']")
     t = a.page.evaluate("window.chatmem.timings")
-    print(f"\ntime to interactive: {t['interactive']} ms "
-          f"(Pyodide {t['pyodide:done']} ms, wheels {t['wheels:done'] - t['pyodide:done']} ms, "
-          f"store {t['store:done'] - t['store:active']} ms, UI {t['ui:done'] - t['ui:active']} ms); "
-          f"search index ready at {t['index:done']} ms")
+    print(
+        f"\ntime to interactive: {t['interactive']} ms "
+        f"(Pyodide {t['pyodide:done']} ms, wheels {t['wheels:done'] - t['pyodide:done']} ms, "
+        f"store {t['store:done'] - t['store:active']} ms, UI {t['ui:done'] - t['ui:active']} ms); "
+        f"search index ready at {t['index:done']} ms"
+    )
     assert t["interactive"] < 30_000 and t["index:done"] >= t["ui:done"]
     assert a.page.get_attribute("#search-input", "placeholder") == "Search all conversations"

@@ -58,7 +58,9 @@ await chatmem_app.app.open_session(b.session_id)
     assert any("blight" in s for s in snips) and any("archived" in s for s in snips)
     p.uncheck("#search-archived")
     p.press("#search-input", "Enter")
-    p.wait_for_function("() => ![...document.querySelectorAll('#search-results .hit')].some(h => h.innerText.includes('blight'))")
+    p.wait_for_function(
+        "() => ![...document.querySelectorAll('#search-results .hit')].some(h => h.innerText.includes('blight'))"
+    )
     p.select_option("#search-mode", "hybrid")
     p.press("#search-input", "Enter")
     p.wait_for_selector("#search-results:has-text('Hybrid search')")
@@ -204,7 +206,8 @@ def test_reload_notice_when_another_tab_upgrades_the_database(app: AppPage, new_
     app.send("Before the upgrade")
     assert p.locator("#reload-notice").count() == 0
     other = new_page()
-    version = other.page.evaluate("""async db => {
+    version = other.page.evaluate(
+        """async db => {
         const { SCHEMA_VERSION } = window.chatmem.bridge;
         return await new Promise((resolve, reject) => {
             const req = indexedDB.open(db, SCHEMA_VERSION + 1);
@@ -212,7 +215,9 @@ def test_reload_notice_when_another_tab_upgrades_the_database(app: AppPage, new_
             req.onerror = () => reject(req.error);
             req.onblocked = () => reject(new Error('blocked'));
         });
-    }""", app.db)
+    }""",
+        app.db,
+    )
     assert version >= 2
     notice = p.locator("#reload-notice")
     notice.wait_for()
@@ -220,4 +225,3 @@ def test_reload_notice_when_another_tab_upgrades_the_database(app: AppPage, new_
     assert "updated in another tab" in notice.inner_text() and "Reload" in notice.inner_text()
     assert p.evaluate("document.activeElement.dataset.action") == "reload-page"
     assert p.locator("#composer-input").is_disabled() and p.locator("#send-btn").is_disabled()
-

@@ -70,13 +70,17 @@ def test_chat_turns_against_the_local_server(app: AppPage, llm: LLMServer) -> No
     assert body["model"] == "tiny-model" and body["stream"] is True
     roles = [m["role"] for m in body["messages"]]
     # system prompt, live context (the local date and time), the history, the new message
-    assert roles[0] == "system" and body["messages"][1]["content"][0]["text"].startswith("Module module:datetime:")
+    assert roles[0] == "system" and body["messages"][1]["content"][0]["text"].startswith(
+        "Module module:datetime:"
+    )
     assert body["messages"][-1] == {"role": "user", "content": "And Porto?"}
     assert {"role": "assistant", "content": "echo: When should I visit Lisbon?"} in body["messages"]
-    assert stored(app) == [["user", "When should I visit Lisbon?", None, None],
-                           ["assistant", "echo: When should I visit Lisbon?", "openai-compatible", "tiny-model"],
-                           ["user", "And Porto?", None, None],
-                           ["assistant", "echo: And Porto?", "openai-compatible", "tiny-model"]]
+    assert stored(app) == [
+        ["user", "When should I visit Lisbon?", None, None],
+        ["assistant", "echo: When should I visit Lisbon?", "openai-compatible", "tiny-model"],
+        ["user", "And Porto?", None, None],
+        ["assistant", "echo: And Porto?", "openai-compatible", "tiny-model"],
+    ]
     # settings persisted in the store's kv, and survive a reload
     p.reload()
     app.ready()
@@ -100,9 +104,12 @@ def test_the_answer_streams_into_the_view(app: AppPage, llm: LLMServer) -> None:
     assert stored(app)[1][1] == " ".join(f"w{i}" for i in range(40))
 
 
-@pytest.mark.parametrize("plan, says", [("500", "HTTP 500"), ("401", "check the api key"), ("break", "mid-stream")])
-def test_a_failed_call_keeps_the_user_message_and_stores_no_reply(app: AppPage, llm: LLMServer, plan: str,
-                                                                  says: str) -> None:
+@pytest.mark.parametrize(
+    "plan, says", [("500", "HTTP 500"), ("401", "check the api key"), ("break", "mid-stream")]
+)
+def test_a_failed_call_keeps_the_user_message_and_stores_no_reply(
+    app: AppPage, llm: LLMServer, plan: str, says: str
+) -> None:
     p = app.page
     llm.reset(plan)
     configure(app, llm.url)
@@ -111,7 +118,9 @@ def test_a_failed_call_keeps_the_user_message_and_stores_no_reply(app: AppPage, 
     alert = p.locator("#messages .msg.system[role=alert]")
     assert says in alert.inner_text() and "saved" in alert.inner_text()
     assert "sk-local-test" not in alert.inner_text()
-    assert p.locator("#messages .msg.user").count() == 1 and p.locator("#messages .msg.assistant").count() == 0
+    assert (
+        p.locator("#messages .msg.user").count() == 1 and p.locator("#messages .msg.assistant").count() == 0
+    )
     assert stored(app) == [["user", "Are you there?", None, None]]
 
 
@@ -123,10 +132,13 @@ def test_invalid_settings_are_refused_and_named(app: AppPage) -> None:
     p.click("#settings-form button[type=submit]")
     p.wait_for_selector("#settings-errors li")
     assert "plain http" in p.locator("#settings-errors").inner_text()
-    assert app.py(f"""
+    assert (
+        app.py(f"""
 import chatmem
 mem = await chatmem.open({app.db!r})
-await mem.store.kv_get("app:settings")""") is None
+await mem.store.kv_get("app:settings")""")
+        is None
+    )
 
 
 def test_a_new_chat_recalls_what_another_conversation_said(app: AppPage, llm: LLMServer) -> None:
@@ -154,8 +166,11 @@ def test_a_new_chat_recalls_what_another_conversation_said(app: AppPage, llm: LL
     p.wait_for_selector("#settings-saved:has-text('Saved')")
     p.click("[data-action=close-panel]")
     app.send("And where do I live?")
-    assert not any("Porto" in str(m.get("content")) for m in llm.requests[-1]["body"]["messages"][:-1]
-                   if m.get("role") != "assistant")
+    assert not any(
+        "Porto" in str(m.get("content"))
+        for m in llm.requests[-1]["body"]["messages"][:-1]
+        if m.get("role") != "assistant"
+    )
 
 
 def test_offline_fallback_and_honest_context(browser: Any, site: str, llm: LLMServer) -> None:
@@ -179,10 +194,19 @@ def test_offline_fallback_and_honest_context(browser: Any, site: str, llm: LLMSe
         ctx.set_offline(False)
         configure(app, llm.url)
         page.locator(".msg.fallback [data-action=ask-model]").last.click()
-        page.wait_for_function("() => document.querySelectorAll('.msg.assistant:not(.offline):not(.streaming)').length >= 1")
+        page.wait_for_function(
+            "() => document.querySelectorAll('.msg.assistant:not(.offline):not(.streaming)').length >= 1"
+        )
         sent = llm.requests[-1]["body"]["messages"]
-        turns = [(m["role"], m["content"]) for m in sent if isinstance(m.get("content"), str) and m["role"] != "system"]
-        assert turns == [("user", "Lisbon is lovely in May"), ("user", "What do you remember about Lisbon?")], sent
+        turns = [
+            (m["role"], m["content"])
+            for m in sent
+            if isinstance(m.get("content"), str) and m["role"] != "system"
+        ]
+        assert turns == [
+            ("user", "Lisbon is lovely in May"),
+            ("user", "What do you remember about Lisbon?"),
+        ], sent
         assert not any("Offline" in str(m.get("content")) for m in sent)
         assert sent[-1]["content"] == "What do you remember about Lisbon?"
         assert not app.errors, app.errors

@@ -24,7 +24,8 @@ def shot(page: Any, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         (SHOTS / f"{name}.png").write_bytes(png)
 
-SEED = r'''
+
+SEED = r"""
 import chatmem, json, time, chatmem_app
 mem = await chatmem.open(DB)
 now = int(time.time() * 1000)
@@ -52,7 +53,7 @@ await mem.messages.append_many(c.session_id, [
 ])
 await chatmem_app.app.refresh_sessions()
 await chatmem_app.app.open_session(a.session_id)
-'''
+"""
 
 
 def test_screenshots_of_the_main_screens(app_factory: Callable[..., AppPage]) -> None:
@@ -73,8 +74,12 @@ def test_screenshots_of_the_main_screens(app_factory: Callable[..., AppPage]) ->
     shot(p, "search")
     p.click("#search-results [data-action=search-clear]")
 
-    for panel, check in (("context", "#ctx-tokens"), ("settings", "#settings-form"), ("insights", "svg.chart"),
-                         ("data", "#storage-usage")):
+    for panel, check in (
+        ("context", "#ctx-tokens"),
+        ("settings", "#settings-form"),
+        ("insights", "svg.chart"),
+        ("data", "#storage-usage"),
+    ):
         p.click(f'.tools [data-panel="{panel}"]')
         p.wait_for_selector(f"#panel {check}")
         shot(p, panel)

@@ -49,16 +49,19 @@ def _started(context: Any, site: str, db: str) -> AppPage:
     return AppPage(page, site, db)
 
 
-def test_interface_first_then_index_then_embeddings_with_progress(app_factory: Any, context: Any,
-                                                                  site: str) -> None:
+def test_interface_first_then_index_then_embeddings_with_progress(
+    app_factory: Any, context: Any, site: str
+) -> None:
     db = unique_name("startup")
     _fill(app_factory(db=db))
     a = _started(context, site, db)
     try:
         p = a.page
         # the embeddings of every stored message, made in the background, then shown as ready
-        p.wait_for_function(f"() => {{ const el = document.getElementById('work-status');"
-                            f" return el.dataset.state === 'ready' && el.dataset.total === '{N}'; }}")
+        p.wait_for_function(
+            f"() => {{ const el = document.getElementById('work-status');"
+            f" return el.dataset.state === 'ready' && el.dataset.total === '{N}'; }}"
+        )
         status = p.locator("#work-status")
         assert status.get_attribute("data-done") == str(N)
         assert f"semantic search ready for {N} messages" in status.inner_text()
@@ -79,20 +82,25 @@ def test_interface_first_then_index_then_embeddings_with_progress(app_factory: A
         a.page.close()
 
 
-def test_a_search_made_right_after_ready_waits_for_the_index(app_factory: Any, context: Any, site: str) -> None:
+def test_a_search_made_right_after_ready_waits_for_the_index(
+    app_factory: Any, context: Any, site: str
+) -> None:
     db = unique_name("startup-search")
     _fill(app_factory(db=db))
     page = context.new_page()
     page.set_default_timeout(120_000)
     try:
         page.goto(f"{site}?db={db}")
-        hits = page.evaluate("""db => window.chatmem.ready.then(() => window.chatmem.runPython(`
+        hits = page.evaluate(
+            """db => window.chatmem.ready.then(() => window.chatmem.runPython(`
 import chatmem
 mem = await chatmem.open("${db}")
 hits = await mem.search("flowerpot door 7", limit=20)
 await mem.close()
 [h.message.content for h in hits]
-`))""", db)
+`))""",
+            db,
+        )
         assert hits and hits[0] == "note 7: the spare key is under the blue flowerpot by door 7"
         assert len(hits) == 20  # every stored message holds "flowerpot": none was missed
         page.evaluate("window.chatmem.appReady")
@@ -125,4 +133,6 @@ def test_the_page_starts_when_a_file_of_its_boot_failed_to_arrive_once(browser: 
     finally:
         ctx.close()
     # each fetched again after its first was dropped (the file list is also read by the bridge)
-    assert sorted(asked) == ["build-info.json", "load.js", "pyodide.asm.mjs"] and min(asked.values()) >= 2, asked
+    assert sorted(asked) == ["build-info.json", "load.js", "pyodide.asm.mjs"] and min(asked.values()) >= 2, (
+        asked
+    )

@@ -51,7 +51,9 @@ def wait_error(page: Any, *words: str) -> None:
     does not say the panel has caught up."""
     page.wait_for_function(
         "words => words.some(w => (document.querySelector('#sync-error')?.textContent || '').includes(w))",
-        arg=list(words), timeout=15_000)
+        arg=list(words),
+        timeout=15_000,
+    )
 
 
 def settings(app: AppPage, endpoint: str, key: str, auto: bool = False, interval: int = 60) -> None:
@@ -127,8 +129,9 @@ def test_sync_status_shows_pending_then_synced(ctx: Any, site: str, srv: Any) ->
     assert not app.errors, app.errors
 
 
-def encrypted_settings(app: AppPage, endpoint: str, passphrase: str, remember: bool = False,
-                       accepted: bool = True) -> None:
+def encrypted_settings(
+    app: AppPage, endpoint: str, passphrase: str, remember: bool = False, accepted: bool = True
+) -> None:
     p = app.page
     p.click(".tools [data-panel=settings]")
     p.check("#set-sync-enabled")
@@ -168,17 +171,24 @@ def test_encrypted_sync_from_the_settings(ctx: Any, site: str, tmp_path: Any) ->
         assert page.locator("#set-sync-passphrase").input_value() == ""
         sync_now(app)
         assert wait_chip(app, "synced") == "Synced"
-        stored = app.py("import json, chatmem_app\nfrom chatmem.sync.keyring import KEY_KV\n"
-                        "mem = chatmem_app.app.mem\n"
-                        "json.dumps([await mem.store.kv_get(k) for k in ('sync.config', KEY_KV, 'app:settings')])")
+        stored = app.py(
+            "import json, chatmem_app\nfrom chatmem.sync.keyring import KEY_KV\n"
+            "mem = chatmem_app.app.mem\n"
+            "json.dumps([await mem.store.kv_get(k) for k in ('sync.config', KEY_KV, 'app:settings')])"
+        )
         assert passphrase not in stored and '"master"' in stored
 
         async def cpython() -> list[str]:
             mem = await chatmem.open()
-            await mem.sync.configure(chatmem.SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
-                                                        encryption=chatmem.Passphrase(passphrase)))
+            await mem.sync.configure(
+                chatmem.SyncConfig(
+                    enabled=True, endpoint=srv.url, api_key=KEY, encryption=chatmem.Passphrase(passphrase)
+                )
+            )
             await mem.sync.run()
-            return [m.content for s in await mem.sessions.list() for m in await mem.messages.list(s.session_id)]
+            return [
+                m.content for s in await mem.sessions.list() for m in await mem.messages.list(s.session_id)
+            ]
 
         assert f"Remember {secret}" in run(cpython())
         assert secret.encode() not in db.read_bytes()
@@ -215,14 +225,28 @@ def test_a_record_this_device_cannot_use_is_shown_and_tried_again(ctx: Any, site
     assert wait_chip(app, "synced") == "Synced"
     sid = app.py("import chatmem_app\n(await chatmem_app.app.mem.sessions.list())[0].session_id")
     space = srv.space(KEY)
-    record = {"id": "m-from-elsewhere", "sessionId": sid, "seq": 50, "role": "evil", "content": "a stranger",
-              "createdAt": 1_700_000_000_000}
+    record = {
+        "id": "m-from-elsewhere",
+        "sessionId": sid,
+        "seq": 50,
+        "role": "evil",
+        "content": "a stranger",
+        "createdAt": 1_700_000_000_000,
+    }
 
     def store(data: dict[str, Any]) -> None:
         with srv.storage.transaction(space) as txn:
-            txn.put(StoredRecord(resource="message", id=data["id"], data=data, deleted=False,
-                                 hlc="1700000000000-0000-elsewhere", birth_hlc="1700000000000-0000-elsewhere",
-                                 session_id=sid))
+            txn.put(
+                StoredRecord(
+                    resource="message",
+                    id=data["id"],
+                    data=data,
+                    deleted=False,
+                    hlc="1700000000000-0000-elsewhere",
+                    birth_hlc="1700000000000-0000-elsewhere",
+                    session_id=sid,
+                )
+            )
 
     store(record)
     sync_now(app)
@@ -234,8 +258,9 @@ def test_a_record_this_device_cannot_use_is_shown_and_tried_again(ctx: Any, site
     page.click("#panel [data-action=quarantine-retry]")
     page.wait_for_selector("text=1 of 1 could be read now.")
     assert wait_chip(app, "synced") == "Synced"
-    texts = app.py("import chatmem_app\n"
-                   f"[m.content for m in await chatmem_app.app.mem.messages.list({sid!r})]")
+    texts = app.py(
+        f"import chatmem_app\n[m.content for m in await chatmem_app.app.mem.messages.list({sid!r})]"
+    )
     assert "a stranger" in texts
     assert not app.errors, app.errors
 

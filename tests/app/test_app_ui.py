@@ -44,7 +44,9 @@ out = []
 for s in await mem.sessions.list():
     out += [(m.role, m.provider, m.model) for m in await mem.messages.list(s.session_id)]
 out""")
-    assert sorted(map(tuple, stored)) == sorted([("user", None, None), ("assistant", "offline", "offline-memory")] * 2)
+    assert sorted(map(tuple, stored)) == sorted(
+        [("user", None, None), ("assistant", "offline", "offline-memory")] * 2
+    )
     # sync was never turned on: nothing is queued for it, and the sync panel says so truthfully
     p.click("#sync-chip")
     assert p.locator("#sync-state").inner_text() == "Sync off"

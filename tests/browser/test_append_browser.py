@@ -49,13 +49,15 @@ DROP_SESSION = """async ([db, sid]) => {
 
 
 def _open(page: Page, db: str) -> str:
-    return str(page.py(f"""
+    return str(
+        page.py(f"""
 import chatmem, builtins
 builtins._mem = mem = await chatmem.open({db!r})
 s = await mem.sessions.create(title="mine")
 await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"m{{i}}"}} for i in range(3)])
 s.session_id
-"""))
+""")
+    )
 
 
 def test_append_over_a_session_changed_elsewhere_keeps_both(page: Page) -> None:
@@ -163,7 +165,9 @@ def test_batch_in_chunks_survives_reload(new_page: Any) -> None:
     """A batch fed in many chunks is written whole, dense seq, and is there after a reload."""
     db = unique_name("chunks")
     p = new_page()
-    sid = p.py(CHUNKS + f"""
+    sid = p.py(
+        CHUNKS
+        + f"""
 import chatmem
 mem = await chatmem.open({db!r})
 s = await mem.sessions.create(title="chunks")
@@ -172,7 +176,8 @@ assert [m.seq for m in got] == list(range(41)), [m.seq for m in got]
 more = await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"n{{i}}"}} for i in range(17)])
 assert [m.seq for m in more] == list(range(41, 58))
 s.session_id
-""")
+"""
+    )
     p.reload()
     out = p.py(f"""
 import chatmem
@@ -194,7 +199,9 @@ def test_batch_failing_in_a_later_chunk_writes_nothing(chunked: Page) -> None:
     page = chunked
     db = unique_name("chunkfail")
     sid = _open(page, db)
-    out = page.py(CHUNKS + f"""
+    out = page.py(
+        CHUNKS
+        + f"""
 import builtins
 from chatmem import errors
 mem = builtins._mem
@@ -213,7 +220,8 @@ count = (await mem.sessions.get({sid!r})).message_count
 stored = await mem.store.count_messages({sid!r})
 await mem.close()
 [caught, after, nxt.seq, count, stored]
-""")
+"""
+    )
     caught, after, seq, count, stored = out
     assert caught == [["ValidationError", 20], ["DuplicateId", None]]
     assert after == ["m0", "m1", "m2"] and seq == 3 and count == 4 and stored == 4
@@ -226,7 +234,9 @@ def test_batch_in_chunks_over_a_session_changed_elsewhere(chunked: Page) -> None
     db = unique_name("chunkstale")
     sid = _open(page, db)
     page.page.evaluate(ELSEWHERE, [db, sid, "renamed"])
-    out = page.py(CHUNKS + f"""
+    out = page.py(
+        CHUNKS
+        + f"""
 import builtins
 mem = builtins._mem
 got = await mem.messages.append_many({sid!r}, [{{"role": "user", "content": f"b{{i}}"}} for i in range(20)])
@@ -234,7 +244,8 @@ msgs = await mem.messages.list({sid!r}, limit=None)
 meta = await mem.sessions.get({sid!r})
 await mem.close()
 [[m.seq for m in got], [(m.seq, m.content) for m in msgs][2:5], meta.title, meta.message_count]
-""")
+"""
+    )
     seqs, around, title, count = out
     assert seqs == list(range(4, 24))
     assert around == [[2, "m2"], [3, "from elsewhere"], [4, "b0"]]
@@ -247,7 +258,9 @@ def test_batch_in_chunks_without_a_known_record(chunked: Page) -> None:
     page = chunked
     db = unique_name("chunkfresh")
     sid = _open(page, db)
-    out = page.py(CHUNKS + f"""
+    out = page.py(
+        CHUNKS
+        + f"""
 import builtins, chatmem
 from chatmem import errors
 await builtins._mem.close()
@@ -262,5 +275,6 @@ stored = await mem.store.count_messages("no-such-session")
 count = (await mem.sessions.get({sid!r})).message_count
 await mem.close()
 [[m.seq for m in got][:2], err, stored, count]
-""")
+"""
+    )
     assert out == [[3, 4], "SessionNotFound", 0, 23]

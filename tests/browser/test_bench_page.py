@@ -40,8 +40,14 @@ def test_huge_phases_and_chatgpt_import_in_the_bench_page(context: Any, dist: Pa
     out = scale.run_huge(b, 300, b.log, chunk=150, queries=5, per_session=50)
     assert out["failed"] is None, out["failed"]
     phases = {p["phase"]: p for p in out["phases"]}
-    assert list(phases) == ["store 150", "store 300", "window", "export",
-                            "first search (index derived from the store)", "keyword search x5"]
+    assert list(phases) == [
+        "store 150",
+        "store 300",
+        "window",
+        "export",
+        "first search (index derived from the store)",
+        "keyword search x5",
+    ]
     assert phases["store 300"]["stored"] == 300 and out["text_bytes"] > 300 * 30 * 3
     assert phases["export"]["chars"] > out["text_bytes"]  # every text is in the export
     assert phases["window"]["kept"] > 0 and phases["first search (index derived from the store)"]["hits"] > 0

@@ -155,10 +155,12 @@ def test_the_page_derivation_waits_for_a_slow_engine(page: object) -> None:
     """Reading and counting run ahead of DuckDB's appends by two chunks at most: a queue
     without a bound held every chunk's texts and columns in memory until DuckDB took them."""
     name = unique_name("derive-backlog")
-    page.py(f"import chatmem\nmem = await chatmem.open({name!r})\n"  # type: ignore[attr-defined]
-            "s = await mem.sessions.create(title='t')\n"
-            "await mem.messages.append_many(s.session_id, [{'role': 'user', 'content': f'word{i} and more words'}"
-            " for i in range(200)])\nawait mem.close()\n0")
+    page.py(
+        f"import chatmem\nmem = await chatmem.open({name!r})\n"  # type: ignore[attr-defined]
+        "s = await mem.sessions.create(title='t')\n"
+        "await mem.messages.append_many(s.session_id, [{'role': 'user', 'content': f'word{i} and more words'}"
+        " for i in range(200)])\nawait mem.close()\n0"
+    )
     got = page.page.evaluate(BACKLOG, [name])  # type: ignore[attr-defined]
     assert got["fed"] == got["loaded"] == 20, got
     assert got["ahead"] <= 2 and got["waited"], got
@@ -186,17 +188,87 @@ def test_the_page_stems_as_python_does(page: object) -> None:
 
     vocab = {w for text in real_texts() if text.isascii() for w in words(text)}
     rng = random.Random(7)
-    suffixes = ["", "s", "es", "ed", "ing", "ly", "ies", "ied", "eed", "eedly", "ingly", "ational", "ization",
-                "fulness", "ousness", "iveness", "ement", "ment", "ogist", "ogy", "abli", "alli", "entli", "li",
-                "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ent", "ism", "ate", "iti", "ous", "ive",
-                "ize", "y", "'s", "s'"]
+    suffixes = [
+        "",
+        "s",
+        "es",
+        "ed",
+        "ing",
+        "ly",
+        "ies",
+        "ied",
+        "eed",
+        "eedly",
+        "ingly",
+        "ational",
+        "ization",
+        "fulness",
+        "ousness",
+        "iveness",
+        "ement",
+        "ment",
+        "ogist",
+        "ogy",
+        "abli",
+        "alli",
+        "entli",
+        "li",
+        "al",
+        "ance",
+        "ence",
+        "er",
+        "ic",
+        "able",
+        "ible",
+        "ant",
+        "ent",
+        "ism",
+        "ate",
+        "iti",
+        "ous",
+        "ive",
+        "ize",
+        "y",
+        "'s",
+        "s'",
+    ]
     bases = sorted(w for w in vocab if re.fullmatch(r"[a-z]{2,12}", w))
     for _ in range(20_000):
         w = rng.choice(bases) + rng.choice(suffixes) + rng.choice(suffixes)
         vocab.add(w.replace("'", ""))
-    vocab |= {"a", "ab", "y", "yy", "eed", "sky", "skis", "news", "dying", "lying", "tying", "idly", "gently",
-              "ugly", "early", "only", "singly", "inning", "outing", "canning", "herring", "earring",
-              "proceed", "exceed", "succeed", "1st", "2nd", "mp3", "x" * 70, "ing" * 30, "generalization" * 5}
+    vocab |= {
+        "a",
+        "ab",
+        "y",
+        "yy",
+        "eed",
+        "sky",
+        "skis",
+        "news",
+        "dying",
+        "lying",
+        "tying",
+        "idly",
+        "gently",
+        "ugly",
+        "early",
+        "only",
+        "singly",
+        "inning",
+        "outing",
+        "canning",
+        "herring",
+        "earring",
+        "proceed",
+        "exceed",
+        "succeed",
+        "1st",
+        "2nd",
+        "mp3",
+        "x" * 70,
+        "ing" * 30,
+        "generalization" * 5,
+    }
     vocab.discard("")
     ordered = sorted(vocab)
     got = page.page.evaluate(STEMS, ordered)  # type: ignore[attr-defined]

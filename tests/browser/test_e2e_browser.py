@@ -45,7 +45,9 @@ def test_page_and_cpython_read_each_others_encrypted_changes(page: Page, srv: An
     """Page writes and pushes; CPython pulls and reads it, replies; the page pulls the
     reply. Nothing the server stored or received contains the marker."""
     db = unique_name("e2e")
-    sid = page.py(page_device(srv, db, PASS) + f"""
+    sid = page.py(
+        page_device(srv, db, PASS)
+        + f"""
 s = await mem.sessions.create(title="page {MARKER}")
 await mem.messages.append(s.session_id, "user", "from the page {MARKER} ünï ✓")
 await mem.sync.pull()  # sets the space's key up
@@ -54,12 +56,16 @@ assert report.drained and report.acknowledged == 2, report
 st = await mem.sync.status()
 assert st.state == "idle" and st.pending == 0, st
 s.session_id
-""")
+"""
+    )
 
     async def cpython() -> tuple[list[str], str]:
         mem = await chatmem.open()
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
-                                            encryption=Passphrase(PASS, iterations=10_000)))
+        await mem.sync.configure(
+            SyncConfig(
+                enabled=True, endpoint=srv.url, api_key=KEY, encryption=Passphrase(PASS, iterations=10_000)
+            )
+        )
         await mem.sync.run()
         got = [m.content for m in await mem.messages.list(sid)]
         title = (await mem.sessions.get(sid)).title
@@ -69,10 +75,13 @@ s.session_id
 
     got, title = run(cpython())
     assert got == [f"from the page {MARKER} ünï ✓"] and title == f"page {MARKER}"
-    back = page.py(page_device(srv, db, PASS) + f"""
+    back = page.py(
+        page_device(srv, db, PASS)
+        + f"""
 await mem.sync.run()
 [m.content for m in await mem.messages.list({sid!r})]
-""")
+"""
+    )
     assert back == [f"from the page {MARKER} ünï ✓", f"from python {MARKER}"]
     assert srv.pushed and all(MARKER not in body for body in srv.pushed)
     assert MARKER.encode() not in stored_bytes(srv)
@@ -84,15 +93,20 @@ def test_wrong_passphrase_in_the_page_is_typed_and_applies_nothing(page: Page, s
 
     async def cpython() -> None:
         mem = await chatmem.open()
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
-                                            encryption=Passphrase(PASS, iterations=10_000)))
+        await mem.sync.configure(
+            SyncConfig(
+                enabled=True, endpoint=srv.url, api_key=KEY, encryption=Passphrase(PASS, iterations=10_000)
+            )
+        )
         s = await mem.sessions.create(title=f"cpython {MARKER}")
         await mem.messages.append(s.session_id, "user", MARKER)
         await mem.sync.run()
 
     run(cpython())
     db = unique_name("e2e-wrong")
-    out = page.py(page_device(srv, db, "not the passphrase") + """
+    out = page.py(
+        page_device(srv, db, "not the passphrase")
+        + """
 from chatmem.errors import WrongPassphrase
 await mem.sessions.create(title="mine")
 try:
@@ -102,7 +116,8 @@ except WrongPassphrase as e:
     err = type(e).__name__
 st = await mem.sync.status()
 [err, st.state, st.pending, len(await mem.sessions.list())]
-""")
+"""
+    )
     assert out == ["WrongPassphrase", "wrong-passphrase", 1, 1]
 
 
@@ -113,8 +128,11 @@ def test_a_tampered_record_is_quarantined_alone_in_the_page(page: Page, srv: Any
 
     async def cpython() -> str:
         mem = await chatmem.open()
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY,
-                                            encryption=Passphrase(PASS, iterations=10_000)))
+        await mem.sync.configure(
+            SyncConfig(
+                enabled=True, endpoint=srv.url, api_key=KEY, encryption=Passphrase(PASS, iterations=10_000)
+            )
+        )
         s = await mem.sessions.create(title="shared")
         await mem.messages.append(s.session_id, "user", f"first {MARKER}")
         await mem.messages.append(s.session_id, "assistant", "second")
@@ -123,7 +141,9 @@ def test_a_tampered_record_is_quarantined_alone_in_the_page(page: Page, srv: Any
 
     sid = run(cpython())
     space = srv.space(KEY)
-    target = next(r for r in srv.storage.changes(space, 0, 10**6) if r.resource == "message" and not r.deleted)
+    target = next(
+        r for r in srv.storage.changes(space, 0, 10**6) if r.resource == "message" and not r.deleted
+    )
     good = dict(target.data)
 
     def store_data(data: dict[str, Any]) -> None:
@@ -135,17 +155,23 @@ def test_a_tampered_record_is_quarantined_alone_in_the_page(page: Page, srv: Any
     ct = good["e2e"]["ct"]
     store_data({**good, "e2e": {**good["e2e"], "ct": ("B" if ct[0] == "A" else "A") + ct[1:]}})
     db = unique_name("e2e-quarantine")
-    out = page.py(page_device(srv, db, PASS) + f"""
+    out = page.py(
+        page_device(srv, db, PASS)
+        + f"""
 report = await mem.sync.pull()
 st = await mem.sync.status()
 items = await mem.sync.quarantined()
 [report.state, st.quarantined, st.quarantine_reasons, [x["id"] for x in items],
  len(await mem.messages.list({sid!r})), (await mem.sessions.get({sid!r})).title]
-""")
+"""
+    )
     assert out == ["idle", 1, {"decryption": 1}, [target.id], 1, "shared"]
     store_data(good)
-    out = page.py(page_device(srv, db, PASS) + f"""
+    out = page.py(
+        page_device(srv, db, PASS)
+        + f"""
 await mem.sync.retry_quarantined()
 [(await mem.sync.status()).quarantined, len(await mem.messages.list({sid!r}))]
-""")
+"""
+    )
     assert out == [0, 2]

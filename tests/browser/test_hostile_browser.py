@@ -98,12 +98,20 @@ def test_hypothesis_battery_in_indexeddb(page: Page) -> None:
     """Generated hostile messages, sessions and exports against IndexedDB."""
     cases: list[tuple[str, Any]] = []
 
-    @settings(max_examples=20, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(st.one_of(hostile_message().map(lambda m: ("append", m)),
-                     hostile_session_kwargs().map(lambda k: ("create", k)),
-                     hostile_export().map(lambda e: ("import", e)),
-                     hostile_import().map(lambda e: ("import", e))))
+    @settings(
+        max_examples=20,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(
+        st.one_of(
+            hostile_message().map(lambda m: ("append", m)),
+            hostile_session_kwargs().map(lambda k: ("create", k)),
+            hostile_export().map(lambda e: ("import", e)),
+            hostile_import().map(lambda e: ("import", e)),
+        )
+    )
     def collect(case: tuple[str, Any]) -> None:
         cases.append(case)
 

@@ -10,11 +10,14 @@ from conftest import three_sessions, unique_name
 
 pytestmark = pytest.mark.browser
 
-FILL = three_sessions('f"apple {t} ripe banana {i} " + "lorem ipsum dolor sit amet " * 20', 200) + """
+FILL = (
+    three_sessions('f"apple {t} ripe banana {i} " + "lorem ipsum dolor sit amet " * 20', 200)
+    + """
 await mem.search("apple")
 await mem.close()
 ids
 """
+)
 
 # writes while no index is open, then an opening that catches up (in memory) and saves
 CATCH_UP = """
@@ -79,8 +82,15 @@ def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
     for i, sid in enumerate(ids):
         if i == len(ids) - 1:
             a.reload()  # the last one in a new page too (the others: a new opening in this page)
-        got = a.py(CATCH_UP.replace("NAME", repr(name)).replace("SID", repr(sid)).replace("WORD", repr(["kiwi", "mango", "papaya"][i])))
-        assert got["open"]["mode"] == "cached" and got["open"]["refreshed"] == 1 and got["hits"] == 1, (i, got)
+        got = a.py(
+            CATCH_UP.replace("NAME", repr(name))
+            .replace("SID", repr(sid))
+            .replace("WORD", repr(["kiwi", "mango", "papaya"][i]))
+        )
+        assert got["open"]["mode"] == "cached" and got["open"]["refreshed"] == 1 and got["hits"] == 1, (
+            i,
+            got,
+        )
         size = a.page.evaluate(OPFS_SIZE, _file(name))
         assert size <= first + 3 * 262144, (i, first, size)
     a.reload()
@@ -96,10 +106,13 @@ def test_saves_after_catch_ups_do_not_grow_the_opfs_file(new_page) -> None:
     assert tries[-1] and "Uncompressed" not in tries[-1], tries
 
 
-WIDE = three_sessions('f"apple {t} {i} " + " ".join(f"w{(i * 7 + k * 13) % 5000}" for k in range(60))', 4000) + """
+WIDE = (
+    three_sessions('f"apple {t} {i} " + " ".join(f"w{(i * 7 + k * 13) % 5000}" for k in range(60))', 4000)
+    + """
 await mem.search("apple")
 await mem.close()
 """
+)
 
 
 def test_a_save_in_steps_leaves_no_large_wal_beside_the_file(new_page) -> None:

@@ -54,7 +54,8 @@ def test_data_survives_browser_restart(playwright_instance: Any, site: str, prof
 
     def session(code: str) -> Any:
         ctx = playwright_instance.chromium.launch_persistent_context(
-            str(profile_dir), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            str(profile_dir), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
         try:
             page = Page(ctx.pages[0] if ctx.pages else ctx.new_page(), site).boot()
             return page.py(code)
@@ -170,7 +171,9 @@ import chatmem, builtins
 builtins._old = await chatmem.open({db!r})
 (await builtins._old.sessions.create()).session_id
 """)
-    a.page.evaluate("() => { window.__vc = null; addEventListener('chatmem:versionchange', e => window.__vc = e.detail.name); }")
+    a.page.evaluate(
+        "() => { window.__vc = null; addEventListener('chatmem:versionchange', e => window.__vc = e.detail.name); }"
+    )
     b = new_page()
     version = b.page.evaluate(f"""async () => {{
         const {{ SCHEMA_VERSION }} = window.chatmem.bridge;
@@ -206,8 +209,14 @@ e = errors.translate_dom_error("QuotaExceededError", "full")
  type(errors.translate_dom_error("AbortError", "")).__name__,
  type(errors.translate_dom_error("VersionError", "")).__name__]
 """)
-    assert out == ["QuotaExceeded", True, "QuotaExceededError", "ConstraintViolation",
-                   "TransactionAborted", "VersionConflict"]
+    assert out == [
+        "QuotaExceeded",
+        True,
+        "QuotaExceededError",
+        "ConstraintViolation",
+        "TransactionAborted",
+        "VersionConflict",
+    ]
 
 
 def test_no_request_leaves_loopback(browser: Any, site: str, requests_seen: Any) -> None:
@@ -281,7 +290,8 @@ await mem.close()
 s.session_id
 """)
     # copy the records into a database laid out as schema 2 left it
-    names = p.page.evaluate("""async ([src, old]) => {
+    names = p.page.evaluate(
+        """async ([src, old]) => {
       const { SCHEMA } = await import(new URL("js/schema.js", location.href).href);
       const open = (name, version, upgrade) => new Promise((ok, fail) => {
         const r = version ? indexedDB.open(name, version) : indexedDB.open(name);
@@ -301,7 +311,9 @@ s.session_id
       await new Promise((ok) => { tx.oncomplete = ok; });
       to.close();
       return before;
-    }""", [src, old])
+    }""",
+        [src, old],
+    )
     assert names == ["createdAt", "role", "sessionSeq"]
     out = p.py(f"""
 import chatmem
@@ -313,10 +325,13 @@ await mem.close()
 [[m.content for m in msgs], [m.seq for m in msgs], meta.title]
 """)
     assert out == [[f"old {i}" for i in range(5)] + ["after the upgrade"], list(range(6)), "before"]
-    after = p.page.evaluate("""async (old) => {
+    after = p.page.evaluate(
+        """async (old) => {
       const db = await new Promise((ok) => { const r = indexedDB.open(old); r.onsuccess = () => ok(r.result); });
       const names = [db.version, [...db.transaction("messages").objectStore("messages").indexNames]];
       db.close();
       return names;
-    }""", old)
+    }""",
+        old,
+    )
     assert after == [3, ["sessionSeq"]]

@@ -29,7 +29,9 @@ def test_the_first_opening_takes_the_prestarted_engine(new_page) -> None:
     p = new_page()
     # the app's page opens its own index after the first paint: let it finish first, so
     # that the engine started here is not the one its opening takes
-    p.page.wait_for_function("() => window.chatmem.timings['index:done'] || window.chatmem.timings['index:failed']")
+    p.page.wait_for_function(
+        "() => window.chatmem.timings['index:done'] || window.chatmem.timings['index:failed']"
+    )
     got = p.page.evaluate(PRESTART_THEN_OPEN)
     assert "waited" in got["first"] and "instantiate" in got["first"], got
     assert "waited" not in got["second"] and "instantiate" in got["second"], got

@@ -69,6 +69,7 @@ def test_readme_shows_the_recipes_as_tested() -> None:
 def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_site: str) -> None:
     """A wheel whose SHA-256 is not the one build-info.json names is refused, and the error
     reaches the page: nothing is installed."""
+
     def tamper(route: Any) -> None:
         info = route.fetch().json()
         info["wheels"][0]["sha256"] = "0" * 64
@@ -90,16 +91,22 @@ def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_si
     assert any("SHA-256" in e and "expected " + "0" * 64 in e for e in errors), errors
 
 
-def test_wheels_are_unzipped_in_a_worker_or_here_when_workers_are_refused(browser: Any, recipe_site: str) -> None:
+def test_wheels_are_unzipped_in_a_worker_or_here_when_workers_are_refused(
+    browser: Any, recipe_site: str
+) -> None:
     """``loadChatmem`` fetches, checks and unzips the wheels in a worker of its own; a page
     whose CSP refuses workers gets them unzipped on its main thread instead."""
     page_text = (RECIPES / "own-pyodide.html").read_text(encoding="utf-8")
     no_workers = page_text.replace(
         '<meta charset="utf-8">',
-        '<meta charset="utf-8">\n  <meta http-equiv="Content-Security-Policy" content="worker-src \'none\'">')
-    no_workers = re.sub(r"const found = await pyodide\.runPythonAsync\(`.*?`\);",
-                        lambda _: "const found = pyodide.runPython(`import chatmem\n[chatmem.__version__]`);",
-                        no_workers, flags=re.S)
+        '<meta charset="utf-8">\n  <meta http-equiv="Content-Security-Policy" content="worker-src \'none\'">',
+    )
+    no_workers = re.sub(
+        r"const found = await pyodide\.runPythonAsync\(`.*?`\);",
+        lambda _: "const found = pyodide.runPython(`import chatmem\n[chatmem.__version__]`);",
+        no_workers,
+        flags=re.S,
+    )
     assert "worker-src 'none'" in no_workers and "__version__" in no_workers
     results = {}
     for name, text in (("worker", page_text), ("here", no_workers)):
@@ -128,11 +135,16 @@ def _own_page(browser: Any, recipe_site: str, text: str) -> tuple[Any, list[str]
 def test_what_the_first_open_imports_is_frozen_out_of_the_collector(browser: Any, recipe_site: str) -> None:
     """``import chatmem`` reads its modules when first used; the page's first ``chatmem.open``
     freezes them (as ``loadChatmem`` does with the boot), so a full collection never scans them."""
-    text = (RECIPES / "own-pyodide.html").read_text(encoding="utf-8").replace(
-        '[h.message.text for h in await mem.search("lisbon")]',
-        "import gc, chatmem.memory, chatmem.sync.engine\n"
-        "tracked = {id(o) for o in gc.get_objects()}\n"
-        "[id(chatmem.memory.Memory.__init__) in tracked, id(chatmem.sync.engine.SyncEngine.__init__) in tracked,\n"
-        " gc.get_freeze_count() > 0]")
+    text = (
+        (RECIPES / "own-pyodide.html")
+        .read_text(encoding="utf-8")
+        .replace(
+            '[h.message.text for h in await mem.search("lisbon")]',
+            "import gc, chatmem.memory, chatmem.sync.engine\n"
+            "tracked = {id(o) for o in gc.get_objects()}\n"
+            "[id(chatmem.memory.Memory.__init__) in tracked, id(chatmem.sync.engine.SyncEngine.__init__) in tracked,\n"
+            " gc.get_freeze_count() > 0]",
+        )
+    )
     found, _ = _own_page(browser, recipe_site, text)
     assert found == [False, False, True]

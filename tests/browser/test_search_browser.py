@@ -97,10 +97,39 @@ def test_engine_answers_every_type_by_column(search_page: Page) -> None:
     rows, sample, n, empty, lists = search_page.py(TYPES)
     assert lists == [{"t": [1, None, -1], "i": [None, 7], "b": [None, 2], "d": [0.5, None], "s": ["a", None]}]
     assert rows == [
-        {"i": None, "b": -3, "d": -2.5e300, "f": None, "s": None, "dec": -0.01, "h": -7, "o": None, "l": None},
-        {"i": 1, "b": 5000000000, "d": 1.5, "f": 0.25, "s": "a", "dec": 12.34, "h": 7, "o": True, "l": [1, 2]},
-        {"i": -2147483648, "b": 9007199254740991, "d": 0.0, "f": 3.0, "s": "é ü", "dec": 0.0, "h": 0, "o": False,
-         "l": []},
+        {
+            "i": None,
+            "b": -3,
+            "d": -2.5e300,
+            "f": None,
+            "s": None,
+            "dec": -0.01,
+            "h": -7,
+            "o": None,
+            "l": None,
+        },
+        {
+            "i": 1,
+            "b": 5000000000,
+            "d": 1.5,
+            "f": 0.25,
+            "s": "a",
+            "dec": 12.34,
+            "h": 7,
+            "o": True,
+            "l": [1, 2],
+        },
+        {
+            "i": -2147483648,
+            "b": 9007199254740991,
+            "d": 0.0,
+            "f": 3.0,
+            "s": "é ü",
+            "dec": 0.0,
+            "h": 0,
+            "o": False,
+            "l": [],
+        },
     ]
     assert n == 5000 and empty == []
     assert sample == [{"i": k, "b": 2 * k, "d": k / 4} for k in (0, 1000, 2000, 3000, 4000, 4999)]
@@ -146,7 +175,7 @@ def test_bulk_load_keeps_every_value(search_page: Page) -> None:
             ['x,"y"\n\\N;\r', 1, ["a,b", 'c"', ""], [0.5, 1.25], True, 0.5, [-127, 0, 127], "1"],
             [None, None, [], None, False, None, None, "2"],
             ["\\N", -3, None, [], None, -1e300, [], None],
-            ["東京 ünï \U0001F600", 2**40, ["\x1fodd"], [1.0], True, 3.0, [5] * 384, "x"],
+            ["東京 ünï \U0001f600", 2**40, ["\x1fodd"], [1.0], True, 3.0, [5] * 384, "x"],
             ["", 0, ["東京"], [2.5, None], False, float(2**53 - 1), [1, None, -1], "3.5"],
         ]
 
@@ -175,17 +204,20 @@ def test_bulk_load_encodes_string_columns_whole(search_page: Page) -> None:
     fix = {"abc\ud83d": "abc\ufffd", "\ude00def": "\ufffddef"}
     assert [tuple(v) for v in got] == [tuple(fix.get(x, x) for x in r) for r in sent]
     assert got[10][0] == "abc\ufffd" and got[11][0] == "\ufffddef"
-    assert got[7][1] == "caf\u00e9 \U0001F600" and got[3][2] == "" and got[1][2] is None
+    assert got[7][1] == "caf\u00e9 \U0001f600" and got[3][2] == "" and got[1][2] is None
 
 
 # --------------------------------------------------------------------------- the cached index (OPFS)
 
-CACHE_FILL = three_sessions('"apple " + t + str(i)', 3) + """
+CACHE_FILL = (
+    three_sessions('"apple " + t + str(i)', 3)
+    + """
 hits = await mem.search("apple", limit=20)
 out = {"n": len(hits), "open": mem.index.last_open, "cache": mem.index.cache, "ids": ids}
 await mem.close()
 out
 """
+)
 
 # after a reload: writes made before the first query, then the first query catches up
 CACHE_REOPEN = """
@@ -295,7 +327,8 @@ await mem.close()
 True
 """
 
-RECOVERY_OPEN = """
+RECOVERY_OPEN = (
+    """
 import chatmem
 mem = await chatmem.open(NAME)
 async def answers(m):
@@ -303,7 +336,9 @@ async def answers(m):
             for q in ["apple", "ripe banana", "b", "zebra"]]
 got = await answers(mem)
 out = {"open": mem.index.last_open, "notice": mem.index.notice, "n": len(got[0])}
-""" + SAME_AS_FRESH
+"""
+    + SAME_AS_FRESH
+)
 
 
 def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
@@ -314,13 +349,16 @@ def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
     name = unique_name("corrupt")
     a = new_page()
     assert a.py(RECOVERY_FILL.replace("NAME", repr(name))) is True
-    a.page.evaluate("""async (file) => {
+    a.page.evaluate(
+        """async (file) => {
         const root = await navigator.storage.getDirectory();
         const h = await root.getFileHandle(file, { create: true });
         const w = await h.createWritable();
         await w.write("this is not a database file ".repeat(4000));
         await w.close();
-    }""", f"chatmem-index-{name}.duckdb")
+    }""",
+        f"chatmem-index-{name}.duckdb",
+    )
     a.reload()
     got = a.py(RECOVERY_OPEN.replace("NAME", repr(name)))
     assert got["n"] == 12 and got["same_as_fresh"] is True, repr(got)
@@ -329,8 +367,12 @@ def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
     assert got["notice"] and "could not be read" in got["notice"]
     a.reload()
     again = a.py(RECOVERY_OPEN.replace("NAME", repr(name)))
-    assert again["open"]["mode"] == "cached" and again["notice"] is None and again["same_as_fresh"] is True, repr(again)
-    a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")
+    assert again["open"]["mode"] == "cached" and again["notice"] is None and again["same_as_fresh"] is True, (
+        repr(again)
+    )
+    a.py(
+        f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')"
+    )
 
 
 # a store "too large for memory" (thresholds made small in this page): derived into the
@@ -340,7 +382,9 @@ from chatmem.index import keywords, opening
 opening.IN_MEMORY_MAX, keywords.SORT_MESSAGES_MAX, keywords.SORT_PART = 10, 10, 15
 """
 
-LARGE_OPEN = LARGE_SMALL + """
+LARGE_OPEN = (
+    LARGE_SMALL
+    + """
 import chatmem
 mem = await chatmem.open(NAME)
 mem.index.move_delay = 0
@@ -365,7 +409,9 @@ if WRITE:
     out["quince"] = len(await mem.search("quince"))
     out["in_memory_after_write"] = mem.index._cache.in_memory
     got = await answers(mem)
-""" + SAME_AS_FRESH
+"""
+    + SAME_AS_FRESH
+)
 
 
 def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page) -> None:
@@ -379,19 +425,27 @@ def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page)
     code = LARGE_OPEN.replace("NAME", repr(name))
     first = a.py(code.replace("FILL", "True").replace("WRITE", "False"))
     assert first["open"]["mode"] == "rebuilt" and first["open"]["persistent"] is True, first
-    assert first["in_memory"] is False and first["sorted"] and first["n"] == 24 and first["same_as_fresh"], first
+    assert first["in_memory"] is False and first["sorted"] and first["n"] == 24 and first["same_as_fresh"], (
+        first
+    )
     a.reload()
     again = a.py(code.replace("FILL", "False").replace("WRITE", "True"))
     assert again["open"]["mode"] == "cached" and again["notice"] is None, again
-    assert again["in_memory"] is False and again["in_memory_after_write"] is False and again["quince"] == 1, again
+    assert again["in_memory"] is False and again["in_memory_after_write"] is False and again["quince"] == 1, (
+        again
+    )
     assert again["sorted"] and again["same_as_fresh"], again
     a.reload()
     last = a.py(code.replace("FILL", "False").replace("WRITE", "False"))
     assert last["open"]["mode"] == "cached" and last["open"]["refreshed"] == 0 and last["same_as_fresh"], last
-    a.py(f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')")
+    a.py(
+        f"from chatmem.runtime import page as _browser\nawait _browser.opfs_remove('chatmem-index-{name}.duckdb')"
+    )
 
 
-EARLY = three_sessions('f"apple {t} ripe banana {i}"', 50) + """
+EARLY = (
+    three_sessions('f"apple {t} ripe banana {i}"', 50)
+    + """
 await mem.close()  # no search yet: no index file
 mem = await chatmem.open(NAME)
 warm = mem.index.warm()  # the opening begins; these writes land while it reads the store
@@ -407,7 +461,9 @@ async def answers(m):
 got = await answers(mem)
 out = {"early": mem.index.open_ms.get("derive: begun early"), "open": mem.index.last_open,
        "n": [len(a) for a in got]}
-""" + SAME_AS_FRESH
+"""
+    + SAME_AS_FRESH
+)
 
 
 def test_with_no_index_file_the_derivation_begins_while_the_engine_opens(page) -> None:

@@ -10,8 +10,12 @@ from conftest import Page, unique_name
 
 pytestmark = pytest.mark.browser
 
-TEXTS = ["I finally bought a new car, a red one with leather seats", "automobile",
-         "Caroline went to the LGBTQ support group on 7 May", "東京タワー Straße café 😀"]
+TEXTS = [
+    "I finally bought a new car, a red one with leather seats",
+    "automobile",
+    "Caroline went to the LGBTQ support group on 7 May",
+    "東京タワー Straße café 😀",
+]
 
 
 def test_same_vectors_in_the_page_as_on_cpython(page: Page) -> None:

@@ -25,31 +25,45 @@ def status(mem):
     return s
 """
 
-FILL = OPEN + STATUS + """
+FILL = (
+    OPEN
+    + STATUS
+    + """
 s = await mem.sessions.create(title="fruit")
 await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"apple pie number {i}"} for i in range(6)])
 hits = await mem.search("apple", limit=20)
 {"n": len(hits), "status": status(mem), "sid": s.session_id}
 """
+)
 
-JOIN = OPEN + STATUS + """
+JOIN = (
+    OPEN
+    + STATUS
+    + """
 hits = await mem.search("apple", limit=20)
 {"n": len(hits), "status": status(mem)}
 """
+)
 
-MEM = """
+MEM = (
+    """
 import builtins, asyncio
 mem = builtins._shared_mems[NAME]
-""" + STATUS
+"""
+    + STATUS
+)
 
 # waits for the condition it asserts: the write notice of another tab arrives within moments
-UNTIL_FOUND = MEM + """
+UNTIL_FOUND = (
+    MEM
+    + """
 loop = asyncio.get_running_loop()
 deadline = loop.time() + 60
 while not (hits := await mem.search(WORD, limit=20)) and loop.time() < deadline:
     await asyncio.sleep(0.05)
 {"found": sorted(h.message.content for h in hits), "status": status(mem)}
 """
+)
 
 
 def _run(page: Page, src: str, name: str, **consts: object) -> object:
@@ -75,10 +89,16 @@ def test_three_tabs_share_one_index_and_another_takes_over_when_the_owner_closes
     assert owner["served"] >= 2 and owner["hydrations"] == 1, owner
 
     # a write in tab 3: tab 3's next query sees it; tab 2's once the write notice arrived
-    wrote = _run(c, MEM + """
+    wrote = _run(
+        c,
+        MEM
+        + """
 await mem.messages.append(SID, "assistant", "banana bread from the third tab")
 [h.message.content for h in await mem.search("banana")]
-""", name, SID=first["sid"])
+""",
+        name,
+        SID=first["sid"],
+    )
     assert wrote == ["banana bread from the third tab"]
     seen = _run(b, UNTIL_FOUND, name, WORD="banana")
     assert seen["found"] == ["banana bread from the third tab"]
@@ -86,17 +106,31 @@ await mem.messages.append(SID, "assistant", "banana bread from the third tab")
     # the owner saves (as it does by itself a moment after a change), then goes without closing
     assert _run(a, MEM + "await mem.index.save()", name) is True
     a.page.close()
-    during = _run(c, MEM + """
+    during = _run(
+        c,
+        MEM
+        + """
 await mem.messages.append(SID, "user", "cherry jam written during the handover")
 [h.message.content for h in await mem.search("cherry")]
-""", name, SID=first["sid"])
+""",
+        name,
+        SID=first["sid"],
+    )
     assert during == ["cherry jam written during the handover"]
     after = _run(b, UNTIL_FOUND, name, WORD="cherry")
     assert after["found"] == ["cherry jam written during the handover"]
-    everything = [_run(t, MEM + """
+    everything = [
+        _run(
+            t,
+            MEM
+            + """
 hits = await mem.search("apple banana cherry", limit=20)
 {"n": len(hits), "status": status(mem)}
-""", name) for t in (b, c)]
+""",
+            name,
+        )
+        for t in (b, c)
+    ]
     assert [e["n"] for e in everything] == [8, 8], everything
     roles = sorted(e["status"]["role"] for e in everything)
     assert roles == ["guest", "owner"], everything
@@ -113,7 +147,10 @@ def test_a_guest_uses_sql_semantic_search_and_rebuild_through_the_owner(new_page
     name = unique_name("guest")
     a, b = new_page(), new_page()
     _run(a, FILL, name)
-    got = _run(b, JOIN + """
+    got = _run(
+        b,
+        JOIN
+        + """
 from chatmem.errors import ReadOnlySQLError, QueryError
 out = {"sql": await mem.sql("SELECT count(*) AS n FROM messages WHERE text LIKE ?", ["%pie%"])}
 try:
@@ -130,13 +167,20 @@ await mem.rebuild_index()
 out["after_rebuild"] = len(await mem.search("apple", limit=20))
 out["status"] = status(mem)
 out
-""", name)
+""",
+        name,
+    )
     assert got["sql"] == [{"n": 6}] and got["write"] == "refused" and got["bad"] == "QueryError", got
     assert got["after_rebuild"] == 6 and got["status"]["role"] == "guest", got
-    owner = _run(a, MEM + """
+    owner = _run(
+        a,
+        MEM
+        + """
 {"semantic": [h.message.id for h in await mem.search("apple pie", mode="semantic", limit=3)],
  "status": status(mem), "count": (await mem.sql("SELECT count(*) AS n FROM messages"))[0]["n"]}
-""", name)
+""",
+        name,
+    )
     assert owner["semantic"] == got["semantic"] and len(owner["semantic"]) == 3, (owner, got)
     assert owner["status"]["hydrations"] == 2, "the guest's rebuild ran on the owner"
     assert owner["status"]["persistent"] is True and owner["count"] == 6
@@ -144,7 +188,9 @@ out
         _run(t, MEM + "await mem.close()\nTrue", name)
 
 
-REBUILD = MEM + """
+REBUILD = (
+    MEM
+    + """
 before = [(h.message.id, round(h.score, 9)) for h in await mem.search("apple", limit=20)]
 await mem.rebuild_index()
 after = [(h.message.id, round(h.score, 9)) for h in await mem.search("apple", limit=20)]
@@ -152,8 +198,12 @@ await mem.messages.append(SID, "user", "apple strudel after the rebuild")
 saved = await mem.index.save()
 {"same": before == after, "status": status(mem), "saved": saved}
 """
+)
 
-REOPEN = OPEN + STATUS + """
+REOPEN = (
+    OPEN
+    + STATUS
+    + """
 hits = await mem.search("apple", limit=20)
 out = {"n": len(hits), "status": status(mem)}
 await mem.close()
@@ -161,6 +211,7 @@ from chatmem.runtime import page as _browser
 out["removed"] = await _browser.opfs_remove("chatmem-index-" + NAME + ".duckdb")
 out
 """
+)
 
 
 def test_rebuild_index_keeps_the_saved_file(new_page) -> None:

@@ -83,7 +83,10 @@ def applied(srv: Any) -> int:
 def test_indexeddb_apply_changes_rules(page: Page) -> None:
     """bridge.js applyChanges follows the same merge rules as the Python stores."""
     db = unique_name("apply")
-    assert py(page, f"""
+    assert (
+        py(
+            page,
+            f"""
 import chatmem, traceback
 mem = await chatmem.open({db!r})
 try:
@@ -92,7 +95,10 @@ try:
 except BaseException:
     out = traceback.format_exc()
 out
-""") == "ok"
+""",
+        )
+        == "ok"
+    )
 
 
 def test_browser_retries_then_dead_letters_then_replays(page: Page, srv: Any) -> None:
@@ -101,20 +107,25 @@ def test_browser_retries_then_dead_letters_then_replays(page: Page, srv: Any) ->
     db = unique_name("retry")
     rec = PushRecorder(srv)
     srv.faults.fail(3, after=True)
-    ids, acked, requests = py(page, f"""
+    ids, acked, requests = py(
+        page,
+        f"""
 mem = await sync_checks.open_synced({db!r}, endpoint={srv.url!r}, api_key={KEY!r}, {FAST})
 s = await mem.sessions.create(title="retry")
 await mem.messages.append(s.session_id, "user", "hi")
 ids = [o["op_id"] for o in await mem.store.outbox_list()]
 r = await mem.sync.push()
 [ids, r.acknowledged, r.requests]
-""")
+""",
+    )
     assert acked == 2 and requests == 4 and applied(srv) == 2
     assert [[i for i, _ in b] for b in rec.batches] == [ids] * 4
     assert [sorted({a for _, a in b}) for b in rec.batches] == [[0], [1], [2], [3]]
 
     srv.faults.fail(4)
-    dead, status, replayed, after = py(page, f"""
+    dead, status, replayed, after = py(
+        page,
+        f"""
 mem = await sync_checks.open_synced({db!r})
 await mem.messages.add("second", "user", "doomed")
 r = await mem.sync.push()
@@ -124,7 +135,8 @@ n = await mem.sync.replay("all")
 await mem.sync.push()
 [[[d["attempts"], d["reason"], d["status"]] for d in dead], [st.pending, st.dead_letters], n,
  [(await mem.sync.status()).pending, (await mem.sync.status()).dead_letters]]
-""")
+""",
+    )
     assert len(dead) == 2 and all(a == 4 and "gave up after 4" in r and s == 500 for a, r, s in dead)
     assert status == [0, 2] and replayed == 2 and after == [0, 0]
     assert applied(srv) == 4
@@ -137,27 +149,36 @@ def test_reload_during_a_push_applies_every_op_exactly_once(new_page: Any, srv: 
     rec = PushRecorder(srv)
     srv.faults.delay(2.0)
     p = new_page()
-    ids = py(p, f"""
+    ids = py(
+        p,
+        f"""
 mem = await sync_checks.open_synced({db!r}, endpoint={srv.url!r}, api_key={KEY!r}, {FAST})
 s = await mem.sessions.create(title="reload me")
 await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"m{{i}}"}} for i in range(20)])
 [o["op_id"] for o in await mem.store.outbox_list()]
-""")
+""",
+    )
     start(p, f"mem = await sync_checks.open_synced({db!r})\n(await mem.sync.push()).acknowledged")
     wait_for(lambda: srv.faults.seen["/v1/push"] >= 1)
-    leased = py(p, f"""
+    leased = py(
+        p,
+        f"""
 import chatmem
 m2 = await chatmem.open({db!r})
 [bool(o.get("lease_owner")) for o in await m2.store.outbox_list()]
-""")
+""",
+    )
     p.reload()
     p._sync_loaded = False  # a new interpreter
-    out = py(p, f"""
+    out = py(
+        p,
+        f"""
 import chatmem
 mem = await chatmem.open({db!r})
 r = await mem.sync.push()
 [r.acknowledged, (await mem.sync.status()).pending, await sync_checks.local_snapshot(mem)]
-""")
+""",
+    )
     wait_for(lambda: len(rec.batches) >= 2 or applied(srv) == len(ids), timeout=10)
     time.sleep(2.2)  # let the held request finish on the server
     acked, pending, local = out
@@ -174,14 +195,17 @@ def test_browser_thousand_ops_with_random_faults(page: Page, srv: Any) -> None:
     db = unique_name("faults")
     srv.faults.random(0.2, seed=11, kinds=(Fault("status", 500), Fault("delay", seconds=1.5), Fault("drop")))
     t0 = time.monotonic()
-    n, states, st, local = py(page, f"""
+    n, states, st, local = py(
+        page,
+        f"""
 mem = await sync_checks.open_synced({db!r}, endpoint={srv.url!r}, api_key={KEY!r}, {FAST},
                                     max_retries=10, batch_size=25, timeout=500)
 n = await sync_checks.workload(mem)
 states = await sync_checks.drain(mem)
 st = await mem.sync.status()
 [n, states, [st.pending, st.dead_letters], await sync_checks.local_snapshot(mem)]
-""")
+""",
+    )
     took = time.monotonic() - t0
     srv.faults.clear()
     fired = [f.removeprefix("after:") for _, f in srv.faults.fired]
@@ -200,7 +224,9 @@ def test_offline_then_the_online_event_drains_the_queue(other_profile: tuple[Any
     db = unique_name("offline")
     ctx.set_offline(True)
     try:
-        before = py(p, f"""
+        before = py(
+            p,
+            f"""
 import asyncio
 mem = await sync_checks.open_synced({db!r})
 s = await mem.sessions.create(title="offline")
@@ -212,13 +238,16 @@ deadline = loop.time() + 60
 while (st := await mem.sync.status()).state != "offline" and loop.time() < deadline:
     await asyncio.sleep(0.05)  # the first auto-sync run finds the network down
 [st.state, st.pending, st.dead_letters, [o["attempts"] for o in await mem.store.outbox_list()]]
-""")
+""",
+        )
     finally:
         ctx.set_offline(False)
     # drained: nothing pending *and* the run over (pending reaches 0 while the state is still "syncing")
     deadline = time.monotonic() + 120  # far below the 10-minute interval: only the event can explain it
-    while (st := py(p, f"st = await (sync_checks.MEMS[{db!r}]).sync.status()\n[st.state, st.pending]")) \
-            != ["idle", 0] and time.monotonic() < deadline:
+    while (st := py(p, f"st = await (sync_checks.MEMS[{db!r}]).sync.status()\n[st.state, st.pending]")) != [
+        "idle",
+        0,
+    ] and time.monotonic() < deadline:
         time.sleep(0.1)
     py(p, f"await sync_checks.MEMS[{db!r}].sync.stop()")
     # written before sync was on: the history waits in the store (no outbox op), counted as pending
@@ -235,18 +264,24 @@ def test_two_profiles_converge_to_the_later_title_and_share_a_delete(
     _, b = other_profile
     da, dbn = unique_name("devA"), unique_name("devB")
     conf = f"endpoint={srv.url!r}, api_key={KEY!r}, {FAST}"
-    sid = py(page, f"""
+    sid = py(
+        page,
+        f"""
 mem = await sync_checks.open_synced({da!r}, {conf})
 s = await mem.sessions.create(title="shared")
 await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"m{{i}}"}} for i in range(3)])
 await mem.sync.run()
 s.session_id
-""")
-    got = py(b, f"""
+""",
+    )
+    got = py(
+        b,
+        f"""
 mem = await sync_checks.open_synced({dbn!r}, {conf})
 await mem.sync.run()
 [(await mem.sessions.get({sid!r})).title, await mem.messages.count({sid!r})]
-""")
+""",
+    )
     py(page, f"await (await sync_checks.open_synced({da!r})).sessions.update({sid!r}, title='A, earlier')")
     time.sleep(0.02)
     py(b, f"await (await sync_checks.open_synced({dbn!r})).sessions.update({sid!r}, title='B, later')")
@@ -258,12 +293,18 @@ await mem.sync.run()
         py(page, f"(await (await sync_checks.open_synced({da!r})).sessions.get({sid!r})).title"),
         py(b, f"(await (await sync_checks.open_synced({dbn!r})).sessions.get({sid!r})).title"),
     ]
-    py(page, f"mem = await sync_checks.open_synced({da!r})\nawait mem.sessions.delete({sid!r})\nawait mem.sync.run()")
-    gone = py(b, f"""
+    py(
+        page,
+        f"mem = await sync_checks.open_synced({da!r})\nawait mem.sessions.delete({sid!r})\nawait mem.sync.run()",
+    )
+    gone = py(
+        b,
+        f"""
 mem = await sync_checks.open_synced({dbn!r})
 await mem.sync.run()
 [await mem.sessions.exists({sid!r}), await mem.store.count_messages({sid!r}), await mem.store.outbox_counts()]
-""")
+""",
+    )
     assert got == ["shared", 3]
     assert titles == ["B, later", "B, later"]
     assert gone == [False, 0, [0, 0]]
@@ -278,13 +319,16 @@ def test_three_tabs_send_each_op_once(page: Page, new_page: Any, srv: Any) -> No
     conf = f"endpoint={srv.url!r}, api_key={KEY!r}, {FAST}"
     for t in tabs:
         py(t, f"await sync_checks.open_synced({db!r}, {conf})\nNone")
-    n = py(page, f"""
+    n = py(
+        page,
+        f"""
 mem = await sync_checks.open_synced({db!r})
 for i in range(4):
     s = await mem.sessions.create(title=f"tab {{i}}")
     await mem.messages.append_many(s.session_id, [{{"role": "user", "content": f"m{{j}}"}} for j in range(9)])
 (await mem.store.outbox_counts())[0]
-""")
+""",
+    )
     srv.faults.delay(1.5)
     push = f"r = await (await sync_checks.open_synced({db!r})).sync.push()\n[r.drained, r.acknowledged]"
     start(tabs[0], push)
@@ -294,11 +338,14 @@ for i in range(4):
     start(tabs[2], push)
     results = [finish(t) for t in tabs]
     # round two: all three start together, no delay
-    py(tabs[2], f"""
+    py(
+        tabs[2],
+        f"""
 mem = await sync_checks.open_synced({db!r})
 await mem.messages.append_many((await mem.sessions.list())[0].session_id,
                                [{{"role": "user", "content": f"more {{j}}"}} for j in range(20)])
-""")
+""",
+    )
     for t in tabs:
         start(t, push)
     again = [finish(t) for t in tabs]
@@ -314,7 +361,9 @@ await mem.messages.append_many((await mem.sessions.list())[0].session_id,
 def test_browser_401_pauses_and_dead_letters_nothing(page: Page, srv: Any) -> None:
     """A refused key in the page: paused-auth, pending unchanged, attempts 0, nothing dead."""
     db = unique_name("auth")
-    out = py(page, f"""
+    out = py(
+        page,
+        f"""
 mem = await sync_checks.open_synced({db!r}, endpoint={srv.url!r}, api_key="not-the-key", {FAST})
 await mem.sessions.create(title="locked out")
 r = await mem.sync.push()
@@ -322,6 +371,7 @@ st = await mem.sync.status()
 [r.state, st.state, st.pending, st.dead_letters, "check your key" in st.last_error,
  "not-the-key" in repr(st) + repr(mem.sync.config),
  [o["attempts"] for o in await mem.store.outbox_list()]]
-""")
+""",
+    )
     assert out == ["paused-auth", "paused-auth", 1, 0, True, False, [0]]
     assert applied(srv) == 0

@@ -22,10 +22,13 @@ def test_the_page_pulls_another_devices_change_through_the_stream(page: Page) ->
     """A CPython device pushes a session; the page has it while its poll is minutes away."""
     with running_server(api_keys=[KEY]) as srv:
         db = unique_name("live")
-        py(page, f"""
+        py(
+            page,
+            f"""
 mem = await sync_checks.open_synced({db!r}, endpoint={srv.url!r}, api_key={KEY!r},
                                     auto_sync=True, sync_interval=600_000)
-1""")
+1""",
+        )
         t0 = time.monotonic()
         while srv.hub.streams < 1:  # the page's stream is open
             assert time.monotonic() - t0 < 30, "the page never opened /v1/stream"

@@ -21,8 +21,13 @@ def shape(export: dict) -> list[tuple[str, list[str], list[str]]]:
     out = []
     for s in export["sessions"]:
         msgs = s["messages"]
-        out.append((s["meta"]["title"], [m["role"] for m in msgs],
-                    [chatmem.extract_text(m["content"]) for m in msgs]))
+        out.append(
+            (
+                s["meta"]["title"],
+                [m["role"] for m in msgs],
+                [chatmem.extract_text(m["content"]) for m in msgs],
+            )
+        )
     return sorted(out)
 
 

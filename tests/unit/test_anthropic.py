@@ -27,47 +27,68 @@ def llm() -> Iterator[LLMServer]:
 
 def test_anthropic_format_puts_system_apart_and_tool_blocks_in_turns():
     """format="anthropic": {"system", "messages"}; tool calls are tool_use, results tool_result in a user turn."""
+
     async def go():
         async with await chatmem.open() as mem:
             s = await mem.sessions.create()
-            await mem.messages.append_many(s.session_id, [
-                {"role": "system", "content": "You are Airi."},
-                {"role": "user", "content": "Weather in Lisbon?"},
-                {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]},
-                {"role": "tool", "content": "sunny, 24C", "tool_call_id": "call_1"},
-                {"role": "assistant", "content": "Sunny and 24C."},
-                {"role": "user", "content": "Thanks!"},
-            ])
+            await mem.messages.append_many(
+                s.session_id,
+                [
+                    {"role": "system", "content": "You are Airi."},
+                    {"role": "user", "content": "Weather in Lisbon?"},
+                    {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]},
+                    {"role": "tool", "content": "sunny, 24C", "tool_call_id": "call_1"},
+                    {"role": "assistant", "content": "Sunny and 24C."},
+                    {"role": "user", "content": "Thanks!"},
+                ],
+            )
             mem.modules.set("module:clock", {"t": 1})
             return await mem.build_context(s.session_id, max_tokens=4_000, format="anthropic")
+
     out = run(go())
     assert out["system"] == "You are Airi."
     roles = [m["role"] for m in out["messages"]]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
     assert all(m["role"] != "system" for m in out["messages"])
     first_user = out["messages"][0]["content"]
-    assert first_user[0]["text"].startswith("Module module:clock:") and first_user[1]["text"] == "Weather in Lisbon?"
+    assert (
+        first_user[0]["text"].startswith("Module module:clock:")
+        and first_user[1]["text"] == "Weather in Lisbon?"
+    )
     assert out["messages"][1]["content"] == [
         {"type": "text", "text": "Let me look."},
         {"type": "tool_use", "id": "call_1", "name": "weather", "input": {"city": "Lisbon"}},
     ]
-    assert out["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny, 24C"}]
+    assert out["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny, 24C"}
+    ]
     assert out["messages"][-1]["content"] == "Thanks!"
 
 
 def test_summary_goes_into_system_and_images_become_image_blocks():
-    out = to_anthropic([
-        {"role": "system", "content": "Prompt."},
-        {"role": "system", "content": "Previous conversation summary: x"},
-        {"role": "user", "content": [{"type": "text", "text": "look"},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
-    ])
+    out = to_anthropic(
+        [
+            {"role": "system", "content": "Prompt."},
+            {"role": "system", "content": "Previous conversation summary: x"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            },
+        ]
+    )
     assert out["system"] == "Prompt.\n\nPrevious conversation summary: x"
     assert out["messages"][0]["content"][1] == {
-        "type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+    }
 
 
-def turn(llm: LLMServer, *plan: str, key: str = "sk-ant-test") -> tuple[Any, list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+def turn(
+    llm: LLMServer, *plan: str, key: str = "sk-ant-test"
+) -> tuple[Any, list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     llm.reset(*plan)
 
     async def go():
@@ -77,11 +98,13 @@ def turn(llm: LLMServer, *plan: str, key: str = "sk-ant-test") -> tuple[Any, lis
             provider = chatmem.AnthropicProvider(key, "claude-test", base_url=llm.url.removesuffix("/v1"))
             pieces: list[str] = []
             try:
-                reply: Any = await mem.session(s.session_id).send("hello there", provider=provider,
-                                                                  budget="claude-3.5", on_token=pieces.append)
+                reply: Any = await mem.session(s.session_id).send(
+                    "hello there", provider=provider, budget="claude-3.5", on_token=pieces.append
+                )
             except errors.ProviderError as e:
                 reply = e
             return reply, pieces, [m.to_provider() for m in await mem.messages.list(s.session_id)]
+
     reply, pieces, stored = run(go())
     return reply, pieces, stored, list(llm.requests)
 
@@ -100,14 +123,17 @@ def test_provider_streams_a_turn_and_stores_the_answer(llm: LLMServer):
     assert body["messages"] == [{"role": "user", "content": "hello there"}]
 
 
-@pytest.mark.parametrize(("plan", "error"), [
-    ("401", errors.ProviderAuthError),
-    ("404", errors.ProviderNotFound),
-    ("429", errors.ProviderRateLimited),
-    ("500", errors.ProviderServerError),
-    ("break", errors.ProviderServerError),
-    ("cut", errors.ProviderServerError),
-])
+@pytest.mark.parametrize(
+    ("plan", "error"),
+    [
+        ("401", errors.ProviderAuthError),
+        ("404", errors.ProviderNotFound),
+        ("429", errors.ProviderRateLimited),
+        ("500", errors.ProviderServerError),
+        ("break", errors.ProviderServerError),
+        ("cut", errors.ProviderServerError),
+    ],
+)
 def test_failures_keep_the_user_message_and_store_no_partial_answer(llm: LLMServer, plan: str, error: type):
     reply, pieces, stored, _ = turn(llm, plan)
     assert isinstance(reply, error)

@@ -49,9 +49,15 @@ def _results() -> run.Results:
     res.add("W2", "import 10,000", "chatmem", [2000.0], n_msgs=10_000)
     res.add("W2", "import 10,000", "rawmin", [1000.0], n_msgs=10_000)  # 50%: missed
     res.add("W4", "search 100,000 msgs", "chatmem keyword (BM25, DuckDB-Wasm)", [6.0, 7.0, 9.0])  # 7: met
-    res.extra["w4"] = {"first_query_cached_s": 0.8, "first_query_uncached_s": 12.0, "second_tab_s": 0.3,
-                       "third_tab_s": 0.7, "second_tab_open": {"mode": "memory"},
-                       "index_bytes": 90, "text_bytes": 100}
+    res.extra["w4"] = {
+        "first_query_cached_s": 0.8,
+        "first_query_uncached_s": 12.0,
+        "second_tab_s": 0.3,
+        "third_tab_s": 0.7,
+        "second_tab_open": {"mode": "memory"},
+        "index_bytes": 90,
+        "text_bytes": 100,
+    }
     res.extra["w9"] = {"total_ms": 8000.0, "import_ms": 7000.0, "search_ms": 1000.0}
     return res
 
@@ -111,8 +117,14 @@ def test_huge_run_reports_where_it_failed_with_count_and_heap() -> None:
     assert f["phase"].startswith("first search") and f["stored"] == 20_000
     assert "out of bounds" in f["error"] and f["heap"]["pyodide_wasm"] == 3 << 30
     assert page.calls[-1] == "huge_close" and "huge_search" not in page.calls
-    assert [p["phase"] for p in out["phases"]] == ["store 5,000", "store 10,000", "store 15,000", "store 20,000",
-                                                  "window", "export"]
+    assert [p["phase"] for p in out["phases"]] == [
+        "store 5,000",
+        "store 10,000",
+        "store 15,000",
+        "store 20,000",
+        "window",
+        "export",
+    ]
     assert out["peak"]["pyodide_wasm"] == 3 << 30
     md = scale.huge_markdown(out)
     assert "**Failed** in *first search" in md and "20,000 messages stored" in md

@@ -42,11 +42,14 @@ def test_the_root_path_prefixes_every_error() -> None:
     assert str(e.value).startswith("sessions[3].a[1]: ")
 
 
-@pytest.mark.parametrize("value", [
-    {"role": "user", "content": 'plain "quoted" \\ text', "name": None, "pinned": True},
-    {"content": "café naïve résumé", "meta": {"k": ["x", 1, 2.5, None, False]}},
-    [{"a": "b"}, [], {}, "", 0],
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"role": "user", "content": 'plain "quoted" \\ text', "name": None, "pinned": True},
+        {"content": "café naïve résumé", "meta": {"k": ["x", 1, 2.5, None, False]}},
+        [{"a": "b"}, [], {}, "", 0],
+    ],
+)
 def test_size_is_at_least_the_compact_json(value: Any) -> None:
     """The size bounds the record's JSON from above (what the byte limits compare)."""
     compact = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))

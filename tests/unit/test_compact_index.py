@@ -34,10 +34,17 @@ def test_index_holds_no_record_payload_and_hits_come_from_the_store(tmp_path):
     async def go():
         mem = _mem(str(tmp_path / "s.db"))
         s = await mem.sessions.create(title="t")
-        parts = [{"type": "text", "text": "the blue lighthouse"},
-                 {"type": "image_url", "image_url": {"url": f"https://x/{MARK}-img.png"}}]
-        await mem.messages.append(s.session_id, "user", parts, metadata={"note": f"{MARK}-meta"},
-                                  slices=[{"type": "text", "text": f"{MARK}-slice"}])
+        parts = [
+            {"type": "text", "text": "the blue lighthouse"},
+            {"type": "image_url", "image_url": {"url": f"https://x/{MARK}-img.png"}},
+        ]
+        await mem.messages.append(
+            s.session_id,
+            "user",
+            parts,
+            metadata={"note": f"{MARK}-meta"},
+            slices=[{"type": "text", "text": f"{MARK}-slice"}],
+        )
         await mem.messages.append(s.session_id, "assistant", "a red lighthouse")
         (hit,) = await mem.search('"blue lighthouse"', limit=5)
         assert hit.message.content == parts and hit.message.metadata == {"note": f"{MARK}-meta"}
@@ -45,11 +52,19 @@ def test_index_holds_no_record_payload_and_hits_come_from_the_store(tmp_path):
         for table in TABLES:
             rows = await mem.sql(f"SELECT * FROM {table}")
             assert MARK not in repr(rows), table
-        cols = {r["column_name"] for r in await mem.sql(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'")}
+        cols = {
+            r["column_name"]
+            for r in await mem.sql(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'"
+            )
+        }
         assert "text" in cols and not cols & {"content", "metadata", "slices", "tool_results"}
-        types = {r["data_type"] for r in await mem.sql(
-            "SELECT data_type FROM information_schema.columns WHERE table_name = 'postings'")}
+        types = {
+            r["data_type"]
+            for r in await mem.sql(
+                "SELECT data_type FROM information_schema.columns WHERE table_name = 'postings'"
+            )
+        }
         assert types == {"INTEGER"}
         # substring mode and user SQL still read the plain text
         sub = await mem.search("RED LIGHT", mode="substring")
@@ -60,8 +75,15 @@ def test_index_holds_no_record_payload_and_hits_come_from_the_store(tmp_path):
 
 
 def _msg(i: int, sid: str, text: str) -> dict:
-    return {"id": f"m{i:04d}", "sessionId": sid, "seq": i, "role": "user", "content": text,
-            "createdAt": 1_000 + i, "tokenCount": 1}
+    return {
+        "id": f"m{i:04d}",
+        "sessionId": sid,
+        "seq": i,
+        "role": "user",
+        "content": text,
+        "createdAt": 1_000 + i,
+        "tokenCount": 1,
+    }
 
 
 def _slowed(engine, marker: str, seconds: float) -> list[str]:
@@ -84,7 +106,15 @@ def _slowed(engine, marker: str, seconds: float) -> list[str]:
 
 
 WORDS = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel"]
-QUERIES = ["apple", "banana cherry", "fig grape hazel", '"apple banana"', "kiwi apple", "new9 apple", "cherry"]
+QUERIES = [
+    "apple",
+    "banana cherry",
+    "fig grape hazel",
+    '"apple banana"',
+    "kiwi apple",
+    "new9 apple",
+    "cherry",
+]
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["whole-vocabulary", "queried-terms"])
@@ -119,8 +149,9 @@ def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
 
         async def check() -> None:
             fresh = QueryIndex(DuckDBEngine())
-            await fresh.rebuild([SessionMeta(s, s, 1, 1).to_record() for s in kept],
-                                [m for ms in kept.values() for m in ms])
+            await fresh.rebuild(
+                [SessionMeta(s, s, 1, 1).to_record() for s in kept], [m for ms in kept.values() for m in ms]
+            )
             assert await answers(live) == await answers(fresh)
             await fresh.close()
 
@@ -128,7 +159,9 @@ def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
         await check()
         await append("b", ["banana fig", "kiwi"])  # a term no query had seen, one a query had missed
         await check()
-        await append("a", [f"new{i % 13} " + " ".join(WORDS[j % 8] for j in range(i % 7 + 1)) for i in range(600)])
+        await append(
+            "a", [f"new{i % 13} " + " ".join(WORDS[j % 8] for j in range(i % 7 + 1)) for i in range(600)]
+        )
         await check()  # a batch past the exact-update size
         await live.apply("session-deleted", "b")
         kept.pop("b")
@@ -211,7 +244,9 @@ def test_an_append_between_two_vocabulary_pages_joins_that_read(monkeypatch):
         going = fig._term_read is not None
         while pages[-1]:
             pages.append(await fig.read_vocabulary_page(idx.engine))
-            await idx.apply("messages-appended", "a", [_msg(20 + len(pages), "a", f"common late{len(pages)}")])
+            await idx.apply(
+                "messages-appended", "a", [_msg(20 + len(pages), "a", f"common late{len(pages)}")]
+            )
         rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
         await idx.close()
         return pages, read_first, going, fig, rows
@@ -245,7 +280,9 @@ def test_a_delete_or_a_large_append_between_two_vocabulary_pages_drops_that_read
             if write == "delete":
                 await idx.apply("session-deleted", "b", None)
             else:
-                await idx.apply("messages-appended", "a", [_msg(60 + i, "a", f"bulk{i} common") for i in range(3)])
+                await idx.apply(
+                    "messages-appended", "a", [_msg(60 + i, "a", f"bulk{i} common") for i in range(3)]
+                )
             second = await fig.read_vocabulary_page(idx.engine)
             out.append((first, second, fig.whole, dict(fig.terms)))
         await fig.read_vocabulary(idx.engine)

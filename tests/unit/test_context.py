@@ -135,7 +135,11 @@ def test_bad_context_messages_are_refused(kwargs):
 def test_injected_message_exact_text_matches_the_original():
     """The injected message is the original's: 'Module {key}: {JSON.stringify(value)}' lines."""
     snap = {
-        "module:datetime": {"timestamp": 1735689600000, "formatted": "2026-03-04T18:00:00Z", "timezone": "UTC"},
+        "module:datetime": {
+            "timestamp": 1735689600000,
+            "formatted": "2026-03-04T18:00:00Z",
+            "timezone": "UTC",
+        },
         "module:discord": {"activeChannel": "general", "recentMentions": 3, "voiceConnected": False},
     }
     msg = render_context_message(snap)
@@ -163,7 +167,7 @@ def test_injected_message_exact_text_matches_the_original():
         (1e20, "100000000000000000000"),
         (-2.5, "-2.5"),
         (float("inf"), "null"),
-        ("é\u2028\x01\"\\", '"é\u2028\\u0001\\"\\\\"'),
+        ('é\u2028\x01"\\', '"é\u2028\\u0001\\"\\\\"'),
         ("\ud800", '"\\ud800"'),
         ({"b": 1, "10": 2, "2": 3, "a": None}, '{"2":3,"10":2,"b":1,"a":null}'),
         ([True, None, [], {}], "[true,null,[],{}]"),

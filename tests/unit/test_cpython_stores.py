@@ -26,7 +26,9 @@ def test_sqlite_file_survives_reopening(tmp_path: Path) -> None:
     async def write() -> str:
         async with await chatmem.open(persist=path) as mem:
             s = await mem.sessions.create(title="persisted", tags=["x"])
-            await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(50)])
+            await mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(50)]
+            )
             await mem.sessions.update(s.session_id, pinned=True)
             return s.session_id
 
@@ -139,8 +141,18 @@ def test_public_api_is_pinned() -> None:
     """Every name in chatmem.__all__ exists, and the contract names are there."""
     for name in chatmem.__all__:
         assert hasattr(chatmem, name), name
-    for name in ["open", "Memory", "SessionMeta", "ChatMessage", "ContextStore", "InMemoryContextStore",
-                 "SQLiteContextStore", "IndexedDBContextStore", "Session", "errors"]:
+    for name in [
+        "open",
+        "Memory",
+        "SessionMeta",
+        "ChatMessage",
+        "ContextStore",
+        "InMemoryContextStore",
+        "SQLiteContextStore",
+        "IndexedDBContextStore",
+        "Session",
+        "errors",
+    ]:
         assert name in chatmem.__all__
 
 
@@ -150,8 +162,14 @@ def test_error_tree() -> None:
     assert issubclass(errors.MessageNotFound, errors.NotFound)
     for cls in (errors.NotFound, errors.ValidationError, errors.StorageError, errors.UnsupportedEnvironment):
         assert issubclass(cls, errors.ChatmemError)
-    for cls in (errors.QuotaExceeded, errors.ConstraintViolation, errors.TransactionAborted,
-                errors.VersionConflict, errors.UpgradeBlocked, errors.DatabaseClosed):
+    for cls in (
+        errors.QuotaExceeded,
+        errors.ConstraintViolation,
+        errors.TransactionAborted,
+        errors.VersionConflict,
+        errors.UpgradeBlocked,
+        errors.DatabaseClosed,
+    ):
         assert issubclass(cls, errors.StorageError)
     assert issubclass(errors.DuplicateId, errors.ConstraintViolation)
     e = errors.translate_dom_error("QuotaExceededError", "no room")

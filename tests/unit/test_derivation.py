@@ -35,20 +35,35 @@ class Scripted(EngineDerivation):
         n = 2
         docs = list(range(self.doc, self.doc + n))
         self.doc += n
-        return {"doc": docs, "id": [f"m{d}" for d in docs], "created": [1000 + d for d in docs], "len": [3] * n}
+        return {
+            "doc": docs,
+            "id": [f"m{d}" for d in docs],
+            "created": [1000 + d for d in docs],
+            "len": [3] * n,
+        }
 
     async def finish(self) -> dict[str, Any]:
-        return {"read": 1.0, "words": 2.0, "count": 3.0, "load": 4.0, "terms": 7, "docs": self.doc, "sorted": True}
+        return {
+            "read": 1.0,
+            "words": 2.0,
+            "count": 3.0,
+            "load": 4.0,
+            "terms": 7,
+            "docs": self.doc,
+            "sorted": True,
+        }
 
     async def abort(self) -> None:
         self.aborted += 1
 
 
 def test_terms_are_given_once_a_word_and_hard_texts_are_split_in_python() -> None:
-    d = Scripted([
-        {"words": ["painting", "paints"], "hard": ["Café 東京タワー"]},
-        {"words": ["running"], "hard": ["café again"]},
-    ])
+    d = Scripted(
+        [
+            {"words": ["painting", "paints"], "hard": ["Café 東京タワー"]},
+            {"words": ["running"], "hard": ["café again"]},
+        ]
+    )
     ms: dict[str, float] = {}
     table, ordered = run(derive(d, ms))
     assert ordered is True
@@ -59,7 +74,9 @@ def test_terms_are_given_once_a_word_and_hard_texts_are_split_in_python() -> Non
     assert t2 == {w: terms_of_word(w) for w in ["running", "again"]}
     assert t1["painting"] == t1["paints"] == ["paint"]
     assert table is not None and len(table.lens) == 4 and list(table.lens) == [3, 3, 3, 3]
-    assert ms["read"] == 1.0 and ms["load"] == 4.0 and "stems" in ms and "terms" not in ms and "sorted" not in ms
+    assert (
+        ms["read"] == 1.0 and ms["load"] == 4.0 and "stems" in ms and "terms" not in ms and "sorted" not in ms
+    )
     assert d.aborted == 0
 
 

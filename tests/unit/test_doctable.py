@@ -17,7 +17,12 @@ def test_a_table_names_every_doc_and_skips_numbers_not_in_use():
     assert [t.length(d) for d in (-1, 0, 1, 2, 3, 4)] == [None, 3, None, 0, 7, None]
     t.add(1, "reused", 200, 5)  # a number set after it was passed
     t.add(0, "m-0b", 101, 4)
-    assert [t.get(d) for d in range(4)] == [("m-0b", 101), ("reused", 200), ("m-ż", 300), ("01JD" * 6 + "XY", 400)]
+    assert [t.get(d) for d in range(4)] == [
+        ("m-0b", 101),
+        ("reused", 200),
+        ("m-ż", 300),
+        ("01JD" * 6 + "XY", 400),
+    ]
     assert list(t.lens) == [4, 5, 0, 7]
     t.add(4, "m-4", 500, 2)  # appends go on after the numbers set out of order
     assert t.get(4) == ("m-4", 500) and t.get(3) == ("01JD" * 6 + "XY", 400)

@@ -58,8 +58,15 @@ class Capture:
         self.lose = lose
         self.calls: dict[str, int] = {}
 
-    async def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                      body: bytes | None = None, timeout: float | None = 30.0) -> HTTPResponse:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> HTTPResponse:
         resp = await self.inner.request(method, url, headers=headers, body=body, timeout=timeout)
         path = "/" + url.split("/", 3)[3].split("?")[0]
         self.calls[path] = self.calls.get(path, 0) + 1
@@ -73,12 +80,22 @@ class Capture:
         raise NotImplementedError
 
 
-async def device(srv: Any, enc: Any = None, *, persist: str | None = None,
-                 transport: Capture | None = None) -> chatmem.Memory:
+async def device(
+    srv: Any, enc: Any = None, *, persist: str | None = None, transport: Capture | None = None
+) -> chatmem.Memory:
     mem = await chatmem.open(persist=persist)
     mem.sync.transport = transport or Capture()
-    await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000,
-                                        backoff_base=0, backoff_max=0, encryption=enc))
+    await mem.sync.configure(
+        SyncConfig(
+            enabled=True,
+            endpoint=srv.url,
+            api_key=KEY,
+            timeout=5_000,
+            backoff_base=0,
+            backoff_max=0,
+            encryption=enc,
+        )
+    )
     return mem
 
 
@@ -111,17 +128,30 @@ def test_format_round_trip_binds_identity_and_pads() -> None:
         assert (await derive_key(pw(), params, suite)).enc == key.enc
         with pytest.raises(WrongPassphrase):
             await derive_key(pw("not it"), params, suite)
-        recs = [{"op_id": "op1", "resource": "message", "id": "m1", "hlc": "h1",
-                 "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": MARKER}},
-                {"op_id": "op2", "resource": "session", "id": "s1", "hlc": "h2",
-                 "data": {"sessionId": "s1", "title": MARKER, "pinned": True}}]
+        recs = [
+            {
+                "op_id": "op1",
+                "resource": "message",
+                "id": "m1",
+                "hlc": "h1",
+                "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": MARKER},
+            },
+            {
+                "op_id": "op2",
+                "resource": "session",
+                "id": "s1",
+                "hlc": "h2",
+                "data": {"sessionId": "s1", "title": MARKER, "pinned": True},
+            },
+        ]
         sealed = await encrypt_records(recs, key, suite)
         assert MARKER not in json.dumps(sealed)
         assert sealed[0] is not None and set(sealed[0]) == {"sessionId", "e2e"}
         assert sealed[1] is not None and set(sealed[1]) == {"sessionId", "title", "pinned"}
         # booleans and short strings pad to the same 32-byte step: no length leak
         assert len(sealed[1]["pinned"]["ct"]) == len(
-            (await encrypt_records([dict(recs[1], data={"pinned": False})], key, suite))[0]["pinned"]["ct"])
+            (await encrypt_records([dict(recs[1], data={"pinned": False})], key, suite))[0]["pinned"]["ct"]
+        )
         keys = {key.key_id: key}
         opened = await decrypt_records([dict(r, data=d) for r, d in zip(recs, sealed)], keys, suite)
         assert opened == [r["data"] for r in recs]
@@ -151,13 +181,19 @@ def test_known_vector_pins_the_format() -> None:
     salt = bytes(range(16))
     master = hashlib.pbkdf2_hmac("sha256", b"pass", salt, 10_000, 32)
     check = hmac.new(master, b"chatmem-e2e-v1 check", hashlib.sha256).digest()
-    params = KeyParams("pbkdf2-sha256", __import__("base64").b64encode(salt).decode(), 10_000,
-                       check[:8].hex(), __import__("base64").b64encode(check).decode())
+    params = KeyParams(
+        "pbkdf2-sha256",
+        __import__("base64").b64encode(salt).decode(),
+        10_000,
+        check[:8].hex(),
+        __import__("base64").b64encode(check).decode(),
+    )
     key = run(derive_key(Passphrase("pass", iterations=10_000), params, CryptographySuite()))
     assert key.enc == hmac.new(master, b"chatmem-e2e-v1 enc", hashlib.sha256).digest()
     assert associated_data("k", "o", "session", "s", "h", "title") == (
-        b"chatmem-e2e-v1" + b"".join(len(p).to_bytes(4, "big") + p
-                                     for p in (b"k", b"o", b"session", b"s", b"h", b"title")))
+        b"chatmem-e2e-v1"
+        + b"".join(len(p).to_bytes(4, "big") + p for p in (b"k", b"o", b"session", b"s", b"h", b"title"))
+    )
     assert DEFAULT_ITERATIONS == 600_000
 
 
@@ -315,8 +351,9 @@ def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: Any) ->
         assert s2.session_id
         # tamper the stored ciphertext of one message (through the storage: any database)
         space = srv.space(KEY)
-        target, other = [r for r in srv.storage.changes(space, 0, 10**6)
-                         if r.resource == "message" and not r.deleted][:2]
+        target, other = [
+            r for r in srv.storage.changes(space, 0, 10**6) if r.resource == "message" and not r.deleted
+        ][:2]
 
         def store_data(data: dict[str, Any]) -> None:
             with srv.storage.transaction(space) as txn:
@@ -333,7 +370,10 @@ def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: Any) ->
         assert st.state == "idle" and st.quarantined == 1 and st.quarantine_reasons == {"decryption": 1}
         (item,) = await b.sync.quarantined()
         assert item["id"] == target.id and item["kind"] == "decryption" and "authentication" in item["reason"]
-        assert {s.title for s in await b.sessions.list()} == {"second", *[s.title for s in await a.sessions.list()]}
+        assert {s.title for s in await b.sessions.list()} == {
+            "second",
+            *[s.title for s in await a.sessions.list()],
+        }
         assert len(await texts(b, sid)) == 1
         # another message's envelope under this message's id is quarantined the same way
         store_data({**other.data, "id": target.id})
@@ -483,8 +523,14 @@ def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
         rewrite = [dict(r, data=d) for r, d in zip(recs, sealed)]
         bad = dict(rewrite[0], data={"sessionId": sid})  # drops the session's fields
         stale = dict(rewrite[1], hlc="0000000000001-0000-x")
-        res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": [
-            bad, stale, {"resource": "message", "id": "nope", "hlc": "h", "data": {}}]})
+        res = await c.call(
+            "POST",
+            "/v1/e2e/rewrite",
+            body={
+                "key_id": key.key_id,
+                "records": [bad, stale, {"resource": "message", "id": "nope", "hlc": "h", "data": {}}],
+            },
+        )
         assert [r["status"] for r in res["results"]] == ["rejected", "changed", "gone"]
         with pytest.raises(SyncPermanentError) as e:
             await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
@@ -509,7 +555,9 @@ def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
     assert MARKER.encode() not in stored_bytes(srv)
 
 
-def test_unlock_checks_the_passphrase_at_once_and_a_remembered_key_just_works(srv: Any, tmp_path: Path) -> None:
+def test_unlock_checks_the_passphrase_at_once_and_a_remembered_key_just_works(
+    srv: Any, tmp_path: Path
+) -> None:
     """A device whose encryption waits for the passphrase is not unlocked; unlock() with a
     wrong one raises WrongPassphrase at once and keeps nothing (still locked, nothing
     pulled); with the right one (remembered) sync goes on, and after a reopen the

@@ -32,7 +32,12 @@ class FakeEmbeddings:
     """An OpenAI-compatible /embeddings server with scripted failures."""
 
     def __init__(self, dims=4, fail_first=0, fail_status=500, wrong_dims=None):
-        self.dims, self.fail_first, self.fail_status, self.wrong_dims = dims, fail_first, fail_status, wrong_dims
+        self.dims, self.fail_first, self.fail_status, self.wrong_dims = (
+            dims,
+            fail_first,
+            fail_status,
+            wrong_dims,
+        )
         self.requests: list[dict] = []
         self.auth: list[str | None] = []
         fake = self
@@ -58,9 +63,10 @@ class FakeEmbeddings:
                     self.wfile.write(out)
                     return
                 n = fake.wrong_dims or fake.dims
-                data = [{"object": "embedding", "index": i,
-                         "embedding": [float(len(t) + j) for j in range(n)]}
-                        for i, t in enumerate(body["input"])]
+                data = [
+                    {"object": "embedding", "index": i, "embedding": [float(len(t) + j) for j in range(n)]}
+                    for i, t in enumerate(body["input"])
+                ]
                 out = json.dumps({"object": "list", "data": data[::-1], "model": body["model"]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -136,10 +142,24 @@ def test_openai_embedder_learns_unknown_dimensions_and_feeds_semantic_search():
 
         async def run():
             index = QueryIndex(DuckDBEngine())
-            await index.apply("session-created", "s", {"sessionId": "s", "title": "", "createdAt": 0, "updatedAt": 0})
-            await index.apply("messages-appended", "s", [
-                {"id": f"m{i}", "sessionId": "s", "seq": i, "role": "user", "content": "x" * (i + 1),
-                 "createdAt": i} for i in range(3)])
+            await index.apply(
+                "session-created", "s", {"sessionId": "s", "title": "", "createdAt": 0, "updatedAt": 0}
+            )
+            await index.apply(
+                "messages-appended",
+                "s",
+                [
+                    {
+                        "id": f"m{i}",
+                        "sessionId": "s",
+                        "seq": i,
+                        "role": "user",
+                        "content": "x" * (i + 1),
+                        "createdAt": i,
+                    }
+                    for i in range(3)
+                ],
+            )
             hits = await search(index, "xx", mode="semantic", embedder=emb, limit=3)
             rows = await index.sql("SELECT DISTINCT model, dim FROM embeddings")
             await index.close()
@@ -162,19 +182,24 @@ def test_openai_embedder_retries_transport_errors_through_an_injected_transport(
         if len(calls) == 1:
             raise TransportError("connection refused")
         n = len(json.loads(body)["input"])
-        return HTTPResponse(200, {}, json.dumps({"data": [{"index": i, "embedding": [1.0, 0.0]}
-                                                          for i in range(n)]}).encode())
+        return HTTPResponse(
+            200, {}, json.dumps({"data": [{"index": i, "embedding": [1.0, 0.0]} for i in range(n)]}).encode()
+        )
 
-    emb = OpenAIEmbedder("http://example.invalid/v1", model="m", dimensions=2, backoff=0.0,
-                         transport=MockTransport(handler))
+    emb = OpenAIEmbedder(
+        "http://example.invalid/v1", model="m", dimensions=2, backoff=0.0, transport=MockTransport(handler)
+    )
     assert asyncio.run(emb.embed(["a", "b"])) == [[1.0, 0.0], [1.0, 0.0]]
     assert calls == ["http://example.invalid/v1/embeddings"] * 2
 
 
 def test_openai_embedder_validates_its_settings():
     """Bad settings raise ValidationError before any request."""
-    for kwargs in ({"base_url": "ftp://x"}, {"base_url": "http://x", "batch_size": 0},
-                   {"base_url": "http://x", "max_retries": -1}):
+    for kwargs in (
+        {"base_url": "ftp://x"},
+        {"base_url": "http://x", "batch_size": 0},
+        {"base_url": "http://x", "max_retries": -1},
+    ):
         with pytest.raises(ValidationError):
             OpenAIEmbedder(**kwargs)
 
@@ -196,11 +221,15 @@ def test_hashing_embedder_is_unit_length_and_deterministic():
 def test_hashing_embedder_ranks_a_near_duplicate_above_unrelated_text():
     """A reworded near-duplicate is closer to the query than unrelated text."""
     emb = HashingEmbedder()
-    q, para, other = asyncio.run(emb.embed([
-        "How do I reset my password for the account?",
-        "how can I reset the password of my account",
-        "The weather in Lisbon is sunny and warm today.",
-    ]))
+    q, para, other = asyncio.run(
+        emb.embed(
+            [
+                "How do I reset my password for the account?",
+                "how can I reset the password of my account",
+                "The weather in Lisbon is sunny and warm today.",
+            ]
+        )
+    )
     assert cos(q, para) > 0.5 > cos(q, other)
     assert cos(q, para) > cos(q, other) + 0.3
 
@@ -208,7 +237,9 @@ def test_hashing_embedder_ranks_a_near_duplicate_above_unrelated_text():
 def test_hashing_embedder_handles_empty_and_cjk_text():
     """Empty text gives a zero vector; CJK text overlaps with itself."""
     emb = HashingEmbedder(dimensions=128)
-    empty, a, b, c = asyncio.run(emb.embed(["", "東京タワーに行きました", "東京タワーへ行った", "안녕하세요"]))
+    empty, a, b, c = asyncio.run(
+        emb.embed(["", "東京タワーに行きました", "東京タワーへ行った", "안녕하세요"])
+    )
     assert empty == [0.0] * 128
     assert cos(a, b) > cos(a, c)
 

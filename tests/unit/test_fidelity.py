@@ -31,10 +31,12 @@ async def seeded(mem: chatmem.Memory, turns: int = 30, system: str | None = "You
 
 def test_stored_system_prompt_survives_a_full_budget():
     """The seq-0 system message is always sent first, even when the budget is full (pruneMessages keeps messages[0])."""
+
     async def go():
         async with await chatmem.open() as mem:
             sid = await seeded(mem)
             return await mem.build_context(sid, max_tokens=700)
+
     out = run(go())
     assert out[0] == {"role": "system", "content": "You are Airi."}
     assert [m["role"] for m in out].count("system") == 1
@@ -43,11 +45,13 @@ def test_stored_system_prompt_survives_a_full_budget():
 
 def test_system_prompt_argument_overrides_the_stored_one():
     """system_prompt= replaces the stored prompt for the call: exactly one system message, first."""
+
     async def go():
         async with await chatmem.open() as mem:
             sid = await seeded(mem, turns=2)
             mem.modules.set("module:x", {"a": 1})
             return await mem.build_context(sid, system_prompt="Be terse.", max_tokens=10_000)
+
     out = run(go())
     systems = [m for m in out if m["role"] == "system"]
     assert systems == [{"role": "system", "content": "Be terse."}] and out[0] is systems[0]
@@ -56,6 +60,7 @@ def test_system_prompt_argument_overrides_the_stored_one():
 
 def test_build_context_never_writes_even_when_summarizing():
     """summarize= sends a computed summary in place of older messages; the store is untouched."""
+
     async def go():
         async with await chatmem.open() as mem:
             sid = await seeded(mem, turns=30)
@@ -66,6 +71,7 @@ def test_build_context_never_writes_even_when_summarizing():
             after = (await mem.export())["sessions"]
             sessions = await mem.sessions.list(archived=None, limit=None)
             return before, after, out, again, len(sessions)
+
     before, after, out, again, n_sessions = run(go())
     assert before == after and n_sessions == 1
     assert out == again
@@ -76,13 +82,17 @@ def test_build_context_never_writes_even_when_summarizing():
 
 def test_retention_never_summarizes_the_system_prompt(tmp_path: Path):
     """Applying the message policy folds old turns, but seq 0 (the system prompt) stays first."""
+
     async def go():
         async with await chatmem.open(persist=str(tmp_path / "r.db")) as mem:
             sid = await seeded(mem, turns=12)
-            pol = MessageRetentionPolicy(max_messages_per_session=4, summary_threshold=2, keep_system_messages=False)
+            pol = MessageRetentionPolicy(
+                max_messages_per_session=4, summary_threshold=2, keep_system_messages=False
+            )
             await mem.retention.apply_messages(sid, pol)
             msgs = await mem.messages.list(sid, limit=None)
             return [(m.seq, m.role, m.text[:13]) for m in msgs]
+
     msgs = run(go())
     assert msgs[0] == (0, "system", "You are Airi.")
 
@@ -90,12 +100,14 @@ def test_retention_never_summarizes_the_system_prompt(tmp_path: Path):
 @pytest.mark.parametrize(("fmt", "overhead"), sorted(MESSAGE_OVERHEAD.items()))
 def test_message_overhead_follows_the_format(fmt: str, overhead: int):
     """The per-message overhead is the format's (documented table), and message_overhead= overrides it."""
+
     async def go():
         async with await chatmem.open() as mem:
             sid = await seeded(mem, turns=2, system=None)
             w = await mem.build_window(sid, max_tokens=10_000, format=fmt)
             w0 = await mem.build_window(sid, max_tokens=10_000, format=fmt, message_overhead=0)
             return w, w0
+
     w, w0 = run(go())
     assert w.tokens - w0.tokens == overhead * len(w.messages)
 
@@ -109,12 +121,14 @@ def test_explicit_tokenizer_overhead_wins_and_bad_format_is_refused():
             with pytest.raises(ValidationError):
                 await mem.build_context(sid, max_tokens=100, format="gemini")
             return w, w0
+
     w, w0 = run(go())
     assert w.tokens - w0.tokens == 9 * len(w.messages)
 
 
 def test_lfu_evicts_the_least_used_and_lru_the_least_recent():
     """cache_strategy='lfu' keeps a hot entry that LRU would evict."""
+
     def exercise(cache: LRUCache[str, int]) -> set[str]:
         for k in "abc":
             cache.set(k, 1)
@@ -124,6 +138,7 @@ def test_lfu_evicts_the_least_used_and_lru_the_least_recent():
         cache.get("c")
         cache.set("d", 1)
         return {k for k in "abcd" if cache.get(k) is not None}
+
     assert exercise(LFUCache(3, 10_000, lambda: 0)) == {"a", "c", "d"}
     assert exercise(LRUCache(3, 10_000, lambda: 0)) == {"b", "c", "d"}
 
@@ -135,6 +150,7 @@ def test_open_takes_a_cache_strategy():
         with pytest.raises(ValidationError):
             await chatmem.open(cache_strategy="fifo")
         return kinds
+
     assert run(go()) == {LFUCache}
 
 
@@ -156,6 +172,7 @@ def test_active_session_is_persisted_per_profile(tmp_path: Path):
         async with await chatmem.open(persist=str(tmp_path / "other.db")) as other:
             elsewhere = await other.sessions.active()
         return a.session_id, first, gone, elsewhere
+
     sid, first, gone, elsewhere = run(go())
     assert first == sid and gone is None and elsewhere is None
 
@@ -163,6 +180,7 @@ def test_active_session_is_persisted_per_profile(tmp_path: Path):
 @pytest.mark.parametrize("kind", ["plain", "async"])
 def test_providers_accept_plain_or_async_callables(kind: str):
     """UserProfileProvider and register() take a plain or an async callable alike."""
+
     def plain_profile():
         return {"name": "Ada"}
 
@@ -181,6 +199,7 @@ def test_providers_accept_plain_or_async_callables(kind: str):
             mem.context.register(plain_module if kind == "plain" else async_module)
             failures = await mem.context.refresh()
             return failures, mem.context.snapshot()
+
     failures, snap = run(go())
     assert failures == []
     assert snap["module:user-profile"] == {"name": "Ada"} and snap["module:clock"] == {"t": 1}

@@ -45,8 +45,12 @@ from hostile_strategies import (
 )
 
 KEY = "hostile-key"
-BATTERY = settings(max_examples=25, deadline=None, derandomize=True,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+BATTERY = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 async def open_store(backend: str, tmp: Path, **kw: Any) -> chatmem.Memory:
@@ -98,8 +102,12 @@ def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
     cases: list[tuple[str, Any]] = []
 
     @BATTERY
-    @given(st.one_of(hostile_message().map(lambda m: ("append", m)),
-                     hostile_session_kwargs().map(lambda k: ("create", k))))
+    @given(
+        st.one_of(
+            hostile_message().map(lambda m: ("append", m)),
+            hostile_session_kwargs().map(lambda k: ("create", k)),
+        )
+    )
     def collect(case: tuple[str, Any]) -> None:
         cases.append(case)
 
@@ -208,8 +216,12 @@ def srv() -> Any:
 
 
 def http(srv: SyncServer, method: str, path: str, body: bytes | None = None) -> tuple[int, Any, int]:
-    req = urllib.request.Request(srv.url + path, data=body, method=method,
-                                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        srv.url + path,
+        data=body,
+        method=method,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             raw = r.read()
@@ -231,10 +243,26 @@ def push_raw(srv: SyncServer, ops: list[dict[str, Any]]) -> tuple[int, Any]:
 def good_ops(n: int) -> list[dict[str, Any]]:
     h = f"{1_700_000_000_000 + n:013d}-0001-dev"
     return [
-        {"op_id": f"s-{n}", "type": "create", "resource": "session", "id": "s-ok", "timestamp": 1, "attempts": 0,
-         "hlc": h, "data": {"title": "ok", "createdAt": 1, "updatedAt": 1}},
-        {"op_id": f"m-{n}", "type": "create", "resource": "message", "id": f"m-ok-{n}", "timestamp": 1,
-         "attempts": 0, "hlc": h, "data": {"sessionId": "s-ok", "role": "user", "content": "fine", "createdAt": 1}},
+        {
+            "op_id": f"s-{n}",
+            "type": "create",
+            "resource": "session",
+            "id": "s-ok",
+            "timestamp": 1,
+            "attempts": 0,
+            "hlc": h,
+            "data": {"title": "ok", "createdAt": 1, "updatedAt": 1},
+        },
+        {
+            "op_id": f"m-{n}",
+            "type": "create",
+            "resource": "message",
+            "id": f"m-ok-{n}",
+            "timestamp": 1,
+            "attempts": 0,
+            "hlc": h,
+            "data": {"sessionId": "s-ok", "role": "user", "content": "fine", "createdAt": 1},
+        },
     ]
 
 
@@ -276,8 +304,18 @@ def test_hypothesis_battery_server(srv: SyncServer) -> None:
 
 def test_nan_op_is_rejected_and_the_feed_never_500s(srv: SyncServer) -> None:
     """One op whose data holds NaN is rejected; GET /v1/changes from the start answers 200."""
-    bad = {**good_ops(0)[1], "op_id": "nan", "id": "m-nan",
-           "data": {"sessionId": "s-ok", "role": "user", "content": "x", "createdAt": 1, "metadata": {"v": float("nan")}}}
+    bad = {
+        **good_ops(0)[1],
+        "op_id": "nan",
+        "id": "m-nan",
+        "data": {
+            "sessionId": "s-ok",
+            "role": "user",
+            "content": "x",
+            "createdAt": 1,
+            "metadata": {"v": float("nan")},
+        },
+    }
     status, answer = push_raw(srv, [bad])
     assert status == 200 and answer["results"][0]["status"] == "rejected"
     assert http(srv, "GET", "/v1/changes")[0] == 200
@@ -291,10 +329,13 @@ def test_far_future_op_is_rejected_by_the_server(srv: SyncServer) -> None:
     assert "ahead" in answer["results"][0]["reason"]
 
 
-@pytest.mark.parametrize("data", [
-    {"sessionId": "s-ok", "role": "user", "content": "no createdAt"},
-    {"sessionId": "s-ok", "role": "evil", "content": {"x": 1}, "createdAt": 1},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"sessionId": "s-ok", "role": "user", "content": "no createdAt"},
+        {"sessionId": "s-ok", "role": "evil", "content": {"x": 1}, "createdAt": 1},
+    ],
+)
 def test_incomplete_or_wrong_message_ops_are_rejected(srv: SyncServer, data: dict[str, Any]) -> None:
     """A message op without createdAt, or with role 'evil' and content {"x": 1}, is not stored."""
     op = {**good_ops(0)[1], "op_id": "bad", "id": "m-bad", "data": data}
@@ -305,7 +346,9 @@ def test_incomplete_or_wrong_message_ops_are_rejected(srv: SyncServer, data: dic
 
 def test_deep_push_body_is_400_not_500(srv: SyncServer) -> None:
     """A body nested 100,000 levels is a 400; one nested 500 levels inside an op is that op's rejection."""
-    status, _, _ = http(srv, "POST", "/v1/push", b'{"device_id":"dev","ops":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    status, _, _ = http(
+        srv, "POST", "/v1/push", b'{"device_id":"dev","ops":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    )
     assert status == 400
     op = {**good_ops(0)[1], "op_id": "deep", "id": "m-deep"}
     op["data"] = dict(op["data"], metadata=hostile_checks.deep(500))
@@ -347,11 +390,15 @@ def test_every_error_body_is_the_documented_json() -> None:
     s.start()
     try:
         big = json.dumps({"device_id": "dev", "ops": [], "pad": "x" * 20_000}).encode()
-        for method, path, body in [("POST", "/v1/push", big), ("GET", "/v1/nowhere", None),
-                                   ("DELETE", "/v1/push", None), ("GET", "/v1/changes?since=%C2%B2", None),
-                                   ("GET", "/v1/changes?limit=%C2%B2", None),
-                                   ("GET", "/v1/changes?since=" + "9" * 5000, None),
-                                   ("GET", "/v1/e2e/pending?after=%C2%B2&limit=" + "9" * 5000, None)]:
+        for method, path, body in [
+            ("POST", "/v1/push", big),
+            ("GET", "/v1/nowhere", None),
+            ("DELETE", "/v1/push", None),
+            ("GET", "/v1/changes?since=%C2%B2", None),
+            ("GET", "/v1/changes?limit=%C2%B2", None),
+            ("GET", "/v1/changes?since=" + "9" * 5000, None),
+            ("GET", "/v1/e2e/pending?after=%C2%B2&limit=" + "9" * 5000, None),
+        ]:
             status, answer, _ = http(s, method, path, body)
             assert 400 <= status < 500, (path, status, answer)
             assert isinstance(answer, dict) and isinstance(answer["error"], str), (path, answer)
@@ -385,13 +432,36 @@ def test_the_server_refuses_malformed_envelopes() -> None:
     async def sealed() -> list[dict[str, Any]]:
         suite = CryptographySuite()
         _, key = await new_params(Passphrase("correct horse battery", iterations=10_000), suite)
-        recs = [{"op_id": "op-m", "resource": "message", "id": "m1", "hlc": "1700000000000-0000-dev",
-                 "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": "secret", "createdAt": 1}},
-                {"op_id": "op-s", "resource": "session", "id": "s1", "hlc": "1700000000000-0001-dev",
-                 "data": {"sessionId": "s1", "title": "secret", "pinned": True}}]
+        recs = [
+            {
+                "op_id": "op-m",
+                "resource": "message",
+                "id": "m1",
+                "hlc": "1700000000000-0000-dev",
+                "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": "secret", "createdAt": 1},
+            },
+            {
+                "op_id": "op-s",
+                "resource": "session",
+                "id": "s1",
+                "hlc": "1700000000000-0001-dev",
+                "data": {"sessionId": "s1", "title": "secret", "pinned": True},
+            },
+        ]
         datas = await encrypt_records(recs, key, suite)
-        return [{"op_id": r["op_id"], "type": "create", "resource": r["resource"], "id": r["id"],
-                 "hlc": r["hlc"], "timestamp": 1, "attempts": 0, "data": d} for r, d in zip(recs, datas)]
+        return [
+            {
+                "op_id": r["op_id"],
+                "type": "create",
+                "resource": r["resource"],
+                "id": r["id"],
+                "hlc": r["hlc"],
+                "timestamp": 1,
+                "attempts": 0,
+                "data": d,
+            }
+            for r, d in zip(recs, datas)
+        ]
 
     message, session = run(sealed())
     assert check_op(message) is None and check_op(session) is None
@@ -402,9 +472,16 @@ def test_the_server_refuses_malformed_envelopes() -> None:
         return {**message, "data": {**message["data"], "e2e": e}}
 
     bad = [
-        with_env(extra="x"), with_env(iv=None), with_env(k="not-a-key-id-hex"), with_env(k=7),
-        with_env(iv="AAAA"), with_env(ct=env["ct"][:-8]), with_env(ct="%%%"), with_env(op="other"),
-        with_env(hlc="1700000000000-0009-dev"), with_env(op=None),
+        with_env(extra="x"),
+        with_env(iv=None),
+        with_env(k="not-a-key-id-hex"),
+        with_env(k=7),
+        with_env(iv="AAAA"),
+        with_env(ct=env["ct"][:-8]),
+        with_env(ct="%%%"),
+        with_env(op="other"),
+        with_env(hlc="1700000000000-0009-dev"),
+        with_env(op=None),
         {**message, "data": {**message["data"], "role": "user"}},
         {**message, "data": {**message["data"], "title": env}},
         {**message, "data": {**message["data"], "sessionId": "s-\ud800"}},
@@ -440,7 +517,9 @@ def test_server_max_body_is_configurable() -> None:
     s = SyncServer([KEY], max_body_bytes=10_000)
     s.start()
     try:
-        status, _ = push_raw(s, [{**good_ops(0)[1], "data": dict(good_ops(0)[1]["data"], content="z" * 20_000)}])
+        status, _ = push_raw(
+            s, [{**good_ops(0)[1], "data": dict(good_ops(0)[1]["data"], content="z" * 20_000)}]
+        )
         assert status == 413
         assert push_raw(s, good_ops(1))[0] == 200
     finally:
@@ -457,11 +536,21 @@ def feed(pages: list[list[Any]]) -> MockTransport:
         if "/v1/changes" in url:
             q = url.partition("since=")[2].partition("&")[0]
             i = int(q) if q else 0
-            text = json.dumps({"changes": pages[i], "cursor": str(i + 1), "more": i + 1 < len(pages)},
-                              allow_nan=True)
+            text = json.dumps(
+                {"changes": pages[i], "cursor": str(i + 1), "more": i + 1 < len(pages)}, allow_nan=True
+            )
             return HTTPResponse(200, {}, text.encode())
-        return HTTPResponse(200, {}, json.dumps({"results": [
-            {"op_id": op["op_id"], "status": "applied"} for op in json.loads(body or b"{}")["ops"]]}).encode())
+        return HTTPResponse(
+            200,
+            {},
+            json.dumps(
+                {
+                    "results": [
+                        {"op_id": op["op_id"], "status": "applied"} for op in json.loads(body or b"{}")["ops"]
+                    ]
+                }
+            ).encode(),
+        )
 
     return MockTransport(handler)
 
@@ -471,8 +560,18 @@ def change(resource: str, rid: str, data: Any, hlc: str = "1700000000000-0000-re
 
 
 def good_msg(mid: str) -> dict[str, Any]:
-    return change("message", mid, {"id": mid, "sessionId": "rs", "role": "user", "content": f"pulled {mid}",
-                                   "createdAt": 1_700_000_000_000, "seq": 0})
+    return change(
+        "message",
+        mid,
+        {
+            "id": mid,
+            "sessionId": "rs",
+            "role": "user",
+            "content": f"pulled {mid}",
+            "createdAt": 1_700_000_000_000,
+            "seq": 0,
+        },
+    )
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
@@ -482,10 +581,23 @@ def test_pull_sets_bad_changes_aside_and_moves_on(backend: str, tmp_path: Path) 
     appends keep working."""
     bad = [
         change("message", "b1", {"id": "b1", "sessionId": "rs", "role": "user", "content": "no createdAt"}),
-        change("message", "b2", {"id": "b2", "sessionId": "rs", "role": "evil", "content": {"x": 1},
-                                 "createdAt": 1}),
-        change("message", "b3", {"id": "b3", "sessionId": "rs", "role": "user", "content": "x", "createdAt": 1,
-                                 "metadata": {"v": float("nan")}}),
+        change(
+            "message",
+            "b2",
+            {"id": "b2", "sessionId": "rs", "role": "evil", "content": {"x": 1}, "createdAt": 1},
+        ),
+        change(
+            "message",
+            "b3",
+            {
+                "id": "b3",
+                "sessionId": "rs",
+                "role": "user",
+                "content": "x",
+                "createdAt": 1,
+                "metadata": {"v": float("nan")},
+            },
+        ),
         change("session", "rs", {"sessionId": "rs", "title": 42}),
         {"resource": "message", "id": "b5"},
         "not even an object",
@@ -529,11 +641,27 @@ def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -
 
     def put(server: SyncServer, resource: str, rid: str, data: dict[str, Any], hlc: str = base) -> None:
         with server.storage.transaction(server.space(KEY)) as txn:
-            txn.put(StoredRecord(resource=resource, id=rid, data=data, deleted=False, hlc=hlc, birth_hlc=hlc,
-                                 session_id=data.get("sessionId") if resource == "message" else None))
+            txn.put(
+                StoredRecord(
+                    resource=resource,
+                    id=rid,
+                    data=data,
+                    deleted=False,
+                    hlc=hlc,
+                    birth_hlc=hlc,
+                    session_id=data.get("sessionId") if resource == "message" else None,
+                )
+            )
 
     def msg(mid: str, **kw: Any) -> dict[str, Any]:
-        return {"id": mid, "sessionId": "rs", "role": "user", "content": f"text of {mid}", "createdAt": 1, **kw}
+        return {
+            "id": mid,
+            "sessionId": "rs",
+            "role": "user",
+            "content": f"text of {mid}",
+            "createdAt": 1,
+            **kw,
+        }
 
     server = SyncServer([KEY], clock=lambda: now[0] + 7_200_000)
     server.start()
@@ -552,7 +680,10 @@ def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -
             assert report.state == "idle" and st.state == "idle", (report, st)
             assert st.quarantine_reasons == {"unknown-type": 1, "clock-skew": 1, "invalid": 1}
             assert {(x["resource"], x["id"], x["kind"]) for x in await mem.sync.quarantined()} == {
-                ("fact", "f1", "unknown-type"), ("message", "m-future", "clock-skew"), ("message", "m-bad", "invalid")}
+                ("fact", "f1", "unknown-type"),
+                ("message", "m-future", "clock-skew"),
+                ("message", "m-bad", "invalid"),
+            }
             assert [m.id for m in await mem.messages.list("rs")] == ["m-good"]
             assert await mem.store.kv_get("sync.cursor") == str(server.storage.cursor(server.space(KEY)))
             assert not (await mem.store.kv_get("sync.hlc") or "").startswith(hour_ahead[:13])
@@ -574,8 +705,12 @@ def test_pulled_far_future_hlc_never_poisons_the_clock(tmp_path: Path) -> None:
     """A pulled change stamped 9999999999999-9999-x is quarantined (applied, it would win
     every later write) and does not move this device's clock: appends, creates and renames
     keep working (before: 'HLC wall time out of range' forever)."""
-    future = change("session", "rs", {"sessionId": "rs", "title": "far", "createdAt": 1, "updatedAt": 1},
-                    hlc="9999999999999-9999-x")
+    future = change(
+        "session",
+        "rs",
+        {"sessionId": "rs", "title": "far", "createdAt": 1, "updatedAt": 1},
+        hlc="9999999999999-9999-x",
+    )
 
     async def go() -> None:
         mem = await chatmem.open()
@@ -605,16 +740,19 @@ def secret_file(tmp_path: Path) -> Path:
     return p
 
 
-@pytest.mark.parametrize("template", [
-    """FROM "read_csv"('{p}', sep=':')""",
-    """SELECT * FROM "read_text"('{p}')""",
-    """SELECT * FROM "read_blob"('{p}')""",
-    """SELECT * FROM "glob"('{d}/*')""",
-    """SELECT * FROM "query"('SELECT 42')""",
-    """SELECT * FROM "{p}" """,
-    """SUMMARIZE '{p}'""",
-    """DESCRIBE '{p}'""",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        """FROM "read_csv"('{p}', sep=':')""",
+        """SELECT * FROM "read_text"('{p}')""",
+        """SELECT * FROM "read_blob"('{p}')""",
+        """SELECT * FROM "glob"('{d}/*')""",
+        """SELECT * FROM "query"('SELECT 42')""",
+        """SELECT * FROM "{p}" """,
+        """SUMMARIZE '{p}'""",
+        """DESCRIBE '{p}'""",
+    ],
+)
 def test_sql_cannot_reach_files(template: str, secret_file: Path) -> None:
     """Quoted function names and quoted paths used as tables: ReadOnlySQLError, no data returned."""
 
@@ -636,8 +774,12 @@ def test_engine_itself_is_locked_down(secret_file: Path) -> None:
 
     async def go() -> None:
         eng = DuckDBEngine()
-        for sql in (f"SELECT * FROM read_text('{secret_file}')", f"SELECT * FROM '{secret_file}'",
-                    "SET enable_external_access = true", "SET lock_configuration = false"):
+        for sql in (
+            f"SELECT * FROM read_text('{secret_file}')",
+            f"SELECT * FROM '{secret_file}'",
+            "SET enable_external_access = true",
+            "SET lock_configuration = false",
+        ):
             with pytest.raises(QueryError):
                 await eng.execute(sql)
         await eng.execute("CREATE TABLE t (a INTEGER)")
@@ -742,9 +884,15 @@ def chatgpt_chain(n: int) -> dict[str, Any]:
     mapping = {}
     for i in range(n):
         mapping[ids[i]] = {
-            "id": str(ids[i]), "parent": other(i - 1) if i else None, "children": [other(i + 1)] if i < n - 1 else [],
-            "message": {"id": str(ids[i]), "author": {"role": "user" if i % 2 else "assistant"},
-                        "create_time": 1_700_000_000 + i, "content": {"content_type": "text", "parts": [f"m {i}"]}},
+            "id": str(ids[i]),
+            "parent": other(i - 1) if i else None,
+            "children": [other(i + 1)] if i < n - 1 else [],
+            "message": {
+                "id": str(ids[i]),
+                "author": {"role": "user" if i % 2 else "assistant"},
+                "create_time": 1_700_000_000 + i,
+                "content": {"content_type": "text", "parts": [f"m {i}"]},
+            },
         }
     return {"title": "long", "create_time": 1_700_000_000, "mapping": mapping}
 
@@ -783,15 +931,29 @@ def test_markdown_renderer_is_depth_limited() -> None:
     assert "deep" in json.dumps(tree)
     nested = "".join("**_" for _ in range(2000)) + "x" + "".join("_**" for _ in range(2000))
     assert depth(render.markdown(nested)) <= 3 * render.MAX_INLINE_DEPTH + 2
-    assert render.markdown("> a\n> > b") == [("blockquote", {}, [("p", {}, ["a"]),
-                                                                  ("blockquote", {}, [("p", {}, ["b"])])])]
+    assert render.markdown("> a\n> > b") == [
+        ("blockquote", {}, [("p", {}, ["a"]), ("blockquote", {}, [("p", {}, ["b"])])])
+    ]
 
 
-@pytest.mark.parametrize("value, ms", [("2", 2000), ("0.5", 500), ("inf", None), ("nan", None), ("-1", None),
-                                       ("1e400", None), ("soon", None), ("²", None)])
+@pytest.mark.parametrize(
+    "value, ms",
+    [
+        ("2", 2000),
+        ("0.5", 500),
+        ("inf", None),
+        ("nan", None),
+        ("-1", None),
+        ("1e400", None),
+        ("soon", None),
+        ("²", None),
+    ],
+)
 def test_a_model_servers_retry_after_never_escapes(value: str, ms: int | None) -> None:
     """A 429's Retry-After of inf, NaN, 1e400 or a negative number is ignored, not an OverflowError."""
     from chatmem.providers import provider_error
 
-    err = provider_error(HTTPResponse(429, {"retry-after": value}, b'{"error": {"message": "slow down"}}'), "u")
+    err = provider_error(
+        HTTPResponse(429, {"retry-after": value}, b'{"error": {"message": "slow down"}}'), "u"
+    )
     assert isinstance(err, chatmem.errors.ProviderRateLimited) and err.retry_after_ms == ms

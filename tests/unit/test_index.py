@@ -22,25 +22,29 @@ def run(coro):
 
 # --------------------------------------------------------------------------- tokenizer
 
-@pytest.mark.parametrize("text,expected", [
-    ("Hello, World!", ["hello", "world"]),
-    ("Don't STOP", ["dont", "stop"]),
-    ("Café naïve Ångström", ["cafe", "naiv", "angstrom"]),
-    ("painting painted paints", ["paint", "paint", "paint"]),
-    ("машины автомобили", ["машин", "автомоб"]),
-    ("Straße", ["strass"]),
-    ("ＦＵＬＬ　ｗｉｄｔｈ １２３", ["full", "width", "123"]),
-    ("v3.12 costs 1,000.50 $", ["v3", "12", "cost", "1000.50"]),
-    ("snake_case-and/slash", ["snake", "case", "and", "slash"]),
-    ("東京タワー", ["東京", "京タ", "タワ", "ワー", "ー"]),
-    ("猫", ["猫"]),
-    ("我的猫abc", ["我的", "的猫", "猫", "abc"]),
-    ("안녕하세요", ["안녕", "녕하", "하세", "세요", "요"]),
-    ("ｶﾀｶﾅ", ["カタ", "タカ", "カナ", "ナ"]),
-    ("が", ["が"]),
-    ("", []),
-    ("!!! ...", []),
-])
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("Hello, World!", ["hello", "world"]),
+        ("Don't STOP", ["dont", "stop"]),
+        ("Café naïve Ångström", ["cafe", "naiv", "angstrom"]),
+        ("painting painted paints", ["paint", "paint", "paint"]),
+        ("машины автомобили", ["машин", "автомоб"]),
+        ("Straße", ["strass"]),
+        ("ＦＵＬＬ　ｗｉｄｔｈ １２３", ["full", "width", "123"]),
+        ("v3.12 costs 1,000.50 $", ["v3", "12", "cost", "1000.50"]),
+        ("snake_case-and/slash", ["snake", "case", "and", "slash"]),
+        ("東京タワー", ["東京", "京タ", "タワ", "ワー", "ー"]),
+        ("猫", ["猫"]),
+        ("我的猫abc", ["我的", "的猫", "猫", "abc"]),
+        ("안녕하세요", ["안녕", "녕하", "하세", "세요", "요"]),
+        ("ｶﾀｶﾅ", ["カタ", "タカ", "カナ", "ナ"]),
+        ("が", ["が"]),
+        ("", []),
+        ("!!! ...", []),
+    ],
+)
 def test_tokens(text, expected):
     """Case, accents, NFKC, numbers, punctuation and CJK bigrams tokenise as documented."""
     assert tokens(text) == expected
@@ -77,6 +81,7 @@ def test_tokenizer_never_fails_and_is_idempotent_on_its_output(text):
 
 
 # --------------------------------------------------------------------------- engine
+
 
 def test_duckdb_engine_is_an_sql_engine_and_binds_params():
     """DuckDBEngine satisfies the protocol; params are bound, never spliced."""
@@ -153,13 +158,22 @@ def test_columns_answer_column_by_column():
 
 # --------------------------------------------------------------------------- schema
 
+
 def test_message_rows_copy_no_record_payload():
     """The index keeps a message's scalar fields and plain text, never its content,
     slices, tool results, categorization or metadata (the store has them)."""
-    rec = ChatMessage(id="m1", session_id="s", seq=0, role="assistant",
-                      content=[{"type": "text", "text": "Hi 東京"}, {"type": "image_url", "image_url": {"url": "u"}}],
-                      created_at=5, slices=[{"type": "text", "text": "Hi"}],
-                      categorization={"speech": "hi"}, metadata={"k": [1]}, token_count=3).to_record()
+    rec = ChatMessage(
+        id="m1",
+        session_id="s",
+        seq=0,
+        role="assistant",
+        content=[{"type": "text", "text": "Hi 東京"}, {"type": "image_url", "image_url": {"url": "u"}}],
+        created_at=5,
+        slices=[{"type": "text", "text": "Hi"}],
+        categorization={"speech": "hi"},
+        metadata={"k": [1]},
+        token_count=3,
+    ).to_record()
     mrow, stage, toks = message_rows(rec)
     cols = [c for c, _ in TABLES["messages"]]
     row = dict(zip(cols, mrow))
@@ -183,9 +197,17 @@ def test_message_rows_copy_no_record_payload():
 
 # --------------------------------------------------------------------------- apply / rebuild
 
+
 def _msg(i, sid="s", text=None):
-    return {"id": f"m{i}", "sessionId": sid, "seq": i, "role": "user", "content": text or f"word{i} common",
-            "createdAt": 100 + i, "tokenCount": 2}
+    return {
+        "id": f"m{i}",
+        "sessionId": sid,
+        "seq": i,
+        "role": "user",
+        "content": text or f"word{i} common",
+        "createdAt": 100 + i,
+        "tokenCount": 2,
+    }
 
 
 def test_apply_validates_its_input():

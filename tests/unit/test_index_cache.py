@@ -41,14 +41,13 @@ def _tamper(path: str, sql: str) -> None:
     con.close()
 
 
-
-
 async def _answers(mem: Memory) -> dict:
     out = {}
-    for q in ["apple", "banana cherry", "\"ripe banana\"", "zebra"]:
+    for q in ["apple", "banana cherry", '"ripe banana"', "zebra"]:
         out[q] = [(h.message.id, h.score) for h in await mem.search(q, limit=10)]
     out["sql"] = await mem.sql(
-        "SELECT session_id, title, message_count, pinned, tags FROM sessions ORDER BY session_id")
+        "SELECT session_id, title, message_count, pinned, tags FROM sessions ORDER BY session_id"
+    )
     out["n"] = await mem.sql("SELECT count(*) AS n FROM messages")
     out["df"] = await mem.sql("SELECT term, df FROM terms ORDER BY term")
     out["stats"] = await mem.sql("SELECT n, total FROM stats")
@@ -64,8 +63,9 @@ def test_reopened_cache_catches_up_only_changed_sessions(tmp_path):
         for name in ["a", "b", "c", "d"]:
             s = await mem.sessions.create(title=name)
             ids[name] = s.session_id
-            await mem.messages.append_many(s.session_id, [
-                {"role": "user", "content": f"apple banana {name} {i}"} for i in range(5)])
+            await mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": f"apple banana {name} {i}"} for i in range(5)]
+            )
         assert len(await mem.search("apple", limit=50)) == 20
         assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
         await mem.close()
@@ -82,10 +82,15 @@ def test_reopened_cache_catches_up_only_changed_sessions(tmp_path):
         mem = _mem(db, idx)
         got = await _answers(mem)
         assert mem.index.hydrations == 0 and mem.index.catchups == 1
-        assert mem.index.last_open == {"mode": "cached", "persistent": True, "sessions": 4,
-                                       "refreshed": 3, "dropped": 1}
+        assert mem.index.last_open == {
+            "mode": "cached",
+            "persistent": True,
+            "sessions": 4,
+            "refreshed": 3,
+            "dropped": 1,
+        }
         assert [h.message.session_id for h in await mem.search("zebra")] == [e.session_id]
-        assert got["zebra"] and got["\"ripe banana\""]
+        assert got["zebra"] and got['"ripe banana"']
         # a live write after the catch-up is seen at once, and the cache keeps it
         await mem.messages.append(ids["d"], "user", "apple apple apple")
         got = await _answers(mem)
@@ -120,8 +125,9 @@ def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
         for name in ["appended", "deleted", "cleared", "replaced", "same"]:
             s = await mem.sessions.create(title=name)
             ids[name] = s.session_id
-            await mem.messages.append_many(s.session_id, [
-                {"role": "user", "content": f"apple banana {name} {i}"} for i in range(4)])
+            await mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": f"apple banana {name} {i}"} for i in range(4)]
+            )
         assert len(await mem.search("apple", limit=50)) == 20
         backup = await mem.export([ids["replaced"]])
         await mem.close()
@@ -145,7 +151,10 @@ def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
         assert mem.index.last_open["refreshed"] == 4
         assert mem.index.index.last_resync == {"whole": 3, "appended": 1, "loaded": 2 + 3 + 1 + 4}
         assert len(await mem.search("apple", limit=50)) == 4 + 3 + 0 + 0 + 4
-        assert {h.message.session_id for h in await mem.search("zebra", limit=50)} == {ids["appended"], ids["replaced"]}
+        assert {h.message.session_id for h in await mem.search("zebra", limit=50)} == {
+            ids["appended"],
+            ids["replaced"],
+        }
         assert victim.id not in {h.message.id for h in await mem.search("apple", limit=50)}
         await mem.close()
 
@@ -215,9 +224,12 @@ def _history(n_sessions: int = 5):
     async def fill(mem: Memory) -> None:
         for k in range(n_sessions):
             s = await mem.sessions.create(title=f"s{k}")
-            await mem.messages.append_many(s.session_id, [
-                {"role": "user", "content": f"apple banana {k} {i} ripe banana cherry"} for i in range(8)])
+            await mem.messages.append_many(
+                s.session_id,
+                [{"role": "user", "content": f"apple banana {k} {i} ripe banana cherry"} for i in range(8)],
+            )
         await mem.messages.append(s.session_id, "assistant", "zebra apple")
+
     return fill
 
 
@@ -387,16 +399,18 @@ def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
         per = BULK_EVENTS // 8 + 1
         for k in range(8):
             s = await mem.sessions.create(title=f"bulk {k}")
-            await mem.messages.append_many(s.session_id, [
-                {"role": "user", "content": f"melon {k} {i}"} for i in range(per)])
+            await mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": f"melon {k} {i}"} for i in range(per)]
+            )
         assert mem.index._pending, "queued, not applied yet"
         got = await _answers(mem)
         assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 8
         assert len(await mem.search("melon", limit=1000)) == 1000
         fresh = _mem(db, None)
         assert got == await _answers(fresh)
-        assert (await mem.sql("SELECT count(*) AS n FROM messages")) == \
-            (await fresh.sql("SELECT count(*) AS n FROM messages"))
+        assert (await mem.sql("SELECT count(*) AS n FROM messages")) == (
+            await fresh.sql("SELECT count(*) AS n FROM messages")
+        )
         await fresh.close()
         await mem.close()
 
@@ -524,7 +538,9 @@ def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close
         mem = _mem(db, idx)
         mem.index.save_delay = 0.01
         s = await mem.sessions.create(title="t")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"apple {i}"} for i in range(5)])
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"apple {i}"} for i in range(5)]
+        )
         assert len(await mem.search("apple", limit=10)) == 5
         await saved(mem.index)  # the rebuilt index, saved once
 
@@ -592,6 +608,7 @@ def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_pat
                 async with hold():
                     steps.append("step")
                     yield
+
             await save(hold=logged)
 
         live._cache.save = stepped
@@ -619,7 +636,8 @@ def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_pat
         mem.index.move_delay = 3600  # answered from the file as saved
         assert await mem.sql("SELECT tid, doc, tf FROM postings") == postings
         assert await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model") == [
-            {"model": HashingEmbedder(16).model, "n": 42}]
+            {"model": HashingEmbedder(16).model, "n": 42}
+        ]
         got = await _answers(mem)
         assert not mem.index._cache.in_memory and mem.index.last_open["refreshed"] == 0
         fresh = _mem(db, None)

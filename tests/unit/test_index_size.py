@@ -22,8 +22,6 @@ def run(coro):
     return asyncio.run(coro)
 
 
-
-
 def _words(rng: random.Random, k: int) -> str:
     return " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 8))) for _ in range(k))
 
@@ -34,8 +32,10 @@ async def _fill(mem: Memory, sessions: int, per: int, seed: int = 1) -> list[str
     for s in range(sessions):
         sess = await mem.sessions.create(title=f"s{s}")
         ids.append(sess.session_id)
-        await mem.messages.append_many(sess.session_id, [
-            {"role": "user", "content": _words(rng, rng.randint(30, 150))} for _ in range(per)])
+        await mem.messages.append_many(
+            sess.session_id,
+            [{"role": "user", "content": _words(rng, rng.randint(30, 150))} for _ in range(per)],
+        )
     return ids
 
 
@@ -48,8 +48,9 @@ async def _answers(mem: Memory) -> dict:
 
 
 def _storage_tag(con) -> str:
-    return con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
-                       "WHERE database_name = current_database()").fetchone()[0]
+    return con.execute(
+        "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()[0]
 
 
 def _file_facts_tag(path: str) -> str:
@@ -64,9 +65,13 @@ def _file_facts(path: str) -> dict:
     con = duckdb.connect(path, read_only=True)
     try:
         tag = _storage_tag(con)
-        comp = {r[0] for r in con.execute(
-            "SELECT compression FROM pragma_storage_info('messages') "
-            "WHERE column_name = 'text' AND segment_type = 'VARCHAR'").fetchall()}
+        comp = {
+            r[0]
+            for r in con.execute(
+                "SELECT compression FROM pragma_storage_info('messages') "
+                "WHERE column_name = 'text' AND segment_type = 'VARCHAR'"
+            ).fetchall()
+        }
         size = con.execute("PRAGMA database_size").fetchone()
         return {"storage": tag, "text_compression": comp, "blocks": size[3], "free_blocks": size[5]}
     finally:
@@ -170,4 +175,3 @@ def test_a_database_file_that_is_not_an_index_is_left_alone(tmp_path):
     rows, notice = run(go())
     assert rows == [{"x": 1}] and notice is None
     assert os.path.getsize(path) > 0
-

@@ -18,9 +18,11 @@ from conftest import run
 CONVERSATION = [
     SystemMessage(content="You are Airi."),
     HumanMessage(content="Weather in Lisbon?", id="h1"),
-    AIMessage(content="", tool_calls=[{"name": "weather", "args": {"city": "Lisbon"}, "id": "call_1",
-                                        "type": "tool_call"}],
-              usage_metadata={"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}),
+    AIMessage(
+        content="",
+        tool_calls=[{"name": "weather", "args": {"city": "Lisbon"}, "id": "call_1", "type": "tool_call"}],
+        usage_metadata={"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+    ),
     ToolMessage(content="sunny, 24C", tool_call_id="call_1", name="weather"),
     AIMessage(content=[{"type": "text", "text": "Sunny and 24C."}], response_metadata={"model": "m"}),
 ]
@@ -42,6 +44,7 @@ def test_async_round_trip_with_tool_calls(tmp_path: Path):
             window = await mem.build_context("lc-1", max_tokens=4_000)
             await h.aclear()
             return back, stored, window, await h.aget_messages(), await mem.sessions.exists("lc-1")
+
     back, stored, window, cleared, exists = run(go())
     assert back == CONVERSATION
     assert [m.role for m in stored] == ["system", "user", "assistant", "tool", "assistant"]
@@ -68,17 +71,21 @@ def test_sync_methods_inside_a_loop_say_to_use_the_async_ones():
             with pytest.raises(chatmem.errors.UnsupportedEnvironment, match="async methods"):
                 h.add_user_message("hi")
             return await h.aget_messages()
+
     assert run(go()) == []
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def chain(mem: chatmem.Memory, answers: list[str]) -> RunnableWithMessageHistory:
-    prompt = ChatPromptTemplate.from_messages([("system", "Be brief."), MessagesPlaceholder("history"),
-                                               ("human", "{question}")])
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", "Be brief."), MessagesPlaceholder("history"), ("human", "{question}")]
+    )
     return RunnableWithMessageHistory(
         prompt | FakeListChatModel(responses=answers),
         lambda session_id: ChatmemChatMessageHistory(mem, session_id),
-        input_messages_key="question", history_messages_key="history")
+        input_messages_key="question",
+        history_messages_key="history",
+    )
 
 
 def test_runnable_with_message_history_async():
@@ -89,9 +96,15 @@ def test_runnable_with_message_history_async():
             a = await r.ainvoke({"question": "Where?"}, config=cfg)
             b = await r.ainvoke({"question": "When?"}, config=cfg)
             return a, b, [(m.role, m.text) for m in await mem.messages.list("trip", limit=None)]
+
     a, b, stored = run(go())
     assert (a.content, b.content) == ("Lisbon.", "In May.")
-    assert stored == [("user", "Where?"), ("assistant", "Lisbon."), ("user", "When?"), ("assistant", "In May.")]
+    assert stored == [
+        ("user", "Where?"),
+        ("assistant", "Lisbon."),
+        ("user", "When?"),
+        ("assistant", "In May."),
+    ]
 
 
 def test_runnable_with_message_history_sync():
@@ -100,4 +113,9 @@ def test_runnable_with_message_history_sync():
     cfg = {"configurable": {"session_id": "s"}}
     r.invoke({"question": "first"}, config=cfg)
     r.invoke({"question": "second"}, config=cfg)
-    assert [m.content for m in ChatmemChatMessageHistory(mem, "s").messages] == ["first", "One.", "second", "Two."]
+    assert [m.content for m in ChatmemChatMessageHistory(mem, "s").messages] == [
+        "first",
+        "One.",
+        "second",
+        "Two.",
+    ]

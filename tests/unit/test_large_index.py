@@ -19,23 +19,27 @@ def run(coro):
     return asyncio.run(coro)
 
 
-
-
 async def _fill(mem: Memory, sessions: int = 4, each: int = 12) -> list[str]:
     sids = []
     for s in range(sessions):
         meta = await mem.sessions.create(title=f"s{s}")
         sids.append(meta.session_id)
-        await mem.messages.append_many(meta.session_id, [
-            {"role": ("user", "assistant")[i % 2],
-             "content": " ".join(WORDS[(s * 7 + i * j) % len(WORDS)] for j in range(1, 4 + i % 5))}
-            for i in range(each)])
+        await mem.messages.append_many(
+            meta.session_id,
+            [
+                {
+                    "role": ("user", "assistant")[i % 2],
+                    "content": " ".join(WORDS[(s * 7 + i * j) % len(WORDS)] for j in range(1, 4 + i % 5)),
+                }
+                for i in range(each)
+            ],
+        )
     return sids
 
 
 async def _answers(mem: Memory) -> dict:
     out = {}
-    for q in ["apple", "banana cherry", "\"fig grape\"", "kiwi -lime", "zebra"]:
+    for q in ["apple", "banana cherry", '"fig grape"', "kiwi -lime", "zebra"]:
         out[q] = [(h.message.id, h.score) for h in await mem.search(q, limit=20)]
     out["df"] = await mem.sql("SELECT term, df FROM terms ORDER BY term")  # ids differ after writes
     out["stats"] = await mem.sql("SELECT n, total FROM stats")
@@ -99,9 +103,18 @@ def test_postings_sorted_in_parts_are_those_of_one_sort(monkeypatch):
         monkeypatch.setattr(keywords, "SORT_PART", part)
         idx = QueryIndex(DuckDBEngine())
         sessions = [SessionMeta(f"s{s}", f"s{s}", 1, 1).to_record() for s in range(3)]
-        msgs = [{"id": f"m{i:04d}", "sessionId": f"s{i % 3}", "seq": i, "role": "user",
-                 "content": " ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 2 + i % 7)) + f" w{i % 13}",
-                 "createdAt": 1_000 + (i * 37) % 90, "tokenCount": 1} for i in range(90)]
+        msgs = [
+            {
+                "id": f"m{i:04d}",
+                "sessionId": f"s{i % 3}",
+                "seq": i,
+                "role": "user",
+                "content": " ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 2 + i % 7)) + f" w{i % 13}",
+                "createdAt": 1_000 + (i * 37) % 90,
+                "tokenCount": 1,
+            }
+            for i in range(90)
+        ]
         await idx.rebuild(sessions, msgs)
         out = {t: await idx.execute(f"SELECT * FROM {t}") for t in ("postings", "terms", "stats", "docs")}
         out["messages"] = await idx.execute("SELECT id FROM messages ORDER BY created_at, id")

@@ -33,15 +33,19 @@ def db(tmp_path: Path) -> tuple[str, str]:
     async def seed() -> str:
         async with await chatmem.open(persist=path) as mem:
             s = await mem.sessions.create(title="Trip plans", character_id="airi")
-            await mem.messages.append_many(s.session_id, [
-                {"role": "system", "content": "You are Airi."},
-                {"role": "user", "content": "Where should we go in May?"},
-                {"role": "assistant", "content": "Lisbon is lovely in May: trams, pastries, the river."},
-                {"role": "user", "content": "Book the trams then."},
-            ])
+            await mem.messages.append_many(
+                s.session_id,
+                [
+                    {"role": "system", "content": "You are Airi."},
+                    {"role": "user", "content": "Where should we go in May?"},
+                    {"role": "assistant", "content": "Lisbon is lovely in May: trams, pastries, the river."},
+                    {"role": "user", "content": "Book the trams then."},
+                ],
+            )
             other = await mem.sessions.create(title="Groceries")
             await mem.messages.append(other.session_id, "user", "milk, eggs, bread")
             return s.session_id
+
     return path, run(seed())
 
 
@@ -52,7 +56,9 @@ def data(result: Any) -> Any:
     return json.loads(result.content[0].text)
 
 
-async def session(db_path: str, *extra: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[set[str], list[Any]]:
+async def session(
+    db_path: str, *extra: str, calls: list[tuple[str, dict[str, Any]]]
+) -> tuple[set[str], list[Any]]:
     cmd, pre = command()
     params = StdioServerParameters(command=cmd, args=[*pre, "--db", db_path, *extra])
     async with Client(params, read_timeout_seconds=60) as client:
@@ -62,14 +68,19 @@ async def session(db_path: str, *extra: str, calls: list[tuple[str, dict[str, An
 
 def test_read_only_tools_answer_over_stdio(db: tuple[str, str]):
     path, sid = db
-    tools, (found, sessions, read, window, retrieved, refused) = run(session(path, calls=[
-        ("search", {"query": "lisbon trams"}),
-        ("list_sessions", {}),
-        ("read_session", {"session_id": sid}),
-        ("build_context", {"session_id": sid, "max_tokens": 200, "format": "anthropic"}),
-        ("retrieve", {"session_id": sid, "query": "lisbon", "strategy": "recent", "recent_count": 2}),
-        ("append_message", {"session_id": sid, "role": "user", "content": "sneaky"}),
-    ]))
+    tools, (found, sessions, read, window, retrieved, refused) = run(
+        session(
+            path,
+            calls=[
+                ("search", {"query": "lisbon trams"}),
+                ("list_sessions", {}),
+                ("read_session", {"session_id": sid}),
+                ("build_context", {"session_id": sid, "max_tokens": 200, "format": "anthropic"}),
+                ("retrieve", {"session_id": sid, "query": "lisbon", "strategy": "recent", "recent_count": 2}),
+                ("append_message", {"session_id": sid, "role": "user", "content": "sneaky"}),
+            ],
+        )
+    )
     assert tools == READ_TOOLS
     hits = data(found)["hits"]
     assert hits and hits[0]["session_id"] == sid and "Lisbon" in hits[0]["message"]["text"]
@@ -83,16 +94,23 @@ def test_read_only_tools_answer_over_stdio(db: tuple[str, str]):
     async def count() -> int:
         async with await chatmem.open(persist=path) as mem:
             return await mem.messages.count(sid)
+
     assert run(count()) == 4
 
 
 def test_allow_writes_adds_append_message(db: tuple[str, str]):
     path, sid = db
-    tools, (added, new, read) = run(session(path, "--allow-writes", calls=[
-        ("append_message", {"session_id": sid, "role": "user", "content": "And a museum?"}),
-        ("append_message", {"session_id": "notes", "role": "user", "content": "a new session"}),
-        ("read_session", {"session_id": sid, "newest_first": True, "limit": 1}),
-    ]))
+    tools, (added, new, read) = run(
+        session(
+            path,
+            "--allow-writes",
+            calls=[
+                ("append_message", {"session_id": sid, "role": "user", "content": "And a museum?"}),
+                ("append_message", {"session_id": "notes", "role": "user", "content": "a new session"}),
+                ("read_session", {"session_id": sid, "newest_first": True, "limit": 1}),
+            ],
+        )
+    )
     assert tools == READ_TOOLS | {"append_message"}
     assert data(added)["message"]["seq"] == 4 and data(new)["message"]["session_id"] == "notes"
     assert data(read)["messages"][0]["text"] == "And a museum?"
@@ -100,9 +118,14 @@ def test_allow_writes_adds_append_message(db: tuple[str, str]):
 
 def test_errors_are_tool_errors_not_crashes(db: tuple[str, str]):
     path, _ = db
-    _, (missing, after) = run(session(path, calls=[
-        ("read_session", {"session_id": "no-such-session"}),
-        ("list_sessions", {"limit": 1}),
-    ]))
+    _, (missing, after) = run(
+        session(
+            path,
+            calls=[
+                ("read_session", {"session_id": "no-such-session"}),
+                ("list_sessions", {"limit": 1}),
+            ],
+        )
+    )
     assert missing.is_error and "no-such-session" in str(missing.content)
     assert len(data(after)["sessions"]) == 1

@@ -23,8 +23,12 @@ async def _turns(mem: chatmem.Memory) -> dict[str, str]:
     await mem.messages.append(b.session_id, "user", "How long do I boil pasta?")
     h = mem.session(b.session_id)
     out = {}
-    for key, text in (("hit", "What about Lisbon?"), ("again", "And Lisbon once more?"),
-                      ("miss", "zeppelin"), ("empty", "what is it")):
+    for key, text in (
+        ("hit", "What about Lisbon?"),
+        ("again", "And Lisbon once more?"),
+        ("miss", "zeppelin"),
+        ("empty", "what is it"),
+    ):
         pieces: list[str] = []
         reply = await h.send(text, provider=OfflineResponder(mem), on_token=pieces.append)
         assert "".join(pieces) == reply.content and len(pieces) > 3
@@ -58,6 +62,7 @@ def test_replies_quote_earlier_messages_and_say_so(persist: str | None, tmp_path
 
 def test_without_a_query_index_it_scans_the_store() -> None:
     """CPython without duckdb: the same answers from a scan of the store."""
+
     class NoIndex(OfflineResponder):
         async def _search(self, words, current):  # type: ignore[no-untyped-def]
             raise chatmem.errors.UnsupportedEnvironment("no duckdb")
@@ -67,10 +72,15 @@ def test_without_a_query_index_it_scans_the_store() -> None:
             a = await mem.sessions.create(title="Keys")
             await mem.messages.append(a.session_id, "user", "The spare key is under the blue flowerpot")
             b = await mem.sessions.create()
-            return (await mem.session(b.session_id).send("Where is the spare key?", provider=NoIndex(mem))).content
+            return (
+                await mem.session(b.session_id).send("Where is the spare key?", provider=NoIndex(mem))
+            ).content
 
     reply = run(go())
-    assert reply.startswith(OFFLINE_LABEL) and "You, in “Keys”: The spare key is under the blue flowerpot" in reply
+    assert (
+        reply.startswith(OFFLINE_LABEL)
+        and "You, in “Keys”: The spare key is under the blue flowerpot" in reply
+    )
     assert "Where is the spare key" not in reply
 
 

@@ -17,38 +17,139 @@ from chatmem import errors
 PKG = Path(chatmem.__file__).parent
 
 PUBLIC = {
-    "__version__", "open", "Memory", "IN_BROWSER", "Runtime",
-    "Sessions", "Messages", "Session", "SessionMeta", "ChatMessage", "Message",
-    "ContextStore", "MemoryContextStore", "InMemoryContextStore", "SQLiteContextStore", "IndexedDBContextStore",
-    "Store", "MemoryStore", "LRUCache", "LFUCache", "Clock", "IdGenerator", "new_id", "system_clock",
-    "extract_text", "estimate_tokens",
-    "errors", "ChatmemError", "LimitExceeded", "ClockSkew", "QueryTimeout", "DEFAULT_LIMITS", "Limits", "NotFound", "SessionNotFound", "MessageNotFound", "ValidationError",
-    "StorageError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError", "QueryError", "ProviderError",
-    "ContextManager", "ContextMessage", "ContextProvider", "ContextUpdateStrategy", "DatetimeProvider",
-    "ModuleStateProvider", "UserProfileProvider", "render_context_message",
-    "Tokenizer", "EstimateTokenizer", "BPETokenizer", "ModelBudget", "PRESETS", "WindowResult", "fit_window",
-    "Summarizer", "ExtractiveSummarizer", "LLMSummarizer",
-    "RetentionPolicy", "MessageRetentionPolicy", "RetentionReport",
-    "ChatProvider", "OpenAICompatibleProvider", "AnthropicProvider", "OfflineResponder",
-    "QueryIndex", "SQLEngine", "SearchHit", "RetrievalConfig", "HybridWeights",
-    "Embedder", "HashingEmbedder", "OpenAIEmbedder", "LocalEmbedder", "StaticEmbedder",
+    "__version__",
+    "open",
+    "Memory",
+    "IN_BROWSER",
+    "Runtime",
+    "Sessions",
+    "Messages",
+    "Session",
+    "SessionMeta",
+    "ChatMessage",
+    "Message",
+    "ContextStore",
+    "MemoryContextStore",
+    "InMemoryContextStore",
+    "SQLiteContextStore",
+    "IndexedDBContextStore",
+    "Store",
+    "MemoryStore",
+    "LRUCache",
+    "LFUCache",
+    "Clock",
+    "IdGenerator",
+    "new_id",
+    "system_clock",
+    "extract_text",
+    "estimate_tokens",
+    "errors",
+    "ChatmemError",
+    "LimitExceeded",
+    "ClockSkew",
+    "QueryTimeout",
+    "DEFAULT_LIMITS",
+    "Limits",
+    "NotFound",
+    "SessionNotFound",
+    "MessageNotFound",
+    "ValidationError",
+    "StorageError",
+    "ImportFormatError",
+    "ContextOverflow",
+    "ReadOnlySQLError",
+    "QueryError",
+    "ProviderError",
+    "ContextManager",
+    "ContextMessage",
+    "ContextProvider",
+    "ContextUpdateStrategy",
+    "DatetimeProvider",
+    "ModuleStateProvider",
+    "UserProfileProvider",
+    "render_context_message",
+    "Tokenizer",
+    "EstimateTokenizer",
+    "BPETokenizer",
+    "ModelBudget",
+    "PRESETS",
+    "WindowResult",
+    "fit_window",
+    "Summarizer",
+    "ExtractiveSummarizer",
+    "LLMSummarizer",
+    "RetentionPolicy",
+    "MessageRetentionPolicy",
+    "RetentionReport",
+    "ChatProvider",
+    "OpenAICompatibleProvider",
+    "AnthropicProvider",
+    "OfflineResponder",
+    "QueryIndex",
+    "SQLEngine",
+    "SearchHit",
+    "RetrievalConfig",
+    "HybridWeights",
+    "Embedder",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "LocalEmbedder",
+    "StaticEmbedder",
     "ImportReport",
-    "SyncConfig", "SyncEngine", "SyncStatus", "PushReport", "PullReport", "Passphrase", "EncryptionKey",
+    "SyncConfig",
+    "SyncEngine",
+    "SyncStatus",
+    "PushReport",
+    "PullReport",
+    "Passphrase",
+    "EncryptionKey",
 }
 
 ERRORS = {
     "ChatmemError",
-    "ValidationError", "ImportFormatError", "ContextOverflow", "ReadOnlySQLError", "LimitExceeded", "ClockSkew",
-    "QueryTimeout", "ImportLimitExceeded",
-    "NotFound", "SessionNotFound", "MessageNotFound",
-    "StorageError", "QuotaExceeded", "RateLimited", "StorageFull", "DatabaseUnavailable", "ConstraintViolation", "DuplicateId", "TransactionAborted",
-    "VersionConflict", "UpgradeBlocked", "DatabaseClosed", "IndexLocked",
-    "TransportError", "TransportTimeout",
-    "SyncError", "SyncOffline", "SyncTransientError", "SyncAuthError", "SyncPermanentError",
-    "WrongPassphrase", "DecryptionError", "EncryptionConflict",
-    "ProviderError", "ProviderAuthError", "ProviderNotFound", "ProviderRateLimited", "ProviderServerError",
-    "ProviderTimeout", "ProviderUnavailable",
-    "QueryError", "EmbeddingError", "UnsupportedEnvironment",
+    "ValidationError",
+    "ImportFormatError",
+    "ContextOverflow",
+    "ReadOnlySQLError",
+    "LimitExceeded",
+    "ClockSkew",
+    "QueryTimeout",
+    "ImportLimitExceeded",
+    "NotFound",
+    "SessionNotFound",
+    "MessageNotFound",
+    "StorageError",
+    "QuotaExceeded",
+    "RateLimited",
+    "StorageFull",
+    "DatabaseUnavailable",
+    "ConstraintViolation",
+    "DuplicateId",
+    "TransactionAborted",
+    "VersionConflict",
+    "UpgradeBlocked",
+    "DatabaseClosed",
+    "IndexLocked",
+    "TransportError",
+    "TransportTimeout",
+    "SyncError",
+    "SyncOffline",
+    "SyncTransientError",
+    "SyncAuthError",
+    "SyncPermanentError",
+    "WrongPassphrase",
+    "DecryptionError",
+    "EncryptionConflict",
+    "ProviderError",
+    "ProviderAuthError",
+    "ProviderNotFound",
+    "ProviderRateLimited",
+    "ProviderServerError",
+    "ProviderTimeout",
+    "ProviderUnavailable",
+    "QueryError",
+    "EmbeddingError",
+    "UnsupportedEnvironment",
     "translate_dom_error",
 }
 
@@ -87,7 +188,9 @@ def test_every_exception_class_lives_in_errors() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
                 bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
-                if bases & (ERRORS | {"Exception", "BaseException", "ValueError", "RuntimeError", "LookupError"}):
+                if bases & (
+                    ERRORS | {"Exception", "BaseException", "ValueError", "RuntimeError", "LookupError"}
+                ):
                     found.append(f"{path.relative_to(PKG)}:{node.name}")
     assert found == []
 
@@ -112,7 +215,9 @@ def test_import_reads_only_the_errors() -> None:
         "print(json.dumps([first, 'sqlite3' in sys.modules, after, chatmem.open.__module__,\n"
         "                  chatmem.index.__name__, set(chatmem.__all__) <= set(dir(chatmem))]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PKG.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PKG.parent
+    )
     first, sqlite, sync_after, open_module, index_name, listed = json.loads(out.stdout)
     assert first == ["chatmem", "chatmem.errors"]
     assert not sqlite
@@ -126,6 +231,10 @@ def test_lazy_names_match_what_type_checkers_see() -> None:
     (what mypy and editors see) name the same things from the same modules."""
     tree = ast.parse((PKG / "__init__.py").read_text(encoding="utf-8"))
     block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
-    seen = {a.name: "." * n.level + (n.module or "") for n in block.body if isinstance(n, ast.ImportFrom)
-            for a in n.names}
+    seen = {
+        a.name: "." * n.level + (n.module or "")
+        for n in block.body
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
     assert seen == chatmem._LAZY

@@ -21,8 +21,9 @@ async def _filled(sizes: list[int]) -> tuple[chatmem.Memory, list[dict[str, Any]
     for n in sizes:
         s = await mem.sessions.create()
         if n:
-            await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"{s.session_id} {i}"}
-                                                          for i in range(n)])
+            await mem.messages.append_many(
+                s.session_id, [{"role": "user", "content": f"{s.session_id} {i}"} for i in range(n)]
+            )
         want += [f"{s.session_id} {i}" for i in range(n)]
     return mem, await mem.store.all_sessions(), want
 
@@ -42,7 +43,9 @@ def test_every_message_in_session_order_small_sessions_batched_big_ones_paged(mo
             calls.append(("many", len(ids)))
             return await many(ids)
 
-        async def list_messages(sid: str, offset: int, limit: int | None, newest: bool) -> list[dict[str, Any]]:
+        async def list_messages(
+            sid: str, offset: int, limit: int | None, newest: bool
+        ) -> list[dict[str, Any]]:
             calls.append(("page", offset))
             return await paged(sid, offset, limit, newest)
 
@@ -50,8 +53,16 @@ def test_every_message_in_session_order_small_sessions_batched_big_ones_paged(mo
         store.list_messages = list_messages  # type: ignore[method-assign]
         got = [m["content"] async for m in reading.each_message(store, metas)]
         assert got == want
-        assert calls == [("many", 3), ("page", 0), ("page", 10), ("page", 20), ("many", 2),
-                         ("page", 0), ("page", 10), ("many", 1)], calls
+        assert calls == [
+            ("many", 3),
+            ("page", 0),
+            ("page", 10),
+            ("page", 20),
+            ("many", 2),
+            ("page", 0),
+            ("page", 10),
+            ("many", 1),
+        ], calls
         await mem.close()
 
     run(go())

@@ -76,19 +76,27 @@ def localize(code: str, peers: dict[str, str]) -> str:
     """Point the example services at local peers (the code is otherwise run as written)."""
     code = re.sub(r'endpoint="https://[^"]+"', f'endpoint="{peers["sync"]}"', code)
     code = code.replace('api_key="..."', 'api_key="readme-key"')
-    code = re.sub(r'OpenAICompatibleProvider\("http[^"]+"', f'OpenAICompatibleProvider("{peers["llm"]}"', code)
-    code = re.sub(r'AnthropicProvider\(("[^"]*"), ("[^"]*")\)',
-                  lambda m: f'AnthropicProvider({m.group(1)}, {m.group(2)}, base_url="{peers["llm"]}")', code)
+    code = re.sub(
+        r'OpenAICompatibleProvider\("http[^"]+"', f'OpenAICompatibleProvider("{peers["llm"]}"', code
+    )
+    code = re.sub(
+        r'AnthropicProvider\(("[^"]*"), ("[^"]*")\)',
+        lambda m: f'AnthropicProvider({m.group(1)}, {m.group(2)}, base_url="{peers["llm"]}")',
+        code,
+    )
     return code
 
 
 async def run_snippet(code: str) -> dict[str, Any]:
     mem = await chatmem.open()
     s = await mem.sessions.create(title="Trip plans", character_id="airi")
-    await mem.messages.append_many(s.session_id, [
-        {"role": "user", "content": "Where should we go in May?"},
-        {"role": "assistant", "content": "Lisbon is lovely in May."},
-    ])
+    await mem.messages.append_many(
+        s.session_id,
+        [
+            {"role": "user", "content": "Where should we go in May?"},
+            {"role": "assistant", "content": "Lisbon is lovely in May."},
+        ],
+    )
     ns: dict[str, Any] = {"chatmem": chatmem, "asyncio": asyncio, "mem": mem, "s": s, "sid": s.session_id}
     compiled = compile(code, "<README>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     try:
@@ -101,8 +109,9 @@ async def run_snippet(code: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("block", blocks("python"), ids=ids(blocks("python")))
-def test_python_block_runs(block: tuple[int, str, str], peers: dict[str, str], tmp_path: Path,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_python_block_runs(
+    block: tuple[int, str, str], peers: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, _, code = block
     code = localize(code, peers)
     cwd = os.getcwd()
@@ -119,7 +128,9 @@ def test_python_block_runs(block: tuple[int, str, str], peers: dict[str, str], t
     capsys.readouterr()
 
 
-def test_the_cpython_example_prints_the_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cpython_example_prints_the_conversation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The README's CPython example runs as written and prints the conversation."""
     _, _, code = next(b for b in blocks("python") if "asyncio.run(main())" in b[2])
     cwd = os.getcwd()
@@ -144,9 +155,13 @@ def test_every_sql_example_answers_on_real_data() -> None:
         async with await chatmem.open() as mem:
             for who in ("airi", "bob"):
                 s = await mem.sessions.create(title=who, character_id=who)
-                await mem.messages.append_many(s.session_id, [
-                    {"role": "user", "content": "hello there friend, tell me about gardens"},
-                    {"role": "assistant", "content": "gardens need water and patience"}])
+                await mem.messages.append_many(
+                    s.session_id,
+                    [
+                        {"role": "user", "content": "hello there friend, tell me about gardens"},
+                        {"role": "assistant", "content": "gardens need water and patience"},
+                    ],
+                )
             return [await eval(c, {"mem": mem}) for c in calls]
 
     results = run(go())
@@ -172,8 +187,12 @@ def test_json_block_parses(block: tuple[int, str, str]) -> None:
 
 
 def sh_commands() -> list[str]:
-    return [line.split("#", 1)[0].strip() for _, _, code in blocks("sh") for line in code.splitlines()
-            if line.split("#", 1)[0].strip()]
+    return [
+        line.split("#", 1)[0].strip()
+        for _, _, code in blocks("sh")
+        for line in code.splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
 
 
 @pytest.mark.parametrize("cmd", sh_commands())
@@ -197,7 +216,14 @@ def test_sh_command_names_what_exists(cmd: str) -> None:
 
 
 def test_extras_and_scripts_are_the_documented_ones() -> None:
-    assert set(PYPROJECT["project"]["optional-dependencies"]) >= {"server", "postgres", "mcp", "langchain", "test", "dev"}
+    assert set(PYPROJECT["project"]["optional-dependencies"]) >= {
+        "server",
+        "postgres",
+        "mcp",
+        "langchain",
+        "test",
+        "dev",
+    }
     assert set(PYPROJECT["project"]["scripts"]) == {"chatmem-server", "chatmem-mcp"}
     assert any(d.startswith("duckdb==") for d in PYPROJECT["project"]["dependencies"])
     layout = README.split("## Layout", 1)[1]

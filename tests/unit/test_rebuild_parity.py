@@ -17,9 +17,17 @@ from chatmem.index.tokenize import tokens, words
 from shared_texts import shared_dir
 
 EXTRA = [
-    "東京タワーに行った 猫 我的猫abc", "안녕하세요 Straße café naïve", "машины автомобили Ελληνικά κείμενα",
-    "ＦＵＬＬ　ｗｉｄｔｈ １２３", "Don't STOP at 1,000.50, 3.14 or 2,3!", "", "!!! ...", "x" * 100 + " tail",
-    "e.g. a.b x..y 'quoted' it's", "مرحبا بالعالم", "emoji 🙂 text — dash “quotes”",
+    "東京タワーに行った 猫 我的猫abc",
+    "안녕하세요 Straße café naïve",
+    "машины автомобили Ελληνικά κείμενα",
+    "ＦＵＬＬ　ｗｉｄｔｈ １２３",
+    "Don't STOP at 1,000.50, 3.14 or 2,3!",
+    "",
+    "!!! ...",
+    "x" * 100 + " tail",
+    "e.g. a.b x..y 'quoted' it's",
+    "مرحبا بالعالم",
+    "emoji 🙂 text — dash “quotes”",
 ]
 
 
@@ -42,17 +50,29 @@ def records(items: list[tuple[str, str]]) -> list[dict[str, Any]]:
     out = []
     for i, (sid, text) in enumerate(items):
         seq = seqs[sid] = seqs.get(sid, -1) + 1
-        out.append({"id": f"m{i:06d}", "sessionId": sid, "seq": seq, "role": ("user", "assistant")[i % 2],
-                    "createdAt": 1_700_000_000_000 + i, "content": text})
+        out.append(
+            {
+                "id": f"m{i:06d}",
+                "sessionId": sid,
+                "seq": seq,
+                "role": ("user", "assistant")[i % 2],
+                "createdAt": 1_700_000_000_000 + i,
+                "content": text,
+            }
+        )
     return out
 
 
 async def tables(index: QueryIndex) -> list[Any]:
     return [
         await index.sql("SELECT term, df FROM terms ORDER BY term"),
-        await index.sql("SELECT t.term, d.message_id, p.tf FROM postings p JOIN terms t ON t.tid = p.tid "
-                        "JOIN docs d ON d.doc = p.doc ORDER BY t.term, d.message_id"),
-        await index.sql("SELECT message_id, session_id, role, created_at, doc_len FROM docs ORDER BY message_id"),
+        await index.sql(
+            "SELECT t.term, d.message_id, p.tf FROM postings p JOIN terms t ON t.tid = p.tid "
+            "JOIN docs d ON d.doc = p.doc ORDER BY t.term, d.message_id"
+        ),
+        await index.sql(
+            "SELECT message_id, session_id, role, created_at, doc_len FROM docs ORDER BY message_id"
+        ),
         await index.sql("SELECT n, total FROM stats"),
     ]
 
@@ -68,14 +88,22 @@ def test_rebuild_derives_the_tables_appends_derive() -> None:
         for r in recs:
             by_session.setdefault(r["sessionId"], []).append(r)
         for k, (sid, msgs) in enumerate(by_session.items()):
-            await appended.apply("session-created", sid, {"sessionId": sid, "title": sid, "createdAt": 0,
-                                                          "updatedAt": 0, "messageCount": len(msgs)})
+            await appended.apply(
+                "session-created",
+                sid,
+                {"sessionId": sid, "title": sid, "createdAt": 0, "updatedAt": 0, "messageCount": len(msgs)},
+            )
             step = 7 if k % 4 == 0 else len(msgs)  # a quarter of them in several appends, each merged
             for i in range(0, len(msgs), step):
                 await appended.apply("messages-appended", sid, msgs[i : i + step])
         rebuilt = QueryIndex(DuckDBEngine())
-        await rebuilt.rebuild([{"sessionId": s, "title": s, "createdAt": 0, "updatedAt": 0,
-                                "messageCount": len(m)} for s, m in by_session.items()], iter(recs))
+        await rebuilt.rebuild(
+            [
+                {"sessionId": s, "title": s, "createdAt": 0, "updatedAt": 0, "messageCount": len(m)}
+                for s, m in by_session.items()
+            ],
+            iter(recs),
+        )
         try:
             return await tables(appended), await tables(rebuilt)
         finally:

@@ -27,19 +27,35 @@ from chatmem.window import fit_window
 NOW = 1_000 * DAY_MS
 
 
-def sess(sid: str, *, updated_days_ago: float, created_days_ago: float | None = None, **kw: Any) -> SessionMeta:
+def sess(
+    sid: str, *, updated_days_ago: float, created_days_ago: float | None = None, **kw: Any
+) -> SessionMeta:
     created = created_days_ago if created_days_ago is not None else updated_days_ago
     return SessionMeta(
-        session_id=sid, title=sid, created_at=int(NOW - created * DAY_MS), updated_at=int(NOW - updated_days_ago * DAY_MS), **kw
+        session_id=sid,
+        title=sid,
+        created_at=int(NOW - created * DAY_MS),
+        updated_at=int(NOW - updated_days_ago * DAY_MS),
+        **kw,
     )
 
 
 def test_defaults_are_the_originals():
     """1000 sessions, 90 days max age, archive after 30 days, archived kept; message policy 200/50."""
     p = RetentionPolicy()
-    assert (p.max_sessions, p.max_age, p.archive_after, p.delete_archived) == (1000, 90 * DAY_MS, 30 * DAY_MS, False)
+    assert (p.max_sessions, p.max_age, p.archive_after, p.delete_archived) == (
+        1000,
+        90 * DAY_MS,
+        30 * DAY_MS,
+        False,
+    )
     m = MessageRetentionPolicy()
-    assert (m.keep_system_messages, m.max_messages_per_session, m.summarize_old, m.summary_threshold) == (True, 200, True, 50)
+    assert (m.keep_system_messages, m.max_messages_per_session, m.summarize_old, m.summary_threshold) == (
+        True,
+        200,
+        True,
+        50,
+    )
 
 
 def test_archives_inactive_sessions_but_not_pinned_or_already_archived():
@@ -70,7 +86,9 @@ def test_deletes_old_archived_sessions_by_creation_time_when_asked():
 
 def test_limits_active_sessions_archiving_least_recently_updated():
     """Beyond max_sessions, the least recently updated unpinned sessions are archived; pinned take slots."""
-    sessions = [sess(f"s{i}", updated_days_ago=i) for i in range(6)] + [sess("pin", updated_days_ago=20, pinned=True)]
+    sessions = [sess(f"s{i}", updated_days_ago=i) for i in range(6)] + [
+        sess("pin", updated_days_ago=20, pinned=True)
+    ]
     plan = plan_retention(sessions, RetentionPolicy(max_sessions=4), NOW)
     assert plan == RetentionPlan(archive=["s3", "s4", "s5"], delete=[])
     assert plan_retention(sessions, RetentionPolicy(max_sessions=7), NOW) == RetentionPlan()
@@ -143,11 +161,23 @@ def test_plan_needs_a_policy_and_a_time():
 def convo(n: int, *, system: bool = True) -> list[ChatMessage]:
     out = []
     if system:
-        out.append(ChatMessage(id="sys", session_id="s", seq=0, role="system", content="You are kind.", created_at=0))
+        out.append(
+            ChatMessage(id="sys", session_id="s", seq=0, role="system", content="You are kind.", created_at=0)
+        )
     for i in range(len(out), len(out) + n):
         role = "user" if i % 2 else "assistant"
         text = f"Message {i}: the user talks about topic {i % 5}."
-        out.append(ChatMessage(id=f"m{i}", session_id="s", seq=i, role=role, content=text, created_at=i, token_count=estimate_tokens(text)))
+        out.append(
+            ChatMessage(
+                id=f"m{i}",
+                session_id="s",
+                seq=i,
+                role=role,
+                content=text,
+                created_at=i,
+                token_count=estimate_tokens(text),
+            )
+        )
     return out
 
 
@@ -173,14 +203,18 @@ def test_system_messages_summarized_when_not_kept_and_delete_action():
     at seq 0; archive_originals=False deletes."""
     msgs = convo(4)
     msgs[1] = ChatMessage(id="note", session_id="s", seq=1, role="system", content="Be brief.", created_at=1)
-    plan = plan_message_retention(msgs, MessageRetentionPolicy(keep_system_messages=False, summary_threshold=2, archive_originals=False))
+    plan = plan_message_retention(
+        msgs, MessageRetentionPolicy(keep_system_messages=False, summary_threshold=2, archive_originals=False)
+    )
     assert plan.summarize == ["note", "m2"] and plan.action == "delete"
     assert "sys" in plan.keep and "sys" not in plan.remove
 
 
 def test_cap_without_summaries_removes_oldest():
     """summarize_old=False: messages beyond max_messages_per_session are removed, not summarized."""
-    plan = plan_message_retention(convo(10), MessageRetentionPolicy(summarize_old=False, max_messages_per_session=4))
+    plan = plan_message_retention(
+        convo(10), MessageRetentionPolicy(summarize_old=False, max_messages_per_session=4)
+    )
     assert plan.summarize == [] and plan.covers is None
     assert plan.remove == [f"m{i}" for i in range(1, 7)]
     assert plan.keep == ["sys", "m7", "m8", "m9", "m10"]
@@ -188,15 +222,27 @@ def test_cap_without_summaries_removes_oldest():
 
 def test_cap_bounds_the_threshold():
     """With a cap below the threshold, only the cap's worth of recent messages stays."""
-    plan = plan_message_retention(convo(10), MessageRetentionPolicy(max_messages_per_session=3, summary_threshold=5))
+    plan = plan_message_retention(
+        convo(10), MessageRetentionPolicy(max_messages_per_session=3, summary_threshold=5)
+    )
     assert plan.keep == ["sys", "m8", "m9", "m10"]
 
 
 def test_cut_never_orphans_tool_results():
     """Tool results whose call falls in the summarized part are summarized with it."""
     msgs = convo(4, system=False)  # m0..m3
-    call = ChatMessage(id="call", session_id="s", seq=4, role="assistant", content="", created_at=4, tool_calls=[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
-    res = ChatMessage(id="res", session_id="s", seq=5, role="tool", content="42", created_at=5, tool_call_id="c1")
+    call = ChatMessage(
+        id="call",
+        session_id="s",
+        seq=4,
+        role="assistant",
+        content="",
+        created_at=4,
+        tool_calls=[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    )
+    res = ChatMessage(
+        id="res", session_id="s", seq=5, role="tool", content="42", created_at=5, tool_call_id="c1"
+    )
     last = ChatMessage(id="last", session_id="s", seq=6, role="user", content="thanks", created_at=6)
     plan = plan_message_retention(msgs + [call, res, last], MessageRetentionPolicy(summary_threshold=2))
     assert plan.summarize == ["m0", "m1", "m2", "m3", "call", "res"]
@@ -206,8 +252,24 @@ def test_cut_never_orphans_tool_results():
 def test_incremental_plan_folds_the_previous_summary():
     """A second run folds the newest stored summary in and supersedes all older summaries."""
     msgs = convo(6)
-    s1 = ChatMessage(id="s1", session_id="s", seq=7, role="system", content=SUMMARY_PREFIX + "a", created_at=7, metadata={"summary": True})
-    s2 = ChatMessage(id="s2", session_id="s", seq=8, role="system", content=SUMMARY_PREFIX + "b", created_at=8, metadata={"summary": True})
+    s1 = ChatMessage(
+        id="s1",
+        session_id="s",
+        seq=7,
+        role="system",
+        content=SUMMARY_PREFIX + "a",
+        created_at=7,
+        metadata={"summary": True},
+    )
+    s2 = ChatMessage(
+        id="s2",
+        session_id="s",
+        seq=8,
+        role="system",
+        content=SUMMARY_PREFIX + "b",
+        created_at=8,
+        metadata={"summary": True},
+    )
     plan = plan_message_retention(msgs + [s1, s2], MessageRetentionPolicy(summary_threshold=4))
     assert plan.summarize == ["m1", "m2"]
     assert plan.previous_summary_id == "s2"
@@ -223,11 +285,24 @@ def test_message_policy_summarizes_and_the_window_uses_the_summary():
     text = asyncio.run(ExtractiveSummarizer(max_chars=400).summarize([by_id[i] for i in plan.summarize]))
     fields = summary_message_fields(text, plan)
     assert fields["role"] == "system" and fields["content"] == SUMMARY_PREFIX + text
-    assert fields["metadata"] == {"summary": True, "summaryOf": {"fromSeq": 1, "toSeq": 60, "count": 60, "ids": plan.summarize}}
-    stored = ChatMessage(id="sum", session_id="s", seq=81, role="system", content=fields["content"], created_at=81,
-                         metadata=fields["metadata"], token_count=estimate_tokens(fields["content"]))
+    assert fields["metadata"] == {
+        "summary": True,
+        "summaryOf": {"fromSeq": 1, "toSeq": 60, "count": 60, "ids": plan.summarize},
+    }
+    stored = ChatMessage(
+        id="sum",
+        session_id="s",
+        seq=81,
+        role="system",
+        content=fields["content"],
+        created_at=81,
+        metadata=fields["metadata"],
+        token_count=estimate_tokens(fields["content"]),
+    )
     remaining = [by_id[i] for i in plan.keep]
-    res = fit_window("You are kind.", None, stored, None, [m for m in remaining if m.role != "system"], max_tokens=4096)
+    res = fit_window(
+        "You are kind.", None, stored, None, [m for m in remaining if m.role != "system"], max_tokens=4096
+    )
     assert res.messages[1] == {"role": "system", "content": SUMMARY_PREFIX + text}
     assert res.summary_id == "sum" and res.summary_covers["toSeq"] == 60
     assert res.kept_ids == [f"m{i}" for i in range(61, 81)]

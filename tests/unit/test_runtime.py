@@ -20,8 +20,12 @@ class Recording(CPythonRuntime):
     def __init__(self) -> None:
         self.slept: list[float] = []
         self.locks: list[str] = []
-        super().__init__(clock=lambda: 1_700_000_000_000, sleep=self.nap, rand=lambda: 0.25,
-                         transport=MockTransport(lambda *a: HTTPResponse(200, {}, b"{}")))
+        super().__init__(
+            clock=lambda: 1_700_000_000_000,
+            sleep=self.nap,
+            rand=lambda: 0.25,
+            transport=MockTransport(lambda *a: HTTPResponse(200, {}, b"{}")),
+        )
 
     async def nap(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -66,14 +70,25 @@ def test_cpython_runtime_has_no_browser_parts() -> None:
 
 def test_no_service_refers_back_to_memory() -> None:
     """Services hold the store, the core and each other, never the facade (no patching after build)."""
+
     async def go() -> Any:
         mem = await chatmem.open("back")
         await mem.close()
         return mem
 
     mem = run(go())
-    services = [mem.sessions, mem.messages, mem.context_store, mem.retention, mem.sync, mem.index,
-                mem._builder, mem._transfer, mem.session("s1"), mem.runtime]
+    services = [
+        mem.sessions,
+        mem.messages,
+        mem.context_store,
+        mem.retention,
+        mem.sync,
+        mem.index,
+        mem._builder,
+        mem._transfer,
+        mem.session("s1"),
+        mem.runtime,
+    ]
     seen: set[int] = set()
 
     def refs(obj: Any, depth: int) -> Any:
@@ -81,7 +96,7 @@ def test_no_service_refers_back_to_memory() -> None:
             return
         seen.add(id(obj))
         yield obj
-        for v in (vars(obj).values() if hasattr(obj, "__dict__") else []):
+        for v in vars(obj).values() if hasattr(obj, "__dict__") else []:
             yield from refs(v, depth + 1)
 
     for svc in services:

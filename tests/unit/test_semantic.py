@@ -17,8 +17,12 @@ from chatmem.index.embed import contextualize
 pytestmark = pytest.mark.skipif(find_model_file() is None, reason="run through `python build.py test`")
 
 CAR = "I finally bought a new car, a red one with leather seats"
-UNRELATED = ["My grandmother bakes bread every Sunday", "The quarterly tax report is due on Friday",
-             "We watched the football match last night", "Please water the plants while I am away"]
+UNRELATED = [
+    "My grandmother bakes bread every Sunday",
+    "The quarterly tax report is due on Friday",
+    "We watched the football match last night",
+    "Please water the plants while I am away",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,17 +50,20 @@ def test_vectors_are_unit_length_and_deterministic(model):
 
 
 def test_synonym_paraphrase_ranks_above_unrelated(model):
-    """"automobile" is nearer a message about a car than to unrelated ones."""
+    """ "automobile" is nearer a message about a car than to unrelated ones."""
     q = model.embed_one("automobile")
     car = cos(q, model.embed_one(CAR))
     assert all(car > cos(q, model.embed_one(u)) for u in UNRELATED)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("Hello, world!", ["hello", ",", "world", "!"]),
-    ("unaffable", ["una", "##ffa", "##ble"]),  # as Hugging Face tokenizers splits it
-    ("Café", ["cafe"]),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("Hello, world!", ["hello", ",", "world", "!"]),
+        ("unaffable", ["una", "##ffa", "##ble"]),  # as Hugging Face tokenizers splits it
+        ("Café", ["cafe"]),
+    ],
+)
 def test_wordpiece_matches_bert(model, text, expected):
     """The pure-Python WordPiece splits as `tokenizers` does with this vocabulary (checked there)."""
     wp: WordPiece = model.tokenizer
@@ -127,7 +134,7 @@ def test_hybrid_fuses_ranks_and_keeps_the_breakdown():
 
 
 def test_keyword_matches_word_forms_and_phrases_stay_exact():
-    """"paintings" finds "painted"; a quoted phrase still needs the exact words."""
+    """ "paintings" finds "painted"; a quoted phrase still needs the exact words."""
 
     async def run():
         mem = await chatmem.open("stem-test")
@@ -149,8 +156,11 @@ def test_relevance_threshold_keeps_a_paraphrase_and_drops_the_unrelated():
     async def run():
         mem, s = await _memory()
         try:
-            hits = await mem.retrieve(s.session_id, "my new automobile with leather seats",
-                                      RetrievalConfig(strategy="relevant", relevance_threshold=0.7))
+            hits = await mem.retrieve(
+                s.session_id,
+                "my new automobile with leather seats",
+                RetrievalConfig(strategy="relevant", relevance_threshold=0.7),
+            )
             assert [h.message.text for h in hits] == [CAR]
         finally:
             await mem.close()
@@ -173,20 +183,30 @@ def test_scope_character_recalls_another_session_of_the_same_character_only():
             now = await mem.sessions.create(title="Today", character_id="nova")
             await mem.messages.append(now.session_id, "user", "What does my sister do for a living?")
             cfg = RetrievalConfig(strategy="relevant", scope="character", relevance_threshold=0.7)
-            msgs = await mem.build_context(now.session_id, system_prompt="You are Nova.", max_tokens=2000,
-                                           retrieval=cfg)
+            msgs = await mem.build_context(
+                now.session_id, system_prompt="You are Nova.", max_tokens=2000, retrieval=cfg
+            )
             texts = [m["content"] for m in msgs]
-            assert any("Alice is a veterinarian" in t and 'earlier conversation "Last week"' in t for t in texts)
+            assert any(
+                "Alice is a veterinarian" in t and 'earlier conversation "Last week"' in t for t in texts
+            )
             assert not any("Bob" in t for t in texts)
             # "recent" with the character's scope: the last messages, then the recalled fact
-            recent = await mem.build_context(now.session_id, system_prompt="x", max_tokens=2000,
-                                             retrieval=RetrievalConfig(strategy="recent", recent_count=5,
-                                                                       scope="character"))
+            recent = await mem.build_context(
+                now.session_id,
+                system_prompt="x",
+                max_tokens=2000,
+                retrieval=RetrievalConfig(strategy="recent", recent_count=5, scope="character"),
+            )
             texts = [m["content"] for m in recent]
             assert any('earlier conversation "Last week"' in t and "Alice" in t for t in texts)
             assert texts[-1] == "What does my sister do for a living?" and not any("Bob" in t for t in texts)
-            session_only = await mem.build_context(now.session_id, system_prompt="x", max_tokens=2000,
-                                                   retrieval=RetrievalConfig(strategy="relevant"))
+            session_only = await mem.build_context(
+                now.session_id,
+                system_prompt="x",
+                max_tokens=2000,
+                retrieval=RetrievalConfig(strategy="relevant"),
+            )
             assert not any("Alice" in m["content"] for m in session_only)
             with pytest.raises(ValidationError):
                 await mem.retrieve(now.session_id, "x", RetrievalConfig(scope="galaxy"))

@@ -166,7 +166,9 @@ async def tabs(n: int) -> tuple[list[chatmem.Memory], list[TabRuntime]]:
 
 async def fill(mem: chatmem.Memory) -> str:
     s = await mem.sessions.create(title="fruit")
-    await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"apple {i}"} for i in range(4)])
+    await mem.messages.append_many(
+        s.session_id, [{"role": "user", "content": f"apple {i}"} for i in range(4)]
+    )
     return s.session_id
 
 
@@ -189,7 +191,9 @@ async def _test_guests_ask_the_owner_and_see_their_own_writes() -> None:
     assert len(await c.search("banana")) == 2
     assert len(await b.search("banana")) == 2
     # the BM25 figures a guest read before the owner's writes are not reused after them
-    await c.messages.append_many(sid, [{"role": "user", "content": f"apple apple tart {i}"} for i in range(3)])
+    await c.messages.append_many(
+        sid, [{"role": "user", "content": f"apple apple tart {i}"} for i in range(3)]
+    )
     assert len(await c.search("tart")) == 3
 
     def scored(hits: list[Any]) -> list[tuple[str, float]]:

@@ -101,12 +101,23 @@ def test_every_rejected_statement_would_have_run_and_the_index_is_unharmed():
 
     async def run():
         index = QueryIndex(DuckDBEngine())
-        await index.apply("session-created", "s", {"sessionId": "s", "title": "t", "createdAt": 1, "updatedAt": 1})
-        await index.apply("messages-appended", "s", [{
-            "id": "m", "sessionId": "s", "seq": 0, "role": "user", "content": "hello", "createdAt": 2}])
+        await index.apply(
+            "session-created", "s", {"sessionId": "s", "title": "t", "createdAt": 1, "updatedAt": 1}
+        )
+        await index.apply(
+            "messages-appended",
+            "s",
+            [{"id": "m", "sessionId": "s", "seq": 0, "role": "user", "content": "hello", "createdAt": 2}],
+        )
         before = await index.counts()
-        for sql in ["DROP TABLE messages", "DELETE FROM postings", "INSERT INTO sessions (session_id) VALUES ('x')",
-                    "SELECT 1; DROP TABLE docs", "ATTACH ':memory:' AS o", "COPY messages TO '/tmp/chatmem-x.csv'"]:
+        for sql in [
+            "DROP TABLE messages",
+            "DELETE FROM postings",
+            "INSERT INTO sessions (session_id) VALUES ('x')",
+            "SELECT 1; DROP TABLE docs",
+            "ATTACH ':memory:' AS o",
+            "COPY messages TO '/tmp/chatmem-x.csv'",
+        ]:
             with pytest.raises(ReadOnlySQLError):
                 await index.sql(sql)
         assert await index.counts() == before
@@ -148,8 +159,16 @@ def test_the_second_wall_holds_where_the_guard_is_bypassed():
         engine = DuckDBEngine()
         await engine.execute("CREATE TABLE t (a INT)")
         await engine.execute("INSERT INTO t VALUES (1)")
-        for bad in ["DROP TABLE t", "DELETE FROM t", "CREATE TABLE u (a INT)", "SELECT 1; DROP TABLE t",
-                    "COMMIT", "CREATE TEMP TABLE u (a INT)", "SET threads = 1", "CHECKPOINT"]:
+        for bad in [
+            "DROP TABLE t",
+            "DELETE FROM t",
+            "CREATE TABLE u (a INT)",
+            "SELECT 1; DROP TABLE t",
+            "COMMIT",
+            "CREATE TEMP TABLE u (a INT)",
+            "SET threads = 1",
+            "CHECKPOINT",
+        ]:
             with pytest.raises(ReadOnlySQLError):
                 await engine.execute_read_only(bad)
         assert await engine.execute_read_only("SELECT a FROM t WHERE a = ?", [1]) == [{"a": 1}]

@@ -23,8 +23,9 @@ def modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
     return out
 
 
-def imported(name: str, path: Path, is_pkg: bool, known: set[str] | dict[str, object] = frozenset()
-             ) -> list[tuple[str, int]]:
+def imported(
+    name: str, path: Path, is_pkg: bool, known: set[str] | dict[str, object] = frozenset()
+) -> list[tuple[str, int]]:
     """Every module ``name`` imports (at any level, TYPE_CHECKING included), with its line."""
     pkg = name if is_pkg else name.rpartition(".")[0]
     found = []
@@ -38,7 +39,9 @@ def imported(name: str, path: Path, is_pkg: bool, known: set[str] | dict[str, ob
             else:
                 mod = node.module or ""
             # "from . import x" names the submodule x when there is one, else a name in mod
-            found += [(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod, node.lineno) for a in node.names]
+            found += [
+                (f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod, node.lineno) for a in node.names
+            ]
     return found
 
 
@@ -102,12 +105,19 @@ def test_only_the_page_runtime_touches_the_browser() -> None:
     bad = []
     for name, (path, is_pkg) in modules(PY, "chatmem").items():
         if name != "chatmem.runtime.page" and not name.startswith("chatmem.runtime.page."):
-            bad += [f"{name}:{line} imports {t}" for t, line in imported(name, path, is_pkg)
-                    if t.split(".")[0] in ("js", "pyodide", "pyodide_js")]
+            bad += [
+                f"{name}:{line} imports {t}"
+                for t, line in imported(name, path, is_pkg)
+                if t.split(".")[0] in ("js", "pyodide", "pyodide_js")
+            ]
         if name.startswith("chatmem.runtime"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute) and node.attr == "platform" and getattr(node.value, "id", "") == "sys":
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "platform"
+                and getattr(node.value, "id", "") == "sys"
+            ):
                 bad.append(f"{name}:{node.lineno} checks sys.platform")
             if isinstance(node, ast.Constant) and node.value == "emscripten":
                 bad.append(f"{name}:{node.lineno} checks emscripten")

@@ -55,16 +55,23 @@ def test_llm_summarizer_sends_the_original_prompt():
     msgs = [msg(0, "user", "I have two cats."), msg(1, "assistant", [{"type": "text", "text": "Nice!"}])]
     out = asyncio.run(LLMSummarizer(p, model="small-model", temperature=0).summarize(msgs))
     assert out == "They talked about cats."
-    (sent, opts), = p.calls
-    assert sent == [{"role": "user", "content": "Summarize this conversation concisely:\nuser: I have two cats.\nassistant: Nice!"}]
+    ((sent, opts),) = p.calls
+    assert sent == [
+        {
+            "role": "user",
+            "content": "Summarize this conversation concisely:\nuser: I have two cats.\nassistant: Nice!",
+        }
+    ]
     assert opts == {"model": "small-model", "temperature": 0}
 
 
 def test_llm_summarizer_is_incremental():
     """The previous summary is folded in; only the new messages are sent."""
     p = FakeProvider()
-    asyncio.run(LLMSummarizer(p).summarize([msg(5, "user", "Also a dog.")], previous_summary="User has two cats."))
-    (sent, opts), = p.calls
+    asyncio.run(
+        LLMSummarizer(p).summarize([msg(5, "user", "Also a dog.")], previous_summary="User has two cats.")
+    )
+    ((sent, opts),) = p.calls
     assert sent[0]["content"] == (
         "Summarize this conversation concisely:\n" + SUMMARY_PREFIX + "User has two cats.\nuser: Also a dog."
     )
@@ -116,14 +123,18 @@ def test_extractive_keeps_informative_sentences_in_order():
 def test_extractive_is_bounded(max_chars):
     """The summary never exceeds max_chars, whatever the input size."""
     many = [msg(i, "user", f"Fact number {i} is about topic {i % 7} and item {i * 3}.") for i in range(300)]
-    out = ExtractiveSummarizer(max_chars=max_chars).summarize_sync(many, previous_summary="user: earlier fact " * 50)
+    out = ExtractiveSummarizer(max_chars=max_chars).summarize_sync(
+        many, previous_summary="user: earlier fact " * 50
+    )
     assert 0 < len(out) <= max_chars
 
 
 def test_extractive_folds_in_the_previous_summary():
     """Lines of the previous summary stay candidates, and come first."""
     prev = "user: My sister Alice lives in Lyon."
-    out = ExtractiveSummarizer(max_chars=300).summarize_sync([msg(9, "user", "Alice visited Lyon's market with Bob.")], prev)
+    out = ExtractiveSummarizer(max_chars=300).summarize_sync(
+        [msg(9, "user", "Alice visited Lyon's market with Bob.")], prev
+    )
     assert out.splitlines()[0] == prev
     assert "Bob" in out
 

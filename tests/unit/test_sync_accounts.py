@@ -26,7 +26,9 @@ def cli(capsys: Any, *argv: str) -> tuple[int, list[str], str]:
 
 
 def new_token(capsys: Any, db: str, account: str, label: str = "") -> str:
-    code, lines, err = cli(capsys, "tokens", "issue", account, "--db", db, *(["--label", label] if label else []))
+    code, lines, err = cli(
+        capsys, "tokens", "issue", account, "--db", db, *(["--label", label] if label else [])
+    )
     assert code == 0, err
     return lines[-1]
 
@@ -73,13 +75,16 @@ def test_tokens_issue_list_and_revoke_from_the_command_line(accounts: dict[str, 
     assert "revoked=" in "\n".join(cli(capsys, "tokens", "list", "alice", "--db", db)[1])
 
 
-@pytest.mark.parametrize("argv", [
-    ["accounts", "add", "alice"],            # taken
-    ["accounts", "add", "bad name"],         # not a name
-    ["tokens", "issue", "nobody"],
-    ["tokens", "list", "nobody"],
-    ["tokens", "revoke", "0123456789abcdef"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["accounts", "add", "alice"],  # taken
+        ["accounts", "add", "bad name"],  # not a name
+        ["tokens", "issue", "nobody"],
+        ["tokens", "list", "nobody"],
+        ["tokens", "revoke", "0123456789abcdef"],
+    ],
+)
 def test_unknown_or_taken_names_fail_cleanly(accounts: dict[str, str], capsys: Any, argv: list[str]) -> None:
     """Exit 1 with a message, nothing printed as a token."""
     code, lines, err = cli(capsys, *argv, "--db", accounts["db"])
@@ -91,8 +96,9 @@ def test_the_module_entry_point_runs_the_commands(tmp_path: Any) -> None:
     db = str(tmp_path / "s.db")
     run = [sys.executable, "-m", "chatmem.server"]
     subprocess.run(run + ["accounts", "add", "carol", "--db", db], check=True, capture_output=True)
-    out = subprocess.run(run + ["tokens", "issue", "carol", "--db", db], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        run + ["tokens", "issue", "carol", "--db", db], check=True, capture_output=True, text=True
+    ).stdout
     assert out.strip().splitlines()[-1].startswith("cmt_")
 
 
@@ -136,8 +142,12 @@ def test_revocation_is_immediate_on_every_instance(accounts: dict[str, str], cap
 def test_api_key_shortcut_works_beside_accounts(accounts: dict[str, str]) -> None:
     """An --api-key key keeps its own space next to the accounts."""
     with running_server(api_keys=["legacy"], db=accounts["db"]) as srv:
-        assert call(srv, "POST", "/v1/push", {"device_id": "d", "ops": [sop("o", "s9", {}, hlc(1))]},
-                    key="legacy")[0] == 200
+        assert (
+            call(
+                srv, "POST", "/v1/push", {"device_id": "d", "ops": [sop("o", "s9", {}, hlc(1))]}, key="legacy"
+            )[0]
+            == 200
+        )
         assert [c["id"] for c in all_changes(srv, "legacy")] == ["s9"]
         assert all_changes(srv, accounts["alice1"]) == []
 
@@ -215,8 +225,10 @@ class Stream:
 @pytest.fixture
 def two_instances(pg_accounts: dict[str, str]) -> Iterator[tuple[SyncServer, SyncServer]]:
     """Two servers over one PostgreSQL database, pinging streams every 0.5 s."""
-    with running_server(api_keys=[], db=pg_accounts["db"], heartbeat=0.5) as a, \
-            running_server(api_keys=[], db=pg_accounts["db"], heartbeat=0.5) as b:
+    with (
+        running_server(api_keys=[], db=pg_accounts["db"], heartbeat=0.5) as a,
+        running_server(api_keys=[], db=pg_accounts["db"], heartbeat=0.5) as b,
+    ):
         yield a, b
 
 
@@ -236,8 +248,9 @@ def test_stream_announces_cursors_of_the_own_space_only(accounts: dict[str, str]
             s.close()
 
 
-def test_stream_crosses_instances(two_instances: tuple[SyncServer, SyncServer],
-                                  pg_accounts: dict[str, str]) -> None:
+def test_stream_crosses_instances(
+    two_instances: tuple[SyncServer, SyncServer], pg_accounts: dict[str, str]
+) -> None:
     """A push on one instance reaches a stream on the other (PostgreSQL LISTEN/NOTIFY)."""
     a, b = two_instances
     accounts = pg_accounts
@@ -250,8 +263,9 @@ def test_stream_crosses_instances(two_instances: tuple[SyncServer, SyncServer],
         s.close()
 
 
-def test_a_revoked_tokens_stream_ends(two_instances: tuple[SyncServer, SyncServer],
-                                      pg_accounts: dict[str, str], capsys: Any) -> None:
+def test_a_revoked_tokens_stream_ends(
+    two_instances: tuple[SyncServer, SyncServer], pg_accounts: dict[str, str], capsys: Any
+) -> None:
     """At the next heartbeat after `tokens revoke`, the open stream says so and closes."""
     a, _ = two_instances
     accounts = pg_accounts
@@ -284,11 +298,22 @@ def test_settings_come_from_the_environment() -> None:
     from chatmem.errors import ValidationError
     from chatmem.server import ServerSettings
 
-    s = ServerSettings.from_env({
-        "CHATMEM_SYNC_DB": "postgresql://h/db", "CHATMEM_SYNC_API_KEYS": "a, b", "CHATMEM_SYNC_MAX_BODY": "1000",
-        "CHATMEM_SYNC_OPS_PER_MINUTE": "7", "CHATMEM_SYNC_MAX_BYTES": "0", "CHATMEM_SYNC_CORS_ORIGINS": "https://x.example",
-    })
-    assert (s.db, s.api_keys, s.max_body, s.cors_origins) == ("postgresql://h/db", ["a", "b"], 1000, ["https://x.example"])
+    s = ServerSettings.from_env(
+        {
+            "CHATMEM_SYNC_DB": "postgresql://h/db",
+            "CHATMEM_SYNC_API_KEYS": "a, b",
+            "CHATMEM_SYNC_MAX_BODY": "1000",
+            "CHATMEM_SYNC_OPS_PER_MINUTE": "7",
+            "CHATMEM_SYNC_MAX_BYTES": "0",
+            "CHATMEM_SYNC_CORS_ORIGINS": "https://x.example",
+        }
+    )
+    assert (s.db, s.api_keys, s.max_body, s.cors_origins) == (
+        "postgresql://h/db",
+        ["a", "b"],
+        1000,
+        ["https://x.example"],
+    )
     assert (s.quotas.ops_per_minute, s.quotas.max_bytes) == (7, 0)
     assert ServerSettings.from_env({}).db == "sync.db"
     with pytest.raises(ValidationError) as e:

@@ -46,13 +46,17 @@ def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_pa
 
     async def go() -> tuple[Any, ...]:
         t = FakeTime()
-        mem = await chatmem.open(persist=str(tmp_path / "a.db") if backend == "sqlite" else None,
-                                 runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0))
+        mem = await chatmem.open(
+            persist=str(tmp_path / "a.db") if backend == "sqlite" else None,
+            runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0),
+        )
         ids = await _history(mem)
         queued_before = await mem.store.outbox_counts()
         await mem.sync.configure(cfg(srv.url, batch_size=25))
         pending_at_start = (await mem.sync.status()).pending
-        await mem.messages.append_many(ids[0], [{"role": "assistant", "content": f"new {i}"} for i in range(5)])
+        await mem.messages.append_many(
+            ids[0], [{"role": "assistant", "content": f"new {i}"} for i in range(5)]
+        )
         first = (await mem.messages.list(ids[1], limit=1))[0]
         await mem.sessions.delete_messages(ids[1], [first.id])
         await mem.sessions.delete(ids[2])
@@ -63,8 +67,16 @@ def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_pa
         other = await chatmem.open()
         await other.sync.configure(cfg(srv.url))
         await other.sync.pull()
-        out = (queued_before, pending_at_start, report, st, await local_snapshot(mem),
-               await local_snapshot(other), first.id, ids)
+        out = (
+            queued_before,
+            pending_at_start,
+            report,
+            st,
+            await local_snapshot(mem),
+            await local_snapshot(other),
+            first.id,
+            ids,
+        )
         await mem.close()
         await other.close()
         return out
@@ -76,7 +88,9 @@ def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_pa
     assert server_snapshot(srv, KEY) == mine == theirs
     assert len(mine["messages"]) == 4 * 60 + 5 - 1 - 60 and gone_id not in mine["messages"]
     assert mine["sessions"][ids[3]]["title"] == "renamed after sync on"
-    applied_ids = [op for batch, res in zip(rec.batches, rec.results) for op, _ in batch if res[op] == "applied"]
+    applied_ids = [
+        op for batch, res in zip(rec.batches, rec.results) for op, _ in batch if res[op] == "applied"
+    ]
     assert len(applied_ids) == len(set(applied_ids)), "each op id applied once"
     assert len(rec.op_ids) > len(set(rec.op_ids)), "the lost answers made re-sends"
     # the history went first, with ids derived from the records
@@ -91,7 +105,9 @@ def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_path: Pa
 
     async def first_part() -> tuple[Any, Any]:
         t = FakeTime()
-        mem = await chatmem.open(persist=path, runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0))
+        mem = await chatmem.open(
+            persist=path, runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0)
+        )
         await _history(mem, sessions=3, messages=40)
         await mem.sync.configure(cfg(srv.url, batch_size=30, max_retries=0))
         await mem.sync.push()  # the whole history: 3 x 41 ops in 6 requests

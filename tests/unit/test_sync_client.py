@@ -114,9 +114,7 @@ def test_hlc_update_moves_past_a_remote_clock() -> None:
 
 
 @pytest.mark.parametrize("local, remote, expected", [(3, 7, 8), (9, 2, 10), (5, 5, 6)])
-def test_hlc_update_in_the_same_millisecond_counts_past_both(
-    local: int, remote: int, expected: int
-) -> None:
+def test_hlc_update_in_the_same_millisecond_counts_past_both(local: int, remote: int, expected: int) -> None:
     """Local and remote at the same wall time: the counter goes past the larger of the two."""
     c = HybridLogicalClock("dev-A", lambda: 5000, last=format_hlc(5000, local, "dev-A"))
     merged = c.update(format_hlc(5000, remote, "dev-B"))
@@ -287,9 +285,7 @@ def test_config_from_the_originals_camel_case() -> None:
 
 def test_status_states_and_round_trip() -> None:
     """Only the five states are allowed; to_dict/from_dict round-trips."""
-    s = SyncStatus(
-        "paused-auth", pending=3, dead_letters=1, last_success=5, last_error="check your key"
-    )
+    s = SyncStatus("paused-auth", pending=3, dead_letters=1, last_success=5, last_error="check your key")
     assert SyncStatus.from_dict(s.to_dict()) == s
     assert s.to_dict()["deadLetters"] == 1
     with pytest.raises(ValidationError):
@@ -313,9 +309,7 @@ def test_make_op_validates_and_names_the_session() -> None:
     assert op["attempts"] == 0 and op_session_id(op) == "s"
     assert (
         op_session_id(
-            make_op(
-                op_id="o", type="delete", resource="session", id="s9", data=None, timestamp=1, hlc=h
-            )
+            make_op(op_id="o", type="delete", resource="session", id="s9", data=None, timestamp=1, hlc=h)
         )
         == "s9"
     )
@@ -387,9 +381,7 @@ def srv() -> Iterator[SyncServer]:
 
 def client(srv_url: str, transport: Any = None, key: str = KEY, timeout: int = 5000) -> SyncClient:
     cfg = SyncConfig(enabled=True, endpoint=srv_url, api_key=key, timeout=timeout)
-    return SyncClient(
-        cfg, transport if transport is not None else UrllibTransport(), device_id="dev-A"
-    )
+    return SyncClient(cfg, transport if transport is not None else UrllibTransport(), device_id="dev-A")
 
 
 def test_client_push_and_pull_round_trip(srv: SyncServer) -> None:

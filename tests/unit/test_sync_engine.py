@@ -58,13 +58,21 @@ class FakeTime:
 
 
 def cfg(url: str, **kw: Any) -> SyncConfig:
-    base: dict[str, Any] = {"enabled": True, "endpoint": url, "api_key": KEY, "timeout": 2_000,
-                            "backoff_base": 1_000, "backoff_max": 60_000}
+    base: dict[str, Any] = {
+        "enabled": True,
+        "endpoint": url,
+        "api_key": KEY,
+        "timeout": 2_000,
+        "backoff_base": 1_000,
+        "backoff_max": 60_000,
+    }
     base.update(kw)
     return SyncConfig(**base)
 
 
-async def device(url: str, t: FakeTime | None = None, persist: str | None = None, **kw: Any) -> chatmem.Memory:
+async def device(
+    url: str, t: FakeTime | None = None, persist: str | None = None, **kw: Any
+) -> chatmem.Memory:
     t = t or FakeTime()
     mem = await chatmem.open(persist=persist, runtime=t.runtime())
     await mem.sync.configure(cfg(url, **kw))
@@ -365,9 +373,7 @@ def test_thousand_ops_with_20_percent_random_faults_arrive_exactly_once(srv: Any
     connection; half of them after the server applied the push). max_retries=10, so no op is
     dead-lettered: the server ends up with exactly the client's data, each op applied once,
     and a second device pulling it holds the same."""
-    srv.faults.random(
-        0.2, seed=7, kinds=(Fault("status", 500), Fault("delay", seconds=1.5), Fault("drop"))
-    )
+    srv.faults.random(0.2, seed=7, kinds=(Fault("status", 500), Fault("delay", seconds=1.5), Fault("drop")))
 
     async def go() -> tuple[int, Any, dict[str, Any], dict[str, Any], int, float]:
         mem = await device(srv.url, max_retries=10, batch_size=25, timeout=500)
@@ -408,7 +414,6 @@ def test_apply_changes_rules(backend: str, tmp_path: Path) -> None:
     run(go())
 
 
-
 def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(srv: Any) -> None:
     """A edits the title, then B edits it later; B pushes first, A's older edit arrives after
     it: both end with B's title. A's delete then removes the session and its messages on B.
@@ -435,8 +440,11 @@ def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(srv: An
         await a.sessions.delete(s.session_id)
         await a.sync.run()
         await b.sync.run()
-        gone = [await b.sessions.exists(s.session_id), await b.store.count_messages(s.session_id),
-                len(b.store._messages)]
+        gone = [
+            await b.sessions.exists(s.session_id),
+            await b.store.count_messages(s.session_id),
+            len(b.store._messages),
+        ]
         return [got, titles, b_outbox, gone, await b.store.outbox_counts()]
 
     got, titles, b_outbox, gone, b_after = run(go())
@@ -490,8 +498,13 @@ def test_a_colliding_remote_seq_gets_the_next_local_seq(srv: Any) -> None:
         out = []
         for m in (a, b):
             msgs = await m.messages.list(s.session_id, limit=None)
-            out.append(([x.seq for x in msgs], sorted(x.content for x in msgs),
-                        (await m.sessions.get(s.session_id)).message_count))
+            out.append(
+                (
+                    [x.seq for x in msgs],
+                    sorted(x.content for x in msgs),
+                    (await m.sessions.get(s.session_id)).message_count,
+                )
+            )
         return out
 
     (seqs_a, texts_a, count_a), (seqs_b, texts_b, count_b) = run(go())
@@ -507,7 +520,9 @@ def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None:
     async def go() -> list[Any]:
         a = await device(srv.url)
         s = await a.sessions.create(title="big")
-        await a.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(1200)])
+        await a.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(1200)]
+        )
         await a.sync.push()
         b = await device(srv.url, persist=str(tmp_path / "b.db"))
         first = await b.sync.pull()
@@ -515,7 +530,13 @@ def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None:
         second = await b.sync.pull()
         msgs = await b.messages.list(s.session_id, limit=None)
         await b.close()
-        return [first.pages, first.changes, cursor, second.changes, [m.seq for m in msgs] == list(range(1200))]
+        return [
+            first.pages,
+            first.changes,
+            cursor,
+            second.changes,
+            [m.seq for m in msgs] == list(range(1200)),
+        ]
 
     pages, changes, cursor, again, dense = run(go())
     assert pages == 3 and changes == 1201 and cursor == "1201" and again == 0 and dense

@@ -63,9 +63,25 @@ def instances(pg_url: str) -> Iterator[tuple[list[int], dict[str, str]]]:
     ports = [free_port(), free_port()]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "chatmem.server:create_app",
-             "--host", "127.0.0.1", "--port", str(p), "--timeout-graceful-shutdown", "2", "--log-level", "warning"],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "chatmem.server:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p),
+                "--timeout-graceful-shutdown",
+                "2",
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         for p in ports
     ]
@@ -99,13 +115,17 @@ def test_factory_instances_share_one_database(instances: tuple[list[int], dict[s
     assert health["database"] == "ok"
 
 
-def test_a_push_on_one_process_reaches_a_stream_on_the_other(instances: tuple[list[int], dict[str, str]]) -> None:
+def test_a_push_on_one_process_reaches_a_stream_on_the_other(
+    instances: tuple[list[int], dict[str, str]],
+) -> None:
     """LISTEN/NOTIFY carries the new cursor between processes."""
     (a, b), tokens = instances
     s = Stream(b, tokens["alice"])
     try:
         assert s.cursor_at_least(0) == 0
-        request(a, "POST", "/v1/push", tokens["alice"], {"device_id": "d1", "ops": [sop("o", "s", {}, hlc(1))]})
+        request(
+            a, "POST", "/v1/push", tokens["alice"], {"device_id": "d1", "ops": [sop("o", "s", {}, hlc(1))]}
+        )
         assert s.cursor_at_least(1) == 1
     finally:
         s.close()

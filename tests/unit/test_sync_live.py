@@ -25,8 +25,14 @@ LONG = 600_000  # ms: polling alone would not deliver within any test's wait
 
 async def device(url: str, **kw: Any) -> chatmem.Memory:
     mem = await chatmem.open()
-    conf = {"enabled": True, "endpoint": url, "api_key": KEY, "timeout": 5_000, "auto_sync": True,
-            "sync_interval": LONG}
+    conf = {
+        "enabled": True,
+        "endpoint": url,
+        "api_key": KEY,
+        "timeout": 5_000,
+        "auto_sync": True,
+        "sync_interval": LONG,
+    }
     conf.update(kw)
     await mem.sync.configure(SyncConfig(**conf))
     return mem
@@ -103,7 +109,9 @@ def test_without_a_stream_the_device_polls() -> None:
         async def go() -> None:
             a, b = await device(srv.url), await device(srv.url, sync_interval=1_000)
             try:
-                await until(lambda: asyncio.sleep(0, b.sync.live_state == "unsupported"), "B gave up the stream")
+                await until(
+                    lambda: asyncio.sleep(0, b.sync.live_state == "unsupported"), "B gave up the stream"
+                )
                 sid = (await a.sessions.create(title="polled")).session_id
                 await until(lambda: shows(b, sid), "B polled A's session")
             finally:

@@ -23,9 +23,7 @@ def hlc(ms: int, counter: int = 0, device: str = "dev-A") -> str:
     return f"{ms:013d}-{counter:04d}-{device}"
 
 
-def sop(
-    op_id: str, sid: str, data: dict[str, Any] | None, h: str, type: str = "create"
-) -> dict[str, Any]:
+def sop(op_id: str, sid: str, data: dict[str, Any] | None, h: str, type: str = "create") -> dict[str, Any]:
     return {
         "op_id": op_id,
         "type": type,
@@ -38,11 +36,11 @@ def sop(
     }
 
 
-def mop(
-    op_id: str, mid: str, sid: str, h: str, text: str = "hi", type: str = "create"
-) -> dict[str, Any]:
+def mop(op_id: str, mid: str, sid: str, h: str, text: str = "hi", type: str = "create") -> dict[str, Any]:
     data = (
-        None if type == "delete" else {"id": mid, "sessionId": sid, "role": "user", "content": text, "createdAt": 1}
+        None
+        if type == "delete"
+        else {"id": mid, "sessionId": sid, "role": "user", "content": text, "createdAt": 1}
     )
     return {
         "op_id": op_id,
@@ -89,9 +87,7 @@ def call(
     return resp.status, hdrs, decoded
 
 
-def push(
-    srv: SyncServer, ops: list[dict[str, Any]], key: str = KEY, device: str = "dev-A"
-) -> dict[str, Any]:
+def push(srv: SyncServer, ops: list[dict[str, Any]], key: str = KEY, device: str = "dev-A") -> dict[str, Any]:
     status, _, body = call(srv, "POST", "/v1/push", {"device_id": device, "ops": ops}, key=key)
     assert status == 200, body
     return body
@@ -274,9 +270,7 @@ def test_session_title_last_writer_wins_by_hlc(srv: SyncServer) -> None:
     """The later HLC wins whatever the arrival order; fields merge independently."""
     push(srv, [sop("c", "s1", {"title": "start", "pinned": False}, hlc(10, device="dev-A"))])
     later = sop("a", "s1", {"title": "from A (later)"}, hlc(30, device="dev-A"), "update")
-    earlier = sop(
-        "b", "s1", {"title": "from B (earlier)", "pinned": True}, hlc(20, device="dev-B"), "update"
-    )
+    earlier = sop("b", "s1", {"title": "from B (earlier)", "pinned": True}, hlc(20, device="dev-B"), "update")
     assert statuses(push(srv, [later], device="dev-A")) == ["applied"]
     answer = push(srv, [earlier], device="dev-B")
     assert statuses(answer) == ["applied"]
@@ -326,10 +320,7 @@ def test_session_delete_tombstones_it_and_its_messages(srv: SyncServer) -> None:
     st = state(srv)
     assert st[("session", "s1")]["deleted"] is True and ("message", "m9") not in st
     # deleting again is acknowledged and changes nothing
-    assert (
-        push(srv, [sop("d2", "s1", None, hlc(30), "delete")])["results"][0]["reason"]
-        == "already deleted"
-    )
+    assert push(srv, [sop("d2", "s1", None, hlc(30), "delete")])["results"][0]["reason"] == "already deleted"
 
 
 def test_create_newer_than_the_tombstone_revives_a_session(srv: SyncServer) -> None:
@@ -402,9 +393,7 @@ def test_cors_preflight_and_headers_on_answers(srv: SyncServer) -> None:
     allowed = headers["access-control-allow-headers"].lower()
     assert "authorization" in allowed and "content-type" in allowed
     assert "POST" in headers["access-control-allow-methods"]
-    status, headers, _ = call(
-        srv, "GET", "/v1/changes", key="bad", headers={"Origin": "https://app.example"}
-    )
+    status, headers, _ = call(srv, "GET", "/v1/changes", key="bad", headers={"Origin": "https://app.example"})
     assert status == 401 and headers["access-control-allow-origin"] in ("*", "https://app.example")
     srv.faults.rate_limit(1, retry_after=3)
     status, headers, _ = call(

@@ -136,9 +136,16 @@ def _push_many(storages: list[SyncStorage], space: str, n_threads: int, ops_each
         for i in range(ops_each):
             # every op is pushed by two threads: idempotency across instances
             k = (t // 2) * ops_each + i
-            op = {"op_id": f"op-{k}", "type": "create", "resource": "session", "id": f"s{k}",
-                  "data": {"title": f"t{k}"}, "timestamp": 1, "hlc": f"{1000 + k:013d}-0000-dev",
-                  "attempts": 0}
+            op = {
+                "op_id": f"op-{k}",
+                "type": "create",
+                "resource": "session",
+                "id": f"s{k}",
+                "data": {"title": f"t{k}"},
+                "timestamp": 1,
+                "hlc": f"{1000 + k:013d}-0000-dev",
+                "attempts": 0,
+            }
             try:
                 service.push(space, {"device_id": f"dev-{t}", "ops": [op]})
             except Exception as e:  # noqa: BLE001

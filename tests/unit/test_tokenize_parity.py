@@ -39,11 +39,25 @@ def test_random_ascii_texts_match_the_definition(seed: int) -> None:
         assert tokenize._ascii_words(text) == reference_words(text), text
 
 
-@pytest.mark.parametrize("text", [
-    "", "   ", "...", "a", "Hello, World!", "don't stop", "it's 1,000.50 or 3.14.", "e.g. a.b x..y",
-    "'quoted' ok' x' 'y", "1,000abc abc1,000 1'2,5 5'.5 a''b", "trailing, commas, only.", "x\x1cy\x1fz",
-    "tab\tand\nnew line\r\n", "UPPER lower MiXeD 42",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "...",
+        "a",
+        "Hello, World!",
+        "don't stop",
+        "it's 1,000.50 or 3.14.",
+        "e.g. a.b x..y",
+        "'quoted' ok' x' 'y",
+        "1,000abc abc1,000 1'2,5 5'.5 a''b",
+        "trailing, commas, only.",
+        "x\x1cy\x1fz",
+        "tab\tand\nnew line\r\n",
+        "UPPER lower MiXeD 42",
+    ],
+)
 def test_edge_cases_match_the_definition(text: str) -> None:
     """Hand-picked cases at each branch of the fast path."""
     assert tokenize._ascii_words(text) == reference_words(text)
@@ -79,7 +93,12 @@ def test_term_count_is_the_number_of_tokens() -> None:
     ``len(tokens(text))`` on every real text, on CJK and mixed scripts, and on random text."""
     rng = random.Random(7)
     alphabet = "ab9Z0 ,.'\u00e9\u4e2d\u6587\u65e5\u672c\u3042\ud55c-"
-    texts = real_texts() + ["\u4e2d\u6587\u68c0\u7d22 and English", "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8", "caf\u00e9 na\u00efve", ""]
+    texts = real_texts() + [
+        "\u4e2d\u6587\u68c0\u7d22 and English",
+        "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8",
+        "caf\u00e9 na\u00efve",
+        "",
+    ]
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
     assert any(not t.isascii() for t in texts)
     for text in texts:

@@ -9,7 +9,9 @@ from chatmem.models import ChatMessage, estimate_tokens
 from chatmem.token_count import DEFAULT_MESSAGE_OVERHEAD, EstimateTokenizer, Tokenizer, message_extra_text
 
 
-@pytest.mark.parametrize("text, tokens", [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100), ("é" * 8, 2)])
+@pytest.mark.parametrize(
+    "text, tokens", [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100), ("é" * 8, 2)]
+)
 def test_count_is_ceil_len_over_four_like_the_store(text, tokens):
     """count() is ceil(len/4) and agrees with models.estimate_tokens."""
     assert EstimateTokenizer().count(text) == tokens == estimate_tokens(text)
@@ -36,7 +38,9 @@ def test_stored_count_is_trusted_by_default_only():
 def test_tool_calls_and_ids_are_counted():
     """Tool calls (compact JSON), tool_call_id and name add to a message's count."""
     calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-    m = ChatMessage(id="a", session_id="s", seq=0, role="assistant", content="", created_at=0, tool_calls=calls)
+    m = ChatMessage(
+        id="a", session_id="s", seq=0, role="assistant", content="", created_at=0, tool_calls=calls
+    )
     extra = message_extra_text(m)
     assert extra == '[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]'
     assert EstimateTokenizer().count_message(m) == 4 + estimate_tokens(extra)

@@ -71,32 +71,56 @@ def texts(msgs: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- records for export tests
 
 
-def make_sessions(n_sessions: int = 2, n_messages: int = 3) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def make_sessions(
+    n_sessions: int = 2, n_messages: int = 3
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     out = []
     for s in range(n_sessions):
         sid = f"S{s}"
         meta = SessionMeta(
-            session_id=sid, title=f"Título {s} ☁️", created_at=1000 + s, updated_at=2000 + s,
-            tags=["a", "ü"], parent_id="S0" if s else None, fork_index=1 if s else None,
-            fork_reason="try again" if s else None, pinned=bool(s), message_count=n_messages,
+            session_id=sid,
+            title=f"Título {s} ☁️",
+            created_at=1000 + s,
+            updated_at=2000 + s,
+            tags=["a", "ü"],
+            parent_id="S0" if s else None,
+            fork_index=1 if s else None,
+            fork_reason="try again" if s else None,
+            pinned=bool(s),
+            message_count=n_messages,
         ).to_record()
         msgs = []
         for i in range(n_messages):
             role = ("user", "assistant", "tool")[i % 3]
-            content: Any = f"message {i} — 東京" if i % 2 == 0 else [
-                {"type": "text", "text": f"part {i}"}, {"type": "image", "assetPointer": "file://x"}]
-            msgs.append(ChatMessage(
-                id=f"{sid}-m{i}", session_id=sid, seq=i, role=role, content=content,
-                created_at=3000 + i, provider="openai" if role == "assistant" else None,
-                model="gpt-4o" if role == "assistant" else None,
-                slices=[{"type": "text", "text": "x"}] if role == "assistant" else None,
-                tool_results=[{"id": "c1", "result": "ok"}] if role == "assistant" else None,
-                categorization={"speech": "hi", "reasoning": "r"} if role == "assistant" else None,
-                tool_calls=[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-                if role == "assistant" else None,
-                tool_call_id="c1" if role == "tool" else None, name="f" if role == "tool" else None,
-                metadata={"k": [1, 2, {"ñ": None}]}, token_count=estimate_tokens(extract_text(content)),
-            ).to_record())
+            content: Any = (
+                f"message {i} — 東京"
+                if i % 2 == 0
+                else [{"type": "text", "text": f"part {i}"}, {"type": "image", "assetPointer": "file://x"}]
+            )
+            msgs.append(
+                ChatMessage(
+                    id=f"{sid}-m{i}",
+                    session_id=sid,
+                    seq=i,
+                    role=role,
+                    content=content,
+                    created_at=3000 + i,
+                    provider="openai" if role == "assistant" else None,
+                    model="gpt-4o" if role == "assistant" else None,
+                    slices=[{"type": "text", "text": "x"}] if role == "assistant" else None,
+                    tool_results=[{"id": "c1", "result": "ok"}] if role == "assistant" else None,
+                    categorization={"speech": "hi", "reasoning": "r"} if role == "assistant" else None,
+                    tool_calls=[
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ]
+                    if role == "assistant"
+                    else None,
+                    tool_call_id="c1" if role == "tool" else None,
+                    name="f" if role == "tool" else None,
+                    metadata={"k": [1, 2, {"ñ": None}]},
+                    token_count=estimate_tokens(extract_text(content)),
+                ).to_record()
+            )
         out.append((meta, msgs))
     return out
 
@@ -229,13 +253,20 @@ def test_fresh_ids_keep_fork_links_inside_the_import():
 
 def test_seq_gaps_are_kept_and_missing_optional_fields_are_filled():
     """A stored seq gap survives; missing seq/sessionId/tokenCount/optional keys get their defaults."""
-    data = {"version": "1.0.0", "exportedAt": 1, "sessions": [{
-        "meta": {"sessionId": "S", "title": "t", "createdAt": 1, "updatedAt": 2, "messageCount": 99},
-        "messages": [
-            {"id": "a", "role": "user", "content": "hello there", "createdAt": 5, "seq": 0},
-            {"id": "b", "role": "assistant", "content": "hi", "createdAt": 6, "seq": 4},
-            {"id": "c", "role": "user", "content": "again", "createdAt": 7},
-        ]}]}
+    data = {
+        "version": "1.0.0",
+        "exportedAt": 1,
+        "sessions": [
+            {
+                "meta": {"sessionId": "S", "title": "t", "createdAt": 1, "updatedAt": 2, "messageCount": 99},
+                "messages": [
+                    {"id": "a", "role": "user", "content": "hello there", "createdAt": 5, "seq": 0},
+                    {"id": "b", "role": "assistant", "content": "hi", "createdAt": 6, "seq": 4},
+                    {"id": "c", "role": "user", "content": "again", "createdAt": 7},
+                ],
+            }
+        ],
+    }
     [(meta, msgs)] = validate_export(data)
     assert meta["messageCount"] == 3 and meta["tags"] == [] and meta["userId"] == "local"
     assert [m["seq"] for m in msgs] == [0, 4, 5]
@@ -247,8 +278,10 @@ def test_seq_gaps_are_kept_and_missing_optional_fields_are_filled():
 
 
 def big_export(n: int = 1000) -> dict[str, Any]:
-    msgs = [ChatMessage(f"m{i}", "S1", i, "user" if i % 2 == 0 else "assistant", f"text {i}", i).to_record()
-            for i in range(n)]
+    msgs = [
+        ChatMessage(f"m{i}", "S1", i, "user" if i % 2 == 0 else "assistant", f"text {i}", i).to_record()
+        for i in range(n)
+    ]
     s0 = (SessionMeta("S0", "zero", 0, 0).to_record(), [])
     s1 = (SessionMeta("S1", "one", 0, 0, message_count=n).to_record(), msgs)
     s0b = (dict(s0[0], sessionId="S0b"), [])
@@ -341,7 +374,9 @@ def test_malformed_json_is_a_clear_error():
 
 def test_unknown_format_is_a_clear_error():
     """Input of no known shape, or a named format that does not exist, says what is expected."""
-    with pytest.raises(ImportFormatError, match=r"not in a format chatmem can read \(it is an object with keys: foo\)"):
+    with pytest.raises(
+        ImportFormatError, match=r"not in a format chatmem can read \(it is an object with keys: foo\)"
+    ):
         detect_format({"foo": 1})
     with pytest.raises(ImportFormatError) as e:
         convert([{"messages": []}])
@@ -366,8 +401,13 @@ def test_utf8_bom_bytes_are_accepted():
 
 def test_every_fixture_is_detected_as_its_format():
     """Auto-detection names each fixture's format, from dict/list, str and bytes alike."""
-    expected = {BRANCHING: "chatgpt", WEBSEARCH: "chatgpt", MULTIMODAL: "chatgpt", CLAUDE: "claude",
-                AIRI: "airi"}
+    expected = {
+        BRANCHING: "chatgpt",
+        WEBSEARCH: "chatgpt",
+        MULTIMODAL: "chatgpt",
+        CLAUDE: "claude",
+        AIRI: "airi",
+    }
     for path, fmt in expected.items():
         raw = path.read_bytes()
         assert detect_format(raw) == detect_format(raw.decode("utf-8")) == detect_format(load(path)) == fmt
@@ -414,8 +454,13 @@ def test_chatgpt_branching_tree_main_line_and_forks():
     assert main["forkIndex"] is None
     assert len(mm) == 6 and roles(mm) == ["user", "assistant"] * 3
     assert [m["metadata"]["sourceId"] for m in mm] == path[2:]  # root and hidden system skipped
-    assert texts(mm)[:5] == ["hi there", "Hello! How can I assist you today?", "hi again",
-                             "Hey! Welcome back. What's on your mind?", "tell me a joke"]
+    assert texts(mm)[:5] == [
+        "hi there",
+        "Hello! How can I assist you today?",
+        "hi again",
+        "Hey! Welcome back. What's on your mind?",
+        "tell me a joke",
+    ]
     # the edited/re-sent prompt after the first reply
     assert (f1["parentId"], f1["forkIndex"], f1["messageCount"]) == (main["sessionId"], 2, 6)
     assert f1["title"] == "Assist user with summary (branch 2)"
@@ -428,8 +473,11 @@ def test_chatgpt_branching_tree_main_line_and_forks():
     assert mm[0]["createdAt"] == 1714585031150 and main["createdAt"] == 1714585031149
     assert main["updatedAt"] == 1714585060879
     assert f1["createdAt"] == 1714585034307  # the fork is as old as its first own message
-    assert all(m["provider"] == "openai" and m["model"] == "text-davinci-002-render-sha"
-               for m in mm if m["role"] == "assistant")
+    assert all(
+        m["provider"] == "openai" and m["model"] == "text-davinci-002-render-sha"
+        for m in mm
+        if m["role"] == "assistant"
+    )
     assert all(m["provider"] is None for m in mm if m["role"] == "user")
     copies = f1["forkIndex"]
     # 12 messages less the hidden system one and the regenerated reply that repeats the main line's
@@ -441,16 +489,37 @@ def test_chatgpt_websearch_tools():
     normalized = convert(WEBSEARCH.read_text(encoding="ascii"), ids=ids())
     _check_records(normalized)
     assert [(m["title"], m["messageCount"]) for m, _ in normalized] == [
-        ("Conversation 1. Web Search", 15), ("Conversation 2", 4)]
+        ("Conversation 1. Web Search", 15),
+        ("Conversation 2", 4),
+    ]
     msgs = normalized[0][1]
-    assert roles(msgs) == ["user", "assistant", "tool", "assistant", "tool", "tool", "assistant",
-                           "user", "assistant", "tool", "assistant", "tool", "assistant",
-                           "user", "assistant"]
+    assert roles(msgs) == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert roles(normalized[1][1]) == ["user", "assistant", "user", "assistant"]
     assert texts(msgs)[0] == "What is the fuel consumption of vw  transporter with 8 people in l/km"
     call = msgs[1]
-    assert call["content"] == [{"type": "code", "code": 'search("Volkswagen Transporter fuel consumption '
-                                "with 8 people l/km\")", "language": "unknown"}]
+    assert call["content"] == [
+        {
+            "type": "code",
+            "code": 'search("Volkswagen Transporter fuel consumption with 8 people l/km")',
+            "language": "unknown",
+        }
+    ]
     assert call["toolCalls"][0]["function"]["name"] == "browser" and call["model"] == "gpt-4"
     display = msgs[2]
     assert display["name"] == "browser" and display["toolCallId"] == call["toolCalls"][0]["id"]
@@ -489,27 +558,50 @@ def test_chatgpt_multimodal_single_object():
 
 def test_chatgpt_edge_cases_inline():
     """Missing current_node picks the newest leaf; a bad author role names its node; orphans are kept."""
+
     def node(nid, parent, children, role, text, t):
-        return {"id": nid, "parent": parent, "children": children, "message": None if role is None else {
-            "id": nid, "author": {"role": role, "name": None}, "create_time": t,
-            "content": {"content_type": "text", "parts": [text]}, "metadata": {}, "recipient": "all"}}
-    conv = {"title": None, "create_time": 10.0, "update_time": None, "mapping": {
-        "r": node("r", None, ["a"], None, "", None),
-        "a": node("a", "r", ["b1", "b2"], "user", "q", 11.0),
-        "b1": node("b1", "a", [], "assistant", "old", 12.0),
-        "b2": node("b2", "a", [], "assistant", "new", None),
-        "o": node("o", "gone", [], "user", "orphan", 20.0),
-    }}
+        return {
+            "id": nid,
+            "parent": parent,
+            "children": children,
+            "message": None
+            if role is None
+            else {
+                "id": nid,
+                "author": {"role": role, "name": None},
+                "create_time": t,
+                "content": {"content_type": "text", "parts": [text]},
+                "metadata": {},
+                "recipient": "all",
+            },
+        }
+
+    conv = {
+        "title": None,
+        "create_time": 10.0,
+        "update_time": None,
+        "mapping": {
+            "r": node("r", None, ["a"], None, "", None),
+            "a": node("a", "r", ["b1", "b2"], "user", "q", 11.0),
+            "b1": node("b1", "a", [], "assistant", "old", 12.0),
+            "b2": node("b2", "a", [], "assistant", "new", None),
+            "o": node("o", "gone", [], "user", "orphan", 20.0),
+        },
+    }
     normalized = convert(conv, ids=ids())
     _check_records(normalized)
     assert [texts(m) for _, m in normalized] == [["q", "new"], ["q", "old"], ["orphan"]]
     assert normalized[0][0]["title"] == "Untitled"
     assert normalized[0][1][1]["createdAt"] == 11000  # no create_time: the one before it
-    assert [(m["forkIndex"], m["parentId"] == normalized[0][0]["sessionId"]) for m, _ in normalized[1:]] \
-        == [(1, True), (0, True)]
+    assert [(m["forkIndex"], m["parentId"] == normalized[0][0]["sessionId"]) for m, _ in normalized[1:]] == [
+        (1, True),
+        (0, True),
+    ]
     bad = copy.deepcopy(conv)
     bad["mapping"]["b1"]["message"]["author"]["role"] = "critic"
-    with pytest.raises(ImportFormatError, match=r"^conversations\[0\]\.mapping\['b1'\]\.message\.author\.role"):
+    with pytest.raises(
+        ImportFormatError, match=r"^conversations\[0\]\.mapping\['b1'\]\.message\.author\.role"
+    ):
         convert([bad])
 
 
@@ -532,35 +624,89 @@ def test_claude_webapi_conversation():
     assert texts(msgs)[2] == "What are your ideas for extending this?"
     assert texts(msgs)[1].startswith(" I'll create an interactive visualization")
     assert msgs[0]["createdAt"] == 1730217578340
-    assert [(m["provider"], m["model"]) for m in msgs[1::2]] == [("anthropic", "claude-3-5-sonnet-20240620")] * 2
+    assert [(m["provider"], m["model"]) for m in msgs[1::2]] == [
+        ("anthropic", "claude-3-5-sonnet-20240620")
+    ] * 2
     assert msgs[0]["provider"] is None
     assert msgs[3]["metadata"] == {"source": "claude", "sourceId": "47e6dd5f-0e09-4063-8ab3-f155765ac9a1"}
 
 
 def test_claude_bulk_export_array_and_branches():
     """A bulk-export array (top-level text, no parents) is read in order; a tree with a leaf gets forks."""
-    bulk = [{"uuid": "c1", "name": "", "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:01:00Z",
-             "account": {"uuid": "x"}, "chat_messages": [
-                 {"uuid": "m1", "sender": "human", "text": "¿Qué tal?", "content": [], "created_at":
-                  "2024-01-01T00:00:00.500Z", "attachments": [{"file_name": "a.txt", "file_type": "text/plain",
-                                                               "extracted_content": "notes"}], "files": []},
-                 {"uuid": "m2", "sender": "assistant", "text": "Bien.", "created_at": "2024-01-01T00:00:01Z"},
-                 {"uuid": "m3", "sender": "human", "text": "", "content": [], "created_at": "2024-01-01T00:00:02Z"},
-             ]}]
+    bulk = [
+        {
+            "uuid": "c1",
+            "name": "",
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:01:00Z",
+            "account": {"uuid": "x"},
+            "chat_messages": [
+                {
+                    "uuid": "m1",
+                    "sender": "human",
+                    "text": "¿Qué tal?",
+                    "content": [],
+                    "created_at": "2024-01-01T00:00:00.500Z",
+                    "attachments": [
+                        {"file_name": "a.txt", "file_type": "text/plain", "extracted_content": "notes"}
+                    ],
+                    "files": [],
+                },
+                {"uuid": "m2", "sender": "assistant", "text": "Bien.", "created_at": "2024-01-01T00:00:01Z"},
+                {
+                    "uuid": "m3",
+                    "sender": "human",
+                    "text": "",
+                    "content": [],
+                    "created_at": "2024-01-01T00:00:02Z",
+                },
+            ],
+        }
+    ]
     [(meta, msgs)] = convert(json.dumps(bulk), ids=ids())
     assert meta["title"] == "Untitled" and meta["createdAt"] == 1704067200000
     assert roles(msgs) == ["user", "assistant"]  # the empty message is skipped
     assert msgs[0]["content"][0] == {"type": "text", "text": "¿Qué tal?"}
-    assert msgs[0]["content"][1] == {"type": "file", "name": "a.txt", "mimeType": "text/plain", "text": "notes"}
+    assert msgs[0]["content"][1] == {
+        "type": "file",
+        "name": "a.txt",
+        "mimeType": "text/plain",
+        "text": "notes",
+    }
     assert msgs[1]["content"] == "Bien." and msgs[1]["model"] is None
-    tree = {"uuid": "c2", "name": "T", "created_at": "2024-01-01T00:00:00+00:00", "updated_at": None,
-            "current_leaf_message_uuid": "b2", "chat_messages": [
-                {"uuid": "q", "sender": "human", "text": "q", "parent_message_uuid": "0000", "index": 0,
-                 "created_at": "2024-01-01T00:00:01+00:00"},
-                {"uuid": "b1", "sender": "assistant", "text": "first", "parent_message_uuid": "q", "index": 1,
-                 "created_at": "2024-01-01T00:00:02+00:00"},
-                {"uuid": "b2", "sender": "assistant", "text": "second", "parent_message_uuid": "q", "index": 2,
-                 "created_at": "2024-01-01T00:00:03+00:00"}]}
+    tree = {
+        "uuid": "c2",
+        "name": "T",
+        "created_at": "2024-01-01T00:00:00+00:00",
+        "updated_at": None,
+        "current_leaf_message_uuid": "b2",
+        "chat_messages": [
+            {
+                "uuid": "q",
+                "sender": "human",
+                "text": "q",
+                "parent_message_uuid": "0000",
+                "index": 0,
+                "created_at": "2024-01-01T00:00:01+00:00",
+            },
+            {
+                "uuid": "b1",
+                "sender": "assistant",
+                "text": "first",
+                "parent_message_uuid": "q",
+                "index": 1,
+                "created_at": "2024-01-01T00:00:02+00:00",
+            },
+            {
+                "uuid": "b2",
+                "sender": "assistant",
+                "text": "second",
+                "parent_message_uuid": "q",
+                "index": 2,
+                "created_at": "2024-01-01T00:00:03+00:00",
+            },
+        ],
+    }
     normalized = convert(tree, ids=ids())
     _check_records(normalized)
     assert [texts(m) for _, m in normalized] == [["q", "second"], ["q", "first"]]
@@ -579,7 +725,9 @@ def test_airi_export_fixture():
     normalized = convert(AIRI.read_text(encoding="utf-8"), ids=ids())
     _check_records(normalized)
     assert [(m["title"], m["messageCount"], m["characterId"]) for m, _ in normalized] == [
-        ("Tokyo weather", 3, "airi"), ("画像について", 4, "airi")]
+        ("Tokyo weather", 3, "airi"),
+        ("画像について", 4, "airi"),
+    ]
     (m1, msgs1), (m2, msgs2) = normalized
     assert roles(msgs1) == ["system", "user", "assistant"]
     assert roles(msgs2) == ["user", "assistant", "user", "assistant"]
@@ -603,7 +751,9 @@ def test_airi_errors_and_index_only_sessions():
     data = load(AIRI)
     sid = next(iter(data["sessions"]))
     data["sessions"][sid]["messages"][1]["role"] = "narrator"
-    with pytest.raises(ImportFormatError, match=rf"^sessions\['{sid}'\]\.messages\[1\]\.role: must be one of"):
+    with pytest.raises(
+        ImportFormatError, match=rf"^sessions\['{sid}'\]\.messages\[1\]\.role: must be one of"
+    ):
         convert(data)
     data = load(AIRI)
     data["sessions"][sid]["messages"][2]["slices"] = [{"type": "dance"}]
@@ -616,7 +766,10 @@ def test_airi_errors_and_index_only_sessions():
     data = load(AIRI)
     del data["sessions"][sid]
     normalized = convert(data, ids=ids())
-    assert [(m["title"], m["messageCount"]) for m, _ in normalized] == [("画像について", 4), ("Tokyo weather", 0)]
+    assert [(m["title"], m["messageCount"]) for m, _ in normalized] == [
+        ("画像について", 4),
+        ("Tokyo weather", 0),
+    ]
 
 
 def test_fixtures_are_read_in_place_not_copied():
@@ -645,7 +798,9 @@ def test_imported_history_is_aged_from_its_import():
         backup = await mem.export()
         other = await chatmem.open()
         await other.import_sessions(backup, preserve_ids=True)
-        assert [(await other.sessions.get(m.session_id)).updated_at for m in metas] == [m.updated_at for m in metas]
+        assert [(await other.sessions.get(m.session_id)).updated_at for m in metas] == [
+            m.updated_at for m in metas
+        ]
         await mem.close()
         await other.close()
 

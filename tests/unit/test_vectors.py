@@ -23,14 +23,24 @@ class CalibratedHashing(HashingEmbedder):
         self.model = "hashing-cal-64"
 
 
-TEXTS = ["the quick brown fox jumps over the dog", "a lazy dog sleeps all day long",
-         "quick brown foxes are jumping high", "the tax report is due on friday",
-         "we watched the football match last night"]
+TEXTS = [
+    "the quick brown fox jumps over the dog",
+    "a lazy dog sleeps all day long",
+    "quick brown foxes are jumping high",
+    "the tax report is due on friday",
+    "we watched the football match last night",
+]
 
 
 def _msg(i: int, text: str, sid: str = "s") -> dict:
-    return {"id": f"{sid}-m{i}", "sessionId": sid, "seq": i, "role": "user", "content": text,
-            "createdAt": 1_000 + i}
+    return {
+        "id": f"{sid}-m{i}",
+        "sessionId": sid,
+        "seq": i,
+        "role": "user",
+        "content": text,
+        "createdAt": 1_000 + i,
+    }
 
 
 async def _index(emb=None) -> QueryIndex:
@@ -68,13 +78,19 @@ def test_one_int8_row_per_message_and_model():
         emb = CalibratedHashing()
         assert await idx.embed_missing(emb) == len(TEXTS)
         assert await idx.embed_missing(HashingEmbedder(32)) == len(TEXTS)
-        types = await idx.sql("SELECT column_name, data_type FROM information_schema.columns "
-                              "WHERE table_name = 'embeddings' ORDER BY ordinal_position")
+        types = await idx.sql(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'embeddings' ORDER BY ordinal_position"
+        )
         assert [r["column_name"] for r in types] == EMBEDDING_COLUMNS
         assert {r["column_name"]: r["data_type"] for r in types}["vec"] == "TINYINT[]"
-        rows = await idx.sql("SELECT model, count(*) AS n, count(cvec) AS c FROM embeddings "
-                             "GROUP BY model ORDER BY model")
-        assert rows == [{"model": "hashing-cal-64", "n": 5, "c": 4}, {"model": "hashing-v1-32", "n": 5, "c": 0}]
+        rows = await idx.sql(
+            "SELECT model, count(*) AS n, count(cvec) AS c FROM embeddings GROUP BY model ORDER BY model"
+        )
+        assert rows == [
+            {"model": "hashing-cal-64", "n": 5, "c": 4},
+            {"model": "hashing-v1-32", "n": 5, "c": 0},
+        ]
         rows = await idx.sql("SELECT len(vec) AS d, scale FROM embeddings WHERE model = 'hashing-cal-64'")
         assert all(r["d"] == 64 and 0 < r["scale"] < 1 for r in rows)
         await idx.close()
@@ -95,14 +111,25 @@ def test_similarity_means_the_raw_cosine_everywhere():
         lo, hi = emb.calibration
         sem = await search(idx, query, mode="semantic", limit=5, embedder=emb)
         hyb = await search(idx, query, mode="hybrid", limit=5, embedder=emb)
-        ret = await retrieve(idx, "s", query, RetrievalConfig(strategy="relevant", recent_count=5,
-                                                             relevance_threshold=-1.0), embedder=emb)
+        ret = await retrieve(
+            idx,
+            "s",
+            query,
+            RetrievalConfig(strategy="relevant", recent_count=5, relevance_threshold=-1.0),
+            embedder=emb,
+        )
         assert sem and hyb and ret
         for h in sem + hyb + ret:
             raw = _cos(qv, own[h.message.id])
             assert abs(h.breakdown["similarity"] - raw) < 2e-3, (h.message.id, h.breakdown, raw)
         for h in sem:
-            assert abs(h.breakdown["semantic"] - max(-1.0, min(1.0, (h.breakdown["similarity"] - lo) / (hi - lo)))) < 1e-6
+            assert (
+                abs(
+                    h.breakdown["semantic"]
+                    - max(-1.0, min(1.0, (h.breakdown["similarity"] - lo) / (hi - lo)))
+                )
+                < 1e-6
+            )
         by_id = {h.message.id: h for h in sem}
         for h in ret:
             assert abs(h.breakdown["relevance"] - by_id[h.message.id].breakdown["semantic"]) < 1e-6
@@ -119,7 +146,9 @@ def test_ranking_reads_the_in_context_vector():
         emb = CalibratedHashing()
         idx = await _index()
         hits = await search(idx, "lazy dog", mode="semantic", limit=5, embedder=emb)
-        rows = await embedding_rows(emb, [(f"s-m{i}", t, TEXTS[i - 1] if i else None) for i, t in enumerate(TEXTS)])
+        rows = await embedding_rows(
+            emb, [(f"s-m{i}", t, TEXTS[i - 1] if i else None) for i, t in enumerate(TEXTS)]
+        )
         (qv,) = await emb.embed(["lazy dog"])
 
         def rank_sim(r):
@@ -152,8 +181,9 @@ def test_a_complete_index_is_not_recounted_until_a_write():
         await search(idx, "fox", mode="semantic", embedder=emb)
         seen.clear()
         await search(idx, "fox", mode="hybrid", embedder=emb)
-        assert not any(s.startswith("SELECT count(*) AS n FROM") and ("messages" in s or "embeddings" in s)
-                       for s in seen), seen
+        assert not any(
+            s.startswith("SELECT count(*) AS n FROM") and ("messages" in s or "embeddings" in s) for s in seen
+        ), seen
         await idx.apply("messages-appended", "s", [_msg(9, "a brown fox again")])
         hits = await search(idx, "brown fox again", mode="semantic", limit=1, embedder=emb)
         assert hits[0].message.id == "s-m9"
@@ -164,10 +194,19 @@ def test_a_complete_index_is_not_recounted_until_a_write():
 
 
 SESSIONS = {
-    "a": ["the quick brown fox jumps over the dog", "ok thanks", "a lazy dog sleeps all day long",
-          "ok thanks", "foxes and dogs in the garden"],
-    "b": ["ok thanks", "the tax report is due on friday", "a brown dog barks at the fox",
-          "we watched the football match last night"],
+    "a": [
+        "the quick brown fox jumps over the dog",
+        "ok thanks",
+        "a lazy dog sleeps all day long",
+        "ok thanks",
+        "foxes and dogs in the garden",
+    ],
+    "b": [
+        "ok thanks",
+        "the tax report is due on friday",
+        "a brown dog barks at the fox",
+        "we watched the football match last night",
+    ],
 }
 
 
@@ -176,9 +215,21 @@ async def _two_sessions(emb=None) -> QueryIndex:
     idx = QueryIndex(DuckDBEngine(), embedder=emb)
     for n, (sid, texts) in enumerate(SESSIONS.items()):
         await idx.apply("session-created", sid, SessionMeta(sid, "t", 1, 1).to_record())
-        await idx.apply("messages-appended", sid, [
-            {"id": f"{sid}-m{i}", "sessionId": sid, "seq": i, "role": ("user", "assistant")[i % 2],
-             "content": t, "createdAt": 1_000 * (n + 1) + i} for i, t in enumerate(texts)])
+        await idx.apply(
+            "messages-appended",
+            sid,
+            [
+                {
+                    "id": f"{sid}-m{i}",
+                    "sessionId": sid,
+                    "seq": i,
+                    "role": ("user", "assistant")[i % 2],
+                    "content": t,
+                    "createdAt": 1_000 * (n + 1) + i,
+                }
+                for i, t in enumerate(texts)
+            ],
+        )
     return idx
 
 
@@ -194,10 +245,13 @@ def test_vector_rows_carry_the_message_filters_and_model_key():
         assert await idx.embed_missing(other) == sum(len(t) for t in SESSIONS.values())
         rows = await idx.sql(
             "SELECT e.model, e.model_key, e.session_id = m.session_id AND e.role = m.role "
-            "AND e.created_at = m.created_at AS same FROM embeddings e LEFT JOIN messages m ON m.id = e.message_id")
+            "AND e.created_at = m.created_at AS same FROM embeddings e LEFT JOIN messages m ON m.id = e.message_id"
+        )
         assert len(rows) == 2 * sum(len(t) for t in SESSIONS.values())
         assert all(r["same"] is True for r in rows)
-        assert {r["model"]: r["model_key"] for r in rows} == {m: model_key(m) for m in (emb.model, other.model)}
+        assert {r["model"]: r["model_key"] for r in rows} == {
+            m: model_key(m) for m in (emb.model, other.model)
+        }
         assert model_key(emb.model) != model_key(other.model) and 0 <= model_key(emb.model) < 2**53
         await idx.close()
 
@@ -215,8 +269,13 @@ def test_semantic_search_equals_the_ranking_joined_to_messages():
         idx = await _two_sessions()
         await idx.embed_missing(emb)
         lo, hi = emb.calibration
-        cases = [{}, {"roles": ["user"]}, {"session_ids": ["b"]}, {"date_range": (1_002, 2_002)},
-                 {"roles": ["assistant"], "session_ids": ["a", "b"], "date_range": (None, 2_001)}]
+        cases = [
+            {},
+            {"roles": ["user"]},
+            {"session_ids": ["b"]},
+            {"date_range": (1_002, 2_002)},
+            {"roles": ["assistant"], "session_ids": ["a", "b"], "date_range": (None, 2_001)},
+        ]
         for query in ("ok thanks", "brown fox", "a dog in the garden"):
             (qv,) = await emb.embed([query])
             for kw in cases:
@@ -230,8 +289,12 @@ def test_semantic_search_equals_the_ranking_joined_to_messages():
                         f"FROM embeddings e CROSS JOIN q JOIN messages m ON m.id = e.message_id "
                         f"WHERE e.model = ? AND {flt.sql} ORDER BY rsim DESC, score DESC, m.created_at DESC, "
                         f"m.id DESC" + (f" LIMIT {limit}" if limit else ""),
-                        [query_literal(qv), emb.model] + flt.params)
-                    assert [(h.message.id, h.score) for h in got] == [(r["id"], r["score"]) for r in ref], (query, kw)
+                        [query_literal(qv), emb.model] + flt.params,
+                    )
+                    assert [(h.message.id, h.score) for h in got] == [(r["id"], r["score"]) for r in ref], (
+                        query,
+                        kw,
+                    )
         # without a context vector the repeated "ok thanks" rows tie: the newer comes first
         plain = HashingEmbedder(64)
         top = await search(idx, "ok thanks", mode="semantic", limit=3, embedder=plain)
@@ -286,7 +349,9 @@ def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_chunk(
     monkeypatch.setattr(missing_mod, "READ", 3)
 
     async def go():
-        mem, _ = await _filled(tmp_path / "m.db", HashingEmbedder(32), [f"note {i} about the garden" for i in range(23)])
+        mem, _ = await _filled(
+            tmp_path / "m.db", HashingEmbedder(32), [f"note {i} about the garden" for i in range(23)]
+        )
         index = await mem.index.ready()
         reads, saves = [], []
         missing = index.embed_missing
@@ -338,7 +403,9 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
 
     async def go():
         nonlocal reading
-        mem, _ = await _filled(tmp_path / "m.db", Loading(16), [f"note {i} about the garden" for i in range(30)])
+        mem, _ = await _filled(
+            tmp_path / "m.db", Loading(16), [f"note {i} about the garden" for i in range(30)]
+        )
         assert await mem.search("garden", limit=3)
         index = await mem.index.ready()
         reading = index._vocabulary
@@ -357,6 +424,7 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
 def test_background_embedding_with_an_embedder_whose_load_is_not_a_coroutine(tmp_path):
     """``StaticEmbedder`` (usable as an embedder) has a class method ``load`` that reads a
     model file: ``embed_in_background`` calls only an ``async load()``."""
+
     class FileLoad(HashingEmbedder):
         @classmethod
         def load(cls, path=None):
@@ -374,6 +442,7 @@ def test_background_embedding_with_an_embedder_whose_load_is_not_a_coroutine(tmp
 def test_background_embedding_saves_soon_at_the_end_also_after_a_whole_last_chunk(tmp_path):
     """A run whose last chunk is whole asks for that chunk's (possibly delayed) save, then
     at the end for a soon one: what it embedded reaches the cache file soon."""
+
     async def go():
         mem, _ = await _filled(tmp_path / "m.db", HashingEmbedder(16), [f"note {i}" for i in range(16)])
         await mem.index.ready()

@@ -15,8 +15,11 @@ MODEL = "chatmem/embedding/data/minilm-l6-static-v1.bin"
 
 def test_a_built_wheel_carries_the_model(tmp_path: Path) -> None:
     """``pip wheel .`` (as ``pip install .`` builds it) holds the same model file as the page serves."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                   check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        cwd=ROOT,
+    )
     (wheel,) = tmp_path.glob("chatmem-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()

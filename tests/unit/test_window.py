@@ -31,13 +31,28 @@ class Builder:
         self.msgs.append(m)
         return m
 
-    def tool_turn(self, n_calls: int, result_len: int, *, answered: int | None = None, slices: bool = False) -> None:
+    def tool_turn(
+        self, n_calls: int, result_len: int, *, answered: int | None = None, slices: bool = False
+    ) -> None:
         i = len(self.msgs)
         ids = [f"call{i}_{k}" for k in range(n_calls)]
         if slices:
-            self.add("assistant", "", slices=[{"type": "tool-call", "toolCall": {"toolCallId": c, "toolName": "f", "args": "{}"}} for c in ids])
+            self.add(
+                "assistant",
+                "",
+                slices=[
+                    {"type": "tool-call", "toolCall": {"toolCallId": c, "toolName": "f", "args": "{}"}}
+                    for c in ids
+                ],
+            )
         else:
-            self.add("assistant", "", tool_calls=[{"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in ids])
+            self.add(
+                "assistant",
+                "",
+                tool_calls=[
+                    {"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in ids
+                ],
+            )
         for c in ids[: answered if answered is not None else n_calls]:
             self.add("tool", "r" * result_len, tool_call_id=c)
 
@@ -58,7 +73,9 @@ def _owner(msgs: list[ChatMessage]) -> dict[int, int]:
     return owner
 
 
-def check_invariants(res, msgs: list[ChatMessage], system: str, budget: int, retrieved: list[ChatMessage]) -> None:
+def check_invariants(
+    res, msgs: list[ChatMessage], system: str, budget: int, retrieved: list[ChatMessage]
+) -> None:
     # never over budget, and the reported total is the real total
     assert res.tokens <= budget
     assert res.tokens == sum(TK.count_message(m) for m in res.messages)
@@ -72,7 +89,7 @@ def check_invariants(res, msgs: list[ChatMessage], system: str, budget: int, ret
     index = {m.id: i for i, m in enumerate(msgs)}
     kept_idx = [index[k] for k in res.kept_ids]
     assert kept_idx == sorted(kept_idx)
-    tail = res.messages[len(res.messages) - len(kept_idx):] if kept_idx else []
+    tail = res.messages[len(res.messages) - len(kept_idx) :] if kept_idx else []
     assert tail == [msgs[i].to_provider() for i in kept_idx]
     # tool pairs intact among recent messages
     owner = _owner(msgs)
@@ -135,17 +152,27 @@ def sessions(draw) -> list[ChatMessage]:
     summary_len=st.none() | st.integers(1, 400),
     data=st.data(),
 )
-def test_window_guarantees_hold_for_random_sessions(msgs, max_tokens, reserve_frac, system, ctx_len, summary_len, data):
+def test_window_guarantees_hold_for_random_sessions(
+    msgs, max_tokens, reserve_frac, system, ctx_len, summary_len, data
+):
     """Random sessions with tool calls and random budgets: never over budget, system and
     newest user kept, tool pairs intact, order preserved, nothing sent twice."""
     reserve = min(max_tokens - 1, int(max_tokens * reserve_frac))
     budget = max_tokens - reserve
-    ctx = {"role": "user", "content": [{"type": "text", "text": "c" * ctx_len}]} if ctx_len is not None else None
+    ctx = (
+        {"role": "user", "content": [{"type": "text", "text": "c" * ctx_len}]}
+        if ctx_len is not None
+        else None
+    )
     summary = "s" * summary_len if summary_len else None
-    retrieved = data.draw(st.lists(st.sampled_from(msgs), unique_by=lambda m: m.id, max_size=6)) if msgs else []
+    retrieved = (
+        data.draw(st.lists(st.sampled_from(msgs), unique_by=lambda m: m.id, max_size=6)) if msgs else []
+    )
     retrieved.sort(key=lambda m: m.seq)
     users = [m for m in msgs if m.role == "user"]
-    mandatory = TK.count_message({"role": "system", "content": system}) + (TK.count_message(users[-1]) if users else 0)
+    mandatory = TK.count_message({"role": "system", "content": system}) + (
+        TK.count_message(users[-1]) if users else 0
+    )
     if mandatory > budget:
         with pytest.raises(ContextOverflow) as e:
             fit_window(system, ctx, summary, retrieved, msgs, max_tokens=max_tokens, reserve_tokens=reserve)
@@ -167,7 +194,11 @@ def test_window_guarantees_hold_for_random_sessions(msgs, max_tokens, reserve_fr
 def test_records_and_chat_messages_give_the_same_window(msgs, max_tokens):
     """Stored records and ChatMessage objects are windowed identically."""
     if not any(m.role == "user" for m in msgs):
-        msgs = msgs + [ChatMessage(id="u", session_id="s", seq=len(msgs), role="user", content="hi", created_at=0, token_count=1)]
+        msgs = msgs + [
+            ChatMessage(
+                id="u", session_id="s", seq=len(msgs), role="user", content="hi", created_at=0, token_count=1
+            )
+        ]
     a = fit_window("sys", None, None, None, msgs, max_tokens=max_tokens)
     b = fit_window("sys", None, None, None, [m.to_record() for m in msgs], max_tokens=max_tokens)
     assert a.messages == b.messages and a.kept_ids == b.kept_ids and a.tokens == b.tokens
@@ -260,7 +291,9 @@ def test_optional_parts_dropped_in_documented_order():
     and a later, smaller part may still use what is left."""
     b = Builder()
     b.add("user", "x" * 40)  # 14
-    old = ChatMessage(id="r1", session_id="s0", seq=0, role="assistant", content="y" * 40, created_at=0, token_count=10)
+    old = ChatMessage(
+        id="r1", session_id="s0", seq=0, role="assistant", content="y" * 40, created_at=0, token_count=10
+    )
     ctx = {"role": "user", "content": [{"type": "text", "text": "c" * 40}]}  # 14
     summary = "z" * 96  # prefix 31 chars + 96 = 127 chars -> 32 + 4 = 36
     args = ("S", ctx, summary, [old], b.msgs)
@@ -271,7 +304,12 @@ def test_optional_parts_dropped_in_documented_order():
     assert no_ret.dropped_parts == ["retrieved"] and no_ret.dropped_retrieved_ids == ["r1"]
     no_sum = fit_window(*args, max_tokens=5 + 14 + 14 + 20)
     assert no_sum.dropped_parts == ["summary"]  # the smaller retrieved part still fits after it
-    assert no_sum.messages == [{"role": "system", "content": "S"}, ctx, {"role": "assistant", "content": "y" * 40}, {"role": "user", "content": "x" * 40}]
+    assert no_sum.messages == [
+        {"role": "system", "content": "S"},
+        ctx,
+        {"role": "assistant", "content": "y" * 40},
+        {"role": "user", "content": "x" * 40},
+    ]
     bare = fit_window(*args, max_tokens=5 + 14 + 13)
     assert bare.dropped_parts == ["context", "summary", "retrieved"]
     assert len(bare.messages) == 2
@@ -291,7 +329,12 @@ def test_retrieved_max_tokens_caps_retrieved():
     """retrieved_max_tokens bounds the retrieved part; recent fills the rest."""
     b = Builder()
     b.add("user", "x" * 40)
-    olds = [ChatMessage(id=f"r{i}", session_id="o", seq=i, role="user", content="y" * 40, created_at=0, token_count=10) for i in range(3)]
+    olds = [
+        ChatMessage(
+            id=f"r{i}", session_id="o", seq=i, role="user", content="y" * 40, created_at=0, token_count=10
+        )
+        for i in range(3)
+    ]
     res = fit_window(None, None, None, olds, b.msgs, max_tokens=1000, retrieved_max_tokens=28)
     assert res.retrieved_ids == ["r0", "r1"] and res.dropped_retrieved_ids == ["r2"]
 
@@ -301,7 +344,12 @@ def test_stored_summary_message_reports_its_coverage():
     b = Builder()
     b.add("user", "hi")
     sm = ChatMessage(
-        id="sum1", session_id="s", seq=99, role="system", content=SUMMARY_PREFIX + "they met", created_at=0,
+        id="sum1",
+        session_id="s",
+        seq=99,
+        role="system",
+        content=SUMMARY_PREFIX + "they met",
+        created_at=0,
         token_count=estimate_tokens(SUMMARY_PREFIX + "they met"),
         metadata={"summary": True, "summaryOf": {"fromSeq": 0, "toSeq": 40, "count": 41}},
     )
@@ -316,14 +364,21 @@ def test_default_tokenizer_uses_stored_counts_and_others_recount():
     b.add("user", "short", token_count=500)
     with pytest.raises(ContextOverflow):
         fit_window(None, None, None, None, b.msgs, max_tokens=100)
-    res = fit_window(None, None, None, None, b.msgs, max_tokens=100, tokenizer=EstimateTokenizer(trust_stored=False))
+    res = fit_window(
+        None, None, None, None, b.msgs, max_tokens=100, tokenizer=EstimateTokenizer(trust_stored=False)
+    )
     assert res.tokens == 4 + 2
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_tokens": 0}, {"max_tokens": 10, "reserve_tokens": 10}, {"max_tokens": 10, "reserve_tokens": -1},
-     {"max_tokens": True}, {"max_tokens": 10, "retrieved_max_tokens": -5}],
+    [
+        {"max_tokens": 0},
+        {"max_tokens": 10, "reserve_tokens": 10},
+        {"max_tokens": 10, "reserve_tokens": -1},
+        {"max_tokens": True},
+        {"max_tokens": 10, "retrieved_max_tokens": -5},
+    ],
 )
 def test_bad_budgets_are_refused(kwargs):
     """Budgets that leave no room, or are not ints, raise ValidationError."""

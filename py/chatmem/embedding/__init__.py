@@ -7,4 +7,12 @@ from .local import LOCAL_MODEL, LocalEmbedder, default_embedder
 from .static import MODEL_FILE, StaticEmbedder, find_model_file
 from .wordpiece import WordPiece
 
-__all__ = ["LOCAL_MODEL", "MODEL_FILE", "LocalEmbedder", "default_embedder", "StaticEmbedder", "WordPiece", "find_model_file"]
+__all__ = [
+    "LOCAL_MODEL",
+    "MODEL_FILE",
+    "LocalEmbedder",
+    "default_embedder",
+    "StaticEmbedder",
+    "WordPiece",
+    "find_model_file",
+]

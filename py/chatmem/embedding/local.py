@@ -124,8 +124,9 @@ class LocalEmbedder:
         return out
 
     @staticmethod
-    async def _vectors(m: StaticEmbedder, sums: list[Sequence[float]], out: list[list[float]],
-                       slicer: Slicer) -> None:
+    async def _vectors(
+        m: StaticEmbedder, sums: list[Sequence[float]], out: list[list[float]], slicer: Slicer
+    ) -> None:
         """The vectors of a summed part appended to ``out``, then a fresh slice."""
         slicer.restart()
         for s in sums:

@@ -57,8 +57,15 @@ def find_model_file() -> Path | None:
 class StaticEmbedder:
     """Text to vector by summing distilled token vectors (see the module docstring)."""
 
-    def __init__(self, header: dict[str, Any], table: array.array[int], scales: array.array[float], *,
-                 weights: list[int] | None = None, tokenizer: WordPiece | None = None):
+    def __init__(
+        self,
+        header: dict[str, Any],
+        table: array.array[int],
+        scales: array.array[float],
+        *,
+        weights: list[int] | None = None,
+        tokenizer: WordPiece | None = None,
+    ):
         self.model: str = str(header["model"])
         self.dimensions: int = int(header["dimensions"])
         vocab = header["vocab"]
@@ -123,7 +130,9 @@ class StaticEmbedder:
         return header, 12 + n
 
     @staticmethod
-    def _arrays(data: bytes, header: dict[str, Any], start: int) -> tuple[array.array[int], array.array[float]]:
+    def _arrays(
+        data: bytes, header: dict[str, Any], start: int
+    ) -> tuple[array.array[int], array.array[float]]:
         """The int8 table and the float32 scales that follow the header."""
         v, d = len(header["vocab"]), int(header["dimensions"])
         view = memoryview(data)

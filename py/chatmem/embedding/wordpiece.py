@@ -36,9 +36,16 @@ def _is_punct(ch: str) -> bool:
 
 
 def _is_chinese(o: int) -> bool:
-    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2A6DF
-            or 0x2A700 <= o <= 0x2B73F or 0x2B740 <= o <= 0x2B81F or 0x2B820 <= o <= 0x2CEAF
-            or 0xF900 <= o <= 0xFAFF or 0x2F800 <= o <= 0x2FA1F)
+    return (
+        0x4E00 <= o <= 0x9FFF
+        or 0x3400 <= o <= 0x4DBF
+        or 0x20000 <= o <= 0x2A6DF
+        or 0x2A700 <= o <= 0x2B73F
+        or 0x2B740 <= o <= 0x2B81F
+        or 0x2B820 <= o <= 0x2CEAF
+        or 0xF900 <= o <= 0xFAFF
+        or 0x2F800 <= o <= 0x2FA1F
+    )
 
 
 class WordPiece:

@@ -77,7 +77,8 @@ class IndexCache:
         storage version has the schema's compression."""
         rows = await self.engine.execute(
             "SELECT database_name AS d, tags['storage_version'] AS v FROM duckdb_databases() "
-            "WHERE database_name = current_database()")
+            "WHERE database_name = current_database()"
+        )
         self.file_db = str(rows[0]["d"])
         self.compress = storage_at_least(rows[0]["v"], STORAGE_VERSION)
 
@@ -100,7 +101,8 @@ class IndexCache:
     async def _tables(self) -> set[str]:
         rows = await self.engine.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'",
-            [self.file_db])
+            [self.file_db],
+        )
         return {r["table_name"] for r in rows}
 
     async def state(self) -> str:
@@ -127,7 +129,8 @@ class IndexCache:
     async def _meta(self) -> dict[str, str]:
         assert self.file_db is not None
         rows = await self.engine.execute(
-            f"SELECT key, value FROM {_q(self.file_db)}.main.index_meta WHERE key IN ('schema', 'complete')")
+            f"SELECT key, value FROM {_q(self.file_db)}.main.index_meta WHERE key IN ('schema', 'complete')"
+        )
         return {str(r["key"]): str(r["value"]) for r in rows}
 
     async def save(self, hold: Callable[[], AsyncContextManager[Any]] = contextlib.nullcontext) -> None:
@@ -154,8 +157,9 @@ class IndexCache:
                 continue
             async with hold():
                 parts = await self._parts(t)
-                await self._in_transaction([table_statement(t, compress=self.compress, into=file_db),
-                                            self._copy(t, parts[0])])
+                await self._in_transaction(
+                    [table_statement(t, compress=self.compress, into=file_db), self._copy(t, parts[0])]
+                )
             for where in parts[1:]:
                 async with hold():
                     await self._in_transaction([self._copy(t, where)])
@@ -166,8 +170,9 @@ class IndexCache:
             async with hold():
                 await ex(index_statement(*ix, into=file_db))
         async with hold():
-            await self._in_transaction([table_statement(last, compress=self.compress, into=file_db),
-                                        self._copy(last, "")])
+            await self._in_transaction(
+                [table_statement(last, compress=self.compress, into=file_db), self._copy(last, "")]
+            )
         async with hold():
             await ex(f"CHECKPOINT {db}")
 
@@ -183,7 +188,8 @@ class IndexCache:
             return [""]
         rows = await self.engine.execute(
             f"SELECT min(tid) AS b FROM (SELECT tid, sum(df) OVER (ORDER BY tid) AS c FROM {WORK}.main.terms) "
-            f"GROUP BY c // {COPY_PART} ORDER BY b")
+            f"GROUP BY c // {COPY_PART} ORDER BY b"
+        )
         cuts = [int(r["b"]) for r in rows[1:] if r["b"] is not None]
         if not cuts:
             return [""]

@@ -55,15 +55,21 @@ class Plan:
     load: list[Mapping[str, Any]] = field(default_factory=list)
 
 
-async def plan(engine: SQLEngine, session_ids: Sequence[str], messages: Sequence[Mapping[str, Any]],
-               ms: dict[str, float] | None = None) -> Plan:
+async def plan(
+    engine: SQLEngine,
+    session_ids: Sequence[str],
+    messages: Sequence[Mapping[str, Any]],
+    ms: dict[str, float] | None = None,
+) -> Plan:
     """The ``Plan`` that makes the index hold exactly ``messages`` (every stored
     message of ``session_ids``) for those sessions (``ms`` gains ``plan: read``)."""
     t = time.perf_counter()
     held: dict[str, dict[str, tuple[Any, ...]]] = {sid: {} for sid in session_ids}
     for i in range(0, len(session_ids), _PART):
         part = list(session_ids[i : i + _PART])
-        lens = {r["message_id"]: r["doc_len"] for r in await engine.execute(_LENS.format(marks(len(part))), part)}
+        lens = {
+            r["message_id"]: r["doc_len"] for r in await engine.execute(_LENS.format(marks(len(part))), part)
+        }
         for r in await engine.execute(_ROWS.format(marks(len(part))), part):
             held[str(r["session_id"])][str(r["id"])] = tuple(r[c] for c in _SCALARS) + (lens.get(r["id"]),)
     if ms is not None:
@@ -99,8 +105,13 @@ class Caught:
         return {"whole": self.whole, "appended": self.appended, "loaded": self.loaded}
 
 
-async def catch_up(engine: SQLEngine, figures: KeywordFigures, sessions: Sequence[Mapping[str, Any]],
-                   messages: Sequence[Mapping[str, Any]], drop: list[str]) -> Caught:
+async def catch_up(
+    engine: SQLEngine,
+    figures: KeywordFigures,
+    sessions: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+    drop: list[str],
+) -> Caught:
     """Inside the caller's transaction: make the index hold the ``sessions`` (records)
     with exactly their stored ``messages``, and none of the sessions ``drop``."""
     ms: dict[str, float] = {}

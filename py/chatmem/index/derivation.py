@@ -118,8 +118,9 @@ async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tup
     return table, bool(got.get("sorted"))
 
 
-async def run_derivation(engine: SQLEngine, d: EngineDerivation | Started,
-                         ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
+async def run_derivation(
+    engine: SQLEngine, d: EngineDerivation | Started, ms: dict[str, float] | None = None
+) -> tuple[DocTable | None, bool]:
     """Derive into ``engine``'s (empty) keyword tables with ``d``, begun already or not:
     the messages go through ``keywords.STAGE``, made here (``finish_derivation(staged=True)``
     makes ``docs`` and ``messages`` of it). Answers what ``derive`` does.
@@ -130,7 +131,8 @@ async def run_derivation(engine: SQLEngine, d: EngineDerivation | Started,
     held the whole load in memory: at 1,000,000 messages the renderer's peak rose
     from 2.0 to 2.8 GB)."""
     rows = await engine.execute(
-        "SELECT path IS NULL AS mem FROM duckdb_databases() WHERE database_name = current_database()")
+        "SELECT path IS NULL AS mem FROM duckdb_databases() WHERE database_name = current_database()"
+    )
     async with _one_transaction(engine, bool(rows and rows[0]["mem"])):
         await engine.execute(stage_statement())
         return await (d if isinstance(d, Started) else Started(d)).run(engine, ms)

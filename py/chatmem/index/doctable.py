@@ -69,7 +69,7 @@ class DocTable:
             return None
         mid = self._moved.get(doc)
         if mid is None:
-            mid = self._blob[self._ends[doc - 1] if doc else 0:self._ends[doc]].decode()
+            mid = self._blob[self._ends[doc - 1] if doc else 0 : self._ends[doc]].decode()
         return mid, self.times[doc]
 
     def length(self, doc: int) -> int | None:

@@ -61,8 +61,19 @@ __all__ = [
 
 #: the columns of an ``embeddings`` row, in ``embedding_rows`` order: the vectors, then
 #: the message's ``session_id``, ``role`` and ``created_at`` (what search filters and ranks by)
-EMBEDDING_COLUMNS = ["message_id", "model", "dim", "vec", "scale", "cvec", "cscale",
-                     "session_id", "role", "created_at", "model_key"]
+EMBEDDING_COLUMNS = [
+    "message_id",
+    "model",
+    "dim",
+    "vec",
+    "scale",
+    "cvec",
+    "cscale",
+    "session_id",
+    "role",
+    "created_at",
+    "model_key",
+]
 
 #: ``(session_id, role, created_at)`` of a message, by message id
 MessageMeta = Mapping[str, tuple[str | None, str | None, int | None]]
@@ -192,8 +203,9 @@ class OpenAIEmbedder:
         for attempt in range(self.max_retries + 1):
             delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             try:
-                resp = await self.transport.request("POST", url, headers=headers, body=body,
-                                                    timeout=self.timeout)
+                resp = await self.transport.request(
+                    "POST", url, headers=headers, body=body, timeout=self.timeout
+                )
             except TransportError as e:
                 last, status = f"transport error: {e}", None
             else:
@@ -211,8 +223,9 @@ class OpenAIEmbedder:
                     delay = min(float(after), 30.0)
             if attempt < self.max_retries:
                 await asyncio.sleep(delay)
-        raise EmbeddingError(f"{url}: gave up after {self.max_retries + 1} attempts; last: {last}",
-                             status=status)
+        raise EmbeddingError(
+            f"{url}: gave up after {self.max_retries + 1} attempts; last: {last}", status=status
+        )
 
     async def _batch(self, texts: list[str]) -> list[list[float]]:
         payload: dict[str, Any] = {"model": self.model, "input": texts}
@@ -290,8 +303,10 @@ def rank_cosine_sql(e: str = "e", q: str = "q.v") -> str:
     """SQL for the cosine a semantic ranking sorts by: the in-context vector's where the
     row has one, else the own vector's. The same value as ``coalesce`` of the two
     ``cosine_sql`` (``cvec`` and ``cscale`` are NULL together), with one cast."""
-    return (f"CAST(list_inner_product(CAST(coalesce({e}.cvec, {e}.vec) AS FLOAT[]), {q}) "
-            f"* coalesce({e}.cscale, {e}.scale) AS DOUBLE)")
+    return (
+        f"CAST(list_inner_product(CAST(coalesce({e}.cvec, {e}.vec) AS FLOAT[]), {q}) "
+        f"* coalesce({e}.cscale, {e}.scale) AS DOUBLE)"
+    )
 
 
 def semantic_ctes(qv: str, where: str, *, one_cosine: bool, top: str = "") -> str:
@@ -354,33 +369,44 @@ async def _vectors(embedder: Embedder, texts: list[str]) -> dict[str, list[float
     return dict(zip(uniq, vecs))
 
 
-async def embed_messages(embedder: Embedder, items: Sequence[tuple[str, str, str | None]]) -> list[list[float]]:
+async def embed_messages(
+    embedder: Embedder, items: Sequence[tuple[str, str, str | None]]
+) -> list[list[float]]:
     """The in-context vectors of ``(message_id, text, previous_text)`` items: each text's
     vector, mixed with the previous message's when the embedder has a
     ``context_weight`` (see ``contextualize``). Checks the dimensions."""
     weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
-    by_text = await _vectors(embedder, [t for _, t, _ in items] + (
-        [p for _, _, p in items if p is not None] if weight > 0 else []))
-    return [contextualize(by_text[t], by_text[p] if (weight > 0 and p is not None) else None, weight)
-            for _, t, p in items]
+    by_text = await _vectors(
+        embedder, [t for _, t, _ in items] + ([p for _, _, p in items if p is not None] if weight > 0 else [])
+    )
+    return [
+        contextualize(by_text[t], by_text[p] if (weight > 0 and p is not None) else None, weight)
+        for _, t, p in items
+    ]
 
 
-async def with_previous(engine: Any, embedder: Embedder, items: list[tuple[str, str]]
-                        ) -> list[tuple[str, str, str | None]]:
+async def with_previous(
+    engine: Any, embedder: Embedder, items: list[tuple[str, str]]
+) -> list[tuple[str, str, str | None]]:
     """``(id, text, previous message's text)`` of ``(id, text)`` items whose rows are in
     the index: what a contextual embedder (one with a ``context_weight``) needs."""
     if not getattr(embedder, "context_weight", 0):
         return [(i, t, None) for i, t in items]
     rows = await engine.execute(
         "SELECT m.id, p.text AS prev FROM messages m LEFT JOIN messages p ON p.session_id = m.session_id "
-        f"AND p.seq = m.seq - 1 WHERE m.id IN ({marks(len(items))})", [i for i, _ in items])
+        f"AND p.seq = m.seq - 1 WHERE m.id IN ({marks(len(items))})",
+        [i for i, _ in items],
+    )
     prev = {r["id"]: r["prev"] for r in rows}
     return [(i, t, prev.get(i)) for i, t in items]
 
 
-async def store_embeddings(engine: Any, embedder: Embedder,
-                           items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
-                           meta: MessageMeta | None = None) -> None:
+async def store_embeddings(
+    engine: Any,
+    embedder: Embedder,
+    items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
+    meta: MessageMeta | None = None,
+) -> None:
     """Embed ``(message_id, text[, previous_text])`` items and append them to ``embeddings``,
     with each message's ``(session_id, role, created_at)`` from ``meta`` (see ``embedding_rows``).
 
@@ -394,8 +420,11 @@ async def store_embeddings(engine: Any, embedder: Embedder,
         await engine.load_rows("embeddings", EMBEDDING_COLUMNS, await embedding_rows(embedder, items, meta))
 
 
-async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
-                         meta: MessageMeta | None = None) -> list[tuple[Any, ...]]:
+async def embedding_rows(
+    embedder: Embedder,
+    items: Sequence[tuple[str, str] | tuple[str, str, str | None]],
+    meta: MessageMeta | None = None,
+) -> list[tuple[Any, ...]]:
     """The ``embeddings`` rows (``EMBEDDING_COLUMNS``) ``store_embeddings`` writes (computed, not written).
 
     ``meta`` maps a message id to its ``(session_id, role, created_at)``; an item without
@@ -404,8 +433,9 @@ async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | t
     full = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
     weight = float(getattr(embedder, "context_weight", 0.0) or 0.0)
     # every distinct text (a message, or the turn before it) is embedded once
-    by_text = await _vectors(embedder, [t for _, t, _ in full] + (
-        [p for _, _, p in full if p is not None] if weight > 0 else []))
+    by_text = await _vectors(
+        embedder, [t for _, t, _ in full] + ([p for _, _, p in full if p is not None] if weight > 0 else [])
+    )
     rows: list[tuple[Any, ...]] = []
     key = model_key(embedder.model)
     await asyncio.sleep(0)  # the embedder's last slice ran up to here: a fresh one for these
@@ -417,6 +447,9 @@ async def embedding_rows(embedder: Embedder, items: Sequence[tuple[str, str] | t
         cscale: float | None = None
         if weight > 0 and p is not None:  # a first message's in-context vector is its own
             cq, cscale = quantize(contextualize(by_text[t], by_text[p], weight))
-        rows.append((mid, embedder.model, embedder.dimensions, q, scale, cq, cscale)
-                    + tuple((meta or {}).get(mid, (None, None, None))) + (key,))
+        rows.append(
+            (mid, embedder.model, embedder.dimensions, q, scale, cq, cscale)
+            + tuple((meta or {}).get(mid, (None, None, None)))
+            + (key,)
+        )
     return rows

@@ -46,7 +46,15 @@ from ..errors import DatabaseClosed, QueryError, ReadOnlySQLError
 from ..settle import settle
 from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
-__all__ = ["BEGIN_READ_ONLY", "READ_ONLY_REFUSAL", "WRITE_REFUSED", "DuckDBEngine", "SQLEngine", "columns", "marks"]
+__all__ = [
+    "BEGIN_READ_ONLY",
+    "READ_ONLY_REFUSAL",
+    "WRITE_REFUSED",
+    "DuckDBEngine",
+    "SQLEngine",
+    "columns",
+    "marks",
+]
 
 Row = Sequence[Any]
 
@@ -182,8 +190,9 @@ class DuckDBEngine:
         con = duckdb.connect(path, config=config)
         if not self.persistent:
             return con
-        row = con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
-                          "WHERE database_name = current_database()").fetchone()
+        row = con.execute(
+            "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
         if storage_at_least(row[0] if row else None, STORAGE_VERSION):
             return con
         tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
@@ -240,12 +249,14 @@ class DuckDBEngine:
     def _execute_read_only(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
         statements = self._con.extract_statements(sql)
         if len(statements) != 1:
-            raise ReadOnlySQLError(f"only one statement is allowed (DuckDB reads {len(statements)})",
-                                   field="query")
+            raise ReadOnlySQLError(
+                f"only one statement is allowed (DuckDB reads {len(statements)})", field="query"
+            )
         kind = str(statements[0].type.name)
         if kind not in _READ_KINDS:
-            raise ReadOnlySQLError(f"only read-only queries are allowed; DuckDB reads a {kind} statement",
-                                   field="query")
+            raise ReadOnlySQLError(
+                f"only read-only queries are allowed; DuckDB reads a {kind} statement", field="query"
+            )
         self._con.execute(BEGIN_READ_ONLY)
         try:
             return self._execute(sql, params)
@@ -280,8 +291,11 @@ class DuckDBEngine:
             types = self._types.get(table) or self._column_types(table)
             # a number list bound as a Python list costs about 0.2 ms per element in the
             # duckdb package (an embedding row: 50 ms); as its text, cast in SQL, 1 ms a row
-            numbers = [i for i, c in enumerate(columns)
-                       if types.get(c, "").endswith("[]") and not types[c].startswith("VARCHAR")]
+            numbers = [
+                i
+                for i, c in enumerate(columns)
+                if types.get(c, "").endswith("[]") and not types[c].startswith("VARCHAR")
+            ]
             marks = ["?"] * len(columns)
             for i in numbers:
                 marks[i] = f"CAST(? AS {types[columns[i]]})"

@@ -36,8 +36,17 @@ from .doctable import DocTable
 from .engine import SQLEngine, columns, marks
 from .rare import RarePostings
 
-__all__ = ["POSTINGS_CACHE", "RARE_DF", "RARE_PAGE", "RARE_POSTINGS", "RARE_TERMS", "TERM_CACHE", "VOCABULARY_PAGE",
-           "KeywordFigures", "RarePostings"]
+__all__ = [
+    "POSTINGS_CACHE",
+    "RARE_DF",
+    "RARE_PAGE",
+    "RARE_POSTINGS",
+    "RARE_TERMS",
+    "TERM_CACHE",
+    "VOCABULARY_PAGE",
+    "KeywordFigures",
+    "RarePostings",
+]
 
 #: query terms whose id and df are kept in Python (then forgotten all at once)
 TERM_CACHE = 50_000
@@ -68,7 +77,8 @@ _RARE_PLAN = (
     "SELECT page, list(tid ORDER BY tid) AS tids FROM (SELECT tid, coalesce(sum(df + {cost}) OVER ("
     "ORDER BY tid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT // {page} AS page FROM ("
     "SELECT tid, df, sum(df) OVER (ORDER BY df, tid) AS c, row_number() OVER (ORDER BY df, tid) AS r "
-    "FROM terms WHERE df BETWEEN 1 AND {df}) WHERE c <= {most} AND r <= {terms}) GROUP BY page ORDER BY page")
+    "FROM terms WHERE df BETWEEN 1 AND {df}) WHERE c <= {most} AND r <= {terms}) GROUP BY page ORDER BY page"
+)
 
 #: one page of the kept postings, as one row (see ``read_rare_page``)
 _RARE_PAGE_SQL = (
@@ -76,7 +86,8 @@ _RARE_PAGE_SQL = (
     "string_agg(docs, ' ' ORDER BY tid) AS docs, string_agg(tfs, ' ' ORDER BY tid) AS tfs FROM ("
     "SELECT tid, count(*)::INTEGER AS n, string_agg(doc::VARCHAR, ' ' ORDER BY doc) AS docs, "
     "string_agg(tf::VARCHAR, ' ' ORDER BY doc) AS tfs FROM postings WHERE tid BETWEEN {lo} AND {hi} "
-    "AND tid IN ({tids}) GROUP BY tid)")
+    "AND tid IN ({tids}) GROUP BY tid)"
+)
 #: the names and dfs of a page's terms, when the whole vocabulary is not kept
 _RARE_NAMES_SQL = "SELECT term, tid, df FROM terms WHERE tid IN ({tids})"
 
@@ -183,8 +194,10 @@ class KeywordFigures:
         # constant bounds: zone maps skip to the page (docs are stored by doc)
         size = doctable.DOC_PAGE if table.names else doctable.LENGTHS_PAGE
         cols = "doc, message_id, created_at, doc_len" if table.names else "doc, doc_len"
-        page = await columns(engine, f"SELECT {cols} FROM docs WHERE doc >= {int(start)} "
-                                     f"AND doc < {min(int(start) + size, int(end))}")
+        page = await columns(
+            engine,
+            f"SELECT {cols} FROM docs WHERE doc >= {int(start)} AND doc < {min(int(start) + size, int(end))}",
+        )
         add = table.add
         if page and table.names:
             for doc, mid, created, dl in zip(*page):
@@ -214,8 +227,9 @@ class KeywordFigures:
         self.doc_table, self.docs_sized = table, True
         self._doc_read = None
 
-    async def read_all(self, engine: SQLEngine, lock: asyncio.Lock, idle: Callable[[], Awaitable[Any]], *,
-                       docs: bool) -> None:
+    async def read_all(
+        self, engine: SQLEngine, lock: asyncio.Lock, idle: Callable[[], Awaitable[Any]], *, docs: bool
+    ) -> None:
         """The background read a search starts: the vocabulary, then (with ``docs``) every
         doc and the rarest terms' postings, a page per hold of ``lock``, each once ``idle``
         (no search under way): searches and writes go between two pages, and a search
@@ -262,8 +276,11 @@ class KeywordFigures:
         terms, generation, writes, after = self._term_read
         if self._term_read_dropped():
             return False
-        page = await columns(engine, "SELECT term, tid, df FROM terms WHERE tid > ? ORDER BY tid LIMIT ?",
-                             [after, VOCABULARY_PAGE])
+        page = await columns(
+            engine,
+            "SELECT term, tid, df FROM terms WHERE tid > ? ORDER BY tid LIMIT ?",
+            [after, VOCABULARY_PAGE],
+        )
         if self._term_read_dropped(writes):
             return False
         if page:
@@ -310,9 +327,16 @@ class KeywordFigures:
             if not (self.whole or self.sized) or self._term_read is not None or self.doc_table is None:
                 return False
             # the terms are picked and paged by the engine (not on the page's main thread)
-            plan = await columns(engine, _RARE_PLAN.format(
-                df=int(RARE_DF), most=int(RARE_POSTINGS), cost=_RARE_TERM_COST, page=int(RARE_PAGE),
-                terms=int(RARE_TERMS) if not self.whole else int(RARE_POSTINGS)))
+            plan = await columns(
+                engine,
+                _RARE_PLAN.format(
+                    df=int(RARE_DF),
+                    most=int(RARE_POSTINGS),
+                    cost=_RARE_TERM_COST,
+                    page=int(RARE_PAGE),
+                    terms=int(RARE_TERMS) if not self.whole else int(RARE_POSTINGS),
+                ),
+            )
             if not plan:
                 return False
             self._rare_read = ([list(map(int, t)) for t in plan[1]], 0, self.generation)
@@ -334,8 +358,12 @@ class KeywordFigures:
             return False
         if got and got[0][0]:
             (got_tids,), (counts,), (docs_text,), (tfs_text,) = got
-            self.rare.add_page(got_tids, counts, array("i", map(int, docs_text.split())),
-                               array("i", map(int, tfs_text.split())))
+            self.rare.add_page(
+                got_tids,
+                counts,
+                array("i", map(int, docs_text.split())),
+                array("i", map(int, tfs_text.split())),
+            )
         if names:
             self.rare_terms.update(zip(names[0], zip(map(int, names[1]), map(int, names[2]))))
         if i + 1 < len(pages):
@@ -367,8 +395,9 @@ class KeywordFigures:
         n, total = self.stats
         return n, max(total / max(n, 1), 1e-9)
 
-    async def lookup(self, engine: SQLEngine, terms: Iterable[str], *,
-                     whole: bool = True) -> dict[str, tuple[int, int]]:
+    async def lookup(
+        self, engine: SQLEngine, terms: Iterable[str], *, whole: bool = True
+    ) -> dict[str, tuple[int, int]]:
         """``{term: (tid, df)}`` for those of ``terms`` that are indexed (with ``whole``,
         a vocabulary not yet sized is read whole first; else only these terms)."""
         want = list(dict.fromkeys(terms))
@@ -384,8 +413,9 @@ class KeywordFigures:
             self._posting_rows = 0
             missing = [t for t in want if t not in rare]
         if missing:
-            rows = await engine.execute(f"SELECT term, tid, df FROM terms WHERE term IN ({marks(len(missing))})",
-                                        missing)
+            rows = await engine.execute(
+                f"SELECT term, tid, df FROM terms WHERE term IN ({marks(len(missing))})", missing
+            )
             for t in missing:
                 self.terms[t] = None
             for r in rows:

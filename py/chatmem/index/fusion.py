@@ -49,7 +49,9 @@ RRF_K = 10
 RRF_DEPTH = 200
 
 
-async def _phrase_ids(index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple[int, float]) -> list[str] | None:
+async def _phrase_ids(
+    index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple[int, float]
+) -> list[str] | None:
     """The ids of the keyword candidates that hold every phrase (None: no phrase)."""
     if not pq.phrases:
         return None
@@ -59,9 +61,20 @@ async def _phrase_ids(index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple
 
 
 async def hybrid(
-    index: Any, pq: ParsedQuery, kw_flt: Filters, flt: Filters, sem_cte: str, sem_params: list[Any],
-    stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int,
-    thr: float | None, lim_sql: str, lim_params: list[Any], sem_query: tuple[str, str, int] | None = None,
+    index: Any,
+    pq: ParsedQuery,
+    kw_flt: Filters,
+    flt: Filters,
+    sem_cte: str,
+    sem_params: list[Any],
+    stats: tuple[int, float],
+    w: Mapping[str, float],
+    now_ms: int,
+    half_life_ms: int,
+    thr: float | None,
+    lim_sql: str,
+    lim_params: list[Any],
+    sem_query: tuple[str, str, int] | None = None,
 ) -> list[SearchHit]:
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered; it carries ``created_at``), ranks, fusion. Both rankings
@@ -71,10 +84,19 @@ async def hybrid(
     # fused here where statements are cheap (an engine in this thread: CPython); in the
     # page every statement is a round trip to the engine's worker, and the one statement
     # below answers sooner (20,000 messages: 43 against 78 ms p50)
-    if (scoring.local_engine(index) and terms is not None and lim_params and sem_query is not None and not pq.phrases
-            and kw_flt.sql == "TRUE" and flt.sql == "TRUE" and postings_needed(pq, terms) <= scoring.PY_POSTINGS):
-        return await _fused_here(index, pq, terms, sem_query, stats, w, now_ms, half_life_ms, thr,
-                                 int(lim_params[0]))
+    if (
+        scoring.local_engine(index)
+        and terms is not None
+        and lim_params
+        and sem_query is not None
+        and not pq.phrases
+        and kw_flt.sql == "TRUE"
+        and flt.sql == "TRUE"
+        and postings_needed(pq, terms) <= scoring.PY_POSTINGS
+    ):
+        return await _fused_here(
+            index, pq, terms, sem_query, stats, w, now_ms, half_life_ms, thr, int(lim_params[0])
+        )
     if terms is not None:
         # the term-id form keyword search uses: postings by term id, no per-term unions
         kw_sql, cparams, required = bm25_sql(pq, stats, kw_flt, terms)
@@ -84,7 +106,9 @@ async def hybrid(
     phrase, pparams = _phrase_sql(await _phrase_ids(index, pq, kw_flt, stats))
     kwf = (
         "kwf AS (SELECT kw.message_id, kw.kw, kw.created_at FROM kw "
-        + f"WHERE kw.req = {required}" + (f" AND {phrase}" if phrase else "") + ")"
+        + f"WHERE kw.req = {required}"
+        + (f" AND {phrase}" if phrase else "")
+        + ")"
     )
     k = float(RRF_K)
     # each ranking read to its top RRF_DEPTH (more when the caller wants more), all of it for limit=None
@@ -104,8 +128,12 @@ async def hybrid(
         f"? * coalesce({k + 1} / ({k} + c.sr), 0) AS p_sem, "
         "? * pow(0.5, greatest(? - c.created_at, 0) / ?) AS p_rec FROM c"
     )
-    params = (cparams + pparams + sem_params
-              + [w["keyword"], w["semantic"], w["recency"], now_ms, float(half_life_ms)])
+    params = (
+        cparams
+        + pparams
+        + sem_params
+        + [w["keyword"], w["semantic"], w["recency"], now_ms, float(half_life_ms)]
+    )
     outer_where = ""
     if thr is not None:
         outer_where = "WHERE round(p_kw + p_sem + p_rec, 9) >= ?"
@@ -116,18 +144,33 @@ async def hybrid(
         params + lim_params,
     )
     return [
-        hit_from_row(r, float(x["score"]), {
-            "keyword": float(x["p_kw"]), "semantic": float(x["p_sem"]), "recency": float(x["p_rec"]),
-            "bm25": float(x["bm25"]), "similarity": float(x["similarity"]),
-            "keyword_rank": float(x["kr"]), "semantic_rank": float(x["sr"]),
-        })
+        hit_from_row(
+            r,
+            float(x["score"]),
+            {
+                "keyword": float(x["p_kw"]),
+                "semantic": float(x["p_sem"]),
+                "recency": float(x["p_rec"]),
+                "bm25": float(x["bm25"]),
+                "similarity": float(x["similarity"]),
+                "keyword_rank": float(x["kr"]),
+                "semantic_rank": float(x["sr"]),
+            },
+        )
         for r, x in await _fetch(index, rows)
     ]
 
 
 async def _fused_here(
-    index: Any, pq: ParsedQuery, terms: Mapping[str, tuple[int, int]], sem_query: tuple[str, str, int],
-    stats: tuple[int, float], w: Mapping[str, float], now_ms: int, half_life_ms: int, thr: float | None,
+    index: Any,
+    pq: ParsedQuery,
+    terms: Mapping[str, tuple[int, int]],
+    sem_query: tuple[str, str, int],
+    stats: tuple[int, float],
+    w: Mapping[str, float],
+    now_ms: int,
+    half_life_ms: int,
+    thr: float | None,
     limit: int,
 ) -> list[SearchHit]:
     """``hybrid`` without filters or phrases, for a query with few postings: the keyword
@@ -149,15 +192,18 @@ async def _fused_here(
     where = f"e.model_key = {model_key(model)} AND e.dim = {int(dim)}"
     if stats[0] >= embed.ONE_COSINE_FROM:
         # a large index: the scan computes the ranking cosine alone (see ``semantic_ctes``)
-        ctes = semantic_ctes(vector_sql(vec), where, one_cosine=True,
-                             top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}")
+        ctes = semantic_ctes(
+            vector_sql(vec), where, one_cosine=True, top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}"
+        )
         sql = f"WITH {ctes}\nSELECT message_id, created_at, sim FROM sem ORDER BY rsim DESC, message_id DESC"
     else:
-        sql = (f"WITH q AS (SELECT {vector_sql(vec)} AS v),\n"
-               f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
-               f"{cosine_sql(context=True)} AS csim FROM embeddings e CROSS JOIN q WHERE {where})\n"
-               "SELECT message_id, created_at, sim FROM s "
-               f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}")
+        sql = (
+            f"WITH q AS (SELECT {vector_sql(vec)} AS v),\n"
+            f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
+            f"{cosine_sql(context=True)} AS csim FROM embeddings e CROSS JOIN q WHERE {where})\n"
+            "SELECT message_id, created_at, sim FROM s "
+            f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}"
+        )
     sem = await run(sql)
     times = {mid: created for mid, _, created in kws}
     for r in sem:
@@ -192,13 +238,34 @@ async def _fused_here(
     out = []
     for total, mid, p_kw, p_sem, p_rec in raw:
         kw, kr, sim, sr, created = c[mid]
-        out.append({"id": mid, "created_at": created, "score": round9(total), "p_kw": p_kw, "p_sem": p_sem,
-                    "p_rec": p_rec, "bm25": kw, "similarity": sim, "kr": kr, "sr": sr})
+        out.append(
+            {
+                "id": mid,
+                "created_at": created,
+                "score": round9(total),
+                "p_kw": p_kw,
+                "p_sem": p_sem,
+                "p_rec": p_rec,
+                "bm25": kw,
+                "similarity": sim,
+                "kr": kr,
+                "sr": sr,
+            }
+        )
     out.sort(key=lambda x: (x["score"], x["created_at"], x["id"]), reverse=True)
     return [
-        hit_from_row(r, x["score"], {
-            "keyword": x["p_kw"], "semantic": x["p_sem"], "recency": x["p_rec"], "bm25": x["bm25"],
-            "similarity": x["similarity"], "keyword_rank": float(x["kr"]), "semantic_rank": float(x["sr"]),
-        })
+        hit_from_row(
+            r,
+            x["score"],
+            {
+                "keyword": x["p_kw"],
+                "semantic": x["p_sem"],
+                "recency": x["p_rec"],
+                "bm25": x["bm25"],
+                "similarity": x["similarity"],
+                "keyword_rank": float(x["kr"]),
+                "semantic_rank": float(x["sr"]),
+            },
+        )
         for r, x in await _fetch(index, out[:limit])
     ]

@@ -13,8 +13,21 @@ from .schema import row_to_message_record
 from .scoring import K1, B, term_weights
 from .tokenize import ParsedQuery, norm_text, phrase_pattern
 
-__all__ = ["K1", "B", "DAY_MS", "DEFAULT_WEIGHTS", "SearchHit", "Filters", "build_filters", "bm25_sql",
-           "bm25_ctes", "hit_from_row", "phrase_matches", "rank_top", "top_sql"]
+__all__ = [
+    "K1",
+    "B",
+    "DAY_MS",
+    "DEFAULT_WEIGHTS",
+    "SearchHit",
+    "Filters",
+    "build_filters",
+    "bm25_sql",
+    "bm25_ctes",
+    "hit_from_row",
+    "phrase_matches",
+    "rank_top",
+    "top_sql",
+]
 
 DAY_MS = 86_400_000
 DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.5, "recency": 0.0}
@@ -67,8 +80,12 @@ class Filters:
 
 
 def build_filters(
-    session_ids: Any = None, character_ids: Any = None, date_range: Any = None, roles: Any = None,
-    *, alias: str = "m",
+    session_ids: Any = None,
+    character_ids: Any = None,
+    date_range: Any = None,
+    roles: Any = None,
+    *,
+    alias: str = "m",
 ) -> Filters:
     """Validate the filters and turn them into SQL over ``alias`` (any relation with
     ``session_id``, ``role`` and ``created_at``). Raises ``ValidationError``."""
@@ -97,7 +114,11 @@ def build_filters(
         conds.append(sql.format(", ".join("?" for _ in uniq)))
         params.extend(uniq)
     if date_range is not None:
-        if isinstance(date_range, (str, bytes)) or not isinstance(date_range, Sequence) or len(date_range) != 2:
+        if (
+            isinstance(date_range, (str, bytes))
+            or not isinstance(date_range, Sequence)
+            or len(date_range) != 2
+        ):
             raise ValidationError("date_range must be a (start_ms, end_ms) pair", field="date_range")
         start, end = date_range
         if start is not None:
@@ -126,14 +147,24 @@ def _f(x: float) -> str:
 
 
 #: the BM25 weight of one posting ``p`` of doc ``d`` of a term whose ``w.df`` is known; binds n, c1, c2
-_WEIGHT = ("ln(1 + (CAST(? AS BIGINT) - w.df + 0.5) / (w.df + 0.5)) * p.tf * " + str(K1 + 1)
-           + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * d.doc_len)")
-_NOTHING = ("SELECT NULL::VARCHAR AS message_id, NULL::DOUBLE AS kw, NULL::BIGINT AS req, "
-            "NULL::BIGINT AS created_at WHERE FALSE")
+_WEIGHT = (
+    "ln(1 + (CAST(? AS BIGINT) - w.df + 0.5) / (w.df + 0.5)) * p.tf * "
+    + str(K1 + 1)
+    + " / (p.tf + CAST(? AS DOUBLE) + CAST(? AS DOUBLE) * d.doc_len)"
+)
+_NOTHING = (
+    "SELECT NULL::VARCHAR AS message_id, NULL::DOUBLE AS kw, NULL::BIGINT AS req, "
+    "NULL::BIGINT AS created_at WHERE FALSE"
+)
 
 
-def _scored(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple[int, int]],
-            cols: str = "", where: str = "") -> tuple[str | None, int]:
+def _scored(
+    pq: ParsedQuery,
+    stats: tuple[int, float],
+    terms: Mapping[str, tuple[int, int]],
+    cols: str = "",
+    where: str = "",
+) -> tuple[str | None, int]:
     """``SELECT doc, kw, req`` (then ``cols``, over alias ``d`` of ``docs``, e.g.
     ``", d.message_id"``; rows passing ``where``, a condition over ``d``): the BM25
     score of every doc holding a query term and how many required terms it holds,
@@ -149,20 +180,31 @@ def _scored(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple
     if len(weights) == 1:
         grouped = f"SELECT doc, tf AS t0 FROM postings WHERE tid = {int(weights[0][0])}"
     else:
-        parts = " UNION ALL ".join(f"SELECT {i} AS qi, doc, tf FROM postings WHERE tid = {int(tid)}"
-                                   for i, (tid, _, _) in enumerate(weights))
+        parts = " UNION ALL ".join(
+            f"SELECT {i} AS qi, doc, tf FROM postings WHERE tid = {int(tid)}"
+            for i, (tid, _, _) in enumerate(weights)
+        )
         tfs = ", ".join(f"any_value(tf) FILTER (WHERE qi = {i}) AS t{i}" for i in range(len(weights)))
         grouped = f"SELECT doc, {tfs} FROM ({parts}) GROUP BY doc"
     k, c1, c2 = _f(K1 + 1), _f(K1 * (1 - B)), _f(K1 * B / avgdl)
-    kw = " + ".join(f"coalesce({_f(w)} * s.t{i} * {k} / (s.t{i} + {c1} + {c2} * d.doc_len), 0)"
-                    for i, (_, w, _) in enumerate(weights))
+    kw = " + ".join(
+        f"coalesce({_f(w)} * s.t{i} * {k} / (s.t{i} + {c1} + {c2} * d.doc_len), 0)"
+        for i, (_, w, _) in enumerate(weights)
+    )
     req = " + ".join(f"(s.t{i} IS NOT NULL)::INTEGER" for i, (_, _, r) in enumerate(weights) if r) or "0"
-    return (f"SELECT s.doc, {kw} AS kw, {req} AS req{cols} FROM ({grouped}) s JOIN docs d ON d.doc = s.doc"
-            + (f" WHERE {where}" if where else ""), required)
+    return (
+        f"SELECT s.doc, {kw} AS kw, {req} AS req{cols} FROM ({grouped}) s JOIN docs d ON d.doc = s.doc"
+        + (f" WHERE {where}" if where else ""),
+        required,
+    )
 
 
-def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = None,
-             terms: Mapping[str, tuple[int, int]] | None = None) -> tuple[str, list[Any], int]:
+def bm25_sql(
+    pq: ParsedQuery,
+    stats: tuple[int, float],
+    flt: Filters | None = None,
+    terms: Mapping[str, tuple[int, int]] | None = None,
+) -> tuple[str, list[Any], int]:
     """One ``SELECT`` of ``(message_id, kw, req, created_at)``: the BM25 score of every
     message holding a query term and passing the filters (``flt`` over alias ``d``
     of ``docs``), how many of the required terms it holds, and its time.
@@ -177,15 +219,23 @@ def bm25_sql(pq: ParsedQuery, stats: tuple[int, float], flt: Filters | None = No
         ctes, params, required = bm25_ctes(pq, flt, stats)
         return f"WITH {ctes}\nSELECT * FROM kw", params, required
     flt = flt or Filters("TRUE", [], False)
-    scored, required = _scored(pq, stats, terms, ", d.message_id, d.created_at",
-                               flt.sql if flt.sql != "TRUE" else "")
+    scored, required = _scored(
+        pq, stats, terms, ", d.message_id, d.created_at", flt.sql if flt.sql != "TRUE" else ""
+    )
     if scored is None:
         return _NOTHING, [], required
     return f"SELECT message_id, kw, req, created_at FROM ({scored})", list(flt.params), required
 
 
-def top_sql(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple[int, int]],
-            limit: int, threshold: float | None = None, *, exact: bool = False) -> tuple[str, list[Any]] | None:
+def top_sql(
+    pq: ParsedQuery,
+    stats: tuple[int, float],
+    terms: Mapping[str, tuple[int, int]],
+    limit: int,
+    threshold: float | None = None,
+    *,
+    exact: bool = False,
+) -> tuple[str, list[Any]] | None:
     """The best messages of an unfiltered keyword query without phrases or prefix
     terms, as ``(id, score, created_at)`` (score = BM25 rounded to 1e-9). The docs
     are scored and cut before ``docs`` is read, so the join reads a few rows
@@ -202,13 +252,17 @@ def top_sql(pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple
         params.append(threshold)
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
     if exact:
-        sql = (f"WITH c AS (SELECT doc, round(kw, 9) AS score FROM ({scored}){where}), "
-               "t AS (SELECT doc, score FROM c WHERE score >= (SELECT min(score) FROM "
-               f"(SELECT score FROM c ORDER BY score DESC LIMIT {int(limit)}))) "
-               "SELECT d.message_id AS id, t.score, d.created_at FROM t JOIN docs d ON d.doc = t.doc")
+        sql = (
+            f"WITH c AS (SELECT doc, round(kw, 9) AS score FROM ({scored}){where}), "
+            "t AS (SELECT doc, score FROM c WHERE score >= (SELECT min(score) FROM "
+            f"(SELECT score FROM c ORDER BY score DESC LIMIT {int(limit)}))) "
+            "SELECT d.message_id AS id, t.score, d.created_at FROM t JOIN docs d ON d.doc = t.doc"
+        )
     else:
-        sql = (f"SELECT d.message_id AS id, t.score, d.created_at FROM (SELECT doc, round(kw, 9) AS score "
-               f"FROM ({scored}){where} ORDER BY score DESC LIMIT {int(limit) + 1}) t JOIN docs d ON d.doc = t.doc")
+        sql = (
+            f"SELECT d.message_id AS id, t.score, d.created_at FROM (SELECT doc, round(kw, 9) AS score "
+            f"FROM ({scored}){where} ORDER BY score DESC LIMIT {int(limit) + 1}) t JOIN docs d ON d.doc = t.doc"
+        )
     return sql, params
 
 
@@ -222,8 +276,9 @@ def rank_top(rows: list[dict[str, Any]], limit: int, exact: bool) -> list[dict[s
     return rows[:limit]
 
 
-def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
-              stats: tuple[int, float] | None = None) -> tuple[str, list[Any], int]:
+def bm25_ctes(
+    pq: ParsedQuery, flt: Filters | None = None, stats: tuple[int, float] | None = None
+) -> tuple[str, list[Any], int]:
     """CTEs ending in ``kw(message_id, kw, req, created_at)``, the general form of
     ``bm25_sql`` that also answers one-character CJK terms (a term range whose
     document frequency is the number of distinct messages in it). ``flt`` is
@@ -239,29 +294,36 @@ def bm25_ctes(pq: ParsedQuery, flt: Filters | None = None,
     for i, t in enumerate(qterms):
         if t.prefix:
             # several index terms answer one query term: add their frequencies first
-            hits.append(f"SELECT {i} AS qi, doc, sum(tf) AS tf FROM postings WHERE tid IN "
-                        "(SELECT tid FROM terms WHERE term >= ? AND term <= ?) GROUP BY doc")
+            hits.append(
+                f"SELECT {i} AS qi, doc, sum(tf) AS tf FROM postings WHERE tid IN "
+                "(SELECT tid FROM terms WHERE term >= ? AND term <= ?) GROUP BY doc"
+            )
             hparams.extend([t.value, t.value + _CJK_MAX])
             dfs.append(f"SELECT {i} AS qi, count(*) AS df FROM h WHERE qi = {i}")
         else:
-            hits.append(f"SELECT {i} AS qi, doc, tf FROM postings WHERE tid = "
-                        "(SELECT tid FROM terms WHERE term = ?)")
+            hits.append(
+                f"SELECT {i} AS qi, doc, tf FROM postings WHERE tid = (SELECT tid FROM terms WHERE term = ?)"
+            )
             hparams.append(t.value)
             dfs.append(f"SELECT {i} AS qi, df FROM terms WHERE term = ?")
             dparams.append(t.value)
     flt = flt or Filters("TRUE", [], False)
     where = f"WHERE {flt.sql}" if flt.sql != "TRUE" else ""
     if stats is None:
-        st = ("st AS (SELECT CAST(n AS BIGINT) AS n, CAST(greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS DOUBLE) "
-              "AS avgdl FROM stats),\n")
-        weight = (f"ln(1 + (st.n - w.df + 0.5) / (w.df + 0.5)) * p.tf * {K1 + 1} / "
-                  f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * d.doc_len)")
+        st = (
+            "st AS (SELECT CAST(n AS BIGINT) AS n, CAST(greatest(total::DOUBLE / greatest(n, 1), 1e-9) AS DOUBLE) "
+            "AS avgdl FROM stats),\n"
+        )
+        weight = (
+            f"ln(1 + (st.n - w.df + 0.5) / (w.df + 0.5)) * p.tf * {K1 + 1} / "
+            f"(p.tf + {K1 * (1 - B)} + {K1 * B} / st.avgdl * d.doc_len)"
+        )
         join, sparams = " CROSS JOIN st", []
     else:
         st, weight, join, sparams = "", _WEIGHT, "", _stats_params(stats)
     sql = f"""
-{st}h AS ({' UNION ALL '.join(hits)}),
-f AS ({' UNION ALL '.join(dfs)}),
+{st}h AS ({" UNION ALL ".join(hits)}),
+f AS ({" UNION ALL ".join(dfs)}),
 kw AS (
   SELECT d.message_id, sum({weight}) AS kw, count(*) FILTER (WHERE p.qi < {required}) AS req,
          max(d.created_at) AS created_at
@@ -286,8 +348,9 @@ def _phrase_ok(pq: ParsedQuery, rec: Mapping[str, Any]) -> bool:
     return all(phrase_pattern(p) in text for p in pq.phrases)
 
 
-async def phrase_matches(index: Any, pq: ParsedQuery, rows: Sequence[Mapping[str, Any]],
-                         limit: int | None = None) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+async def phrase_matches(
+    index: Any, pq: ParsedQuery, rows: Sequence[Mapping[str, Any]], limit: int | None = None
+) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
     """``(record, row)`` of the ``rows`` (ranked, ``id`` first) whose message holds every
     phrase of ``pq`` word for word (its normalised text), in rank order, at most
     ``limit``. The records are read in growing pages, so a query stops reading

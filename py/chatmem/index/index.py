@@ -72,7 +72,6 @@ RecordSource = Callable[[list[str]], Awaitable[list[dict[str, Any] | None]]]
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
 
 
-
 class QueryIndex:
     """The query index over one ``SQLEngine``.
 
@@ -84,8 +83,15 @@ class QueryIndex:
     #: whether docs read by a search are kept (``KeywordFigures.docs``) across searches
     keeps_docs = True
 
-    def __init__(self, engine: SQLEngine, *, embedder: Embedder | None = None,
-                 compact_after: int = 200_000, records: RecordSource | None = None, compress: bool = True):
+    def __init__(
+        self,
+        engine: SQLEngine,
+        *,
+        embedder: Embedder | None = None,
+        compact_after: int = 200_000,
+        records: RecordSource | None = None,
+        compress: bool = True,
+    ):
         self.engine = engine
         #: tables are created with their columns' ``schema.COMPRESSION`` (False for a
         #: file whose storage version has none of it)
@@ -134,7 +140,9 @@ class QueryIndex:
     async def _after_create(self) -> None:
         await self.engine.execute(
             "INSERT INTO index_meta SELECT 'schema', ? WHERE NOT EXISTS "
-            "(SELECT 1 FROM index_meta WHERE key = 'schema')", [SCHEMA_VERSION])
+            "(SELECT 1 FROM index_meta WHERE key = 'schema')",
+            [SCHEMA_VERSION],
+        )
         self._ready = True
 
     async def meta(self, key: str) -> str | None:
@@ -189,10 +197,15 @@ class QueryIndex:
         index is free for the next statement when this returns or raises.
         """
         check_read_only(query)
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not 0 < timeout <= MAX_SQL_TIMEOUT):
-            raise ValidationError(f"timeout must be a number of seconds > 0 and at most {MAX_SQL_TIMEOUT}, "
-                                  "or None", field="timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_SQL_TIMEOUT
+        ):
+            raise ValidationError(
+                f"timeout must be a number of seconds > 0 and at most {MAX_SQL_TIMEOUT}, or None",
+                field="timeout",
+            )
         if params is None:
             params = []
         if not isinstance(params, (list, tuple)):
@@ -201,16 +214,20 @@ class QueryIndex:
             if p is not None and not isinstance(p, (str, int, float, bool)):
                 raise ValidationError(
                     f"param {i} must be a str, int, float, bool or None, got {type(p).__name__}",
-                    field="params", index=i,
+                    field="params",
+                    index=i,
                 )
             if isinstance(p, str) and not p.isascii():
                 try:
                     p.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise ValidationError(f"param {i} is not valid Unicode (a lone surrogate)",
-                                          field="params", index=i) from None
+                    raise ValidationError(
+                        f"param {i} is not valid Unicode (a lone surrogate)", field="params", index=i
+                    ) from None
             elif isinstance(p, int) and not isinstance(p, bool) and not INT64_MIN <= p <= INT64_MAX:
-                raise ValidationError(f"param {i} is an integer out of the 64-bit range", field="params", index=i)
+                raise ValidationError(
+                    f"param {i} is an integer out of the 64-bit range", field="params", index=i
+                )
         await self.setup()
         async with self._lock:
             try:
@@ -231,8 +248,9 @@ class QueryIndex:
         (``KeywordFigures.read_rare_page``), a page per hold of the lock."""
         await self.setup()
         fig = self._figures
-        if ((not fig.sized or (self.keeps_docs and not (fig.docs_sized and fig.rare_sized)))
-                and (self._vocabulary is None or self._vocabulary.done())):
+        if (not fig.sized or (self.keeps_docs and not (fig.docs_sized and fig.rare_sized))) and (
+            self._vocabulary is None or self._vocabulary.done()
+        ):
             self._vocabulary = asyncio.ensure_future(self._read_vocabulary())
         return await fig.lookup(self.engine, terms, whole=False)
 
@@ -252,13 +270,19 @@ class QueryIndex:
             pass
 
     # what searches read, kept exact by every write (``KeywordFigures``; ``scoring`` uses them)
-    doc_cache = property(lambda self: self._figures.known_docs(),
-                         doc="``{doc: (message_id, created_at)}`` (``.get``) of every doc, or of those read")
+    doc_cache = property(
+        lambda self: self._figures.known_docs(),
+        doc="``{doc: (message_id, created_at)}`` (``.get``) of every doc, or of those read",
+    )
     postings_cache = property(lambda self: self._figures.postings, doc="``{tid: [(doc, tf, dl)]}``")
-    doc_lengths = property(lambda self: self._figures.doc_table,
-                           doc="every doc's length (``DocTable.length``) once read whole, else None")
-    rare_postings = property(lambda self: self._figures.rare,
-                             doc="``{tid: (docs, tfs)}`` of the rarest terms, once read (else empty)")
+    doc_lengths = property(
+        lambda self: self._figures.doc_table,
+        doc="every doc's length (``DocTable.length``) once read whole, else None",
+    )
+    rare_postings = property(
+        lambda self: self._figures.rare,
+        doc="``{tid: (docs, tfs)}`` of the rarest terms, once read (else empty)",
+    )
 
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         self._figures.remember_postings(postings)
@@ -274,8 +298,9 @@ class QueryIndex:
     async def _drop_messages(self, sids: str | list[str]) -> None:
         await drop_sessions(self.engine, [sids] if isinstance(sids, str) else list(sids), self._figures)
 
-    async def _load_messages(self, records: list[dict[str, Any]], *, counts: bool = True,
-                             ms: dict[str, float] | None = None) -> None:
+    async def _load_messages(
+        self, records: list[dict[str, Any]], *, counts: bool = True, ms: dict[str, float] | None = None
+    ) -> None:
         added = await load_messages(self.engine, records, self._figures, counts=counts, ms=ms)
         if counts:
             self.unsorted_postings += added
@@ -344,7 +369,9 @@ class QueryIndex:
         ex = self.engine.execute
         if kind == "session-created":
             await ex("DELETE FROM sessions WHERE session_id = ?", [sid])
-            await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(dict(payload, sessionId=sid))])
+            await self.engine.load_rows(
+                "sessions", _COLS["sessions"], [session_row(dict(payload, sessionId=sid))]
+            )
         elif kind == "session-updated":
             await self._merge_session(sid, dict(payload or {}))
         elif kind in ("session-deleted", "session-cleared"):
@@ -364,8 +391,12 @@ class QueryIndex:
                 raise ValidationError("messages-appended needs a list of message records", field="payload")
             await self._append(sid, records, session)
 
-    async def resync(self, sessions: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
-                     drop: Iterable[str] = ()) -> None:
+    async def resync(
+        self,
+        sessions: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
+        drop: Iterable[str] = (),
+    ) -> None:
         """In one transaction: replace the ``sessions`` (records) and all their
         messages by ``messages``, and remove the sessions ``drop``. What a cached
         index does to catch up with the store; a session only appended to gets
@@ -407,7 +438,9 @@ class QueryIndex:
         await self.engine.execute("DELETE FROM sessions WHERE session_id = ?", [sid])
         await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(rec)])
 
-    async def _append(self, sid: str, records: list[dict[str, Any]], session: Mapping[str, Any] | None) -> None:
+    async def _append(
+        self, sid: str, records: list[dict[str, Any]], session: Mapping[str, Any] | None
+    ) -> None:
         if not records:
             return
         ids = [r["id"] for r in records]
@@ -421,14 +454,21 @@ class QueryIndex:
         fresh = [dict(r, sessionId=sid) for r in records if r["id"] not in have]
         if session is not None:
             await self.engine.execute("DELETE FROM sessions WHERE session_id = ?", [sid])
-            await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(dict(session, sessionId=sid))])
+            await self.engine.load_rows(
+                "sessions", _COLS["sessions"], [session_row(dict(session, sessionId=sid))]
+            )
         else:
             exists = await self.engine.execute("SELECT 1 AS x FROM sessions WHERE session_id = ?", [sid])
             last = max(int(r["createdAt"]) for r in records)
             if not exists:
                 # messages.add creates the session in the same transaction: its defaults
-                rec = {"sessionId": sid, "title": _DEFAULT_TITLE, "createdAt": last, "updatedAt": last,
-                       "messageCount": 0}
+                rec = {
+                    "sessionId": sid,
+                    "title": _DEFAULT_TITLE,
+                    "createdAt": last,
+                    "updatedAt": last,
+                    "messageCount": 0,
+                }
                 await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(rec)])
             if fresh:
                 await self.engine.execute(
@@ -451,7 +491,9 @@ class QueryIndex:
             self.unsorted_postings = 0
 
     async def _sort_postings(self) -> None:
-        await self.engine.execute("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
+        await self.engine.execute(
+            "CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc"
+        )
 
     async def rebuild(
         self,
@@ -486,10 +528,15 @@ class QueryIndex:
             if staged := isinstance(messages, (EngineDerivation, Started)):
                 docs, ordered = await run_derivation(self.engine, messages, ms)
             else:
-                docs, ordered = await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms), False
+                docs, ordered = (
+                    await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms),
+                    False,
+                )
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
-            await finish_derivation(self.engine, compress=self.compress, postings_sorted=ordered, staged=staged, ms=ms)
+            await finish_derivation(
+                self.engine, compress=self.compress, postings_sorted=ordered, staged=staged, ms=ms
+            )
             ms["sort"] = (time.perf_counter() - t1) * 1000
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0
@@ -498,8 +545,14 @@ class QueryIndex:
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 
-    async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
-                            batch_size: int = 256, limit: int | None = None) -> int:
+    async def embed_missing(
+        self,
+        embedder: Embedder,
+        *,
+        session_id: str | None = None,
+        batch_size: int = 256,
+        limit: int | None = None,
+    ) -> int:
         """Embed the messages that have no vector for ``embedder.model`` yet (at most
         ``limit``, oldest first); return how many (see ``missing.embed_missing``)."""
         return await embed_missing(self, embedder, session_id=session_id, batch_size=batch_size, limit=limit)

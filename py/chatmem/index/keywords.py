@@ -34,9 +34,21 @@ from .figures import KeywordFigures
 from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, message_rows, table_statement
 from .tokenize import terms_of_word, words
 
-__all__ = ["SORT_MESSAGES_MAX", "SORT_PART", "STAGE", "Prepared", "TermIds", "drop_sessions", "finish_derivation", "stage_statement",
-           "lap", "load_messages",
-           "prepare_messages", "store_messages", "stream_messages"]
+__all__ = [
+    "SORT_MESSAGES_MAX",
+    "SORT_PART",
+    "STAGE",
+    "Prepared",
+    "TermIds",
+    "drop_sessions",
+    "finish_derivation",
+    "stage_statement",
+    "lap",
+    "load_messages",
+    "prepare_messages",
+    "store_messages",
+    "stream_messages",
+]
 
 #: a derivation from scratch sorts the postings by term in parts of about this many rows:
 #: DuckDB-Wasm has no temporary directory, so a sort must fit in memory at once
@@ -51,10 +63,11 @@ _MID, _CREATED, _LEN = _STAGE.index("message_id"), _STAGE.index("created_at"), _
 _STAGE_DDL = "CREATE OR REPLACE TEMP TABLE stage (" + ", ".join(f"{c} {t}" for c, t in STAGE_COLUMNS) + ")"
 _DOCS = ", ".join(_COLS["docs"])
 #: one row per (term, doc) of the staged batch, with its tf
-_STAGE_TERMS = ("CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::INTEGER AS tf "
-                "FROM (SELECT doc, unnest(string_split(toks, ' ')) AS term "
-                "FROM stage WHERE toks <> '') GROUP BY term, doc")
-
+_STAGE_TERMS = (
+    "CREATE OR REPLACE TEMP TABLE st AS SELECT term, doc, count(*)::INTEGER AS tf "
+    "FROM (SELECT doc, unnest(string_split(toks, ' ')) AS term "
+    "FROM stage WHERE toks <> '') GROUP BY term, doc"
+)
 
 
 def lap(ms: dict[str, float] | None, phase: str, since: float) -> float:
@@ -103,8 +116,9 @@ class TermIds:
         return [(t, i, 0) for t, i in self.tids.items()]
 
 
-async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str, float] | None = None,
-                           ids: TermIds | None = None) -> Prepared:
+async def prepare_messages(
+    records: list[dict[str, Any]], doc: int, ms: dict[str, float] | None = None, ids: TermIds | None = None
+) -> Prepared:
     """Tokenise ``records`` (doc ids from ``doc`` on) into the rows ``store_messages`` loads
     (with ``ids``: staging rows of term ids, and no terms list); yields to the event loop
     every ``slices.SLICE_S`` (in the page this runs on the main thread, while the engine
@@ -122,8 +136,14 @@ async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str
         else:
             m = message_row(rec)
             code = ids.code(words(m[-1]))
-            st = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"),
-                  code.count(" ") + 1 if code else 0, code)
+            st = (
+                rec["id"],
+                rec.get("sessionId"),
+                rec.get("role"),
+                rec.get("createdAt"),
+                code.count(" ") + 1 if code else 0,
+                code,
+            )
         mrows.append(m)
         srows.append((doc,) + st)
         doc += 1
@@ -136,8 +156,16 @@ async def prepare_messages(records: list[dict[str, Any]], doc: int, ms: dict[str
     return mrows, srows, toks
 
 
-async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFigures, *, counts: bool = True,
-                         first_tid: int = 0, ms: dict[str, float] | None = None, ids: bool = False) -> int:
+async def store_messages(
+    engine: SQLEngine,
+    batch: Prepared,
+    figures: KeywordFigures,
+    *,
+    counts: bool = True,
+    first_tid: int = 0,
+    ms: dict[str, float] | None = None,
+    ids: bool = False,
+) -> int:
     """Load a prepared batch: ``messages`` and the staging table in bulk, then ``docs``,
     new ``terms`` and ``postings`` (and, with ``counts``, the ``terms.df`` / ``stats``
     counts and ``figures``, ``first_tid`` being the first id new terms get) derived in
@@ -155,9 +183,11 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
     await ex(f"INSERT INTO docs SELECT {_DOCS} FROM stage")
     if ids:
         # the staging rows hold term ids: count them; the terms, the order and df come after
-        await ex("INSERT INTO postings SELECT tid, doc, count(*)::INTEGER FROM (SELECT doc, "
-                 "CAST(w AS INTEGER) AS tid FROM (SELECT doc, unnest(string_split(toks, ' ')) AS w "
-                 "FROM stage WHERE toks <> '')) GROUP BY tid, doc")
+        await ex(
+            "INSERT INTO postings SELECT tid, doc, count(*)::INTEGER FROM (SELECT doc, "
+            "CAST(w AS INTEGER) AS tid FROM (SELECT doc, unnest(string_split(toks, ' ')) AS w "
+            "FROM stage WHERE toks <> '')) GROUP BY tid, doc"
+        )
         await ex("DROP TABLE IF EXISTS stage")
         lap(ms, "derive", t)
         return 0
@@ -165,14 +195,21 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
     await ex(
         "INSERT INTO terms SELECT term, (SELECT coalesce(max(tid) + 1, 0) FROM terms) "
         "+ (row_number() OVER (ORDER BY term))::INTEGER - 1, 0 FROM (SELECT DISTINCT term FROM st) n "
-        "WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = n.term)")
-    await ex("INSERT INTO postings SELECT t.tid, st.doc, st.tf FROM st JOIN terms t ON t.term = st.term "
-             "ORDER BY t.tid, st.doc")
+        "WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = n.term)"
+    )
+    await ex(
+        "INSERT INTO postings SELECT t.tid, st.doc, st.tf FROM st JOIN terms t ON t.term = st.term "
+        "ORDER BY t.tid, st.doc"
+    )
     if counts:
-        await ex("UPDATE terms SET df = terms.df + d.c FROM (SELECT term, count(*)::INTEGER AS c FROM st "
-                 "GROUP BY term) d WHERE terms.term = d.term")
-        await ex("UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
-                 "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g")
+        await ex(
+            "UPDATE terms SET df = terms.df + d.c FROM (SELECT term, count(*)::INTEGER AS c FROM st "
+            "GROUP BY term) d WHERE terms.term = d.term"
+        )
+        await ex(
+            "UPDATE stats SET n = stats.n + g.n, total = stats.total + g.t FROM "
+            "(SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS t FROM stage) g"
+        )
         figures.count(toks, [int(r[0]) for r in srows])
         figures.add_docs((r[0], str(r[_MID]), r[_CREATED], r[_LEN]) for r in srows)
         await figures.add_new(engine, first_tid)
@@ -182,19 +219,28 @@ async def store_messages(engine: SQLEngine, batch: Prepared, figures: KeywordFig
     return sum(len(set(tk)) for tk in toks) if counts else 0
 
 
-async def load_messages(engine: SQLEngine, records: list[dict[str, Any]], figures: KeywordFigures,
-                        *, counts: bool = True, ms: dict[str, float] | None = None) -> int:
+async def load_messages(
+    engine: SQLEngine,
+    records: list[dict[str, Any]],
+    figures: KeywordFigures,
+    *,
+    counts: bool = True,
+    ms: dict[str, float] | None = None,
+) -> int:
     """Tokenise ``records`` once and load them after the index's last doc
     (``prepare_messages`` then ``store_messages``). Returns the number of postings added."""
-    base = await engine.execute("SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
-                                "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t")
+    base = await engine.execute(
+        "SELECT (SELECT coalesce(max(doc) + 1, 0) FROM docs) AS b, "
+        "(SELECT coalesce(max(tid) + 1, 0) FROM terms) AS t"
+    )
     doc, first_tid = int(base[0]["b"]), int(base[0]["t"])
     batch = await prepare_messages(records, doc, ms)
     return await store_messages(engine, batch, figures, counts=counts, first_tid=first_tid, ms=ms)
 
 
-async def _each(items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
-                ) -> AsyncIterator[Mapping[str, Any]]:
+async def _each(
+    items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+) -> AsyncIterator[Mapping[str, Any]]:
     if isinstance(items, AsyncIterable):
         async for item in items:
             yield item
@@ -203,9 +249,14 @@ async def _each(items: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, 
             yield item
 
 
-async def stream_messages(engine: SQLEngine, messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
-                          figures: KeywordFigures, *, chunk: int = 20_000, ms: dict[str, float] | None = None
-                          ) -> DocTable | None:
+async def stream_messages(
+    engine: SQLEngine,
+    messages: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+    figures: KeywordFigures,
+    *,
+    chunk: int = 20_000,
+    ms: dict[str, float] | None = None,
+) -> DocTable | None:
     """Load ``messages`` (records, read ``chunk`` at a time) into an empty index, without
     the counts and unsorted (a rebuild sorts and counts after), term ids numbered in
     Python (``TermIds``): each chunk is read and tokenised while the
@@ -258,8 +309,14 @@ def stage_statement() -> str:
     return f"CREATE OR REPLACE TABLE {STAGE} (" + ", ".join(f"{c} {t}" for c, t in cols) + ")"
 
 
-async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorted: bool = False,
-                            staged: bool = False, ms: dict[str, float] | None = None) -> None:
+async def finish_derivation(
+    engine: SQLEngine,
+    *,
+    compress: bool,
+    postings_sorted: bool = False,
+    staged: bool = False,
+    ms: dict[str, float] | None = None,
+) -> None:
     """What a derivation from scratch does once every chunk is loaded: with ``staged``,
     ``docs`` and ``messages`` filled from ``STAGE``; ``messages`` sorted by time (up to
     ``SORT_MESSAGES_MAX`` of them), ``postings`` by
@@ -279,8 +336,10 @@ async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorte
 
     if staged:
         cols = ", ".join(c for c, _ in TABLES["messages"])
-        await ex(f"INSERT INTO docs SELECT {', '.join(c for c, _ in TABLES['docs'])} FROM "
-                 f"(SELECT doc, id AS message_id, session_id, role, created_at, doc_len FROM {STAGE}) ORDER BY doc")
+        await ex(
+            f"INSERT INTO docs SELECT {', '.join(c for c, _ in TABLES['docs'])} FROM "
+            f"(SELECT doc, id AS message_id, session_id, role, created_at, doc_len FROM {STAGE}) ORDER BY doc"
+        )
         lap("docs")
         n = int((await ex(f"SELECT count(*) AS n FROM {STAGE}"))[0]["n"])
         order = " ORDER BY created_at, id" if n <= SORT_MESSAGES_MAX else ""
@@ -299,11 +358,15 @@ async def finish_derivation(engine: SQLEngine, *, compress: bool, postings_sorte
     if not postings_sorted:
         await _sort_postings(engine, compress=compress)
         lap("postings")
-    await ex("CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
-             "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term")
+    await ex(
+        "CREATE OR REPLACE TABLE terms AS SELECT t.term, t.tid, c.df FROM terms t JOIN "
+        "(SELECT tid, count(*)::INTEGER AS df FROM postings GROUP BY tid) c ON c.tid = t.tid ORDER BY t.term"
+    )
     lap("terms")
-    await ex("CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
-             "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs")
+    await ex(
+        "CREATE OR REPLACE TABLE stats AS SELECT count(*)::BIGINT AS n, "
+        "coalesce(sum(doc_len), 0)::BIGINT AS total FROM docs"
+    )
     for stmt in INDEX_STATEMENTS:
         await ex(stmt)
     lap("indexes")
@@ -313,9 +376,13 @@ async def _sort_postings(engine: SQLEngine, *, compress: bool) -> None:
     """``postings`` rewritten sorted by (tid, doc), in parts of about ``SORT_PART`` rows."""
     ex = engine.execute
     # the first tid of each part: a term's postings counted, parts cut on running totals
-    parts = [int(r["lo"]) for r in await ex(
-        f"SELECT min(tid) AS lo FROM (SELECT tid, (sum(c) OVER (ORDER BY tid) - c) // {int(SORT_PART)} AS part "
-        "FROM (SELECT tid, count(*) AS c FROM postings GROUP BY tid)) GROUP BY part ORDER BY lo")]
+    parts = [
+        int(r["lo"])
+        for r in await ex(
+            f"SELECT min(tid) AS lo FROM (SELECT tid, (sum(c) OVER (ORDER BY tid) - c) // {int(SORT_PART)} AS part "
+            "FROM (SELECT tid, count(*) AS c FROM postings GROUP BY tid)) GROUP BY part ORDER BY lo"
+        )
+    ]
     if len(parts) <= 1:
         await ex("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY tid, doc")
     else:
@@ -323,8 +390,10 @@ async def _sort_postings(engine: SQLEngine, *, compress: bool) -> None:
         await ex(table_statement("postings", compress=compress))
         for lo, hi in zip(parts, parts[1:] + [None]):
             upper = f" AND tid < {hi}" if hi is not None else ""
-            await ex(f"INSERT INTO postings SELECT * FROM postings_unsorted WHERE tid >= {lo}{upper} "
-                     "ORDER BY tid, doc")
+            await ex(
+                f"INSERT INTO postings SELECT * FROM postings_unsorted WHERE tid >= {lo}{upper} "
+                "ORDER BY tid, doc"
+            )
         await ex("DROP TABLE postings_unsorted")
 
 
@@ -339,13 +408,18 @@ async def drop_sessions(engine: SQLEngine, sids: list[str], figures: KeywordFigu
     await ex(f"CREATE OR REPLACE TEMP TABLE gone AS SELECT doc FROM docs WHERE session_id {inl}", sids)
     await ex(
         "UPDATE terms SET df = terms.df - g.c FROM (SELECT tid, count(*)::INTEGER AS c FROM postings "
-        "WHERE doc IN (SELECT doc FROM gone) GROUP BY tid) g WHERE terms.tid = g.tid")
+        "WHERE doc IN (SELECT doc FROM gone) GROUP BY tid) g WHERE terms.tid = g.tid"
+    )
     await ex("DELETE FROM terms WHERE df <= 0")
     await ex(
         "UPDATE stats SET n = stats.n - g.n, total = stats.total - g.t FROM (SELECT count(*) AS n, "
-        f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g", sids)
+        f"coalesce(sum(doc_len), 0) AS t FROM docs WHERE session_id {inl}) g",
+        sids,
+    )
     await ex("DELETE FROM postings WHERE doc IN (SELECT doc FROM gone)")
-    await ex(f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", sids)
+    await ex(
+        f"DELETE FROM embeddings WHERE message_id IN (SELECT id FROM messages WHERE session_id {inl})", sids
+    )
     await ex(f"DELETE FROM docs WHERE session_id {inl}", sids)
     await ex(f"DELETE FROM messages WHERE session_id {inl}", sids)
     await ex("DROP TABLE IF EXISTS gone")

@@ -80,8 +80,14 @@ class LiveIndex(CachedOpening):
     (the runtime's, on the cache file ``cache`` when there is one)."""
 
     def __init__(
-        self, core: Core, *, engine_factory: EngineFactory, embedder: Embedder | None = None,
-        cache: str | None = None, share: IndexShare | None = None, early: EarlyDerivation | None = None,
+        self,
+        core: Core,
+        *,
+        engine_factory: EngineFactory,
+        embedder: Embedder | None = None,
+        cache: str | None = None,
+        share: IndexShare | None = None,
+        early: EarlyDerivation | None = None,
     ):
         self._core = core
         self.cache = cache
@@ -176,10 +182,17 @@ class LiveIndex(CachedOpening):
 
     def status(self) -> dict[str, Any]:
         """How this tab holds the index (for status displays and tests)."""
-        return {"role": self.role, "served": self.share.served if self.share else 0,
-                "takeovers": self.takeovers, "hydrations": self.hydrations, "catchups": self.catchups,
-                "last_open": self.last_open, "notice": self.notice, "persistent": self._cache is not None,
-                "open_ms": self.open_ms}
+        return {
+            "role": self.role,
+            "served": self.share.served if self.share else 0,
+            "takeovers": self.takeovers,
+            "hydrations": self.hydrations,
+            "catchups": self.catchups,
+            "last_open": self.last_open,
+            "notice": self.notice,
+            "persistent": self._cache is not None,
+            "open_ms": self.open_ms,
+        }
 
     # ------------------------------------------------------------------ keeping up
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
@@ -209,8 +222,9 @@ class LiveIndex(CachedOpening):
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
-    async def embed_in_background(self, embedder: Embedder | None = None, *, batch_size: int = 64,
-                                  chunk: int = 4096) -> int:
+    async def embed_in_background(
+        self, embedder: Embedder | None = None, *, batch_size: int = 64, chunk: int = 4096
+    ) -> int:
         """Embed every message that lacks a vector: found ``chunk`` at a time by one
         statement (0.3-0.5 s at 100,000 messages, whatever the chunk), their text read
         ``missing.READ`` at a time (one answer each: 1,024 with their text made one that
@@ -232,8 +246,7 @@ class LiveIndex(CachedOpening):
         count = unsaved = 0
         while True:
             index = await self.ready()
-            n = await index.embed_missing(emb, batch_size=batch_size,
-                                          limit=max(chunk, batch_size))
+            n = await index.embed_missing(emb, batch_size=batch_size, limit=max(chunk, batch_size))
             count += n
             unsaved += n
             # a guest's batches are the owner's to save; the end of a run saves soon even
@@ -261,8 +274,9 @@ class LiveIndex(CachedOpening):
         if self.share is not None and self.role is None:
             self.role = await self.share.claim(self._on_owner)
             if self.role == "guest":
-                self.index = RemoteQueryIndex(self.share, embedder=self.embedder,
-                                              records=self._core.store.get_messages)
+                self.index = RemoteQueryIndex(
+                    self.share, embedder=self.embedder, records=self._core.store.get_messages
+                )
                 self._pending.clear()
                 return self.index
         self.role = self.role or "solo"
@@ -386,10 +400,14 @@ class LiveIndex(CachedOpening):
         kw.setdefault("now", self._core.now())
         return await search(await self.ready(), query, **kw)
 
-    async def retrieve(self, session_id: str, query: str | None, config: RetrievalConfig | None = None) -> list[SearchHit]:
+    async def retrieve(
+        self, session_id: str, query: str | None, config: RetrievalConfig | None = None
+    ) -> list[SearchHit]:
         return await retrieve(await self.ready(), session_id, query, config, self.embedder)
 
-    async def retriever(self, session_id: str, query: str, config: Any, exclude: set[str]) -> list[ChatMessage]:
+    async def retriever(
+        self, session_id: str, query: str, config: Any, exclude: set[str]
+    ) -> list[ChatMessage]:
         """The window builder's hook: older relevant messages not already in the recent part;
         those from other sessions (``scope``) marked with where they came from."""
         from .retrieve import mark_provenance
@@ -408,7 +426,8 @@ class LiveIndex(CachedOpening):
                 continue
             if h.session_id not in titles:
                 rows = await (await self.ready()).execute(
-                    "SELECT title, created_at FROM sessions WHERE session_id = ?", [h.session_id])
+                    "SELECT title, created_at FROM sessions WHERE session_id = ?", [h.session_id]
+                )
                 titles[h.session_id] = (rows[0]["title"], rows[0]["created_at"]) if rows else (None, None)
             out.append(mark_provenance(h, *titles[h.session_id]))
         return out

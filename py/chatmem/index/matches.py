@@ -20,7 +20,8 @@ from .tokenize import is_cjk, normalize, parse_query, stem, terms_of_word, words
 __all__ = ["STOPWORDS", "matched_spans"]
 
 #: words a highlight never marks (their stems are compared, so "does" and "doing" too)
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all am an and any are as at be because been before being below
 between both but by can could did do does doing down during each few for from further had has have
 having he her here hers herself him himself his how i if in into is it its itself just me more most my
@@ -28,7 +29,8 @@ myself no nor not now of off on once only or other our ours ourselves out over o
 some such than that the their theirs them themselves then there these they this those through to too
 under until up very was we were what when where which while who whom why will with would you your
 yours yourself yourselves im ive id ill youre youve dont doesnt didnt isnt wasnt arent cant wont
-""".split())
+""".split()
+)
 _STOP_STEMS = frozenset(stem(w) for w in STOPWORDS)
 
 #: a word as the highlight cuts text: letters and digits, with inner apostrophes and points

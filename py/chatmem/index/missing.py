@@ -18,7 +18,9 @@ __all__ = ["READ", "embed_missing"]
 READ = 256
 
 
-async def _parts(index: Any, sql: str, params: list[Any], limit: int | None) -> AsyncIterator[list[dict[str, Any]]]:
+async def _parts(
+    index: Any, sql: str, params: list[Any], limit: int | None
+) -> AsyncIterator[list[dict[str, Any]]]:
     """The rows of ``sql`` (ordered, at most ``limit``) ``READ`` at a time: past ``READ``
     the statement runs once into a temporary table, which is read a part at a time."""
     if limit is not None and limit <= READ:
@@ -30,7 +32,9 @@ async def _parts(index: Any, sql: str, params: list[Any], limit: int | None) -> 
     try:
         offset = 0
         while True:
-            rows = await index.execute(f"SELECT * FROM {name} ORDER BY created_at, id LIMIT {READ} OFFSET {offset}")
+            rows = await index.execute(
+                f"SELECT * FROM {name} ORDER BY created_at, id LIMIT {READ} OFFSET {offset}"
+            )
             if rows:
                 yield rows
             if len(rows) < READ:
@@ -40,8 +44,14 @@ async def _parts(index: Any, sql: str, params: list[Any], limit: int | None) -> 
         await index.execute(f"DROP TABLE IF EXISTS {name}")
 
 
-async def embed_missing(index: Any, embedder: Embedder, *, session_id: str | None = None,
-                        batch_size: int = 256, limit: int | None = None) -> int:
+async def embed_missing(
+    index: Any,
+    embedder: Embedder,
+    *,
+    session_id: str | None = None,
+    batch_size: int = 256,
+    limit: int | None = None,
+) -> int:
     """Embed the messages that have no vector for ``embedder.model`` yet (at most
     ``limit``, oldest first); return how many. ``embed_progress`` is then
     ``(messages with a vector, messages)`` of the scope.
@@ -68,19 +78,24 @@ async def embed_missing(index: Any, embedder: Embedder, *, session_id: str | Non
         if not session_id:
             index._complete.add(key)
         return 0
-    sql = ("SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
-           "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
-           + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
-           + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
-           f"AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id{f' LIMIT {int(limit)}' if limit else ''}")
+    sql = (
+        "SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
+        "LEFT JOIN messages p ON p.session_id = m.session_id AND p.seq = m.seq - 1 "
+        + ("WHERE m.session_id = ? AND " if session_id else "WHERE ")
+        + "NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id "
+        f"AND e.model = ? AND e.dim = ?) ORDER BY m.created_at, m.id{f' LIMIT {int(limit)}' if limit else ''}"
+    )
     count = 0
     async for rows in _parts(index, sql, params + [embedder.model, embedder.dimensions], limit):
         # a vector of another dimension under the same model name is stale: replace it
         for i in range(0, len(rows), batch_size):
             part = rows[i : i + batch_size]
             # embedded outside the lock (it yields to the event loop); written under it
-            vec_rows = await embedding_rows(embedder, [(r["id"], r["text"], r["prev"]) for r in part],
-                                            {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part})
+            vec_rows = await embedding_rows(
+                embedder,
+                [(r["id"], r["text"], r["prev"]) for r in part],
+                {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part},
+            )
             async with index._lock:
                 await index.engine.execute(
                     f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({', '.join('?' for _ in part)})",

@@ -87,12 +87,17 @@ class CachedOpening:
     save_delay: float
     move_delay: float
 
-    def _messages(self, index: QueryIndex, metas: list[dict[str, Any]]
-                  ) -> AsyncIterator[dict[str, Any]] | EngineDerivation:
+    def _messages(
+        self, index: QueryIndex, metas: list[dict[str, Any]]
+    ) -> AsyncIterator[dict[str, Any]] | EngineDerivation:
         """Every message of the sessions ``metas``, in their order: the engine's own
         derivation from the store when it has one (the page's), else ``reading.each_message``."""
         own = getattr(index.engine, "derivation", None)
-        d = own(self._core.store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas]) if own else None
+        d = (
+            own(self._core.store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas])
+            if own
+            else None
+        )
         return d if d is not None else each_message(self._core.store, metas)
 
     def _lap(self, phase: str) -> None:
@@ -137,8 +142,9 @@ class CachedOpening:
                 if not early.cancelled() and early.exception() is None and (begun := early.result()):
                     await begun[1].cancel()
 
-    async def _begin(self, metas: asyncio.Future[list[dict[str, Any]]]
-                     ) -> tuple[list[dict[str, Any]], Started] | None:
+    async def _begin(
+        self, metas: asyncio.Future[list[dict[str, Any]]]
+    ) -> tuple[list[dict[str, Any]], Started] | None:
         """The runtime's derivation begun over the store's sessions as the opening read them
         (None: something may be cached, or the runtime has none)."""
         assert self._early_derivation is not None
@@ -146,8 +152,13 @@ class CachedOpening:
         d = await self._early_derivation([(m["sessionId"], int(m.get("messageCount") or 0)) for m in ms])
         return None if d is None else (ms, Started(d))
 
-    async def _hydrate_with(self, engine: SQLEngine, metas: asyncio.Future[list[dict[str, Any]]],
-                            force: bool, early: asyncio.Future[Any] | None = None) -> QueryIndex:
+    async def _hydrate_with(
+        self,
+        engine: SQLEngine,
+        metas: asyncio.Future[list[dict[str, Any]]],
+        force: bool,
+        early: asyncio.Future[Any] | None = None,
+    ) -> QueryIndex:
         self._lap("engine")
         for step, ms in (getattr(engine, "open_ms", None) or {}).items():
             self.open_ms[f"engine: {step}"] = ms
@@ -160,8 +171,12 @@ class CachedOpening:
             self._lap("attach")
         self._cache = cache
         self._weigh(await metas)
-        index = QueryIndex(engine, embedder=self.embedder, records=self._core.store.get_messages,
-                           compress=cache is None or cache.compress)
+        index = QueryIndex(
+            engine,
+            embedder=self.embedder,
+            records=self._core.store.get_messages,
+            compress=cache is None or cache.compress,
+        )
         self.index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale = self._early or set()
@@ -229,8 +244,13 @@ class CachedOpening:
             self._lap("catchup: apply")
             for step, ms in index.resync_ms.items():
                 self.open_ms[f"catchup: apply: {step}"] = round(ms, 1)
-        self.last_open = {"mode": "cached", "persistent": self._cache is not None, "sessions": len(metas),
-                          "refreshed": len(changed), "dropped": len(gone)}
+        self.last_open = {
+            "mode": "cached",
+            "persistent": self._cache is not None,
+            "sessions": len(metas),
+            "refreshed": len(changed),
+            "dropped": len(gone),
+        }
         return len(changed) + len(gone)
 
     def _weigh(self, metas: list[dict[str, Any]]) -> None:
@@ -321,8 +341,10 @@ class CachedOpening:
                 await self._cache.save(hold=lambda: index._lock)
             except Exception as e:  # noqa: BLE001 - e.g. the storage quota: keep working in memory
                 self._cache = None
-                self.notice = (f"The search index cannot be saved ({e}); "
-                               "it is kept in memory and rebuilt on the next visit.")
+                self.notice = (
+                    f"The search index cannot be saved ({e}); "
+                    "it is kept in memory and rebuilt on the next visit."
+                )
                 self.last_open["persistent"] = False
             finally:
                 self._copying = False
@@ -340,9 +362,9 @@ class CachedOpening:
             await self._save()
             return True
 
-
-    async def _derive(self, index: QueryIndex, persistent: bool,
-                      begun: tuple[list[dict[str, Any]], Started] | None = None) -> None:
+    async def _derive(
+        self, index: QueryIndex, persistent: bool, begun: tuple[list[dict[str, Any]], Started] | None = None
+    ) -> None:
         """Fill ``index`` from the store, dropping what it held; with the derivation ``begun``
         as the opening began (over those sessions), whose writes since are kept to re-read."""
         if begun is None:
@@ -364,4 +386,3 @@ class CachedOpening:
         self._lap_rebuild(index, "derive: rebuild")
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
-

@@ -51,7 +51,7 @@ class RarePostings(Mapping[int, tuple["array[int]", "array[int]"]]):
         if place is None:
             return default
         at, n = place
-        docs, tfs = self._docs[at:at + n], self._tfs[at:at + n]
+        docs, tfs = self._docs[at : at + n], self._tfs[at : at + n]
         more = self._more.get(tid)
         if more is not None:
             docs.extend(more[0])

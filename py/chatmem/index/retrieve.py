@@ -75,14 +75,16 @@ class RetrievalConfig:
             raise ValidationError("recent_count must be an int >= 1", field="recent_count")
         t = self.relevance_threshold
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not -1.0 <= t <= 1.0:
-            raise ValidationError("relevance_threshold must be a number in [-1, 1]",
-                                  field="relevance_threshold")
+            raise ValidationError(
+                "relevance_threshold must be a number in [-1, 1]", field="relevance_threshold"
+            )
         w = self.hybrid_weights
         if not isinstance(w, HybridWeights) or any(
             isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in (w.recency, w.relevance)
         ):
-            raise ValidationError("hybrid_weights must be HybridWeights of numbers >= 0",
-                                  field="hybrid_weights")
+            raise ValidationError(
+                "hybrid_weights must be HybridWeights of numbers >= 0", field="hybrid_weights"
+            )
 
 
 async def retrieve(
@@ -114,8 +116,12 @@ async def retrieve(
             "ORDER BY seq DESC LIMIT ?",
             [float(n), session_id, n],
         )
-        hits = [hit_from_row(m, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0,
-                                              "recency": float(r["recency"])}) for m, r in await _fetch(index, rows)]
+        hits = [
+            hit_from_row(
+                m, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0, "recency": float(r["recency"])}
+            )
+            for m, r in await _fetch(index, rows)
+        ]
         hits.sort(key=lambda h: h.message.seq)
         if config.scope == "session" or not isinstance(query, str) or not query.strip():
             return hits
@@ -131,8 +137,11 @@ async def retrieve(
     lo, hi = calibration_of(emb)
     cal = "greatest(-1.0, least(1.0, (raw - ?) / ?))"
 
-    wr, wl = (0.0, 1.0) if config.strategy == "relevant" else (config.hybrid_weights.recency,
-                                                               config.hybrid_weights.relevance)
+    wr, wl = (
+        (0.0, 1.0)
+        if config.strategy == "relevant"
+        else (config.hybrid_weights.recency, config.hybrid_weights.relevance)
+    )
     where = "WHERE sim >= ?" if config.strategy == "relevant" else ""
     qv = query_literal(vec)
     params: list[Any] = [qv, float(n), emb.model, emb.dimensions, session_id, lo, hi - lo, wr, wl]
@@ -149,10 +158,17 @@ async def retrieve(
         params + [n],
     )
     hits = [
-        hit_from_row(m, round(float(r["p_rec"]) + float(r["p_sem"]), 9), {
-            "keyword": 0.0, "semantic": float(r["p_sem"]), "recency": float(r["p_rec"]),
-            "relevance": float(r["sim"]), "similarity": _raw(r["raw"]),
-        })
+        hit_from_row(
+            m,
+            round(float(r["p_rec"]) + float(r["p_sem"]), 9),
+            {
+                "keyword": 0.0,
+                "semantic": float(r["p_sem"]),
+                "recency": float(r["p_rec"]),
+                "relevance": float(r["sim"]),
+                "similarity": _raw(r["raw"]),
+            },
+        )
         for m, r in await _fetch(index, rows)
     ]
     own = sorted(hits, key=lambda h: h.message.seq)
@@ -161,12 +177,18 @@ async def retrieve(
     return own + await _other_sessions(index, session_id, config, vec, emb, (lo, hi))
 
 
-async def _other_sessions(index: Any, session_id: str, config: RetrievalConfig, vec: list[float],
-                          emb: Embedder, cal: tuple[float, float]) -> list[SearchHit]:
+async def _other_sessions(
+    index: Any,
+    session_id: str,
+    config: RetrievalConfig,
+    vec: list[float],
+    emb: Embedder,
+    cal: tuple[float, float],
+) -> list[SearchHit]:
     """The most relevant messages of the scope's other sessions, above the threshold."""
     lo, hi = cal
     if config.scope == "character":
-        same = ("s.character_id = me.character_id AND s.user_id = me.user_id")
+        same = "s.character_id = me.character_id AND s.user_id = me.user_id"
     else:
         same = "s.user_id = me.user_id"
     rows = await index.execute(
@@ -177,12 +199,32 @@ async def _other_sessions(index: Any, session_id: str, config: RetrievalConfig, 
         "AND e.model = ? AND e.dim = ? CROSS JOIN q WHERE m.session_id IN (SELECT session_id FROM other)),\n"
         "r AS (SELECT *, round(greatest(-1.0, least(1.0, (raw - ?) / ?)), 9) AS sim FROM r0)\n"
         "SELECT * FROM r WHERE sim >= ? ORDER BY sim DESC, created_at DESC, id DESC LIMIT ?",
-        [query_literal(vec), session_id, session_id, emb.model, emb.dimensions, lo, hi - lo,
-         float(config.relevance_threshold), config.recent_count],
+        [
+            query_literal(vec),
+            session_id,
+            session_id,
+            emb.model,
+            emb.dimensions,
+            lo,
+            hi - lo,
+            float(config.relevance_threshold),
+            config.recent_count,
+        ],
     )
-    return [hit_from_row(m, float(r["sim"]), {"keyword": 0.0, "semantic": float(r["sim"]), "recency": 0.0,
-                                              "relevance": float(r["sim"]), "similarity": _raw(r["raw"])})
-            for m, r in await _fetch(index, rows)]
+    return [
+        hit_from_row(
+            m,
+            float(r["sim"]),
+            {
+                "keyword": 0.0,
+                "semantic": float(r["sim"]),
+                "recency": 0.0,
+                "relevance": float(r["sim"]),
+                "similarity": _raw(r["raw"]),
+            },
+        )
+        for m, r in await _fetch(index, rows)
+    ]
 
 
 def _raw(v: Any) -> float:
@@ -198,7 +240,9 @@ def mark_provenance(hit: SearchHit, title: str | None, created_at: int | None) -
     import time
 
     m = hit.message
-    day = time.strftime("%Y-%m-%d", time.gmtime((created_at if created_at is not None else m.created_at) / 1000))
+    day = time.strftime(
+        "%Y-%m-%d", time.gmtime((created_at if created_at is not None else m.created_at) / 1000)
+    )
     label = f'[From an earlier conversation "{title or "untitled"}" ({day})] '
     content: Any
     if isinstance(m.content, str):

@@ -165,7 +165,9 @@ STORAGE_VERSION = "v1.4.0"
 #: the notice of a cached index made by an older version (another schema or storage version)
 OLDER_INDEX = "The saved search index was made by an older version; it is being rebuilt."
 #: the notice when the cached index file's last derivation or save did not end (e.g. the page closed)
-UNFINISHED_INDEX = "The saved search index was left unfinished (the page closed while it was made); it is being rebuilt."
+UNFINISHED_INDEX = (
+    "The saved search index was left unfinished (the page closed while it was made); it is being rebuilt."
+)
 
 #: the staging table a batch of messages goes through: the ``docs`` columns
 #: plus ``toks`` (the message's index terms joined by spaces; terms never hold
@@ -218,11 +220,13 @@ def table_statement(name: str, *, replace: bool = False, compress: bool = True, 
 def create_statements(replace: bool = False, *, compress: bool = True) -> list[str]:
     """``CREATE TABLE`` for every table (``OR REPLACE`` when ``replace``; with the columns'
     ``COMPRESSION`` when ``compress``), the indexes, and the one ``stats`` row."""
-    return [
-        table_statement(name, replace=replace, compress=compress) for name in TABLES
-    ] + INDEX_STATEMENTS + [
-        "INSERT INTO stats SELECT 0, 0 WHERE NOT EXISTS (SELECT 1 FROM stats)",
-    ]
+    return (
+        [table_statement(name, replace=replace, compress=compress) for name in TABLES]
+        + INDEX_STATEMENTS
+        + [
+            "INSERT INTO stats SELECT 0, 0 WHERE NOT EXISTS (SELECT 1 FROM stats)",
+        ]
+    )
 
 
 def session_row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -250,7 +254,14 @@ def message_rows(rec: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ..
     the index terms of one message record. Tokenises the text once."""
     row = message_row(rec)
     toks = tokens(row[-1])
-    stage = (rec["id"], rec.get("sessionId"), rec.get("role"), rec.get("createdAt"), len(toks), " ".join(toks))
+    stage = (
+        rec["id"],
+        rec.get("sessionId"),
+        rec.get("role"),
+        rec.get("createdAt"),
+        len(toks),
+        " ".join(toks),
+    )
     return row, stage, toks
 
 

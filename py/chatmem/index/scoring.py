@@ -30,9 +30,25 @@ from typing import Any
 
 from .tokenize import ParsedQuery
 
-__all__ = ["B", "K1", "PY_POSTINGS", "PY_POSTINGS_WORKER", "WHOLE_DOCS", "doc_meta", "idf", "kept", "local_engine",
-           "postings_needed", "py_postings", "py_scores", "round9", "small_read", "term_weights", "top_docs",
-           "vector_sql"]
+__all__ = [
+    "B",
+    "K1",
+    "PY_POSTINGS",
+    "PY_POSTINGS_WORKER",
+    "WHOLE_DOCS",
+    "doc_meta",
+    "idf",
+    "kept",
+    "local_engine",
+    "postings_needed",
+    "py_postings",
+    "py_scores",
+    "round9",
+    "small_read",
+    "term_weights",
+    "top_docs",
+    "vector_sql",
+]
 
 K1, B = 1.2, 0.75
 
@@ -59,8 +75,9 @@ async def small_rows(index: Any, sql: str) -> Iterable[tuple[Any, ...]]:
     """A small read's rows as tuples in select order: from the column lists where the
     engine answers column by column (the page's: no dict per row, which cost 3-15 ms of
     the main thread for 2,000 rows), else from ``small_read``'s dicts."""
-    if getattr(getattr(index, "engine", None), "execute_columns", None) is not None and \
-            hasattr(index, "execute_columns"):
+    if getattr(getattr(index, "engine", None), "execute_columns", None) is not None and hasattr(
+        index, "execute_columns"
+    ):
         return zip(*await index.execute_columns(sql))
     return (tuple(r.values()) for r in await small_read(index)(sql))
 
@@ -115,8 +132,9 @@ def idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def term_weights(pq: ParsedQuery, stats: tuple[int, float],
-                 terms: Mapping[str, tuple[int, int]]) -> tuple[list[tuple[int, float, bool]] | None, int]:
+def term_weights(
+    pq: ParsedQuery, stats: tuple[int, float], terms: Mapping[str, tuple[int, int]]
+) -> tuple[list[tuple[int, float, bool]] | None, int]:
     """``([(tid, idf, required)], number of required terms)`` of the query's indexed
     terms, in query order; None when nothing can match (a required term is not indexed,
     or no term is)."""
@@ -138,8 +156,9 @@ def postings_needed(pq: ParsedQuery, terms: Mapping[str, tuple[int, int]]) -> in
     return sum(terms[v][1] for v in dict.fromkeys(t.value for t in pq.all_terms) if v in terms)
 
 
-async def py_scores(index: Any, weights: list[tuple[int, float, bool]], stats: tuple[int, float],
-                    total: int) -> dict[int, tuple[float, int]]:
+async def py_scores(
+    index: Any, weights: list[tuple[int, float, bool]], stats: tuple[int, float], total: int
+) -> dict[int, tuple[float, int]]:
     """``{doc: (BM25 sum, required terms held)}`` of every doc holding a query term,
     from the postings the index keeps and one read of the others. ``total``: the postings table's size (about)."""
     tids = [t for t, _, _ in weights]
@@ -242,8 +261,14 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     return {d: out[d] for d in docs if d in out}
 
 
-def top_docs(scored: Mapping[int, tuple[float, int]], required: int, limit: int,
-             threshold: float | None, *, rounded: bool) -> list[tuple[float, int]]:
+def top_docs(
+    scored: Mapping[int, tuple[float, int]],
+    required: int,
+    limit: int,
+    threshold: float | None,
+    *,
+    rounded: bool,
+) -> list[tuple[float, int]]:
     """``(score, doc)`` of the docs holding every required term (and scoring at least
     ``threshold``) whose score is at least the ``limit``-th best: the top ``limit`` and
     everything tied with its last (ties are ordered by the caller). ``rounded``:
@@ -262,8 +287,14 @@ def top_docs(scored: Mapping[int, tuple[float, int]], required: int, limit: int,
     return [(round9(kw), d) for kw, d in cand] if rounded else cand
 
 
-async def keyword_top(index: Any, weights: list[tuple[int, float, bool]], required: int,
-                      stats: tuple[int, float], limit: int, threshold: float | None) -> list[dict[str, Any]]:
+async def keyword_top(
+    index: Any,
+    weights: list[tuple[int, float, bool]],
+    required: int,
+    stats: tuple[int, float],
+    limit: int,
+    threshold: float | None,
+) -> list[dict[str, Any]]:
     """What ``hits.top_sql`` + ``hits.rank_top`` answer, scored here: ``{id, score,
     created_at}`` of the best ``limit`` docs, by score, then newest, then id."""
     n, avgdl = stats
@@ -275,8 +306,9 @@ async def keyword_top(index: Any, weights: list[tuple[int, float, bool]], requir
     return rows[:limit]
 
 
-async def keyword_ranking(index: Any, weights: list[tuple[int, float, bool]], required: int,
-                          stats: tuple[int, float], depth: int) -> list[tuple[str, float, int]]:
+async def keyword_ranking(
+    index: Any, weights: list[tuple[int, float, bool]], required: int, stats: tuple[int, float], depth: int
+) -> list[tuple[str, float, int]]:
     """``(message_id, BM25 sum, created_at)`` of the best ``depth`` docs holding every
     required term, by the raw sum, then id (both descending): the keyword list of RRF."""
     n, avgdl = stats

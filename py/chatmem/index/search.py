@@ -153,7 +153,9 @@ async def search(
         raise ValidationError("query must be a string", field="query")
     if not query.strip():
         raise ValidationError("query is empty", field="query")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIMIT):
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIMIT
+    ):
         raise ValidationError(f"limit must be an int from 1 to {_MAX_LIMIT}, or None", field="limit")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
         raise ValidationError("threshold must be a number or None", field="threshold")
@@ -181,8 +183,10 @@ async def search(
             f"ORDER BY m.created_at DESC, m.id DESC {lim_sql}",
             [query] + flt.params + lim_params,
         )
-        return [hit_from_row(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0})
-                for r, _ in await _fetch(index, rows)]
+        return [
+            hit_from_row(r, 1.0, {"keyword": 1.0, "semantic": 0.0, "recency": 0.0})
+            for r, _ in await _fetch(index, rows)
+        ]
 
     if mode == "keyword":
         assert pq is not None
@@ -194,7 +198,9 @@ async def search(
             tw, required = term_weights(pq, stats, terms)
             if tw is None:
                 ranked = []
-            elif postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]) or scoring.kept(index, tw):
+            elif postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]) or scoring.kept(
+                index, tw
+            ):
                 ranked = await keyword_top(index, tw, required, stats, limit, thr)
             for exact in (False, True):
                 if ranked is not None:
@@ -202,8 +208,16 @@ async def search(
                 top = top_sql(pq, stats, terms, limit, thr, exact=exact)
                 ranked = rank_top(await index.execute(*top) if top is not None else [], limit, exact)
             return [
-                hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0,
-                                                    "recency": 0.0, "bm25": float(k["score"])})
+                hit_from_row(
+                    r,
+                    float(k["score"]),
+                    {
+                        "keyword": float(k["score"]),
+                        "semantic": 0.0,
+                        "recency": 0.0,
+                        "bm25": float(k["score"]),
+                    },
+                )
                 for r, k in await _fetch(index, ranked or [])
             ]
         kw_sql, params, required = bm25_sql(pq, stats, kflt, terms)
@@ -221,8 +235,11 @@ async def search(
         )
         found = await phrase_matches(index, pq, rows, limit) if pq.phrases else await _fetch(index, rows)
         return [
-            hit_from_row(r, float(k["score"]), {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0,
-                                        "bm25": float(k["score"])})
+            hit_from_row(
+                r,
+                float(k["score"]),
+                {"keyword": float(k["score"]), "semantic": 0.0, "recency": 0.0, "bm25": float(k["score"])},
+            )
             for r, k in found
         ]
 
@@ -241,18 +258,26 @@ async def search(
     local = scoring.local_engine(index)
     stats = await _bm25_stats(index)
     where = f"e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}" + (
-        f" AND {eflt.sql}" if eflt.sql != "TRUE" else "")
+        f" AND {eflt.sql}" if eflt.sql != "TRUE" else ""
+    )
     qv = scoring.vector_sql(vec) if local else "CAST(? AS FLOAT[])"
     one = stats[0] >= embed.ONE_COSINE_FROM
     if mode == "semantic":
         # the rows a page of results can come from: the ranking's top ``limit``, with room
         # for ties of the ranking cosine (ordered by the own cosine after it)
-        sem_top = f"ORDER BY rsim DESC, created_at DESC, message_id DESC LIMIT {int(limit) + 16}" \
-            if thr is None and limit is not None else ""
+        sem_top = (
+            f"ORDER BY rsim DESC, created_at DESC, message_id DESC LIMIT {int(limit) + 16}"
+            if thr is None and limit is not None
+            else ""
+        )
     else:
         from .fusion import RRF_DEPTH
 
-        sem_top = f"ORDER BY rsim DESC, message_id DESC LIMIT {max(RRF_DEPTH, int(limit))}" if limit is not None else ""
+        sem_top = (
+            f"ORDER BY rsim DESC, message_id DESC LIMIT {max(RRF_DEPTH, int(limit))}"
+            if limit is not None
+            else ""
+        )
     sem_cte = semantic_ctes(qv, where, one_cosine=one, top=sem_top)
     sem_params: list[Any] = ([] if local else [vec]) + eflt.params
 
@@ -272,8 +297,16 @@ async def search(
             params + lim_params,
         )
         return [
-            hit_from_row(r, float(k["score"]), {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0,
-                                        "similarity": float(k["sim"])})
+            hit_from_row(
+                r,
+                float(k["score"]),
+                {
+                    "keyword": 0.0,
+                    "semantic": float(k["score"]),
+                    "recency": 0.0,
+                    "similarity": float(k["sim"]),
+                },
+            )
             for r, k in await _fetch(index, rows)
         ]
 
@@ -281,7 +314,18 @@ async def search(
 
     assert pq is not None
     return await hybrid(
-        index, pq, build_filters(session_ids, character_ids, date_range, roles, alias="d"), flt,
-        sem_cte, sem_params, stats, w,
-        system_clock() if now is None else _int(now, "now"), half_life_ms, thr, lim_sql, lim_params,
-        (vec, emb.model, emb.dimensions))
+        index,
+        pq,
+        build_filters(session_ids, character_ids, date_range, roles, alias="d"),
+        flt,
+        sem_cte,
+        sem_params,
+        stats,
+        w,
+        system_clock() if now is None else _int(now, "now"),
+        half_life_ms,
+        thr,
+        lim_sql,
+        lim_params,
+        (vec, emb.model, emb.dimensions),
+    )

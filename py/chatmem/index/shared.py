@@ -105,7 +105,9 @@ class IndexShare:
         A cancelled ``sql`` request is interrupted at the owner too; this returns
         once the owner's engine is free (as a local interruptible query does)."""
         rid = f"{self._prefix}-{next(self._ids)}"
-        fut = asyncio.ensure_future(self.transport.request(rid, json.dumps({"op": op, **args}, default=_plain)))
+        fut = asyncio.ensure_future(
+            self.transport.request(rid, json.dumps({"op": op, **args}, default=_plain))
+        )
         try:
             text = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -173,8 +175,9 @@ class RemoteEngine:
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
     ) -> list[dict[str, Any]]:
-        res = await self.share.call("sql" if interruptible else "execute", sql=sql,
-                                    params=list(params) if params else None)
+        res = await self.share.call(
+            "sql" if interruptible else "execute", sql=sql, params=list(params) if params else None
+        )
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in res["rows"]]
 
@@ -201,8 +204,9 @@ class RemoteQueryIndex(QueryIndex):
 
     keeps_docs = False  # the owner's writes renumber them
 
-    def __init__(self, share: IndexShare, *, embedder: Embedder | None = None,
-                 records: RecordSource | None = None):
+    def __init__(
+        self, share: IndexShare, *, embedder: Embedder | None = None, records: RecordSource | None = None
+    ):
         super().__init__(RemoteEngine(share), embedder=embedder, records=records)
         self.share = share
         self._ready = True
@@ -223,15 +227,28 @@ class RemoteQueryIndex(QueryIndex):
         """Have the owner re-read these sessions (or everything) from the store before it answers."""
         await self.share.call("ready", stale=stale, resync=resync)
 
-    async def embed_missing(self, embedder: Embedder, *, session_id: str | None = None,
-                            batch_size: int = 256, limit: int | None = None) -> int:
+    async def embed_missing(
+        self,
+        embedder: Embedder,
+        *,
+        session_id: str | None = None,
+        batch_size: int = 256,
+        limit: int | None = None,
+    ) -> int:
         """The owner embeds with its embedder when it is this model; otherwise the vectors
         are made here and the owner stores them."""
-        ans = await self.share.call("embed", model=embedder.model, dim=embedder.dimensions,
-                                    session_id=session_id, batch_size=batch_size, limit=limit)
+        ans = await self.share.call(
+            "embed",
+            model=embedder.model,
+            dim=embedder.dimensions,
+            session_id=session_id,
+            batch_size=batch_size,
+            limit=limit,
+        )
         if ans is None:
-            return await super().embed_missing(embedder, session_id=session_id, batch_size=batch_size,
-                                               limit=limit)
+            return await super().embed_missing(
+                embedder, session_id=session_id, batch_size=batch_size, limit=limit
+            )
         done, total = ans["progress"]
         self.embed_progress = (int(done), int(total))
         return int(ans["n"])
@@ -298,11 +315,16 @@ async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
             return _rows(await index.engine.execute_read_only(sql, req.get("params") or []))
     if op == "embed":
         emb = live.embedder
-        if emb.model != req.get("model") or (req.get("dim") and emb.dimensions
-                                             and emb.dimensions != req.get("dim")):
+        if emb.model != req.get("model") or (
+            req.get("dim") and emb.dimensions and emb.dimensions != req.get("dim")
+        ):
             return None
-        n = await index.embed_missing(emb, session_id=req.get("session_id"),
-                                      batch_size=int(req.get("batch_size") or 256), limit=req.get("limit"))
+        n = await index.embed_missing(
+            emb,
+            session_id=req.get("session_id"),
+            batch_size=int(req.get("batch_size") or 256),
+            limit=req.get("limit"),
+        )
         if n:
             live.changed_in_background()
         return {"n": n, "progress": list(index.embed_progress)}

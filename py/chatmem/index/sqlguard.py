@@ -41,25 +41,88 @@ from ..errors import ReadOnlySQLError
 
 __all__ = ["FORBIDDEN_FUNCTIONS", "FORBIDDEN_KEYWORDS", "READ_STARTS", "check_read_only", "strip_sql"]
 
-READ_STARTS = frozenset({"select", "with", "from", "values", "table", "describe", "show",
-                         "summarize", "explain"})
+READ_STARTS = frozenset(
+    {"select", "with", "from", "values", "table", "describe", "show", "summarize", "explain"}
+)
 
-FORBIDDEN_KEYWORDS = frozenset({
-    "insert", "update", "delete", "drop", "create", "alter", "attach", "detach", "copy",
-    "install", "load", "pragma", "set", "reset", "call", "export", "import", "truncate",
-    "merge", "upsert", "replace", "vacuum", "checkpoint", "force", "begin", "commit",
-    "rollback", "abort", "transaction", "use", "grant", "revoke", "prepare", "execute",
-    "deallocate", "analyze", "comment", "returning", "into",
-})
+FORBIDDEN_KEYWORDS = frozenset(
+    {
+        "insert",
+        "update",
+        "delete",
+        "drop",
+        "create",
+        "alter",
+        "attach",
+        "detach",
+        "copy",
+        "install",
+        "load",
+        "pragma",
+        "set",
+        "reset",
+        "call",
+        "export",
+        "import",
+        "truncate",
+        "merge",
+        "upsert",
+        "replace",
+        "vacuum",
+        "checkpoint",
+        "force",
+        "begin",
+        "commit",
+        "rollback",
+        "abort",
+        "transaction",
+        "use",
+        "grant",
+        "revoke",
+        "prepare",
+        "execute",
+        "deallocate",
+        "analyze",
+        "comment",
+        "returning",
+        "into",
+    }
+)
 
-FORBIDDEN_FUNCTIONS = frozenset({
-    "read_csv", "read_csv_auto", "read_text", "read_blob", "read_json", "read_json_auto",
-    "read_json_objects", "read_ndjson", "read_ndjson_auto", "read_ndjson_objects",
-    "read_parquet", "parquet_scan", "parquet_metadata", "parquet_schema", "parquet_file_metadata",
-    "parquet_kv_metadata", "sniff_csv", "glob", "query", "query_table", "csv_scan",
-    "iceberg_scan", "delta_scan", "sqlite_scan", "postgres_scan", "mysql_scan",
-    "getenv", "load_extension", "read_xlsx", "st_read",
-})
+FORBIDDEN_FUNCTIONS = frozenset(
+    {
+        "read_csv",
+        "read_csv_auto",
+        "read_text",
+        "read_blob",
+        "read_json",
+        "read_json_auto",
+        "read_json_objects",
+        "read_ndjson",
+        "read_ndjson_auto",
+        "read_ndjson_objects",
+        "read_parquet",
+        "parquet_scan",
+        "parquet_metadata",
+        "parquet_schema",
+        "parquet_file_metadata",
+        "parquet_kv_metadata",
+        "sniff_csv",
+        "glob",
+        "query",
+        "query_table",
+        "csv_scan",
+        "iceberg_scan",
+        "delta_scan",
+        "sqlite_scan",
+        "postgres_scan",
+        "mysql_scan",
+        "getenv",
+        "load_extension",
+        "read_xlsx",
+        "st_read",
+    }
+)
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
@@ -174,8 +237,7 @@ def check_read_only(sql: str) -> None:
     for w in words:
         if w in FORBIDDEN_KEYWORDS:
             raise _fail(
-                f"{w.upper()} is not allowed in a read-only query "
-                "(double-quote a column with that name)"
+                f"{w.upper()} is not allowed in a read-only query (double-quote a column with that name)"
             )
     for m in re.finditer(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", bare):
         if m.group(1).lower() in FORBIDDEN_FUNCTIONS:
@@ -183,8 +245,26 @@ def check_read_only(sql: str) -> None:
     _check_tokens(bare, idents)
 
 
-_CLAUSES = frozenset({"select", "from", "join", "where", "group", "having", "order", "limit",
-                      "qualify", "window", "union", "except", "intersect", "on", "using", "offset"})
+_CLAUSES = frozenset(
+    {
+        "select",
+        "from",
+        "join",
+        "where",
+        "group",
+        "having",
+        "order",
+        "limit",
+        "qualify",
+        "window",
+        "union",
+        "except",
+        "intersect",
+        "on",
+        "using",
+        "offset",
+    }
+)
 _TOKEN = re.compile(r"''|\"\"|[A-Za-z_][A-Za-z0-9_$]*|[(),]")
 #: statements whose operand may be a table (and so a file)
 _TABLE_STARTS = frozenset({"summarize", "describe", "show", "table"})
@@ -202,7 +282,8 @@ def _check_tokens(bare: str, idents: list[str]) -> None:
     for k, tok in enumerate(toks):
         low = tok.lower()
         table_pos = (clause[-1] in ("from", "join") and prev in ("from", "join", ",", "(")) or (
-            prev in _TABLE_STARTS)
+            prev in _TABLE_STARTS
+        )
         if tok == '""':
             name = next(names, "")
             if k + 1 < len(toks) and toks[k + 1] == "(" and name.lower() in FORBIDDEN_FUNCTIONS:

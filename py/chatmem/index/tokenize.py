@@ -123,8 +123,10 @@ def _ascii_words(text: str) -> list[str]:
         return ws if "".join(ws).isalnum() else _ASCII_ALNUM.findall(low)
     if _ASCII_INNER.search(low) is None:
         return _ASCII_ALNUM.findall(low)
-    return [w.replace(",", "") if "," in w else w.replace("'", "") if "'" in w else w
-            for w in _ASCII_WORD.findall(low)]
+    return [
+        w.replace(",", "") if "," in w else w.replace("'", "") if "'" in w else w
+        for w in _ASCII_WORD.findall(low)
+    ]
 
 
 def words(text: str) -> list[str]:
@@ -160,8 +162,15 @@ _STEM_CACHE = 500_000
 
 def _stemmer_for(word: str) -> Any:
     o = ord(word[0])
-    lang = ("russian" if 0x0400 <= o <= 0x04FF else "greek" if 0x0370 <= o <= 0x03FF
-            else "arabic" if 0x0600 <= o <= 0x06FF else "english")
+    lang = (
+        "russian"
+        if 0x0400 <= o <= 0x04FF
+        else "greek"
+        if 0x0370 <= o <= 0x03FF
+        else "arabic"
+        if 0x0600 <= o <= 0x06FF
+        else "english"
+    )
     st = _STEMMERS.get(lang)
     if st is None:
         # imported on the first word to stem, not with chatmem: the package loads every

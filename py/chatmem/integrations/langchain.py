@@ -37,7 +37,8 @@ try:
     from langchain_core.messages import ChatMessage as LCChatMessage
 except ImportError as e:  # pragma: no cover - depends on the install
     raise UnsupportedEnvironment(
-        f'chatmem.integrations.langchain needs langchain-core: pip install "chatmem[langchain]" ({e})') from e
+        f'chatmem.integrations.langchain needs langchain-core: pip install "chatmem[langchain]" ({e})'
+    ) from e
 from ..models import ChatMessage
 from ..sessions import DEFAULT_TITLE
 
@@ -78,8 +79,14 @@ def to_chatmem(message: BaseMessage) -> dict[str, Any]:
     if isinstance(message, AIMessage):
         if message.tool_calls:
             item["tool_calls"] = [
-                {"id": c.get("id"), "type": "function",
-                 "function": {"name": c["name"], "arguments": json.dumps(c.get("args") or {}, separators=(",", ":"))}}
+                {
+                    "id": c.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": c["name"],
+                        "arguments": json.dumps(c.get("args") or {}, separators=(",", ":")),
+                    },
+                }
                 for c in message.tool_calls
             ]
         if message.usage_metadata:
@@ -172,8 +179,10 @@ class ChatmemChatMessageHistory(BaseChatMessageHistory):
             close = getattr(coro, "close", None)
             if close is not None:
                 close()
-            raise UnsupportedEnvironment("ChatmemChatMessageHistory: inside a running event loop use the "
-                                         "async methods (aget_messages, aadd_messages, aclear)")
+            raise UnsupportedEnvironment(
+                "ChatmemChatMessageHistory: inside a running event loop use the "
+                "async methods (aget_messages, aadd_messages, aclear)"
+            )
         if self._loop is not None and self._loop.is_running() and not self._loop.is_closed():
             return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 

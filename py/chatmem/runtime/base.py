@@ -120,8 +120,9 @@ class Runtime:
         """A SQL engine for the query index (on the file ``cache`` when given and free)."""
         raise UnsupportedEnvironment(f"{self.kind} runtime has no query engine")
 
-    async def early_derivation(self, store: Store, cache: str | None,
-                               session_counts: list[tuple[str, int]]) -> EngineDerivation | None:
+    async def early_derivation(
+        self, store: Store, cache: str | None, session_counts: list[tuple[str, int]]
+    ) -> EngineDerivation | None:
         """A derivation of the index from ``store`` to begin while the engine opens (its
         loads wait for ``attach``), when there is surely nothing cached to open instead (no
         file ``cache``); None where there is none."""

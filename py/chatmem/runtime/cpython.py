@@ -38,7 +38,9 @@ class UrllibTransport:
         return await asyncio.to_thread(self._request, method, url, headers or {}, body, timeout)
 
     @staticmethod
-    def _open(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float | None) -> Any:
+    def _open(
+        method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float | None
+    ) -> Any:
         # imported on the first request: urllib loads http.client, email and more, which
         # chatmem's import in a page (where this module is imported but never used) avoids
         import urllib.error
@@ -165,7 +167,9 @@ class CPythonRuntime(Runtime):
 
             return DuckDBEngine(cache) if cache else DuckDBEngine()
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise UnsupportedEnvironment("the query index needs the duckdb package: pip install duckdb") from e
+            raise UnsupportedEnvironment(
+                "the query index needs the duckdb package: pip install duckdb"
+            ) from e
 
     def drain_lock(self, name: str) -> LocalDrainLock:
         return LocalDrainLock()

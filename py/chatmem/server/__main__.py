@@ -38,17 +38,38 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8787)
-    p.add_argument("--db", default=env.db,
-                   help="SQLite file (':memory:' for a throwaway server) or a postgresql:// URL")
-    p.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY",
-                   help="single-account shortcut: a key with its own data space (repeatable)")
-    p.add_argument("--cors-origin", action="append", default=[], dest="cors_origins", metavar="ORIGIN",
-                   help="allowed page origin (repeatable; default: any)")
+    p.add_argument(
+        "--db", default=env.db, help="SQLite file (':memory:' for a throwaway server) or a postgresql:// URL"
+    )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        dest="api_keys",
+        metavar="KEY",
+        help="single-account shortcut: a key with its own data space (repeatable)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        dest="cors_origins",
+        metavar="ORIGIN",
+        help="allowed page origin (repeatable; default: any)",
+    )
     p.add_argument("--max-body", type=int, default=env.max_body, help="largest request body in bytes")
-    p.add_argument("--ops-per-minute", type=int, default=env.ops_per_minute,
-                   help="default per-account push quota (0: unlimited; default 6000)")
-    p.add_argument("--max-bytes", type=int, default=env.max_bytes,
-                   help="default per-account stored-bytes quota (0: unlimited; default 1 GiB)")
+    p.add_argument(
+        "--ops-per-minute",
+        type=int,
+        default=env.ops_per_minute,
+        help="default per-account push quota (0: unlimited; default 6000)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=env.max_bytes,
+        help="default per-account stored-bytes quota (0: unlimited; default 1 GiB)",
+    )
     p.add_argument("--pool-size", type=int, default=env.pool_size, help="PostgreSQL connections")
     p.add_argument("--heartbeat", type=float, default=env.heartbeat, help="seconds between stream pings")
     p.add_argument("--faults", default=env.faults, help="fault plan for testing, e.g. '500x3,429:2,drop'")
@@ -62,17 +83,27 @@ def main(argv: list[str] | None = None) -> int:
     storage = open_storage(args.db, pool_size=args.pool_size)
     if not keys and not storage.accounts():
         storage.close()
-        p.error("give at least one --api-key (or set CHATMEM_SYNC_API_KEYS), or add an account: "
-                "python -m chatmem.server accounts add NAME --db DB")
+        p.error(
+            "give at least one --api-key (or set CHATMEM_SYNC_API_KEYS), or add an account: "
+            "python -m chatmem.server accounts add NAME --db DB"
+        )
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     server = SyncServer(
-        keys, storage=storage, host=args.host, port=args.port, faults=faults,
-        cors_origins=args.cors_origins or env.cors_origins, log_level=args.log_level,
-        max_body=args.max_body, heartbeat=args.heartbeat,
+        keys,
+        storage=storage,
+        host=args.host,
+        port=args.port,
+        faults=faults,
+        cors_origins=args.cors_origins or env.cors_origins,
+        log_level=args.log_level,
+        max_body=args.max_body,
+        heartbeat=args.heartbeat,
         quotas=ServerSettings(ops_per_minute=args.ops_per_minute, max_bytes=args.max_bytes).quotas,
     )
-    print(f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db.split('@')[-1]})",
-          file=sys.stderr)
+    print(
+        f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db.split('@')[-1]})",
+        file=sys.stderr,
+    )
     try:
         server.serve_forever()
     finally:

@@ -62,21 +62,30 @@ class Principal:
 
 
 def add_account(
-    storage: SyncStorage, name: str, *, ops_per_minute: int | None = None,
-    max_bytes: int | None = None, clock: Clock = system_clock,
+    storage: SyncStorage,
+    name: str,
+    *,
+    ops_per_minute: int | None = None,
+    max_bytes: int | None = None,
+    clock: Clock = system_clock,
 ) -> Account:
     """Create an account with its own (empty) space; ``ValidationError`` for a bad or taken name."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValidationError(
-            "account name: 1-128 of letters, digits, '.', '_', '@', '-' (not first)", field="name")
+            "account name: 1-128 of letters, digits, '.', '_', '@', '-' (not first)", field="name"
+        )
     for v, f in ((ops_per_minute, "ops_per_minute"), (max_bytes, "max_bytes")):
         if v is not None and v < 0:
             raise ValidationError(f"{f} must be >= 0 (0: unlimited)", field=f)
     if storage.account(name) is not None:
         raise ValidationError(f"account {shown(name)} already exists", field="name")
     acct = Account(
-        id=secrets.token_hex(8), name=name, space="acct-" + secrets.token_hex(16),
-        created_at=clock(), ops_per_minute=ops_per_minute, max_bytes=max_bytes,
+        id=secrets.token_hex(8),
+        name=name,
+        space="acct-" + secrets.token_hex(16),
+        created_at=clock(),
+        ops_per_minute=ops_per_minute,
+        max_bytes=max_bytes,
     )
     storage.add_account(acct)
     return acct

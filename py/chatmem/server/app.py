@@ -113,8 +113,9 @@ def create_app(
             await _db(storage.ping)
         except DatabaseUnavailable:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
-        return JSONResponse({"status": "ok", "protocol": 1, "capabilities": [CAPABILITY],
-                             "database": "ok", "stream": True})
+        return JSONResponse(
+            {"status": "ok", "protocol": 1, "capabilities": [CAPABILITY], "database": "ok", "stream": True}
+        )
 
     async def push(request: Request) -> Response:
         who = await principal(request)
@@ -335,11 +336,19 @@ class AccessLog:
             await self.app(scope, receive, watch)
         finally:
             state = scope.get("state", {})
-            log.info(json.dumps({
-                "event": "request", "method": scope["method"], "path": scope["path"],
-                "status": status[0], "ms": round((time.perf_counter() - start) * 1000, 1),
-                "account": state.get("account"), "ops": state.get("ops"),
-            }))
+            log.info(
+                json.dumps(
+                    {
+                        "event": "request",
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "status": status[0],
+                        "ms": round((time.perf_counter() - start) * 1000, 1),
+                        "account": state.get("account"),
+                        "ops": state.get("ops"),
+                    }
+                )
+            )
 
 
 class FaultMiddleware:

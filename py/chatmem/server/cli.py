@@ -46,8 +46,10 @@ def _accounts_add(st: SyncStorage, a: argparse.Namespace) -> None:
 
 def _accounts_list(st: SyncStorage, a: argparse.Namespace) -> None:
     for acct in st.accounts():
-        print(f"{acct.name}\tid={acct.id}\tcreated={_when(acct.created_at)}\t"
-              f"ops_per_minute={_quota(acct.ops_per_minute)}\tmax_bytes={_quota(acct.max_bytes)}")
+        print(
+            f"{acct.name}\tid={acct.id}\tcreated={_when(acct.created_at)}\t"
+            f"ops_per_minute={_quota(acct.ops_per_minute)}\tmax_bytes={_quota(acct.max_bytes)}"
+        )
 
 
 def _accounts_quota(st: SyncStorage, a: argparse.Namespace) -> None:
@@ -76,8 +78,11 @@ def _tokens_revoke(st: SyncStorage, a: argparse.Namespace) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     db = argparse.ArgumentParser(add_help=False)
-    db.add_argument("--db", default=os.environ.get("CHATMEM_SYNC_DB") or "sync.db",
-                    help="SQLite file or postgresql:// URL (default: $CHATMEM_SYNC_DB or sync.db)")
+    db.add_argument(
+        "--db",
+        default=os.environ.get("CHATMEM_SYNC_DB") or "sync.db",
+        help="SQLite file or postgresql:// URL (default: $CHATMEM_SYNC_DB or sync.db)",
+    )
     quota = argparse.ArgumentParser(add_help=False)
     quota.add_argument("--ops-per-minute", type=int, default=None, help="0: unlimited; absent: default")
     quota.add_argument("--max-bytes", type=int, default=None, help="0: unlimited; absent: default")

@@ -193,9 +193,15 @@ class E2EService:
                 raise E2EConflict("e2e-key-changed", "key_id is not the pending key")
             for i, rec in enumerate(body["records"]):
                 if not isinstance(rec, dict) or not is_id(rec.get("id")):
-                    raise ValidationError(f"records[{i}] is not a record with an id", field="records", index=i)
+                    raise ValidationError(
+                        f"records[{i}] is not a record with an id", field="records", index=i
+                    )
                 results.append(
-                    {"resource": rec.get("resource"), "id": rec["id"], "status": self._rewrite_one(txn, rec, key_id)}
+                    {
+                        "resource": rec.get("resource"),
+                        "id": rec["id"],
+                        "status": self._rewrite_one(txn, rec, key_id),
+                    }
                 )
         return {"results": results}
 
@@ -240,9 +246,7 @@ class E2EService:
             left += sum(1 for r in rows if not r.deleted and self._needs_rewrite(r.data, target))
         with self.storage.transaction(space) as txn:
             if left or txn.cursor() != seen:
-                raise E2EConflict(
-                    "e2e-not-done", f"{left or 'some'} records are not yet under the new key"
-                )
+                raise E2EConflict("e2e-not-done", f"{left or 'some'} records are not yet under the new key")
             st = _state(txn)
             st["current"], st["pending"] = st["pending"], None
             txn.meta_put(META, st)

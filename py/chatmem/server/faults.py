@@ -45,9 +45,7 @@ class Fault:
     path: str = "/v1/push"
 
     def describe(self) -> str:
-        what = {"status": str(self.status), "delay": f"delay:{self.seconds}", "drop": "drop"}[
-            self.kind
-        ]
+        what = {"status": str(self.status), "delay": f"delay:{self.seconds}", "drop": "drop"}[self.kind]
         return ("after:" if self.after else "") + what
 
 
@@ -83,9 +81,7 @@ class FaultPlan:
         """Answer the next ``times`` matching requests with ``status``."""
         return self.add(Fault("status", status, retry_after, path=path, after=after), times)
 
-    def rate_limit(
-        self, times: int = 1, retry_after: str | int = 1, *, path: str = "/v1/push"
-    ) -> FaultPlan:
+    def rate_limit(self, times: int = 1, retry_after: str | int = 1, *, path: str = "/v1/push") -> FaultPlan:
         """429 with ``Retry-After`` (seconds, or an HTTP-date string)."""
         return self.fail(times, 429, path=path, retry_after=str(retry_after))
 

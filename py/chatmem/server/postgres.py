@@ -49,8 +49,13 @@ class PostgresSyncStorage(SQLSyncStorage):
     def __init__(self, url: str, *, pool_size: int = 10, connect_timeout: float = 10.0):
         self.url = url
         self._pool = ConnectionPool(
-            url, min_size=1, max_size=pool_size, open=False, timeout=connect_timeout,
-            name="chatmem-sync", kwargs={"connect_timeout": max(1, int(connect_timeout))},
+            url,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=connect_timeout,
+            name="chatmem-sync",
+            kwargs={"connect_timeout": max(1, int(connect_timeout))},
         )
         self._pool.open(wait=True, timeout=connect_timeout)
         self._stop = threading.Event()

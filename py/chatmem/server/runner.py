@@ -54,9 +54,7 @@ class SyncServer:
         max_body_bytes: int | None = None,
     ):
         self.api_keys = list(api_keys)
-        self.storage: SyncStorage = (
-            storage if storage is not None else open_storage(db, pool_size=pool_size)
-        )
+        self.storage: SyncStorage = storage if storage is not None else open_storage(db, pool_size=pool_size)
         self.service = SyncService(self.storage, clock, limits=limits)
         self.faults = faults if faults is not None else FaultPlan()
         self.hub = ChangeHub()
@@ -145,8 +143,15 @@ def running_server(
     """A started ``SyncServer`` on 127.0.0.1 (port 0: a free port), stopped on exit.
     ``db`` may be a SQLite path, ``":memory:"`` or a ``postgresql://`` URL."""
     srv = SyncServer(
-        api_keys, storage=storage, db=db, host=host, port=port, faults=faults, clock=clock,
-        quotas=quotas, heartbeat=heartbeat,
+        api_keys,
+        storage=storage,
+        db=db,
+        host=host,
+        port=port,
+        faults=faults,
+        clock=clock,
+        quotas=quotas,
+        heartbeat=heartbeat,
     )
     srv.start()
     try:

@@ -120,9 +120,13 @@ class SyncService:
         number past 64 bits) reaches it, and a bad operation never fails its push."""
         op_id = op.get("op_id") if isinstance(op, Mapping) else None
         if not is_id(op_id):
-            return {"op_id": _printable(op_id), "index": index, "status": "rejected",
-                    "reason": "an operation must be an object whose op_id is a non-empty string of valid "
-                              f"Unicode of at most {MAX_ID_LENGTH} characters"}
+            return {
+                "op_id": _printable(op_id),
+                "index": index,
+                "status": "rejected",
+                "reason": "an operation must be an object whose op_id is a non-empty string of valid "
+                f"Unicode of at most {MAX_ID_LENGTH} characters",
+            }
         try:
             admit_op(op, self.limits, now)
         except ValidationError as e:
@@ -233,9 +237,7 @@ class SyncService:
         )
         return _applied(op_id, "re-created after a delete" if cur is not None else None)
 
-    def _delete(
-        self, txn: SpaceTransaction, op: Mapping[str, Any], cur: StoredRecord | None
-    ) -> Result:
+    def _delete(self, txn: SpaceTransaction, op: Mapping[str, Any], cur: StoredRecord | None) -> Result:
         op_id, rid, h, resource = op["op_id"], op["id"], op["hlc"], op["resource"]
         if cur is not None and cur.deleted:
             return _applied(op_id, "already deleted")

@@ -22,6 +22,7 @@ from .storage import Account, StoredRecord, TokenRecord
 
 __all__ = ["Execute", "MIGRATIONS", "SQLSpaceTransaction", "SQLSyncStorage", "record_size"]
 
+
 class Execute(Protocol):
     """Run one statement and return its rows (``[]`` without a result); with ``many``,
     run it once per parameter tuple of ``params`` (batched by the driver)."""
@@ -31,41 +32,50 @@ class Execute(Protocol):
 
 #: (version, statements); BIGINT and TEXT mean the same in SQLite and PostgreSQL
 MIGRATIONS: list[tuple[int, list[str]]] = [
-    (1, [
-        "CREATE TABLE IF NOT EXISTS spaces (space TEXT PRIMARY KEY, last_seq BIGINT NOT NULL)",
-        """CREATE TABLE IF NOT EXISTS records (
+    (
+        1,
+        [
+            "CREATE TABLE IF NOT EXISTS spaces (space TEXT PRIMARY KEY, last_seq BIGINT NOT NULL)",
+            """CREATE TABLE IF NOT EXISTS records (
             space TEXT NOT NULL, resource TEXT NOT NULL, id TEXT NOT NULL, data TEXT,
             deleted INTEGER NOT NULL, hlc TEXT NOT NULL, birth_hlc TEXT NOT NULL,
             field_hlc TEXT NOT NULL, session_id TEXT, seq BIGINT NOT NULL,
             PRIMARY KEY (space, resource, id))""",
-        "CREATE UNIQUE INDEX IF NOT EXISTS records_feed ON records (space, seq)",
-        "CREATE INDEX IF NOT EXISTS records_session ON records (space, session_id)",
-        """CREATE TABLE IF NOT EXISTS applied_ops (
+            "CREATE UNIQUE INDEX IF NOT EXISTS records_feed ON records (space, seq)",
+            "CREATE INDEX IF NOT EXISTS records_session ON records (space, session_id)",
+            """CREATE TABLE IF NOT EXISTS applied_ops (
             space TEXT NOT NULL, op_id TEXT NOT NULL, device_id TEXT NOT NULL,
             applied_at BIGINT NOT NULL, PRIMARY KEY (space, op_id))""",
-    ]),
-    (2, [
-        "ALTER TABLE spaces ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0",
-        "ALTER TABLE records ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
-        "UPDATE records SET size = COALESCE(LENGTH(data), 0)",
-        "UPDATE spaces SET bytes = (SELECT COALESCE(SUM(r.size), 0) FROM records r "
-        "WHERE r.space = spaces.space)",
-        """CREATE TABLE accounts (
+        ],
+    ),
+    (
+        2,
+        [
+            "ALTER TABLE spaces ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE records ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
+            "UPDATE records SET size = COALESCE(LENGTH(data), 0)",
+            "UPDATE spaces SET bytes = (SELECT COALESCE(SUM(r.size), 0) FROM records r "
+            "WHERE r.space = spaces.space)",
+            """CREATE TABLE accounts (
             id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, space TEXT NOT NULL UNIQUE,
             created_at BIGINT NOT NULL, ops_per_minute BIGINT, max_bytes BIGINT)""",
-        """CREATE TABLE tokens (
+            """CREATE TABLE tokens (
             id TEXT PRIMARY KEY, account TEXT NOT NULL REFERENCES accounts (id),
             label TEXT NOT NULL, hash TEXT NOT NULL, created_at BIGINT NOT NULL,
             revoked_at BIGINT)""",
-        "CREATE INDEX tokens_account ON tokens (account)",
-        """CREATE TABLE usage (
+            "CREATE INDEX tokens_account ON tokens (account)",
+            """CREATE TABLE usage (
             space TEXT NOT NULL, minute BIGINT NOT NULL, ops BIGINT NOT NULL,
             PRIMARY KEY (space, minute))""",
-    ]),
-    (3, [
-        """CREATE TABLE IF NOT EXISTS space_meta (
+        ],
+    ),
+    (
+        3,
+        [
+            """CREATE TABLE IF NOT EXISTS space_meta (
             space TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (space, name))""",
-    ]),
+        ],
+    ),
 ]
 
 _COLUMNS = "resource, id, data, deleted, hlc, birth_hlc, field_hlc, session_id, seq"
@@ -128,8 +138,9 @@ class SQLSpaceTransaction:
         for i in range(0, len(unique), 500):
             chunk = unique[i : i + 500]
             marks = ",".join("?" * len(chunk))
-            rows = self.ex(f"SELECT op_id FROM applied_ops WHERE space = ? AND op_id IN ({marks})",
-                           (self.space, *chunk))
+            rows = self.ex(
+                f"SELECT op_id FROM applied_ops WHERE space = ? AND op_id IN ({marks})", (self.space, *chunk)
+            )
             found.update(r[0] for r in rows)
         return found
 
@@ -143,8 +154,9 @@ class SQLSpaceTransaction:
             chunk = todo[i : i + 300]
             cond = " OR ".join(["(resource = ? AND id = ?)"] * len(chunk))
             flat = [x for k in chunk for x in k]
-            rows = self.ex(f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND ({cond})",
-                           (self.space, *flat))
+            rows = self.ex(
+                f"SELECT {_COLUMNS}, size FROM records WHERE space = ? AND ({cond})", (self.space, *flat)
+            )
             for k in chunk:
                 self._known[k] = (None, 0)
             for r in rows:
@@ -158,8 +170,9 @@ class SQLSpaceTransaction:
         if rec is None:
             return None
         # a copy: the caller may change it before (or without) putting it back
-        return replace(rec, data=dict(rec.data) if rec.data is not None else None,
-                       field_hlc=dict(rec.field_hlc))
+        return replace(
+            rec, data=dict(rec.data) if rec.data is not None else None, field_hlc=dict(rec.field_hlc)
+        )
 
     def put(self, record: StoredRecord) -> int:
         self._seq += 1
@@ -170,11 +183,26 @@ class SQLSpaceTransaction:
         if key not in self._known:
             self.prefetch([key])
         self._bytes += size - self._known[key][1]
-        self._known[key] = (replace(record, data=dict(record.data) if record.data is not None else None,
-                                    field_hlc=dict(record.field_hlc)), size)
+        self._known[key] = (
+            replace(
+                record,
+                data=dict(record.data) if record.data is not None else None,
+                field_hlc=dict(record.field_hlc),
+            ),
+            size,
+        )
         self._writes[key] = (
-            self.space, record.resource, record.id, data, int(record.deleted), record.hlc,
-            record.birth_hlc, json.dumps(record.field_hlc), record.session_id, record.seq, size,
+            self.space,
+            record.resource,
+            record.id,
+            data,
+            int(record.deleted),
+            record.hlc,
+            record.birth_hlc,
+            json.dumps(record.field_hlc),
+            record.session_id,
+            record.seq,
+            size,
         )
         return self._seq
 
@@ -187,12 +215,16 @@ class SQLSpaceTransaction:
                 "deleted = excluded.deleted, hlc = excluded.hlc, birth_hlc = excluded.birth_hlc, "
                 "field_hlc = excluded.field_hlc, session_id = excluded.session_id, seq = excluded.seq, "
                 "size = excluded.size",
-                list(self._writes.values()), many=True,
+                list(self._writes.values()),
+                many=True,
             )
             self._writes.clear()
         if self._ops:
-            self.ex("INSERT INTO applied_ops (space, op_id, device_id, applied_at) VALUES (?, ?, ?, ?)",
-                    self._ops, many=True)
+            self.ex(
+                "INSERT INTO applied_ops (space, op_id, device_id, applied_at) VALUES (?, ?, ?, ?)",
+                self._ops,
+                many=True,
+            )
             self._ops = []
 
     def live_messages(self, session_id: str) -> list[StoredRecord]:
@@ -225,9 +257,11 @@ class SQLSpaceTransaction:
         if value is None:
             self.ex("DELETE FROM space_meta WHERE space = ? AND name = ?", (self.space, name))
             return
-        self.ex("INSERT INTO space_meta (space, name, value) VALUES (?, ?, ?) "
-                "ON CONFLICT (space, name) DO UPDATE SET value = excluded.value",
-                (self.space, name, json.dumps(value)))
+        self.ex(
+            "INSERT INTO space_meta (space, name, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (space, name) DO UPDATE SET value = excluded.value",
+            (self.space, name, json.dumps(value)),
+        )
 
     def count_ops(self, minute: int, n: int) -> int:
         """Add ``n`` to this space's operation count of ``minute``; return the count before."""
@@ -262,8 +296,11 @@ class SQLSyncStorage(ABC):
         """Apply the migrations not yet applied; return the schema version."""
         with self._session() as ex:
             self._migration_lock(ex)
-            ex("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, "
-               "applied_at BIGINT NOT NULL)", ())
+            ex(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, "
+                "applied_at BIGINT NOT NULL)",
+                (),
+            )
             done = {int(r[0]) for r in ex("SELECT version FROM schema_migrations", ())}
             import time
 
@@ -272,8 +309,10 @@ class SQLSyncStorage(ABC):
                     continue
                 for sql in statements:
                     ex(sql, ())
-                ex("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-                   (version, int(time.time() * 1000)))
+                ex(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, int(time.time() * 1000)),
+                )
             return max([v for v, _ in MIGRATIONS])
 
     def _migration_lock(self, ex: Execute) -> None:
@@ -289,21 +328,27 @@ class SQLSyncStorage(ABC):
     @contextmanager
     def transaction(self, space: str) -> Iterator[SQLSpaceTransaction]:
         with self._session() as ex:
-            ex("INSERT INTO spaces (space, last_seq, bytes) VALUES (?, 0, 0) ON CONFLICT (space) DO NOTHING",
-               (space,))
+            ex(
+                "INSERT INTO spaces (space, last_seq, bytes) VALUES (?, 0, 0) ON CONFLICT (space) DO NOTHING",
+                (space,),
+            )
             row = ex(f"SELECT last_seq, bytes FROM spaces WHERE space = ?{self.space_lock}", (space,))[0]
             txn = SQLSpaceTransaction(ex, space, int(row[0]), int(row[1]))
             yield txn
             txn.flush()
             if txn.changed:
-                ex("UPDATE spaces SET last_seq = ?, bytes = ? WHERE space = ?",
-                   (txn.cursor(), txn.stored_bytes(), space))
+                ex(
+                    "UPDATE spaces SET last_seq = ?, bytes = ? WHERE space = ?",
+                    (txn.cursor(), txn.stored_bytes(), space),
+                )
                 self._announce(ex, space, txn.cursor())
 
     def changes(self, space: str, since: int, limit: int) -> list[StoredRecord]:
         with self._session() as ex:
-            rows = ex(f"SELECT {_COLUMNS} FROM records WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
-                      (space, since, limit))
+            rows = ex(
+                f"SELECT {_COLUMNS} FROM records WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (space, since, limit),
+            )
         return [_row(r) for r in rows]
 
     def cursor(self, space: str) -> int:
@@ -336,9 +381,17 @@ class SQLSyncStorage(ABC):
         """``DuplicateId`` if the name (or id) is taken."""
         try:
             with self._session() as ex:
-                ex(f"INSERT INTO accounts ({_ACCOUNT}) VALUES (?, ?, ?, ?, ?, ?)",
-                   (account.id, account.name, account.space, account.created_at,
-                    account.ops_per_minute, account.max_bytes))
+                ex(
+                    f"INSERT INTO accounts ({_ACCOUNT}) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        account.id,
+                        account.name,
+                        account.space,
+                        account.created_at,
+                        account.ops_per_minute,
+                        account.max_bytes,
+                    ),
+                )
         except self.integrity_errors as e:
             raise DuplicateId(f"account {shown(account.name)} already exists") from e
 
@@ -346,8 +399,10 @@ class SQLSyncStorage(ABC):
         with self._session() as ex:
             found = ex("SELECT id FROM accounts WHERE name = ?", (name,))
             if found:
-                ex("UPDATE accounts SET ops_per_minute = ?, max_bytes = ? WHERE name = ?",
-                   (ops_per_minute, max_bytes, name))
+                ex(
+                    "UPDATE accounts SET ops_per_minute = ?, max_bytes = ? WHERE name = ?",
+                    (ops_per_minute, max_bytes, name),
+                )
         return bool(found)
 
     def account(self, name: str) -> Account | None:
@@ -362,16 +417,22 @@ class SQLSyncStorage(ABC):
 
     def add_token(self, token: TokenRecord) -> None:
         with self._session() as ex:
-            ex(f"INSERT INTO tokens ({_TOKEN}) VALUES (?, ?, ?, ?, ?, ?)",
-               (token.id, token.account, token.label, token.hash, token.created_at, token.revoked_at))
+            ex(
+                f"INSERT INTO tokens ({_TOKEN}) VALUES (?, ?, ?, ?, ?, ?)",
+                (token.id, token.account, token.label, token.hash, token.created_at, token.revoked_at),
+            )
 
     def token(self, token_id: str) -> tuple[TokenRecord, Account] | None:
         """A token's record and its account (revoked tokens too), or None."""
-        cols = ", ".join(f"t.{c}" for c in _TOKEN.split(", ")) + ", " + ", ".join(
-            f"a.{c}" for c in _ACCOUNT.split(", "))
+        cols = (
+            ", ".join(f"t.{c}" for c in _TOKEN.split(", "))
+            + ", "
+            + ", ".join(f"a.{c}" for c in _ACCOUNT.split(", "))
+        )
         with self._session() as ex:
-            rows = ex(f"SELECT {cols} FROM tokens t JOIN accounts a ON a.id = t.account WHERE t.id = ?",
-                      (token_id,))
+            rows = ex(
+                f"SELECT {cols} FROM tokens t JOIN accounts a ON a.id = t.account WHERE t.id = ?", (token_id,)
+            )
         return (_token(rows[0][:6]), _account(rows[0][6:])) if rows else None
 
     def tokens(self, account_id: str) -> list[TokenRecord]:

@@ -29,7 +29,15 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar, cast, runtime_che
 
 T = TypeVar("T")
 
-__all__ = ["Store", "SESSION_PRIVATE_FIELDS", "OUTBOX_KEY", "clone", "gate_ops", "snapshot_of", "next_seq_after"]
+__all__ = [
+    "Store",
+    "SESSION_PRIVATE_FIELDS",
+    "OUTBOX_KEY",
+    "clone",
+    "gate_ops",
+    "snapshot_of",
+    "next_seq_after",
+]
 
 #: kv key whose presence means "sync was turned on: enqueue ops"; its value is the
 #: backfill snapshot ``{"at": ms, "sessions": [[sessionId, nextSeq], ...]}``

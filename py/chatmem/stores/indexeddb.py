@@ -78,7 +78,9 @@ class IndexedDBStore:
     async def all_sessions(self) -> list[dict[str, Any]]:
         return await self._db.call("allSessions")  # type: ignore[no-any-return]
 
-    async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
+    async def update_session(
+        self, session_id: str, changes: dict[str, Any], ops: Ops = None
+    ) -> dict[str, Any]:
         return await self._db.call("updateSession", sessionId=session_id, changes=changes, ops=ops)  # type: ignore[no-any-return]
 
     async def delete_session(self, session_id: str, ops: Ops = None) -> bool:
@@ -122,9 +124,12 @@ class IndexedDBStore:
             r["sessionId"] = session_id
         return records, sess
 
-    async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
+    async def delete_messages(
+        self, session_id: str, message_ids: list[str], ops: Ops = None
+    ) -> dict[str, Any]:
         return await self._db.call(  # type: ignore[no-any-return]
-            "deleteMessages", sessionId=session_id, messageIds=message_ids, ops=ops)
+            "deleteMessages", sessionId=session_id, messageIds=message_ids, ops=ops
+        )
 
     async def import_sessions(
         self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None

@@ -53,7 +53,9 @@ class MemoryStore:
     async def all_sessions(self) -> list[dict[str, Any]]:
         return [clone(r) for r in self._sessions.values()]
 
-    async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
+    async def update_session(
+        self, session_id: str, changes: dict[str, Any], ops: Ops = None
+    ) -> dict[str, Any]:
         rec = self._sessions.get(session_id)
         if rec is None:
             raise SessionNotFound(session_id)
@@ -157,7 +159,9 @@ class MemoryStore:
         self._enqueue(ops, created)
         return clone(out), clone(sess)
 
-    async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
+    async def delete_messages(
+        self, session_id: str, message_ids: list[str], ops: Ops = None
+    ) -> dict[str, Any]:
         sess = self._sessions.get(session_id)
         if sess is None:
             raise SessionNotFound(session_id)
@@ -183,9 +187,9 @@ class MemoryStore:
         if newest_first:
             end = len(msgs) - offset
             start = 0 if limit is None else max(0, end - limit)
-            page = list(reversed(msgs[start:max(end, 0)]))
+            page = list(reversed(msgs[start : max(end, 0)]))
         else:
-            page = msgs[offset:] if limit is None else msgs[offset:offset + limit]
+            page = msgs[offset:] if limit is None else msgs[offset : offset + limit]
         return clone(page)
 
     async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:

@@ -70,7 +70,9 @@ class SQLiteStore:
         self._closed = False
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL" if path != ":memory:" else "PRAGMA journal_mode=MEMORY")
+            self._db.execute(
+                "PRAGMA journal_mode=WAL" if path != ":memory:" else "PRAGMA journal_mode=MEMORY"
+            )
             self._db.execute("PRAGMA synchronous=" + ("FULL" if durability == "strict" else "NORMAL"))
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
@@ -195,7 +197,9 @@ class SQLiteStore:
         rows = await self._run(lambda db: db.execute("SELECT record FROM sessions").fetchall())
         return [json.loads(r[0]) for r in rows]
 
-    async def update_session(self, session_id: str, changes: dict[str, Any], ops: Ops = None) -> dict[str, Any]:
+    async def update_session(
+        self, session_id: str, changes: dict[str, Any], ops: Ops = None
+    ) -> dict[str, Any]:
         def tx(db: sqlite3.Connection) -> dict[str, Any]:
             rec = self._session(db, session_id)
             if rec is None:
@@ -238,7 +242,9 @@ class SQLiteStore:
         create: dict[str, Any] | None = None,
         ops: Ops = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        ops = ops() if callable(ops) else ops  # here, not in the worker thread: ids and clocks are not thread-safe
+        ops = (
+            ops() if callable(ops) else ops
+        )  # here, not in the worker thread: ids and clocks are not thread-safe
 
         def tx(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             sess = self._session(db, session_id)
@@ -260,7 +266,9 @@ class SQLiteStore:
 
         return await self._run(tx, write=True)
 
-    async def delete_messages(self, session_id: str, message_ids: list[str], ops: Ops = None) -> dict[str, Any]:
+    async def delete_messages(
+        self, session_id: str, message_ids: list[str], ops: Ops = None
+    ) -> dict[str, Any]:
         def tx(db: sqlite3.Connection) -> dict[str, Any]:
             sess = self._session(db, session_id)
             if sess is None:
@@ -282,7 +290,9 @@ class SQLiteStore:
     async def import_sessions(
         self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], replace: bool, ops: Ops = None
     ) -> None:
-        ops = ops() if callable(ops) else ops  # here, not in the worker thread: ids and clocks are not thread-safe
+        ops = (
+            ops() if callable(ops) else ops
+        )  # here, not in the worker thread: ids and clocks are not thread-safe
 
         def tx(db: sqlite3.Connection) -> None:
             for rec, msgs in items:
@@ -307,7 +317,9 @@ class SQLiteStore:
             for i in range(0, len(message_ids), 500):
                 chunk = message_ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
-                found.update(db.execute(f"SELECT id, record FROM messages WHERE id IN ({marks})", chunk).fetchall())
+                found.update(
+                    db.execute(f"SELECT id, record FROM messages WHERE id IN ({marks})", chunk).fetchall()
+                )
             return found
 
         found = await self._run(read)
@@ -329,8 +341,12 @@ class SQLiteStore:
         def read(db: sqlite3.Connection) -> list[str]:
             out: list[str] = []
             for sid in session_ids:
-                out.extend(r[0] for r in db.execute(
-                    "SELECT record FROM messages WHERE session_id = ? ORDER BY seq", (sid,)))
+                out.extend(
+                    r[0]
+                    for r in db.execute(
+                        "SELECT record FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
+                    )
+                )
             return out
 
         return [json.loads(r) for r in await self._run(read)]
@@ -414,7 +430,9 @@ class SQLiteStore:
         await self._run(tx, write=True)
 
     async def dead_list(self) -> list[dict[str, Any]]:
-        rows = await self._run(lambda db: db.execute("SELECT record FROM dead_letter ORDER BY rowid").fetchall())
+        rows = await self._run(
+            lambda db: db.execute("SELECT record FROM dead_letter ORDER BY rowid").fetchall()
+        )
         return [json.loads(r[0]) for r in rows]
 
     def _dead_ids(self, db: sqlite3.Connection, op_ids: list[str] | None) -> list[str]:

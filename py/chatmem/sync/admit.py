@@ -41,8 +41,9 @@ def admit_op(op: Any, limits: Limits, now_ms: int) -> SyncOp:
         if isinstance(data, Mapping):
             extra = [k for k in data if k != "sessionId"]
             if extra:
-                raise ValidationError(f"a delete carries only sessionId in its data, not {shown(extra[0])}",
-                                      field="data")
+                raise ValidationError(
+                    f"a delete carries only sessionId in its data, not {shown(extra[0])}", field="data"
+                )
             check_value(dict(data), limits, max_bytes=1024)
         return valid
     assert isinstance(data, Mapping)

@@ -126,8 +126,11 @@ class Backfill:
             for m in page:
                 if int(m["seq"]) < upto:
                     known[m["id"]] = m
-                    buf.append(await outbox.op("create", "message", m["id"], sid, None,
-                                               backfill_op_id("message", m["id"])))
+                    buf.append(
+                        await outbox.op(
+                            "create", "message", m["id"], sid, None, backfill_op_id("message", m["id"])
+                        )
+                    )
             offset += len(page)
             while len(buf) >= size:
                 batch, buf = buf[:size], buf[size:]
@@ -139,7 +142,12 @@ class Backfill:
 
 
 async def push_history(
-    engine: EncryptedSync, backfill: Backfill, cfg: SyncConfig, client: SyncClient, policy: BackoffPolicy, wait: bool
+    engine: EncryptedSync,
+    backfill: Backfill,
+    cfg: SyncConfig,
+    client: SyncClient,
+    policy: BackoffPolicy,
+    wait: bool,
 ) -> tuple[SyncState | None, int, int, int]:
     """Push the history through ``client`` for ``engine`` (under its drain lock):
     (state if it stopped early, requests, acknowledged, dead-lettered)."""
@@ -173,25 +181,48 @@ async def push_history(
                 if failures > cfg.max_retries or not wait or engine._closed:
                     stop.append("error")
                     return False
-                await engine.sleep(policy.delay(failures - 1, e.retry_after_ms, engine._now(), engine.rand) / 1000)
+                await engine.sleep(
+                    policy.delay(failures - 1, e.retry_after_ms, engine._now(), engine.rand) / 1000
+                )
                 continue
             except (SyncPermanentError, ValidationError) as e:
-                await store.outbox_to_dead([
-                    dead_record(by_op[p["op_id"]], f"the server refused the batch: {e}",
-                            getattr(e, "response", None), getattr(e, "status", None), engine._now())
-                    for p in payload
-                ])
+                await store.outbox_to_dead(
+                    [
+                        dead_record(
+                            by_op[p["op_id"]],
+                            f"the server refused the batch: {e}",
+                            getattr(e, "response", None),
+                            getattr(e, "status", None),
+                            engine._now(),
+                        )
+                        for p in payload
+                    ]
+                )
                 counts[2] += len(payload)
                 return True
             results = resp.by_op_id()
-            rejected = [p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"]
+            rejected = [
+                p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"
+            ]
             if rejected:
-                await store.outbox_to_dead([
-                    dead_record(by_op[p["op_id"]], results[p["op_id"]].reason or "rejected by the server",
-                            json.dumps({"op_id": p["op_id"], "status": "rejected",
-                                        "reason": results[p["op_id"]].reason}), 200, engine._now())
-                    for p in rejected
-                ])
+                await store.outbox_to_dead(
+                    [
+                        dead_record(
+                            by_op[p["op_id"]],
+                            results[p["op_id"]].reason or "rejected by the server",
+                            json.dumps(
+                                {
+                                    "op_id": p["op_id"],
+                                    "status": "rejected",
+                                    "reason": results[p["op_id"]].reason,
+                                }
+                            ),
+                            200,
+                            engine._now(),
+                        )
+                        for p in rejected
+                    ]
+                )
             counts[1] += sum(1 for r in resp.results if r.delivered)
             counts[2] += len(rejected)
             engine._last_success = engine._now()

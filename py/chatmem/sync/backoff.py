@@ -69,9 +69,7 @@ class BackoffPolicy:
         rand: Random = random.random,
     ) -> int:
         """The server's ``Retry-After`` (header text, or ms as an int) if given, else ``backoff``."""
-        wait = (
-            retry_after if isinstance(retry_after, int) else parse_retry_after(retry_after, now_ms)
-        )
+        wait = retry_after if isinstance(retry_after, int) else parse_retry_after(retry_after, now_ms)
         if wait is not None:
             return min(max(0, wait), self.retry_after_cap_ms)
         return self.backoff(retry, rand)

@@ -32,9 +32,7 @@ class CryptographySuite:
         aead = self._aesgcm(key)
         return [aead.encrypt(iv, pt, ad) for iv, pt, ad in items]
 
-    async def open_many(
-        self, key: bytes, items: Sequence[tuple[bytes, bytes, bytes]]
-    ) -> list[bytes | None]:
+    async def open_many(self, key: bytes, items: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes | None]:
         from cryptography.exceptions import InvalidTag
 
         aead = self._aesgcm(key)

@@ -72,9 +72,7 @@ def normalize_endpoint(endpoint: str) -> str:
             field="endpoint",
         )
     if parts.username is not None or parts.password is not None:
-        raise ValidationError(
-            "endpoint must not contain credentials; set api_key instead", field="endpoint"
-        )
+        raise ValidationError("endpoint must not contain credentials; set api_key instead", field="endpoint")
     if parts.query or parts.fragment:
         raise ValidationError("endpoint must not have a query or fragment", field="endpoint")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
@@ -84,8 +82,9 @@ def _int(value: Any, name: str, minimum: int, maximum: int | None = None) -> Non
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValidationError(f"{name} must be an int >= {shown(minimum)}", field=name)
     if value > (INT64_MAX if maximum is None else maximum):
-        raise ValidationError(f"{name} must be at most {shown(INT64_MAX if maximum is None else maximum)}",
-                              field=name)
+        raise ValidationError(
+            f"{name} must be at most {shown(INT64_MAX if maximum is None else maximum)}", field=name
+        )
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,9 @@ class SyncConfig:
                 continue  # present in public dicts; carries no value
             name = _ALIASES.get(key, key)
             if name not in names:
-                raise ValidationError(f"unknown sync config field {shown(key)}", field=key if isinstance(key, str) else "config")
+                raise ValidationError(
+                    f"unknown sync config field {shown(key)}", field=key if isinstance(key, str) else "config"
+                )
             kwargs[name] = _encryption(value) if name == "encryption" else value
         return cls(**kwargs)
 

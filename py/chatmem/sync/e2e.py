@@ -106,9 +106,7 @@ class CipherSuite(Protocol):
         """AES-256-GCM encrypt each ``(iv, plaintext, ad)``: ``ciphertext || tag``."""
         ...
 
-    async def open_many(
-        self, key: bytes, items: Sequence[tuple[bytes, bytes, bytes]]
-    ) -> list[bytes | None]:
+    async def open_many(self, key: bytes, items: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes | None]:
         """AES-256-GCM decrypt each ``(iv, ciphertext || tag, ad)``; None where it does not authenticate."""
         ...
 
@@ -203,8 +201,14 @@ class KeyParams:
     check: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"v": FORMAT, "kdf": self.kdf, "salt": self.salt, "iterations": self.iterations,
-                "key_id": self.key_id, "check": self.check}
+        return {
+            "v": FORMAT,
+            "kdf": self.kdf,
+            "salt": self.salt,
+            "iterations": self.iterations,
+            "key_id": self.key_id,
+            "check": self.check,
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> KeyParams:
@@ -264,9 +268,7 @@ async def derive_key(secret: Passphrase | EncryptionKey, params: KeyParams, suit
     """The key for ``params`` if ``secret`` matches its check value, else ``WrongPassphrase``."""
     key, check = space_key(await _master(secret, params, suite))
     if not hmac.compare_digest(check, params.check):
-        raise WrongPassphrase(
-            "the passphrase does not match this sync space (its key check value differs)"
-        )
+        raise WrongPassphrase("the passphrase does not match this sync space (its key check value differs)")
     return key
 
 
@@ -342,9 +344,7 @@ def envelope_key_ids(data: Mapping[str, Any] | None) -> set[str | None]:
     """The key ids of a record's envelopes; ``None`` stands for a plain content field."""
     if data is None:
         return set()
-    return {
-        (str(v.get("k")) if is_envelope(v) else None) for k, v in data.items() if k not in PLAIN_FIELDS
-    }
+    return {(str(v.get("k")) if is_envelope(v) else None) for k, v in data.items() if k not in PLAIN_FIELDS}
 
 
 @dataclass
@@ -390,8 +390,14 @@ async def encrypt_records(
     for it, ct in zip(items, sealed):
         target = out[it.index]
         assert target is not None
-        target[it.fname] = {"e2e": FORMAT, "k": key.key_id, "op": it.op_id, "hlc": it.hlc,
-                            "iv": b64e(it.iv), "ct": b64e(ct)}
+        target[it.fname] = {
+            "e2e": FORMAT,
+            "k": key.key_id,
+            "op": it.op_id,
+            "hlc": it.hlc,
+            "iv": b64e(it.iv),
+            "ct": b64e(ct),
+        }
     return out
 
 
@@ -481,7 +487,9 @@ async def decrypt_each(
             where = f"{rec['resource']} {shown(rec['id'])} field {shown(it.fname)}"
             try:
                 if pt is None:
-                    raise DecryptionError(f"{where} failed authentication (tampered, or moved to another record)")
+                    raise DecryptionError(
+                        f"{where} failed authentication (tampered, or moved to another record)"
+                    )
                 try:
                     value = json.loads(pt.decode("utf-8"))
                 except (UnicodeDecodeError, ValueError, RecursionError) as e:

@@ -97,8 +97,17 @@ if TYPE_CHECKING:
     from ..core import Core
     from .e2e import CipherSuite
 
-__all__ = ["CONFIG_KEY", "CURSOR_KEY", "HLC_KEY", "STATUS_KEY", "DrainLock", "LocalDrainLock", "PullReport",
-           "PushReport", "SyncEngine"]
+__all__ = [
+    "CONFIG_KEY",
+    "CURSOR_KEY",
+    "HLC_KEY",
+    "STATUS_KEY",
+    "DrainLock",
+    "LocalDrainLock",
+    "PullReport",
+    "PushReport",
+    "SyncEngine",
+]
 
 log = logging.getLogger("chatmem.sync")
 
@@ -278,11 +287,14 @@ class SyncEngine(AutoSync, EncryptedSync):
                 quarantine_reasons=reasons,
             )
         else:
-            out = SyncStatus(self._state, pending, dead, self._last_success, self._last_error, quarantined,
-                             reasons)
+            out = SyncStatus(
+                self._state, pending, dead, self._last_success, self._last_error, quarantined, reasons
+            )
         if dead and out.state == "idle":
             # dead letters wait for the user: that is an error until replayed or discarded
-            out = dataclasses.replace(out, state="error", last_error=await dead_letter_error(self._core.store))
+            out = dataclasses.replace(
+                out, state="error", last_error=await dead_letter_error(self._core.store)
+            )
         return out
 
     async def quarantined(self) -> list[dict[str, Any]]:
@@ -368,7 +380,9 @@ class SyncEngine(AutoSync, EncryptedSync):
         while True:
             now = self._now()
             ops = await store.outbox_list()
-            batch, wake = select_batch(ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive)
+            batch, wake = select_batch(
+                ops, now, cfg.batch_size, owner=self.owner, exclusive=self._lock.exclusive
+            )
             if batch:
                 payload, batch = await resolve_batch(store, batch)
                 if not batch:
@@ -407,7 +421,10 @@ class SyncEngine(AutoSync, EncryptedSync):
                 status = getattr(e, "status", None)
                 response = getattr(e, "response", None)
                 await store.outbox_to_dead(
-                    [dead_record(op, f"the server refused the batch: {e}", response, status, self._now()) for op in batch]
+                    [
+                        dead_record(op, f"the server refused the batch: {e}", response, status, self._now())
+                        for op in batch
+                    ]
                 )
                 dead += len(batch)
                 self._last_error = str(e)
@@ -461,7 +478,9 @@ class SyncEngine(AutoSync, EncryptedSync):
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
         try:
-            if (stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]) is not None:
+            if (
+                stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]
+            ) is not None:
                 return PullReport(state=stopped)
             return await self._pull(cfg, client)
         except (WrongPassphrase, DecryptionError) as e:

@@ -100,7 +100,9 @@ def check_skew(hlc: object, now_ms: int, max_skew_ms: int = DEFAULT_MAX_SKEW_MS)
     if ahead > max_skew_ms:
         raise ClockSkew(
             f"HLC {hlc!s:.60} is {ahead} ms ahead of this clock (at most {max_skew_ms} ms allowed)",
-            ahead_ms=ahead, bound_ms=max_skew_ms)
+            ahead_ms=ahead,
+            bound_ms=max_skew_ms,
+        )
     return parts
 
 
@@ -114,8 +116,14 @@ def compare_hlc(a: str, b: str) -> int:
 class HybridLogicalClock:
     """A monotonic HLC for one device, over an injected millisecond ``clock``."""
 
-    def __init__(self, device_id: str, clock: Clock = system_clock, *, last: str | None = None,
-                 max_skew_ms: int = DEFAULT_MAX_SKEW_MS):
+    def __init__(
+        self,
+        device_id: str,
+        clock: Clock = system_clock,
+        *,
+        last: str | None = None,
+        max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+    ):
         self.device_id = validate_device_id(device_id)
         self._clock = clock
         self.max_skew_ms = max_skew_ms
@@ -139,9 +147,7 @@ class HybridLogicalClock:
         return out
 
     def _observe(self, remote: HLCParts) -> None:
-        self._wall, self._counter = max(
-            (self._wall, self._counter), (remote.wall_ms, remote.counter)
-        )
+        self._wall, self._counter = max((self._wall, self._counter), (remote.wall_ms, remote.counter))
 
     def now(self) -> str:
         """A new HLC, strictly after every HLC this clock produced or received."""

@@ -234,7 +234,10 @@ class Keyring:
         raise SyncTransientError("re-encryption did not settle: records keep changing; try again")
 
     async def _rewrite(
-        self, client: SyncClient, records: Sequence[Mapping[str, Any]], keys: Mapping[str, SpaceKey],
+        self,
+        client: SyncClient,
+        records: Sequence[Mapping[str, Any]],
+        keys: Mapping[str, SpaceKey],
         new: SpaceKey,
     ) -> None:
         for r in records:
@@ -243,13 +246,19 @@ class Keyring:
                 raise WrongPassphrase("some records are under a key this device does not have")
         plain = await decrypt_records(records, keys, self.suite, allow_plain=True)
         ops = [
-            {"op_id": "rekey-" + self._ids(), "resource": r["resource"], "id": r["id"], "hlc": r["hlc"],
-             "data": d}
+            {
+                "op_id": "rekey-" + self._ids(),
+                "resource": r["resource"],
+                "id": r["id"],
+                "hlc": r["hlc"],
+                "data": d,
+            }
             for r, d in zip(records, plain)
         ]
         sealed = await encrypt_records(ops, new, self.suite)
         rewritten = [
-            {"resource": o["resource"], "id": o["id"], "hlc": o["hlc"], "data": d} for o, d in zip(ops, sealed)
+            {"resource": o["resource"], "id": o["id"], "hlc": o["hlc"], "data": d}
+            for o, d in zip(ops, sealed)
         ]
         body = {"key_id": new.key_id, "records": rewritten}
         answer = await client.call("POST", "/v1/e2e/rewrite", body=body)
@@ -259,7 +268,8 @@ class Keyring:
         if "rejected" in statuses:
             raise SyncPermanentError(
                 "/v1/e2e/rewrite: the server refused a re-encrypted record",
-                status=200, response=json.dumps(answer)[:2000],
+                status=200,
+                response=json.dumps(answer)[:2000],
             )
 
     # ------------------------------------------------------------------ per push / pull
@@ -270,7 +280,9 @@ class Keyring:
         datas = await encrypt_records(ops, self.key, self.suite)
         return [dict(op, data=d) for op, d in zip(ops, datas)]
 
-    async def open(self, changes: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[Quarantined]]:
+    async def open(
+        self, changes: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[Quarantined]]:
         """Pulled changes with their ``data`` decrypted, and those that could not be: a record
         that fails to authenticate or names a key this device does not hold is quarantined
         on its own (``QuarantineKind`` ``"decryption"``). ``WrongPassphrase`` stops the

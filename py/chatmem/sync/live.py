@@ -80,15 +80,18 @@ class LiveSync:
         if kind != "session-synced":
             self._poke()
 
-    def start(self, ready: Callable[[], Awaitable[tuple[Any, SyncClient]]], rand: Callable[[], float]) -> None:
+    def start(
+        self, ready: Callable[[], Awaitable[tuple[Any, SyncClient]]], rand: Callable[[], float]
+    ) -> None:
         """Listen for local writes and follow the stream (once; ``cancel``/``stop`` end both)."""
         if self.on_write not in self._listeners:
             self._listeners.append(self.on_write)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._follow(ready, rand))
 
-    async def _follow(self, ready: Callable[[], Awaitable[tuple[Any, SyncClient]]],
-                      rand: Callable[[], float]) -> None:
+    async def _follow(
+        self, ready: Callable[[], Awaitable[tuple[Any, SyncClient]]], rand: Callable[[], float]
+    ) -> None:
         def seen(cursor: str) -> None:
             if cursor != self.pulled:
                 self._poke()

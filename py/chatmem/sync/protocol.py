@@ -133,9 +133,7 @@ def _excerpt(resp: HTTPResponse, secret: str) -> str:
     return _redact(resp.text[:_EXCERPT], secret)
 
 
-def error_for_status(
-    resp: HTTPResponse, *, what: str, secret: str = "", now_ms: int = 0
-) -> SyncError | None:
+def error_for_status(resp: HTTPResponse, *, what: str, secret: str = "", now_ms: int = 0) -> SyncError | None:
     """The typed error for a non-2xx sync answer (None for 2xx): the one HTTP-status map."""
     status = resp.status
     if 200 <= status < 300:
@@ -320,11 +318,7 @@ class SyncClient:
 
     async def changes(self, since: str | None = None, limit: int = 100) -> ChangesPage:
         """One page of the change feed after ``since`` (None: from the beginning)."""
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_CHANGES_LIMIT
-        ):
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHANGES_LIMIT:
             raise ValidationError(f"limit must be an int in 1..{MAX_CHANGES_LIMIT}", field="limit")
         if since is not None and not isinstance(since, str):
             raise ValidationError("since must be a cursor string or None", field="since")
@@ -344,8 +338,13 @@ class SyncClient:
         malformed: list[dict[str, Any]] = []
         for c in answer["changes"]:
             if isinstance(c, dict) and isinstance(c.get("resource"), str) and c["resource"] not in RESOURCES:
-                malformed.append({"change": c, "kind": "unknown-type",
-                                  "reason": f"a {shown(c['resource'])} record, which this version does not know"})
+                malformed.append(
+                    {
+                        "change": c,
+                        "kind": "unknown-type",
+                        "reason": f"a {shown(c['resource'])} record, which this version does not know",
+                    }
+                )
                 continue
             if (
                 not isinstance(c, dict)
@@ -361,8 +360,9 @@ class SyncClient:
             out.append(Change(c["resource"], c["id"], c["data"], c["deleted"], c["hlc"]))
         return ChangesPage(out, answer["cursor"], answer["more"], malformed)
 
-    async def call(self, method: str, path: str, params: Mapping[str, str | None] | None = None,
-                   body: Any = None) -> Any:
+    async def call(
+        self, method: str, path: str, params: Mapping[str, str | None] | None = None, body: Any = None
+    ) -> Any:
         """One request to another route of the server (e.g. ``/v1/e2e``): the JSON answer,
         or the typed ``SyncError`` of the table above."""
         raw = None

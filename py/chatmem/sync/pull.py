@@ -82,8 +82,14 @@ async def pull_changes(
             changes, bad = await decode(changes)
         changes, invalid = screen(changes, core.limits)
         bad += invalid
-        bad += [quarantined(m.get("change"), "unknown-type" if m.get("kind") == "unknown-type" else "malformed",
-                            str(m.get("reason"))) for m in page.malformed]
+        bad += [
+            quarantined(
+                m.get("change"),
+                "unknown-type" if m.get("kind") == "unknown-type" else "malformed",
+                str(m.get("reason")),
+            )
+            for m in page.malformed
+        ]
         changes = _within_skew(changes, bad, core.now(), core.limits.max_clock_skew_ms)
         if hlc is not None:
             for c in changes:
@@ -110,8 +116,9 @@ async def pull_changes(
     return pages, n, cursor
 
 
-def _within_skew(changes: list[dict[str, Any]], bad: list[Quarantined], now_ms: int,
-                 max_skew_ms: int) -> list[dict[str, Any]]:
+def _within_skew(
+    changes: list[dict[str, Any]], bad: list[Quarantined], now_ms: int, max_skew_ms: int
+) -> list[dict[str, Any]]:
     """``changes`` but those whose HLC is more than ``max_skew_ms`` ahead of this clock,
     which go to ``bad``: applied, such a record would win every later write."""
     kept = []

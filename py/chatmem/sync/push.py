@@ -74,8 +74,6 @@ def strip_lease(op: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in op.items() if k not in ("lease_owner", "lease_until", "key")}
 
 
-
-
 def select_batch(
     ops: list[dict[str, Any]], now: int, limit: int, *, owner: str, exclusive: bool
 ) -> tuple[list[dict[str, Any]], int | None]:
@@ -145,14 +143,24 @@ async def record_failures(
         attempts = int(op.get("attempts") or 0) + 1
         if attempts > cfg.max_retries:
             reason = f"gave up after {attempts} failed attempts: {err}"
-            dead.append(dict(dead_record(op, reason, err.response, err.status, now),
-                             attempts=attempts, last_error=str(err)))
+            dead.append(
+                dict(
+                    dead_record(op, reason, err.response, err.status, now),
+                    attempts=attempts,
+                    last_error=str(err),
+                )
+            )
             continue
         # one draw per retry number: ops that failed together stay one batch (same due time)
         if attempts not in delays:
             delays[attempts] = policy.delay(attempts - 1, err.retry_after_ms, now, rand)
         retry.append(
-            dict(strip_lease(op), attempts=attempts, next_attempt_at=now + delays[attempts], last_error=str(err))
+            dict(
+                strip_lease(op),
+                attempts=attempts,
+                next_attempt_at=now + delays[attempts],
+                last_error=str(err),
+            )
         )
     if retry:
         await store.outbox_update(retry)
@@ -191,9 +199,13 @@ async def apply_answer(
     by_id = resp.by_op_id()
     ok = [r.op_id for r in resp.results if r.delivered]
     rejected = [
-        dead_record(op, by_id[op["op_id"]].reason or "rejected by the server",
-                    json.dumps({"op_id": op["op_id"], "status": "rejected", "reason": by_id[op["op_id"]].reason}),
-                    200, now)
+        dead_record(
+            op,
+            by_id[op["op_id"]].reason or "rejected by the server",
+            json.dumps({"op_id": op["op_id"], "status": "rejected", "reason": by_id[op["op_id"]].reason}),
+            200,
+            now,
+        )
         for op in batch
         if op["op_id"] in by_id and by_id[op["op_id"]].status == "rejected"
     ]

@@ -28,13 +28,30 @@ from ..validation import Limits, check_message_record, check_session_record, is_
 from .hlc import parse_hlc
 from .ops import RESOURCES
 
-__all__ = ["QUARANTINE_KEY", "QUARANTINE_KINDS", "QuarantineKind", "Quarantined", "check_change", "kinds",
-           "printable", "quarantined", "retry_from", "screen", "set_aside"]
+__all__ = [
+    "QUARANTINE_KEY",
+    "QUARANTINE_KINDS",
+    "QuarantineKind",
+    "Quarantined",
+    "check_change",
+    "kinds",
+    "printable",
+    "quarantined",
+    "retry_from",
+    "screen",
+    "set_aside",
+]
 
 QUARANTINE_KEY = "sync.quarantine"
 
 QuarantineKind = Literal["decryption", "invalid", "unknown-type", "clock-skew", "malformed"]
-QUARANTINE_KINDS: tuple[QuarantineKind, ...] = ("decryption", "invalid", "unknown-type", "clock-skew", "malformed")
+QUARANTINE_KINDS: tuple[QuarantineKind, ...] = (
+    "decryption",
+    "invalid",
+    "unknown-type",
+    "clock-skew",
+    "malformed",
+)
 
 
 class Quarantined(TypedDict, total=False):
@@ -56,8 +73,14 @@ def quarantined(change: Any, kind: QuarantineKind, reason: str, field: str | Non
     """The entry of ``change``, set aside as ``kind`` because of ``reason``."""
     c = change if isinstance(change, Mapping) else {}
     resource, rid = c.get("resource"), c.get("id")
-    return {"resource": resource if isinstance(resource, str) else None, "id": rid if is_id(rid) else None,
-            "kind": kind, "reason": reason, "field": field, "change": printable(change)}
+    return {
+        "resource": resource if isinstance(resource, str) else None,
+        "id": rid if is_id(rid) else None,
+        "kind": kind,
+        "reason": reason,
+        "field": field,
+        "change": printable(change),
+    }
 
 
 def check_change(c: Any, limits: Limits) -> None:
@@ -107,7 +130,7 @@ def printable(c: Any) -> dict[str, Any]:
     except (ValueError, RecursionError, TypeError):
         return {"unreadable": shown(c, 2000)}
     if len(text) > 64 * 1024:
-        return {"excerpt": text[:64 * 1024]}
+        return {"excerpt": text[: 64 * 1024]}
     return {"json": text}
 
 
@@ -116,8 +139,13 @@ def _entries(stored: Any) -> list[Quarantined]:
     return [x for x in items if isinstance(x, Mapping)] if isinstance(items, list) else []  # type: ignore[misc]
 
 
-def set_aside(stored: Any, bad: list[Quarantined], now_ms: int, since: str | None,
-              applied: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+def set_aside(
+    stored: Any,
+    bad: list[Quarantined],
+    now_ms: int,
+    since: str | None,
+    applied: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any] | None:
     """The new ``sync.quarantine`` record, ``{"count": n, "items": [...]}``, with ``bad``
     added (a record already there is replaced by its newer entry; nothing is dropped) and
     the records of the ``applied`` changes taken out (a good version of a quarantined

@@ -60,8 +60,9 @@ class EncryptedSync:
 
         def _now(self) -> int: ...
 
-        async def _set_state(self, state: SyncState, *, error: str | None = None, success: bool = False,
-                             write: bool = True) -> None: ...
+        async def _set_state(
+            self, state: SyncState, *, error: str | None = None, success: bool = False, write: bool = True
+        ) -> None: ...
 
         async def _ready(self) -> tuple[SyncConfig, SyncClient]: ...
 
@@ -167,7 +168,9 @@ class EncryptedSync:
         Durable when this returns: the space's key on the server, the config here.
         """
         if not isinstance(new, (Passphrase, EncryptionKey)):
-            raise ValidationError("the new passphrase must be a Passphrase or EncryptionKey", field="encryption")
+            raise ValidationError(
+                "the new passphrase must be a Passphrase or EncryptionKey", field="encryption"
+            )
         cfg, client = await self._ready()
         if cfg.encryption is None:
             raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")

@@ -84,8 +84,11 @@ class _Writer:
             raise ValidationError("exported_at must be an int (ms since the epoch)", field="exported_at")
         self.chunk_size = chunk_size
         self.parts: list[str] = [
-            '{"version":', canonical_dumps(EXPORT_VERSION),
-            ',"exportedAt":', canonical_dumps(exported_at), ',"sessions":[',
+            '{"version":',
+            canonical_dumps(EXPORT_VERSION),
+            ',"exportedAt":',
+            canonical_dumps(exported_at),
+            ',"sessions":[',
         ]
         self.size = sum(map(len, self.parts))
         self.first_session = True

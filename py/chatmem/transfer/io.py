@@ -116,8 +116,9 @@ class Transfer:
             ops = await self._core.outbox.import_later(todo)  # reads ``todo`` once it is filled
             await batched(_chunks(sessions, todo), ops=ops)
         else:
-            name, normalized = prepare_import(data, format=format, preserve_ids=preserve_ids, ids=self._core.ids,
-                                              limits=self._core.limits)
+            name, normalized = prepare_import(
+                data, format=format, preserve_ids=preserve_ids, ids=self._core.ids, limits=self._core.limits
+            )
             if not preserve_ids:
                 normalized = list(_arrived(iter(normalized), self._core.now()))
             report = ImportReport(format=name)
@@ -138,7 +139,9 @@ class Transfer:
                 self._core.invalidate(rec["sessionId"])
                 self._core.changed("session-created", rec["sessionId"], rec)
                 if msgs:
-                    self._core.changed("messages-appended", rec["sessionId"], {"messages": msgs, "session": rec})
+                    self._core.changed(
+                        "messages-appended", rec["sessionId"], {"messages": msgs, "session": rec}
+                    )
         report.sessions_imported = len(todo)
         report.messages_imported = sum(len(m) for _, m in todo)
         report.session_ids = [r["sessionId"] for r, _ in todo]

@@ -119,6 +119,8 @@ def assign_new_ids(normalized: NormalizedImport, ids: IdGenerator | None = None)
     for meta, msgs in normalized:
         new_sid = session_map[meta["sessionId"]]
         parent = meta.get("parentId")
-        new_meta = dict(meta, sessionId=new_sid, parentId=session_map.get(parent, parent) if parent else parent)
+        new_meta = dict(
+            meta, sessionId=new_sid, parentId=session_map.get(parent, parent) if parent else parent
+        )
         out.append((new_meta, [dict(m, id=gen(), sessionId=new_sid) for m in msgs]))
     return out

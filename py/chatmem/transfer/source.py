@@ -27,8 +27,11 @@ def load_json(data: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
     if isinstance(data, (dict, list)):
         return _shaped(data, limits)
     if isinstance(data, (str, bytes, bytearray, memoryview)) and len(data) > limits.max_import_bytes:
-        raise ImportLimitExceeded(f"the import is larger than {limits.max_import_bytes} bytes",
-                            limit="max_import_bytes", maximum=limits.max_import_bytes)
+        raise ImportLimitExceeded(
+            f"the import is larger than {limits.max_import_bytes} bytes",
+            limit="max_import_bytes",
+            maximum=limits.max_import_bytes,
+        )
     if isinstance(data, (bytes, bytearray, memoryview)):
         try:
             data = bytes(data).decode("utf-8-sig")
@@ -42,12 +45,11 @@ def load_json(data: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
         try:
             return _shaped(json.loads(data, parse_constant=_no_constants), limits)
         except RecursionError as e:
-            raise ImportLimitExceeded("the import is nested too deeply to be records", limit="max_depth",
-                                maximum=limits.max_depth) from e
-        except json.JSONDecodeError as e:
-            raise ImportFormatError(
-                f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
+            raise ImportLimitExceeded(
+                "the import is nested too deeply to be records", limit="max_depth", maximum=limits.max_depth
             ) from e
+        except json.JSONDecodeError as e:
+            raise ImportFormatError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
         except ValueError as e:
             raise ImportFormatError(f"malformed JSON: {e}") from e
     raise ImportFormatError(

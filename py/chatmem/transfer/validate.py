@@ -63,14 +63,28 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_limits(rec: Any, limits: Limits, path: str, max_bytes: int, limit_name: str,
-                  si: int | None, mi: int | None = None) -> int:
+def _check_limits(
+    rec: Any,
+    limits: Limits,
+    path: str,
+    max_bytes: int,
+    limit_name: str,
+    si: int | None,
+    mi: int | None = None,
+) -> int:
     """``check_value`` of one record, its error re-raised as an ``ImportFormatError`` with the path."""
     try:
         return check_value(rec, limits, max_bytes=max_bytes, limit_name=limit_name)
     except LimitExceeded as e:
-        raise ImportLimitExceeded(str(e), limit=e.limit, maximum=e.maximum, path=path, field=e.field,
-                                  session_index=si, message_index=mi) from e
+        raise ImportLimitExceeded(
+            str(e),
+            limit=e.limit,
+            maximum=e.maximum,
+            path=path,
+            field=e.field,
+            session_index=si,
+            message_index=mi,
+        ) from e
     except ValidationError as e:
         raise ImportFormatError(str(e), path=path, field=e.field, session_index=si, message_index=mi) from e
 
@@ -84,8 +98,9 @@ def check_session_record(meta: Any, *, path: str, si: int | None = None) -> dict
         raise _err(path, f"must be an object, got {describe(meta)}", si=si)
     for key in meta:
         if key not in _SESSION_KEYS and key not in SESSION_PRIVATE_FIELDS:
-            raise _err(f"{path}.{key}", f"unknown field (expected one of {list(_SESSION_KEYS)})",
-                       field=key, si=si)
+            raise _err(
+                f"{path}.{key}", f"unknown field (expected one of {list(_SESSION_KEYS)})", field=key, si=si
+            )
 
     def need(key: str, ok: bool, what: str) -> None:
         if not ok:
@@ -103,8 +118,11 @@ def check_session_record(meta: Any, *, path: str, si: int | None = None) -> dict
     for key in ("pinned", "archived"):
         need(key, key not in meta or isinstance(meta[key], bool), "true or false")
     tags = meta.get("tags")
-    need("tags", tags is None or (isinstance(tags, list) and all(isinstance(t, str) for t in tags)),
-         "a list of strings")
+    need(
+        "tags",
+        tags is None or (isinstance(tags, list) and all(isinstance(t, str) for t in tags)),
+        "a list of strings",
+    )
     for key in ("parentId", "forkReason"):
         need(key, meta.get(key) is None or isinstance(meta[key], str), "a string or null")
     fi = meta.get("forkIndex")
@@ -135,21 +153,36 @@ def check_message_record(
         raise _err(path, f"must be an object, got {describe(rec)}", si=si, mi=mi)
     for key in rec:
         if key not in _MESSAGE_KEYS:
-            raise _err(f"{path}.{key}", f"unknown field (expected one of {list(_MESSAGE_KEYS)})",
-                       field=key, si=si, mi=mi)
+            raise _err(
+                f"{path}.{key}",
+                f"unknown field (expected one of {list(_MESSAGE_KEYS)})",
+                field=key,
+                si=si,
+                mi=mi,
+            )
     for key in ("id", "role", "content", "createdAt"):
         if key not in rec:
             raise _err(f"{path}.{key}", "is required", field=key, si=si, mi=mi)
     rsid = rec.get("sessionId", session_id)
     if rsid != session_id:
-        raise _err(f"{path}.sessionId", f"must be the session's id {shown(session_id)}, got {shown(rsid)}",
-                   field="sessionId", si=si, mi=mi)
+        raise _err(
+            f"{path}.sessionId",
+            f"must be the session's id {shown(session_id)}, got {shown(rsid)}",
+            field="sessionId",
+            si=si,
+            mi=mi,
+        )
     seq = rec.get("seq")
     if seq is None:
         seq = prev_seq + 1
     elif not _is_int(seq) or seq <= prev_seq:
-        raise _err(f"{path}.seq", f"must be an integer greater than {prev_seq}, got {shown(seq)}",
-                   field="seq", si=si, mi=mi)
+        raise _err(
+            f"{path}.seq",
+            f"must be an integer greater than {prev_seq}, got {shown(seq)}",
+            field="seq",
+            si=si,
+            mi=mi,
+        )
     fields = {f: rec.get(k) for k, f in _RECORD_TO_FIELD.items()}
     try:
         validate_message_fields(rec["role"], rec["content"], fields, json_checked=json_checked)
@@ -158,18 +191,27 @@ def check_message_record(
         key = _FIELD_TO_RECORD.get(fname, fname)
         text = str(e)
         if text.startswith(fname + " "):
-            text = text[len(fname) + 1:]
+            text = text[len(fname) + 1 :]
         raise _err(f"{path}.{key}", text, field=key, si=si, mi=mi) from e
     if not _is_int(rec["createdAt"]):
-        raise _err(f"{path}.createdAt", "must be a non-negative integer (ms since the epoch)",
-                   field="createdAt", si=si, mi=mi)
+        raise _err(
+            f"{path}.createdAt",
+            "must be a non-negative integer (ms since the epoch)",
+            field="createdAt",
+            si=si,
+            mi=mi,
+        )
     token_count = rec.get("tokenCount")
     if token_count is None:
         token_count = estimate_tokens(extract_text(rec["content"]))
-    return ChatMessage.from_record(dict(rec, sessionId=session_id, seq=seq, tokenCount=token_count)).to_record()
+    return ChatMessage.from_record(
+        dict(rec, sessionId=session_id, seq=seq, tokenCount=token_count)
+    ).to_record()
 
 
-def validate_normalized(sessions: Any, *, path: str = "sessions", limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:
+def validate_normalized(
+    sessions: Any, *, path: str = "sessions", limits: Limits = DEFAULT_LIMITS
+) -> NormalizedImport:
     """Validate a list of ``{"meta", "messages"}`` objects or ``(meta, messages)`` pairs.
 
     Session ids and message ids must be unique within the import. Returns the
@@ -180,8 +222,9 @@ def validate_normalized(sessions: Any, *, path: str = "sessions", limits: Limits
     return list(iter_validated(sessions, path=path, limits=limits))
 
 
-def iter_validated(sessions: Iterable[Any], *, path: str = "sessions",
-                   limits: Limits = DEFAULT_LIMITS) -> Iterator[NormalizedSession]:
+def iter_validated(
+    sessions: Iterable[Any], *, path: str = "sessions", limits: Limits = DEFAULT_LIMITS
+) -> Iterator[NormalizedSession]:
     """``validate_normalized`` one session at a time, as ``sessions`` yields them: each is
     checked (against the ones before it, for unique ids and the import's size) when asked
     for, so a writer can store one while the next is checked (and abort on an error)."""
@@ -195,38 +238,56 @@ def iter_validated(sessions: Iterable[Any], *, path: str = "sessions",
         elif isinstance(entry, Mapping):
             for key in entry:
                 if key not in ("meta", "messages"):
-                    raise _err(f"{spath}.{key}", "unknown field (expected 'meta' and 'messages')",
-                               field=key, si=si)
+                    raise _err(
+                        f"{spath}.{key}", "unknown field (expected 'meta' and 'messages')", field=key, si=si
+                    )
             if "meta" not in entry:
                 raise _err(f"{spath}.meta", "is required", field="meta", si=si)
             meta_in, msgs_in = entry["meta"], entry.get("messages", [])
         else:
-            raise _err(spath, f"must be an object with 'meta' and 'messages', got {describe(entry)}",
-                       si=si)
-        total += _check_limits(meta_in, limits, f"{spath}.meta", limits.max_session_bytes,
-                               "max_session_bytes", si)
+            raise _err(spath, f"must be an object with 'meta' and 'messages', got {describe(entry)}", si=si)
+        total += _check_limits(
+            meta_in, limits, f"{spath}.meta", limits.max_session_bytes, "max_session_bytes", si
+        )
         meta = check_session_record(meta_in, path=f"{spath}.meta", si=si)
         sid = meta["sessionId"]
         if sid in seen_sessions:
-            raise _err(f"{spath}.meta.sessionId", f"duplicate session id {shown(sid)} "
-                       f"(also sessions[{seen_sessions[sid]}])", field="sessionId", si=si)
+            raise _err(
+                f"{spath}.meta.sessionId",
+                f"duplicate session id {shown(sid)} (also sessions[{seen_sessions[sid]}])",
+                field="sessionId",
+                si=si,
+            )
         seen_sessions[sid] = si
         if not isinstance(msgs_in, list):
-            raise _err(f"{spath}.messages", f"must be an array, got {describe(msgs_in)}",
-                       field="messages", si=si)
+            raise _err(
+                f"{spath}.messages", f"must be an array, got {describe(msgs_in)}", field="messages", si=si
+            )
         msgs: list[dict[str, Any]] = []
         prev = -1
         for mi, rec in enumerate(msgs_in):
             mpath = f"{spath}.messages[{mi}]"
             total += _check_limits(rec, limits, mpath, limits.max_message_bytes, "max_message_bytes", si, mi)
             if total > limits.max_import_bytes:
-                raise ImportLimitExceeded(f"the import is larger than {limits.max_import_bytes} bytes",
-                                          limit="max_import_bytes", maximum=limits.max_import_bytes,
-                                          path=mpath, session_index=si, message_index=mi)
-            m = check_message_record(rec, path=mpath, session_id=sid, prev_seq=prev, si=si, mi=mi, json_checked=True)
+                raise ImportLimitExceeded(
+                    f"the import is larger than {limits.max_import_bytes} bytes",
+                    limit="max_import_bytes",
+                    maximum=limits.max_import_bytes,
+                    path=mpath,
+                    session_index=si,
+                    message_index=mi,
+                )
+            m = check_message_record(
+                rec, path=mpath, session_id=sid, prev_seq=prev, si=si, mi=mi, json_checked=True
+            )
             if m["id"] in seen_messages:
-                raise _err(f"{mpath}.id", f"duplicate message id {shown(m['id'])} "
-                           f"(also {seen_messages[m['id']]})", field="id", si=si, mi=mi)
+                raise _err(
+                    f"{mpath}.id",
+                    f"duplicate message id {shown(m['id'])} (also {seen_messages[m['id']]})",
+                    field="id",
+                    si=si,
+                    mi=mi,
+                )
             seen_messages[m["id"]] = mpath
             prev = m["seq"]
             msgs.append(m)
@@ -252,12 +313,17 @@ def validate_loaded_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Nor
             raise _err(key, "unknown field (expected 'version', 'exportedAt', 'sessions')", field=key)
     version = data.get("version")
     if version not in SUPPORTED_VERSIONS:
-        raise _err("version", f"unsupported export version {shown(version)}; this chatmem reads "
-                   f"{', '.join(SUPPORTED_VERSIONS)}", field="version")
+        raise _err(
+            "version",
+            f"unsupported export version {shown(version)}; this chatmem reads "
+            f"{', '.join(SUPPORTED_VERSIONS)}",
+            field="version",
+        )
     exported_at = data.get("exportedAt")
     if exported_at is not None and (not _is_int(exported_at) or exported_at < 0):
-        raise _err("exportedAt", f"must be a non-negative integer (ms), got {shown(exported_at)}",
-                   field="exportedAt")
+        raise _err(
+            "exportedAt", f"must be a non-negative integer (ms), got {shown(exported_at)}", field="exportedAt"
+        )
     if "sessions" not in data:
         raise _err("sessions", "is required", field="sessions")
     return validate_normalized(data["sessions"], limits=limits)

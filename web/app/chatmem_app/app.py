@@ -44,6 +44,7 @@ PANELS: dict[str, tuple[str, Any]] = {
     "insights": ("Insights", insights),
 }
 
+
 class App:
     #: ms a deleted session can be restored before it is deleted for good
     #: how long a deleted conversation can be brought back (Undo, Ctrl+Z)
@@ -61,13 +62,27 @@ class App:
         self.busy = False
         self.actions: dict[str, Handler] = {}
         self.keys: dict[str, Callable[[Any, Any, Any], None]] = {}
-        for mod in (sidebar, conversation, search, context_panel, settings_panel, data_panel,
-                    sync_panel, insights):
+        for mod in (
+            sidebar,
+            conversation,
+            search,
+            context_panel,
+            settings_panel,
+            data_panel,
+            sync_panel,
+            insights,
+        ):
             self.actions.update(getattr(mod, "ACTIONS", {}))
             self.keys.update(getattr(mod, "KEYS", {}))
-        self.actions.update({"panel": _open_panel, "close-panel": _close_panel,
-                             "toggle-sidebar": _toggle_sidebar, "apply-update": _apply_update,
-                             "reload-page": _reload_page})
+        self.actions.update(
+            {
+                "panel": _open_panel,
+                "close-panel": _close_panel,
+                "toggle-sidebar": _toggle_sidebar,
+                "apply-update": _apply_update,
+                "reload-page": _reload_page,
+            }
+        )
         self._sync_timer: int | None = None
         #: sessions changed elsewhere, not yet shown ("" stands for any); and the timer that shows them
         self._arrived: set[str] = set()
@@ -89,18 +104,30 @@ class App:
         dom.on(root, "drop", lambda ev: self._dispatch(ev, "data-drop"))
         dom.on(q("#toasts"), "click", lambda ev: self._dispatch(ev, "data-action", click=True))
         self.mem.on_change(self._on_change)
-        dom.on(js.window, "chatmem:update-ready", lambda ev: self.toast(
-            "A new version of chatmem is ready.", action="apply-update", label="Reload", ms=60_000))
+        dom.on(
+            js.window,
+            "chatmem:update-ready",
+            lambda ev: self.toast(
+                "A new version of chatmem is ready.", action="apply-update", label="Reload", ms=60_000
+            ),
+        )
         dom.on(js.window, "chatmem:versionchange", self._version_changed)
 
     def _version_changed(self, ev: Any) -> None:
         """Another tab upgraded the database: this tab's connection is closed; say so and offer a reload."""
         if dom.nil(ev.detail) or str(ev.detail.name) != self.mem.name or q("#reload-notice"):
             return
-        notice = h("div", {"id": "reload-notice", "class": "reload-notice", "role": "alert"},
-                   h("p", {}, h("strong", {}, "chatmem was updated in another tab. "),
-                     "This tab can no longer read or save your conversations. Reload it to continue."),
-                   h("button", {"type": "button", "class": "btn primary", "data-action": "reload-page"}, "Reload"))
+        notice = h(
+            "div",
+            {"id": "reload-notice", "class": "reload-notice", "role": "alert"},
+            h(
+                "p",
+                {},
+                h("strong", {}, "chatmem was updated in another tab. "),
+                "This tab can no longer read or save your conversations. Reload it to continue.",
+            ),
+            h("button", {"type": "button", "class": "btn primary", "data-action": "reload-page"}, "Reload"),
+        )
         js.document.body.prepend(notice)
         dom.on(notice, "click", lambda e: self._dispatch(e, "data-action", click=True))
         q("#composer-input").disabled = True
@@ -130,8 +157,13 @@ class App:
                 fn(self, el, ev)
         if ev.defaultPrevented:
             return
-        if (str(ev.key).lower() == "z" and (ev.ctrlKey or ev.metaKey) and not ev.shiftKey
-                and str(ev.target.tagName) not in ("INPUT", "TEXTAREA") and sidebar.undo_last_delete(self)):
+        if (
+            str(ev.key).lower() == "z"
+            and (ev.ctrlKey or ev.metaKey)
+            and not ev.shiftKey
+            and str(ev.target.tagName) not in ("INPUT", "TEXTAREA")
+            and sidebar.undo_last_delete(self)
+        ):
             ev.preventDefault()
             return
         if ev.key == "Escape":
@@ -161,10 +193,22 @@ class App:
         return dom.spawn(coro, on_error=lambda e: self.toast(f"Something went wrong: {e}", error=True))
 
     # ------------------------------------------------------------------ toasts
-    def toast(self, text: str, *, action: str | None = None, label: str | None = None,
-              data: dict[str, str] | None = None, error: bool = False, ms: int = 5000) -> Any:
+    def toast(
+        self,
+        text: str,
+        *,
+        action: str | None = None,
+        label: str | None = None,
+        data: dict[str, str] | None = None,
+        error: bool = False,
+        ms: int = 5000,
+    ) -> Any:
         attrs = {f"data-{k}": v for k, v in (data or {}).items()}
-        btn = h("button", {"type": "button", "class": "btn small", "data-action": action, **attrs}, label) if action else None
+        btn = (
+            h("button", {"type": "button", "class": "btn small", "data-action": action, **attrs}, label)
+            if action
+            else None
+        )
         el = h("div", {"class": "toast error" if error else "toast"}, h("span", {}, text), btn)
         q("#toasts").appendChild(el)
         dom.set_timeout(lambda: el.remove(), ms)

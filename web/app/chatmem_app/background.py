@@ -76,8 +76,11 @@ def _index_sentence(opened: dict[str, Any]) -> str:
     if opened.get("mode") == "rebuilt":
         return f"Search index built from {_n(opened.get('sessions', 0), 'conversation')}."
     fresh = int(opened.get("refreshed", 0)) + int(opened.get("dropped", 0))
-    return f"Search index ready ({_n(fresh, 'conversation')} brought up to date)." if fresh \
+    return (
+        f"Search index ready ({_n(fresh, 'conversation')} brought up to date)."
+        if fresh
         else "Search index ready."
+    )
 
 
 def _n(n: int, word: str) -> str:
@@ -94,7 +97,9 @@ async def embed(app: Any, status: Status) -> None:
     while not task.done():
         done, total = app.mem.index.embed_progress
         if total and done < total:
-            status.show("embedding", f"Preparing semantic search: {done:,} of {total:,} messages", done, total)
+            status.show(
+                "embedding", f"Preparing semantic search: {done:,} of {total:,} messages", done, total
+            )
         await asyncio.wait([task], timeout=POLL_S)
     try:
         task.result()
@@ -103,4 +108,6 @@ async def embed(app: Any, status: Status) -> None:
         app.toast(f"Could not prepare semantic search ({e}); it is tried again when needed.", error=True)
         return
     done, total = app.mem.index.embed_progress
-    status.show("ready", f"Search index ready; semantic search ready for {_n(total, 'message')}.", done, total)
+    status.show(
+        "ready", f"Search index ready; semantic search ready for {_n(total, 'message')}.", done, total
+    )

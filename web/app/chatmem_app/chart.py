@@ -19,19 +19,37 @@ def bar_chart(values: list[tuple[str, int]], *, width: int = 320, height: int = 
     top = max([v for _, v in values] + [1])
     bw = (width - pad_l) / n
     kids: list[Any] = [("title", {}, [title])] if title else []
-    kids.append(("line", {"class": "axis", "x1": pad_l, "y1": height - pad_b, "x2": width, "y2": height - pad_b}, []))
+    kids.append(
+        ("line", {"class": "axis", "x1": pad_l, "y1": height - pad_b, "x2": width, "y2": height - pad_b}, [])
+    )
     kids.append(("text", {"x": 0, "y": pad_t + 8}, [str(top)]))
     kids.append(("text", {"x": 0, "y": height - pad_b}, ["0"]))
     for i, (label, v) in enumerate(values):
         bh = (height - pad_b - pad_t) * v / top
         x = pad_l + i * bw
-        kids.append(("rect", {"class": "bar-rect", "x": f"{x + 1:.1f}", "y": f"{height - pad_b - bh:.1f}",
-                              "width": f"{max(bw - 2, 1):.1f}", "height": f"{bh:.1f}", "rx": 2},
-                     [("title", {}, [f"{label}: {v}"])]))
+        kids.append(
+            (
+                "rect",
+                {
+                    "class": "bar-rect",
+                    "x": f"{x + 1:.1f}",
+                    "y": f"{height - pad_b - bh:.1f}",
+                    "width": f"{max(bw - 2, 1):.1f}",
+                    "height": f"{bh:.1f}",
+                    "rx": 2,
+                },
+                [("title", {}, [f"{label}: {v}"])],
+            )
+        )
         if n <= 16 and (i % 2 == 0 or n <= 8):
-            kids.append(("text", {"x": f"{x + bw / 2:.1f}", "y": height - 4, "text-anchor": "middle"}, [label]))
-    return ("svg", {"class": "chart", "viewBox": f"0 0 {width} {height}", "role": "img",
-                    "aria-label": title or "chart"}, kids)
+            kids.append(
+                ("text", {"x": f"{x + bw / 2:.1f}", "y": height - 4, "text-anchor": "middle"}, [label])
+            )
+    return (
+        "svg",
+        {"class": "chart", "viewBox": f"0 0 {width} {height}", "role": "img", "aria-label": title or "chart"},
+        kids,
+    )
 
 
 def per_day(rows: list[dict[str, Any]], today: int, days: int = DAYS) -> list[tuple[int, int, int]]:

@@ -38,14 +38,29 @@ def share_datetime(app: Any) -> None:
 async def window(app: Any, session_id: str) -> chatmem.WindowResult:
     """The window the next turn would send (``mem.build_window`` with the app's settings)."""
     s = app.settings
-    return await app.mem.build_window(session_id, system_prompt=s["provider"]["system_prompt"] or None,
-                                      budget=s["budget"], retrieval=settings.retrieval_config(s))
+    return await app.mem.build_window(
+        session_id,
+        system_prompt=s["provider"]["system_prompt"] or None,
+        budget=s["budget"],
+        retrieval=settings.retrieval_config(s),
+    )
 
 
 def _list(items: list[tuple[str, str, str]]) -> Any:
-    return h("ol", {"class": "ctx-list"},
-             [h("li", {}, h("span", {"class": "r"}, r), h("span", {"class": "x", "title": x[:500]}, x[:160] or "—"),
-                h("span", {"class": "n"}, n)) for r, x, n in items])
+    return h(
+        "ol",
+        {"class": "ctx-list"},
+        [
+            h(
+                "li",
+                {},
+                h("span", {"class": "r"}, r),
+                h("span", {"class": "x", "title": x[:500]}, x[:160] or "—"),
+                h("span", {"class": "n"}, n),
+            )
+            for r, x, n in items
+        ],
+    )
 
 
 async def render(app: Any, body: Any) -> None:
@@ -57,26 +72,52 @@ async def render(app: Any, body: Any) -> None:
     try:
         res = await window(app, app.current)
     except ContextOverflow as e:
-        dom.append(body, h("p", {"class": "status-err"},
-                           f"The newest message does not fit the {b.name} budget: {e}. Choose a larger budget "
-                           "in Settings."))
+        dom.append(
+            body,
+            h(
+                "p",
+                {"class": "status-err"},
+                f"The newest message does not fit the {b.name} budget: {e}. Choose a larger budget "
+                "in Settings.",
+            ),
+        )
         return
     parts: list[Any] = [h("h3", {}, "Live context")]
     snap = app.mem.context.snapshot()
     if snap:
-        parts.append(h("dl", {"class": "kv live", "id": "ctx-live"},
-                       [(h("dt", {}, k), h("dd", {}, json.dumps(v, ensure_ascii=False)[:300])) for k, v in snap.items()]))
+        parts.append(
+            h(
+                "dl",
+                {"class": "kv live", "id": "ctx-live"},
+                [
+                    (h("dt", {}, k), h("dd", {}, json.dumps(v, ensure_ascii=False)[:300]))
+                    for k, v in snap.items()
+                ],
+            )
+        )
     else:
         parts.append(h("p", {"class": "note", "id": "ctx-live"}, "No context providers have sent anything."))
     pct = min(100, round(100 * res.tokens / max(1, res.budget)))
-    bar = h("div", {"class": "meter", "role": "meter", "aria-valuemin": "0", "aria-valuemax": str(res.budget),
-                    "aria-valuenow": str(res.tokens), "aria-label": "Tokens used of the budget"}, h("span", {}))
+    bar = h(
+        "div",
+        {
+            "class": "meter",
+            "role": "meter",
+            "aria-valuemin": "0",
+            "aria-valuemax": str(res.budget),
+            "aria-valuenow": str(res.tokens),
+            "aria-label": "Tokens used of the budget",
+        },
+        h("span", {}),
+    )
     bar.firstChild.style.width = f"{max(pct, 1)}%"
     r = s["retrieval"]
-    how = {"recent": f"the last {r['recent_count']} messages",
-           "relevant": f"up to {r['recent_count']} relevant older messages (similarity ≥ {r['relevance_threshold']})",
-           "hybrid": f"up to {r['recent_count']} older messages by recency × {r['weights']['recency']} + "
-                     f"relevance × {r['weights']['relevance']}"}[r["strategy"]]
+    how = {
+        "recent": f"the last {r['recent_count']} messages",
+        "relevant": f"up to {r['recent_count']} relevant older messages (similarity ≥ {r['relevance_threshold']})",
+        "hybrid": f"up to {r['recent_count']} older messages by recency × {r['weights']['recency']} + "
+        f"relevance × {r['weights']['relevance']}",
+    }[r["strategy"]]
     left_out = []
     if res.dropped_count:
         left_out.append(f"{res.dropped_count} older message{'s' if res.dropped_count != 1 else ''}")
@@ -90,22 +131,39 @@ async def render(app: Any, body: Any) -> None:
         summary = f"{res.parts['summary']:,} tokens" + (f", covering {n} older messages" if n else "")
     parts += [
         h("h3", {}, "Window"),
-        h("dl", {"class": "kv"},
-          h("dt", {}, "Budget"), h("dd", {}, f"{b.name}: {res.budget:,} tokens ({b.max_tokens:,} − "
-                                               f"{b.reserve_tokens:,} for the answer)"),
-          h("dt", {}, "Sent"), h("dd", {"id": "ctx-tokens"}, f"{res.tokens:,} tokens in {len(res.messages)} messages"),
-          h("dt", {}, "Parts"), h("dd", {"id": "ctx-parts"},
-                                  " · ".join(f"{k} {v:,}" for k, v in res.parts.items() if v) or "—"),
-          h("dt", {}, "Retrieval"), h("dd", {}, how),
-          h("dt", {}, "Summary"), h("dd", {"id": "ctx-summary"}, summary),
-          h("dt", {}, "Left out"), h("dd", {"id": "ctx-dropped"}, ", ".join(left_out) or "nothing")),
+        h(
+            "dl",
+            {"class": "kv"},
+            h("dt", {}, "Budget"),
+            h(
+                "dd",
+                {},
+                f"{b.name}: {res.budget:,} tokens ({b.max_tokens:,} − {b.reserve_tokens:,} for the answer)",
+            ),
+            h("dt", {}, "Sent"),
+            h("dd", {"id": "ctx-tokens"}, f"{res.tokens:,} tokens in {len(res.messages)} messages"),
+            h("dt", {}, "Parts"),
+            h("dd", {"id": "ctx-parts"}, " · ".join(f"{k} {v:,}" for k, v in res.parts.items() if v) or "—"),
+            h("dt", {}, "Retrieval"),
+            h("dd", {}, how),
+            h("dt", {}, "Summary"),
+            h("dd", {"id": "ctx-summary"}, summary),
+            h("dt", {}, "Left out"),
+            h("dd", {"id": "ctx-dropped"}, ", ".join(left_out) or "nothing"),
+        ),
         bar,
     ]
     tk = app.mem.tokenizer
-    items = [(m.get("role", ""), " ".join(extract_text(m.get("content")).split()), str(tk.count_message(m)))
-             for m in res.messages]
-    parts += [h("h3", {}, "Recalled"), await _recalled(app, res),
-              h("h3", {}, "Messages the model would see"), _list(items)]
+    items = [
+        (m.get("role", ""), " ".join(extract_text(m.get("content")).split()), str(tk.count_message(m)))
+        for m in res.messages
+    ]
+    parts += [
+        h("h3", {}, "Recalled"),
+        await _recalled(app, res),
+        h("h3", {}, "Messages the model would see"),
+        _list(items),
+    ]
     dom.append(body, parts)
 
 
@@ -120,9 +178,17 @@ async def _recalled(app: Any, res: chatmem.WindowResult) -> Any:
             m = await app.mem.messages.get(mid)
         except ChatmemError:
             continue
-        where = "this conversation" if m.session_id == app.current else f"“{titles.get(m.session_id, 'another')}”"
-        rows.append(h("li", {}, h("span", {"class": "r"}, f"from {where}"),
-                      h("span", {"class": "x", "title": m.text[:500]}, " ".join(m.text.split())[:160] or "—")))
+        where = (
+            "this conversation" if m.session_id == app.current else f"“{titles.get(m.session_id, 'another')}”"
+        )
+        rows.append(
+            h(
+                "li",
+                {},
+                h("span", {"class": "r"}, f"from {where}"),
+                h("span", {"class": "x", "title": m.text[:500]}, " ".join(m.text.split())[:160] or "—"),
+            )
+        )
     return h("ol", {"class": "ctx-list", "id": "ctx-recalled"}, rows)
 
 

@@ -48,34 +48,75 @@ def message_el(m: Any) -> Any:
     elif m.model:
         badges.append(h("span", {"class": "badge"}, m.model))
     if m.role == "tool":
-        body = [h("details", {}, h("summary", {}, f"Tool result{' · ' + m.name if m.name else ''}"),
-                  h("pre", {}, h("code", {}, _pretty(m.text))))]
+        body = [
+            h(
+                "details",
+                {},
+                h("summary", {}, f"Tool result{' · ' + m.name if m.name else ''}"),
+                h("pre", {}, h("code", {}, _pretty(m.text))),
+            )
+        ]
     elif offline and m.text.startswith(OFFLINE_LABEL):
-        body = [h("p", {"class": "offline-label"}, h("em", {}, OFFLINE_LABEL)),
-                [dom.node(n) for n in md.markdown(m.text[len(OFFLINE_LABEL):].lstrip())]]
+        body = [
+            h("p", {"class": "offline-label"}, h("em", {}, OFFLINE_LABEL)),
+            [dom.node(n) for n in md.markdown(m.text[len(OFFLINE_LABEL) :].lstrip())],
+        ]
     else:
         body = [dom.node(n) for n in md.markdown(m.text)]
         held = _held_parts(m.content)
         if held:
-            body.append(h("ul", {"class": "attachments"}, [h("li", {"class": "attachment"}, t) for t in held]))
+            body.append(
+                h("ul", {"class": "attachments"}, [h("li", {"class": "attachment"}, t) for t in held])
+            )
         elif not m.text.strip() and not m.tool_calls:
             body = [h("p", {"class": "note"}, "(no text)")]
     calls = []
     for call in m.tool_calls or []:
         fn = (call or {}).get("function") or {}
-        calls.append(h("details", {"class": "tool-call"},
-                       h("summary", {}, f"Tool call · {fn.get('name') or call.get('type') or 'call'}"),
-                       h("pre", {}, h("code", {}, _pretty(fn.get("arguments", call))))))
-    return h("li", {"class": cls, "id": f"m-{m.id}", "data-id": m.id, "data-seq": m.seq, "tabindex": "-1",
-                    "aria-label": f"{ROLE_LABEL.get(m.role, m.role)} message"},
-             h("header", {},
-               h("span", {"class": "role"}, ROLE_LABEL.get(m.role, m.role)), badges,
-               h("time", {"datetime": iso(m.created_at)}, fmt_time(m.created_at)),
-               h("span", {"class": "actions"},
-                 h("button", {"type": "button", "class": "btn small ghost", "data-action": "fork",
-                              "data-seq": m.seq, "title": "Fork from here: a new conversation up to this message",
-                              "aria-label": f"Fork from message {m.seq + 1}"}, "Fork"))),
-             h("div", {"class": "body"}, body), calls)
+        calls.append(
+            h(
+                "details",
+                {"class": "tool-call"},
+                h("summary", {}, f"Tool call · {fn.get('name') or call.get('type') or 'call'}"),
+                h("pre", {}, h("code", {}, _pretty(fn.get("arguments", call)))),
+            )
+        )
+    return h(
+        "li",
+        {
+            "class": cls,
+            "id": f"m-{m.id}",
+            "data-id": m.id,
+            "data-seq": m.seq,
+            "tabindex": "-1",
+            "aria-label": f"{ROLE_LABEL.get(m.role, m.role)} message",
+        },
+        h(
+            "header",
+            {},
+            h("span", {"class": "role"}, ROLE_LABEL.get(m.role, m.role)),
+            badges,
+            h("time", {"datetime": iso(m.created_at)}, fmt_time(m.created_at)),
+            h(
+                "span",
+                {"class": "actions"},
+                h(
+                    "button",
+                    {
+                        "type": "button",
+                        "class": "btn small ghost",
+                        "data-action": "fork",
+                        "data-seq": m.seq,
+                        "title": "Fork from here: a new conversation up to this message",
+                        "aria-label": f"Fork from message {m.seq + 1}",
+                    },
+                    "Fork",
+                ),
+            ),
+        ),
+        h("div", {"class": "body"}, body),
+        calls,
+    )
 
 
 #: what a content part the view cannot show is called in its placeholder
@@ -111,30 +152,90 @@ def _bar(app: Any, meta: Any) -> None:
     if meta is None:
         dom.clear(bar)
         return
-    parent = next((s for s in app.sessions if s.session_id == meta.parent_id), None) if meta.parent_id else None
+    parent = (
+        next((s for s in app.sessions if s.session_id == meta.parent_id), None) if meta.parent_id else None
+    )
     lineage = None
     if meta.parent_id:
         where = f"at message {meta.fork_index}" if meta.fork_index is not None else ""
-        lineage = h("span", {"class": "lineage"}, "Forked from ",
-                    h("button", {"type": "button", "class": "btn small ghost", "data-action": "open",
-                                 "data-id": meta.parent_id}, parent.title if parent else "a deleted conversation")
-                    if parent else "a deleted conversation", f" {where}")
-    dom.mount(bar,
-              h("span", {"class": "tags", "aria-label": "Tags"},
-                [h("span", {"class": "tag"}, t,
-                   h("button", {"type": "button", "data-action": "tag-remove", "data-tag": t,
-                                "aria-label": f"Remove tag {t}"}, "×")) for t in meta.tags],
-                h("label", {"for": "tag-input", "class": "sr-only"}, "Add a tag"),
-                h("input", {"id": "tag-input", "class": "tag-input", "placeholder": "+ tag", "data-key": "tag-add",
-                            "autocomplete": "off", "maxlength": "40"})),
-              lineage,
-              h("span", {"class": "spacer"}),
-              h("button", {"type": "button", "class": "btn small", "data-action": "pin",
-                           "aria-pressed": "true" if meta.pinned else "false"}, "Unpin" if meta.pinned else "Pin"),
-              h("button", {"type": "button", "class": "btn small", "data-action": "rename"}, "Rename"),
-              h("button", {"type": "button", "class": "btn small", "data-action": "archive"},
-                "Unarchive" if meta.archived else "Archive"),
-              h("button", {"type": "button", "class": "btn small danger", "data-action": "delete-session"}, "Delete"))
+        lineage = h(
+            "span",
+            {"class": "lineage"},
+            "Forked from ",
+            h(
+                "button",
+                {
+                    "type": "button",
+                    "class": "btn small ghost",
+                    "data-action": "open",
+                    "data-id": meta.parent_id,
+                },
+                parent.title if parent else "a deleted conversation",
+            )
+            if parent
+            else "a deleted conversation",
+            f" {where}",
+        )
+    dom.mount(
+        bar,
+        h(
+            "span",
+            {"class": "tags", "aria-label": "Tags"},
+            [
+                h(
+                    "span",
+                    {"class": "tag"},
+                    t,
+                    h(
+                        "button",
+                        {
+                            "type": "button",
+                            "data-action": "tag-remove",
+                            "data-tag": t,
+                            "aria-label": f"Remove tag {t}",
+                        },
+                        "×",
+                    ),
+                )
+                for t in meta.tags
+            ],
+            h("label", {"for": "tag-input", "class": "sr-only"}, "Add a tag"),
+            h(
+                "input",
+                {
+                    "id": "tag-input",
+                    "class": "tag-input",
+                    "placeholder": "+ tag",
+                    "data-key": "tag-add",
+                    "autocomplete": "off",
+                    "maxlength": "40",
+                },
+            ),
+        ),
+        lineage,
+        h("span", {"class": "spacer"}),
+        h(
+            "button",
+            {
+                "type": "button",
+                "class": "btn small",
+                "data-action": "pin",
+                "aria-pressed": "true" if meta.pinned else "false",
+            },
+            "Unpin" if meta.pinned else "Pin",
+        ),
+        h("button", {"type": "button", "class": "btn small", "data-action": "rename"}, "Rename"),
+        h(
+            "button",
+            {"type": "button", "class": "btn small", "data-action": "archive"},
+            "Unarchive" if meta.archived else "Archive",
+        ),
+        h(
+            "button",
+            {"type": "button", "class": "btn small danger", "data-action": "delete-session"},
+            "Delete",
+        ),
+    )
 
 
 def render_mode_note(app: Any) -> None:
@@ -153,10 +254,20 @@ async def render(app: Any) -> None:
     render_mode_note(app)
     ol = q("#messages")
     if meta is None:
-        dom.mount(ol, h("li", {"class": "welcome"},
-                        h("h2", {}, "Your conversations stay on this device."),
-                        h("p", {}, "Start typing below to begin a new conversation. Everything is saved in this "
-                                   "browser, works offline, and can be searched, forked, exported and synced.")))
+        dom.mount(
+            ol,
+            h(
+                "li",
+                {"class": "welcome"},
+                h("h2", {}, "Your conversations stay on this device."),
+                h(
+                    "p",
+                    {},
+                    "Start typing below to begin a new conversation. Everything is saved in this "
+                    "browser, works offline, and can be searched, forked, exported and synced.",
+                ),
+            ),
+        )
         return
     msgs = await app.mem.messages.list(meta.session_id, limit=None)
     if not msgs:
@@ -212,10 +323,17 @@ class Live:
 
     def __init__(self) -> None:
         self.body = h("p", {})
-        self.el = h("li", {"class": "msg assistant streaming", "aria-busy": "true"},
-                    h("header", {}, h("span", {"class": "role"}, "Assistant"),
-                      h("span", {"class": "badge"}, "writing…")),
-                    h("div", {"class": "body"}, self.body))
+        self.el = h(
+            "li",
+            {"class": "msg assistant streaming", "aria-busy": "true"},
+            h(
+                "header",
+                {},
+                h("span", {"class": "role"}, "Assistant"),
+                h("span", {"class": "badge"}, "writing…"),
+            ),
+            h("div", {"class": "body"}, self.body),
+        )
         self.text = ""
 
     def add(self, piece: str) -> None:
@@ -243,9 +361,12 @@ class _Draft:
 
 
 def _failure_el(text: str) -> Any:
-    return h("li", {"class": "msg system", "role": "alert"},
-             h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
-             h("div", {"class": "body"}, h("p", {}, text)))
+    return h(
+        "li",
+        {"class": "msg system", "role": "alert"},
+        h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
+        h("div", {"class": "body"}, h("p", {}, text)),
+    )
 
 
 async def send(app: Any, text: str) -> None:
@@ -323,19 +444,36 @@ async def send(app: Any, text: str) -> None:
 
 def _turn_options(s: dict[str, Any], live: Live) -> dict[str, Any]:
     """What every turn hands ``send`` / ``reply``: the budget, prompt, retrieval and the view."""
-    return {"budget": s["budget"], "system_prompt": s["provider"]["system_prompt"] or None,
-            "retrieval": settings.retrieval_config(s), "on_token": live.add}
+    return {
+        "budget": s["budget"],
+        "system_prompt": s["provider"]["system_prompt"] or None,
+        "retrieval": settings.retrieval_config(s),
+        "on_token": live.add,
+    }
 
 
 def _fallback_el(sid: str, why: str) -> Any:
     """Says the answer above came from memory, and offers the model's once it is back."""
-    return h("li", {"class": "msg system fallback", "role": "status"},
-             h("header", {}, h("span", {"class": "role"}, "Answered from memory")),
-             h("div", {"class": "body"},
-               h("p", {}, f"{why}, so this answer comes from your saved conversations. Your message is saved; "
-                          "the model never sees this answer as its own."),
-               h("button", {"type": "button", "class": "btn small", "data-action": "ask-model", "data-id": sid},
-                 "Send to the model")))
+    return h(
+        "li",
+        {"class": "msg system fallback", "role": "status"},
+        h("header", {}, h("span", {"class": "role"}, "Answered from memory")),
+        h(
+            "div",
+            {"class": "body"},
+            h(
+                "p",
+                {},
+                f"{why}, so this answer comes from your saved conversations. Your message is saved; "
+                "the model never sees this answer as its own.",
+            ),
+            h(
+                "button",
+                {"type": "button", "class": "btn small", "data-action": "ask-model", "data-id": sid},
+                "Send to the model",
+            ),
+        ),
+    )
 
 
 async def _ask_model(app: Any, el: Any, ev: Any) -> None:
@@ -348,8 +486,9 @@ async def _ask_model(app: Any, el: Any, ev: Any) -> None:
     live = Live()
     _append_el(live.el)
     try:
-        await app.mem.session(sid).reply(provider=settings.chat_provider(app.mem, app.settings),
-                                         **_turn_options(app.settings, live))
+        await app.mem.session(sid).reply(
+            provider=settings.chat_provider(app.mem, app.settings), **_turn_options(app.settings, live)
+        )
     except ProviderError as e:
         live.el.remove()
         app.toast(f"The model could not answer yet: {e}", error=True)
@@ -407,14 +546,18 @@ async def _archive(app: Any, el: Any, ev: Any) -> None:
     meta = app.current_meta()
     await app.mem.sessions.update(meta.session_id, archived=not meta.archived)
     await _after_meta_change(app)
-    app.toast("Archived — find it under Archived." if not meta.archived else "Back in your active conversations.")
+    app.toast(
+        "Archived — find it under Archived." if not meta.archived else "Back in your active conversations."
+    )
     q('#session-bar [data-action="archive"]').focus()
 
 
 async def _rename(app: Any, el: Any, ev: Any) -> None:
     meta = app.current_meta()
-    inp = h("input", {"id": "rename-input", "data-key": "rename", "aria-label": "Conversation title",
-                      "maxlength": "200"})
+    inp = h(
+        "input",
+        {"id": "rename-input", "data-key": "rename", "aria-label": "Conversation title", "maxlength": "200"},
+    )
     inp.value = meta.title
     dom.mount(q("#title-wrap"), inp)
     inp.focus()
@@ -465,7 +608,9 @@ async def _tag_remove(app: Any, el: Any, ev: Any) -> None:
 async def _fork(app: Any, el: Any, ev: Any) -> None:
     seq = int(el.getAttribute("data-seq"))
     meta = app.current_meta()
-    fork = await app.mem.sessions.fork(meta.session_id, at_index=seq + 1, reason=f"forked at message {seq + 1}")
+    fork = await app.mem.sessions.fork(
+        meta.session_id, at_index=seq + 1, reason=f"forked at message {seq + 1}"
+    )
     await app.mem.sessions.update(fork.session_id, title=f"{meta.title} (fork)")
     await app.refresh_sessions()
     await app.open_session(fork.session_id)

@@ -33,42 +33,111 @@ def human_bytes(n: float | None) -> str:
 async def render(app: Any, body: Any) -> None:
     est = await app.mem.storage_estimate()
     persisted = bool(est.get("persisted"))
-    choices = [h("li", {}, h("label", {},
-                             h("input", {"type": "checkbox", "class": "export-pick", "value": s.session_id,
-                                         "checked": s.session_id == app.current}),
-                             f"{s.title}{' (archived)' if s.archived else ''} · {s.message_count}"))
-               for s in app.sessions]
-    dom.append(body,
-               h("h3", {}, "Storage"),
-               h("dl", {"class": "kv"},
-                 h("dt", {}, "Conversations"), h("dd", {"id": "data-counts"}, _counts(app)),
-                 h("dt", {}, "Used by this site"), h("dd", {"id": "storage-usage"}, human_bytes(est.get("usage"))),
-                 h("dt", {}, "Available"), h("dd", {}, human_bytes(est.get("quota"))),
-                 h("dt", {}, "Kept for good"), h("dd", {"id": "persist-state"},
-                                                "yes — the browser will not evict it" if persisted else
-                                                "not yet — the browser may clear it when space runs low")),
-               h("button", {"type": "button", "class": "btn small", "data-action": "persist", "disabled": persisted},
-                 "Keep my data"),
-               h("h3", {}, "Export"),
-               h("p", {"class": "note"}, "A JSON file you can import here or elsewhere. API keys are never exported."),
-               h("button", {"type": "button", "class": "btn small", "data-action": "export-all",
-                            "id": "export-all", "disabled": not app.sessions}, "Export everything"),
-               h("p", {"class": "note"}, "Or only the conversations ticked here:") if choices else None,
-               h("ul", {"class": "select-list", "aria-label": "Conversations to export"}, choices) if choices else None,
-               h("button", {"type": "button", "class": "btn small", "data-action": "export-selected"},
-                 "Export the ticked conversations") if choices else None,
-               h("h3", {}, "Import"),
-               h("p", {"class": "note"}, "chatmem, AIRI, ChatGPT or Claude exports. The whole file is checked first; "
-                                         "then everything is written at once, or nothing."),
-               h("div", {"class": "drop-zone", "data-drop": "import-drop"},
-                 h("p", {}, "Drop an export file here, or choose one:"),
-                 h("label", {"for": "import-file", "class": "sr-only"}, "Import file"),
-                 h("input", {"id": "import-file", "type": "file", "accept": ".json,application/json",
-                             "data-change": "import-file"})),
-               h("label", {"class": "field check", "for": "import-restore"},
-                 h("input", {"id": "import-restore", "type": "checkbox"}),
-                 "Restore a backup: keep its ids (importing it again changes nothing)"),
-               h("div", {"id": "import-report", "role": "status", "aria-live": "polite"}))
+    choices = [
+        h(
+            "li",
+            {},
+            h(
+                "label",
+                {},
+                h(
+                    "input",
+                    {
+                        "type": "checkbox",
+                        "class": "export-pick",
+                        "value": s.session_id,
+                        "checked": s.session_id == app.current,
+                    },
+                ),
+                f"{s.title}{' (archived)' if s.archived else ''} · {s.message_count}",
+            ),
+        )
+        for s in app.sessions
+    ]
+    dom.append(
+        body,
+        h("h3", {}, "Storage"),
+        h(
+            "dl",
+            {"class": "kv"},
+            h("dt", {}, "Conversations"),
+            h("dd", {"id": "data-counts"}, _counts(app)),
+            h("dt", {}, "Used by this site"),
+            h("dd", {"id": "storage-usage"}, human_bytes(est.get("usage"))),
+            h("dt", {}, "Available"),
+            h("dd", {}, human_bytes(est.get("quota"))),
+            h("dt", {}, "Kept for good"),
+            h(
+                "dd",
+                {"id": "persist-state"},
+                "yes — the browser will not evict it"
+                if persisted
+                else "not yet — the browser may clear it when space runs low",
+            ),
+        ),
+        h(
+            "button",
+            {"type": "button", "class": "btn small", "data-action": "persist", "disabled": persisted},
+            "Keep my data",
+        ),
+        h("h3", {}, "Export"),
+        h(
+            "p",
+            {"class": "note"},
+            "A JSON file you can import here or elsewhere. API keys are never exported.",
+        ),
+        h(
+            "button",
+            {
+                "type": "button",
+                "class": "btn small",
+                "data-action": "export-all",
+                "id": "export-all",
+                "disabled": not app.sessions,
+            },
+            "Export everything",
+        ),
+        h("p", {"class": "note"}, "Or only the conversations ticked here:") if choices else None,
+        h("ul", {"class": "select-list", "aria-label": "Conversations to export"}, choices)
+        if choices
+        else None,
+        h(
+            "button",
+            {"type": "button", "class": "btn small", "data-action": "export-selected"},
+            "Export the ticked conversations",
+        )
+        if choices
+        else None,
+        h("h3", {}, "Import"),
+        h(
+            "p",
+            {"class": "note"},
+            "chatmem, AIRI, ChatGPT or Claude exports. The whole file is checked first; "
+            "then everything is written at once, or nothing.",
+        ),
+        h(
+            "div",
+            {"class": "drop-zone", "data-drop": "import-drop"},
+            h("p", {}, "Drop an export file here, or choose one:"),
+            h("label", {"for": "import-file", "class": "sr-only"}, "Import file"),
+            h(
+                "input",
+                {
+                    "id": "import-file",
+                    "type": "file",
+                    "accept": ".json,application/json",
+                    "data-change": "import-file",
+                },
+            ),
+        ),
+        h(
+            "label",
+            {"class": "field check", "for": "import-restore"},
+            h("input", {"id": "import-restore", "type": "checkbox"}),
+            "Restore a backup: keep its ids (importing it again changes nothing)",
+        ),
+        h("div", {"id": "import-report", "role": "status", "aria-live": "polite"}),
+    )
 
 
 def _counts(app: Any) -> str:
@@ -93,8 +162,12 @@ def update_counts(app: Any) -> None:
 
 async def _persist(app: Any, el: Any, ev: Any) -> None:
     granted = await app.mem.request_persistence()
-    dom.mount(q("#persist-state"), "yes — the browser will not evict it" if granted else
-              "the browser declined for now (it decides by how often you use the site); try again later")
+    dom.mount(
+        q("#persist-state"),
+        "yes — the browser will not evict it"
+        if granted
+        else "the browser declined for now (it decides by how often you use the site); try again later",
+    )
     el.disabled = bool(granted)
 
 
@@ -124,7 +197,9 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
         report = await app.mem.import_sessions(data, preserve_ids=preserve_ids)
     except ImportFormatError as e:
         where = getattr(e, "path", None)
-        text = f"Nothing imported: {name} has a problem: {e}" if where else f"Nothing imported from {name}. {e}"
+        text = (
+            f"Nothing imported: {name} has a problem: {e}" if where else f"Nothing imported from {name}. {e}"
+        )
         dom.mount(out, h("p", {"class": "status-err"}, text))
         return None
     except ValidationError as e:
@@ -133,15 +208,30 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
     await app.refresh_sessions()
     update_counts(app)
     fmt = FORMATS.get(report.format, report.format)
-    dom.mount(out, h("div", {"class": "report status-ok", "id": "import-summary"},
-                     h("p", {}, f"Imported {name} ({fmt} format)."),
-                     h("ul", {},
-                       h("li", {}, f"{_n(report.sessions_imported, 'conversation')}, "
-                                  f"{_n(report.messages_imported, 'message')}"),
-                       h("li", {}, f"{_n(report.sessions_replaced, 'conversation')} updated")
-                       if report.sessions_replaced else None,
-                       h("li", {}, f"{_n(report.sessions_skipped, 'conversation')} already here, unchanged")
-                       if report.sessions_skipped else None)))
+    dom.mount(
+        out,
+        h(
+            "div",
+            {"class": "report status-ok", "id": "import-summary"},
+            h("p", {}, f"Imported {name} ({fmt} format)."),
+            h(
+                "ul",
+                {},
+                h(
+                    "li",
+                    {},
+                    f"{_n(report.sessions_imported, 'conversation')}, "
+                    f"{_n(report.messages_imported, 'message')}",
+                ),
+                h("li", {}, f"{_n(report.sessions_replaced, 'conversation')} updated")
+                if report.sessions_replaced
+                else None,
+                h("li", {}, f"{_n(report.sessions_skipped, 'conversation')} already here, unchanged")
+                if report.sessions_skipped
+                else None,
+            ),
+        ),
+    )
     return report
 
 
@@ -163,5 +253,10 @@ async def _import_drop(app: Any, el: Any, ev: Any) -> None:
         await _import_file(app, files.item(0))
 
 
-ACTIONS = {"persist": _persist, "export-all": _export_all, "export-selected": _export_selected,
-           "import-file": _import_change, "import-drop": _import_drop}
+ACTIONS = {
+    "persist": _persist,
+    "export-all": _export_all,
+    "export-selected": _export_selected,
+    "import-file": _import_change,
+    "import-drop": _import_drop,
+}

@@ -132,7 +132,9 @@ def text_of(el: Any) -> str:
     return str(el.textContent or "")
 
 
-def spawn(coro: Awaitable[Any], on_error: Callable[[BaseException], None] | None = None) -> asyncio.Future[Any]:
+def spawn(
+    coro: Awaitable[Any], on_error: Callable[[BaseException], None] | None = None
+) -> asyncio.Future[Any]:
     """Run a coroutine in the page's event loop; errors go to ``on_error`` and the console."""
     fut = asyncio.ensure_future(coro)
 

@@ -37,20 +37,32 @@ async def render(app: Any, body: Any) -> None:
     msgs = [(label(d), m) for d, m, _ in series]
     toks = [(label(d), t) for d, _, t in series]
     per_char = [(str(r["character"]), int(r["messages"])) for r in char_rows]
-    dom.append(body,
-               h("h3", {}, f"Messages per day (last {DAYS} days)"),
-               dom.svg_node(bar_chart(msgs, title="Messages per day")),
-               h("h3", {}, "Tokens per day"),
-               dom.svg_node(bar_chart(toks, title="Tokens per day")),
-               h("h3", {}, "Per character"),
-               dom.svg_node(bar_chart(per_char, title="Messages per character")) if per_char else None,
-               h("ul", {"class": "ctx-list", "id": "insights-characters"},
-                 [h("li", {"title": f"{r['sessions']} conversation{'s' if r['sessions'] != 1 else ''}"},
+    dom.append(
+        body,
+        h("h3", {}, f"Messages per day (last {DAYS} days)"),
+        dom.svg_node(bar_chart(msgs, title="Messages per day")),
+        h("h3", {}, "Tokens per day"),
+        dom.svg_node(bar_chart(toks, title="Tokens per day")),
+        h("h3", {}, "Per character"),
+        dom.svg_node(bar_chart(per_char, title="Messages per character")) if per_char else None,
+        h(
+            "ul",
+            {"class": "ctx-list", "id": "insights-characters"},
+            [
+                h(
+                    "li",
+                    {"title": f"{r['sessions']} conversation{'s' if r['sessions'] != 1 else ''}"},
                     h("span", {"class": "r"}, str(r["character"])),
                     h("span", {"class": "x"}, f"{r['messages']} messages"),
-                    h("span", {"class": "n"}, f"{int(r['tokens']):,} tokens")) for r in char_rows])
-               if char_rows else h("p", {"class": "note"}, "No messages yet."),
-               h("p", {"class": "note"}, "Counted by the query index (mem.sql) over every conversation."))
+                    h("span", {"class": "n"}, f"{int(r['tokens']):,} tokens"),
+                )
+                for r in char_rows
+            ],
+        )
+        if char_rows
+        else h("p", {"class": "note"}, "No messages yet."),
+        h("p", {"class": "note"}, "Counted by the query index (mem.sql) over every conversation."),
+    )
 
 
 ACTIONS: dict[str, Any] = {}

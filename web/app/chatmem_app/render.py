@@ -53,8 +53,13 @@ def inline(text: str, depth: int = 0) -> list[Node]:
         else:
             lm = _LINK.match(s)
             assert lm is not None
-            out.append(("a", {"href": lm.group(2), "rel": "noopener noreferrer nofollow", "target": "_blank"},
-                        [lm.group(1)]))
+            out.append(
+                (
+                    "a",
+                    {"href": lm.group(2), "rel": "noopener noreferrer nofollow", "target": "_blank"},
+                    [lm.group(1)],
+                )
+            )
         pos = m.end()
     if pos < len(text):
         out.append(text[pos:])

@@ -87,16 +87,35 @@ async def _search(app: Any, el: Any, ev: Any) -> None:
     strong = [p for p in pairs if _strong(p[0], mode, lo, hi)]
     weaker = [p for p in pairs if not _strong(p[0], mode, lo, hi)]
     n = len(strong)
-    dom.mount(box,
-              h("div", {"class": "head"},
-                h("span", {}, f"{n}{'+' if len(pairs) >= LIMIT else ''} result{'s' if n != 1 else ''} for “{query}”"),
-                h("button", {"type": "button", "class": "btn small ghost", "data-action": "search-clear"}, "Clear")),
-              h("p", {"class": "note"}, f"{MODES.get(mode, mode)} search, best first"),
-              h("ul", {}, [_item(hit, s, query) for hit, s in strong]) if strong
-              else h("p", {"class": "empty"}, "Nothing found."),
-              h("details", {"class": "weaker"},
-                h("summary", {}, f"{len(weaker)} weaker match{'es' if len(weaker) != 1 else ''}"),
-                h("ul", {}, [_item(hit, s, query) for hit, s in weaker])) if weaker else None)
+    dom.mount(
+        box,
+        h(
+            "div",
+            {"class": "head"},
+            h(
+                "span",
+                {},
+                f"{n}{'+' if len(pairs) >= LIMIT else ''} result{'s' if n != 1 else ''} for “{query}”",
+            ),
+            h(
+                "button",
+                {"type": "button", "class": "btn small ghost", "data-action": "search-clear"},
+                "Clear",
+            ),
+        ),
+        h("p", {"class": "note"}, f"{MODES.get(mode, mode)} search, best first"),
+        h("ul", {}, [_item(hit, s, query) for hit, s in strong])
+        if strong
+        else h("p", {"class": "empty"}, "Nothing found."),
+        h(
+            "details",
+            {"class": "weaker"},
+            h("summary", {}, f"{len(weaker)} weaker match{'es' if len(weaker) != 1 else ''}"),
+            h("ul", {}, [_item(hit, s, query) for hit, s in weaker]),
+        )
+        if weaker
+        else None,
+    )
     box.removeAttribute("hidden")
     q("#session-list").setAttribute("hidden", "")
 
@@ -117,11 +136,27 @@ def _item(hit: Any, s: Any, query: str) -> Any:
     m = hit.message
     who = {"user": "You", "assistant": "Assistant"}.get(m.role, m.role.capitalize())
     flat = " ".join(m.text.split())
-    return h("li", {},
-             h("button", {"type": "button", "class": "hit", "data-action": "open", "data-id": s.session_id,
-                          "data-message": m.id, "title": f"score {hit.score:.3f}"},
-               h("span", {"class": "where"}, f"{s.title} · {who}{' · archived' if s.archived else ''}"),
-               h("span", {"class": "snip"}, [dom.node(n) for n in md.snippet(flat, matched_spans(flat, query), SNIPPET)])))
+    return h(
+        "li",
+        {},
+        h(
+            "button",
+            {
+                "type": "button",
+                "class": "hit",
+                "data-action": "open",
+                "data-id": s.session_id,
+                "data-message": m.id,
+                "title": f"score {hit.score:.3f}",
+            },
+            h("span", {"class": "where"}, f"{s.title} · {who}{' · archived' if s.archived else ''}"),
+            h(
+                "span",
+                {"class": "snip"},
+                [dom.node(n) for n in md.snippet(flat, matched_spans(flat, query), SNIPPET)],
+            ),
+        ),
+    )
 
 
 async def _clear(app: Any, el: Any, ev: Any) -> None:

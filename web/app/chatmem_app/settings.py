@@ -32,8 +32,11 @@ __all__ = [
 
 KEY = "app:settings"
 #: where a turn may recall older messages from (``RetrievalConfig.scope``), in the form's words
-SCOPES = {"session": "This conversation only", "character": "This character's conversations",
-          "user": "All my conversations"}
+SCOPES = {
+    "session": "This conversation only",
+    "character": "This character's conversations",
+    "user": "All my conversations",
+}
 #: the relevance threshold's default before similarities were calibrated per embedder
 OLD_THRESHOLD = 0.3
 
@@ -44,14 +47,33 @@ DEFAULTS: dict[str, Any] = {
     # keeps a paraphrase and drops an unrelated message with any of them
     # "scope": where relevant older messages may come from; the character's other
     # conversations by default, so a new chat recalls what was said in another
-    "retrieval": {"strategy": "recent", "recent_count": 10, "relevance_threshold": 0.7,
-                  "weights": {"recency": 0.6, "relevance": 0.4}, "calibrated": True, "scope": "character"},
+    "retrieval": {
+        "strategy": "recent",
+        "recent_count": 10,
+        "relevance_threshold": 0.7,
+        "weights": {"recency": 0.6, "relevance": 0.4},
+        "calibrated": True,
+        "scope": "character",
+    },
     "context": {"datetime": True},
-    "retention": {"max_sessions": 1000, "max_age_days": 90, "archive_after_days": 30,
-                  "delete_archived": False, "auto": False},
-    "sync": {"enabled": False, "endpoint": "", "api_key": "", "interval_s": 60, "auto": True,
-             # end-to-end encryption; the passphrase lives only in memory until handed to mem.sync
-             "encrypt": False, "passphrase": "", "remember": False},
+    "retention": {
+        "max_sessions": 1000,
+        "max_age_days": 90,
+        "archive_after_days": 30,
+        "delete_archived": False,
+        "auto": False,
+    },
+    "sync": {
+        "enabled": False,
+        "endpoint": "",
+        "api_key": "",
+        "interval_s": 60,
+        "auto": True,
+        # end-to-end encryption; the passphrase lives only in memory until handed to mem.sync
+        "encrypt": False,
+        "passphrase": "",
+        "remember": False,
+    },
 }
 
 
@@ -137,16 +159,23 @@ def chat_provider(mem: Any, s: dict[str, Any]) -> Any:
 def retrieval_config(s: dict[str, Any]) -> chatmem.RetrievalConfig:
     r = s["retrieval"]
     return chatmem.RetrievalConfig(
-        strategy=r["strategy"], recent_count=r["recent_count"], relevance_threshold=float(r["relevance_threshold"]),
-        hybrid_weights=chatmem.HybridWeights(recency=float(r["weights"]["recency"]),
-                                             relevance=float(r["weights"]["relevance"])),
-        scope=r["scope"])
+        strategy=r["strategy"],
+        recent_count=r["recent_count"],
+        relevance_threshold=float(r["relevance_threshold"]),
+        hybrid_weights=chatmem.HybridWeights(
+            recency=float(r["weights"]["recency"]), relevance=float(r["weights"]["relevance"])
+        ),
+        scope=r["scope"],
+    )
 
 
 def retention_policy(ret: dict[str, Any]) -> chatmem.RetentionPolicy:
-    return chatmem.RetentionPolicy(max_sessions=ret["max_sessions"], max_age=ret["max_age_days"] * DAY_MS,
-                                   archive_after=ret["archive_after_days"] * DAY_MS,
-                                   delete_archived=ret["delete_archived"])
+    return chatmem.RetentionPolicy(
+        max_sessions=ret["max_sessions"],
+        max_age=ret["max_age_days"] * DAY_MS,
+        archive_after=ret["archive_after_days"] * DAY_MS,
+        delete_archived=ret["delete_archived"],
+    )
 
 
 def sync_config(s: dict[str, Any], current: Any = None, *, typed: bool = True) -> chatmem.SyncConfig:
@@ -165,16 +194,21 @@ def sync_config(s: dict[str, Any], current: Any = None, *, typed: bool = True) -
             enc.remember = bool(sy["remember"])
         else:
             enc = chatmem.Passphrase.locked(remember=bool(sy["remember"]))
-    return chatmem.SyncConfig(enabled=sy["enabled"], endpoint=sy["endpoint"], api_key=sy["api_key"],
-                              auto_sync=bool(sy["enabled"] and sy["auto"]), sync_interval=sy["interval_s"] * 1000,
-                              encryption=enc)
+    return chatmem.SyncConfig(
+        enabled=sy["enabled"],
+        endpoint=sy["endpoint"],
+        api_key=sy["api_key"],
+        auto_sync=bool(sy["enabled"] and sy["auto"]),
+        sync_interval=sy["interval_s"] * 1000,
+        encryption=enc,
+    )
 
 
 async def load(mem: Any) -> dict[str, Any]:
     """The stored settings over the defaults; the sync part from ``mem.sync``'s stored config."""
     stored = await mem.store.kv_get(KEY)
     s = merge(DEFAULTS, stored)
-    r = ((stored or {}).get("retrieval") or {})
+    r = (stored or {}).get("retrieval") or {}
     if r and not r.get("calibrated") and r.get("relevance_threshold") == OLD_THRESHOLD:
         # saved before similarities were calibrated: the old default meant what 0.7 means now
         s["retrieval"]["relevance_threshold"] = DEFAULTS["retrieval"]["relevance_threshold"]
@@ -182,10 +216,17 @@ async def load(mem: Any) -> dict[str, Any]:
     cfg = mem.sync.config
     if cfg is not None:
         enc = cfg.encryption
-        s["sync"] = {"enabled": cfg.enabled, "endpoint": cfg.endpoint, "api_key": cfg.api_key,
-                     "interval_s": cfg.sync_interval // 1000, "auto": cfg.auto_sync or not cfg.enabled,
-                     "encrypt": enc is not None, "passphrase": "", "remember": bool(enc and enc.remember),
-                     "has_passphrase": bool(enc and await mem.sync.unlocked())}
+        s["sync"] = {
+            "enabled": cfg.enabled,
+            "endpoint": cfg.endpoint,
+            "api_key": cfg.api_key,
+            "interval_s": cfg.sync_interval // 1000,
+            "auto": cfg.auto_sync or not cfg.enabled,
+            "encrypt": enc is not None,
+            "passphrase": "",
+            "remember": bool(enc and enc.remember),
+            "has_passphrase": bool(enc and await mem.sync.unlocked()),
+        }
     return s
 
 

@@ -33,8 +33,9 @@ async def apply_sync(mem: Any, prefs: dict[str, Any]) -> None:
         return
     typed, sy["passphrase"] = sy["passphrase"], ""  # from here on only mem.sync holds it
     check = bool(typed and sy["encrypt"] and sy["enabled"])
-    cfg = await mem.sync.configure(settings.sync_config(dict(prefs, sync=dict(sy, passphrase=typed)),
-                                                        mem.sync.config, typed=not check))
+    cfg = await mem.sync.configure(
+        settings.sync_config(dict(prefs, sync=dict(sy, passphrase=typed)), mem.sync.config, typed=not check)
+    )
     if check:
         try:
             cfg = await mem.sync.unlock(chatmem.Passphrase(typed, remember=bool(sy["remember"])))
@@ -42,8 +43,9 @@ async def apply_sync(mem: Any, prefs: dict[str, Any]) -> None:
             sy["has_passphrase"] = False
             raise
         except SyncError:  # cannot be checked now: the next sync checks it
-            cfg = await mem.sync.configure(settings.sync_config(dict(prefs, sync=dict(sy, passphrase=typed)),
-                                                                mem.sync.config))
+            cfg = await mem.sync.configure(
+                settings.sync_config(dict(prefs, sync=dict(sy, passphrase=typed)), mem.sync.config)
+            )
     sy["has_passphrase"] = bool(cfg.encryption and await mem.sync.unlocked())
 
 

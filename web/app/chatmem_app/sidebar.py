@@ -31,7 +31,8 @@ def relative_time(ms: int, now_ms: int | None = None) -> str:
 def visible_sessions(app: Any) -> list[Any]:
     """The sessions the sidebar shows, in the store's order (pinned first, newest first)."""
     return [
-        s for s in app.sessions
+        s
+        for s in app.sessions
         if s.archived == app.view_archived
         and s.session_id not in app.pending_deletes
         and (not app.tag_filter or app.tag_filter in s.tags)
@@ -40,15 +41,38 @@ def visible_sessions(app: Any) -> list[Any]:
 
 def _row(app: Any, s: Any) -> Any:
     meta = [relative_time(s.updated_at), f"{s.message_count} message{'s' if s.message_count != 1 else ''}"]
-    return h("li", {},
-             h("button", {"type": "button", "class": "session", "data-action": "open", "data-id": s.session_id,
-                          "aria-current": "true" if s.session_id == app.current else None},
-               h("span", {"class": "t"},
-                 dom.svg("svg", {"class": "pin-icon", "viewBox": "0 0 16 16", "role": "img", "aria-label": "pinned"},
-                         dom.svg("path", {"d": "M5 1h6l-1 5 3 3H9l-1 6-1-6H3l3-3z"})) if s.pinned else None,
-                 h("span", {"class": "title"}, s.title or "Untitled")),
-               h("span", {"class": "meta"}, " · ".join(meta),
-                 [h("span", {"class": "tag static"}, t) for t in s.tags])))
+    return h(
+        "li",
+        {},
+        h(
+            "button",
+            {
+                "type": "button",
+                "class": "session",
+                "data-action": "open",
+                "data-id": s.session_id,
+                "aria-current": "true" if s.session_id == app.current else None,
+            },
+            h(
+                "span",
+                {"class": "t"},
+                dom.svg(
+                    "svg",
+                    {"class": "pin-icon", "viewBox": "0 0 16 16", "role": "img", "aria-label": "pinned"},
+                    dom.svg("path", {"d": "M5 1h6l-1 5 3 3H9l-1 6-1-6H3l3-3z"}),
+                )
+                if s.pinned
+                else None,
+                h("span", {"class": "title"}, s.title or "Untitled"),
+            ),
+            h(
+                "span",
+                {"class": "meta"},
+                " · ".join(meta),
+                [h("span", {"class": "tag static"}, t) for t in s.tags],
+            ),
+        ),
+    )
 
 
 def render(app: Any) -> None:
@@ -56,8 +80,11 @@ def render(app: Any) -> None:
     tags = sorted({t for s in app.sessions if s.session_id not in app.pending_deletes for t in s.tags})
     if app.tag_filter and app.tag_filter not in tags:
         app.tag_filter = ""
-    dom.mount(q("#tag-filter"), h("option", {"value": ""}, "All tags"),
-              [h("option", {"value": t, "selected": t == app.tag_filter}, t) for t in tags])
+    dom.mount(
+        q("#tag-filter"),
+        h("option", {"value": ""}, "All tags"),
+        [h("option", {"value": t, "selected": t == app.tag_filter}, t) for t in tags],
+    )
     q("#tag-filter").value = app.tag_filter
     q("#view-active").setAttribute("aria-pressed", "false" if app.view_archived else "true")
     q("#view-archived").setAttribute("aria-pressed", "true" if app.view_archived else "false")
@@ -67,7 +94,13 @@ def render(app: Any) -> None:
     parts: list[Any] = []
     if not shown:
         what = "archived conversations" if app.view_archived else "conversations"
-        parts.append(h("p", {"class": "empty"}, f"No {what}{' tagged ' + app.tag_filter if app.tag_filter else ''} yet."))
+        parts.append(
+            h(
+                "p",
+                {"class": "empty"},
+                f"No {what}{' tagged ' + app.tag_filter if app.tag_filter else ''} yet.",
+            )
+        )
     if pinned:
         parts += [h("h2", {"class": "group-label"}, "Pinned"), h("ul", {}, [_row(app, s) for s in pinned])]
     if rest:
@@ -121,8 +154,13 @@ async def _delete(app: Any, el: Any, ev: Any) -> None:
             app.run(_really_delete(app, sid))
 
     app.pending_deletes[sid] = dom.set_timeout(commit, app.undo_ms)
-    app.toast(f"Deleted “{meta.title}”. Ctrl+Z or Undo brings it back.", action="undo-delete", label="Undo",
-              data={"id": sid}, ms=app.undo_ms)
+    app.toast(
+        f"Deleted “{meta.title}”. Ctrl+Z or Undo brings it back.",
+        action="undo-delete",
+        label="Undo",
+        data={"id": sid},
+        ms=app.undo_ms,
+    )
     nxt = next((s.session_id for s in visible_sessions(app)), None)
     await app.open_session(nxt)
     # the keyboard stays in the list: on the conversation now open, or the list itself

@@ -82,69 +82,172 @@ async def render(app: Any, body: Any) -> None:
     for d in dead[:50]:
         op_id = d.get("op_id")
         reason = str(d.get("reason") or "failed")
-        rows.append(h("li", {},
-                      h("span", {"class": "r"}, f"{d.get('type')} {d.get('resource')}"),
-                      h("span", {"class": "x", "title": reason}, reason),
-                      h("span", {"class": "n"},
-                        h("button", {"type": "button", "class": "btn small", "data-action": "dead-replay",
-                                     "data-op": op_id}, "Replay"),
-                        h("button", {"type": "button", "class": "btn small", "data-action": "dead-discard",
-                                     "data-op": op_id}, "Discard"))))
+        rows.append(
+            h(
+                "li",
+                {},
+                h("span", {"class": "r"}, f"{d.get('type')} {d.get('resource')}"),
+                h("span", {"class": "x", "title": reason}, reason),
+                h(
+                    "span",
+                    {"class": "n"},
+                    h(
+                        "button",
+                        {
+                            "type": "button",
+                            "class": "btn small",
+                            "data-action": "dead-replay",
+                            "data-op": op_id,
+                        },
+                        "Replay",
+                    ),
+                    h(
+                        "button",
+                        {
+                            "type": "button",
+                            "class": "btn small",
+                            "data-action": "dead-discard",
+                            "data-op": op_id,
+                        },
+                        "Discard",
+                    ),
+                ),
+            )
+        )
     cfg = app.mem.sync.config
-    locked = cfg is not None and cfg.encryption is not None and (
-        st.state in ("locked", "wrong-passphrase") or not await app.mem.sync.unlocked())
+    locked = (
+        cfg is not None
+        and cfg.encryption is not None
+        and (st.state in ("locked", "wrong-passphrase") or not await app.mem.sync.unlocked())
+    )
     kept = await app.mem.sync.quarantined()
-    unreadable = [h("li", {},
-                    h("span", {"class": "r"}, f"{x.get('resource') or 'record'} · {_KINDS.get(str(x.get('kind')), 'unusable')}"),
-                    h("span", {"class": "x", "title": str(x.get("reason") or "")}, str(x.get("reason") or "")))
-                  for x in kept[-50:]]
-    dom.append(body,
-               _unlock_box(cfg, st) if locked else None,
-               h("dl", {"class": "kv"},
-                 h("dt", {}, "Status"), h("dd", {"id": "sync-state"}, label),
-                 h("dt", {}, "Server"), h("dd", {}, cfg.endpoint if cfg and cfg.endpoint else "none"),
-                 h("dt", {}, "Waiting to send"), h("dd", {"id": "sync-pending"}, f"{st.pending} changes"),
-                 h("dt", {}, "Failed for good"), h("dd", {"id": "sync-dead"}, f"{st.dead_letters}"),
-                 h("dt", {}, "Could not be read"), h("dd", {"id": "sync-quarantined"}, _reasons(st)),
-                 h("dt", {}, "Last sync"), h("dd", {"id": "sync-last"}, _when(st.last_success)),
-                 h("dt", {}, "Last error"), h("dd", {"id": "sync-error"}, str(st.last_error or "none"))),
-               h("button", {"type": "button", "class": "btn small", "data-action": "sync-now",
-                            "disabled": not enabled}, "Sync now"),
-               h("button", {"type": "button", "class": "btn small ghost", "data-action": "panel",
-                            "data-panel": "settings"}, "Sync settings…"),
-               None if enabled else h("p", {"class": "note"},
-                                      "Sync is off. Every change is kept in the outbox on this device and is sent "
-                                      "once you turn sync on in Settings."),
-               None if locked else _passphrase_box(cfg),
-               h("h3", {}, "Failed changes"),
-               h("ul", {"class": "ctx-list", "id": "sync-dead-list"}, rows) if rows else h("p", {"class": "note"}, "None."),
-               h("div", {"class": "row"},
-                 h("button", {"type": "button", "class": "btn small", "data-action": "dead-replay", "data-op": "all"},
-                   "Replay all"),
-                 h("button", {"type": "button", "class": "btn small danger", "data-action": "dead-discard",
-                              "data-op": "all"}, "Discard all")) if rows else None,
-               h("h3", {}, "Records this device could not read"),
-               h("p", {"class": "note"},
-                 "Changes from other devices that could not be used here are kept aside, never applied, and "
-                 "never stop the rest from syncing. Try them again after entering the right passphrase, or once "
-                 "the device that wrote them is updated.") if unreadable else None,
-               h("ul", {"class": "ctx-list", "id": "sync-quarantine-list"}, unreadable) if unreadable
-               else h("p", {"class": "note"}, "None."),
-               h("div", {"class": "row"},
-                 h("button", {"type": "button", "class": "btn small", "data-action": "quarantine-retry",
-                              "disabled": not enabled}, "Try again"),
-                 h("button", {"type": "button", "class": "btn small danger", "data-action": "quarantine-clear"},
-                   "Forget them")) if unreadable else None)
+    unreadable = [
+        h(
+            "li",
+            {},
+            h(
+                "span",
+                {"class": "r"},
+                f"{x.get('resource') or 'record'} · {_KINDS.get(str(x.get('kind')), 'unusable')}",
+            ),
+            h("span", {"class": "x", "title": str(x.get("reason") or "")}, str(x.get("reason") or "")),
+        )
+        for x in kept[-50:]
+    ]
+    dom.append(
+        body,
+        _unlock_box(cfg, st) if locked else None,
+        h(
+            "dl",
+            {"class": "kv"},
+            h("dt", {}, "Status"),
+            h("dd", {"id": "sync-state"}, label),
+            h("dt", {}, "Server"),
+            h("dd", {}, cfg.endpoint if cfg and cfg.endpoint else "none"),
+            h("dt", {}, "Waiting to send"),
+            h("dd", {"id": "sync-pending"}, f"{st.pending} changes"),
+            h("dt", {}, "Failed for good"),
+            h("dd", {"id": "sync-dead"}, f"{st.dead_letters}"),
+            h("dt", {}, "Could not be read"),
+            h("dd", {"id": "sync-quarantined"}, _reasons(st)),
+            h("dt", {}, "Last sync"),
+            h("dd", {"id": "sync-last"}, _when(st.last_success)),
+            h("dt", {}, "Last error"),
+            h("dd", {"id": "sync-error"}, str(st.last_error or "none")),
+        ),
+        h(
+            "button",
+            {"type": "button", "class": "btn small", "data-action": "sync-now", "disabled": not enabled},
+            "Sync now",
+        ),
+        h(
+            "button",
+            {"type": "button", "class": "btn small ghost", "data-action": "panel", "data-panel": "settings"},
+            "Sync settings…",
+        ),
+        None
+        if enabled
+        else h(
+            "p",
+            {"class": "note"},
+            "Sync is off. Every change is kept in the outbox on this device and is sent "
+            "once you turn sync on in Settings.",
+        ),
+        None if locked else _passphrase_box(cfg),
+        h("h3", {}, "Failed changes"),
+        h("ul", {"class": "ctx-list", "id": "sync-dead-list"}, rows)
+        if rows
+        else h("p", {"class": "note"}, "None."),
+        h(
+            "div",
+            {"class": "row"},
+            h(
+                "button",
+                {"type": "button", "class": "btn small", "data-action": "dead-replay", "data-op": "all"},
+                "Replay all",
+            ),
+            h(
+                "button",
+                {
+                    "type": "button",
+                    "class": "btn small danger",
+                    "data-action": "dead-discard",
+                    "data-op": "all",
+                },
+                "Discard all",
+            ),
+        )
+        if rows
+        else None,
+        h("h3", {}, "Records this device could not read"),
+        h(
+            "p",
+            {"class": "note"},
+            "Changes from other devices that could not be used here are kept aside, never applied, and "
+            "never stop the rest from syncing. Try them again after entering the right passphrase, or once "
+            "the device that wrote them is updated.",
+        )
+        if unreadable
+        else None,
+        h("ul", {"class": "ctx-list", "id": "sync-quarantine-list"}, unreadable)
+        if unreadable
+        else h("p", {"class": "note"}, "None."),
+        h(
+            "div",
+            {"class": "row"},
+            h(
+                "button",
+                {
+                    "type": "button",
+                    "class": "btn small",
+                    "data-action": "quarantine-retry",
+                    "disabled": not enabled,
+                },
+                "Try again",
+            ),
+            h(
+                "button",
+                {"type": "button", "class": "btn small danger", "data-action": "quarantine-clear"},
+                "Forget them",
+            ),
+        )
+        if unreadable
+        else None,
+    )
 
 
 #: what each quarantine reason means, in the panel's words
-_KINDS = {"decryption": "could not be decrypted", "invalid": "not a valid record",
-          "unknown-type": "of a kind this version does not know", "clock-skew": "dated in the future",
-          "malformed": "not a change"}
+_KINDS = {
+    "decryption": "could not be decrypted",
+    "invalid": "not a valid record",
+    "unknown-type": "of a kind this version does not know",
+    "clock-skew": "dated in the future",
+    "malformed": "not a change",
+}
 
 
 def _reasons(st: Any) -> str:
-    """"0", or the count and its reasons: "2 (1 could not be decrypted, 1 not a valid record)"."""
+    """ "0", or the count and its reasons: "2 (1 could not be decrypted, 1 not a valid record)"."""
     if not st.quarantined:
         return "0"
     parts = [f"{n} {_KINDS.get(kind, kind)}" for kind, n in sorted(st.quarantine_reasons.items())]
@@ -152,20 +255,38 @@ def _reasons(st: Any) -> str:
 
 
 def _unlock_box(cfg: Any, st: Any) -> Any:
-    """"Unlock sync": the one field a device that needs the passphrase asks for, first in the panel."""
+    """ "Unlock sync": the one field a device that needs the passphrase asks for, first in the panel."""
     wrong = st.state == "wrong-passphrase"
-    return h("form", {"class": "e2e-unlock", "data-action": "unlock-sync", "aria-labelledby": "sync-unlock-title"},
-             h("h3", {"id": "sync-unlock-title"}, "Unlock sync"),
-             h("p", {"class": "note"},
-               "The passphrase was changed on another device: enter the new one." if wrong else
-               "Sync is end-to-end encrypted. Enter its passphrase on this device to send and receive changes. "
-               "Your conversations here stay readable meanwhile."),
-             h("label", {"class": "field", "for": "sync-unlock-passphrase"}, "Passphrase",
-               h("input", {"id": "sync-unlock-passphrase", "type": "password", "autocomplete": "current-password",
-                           "aria-describedby": "sync-unlock-error"})),
-             _check("sync-unlock-remember", "Remember on this device", bool(cfg.encryption.remember)),
-             h("p", {"id": "sync-unlock-error", "class": "status-err", "role": "alert"}),
-             h("button", {"type": "submit", "class": "btn small primary"}, "Unlock"))
+    return h(
+        "form",
+        {"class": "e2e-unlock", "data-action": "unlock-sync", "aria-labelledby": "sync-unlock-title"},
+        h("h3", {"id": "sync-unlock-title"}, "Unlock sync"),
+        h(
+            "p",
+            {"class": "note"},
+            "The passphrase was changed on another device: enter the new one."
+            if wrong
+            else "Sync is end-to-end encrypted. Enter its passphrase on this device to send and receive changes. "
+            "Your conversations here stay readable meanwhile.",
+        ),
+        h(
+            "label",
+            {"class": "field", "for": "sync-unlock-passphrase"},
+            "Passphrase",
+            h(
+                "input",
+                {
+                    "id": "sync-unlock-passphrase",
+                    "type": "password",
+                    "autocomplete": "current-password",
+                    "aria-describedby": "sync-unlock-error",
+                },
+            ),
+        ),
+        _check("sync-unlock-remember", "Remember on this device", bool(cfg.encryption.remember)),
+        h("p", {"id": "sync-unlock-error", "class": "status-err", "role": "alert"}),
+        h("button", {"type": "submit", "class": "btn small primary"}, "Unlock"),
+    )
 
 
 def _check(id_: str, label: str, checked: bool) -> Any:
@@ -186,7 +307,9 @@ async def _unlock(app: Any, el: Any, ev: Any) -> None:
         field.focus()
         return
     try:
-        await app.mem.sync.unlock(chatmem.Passphrase(typed, remember=bool(q("#sync-unlock-remember").checked)))
+        await app.mem.sync.unlock(
+            chatmem.Passphrase(typed, remember=bool(q("#sync-unlock-remember").checked))
+        )
     except WrongPassphrase:
         dom.mount(error, "That is not this sync space's passphrase. Nothing was changed; try again.")
         field.focus()
@@ -204,15 +327,28 @@ def _passphrase_box(cfg: Any) -> Any:
     """Change the end-to-end passphrase (shown only when sync is encrypted and unlocked)."""
     if cfg is None or cfg.encryption is None:
         return None
-    return h("div", {"class": "e2e-change"},
-             h("h3", {}, "Change the passphrase"),
-             h("p", {"class": "note"},
-               "Changing it re-encrypts everything on the server. Other devices then need the new one. "
-               "If it is interrupted, enter the same new passphrase again: it goes on where it stopped."),
-             h("label", {"class": "field", "for": "sync-new-passphrase"}, "New passphrase",
-               h("input", {"id": "sync-new-passphrase", "type": "password", "autocomplete": "new-password"})),
-             h("button", {"type": "button", "class": "btn small", "data-action": "change-passphrase"},
-               "Change passphrase"))
+    return h(
+        "div",
+        {"class": "e2e-change"},
+        h("h3", {}, "Change the passphrase"),
+        h(
+            "p",
+            {"class": "note"},
+            "Changing it re-encrypts everything on the server. Other devices then need the new one. "
+            "If it is interrupted, enter the same new passphrase again: it goes on where it stopped.",
+        ),
+        h(
+            "label",
+            {"class": "field", "for": "sync-new-passphrase"},
+            "New passphrase",
+            h("input", {"id": "sync-new-passphrase", "type": "password", "autocomplete": "new-password"}),
+        ),
+        h(
+            "button",
+            {"type": "button", "class": "btn small", "data-action": "change-passphrase"},
+            "Change passphrase",
+        ),
+    )
 
 
 async def _change_passphrase(app: Any, el: Any, ev: Any) -> None:
@@ -246,8 +382,12 @@ async def _quarantine_retry(app: Any, el: Any, ev: Any) -> None:
     else:
         left = (await app.mem.sync.status()).quarantined
         used = max(0, before - left)
-        app.toast(f"{used} of {before} could be read now." if used else f"Still none of the {before} could be read.",
-                  error=not used)
+        app.toast(
+            f"{used} of {before} could be read now."
+            if used
+            else f"Still none of the {before} could be read.",
+            error=not used,
+        )
     finally:
         await refresh_chip(app)
     await app.refresh_sessions()
@@ -313,6 +453,12 @@ async def start_polling(app: Any) -> None:
     _poll(app)
 
 
-ACTIONS = {"sync-now": _sync_now, "dead-replay": _replay, "dead-discard": _discard,
-           "change-passphrase": _change_passphrase, "unlock-sync": _unlock, "quarantine-retry": _quarantine_retry,
-           "quarantine-clear": _quarantine_clear}
+ACTIONS = {
+    "sync-now": _sync_now,
+    "dead-replay": _replay,
+    "dead-discard": _discard,
+    "change-passphrase": _change_passphrase,
+    "unlock-sync": _unlock,
+    "quarantine-retry": _quarantine_retry,
+    "quarantine-clear": _quarantine_clear,
+}

@@ -43,10 +43,28 @@ from .locks import WebLock, is_online, on_online
 from .share import PageShareTransport
 from .sums import js_token_sums
 
-__all__ = ["PageRuntime", "BridgeDB", "open_database", "drop_database", "run_code", "FetchTransport",
-           "storage_estimate", "request_persistence", "DuckDBWasmEngine", "IndexLocked", "opfs_remove",
-           "index_cache_path", "open_index_engine", "WebLock", "is_online", "on_online", "bpe_counter",
-           "WebCryptoSuite", "fetch_model", "PageShareTransport"]
+__all__ = [
+    "PageRuntime",
+    "BridgeDB",
+    "open_database",
+    "drop_database",
+    "run_code",
+    "FetchTransport",
+    "storage_estimate",
+    "request_persistence",
+    "DuckDBWasmEngine",
+    "IndexLocked",
+    "opfs_remove",
+    "index_cache_path",
+    "open_index_engine",
+    "WebLock",
+    "is_online",
+    "on_online",
+    "bpe_counter",
+    "WebCryptoSuite",
+    "fetch_model",
+    "PageShareTransport",
+]
 
 
 class PageRuntime(Runtime):
@@ -64,8 +82,9 @@ class PageRuntime(Runtime):
 
     async def open_store(self, name: str, *, persist: str | None, durability: str) -> IndexedDBStore:
         if persist is not None:
-            raise ValidationError("persist= is for CPython; in the browser data lives in IndexedDB",
-                                  field="persist")
+            raise ValidationError(
+                "persist= is for CPython; in the browser data lives in IndexedDB", field="persist"
+            )
         return await self.open_indexeddb(name, durability=durability)
 
     async def open_indexeddb(self, name: str, *, durability: str) -> IndexedDBStore:
@@ -84,8 +103,9 @@ class PageRuntime(Runtime):
             return engine
         return await DuckDBWasmEngine.open()
 
-    async def early_derivation(self, store: Any, cache: str | None,
-                               session_counts: list[tuple[str, int]]) -> PageDerivation | None:
+    async def early_derivation(
+        self, store: Any, cache: str | None, session_counts: list[tuple[str, int]]
+    ) -> PageDerivation | None:
         if not cache:
             return None
         try:

@@ -24,9 +24,23 @@ from ...errors import (
     translate_dom_error,
 )
 
-__all__ = ["BridgeDB", "Translate", "WebCryptoSuite", "bpe_counter", "bridge", "call", "drop_database",
-           "engine_error", "fetch_model", "open_database", "opened", "request_persistence", "run_code",
-           "storage_estimate", "value_of"]
+__all__ = [
+    "BridgeDB",
+    "Translate",
+    "WebCryptoSuite",
+    "bpe_counter",
+    "bridge",
+    "call",
+    "drop_database",
+    "engine_error",
+    "fetch_model",
+    "open_database",
+    "opened",
+    "request_persistence",
+    "run_code",
+    "storage_estimate",
+    "value_of",
+]
 
 
 def bridge() -> Any:
@@ -119,8 +133,9 @@ class BridgeDB:
         """derive.js's ``Derivation`` of the index in ``engine_handle`` from this database."""
         return bridge().derivation(self._handle, engine_handle, _dumps(options))
 
-    async def append_batches(self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int,
-                             ops: Any = None) -> Any:
+    async def append_batches(
+        self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int, ops: Any = None
+    ) -> Any:
         """``appendMessages`` with its records fed chunk by chunk (the bridge's ``BatchAppend``):
         IndexedDB writes each chunk while the next is built. Nothing is awaited until every
         chunk is fed, so the transaction stays open; an error raised while building a chunk

@@ -14,8 +14,17 @@ from ...settle import settle
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
 
-__all__ = ["DERIVE_CHUNK", "DuckDBWasmEngine", "PageDerivation", "index_cache_path", "open_index_engine",
-           "duckdb_import", "opfs_exists", "opfs_remove", "page_derivation"]
+__all__ = [
+    "DERIVE_CHUNK",
+    "DuckDBWasmEngine",
+    "PageDerivation",
+    "index_cache_path",
+    "open_index_engine",
+    "duckdb_import",
+    "opfs_exists",
+    "opfs_remove",
+    "page_derivation",
+]
 
 #: about this many messages a chunk of a derivation in the page
 DERIVE_CHUNK = 20_000
@@ -53,8 +62,9 @@ class DuckDBWasmEngine:
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
     ) -> list[dict[str, Any]]:
-        call = self._call("execute", sql=sql, params=list(params) if params else None,
-                          interruptible=interruptible)
+        call = self._call(
+            "execute", sql=sql, params=list(params) if params else None, interruptible=interruptible
+        )
         res = await (self._interruptible(call) if interruptible else call)
         # column-major (query-engine.js ``resultJSON``): one array per column
         cols = res["columns"]
@@ -76,8 +86,9 @@ class DuckDBWasmEngine:
 
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """``execute``'s rows as one list per column, as the worker answers them (no dicts)."""
-        res = await self._call("execute", sql=sql, params=list(params) if params else None,
-                               interruptible=False)
+        res = await self._call(
+            "execute", sql=sql, params=list(params) if params else None, interruptible=False
+        )
         cols: list[list[Any]] = res["cols"]
         return cols
 
@@ -100,8 +111,14 @@ class DuckDBWasmEngine:
         if rows:
             await self._call("loadRows", table=table, columns=columns, cols=[list(c) for c in zip(*rows)])
 
-    def derivation(self, store: Any, session_counts: list[tuple[str, int]], chunk: int = DERIVE_CHUNK,
-                   sort_max: int = SORT_PART, batch: int = 1 << 21) -> PageDerivation | None:
+    def derivation(
+        self,
+        store: Any,
+        session_counts: list[tuple[str, int]],
+        chunk: int = DERIVE_CHUNK,
+        sort_max: int = SORT_PART,
+        batch: int = 1 << 21,
+    ) -> PageDerivation | None:
         """``page_derivation`` into this engine."""
         return page_derivation(store, session_counts, self, chunk=chunk, sort_max=sort_max, batch=batch)
 
@@ -114,9 +131,14 @@ class DuckDBWasmEngine:
                 await lock.release()
 
 
-def page_derivation(store: Any, session_counts: list[tuple[str, int]], engine: DuckDBWasmEngine | None,
-                    chunk: int = DERIVE_CHUNK, sort_max: int = SORT_PART, batch: int = 1 << 21
-                    ) -> PageDerivation | None:
+def page_derivation(
+    store: Any,
+    session_counts: list[tuple[str, int]],
+    engine: DuckDBWasmEngine | None,
+    chunk: int = DERIVE_CHUNK,
+    sort_max: int = SORT_PART,
+    batch: int = 1 << 21,
+) -> PageDerivation | None:
     """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
     sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
     counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time; into
@@ -125,9 +147,14 @@ def page_derivation(store: Any, session_counts: list[tuple[str, int]], engine: D
     make = getattr(getattr(store, "bridge_db", None), "derivation", None)
     if make is None:
         return None
-    options = {"sessions": [[sid, int(n)] for sid, n in session_counts], "chunk": int(chunk),
-               "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS], "stage": STAGE, "sortMax": int(sort_max),
-               "batch": int(batch)}
+    options = {
+        "sessions": [[sid, int(n)] for sid, n in session_counts],
+        "chunk": int(chunk),
+        "columns": [[c, key] for c, _, key in MESSAGE_COLUMNS],
+        "stage": STAGE,
+        "sortMax": int(sort_max),
+        "batch": int(batch),
+    }
     return PageDerivation(make(engine._handle if engine is not None else None, options), engine is None)
 
 
@@ -183,7 +210,9 @@ async def open_index_engine(path: str, *, lock: bool = True) -> tuple[DuckDBWasm
             engine = await _open_released(path)
         except StorageError as e:
             await opfs_remove(path.removeprefix("opfs://"))
-            notice = f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
+            notice = (
+                f"The saved search index could not be read ({e}); it is being rebuilt from your messages."
+            )
             engine = await DuckDBWasmEngine.open(path)
     except StorageError as e:
         if owner_lock is not None:

@@ -17,7 +17,11 @@ class FetchTransport:
     """``chatmem.http.Transport`` over the browser's ``fetch``."""
 
     async def _fetch(
-        self, method: str, url: str, headers: dict[str, str] | None, body: bytes | None,
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str] | None,
+        body: bytes | None,
         timeout: float | None,
     ) -> Any:
         controller = js.AbortController.new()
@@ -40,22 +44,34 @@ class FetchTransport:
         return {k: v for k, v in resp.headers.entries()}
 
     async def request(
-        self, method: str, url: str, *, headers: dict[str, str] | None = None,
-        body: bytes | None = None, timeout: float | None = 30.0,
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
     ) -> HTTPResponse:
         resp, timer, _ = await self._fetch(method, url, headers, body, timeout)
         try:
             data = (await resp.arrayBuffer()).to_bytes()
         except Exception as e:
-            raise (TransportTimeout if "AbortError" in str(e) else TransportError)(f"{method} {url}: {e}") from e
+            raise (TransportTimeout if "AbortError" in str(e) else TransportError)(
+                f"{method} {url}: {e}"
+            ) from e
         finally:
             if timer is not None:
                 js.clearTimeout(timer)
         return HTTPResponse(int(resp.status), self._headers(resp), bytes(data))
 
     async def stream_lines(
-        self, method: str, url: str, *, headers: dict[str, str] | None = None,
-        body: bytes | None = None, timeout: float | None = 30.0,
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = 30.0,
     ) -> AsyncIterator[HTTPResponse | str]:
         resp, timer, controller = await self._fetch(method, url, headers, body, timeout)
         reader = resp.body.getReader()
@@ -68,10 +84,13 @@ class FetchTransport:
                     chunk = await reader.read()
                 except Exception as e:
                     raise (TransportTimeout if "AbortError" in str(e) else TransportError)(
-                        f"{method} {url}: {e}") from e
+                        f"{method} {url}: {e}"
+                    ) from e
                 if chunk.done:
                     break
-                buf += decoder.decode(chunk.value, to_js({"stream": True}, dict_converter=js.Object.fromEntries))
+                buf += decoder.decode(
+                    chunk.value, to_js({"stream": True}, dict_converter=js.Object.fromEntries)
+                )
                 *lines, buf = buf.split("\n")
                 for line in lines:
                     yield line.rstrip("\r")

@@ -62,8 +62,9 @@ def _detect(data: Any) -> str:
     )
 
 
-def convert(data: Any, format: str | None = None, *, ids: IdGenerator | None = None,
-            limits: Limits = DEFAULT_LIMITS) -> NormalizedImport:
+def convert(
+    data: Any, format: str | None = None, *, ids: IdGenerator | None = None, limits: Limits = DEFAULT_LIMITS
+) -> NormalizedImport:
     """Validated ``NormalizedImport`` from ``data`` in ``format`` (detected when None).
 
     Ids: a chatmem export keeps its own; every other format gets fresh ids
@@ -79,8 +80,11 @@ def _convert(data: Any, format: str | None, *, ids: IdGenerator | None, limits: 
         format = _detect(data)
     module = ADAPTERS.get(format)
     if module is None:
-        raise ImportFormatError(f"unknown import format {shown(format)}; expected one of {list(FORMATS)}",
-                                path="format", field="format")
+        raise ImportFormatError(
+            f"unknown import format {shown(format)}; expected one of {list(FORMATS)}",
+            path="format",
+            field="format",
+        )
     if format != chatmem.NAME and not module.detect(data):
         raise ImportFormatError(f"the input is not in the {shown(format)} format")
     if format == chatmem.NAME:
@@ -107,8 +111,9 @@ def prepare_import(
     return _prepare(load_json(data, limits), format=format, preserve_ids=preserve_ids, ids=ids, limits=limits)
 
 
-def _prepare(data: Any, *, format: str | None, preserve_ids: bool, ids: IdGenerator | None,
-             limits: Limits) -> tuple[str, NormalizedImport]:
+def _prepare(
+    data: Any, *, format: str | None, preserve_ids: bool, ids: IdGenerator | None, limits: Limits
+) -> tuple[str, NormalizedImport]:
     """``prepare_import`` of data ``load_json`` gave."""
     name = format or _detect(data)
     normalized = _convert(data, name, ids=ids, limits=limits)

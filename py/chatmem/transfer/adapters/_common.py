@@ -10,7 +10,15 @@ from ...errors import ImportFormatError, shown
 from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ._tree import Line
 
-__all__ = ["seconds_to_ms", "iso_to_ms", "fail", "assemble_lines", "UNTITLED", "convert_conversations", "iter_conversations"]
+__all__ = [
+    "seconds_to_ms",
+    "iso_to_ms",
+    "fail",
+    "assemble_lines",
+    "UNTITLED",
+    "convert_conversations",
+    "iter_conversations",
+]
 
 UNTITLED = "Untitled"
 _MS = timedelta(milliseconds=1)
@@ -54,8 +62,6 @@ def iso_to_ms(value: Any, path: str) -> int | None:
     if ms < 0:
         raise fail(path, f"is before 1970: {shown(value)}")
     return int(ms)
-
-
 
 
 def assemble_lines(
@@ -130,7 +136,9 @@ def iter_conversations(
     if convs is None:
         from ..source import describe
 
-        raise fail("$", f"a {source} export must be an array of conversations or one conversation, "
-                   f"got {describe(data)}")
+        raise fail(
+            "$",
+            f"a {source} export must be an array of conversations or one conversation, got {describe(data)}",
+        )
     for i, conv in enumerate(convs):
         yield from convert_one(conv, f"conversations[{i}]", builder)

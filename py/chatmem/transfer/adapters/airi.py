@@ -28,8 +28,18 @@ __all__ = ["NAME", "FORMAT", "detect", "to_normalized"]
 
 NAME = "airi"
 FORMAT = "chat-sessions-index:v1"
-_KNOWN = {"role", "content", "createdAt", "id", "slices", "tool_results", "categorization",
-          "tool_calls", "tool_call_id", "name"}
+_KNOWN = {
+    "role",
+    "content",
+    "createdAt",
+    "id",
+    "slices",
+    "tool_results",
+    "categorization",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+}
 _TO_METADATA = ("context", "tools", "providerTranscript")
 
 
@@ -118,12 +128,16 @@ def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImp
     if not detect(data):
         raise fail("format", "an AIRI export needs format 'chat-sessions-index:v1'", "format")
     if data["format"] != FORMAT:
-        raise fail("format", f"unsupported AIRI export format {shown(data['format'])}; this chatmem reads "
-                   f"{shown(FORMAT)}", "format")
+        raise fail(
+            "format",
+            f"unsupported AIRI export format {shown(data['format'])}; this chatmem reads {shown(FORMAT)}",
+            "format",
+        )
     sessions = data.get("sessions")
     if not isinstance(sessions, dict):
-        raise fail("sessions", f"must be an object (session id -> record), got {describe(sessions)}",
-                   "sessions")
+        raise fail(
+            "sessions", f"must be an object (session id -> record), got {describe(sessions)}", "sessions"
+        )
     builder = RecordBuilder(ids)
     out: NormalizedImport = []
     for sid, record in sessions.items():

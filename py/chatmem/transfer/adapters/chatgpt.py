@@ -258,11 +258,13 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
             fields["provider"] = PROVIDER
         if role == "assistant" and isinstance(recipient, str) and recipient != "all":
             call_id = msg.get("id") or key
-            fields["tool_calls"] = [{
-                "id": call_id,
-                "type": "function",
-                "function": {"name": recipient, "arguments": _tool_arguments(extract_text(content))},
-            }]
+            fields["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": recipient, "arguments": _tool_arguments(extract_text(content))},
+                }
+            ]
             metadata["recipient"] = recipient
             call_of[key] = call_id
         elif role == "tool" and inherited_call:
@@ -278,8 +280,10 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
 
     title = conv.get("title")
     title = title if isinstance(title, str) and title else UNTITLED
-    created_at = conv_created if conv_created is not None else min(
-        (t for t in time_of.values() if t is not None), default=0
+    created_at = (
+        conv_created
+        if conv_created is not None
+        else min((t for t in time_of.values() if t is not None), default=0)
     )
     current = conv.get("current_node")
     lines = split_lines(parent_of, children_of, current if isinstance(current, str) else None)
@@ -287,7 +291,9 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
     def make_meta(parent_id: str | None, fork_index: int | None, first: int) -> dict[str, Any]:
         return builder.session(
             title=title,
-            created_at=created_at if parent_id is None else max(created_at, first),  # a fork: when it branched
+            created_at=created_at
+            if parent_id is None
+            else max(created_at, first),  # a fork: when it branched
             updated_at=conv_updated,
             archived=bool(conv.get("is_archived")),
             pinned=bool(conv.get("is_starred")),

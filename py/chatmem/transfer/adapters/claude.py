@@ -60,16 +60,28 @@ def _block(block: Any, path: str, tool_calls: list[dict[str, Any]]) -> dict[str,
         call = {
             "id": block.get("id"),
             "type": "function",
-            "function": {"name": block.get("name"),
-                         "arguments": json.dumps(block.get("input"), ensure_ascii=False)},
+            "function": {
+                "name": block.get("name"),
+                "arguments": json.dumps(block.get("input"), ensure_ascii=False),
+            },
         }
         tool_calls.append(call)
-        return {"type": "tool_use", "id": block.get("id"), "name": block.get("name"),
-                "input": block.get("input")}
+        return {
+            "type": "tool_use",
+            "id": block.get("id"),
+            "name": block.get("name"),
+            "input": block.get("input"),
+        }
     if kind == "tool_result":
         inner = block.get("content")
-        text = inner if isinstance(inner, str) else "\n".join(
-            c.get("text", "") for c in inner or [] if isinstance(c, dict) and isinstance(c.get("text"), str)
+        text = (
+            inner
+            if isinstance(inner, str)
+            else "\n".join(
+                c.get("text", "")
+                for c in inner or []
+                if isinstance(c, dict) and isinstance(c.get("text"), str)
+            )
         )
         part: dict[str, Any] = {"type": "tool_result", "toolUseId": block.get("tool_use_id"), "text": text}
         if block.get("is_error"):
@@ -175,8 +187,10 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
         parent_of[key] = parent if isinstance(parent, str) else None
         children_of[key] = []
     leaf = conv.get("current_leaf_message_uuid")
-    tree = isinstance(leaf, str) and leaf in records and all(
-        isinstance(m.get("parent_message_uuid"), str) for m in msgs
+    tree = (
+        isinstance(leaf, str)
+        and leaf in records
+        and all(isinstance(m.get("parent_message_uuid"), str) for m in msgs)
     )
     if tree:
         for key in records:  # children in message order: the newest last
@@ -188,8 +202,8 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
         lines = [Line(list(records), None, 0)]
     name = conv.get("name")
     title = name if isinstance(name, str) and name else UNTITLED
-    start = created if created is not None else min(
-        (r["createdAt"] for r in records.values() if r), default=0
+    start = (
+        created if created is not None else min((r["createdAt"] for r in records.values() if r), default=0)
     )
 
     def make_meta(parent_id: str | None, fork_index: int | None, first: int) -> dict[str, Any]:
