@@ -3,7 +3,9 @@
 
     python build.py build            # npm ci, wheel, runtime files -> dist/
     python build.py serve [--port N] # build if needed, serve dist/ on 127.0.0.1
-    python build.py test [pytest args...]   # install test deps, build, run pytest
+    python build.py check            # ruff (lint, format), mypy strict, eslint: zero findings
+    python build.py test [pytest args...]   # install test deps, build, check, run pytest
+                                     # (with pytest args: those tests only, no check)
     python build.py bench [args...]  # install deps, build, run the benchmarks
 
 ``dist/`` is a complete static site: copy it to any static host to deploy.
@@ -105,8 +107,10 @@ def build_chatmem_wheel() -> Path:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     # without the model: the page fetches it lazily from the site (hatch_build.py)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        env={**os.environ, "CHATMEM_WHEEL_MODEL": "0"})
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        env={**os.environ, "CHATMEM_WHEEL_MODEL": "0"},
+    )
     (wheel,) = out.glob("chatmem-*.whl")
     return wheel
 
@@ -118,11 +122,28 @@ def page_wheels() -> list[Path]:
     for name, version in PAGE_WHEELS.items():
         found = list(out.glob(f"{name}-{version}-*.whl"))
         if not found:
-            run([
-                sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                "--python-version", PYODIDE_PY, "--implementation", "py", "--abi", "none",
-                "--platform", "any", "-q", "-d", str(out), f"{name}=={version}",
-            ])
+            run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    PYODIDE_PY,
+                    "--implementation",
+                    "py",
+                    "--abi",
+                    "none",
+                    "--platform",
+                    "any",
+                    "-q",
+                    "-d",
+                    str(out),
+                    f"{name}=={version}",
+                ]
+            )
             found = list(out.glob(f"{name}-{version}-*.whl"))
         wheels.append(found[0])
     return wheels
@@ -136,8 +157,9 @@ def precompile(wheel: Path) -> Path:
     import zipfile
 
     tool = ROOT / "tools" / "pyc.mjs"
-    key = hashlib.sha256(wheel.read_bytes() + tool.read_bytes()
-                         + (NODE / "pyodide" / "package.json").read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(
+        wheel.read_bytes() + tool.read_bytes() + (NODE / "pyodide" / "package.json").read_bytes()
+    ).hexdigest()[:16]
     out = CACHE / "pyc" / key / wheel.name
     if out.exists():
         return out
@@ -157,8 +179,9 @@ def precompile(wheel: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out.with_suffix(".tmp"), "w", zipfile.ZIP_DEFLATED) as z:
         for name in [n for n in names if n != record and not n.endswith("/")] + pycs + [record]:
-            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), (work / name).read_bytes(),
-                       zipfile.ZIP_DEFLATED)
+            z.writestr(
+                zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), (work / name).read_bytes(), zipfile.ZIP_DEFLATED
+            )
     out.with_suffix(".tmp").rename(out)
     shutil.rmtree(work, ignore_errors=True)
     return out
@@ -175,16 +198,31 @@ def static_model() -> Path:
     package's weights, once per tool version; copy it where CPython finds it."""
     name, version = MODEL_PACKAGE
     tool = ROOT / "tools" / "static_model.py"
-    key = hashlib.sha256(tool.read_bytes() + (ROOT / "py/chatmem/embedding/static.py").read_bytes()
-                         + (ROOT / "py/chatmem/embedding/wordpiece.py").read_bytes()).hexdigest()[:12]
+    key = hashlib.sha256(
+        tool.read_bytes()
+        + (ROOT / "py/chatmem/embedding/static.py").read_bytes()
+        + (ROOT / "py/chatmem/embedding/wordpiece.py").read_bytes()
+    ).hexdigest()[:12]
     out = CACHE / "model" / f"static-{version}-{key}.bin"
     if not out.exists():
         src = CACHE / "model-src"
         src.mkdir(parents=True, exist_ok=True)
         found = list(src.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
         if not found:
-            run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                 "-d", str(src), f"{name}=={version}"])
+            run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-q",
+                    "-d",
+                    str(src),
+                    f"{name}=={version}",
+                ]
+            )
             found = list(src.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
         import io
         import zipfile
@@ -195,10 +233,15 @@ def static_model() -> Path:
                 for member in ("model.safetensors", "tokenizer.json"):
                     (src / member).write_bytes(mz.read(member))
         log("deriving the static embedding model (about a minute)")
-        run([sys.executable, str(tool), str(src / "model.safetensors"), str(src / "tokenizer.json"), str(out)])
+        run(
+            [sys.executable, str(tool), str(src / "model.safetensors"), str(src / "tokenizer.json"), str(out)]
+        )
     from_name = MODEL_DATA / "minilm-l6-static-v1.bin"
-    if not from_name.exists() or from_name.stat().st_size != out.stat().st_size or \
-            sha256(from_name) != sha256(out):
+    if (
+        not from_name.exists()
+        or from_name.stat().st_size != out.stat().st_size
+        or sha256(from_name) != sha256(out)
+    ):
         copy(out, from_name)
     return from_name
 
@@ -220,10 +263,19 @@ def write_pyodide(dist: Path, wheels: list[Path]) -> None:
         version = wheel.name.split("-")[1]
         # a wheel Pyodide's lock does not know (a pure-Python dependency of chatmem)
         # gets an entry of its own, so micropip resolves it from this site
-        entry = dict(lock["packages"].get(name) or {
-            "name": name, "version": version, "install_dir": "site", "package_type": "package",
-            "imports": [name], "depends": [], "unvendored_tests": False, "shared_library": False,
-        })
+        entry = dict(
+            lock["packages"].get(name)
+            or {
+                "name": name,
+                "version": version,
+                "install_dir": "site",
+                "package_type": "package",
+                "imports": [name],
+                "depends": [],
+                "unvendored_tests": False,
+                "shared_library": False,
+            }
+        )
         entry.update(file_name=wheel.name, sha256=sha256(wheel))
         packages[name] = entry
         copy(wheel, dist / "pyodide" / wheel.name)
@@ -240,19 +292,28 @@ def write_pyodide(dist: Path, wheels: list[Path]) -> None:
 DUCKDB_LEAN_LINK = [
     # updateGOT/relocateExports: with `lean`, only the entries that exist (and __heap_base, which
     # getMemory reads) are updated
-    ("updateGOT=(e,t)=>{for(var r in e)if(!isInternalSym(r)){",
-     'updateGOT=(e,t,lean)=>{for(var r in e)if(!isInternalSym(r)&&(!lean||GOT[r]||r=="__heap_base")){'),
+    (
+        "updateGOT=(e,t)=>{for(var r in e)if(!isInternalSym(r)){",
+        'updateGOT=(e,t,lean)=>{for(var r in e)if(!isInternalSym(r)&&(!lean||GOT[r]||r=="__heap_base")){',
+    ),
     ("relocateExports=(e,t,r)=>{", "relocateExports=(e,t,r,lean)=>{"),
     ("n[a]=l}return updateGOT(n,r),n}", "n[a]=l}return updateGOT(n,r,lean),n}"),
-    ("wasmExports=n.exports,wasmExports=relocateExports(wasmExports,1024);",
-     "wasmExports=n.exports,wasmExports=relocateExports(wasmExports,1024,void 0,!0);"),
+    (
+        "wasmExports=n.exports,wasmExports=relocateExports(wasmExports,1024);",
+        "wasmExports=n.exports,wasmExports=relocateExports(wasmExports,1024,void 0,!0);",
+    ),
     # mergeLibSymbols: one pass over the exports instead of two Object.entries arrays
-    ("mergeLibSymbols=(e,t)=>{registerDynCallSymbols(e);for(var[r,n]of Object.entries(e))"
-     "(l=>{isSymbolDefined(l)||(wasmImports[l]=n)})(r)}",
-     'mergeLibSymbols=(e,t)=>{for(var r in e){var n=e[r];r.startsWith("dynCall_")&&!Module.hasOwnProperty(r)'
-     "&&(Module[r]=n),isSymbolDefined(r)||(wasmImports[r]=n)}}"),
+    (
+        "mergeLibSymbols=(e,t)=>{registerDynCallSymbols(e);for(var[r,n]of Object.entries(e))"
+        "(l=>{isSymbolDefined(l)||(wasmImports[l]=n)})(r)}",
+        'mergeLibSymbols=(e,t)=>{for(var r in e){var n=e[r];r.startsWith("dynCall_")&&!Module.hasOwnProperty(r)'
+        "&&(Module[r]=n),isSymbolDefined(r)||(wasmImports[r]=n)}}",
+    ),
     # its one caller passes the object relocateExports just made: no copy of it
-    ("function applySignatureConversions(e){e=Object.assign({},e);", "function applySignatureConversions(e){"),
+    (
+        "function applySignatureConversions(e){e=Object.assign({},e);",
+        "function applySignatureConversions(e){",
+    ),
 ]
 
 
@@ -272,7 +333,9 @@ def write_duckdb(dist: Path) -> None:
     for name in ("duckdb-browser.mjs", "duckdb-eh.wasm"):
         copy(src / name, dist / "duckdb" / name)
     worker = src / "duckdb-browser-eh.worker.js"
-    (dist / "duckdb" / worker.name).write_text(lean_link(worker.read_text(encoding="utf-8"), worker), encoding="utf-8")
+    (dist / "duckdb" / worker.name).write_text(
+        lean_link(worker.read_text(encoding="utf-8"), worker), encoding="utf-8"
+    )
 
 
 def esm_graph(entry: Path) -> list[Path]:
@@ -292,10 +355,15 @@ def esm_graph(entry: Path) -> list[Path]:
 #: apache-arrow's one-file browser build builds its null check with ``new Function``, which the
 #: page's Content-Security-Policy (no 'unsafe-eval') forbids: the same check as a closure
 #: (``nullValues`` and the ``noNaNs`` filtered from them keep their minified names)
-ARROW_EVAL = re.compile(r'const (\w+)=(\w+)\.filter\((\w+)=>\3===\3\);(.*?)'
-                        r'return new Function\("x",`\$\{\w+\}\\nreturn true;`\)', re.S)
-ARROW_NO_EVAL = (r'const \1=\2.filter(\3=>\3===\3);\4const nulls=new Set(\1),nan=\2.length!==\1.length;'
-                 r'return function isValid(x){return!(nulls.has(x)||nan&&x!==x)}')
+ARROW_EVAL = re.compile(
+    r"const (\w+)=(\w+)\.filter\((\w+)=>\3===\3\);(.*?)"
+    r'return new Function\("x",`\$\{\w+\}\\nreturn true;`\)',
+    re.S,
+)
+ARROW_NO_EVAL = (
+    r"const \1=\2.filter(\3=>\3===\3);\4const nulls=new Set(\1),nan=\2.length!==\1.length;"
+    r"return function isValid(x){return!(nulls.has(x)||nan&&x!==x)}"
+)
 
 
 def write_arrow(dist: Path) -> None:
@@ -310,19 +378,27 @@ def write_arrow(dist: Path) -> None:
     if n != 1 or "new Function" in text:
         sys.exit(f"{arrow}: apache-arrow changed; update ARROW_EVAL")
     # the names to export: those of its ES build, every one of which the bundle must have
-    listing = ("const m = {exports: {}};"
-               "new Function('module', 'exports', require('fs').readFileSync(process.argv[1], 'utf8'))(m, m.exports);"
-               "import(process.argv[2]).then((es) => console.log(JSON.stringify([Object.keys(es), Object.keys(m.exports)])));")
+    listing = (
+        "const m = {exports: {}};"
+        "new Function('module', 'exports', require('fs').readFileSync(process.argv[1], 'utf8'))(m, m.exports);"
+        "import(process.argv[2]).then((es) => console.log(JSON.stringify([Object.keys(es), Object.keys(m.exports)])));"
+    )
     node = shutil.which("node") or sys.exit("node is needed to build the page")
-    out = subprocess.run([node, "-e", listing, str(arrow / "Arrow.esnext.min.js"), (arrow / "Arrow.dom.mjs").as_uri()],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [node, "-e", listing, str(arrow / "Arrow.esnext.min.js"), (arrow / "Arrow.dom.mjs").as_uri()],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     es_names, umd_names = json.loads(out)
     missing = sorted(set(es_names) - set(umd_names))
     if missing or "default" in es_names:
         sys.exit(f"{arrow}: the one-file build lacks {missing}; update write_arrow")
-    module = ("// apache-arrow's Arrow.esnext.min.js as an ES module (written by build.py: see write_arrow)\n"
-              "const scope = {};\n(function () {\n" + text + "\n}).call(scope);\n"
-              "export const { " + ", ".join(sorted(es_names)) + " } = scope.Arrow;\n")
+    module = (
+        "// apache-arrow's Arrow.esnext.min.js as an ES module (written by build.py: see write_arrow)\n"
+        "const scope = {};\n(function () {\n" + text + "\n}).call(scope);\n"
+        "export const { " + ", ".join(sorted(es_names)) + " } = scope.Arrow;\n"
+    )
     dst = dist / "vendor" / "apache-arrow" / "Arrow.dom.mjs"
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(module, encoding="utf-8")
@@ -433,8 +509,13 @@ def write_service_worker(dist: Path, version: str, files: list[str]) -> None:
 
 def inputs_digest() -> str:
     h = hashlib.sha256()
-    paths = [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__), *sorted((ROOT / "tools").glob("*.py")),
-             *sorted((ROOT / "tools").glob("*.mjs"))]
+    paths = [
+        ROOT / "pyproject.toml",
+        ROOT / "package-lock.json",
+        Path(__file__),
+        *sorted((ROOT / "tools").glob("*.py")),
+        *sorted((ROOT / "tools").glob("*.mjs")),
+    ]
     for base in (ROOT / "py", ROOT / "web"):
         paths += sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for p in paths:
@@ -476,8 +557,11 @@ def build() -> Path:
     # content-addressed: the service worker keeps it across builds, fetched only when needed
     copy(model, tmp / "models" / f"{model.stem}-{sha256(model)[:12]}.bin")
     write_csp(tmp)
-    files = sorted(str(p.relative_to(tmp)).replace(os.sep, "/") for p in tmp.rglob("*") if p.is_file()
-                   and "__pycache__" not in p.parts)
+    files = sorted(
+        str(p.relative_to(tmp)).replace(os.sep, "/")
+        for p in tmp.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
     # the embedding model is fetched lazily, never precached: listed apart from the files
     model_file = next(f for f in files if f.startswith("models/"))
     files = [f for f in files if not f.startswith("models/")]
@@ -486,8 +570,12 @@ def build() -> Path:
         "wheel": f"wheels/{wheel.name}",
         "wheel_sha256": sha256(wheel),
         # what js/load.js installs: the wheel and the pure-Python wheels it depends on
-        "wheels": [{"path": f"wheels/{wheel.name}", "sha256": sha256(wheel)}] + [
-            {"path": f"pyodide/{w.name}", "sha256": sha256(w)} for w in extra if w.name.split("-")[0] in PAGE_DEPS],
+        "wheels": [{"path": f"wheels/{wheel.name}", "sha256": sha256(wheel)}]
+        + [
+            {"path": f"pyodide/{w.name}", "sha256": sha256(w)}
+            for w in extra
+            if w.name.split("-")[0] in PAGE_DEPS
+        ],
         "model": model_file,
         "files": files,
     }
@@ -585,6 +673,7 @@ PG_VERSIONS = ("17", "16", "15")
 
 def postgres_bin() -> Path:
     """The directory of Debian's PostgreSQL server binaries, installing ``postgresql`` if missing."""
+
     def found() -> Path | None:
         for v in PG_VERSIONS:
             d = Path("/usr/lib/postgresql") / v / "bin"
@@ -636,16 +725,44 @@ class PostgresCluster:
         self.url = f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *cmd: str) -> None:
-        subprocess.run(self._as + list(cmd), check=True, cwd=self.tmp, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            self._as + list(cmd),
+            check=True,
+            cwd=self.tmp,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
 
     def start(self) -> PostgresCluster:
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user,
-                  "-E", "UTF8", "--no-instructions")
-        opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.tmp} "
-                "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.tmp / "log"),
-                  "-o", opts, "-w", "-t", "60", "start")
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            self.user,
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        )
+        opts = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.tmp} "
+            "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.tmp / "log"),
+            "-o",
+            opts,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         log(f"PostgreSQL {self.bin.parent.name} test cluster on 127.0.0.1:{self.port}")
         return self
 
@@ -668,9 +785,38 @@ def with_postgres(env: dict[str, str], fn: Callable[[dict[str, str]], int]) -> i
         cluster.stop()
 
 
+#: the Python the checks read (the package, the app, tests, benchmarks and the build itself)
+PY_SOURCES = ["py", "web/app", "tests", "bench", "tools", "build.py", "hatch_build.py"]
+
+
+def check() -> int:
+    """ruff (lint and format), mypy strict and eslint, at the versions the lock files pin;
+    0 when none of them finds anything."""
+    py = ensure_test_env("test,dev")
+    npm_ci()
+    steps = [
+        ("ruff check", [str(py), "-m", "ruff", "check", *PY_SOURCES]),
+        ("ruff format", [str(py), "-m", "ruff", "format", "--check", "--quiet", *PY_SOURCES]),
+        ("mypy", [str(py), "-m", "mypy"]),
+        ("eslint", ["node", str(NODE / "eslint" / "bin" / "eslint.js"), "--max-warnings", "0", "web"]),
+    ]
+    failed = []
+    for name, cmd in steps:
+        log(f"check: {name}")
+        if subprocess.call(cmd, cwd=ROOT) != 0:
+            failed.append(name)
+    if failed:
+        log(f"check failed: {', '.join(failed)}")
+        return 1
+    log("check: no findings")
+    return 0
+
+
 def test(args: list[str]) -> int:
-    py = ensure_test_env("test")
+    py = ensure_test_env("test,dev")
     build_if_needed()
+    if not args and check() != 0:
+        return 1
     env = dict(os.environ, CHATMEM_DIST=str(DIST))
     return with_postgres(env, lambda e: subprocess.call([str(py), "-m", "pytest", *args], cwd=ROOT, env=e))
 
@@ -680,7 +826,8 @@ def bench(args: list[str]) -> int:
     build_if_needed()
     env = dict(os.environ, CHATMEM_DIST=str(DIST))
     return with_postgres(
-        env, lambda e: subprocess.call([str(py), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT, env=e))
+        env, lambda e: subprocess.call([str(py), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT, env=e)
+    )
 
 
 def main() -> int:
@@ -689,7 +836,10 @@ def main() -> int:
     sub.add_parser("build", help="write the static site to dist/")
     sp = sub.add_parser("serve", help="build if needed, then serve dist/ on 127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
-    sub.add_parser("test", help="install test deps, build, run pytest (extra args go to pytest)")
+    sub.add_parser("check", help="ruff (lint, format), mypy strict, eslint: zero findings")
+    sub.add_parser(
+        "test", help="install test deps, build, check, run pytest (extra args: those tests, no check)"
+    )
     sub.add_parser("bench", help="install deps, build, run the benchmarks (extra args go to bench/run.py)")
     args, rest = ap.parse_known_args()
     if args.cmd == "build":
@@ -698,6 +848,8 @@ def main() -> int:
     if args.cmd == "serve":
         serve(args.port)
         return 0
+    if args.cmd == "check":
+        return check()
     if args.cmd == "test":
         return test(rest)
     if args.cmd == "bench":
