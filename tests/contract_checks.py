@@ -1070,8 +1070,10 @@ async def check_chat_turn(make: Make) -> None:
 
 
 @check
-async def check_chat_turn_failures_store_no_partial_answer(make: Make) -> None:
-    """A 500, an error mid-stream, a cut stream, 401, 429 and a cancel: user message kept, no assistant message."""
+async def check_chat_turn_failures_keep_only_what_arrived(make: Make) -> None:
+    """A 500, 401, 429, 404: the user message kept, no assistant message. An error mid-stream,
+    a cut stream: what arrived is kept, marked incomplete. A cancel (Stop): what arrived is
+    kept, marked stopped, and the cancellation goes on."""
     import asyncio as _asyncio
 
     from chatmem.providers import OpenAICompatibleProvider
@@ -1088,13 +1090,30 @@ async def check_chat_turn_failures_store_no_partial_answer(make: Make) -> None:
             ("429", errors.ProviderRateLimited),
             ("404", errors.ProviderNotFound),
         ]
+        partial = []
         for i, (behaviour, exc) in enumerate(cases):
             await llm_plan(behaviour)
             got: list[str] = []
             e = await raises(exc, h.send(f"try {i}", provider=provider, on_token=got.append))
             assert "sk-" not in str(e)
+            if behaviour in ("break", "cut"):
+                assert e.partial is not None and e.partial.content == "".join(got) and got
+                partial.append(e.partial.id)
+            else:
+                assert e.partial is None
         msgs = await mem.messages.list(s.session_id, limit=None)
-        assert [m.role for m in msgs] == ["user"] * len(cases)
+        assert [m.role for m in msgs] == [
+            "user",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "user",
+            "user",
+        ]
+        assert [m.id for m in msgs if m.role == "assistant"] == partial
+        assert all(m.metadata == {"status": "incomplete"} for m in msgs if m.role == "assistant")
         await llm_plan("slow")
         got = []
         task = _asyncio.ensure_future(h.send("long one", provider=provider, on_token=got.append))
@@ -1106,7 +1125,8 @@ async def check_chat_turn_failures_store_no_partial_answer(make: Make) -> None:
         await raises(_asyncio.CancelledError, task)
         assert 2 <= len(got) < 40
         msgs = await mem.messages.list(s.session_id, limit=None)
-        assert [m.role for m in msgs] == ["user"] * (len(cases) + 1) and msgs[-1].content == "long one"
+        assert [m.content for m in msgs[-2:]] == ["long one", "".join(got)]
+        assert msgs[-1].role == "assistant" and msgs[-1].metadata == {"status": "stopped"}
 
 
 @check

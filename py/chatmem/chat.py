@@ -6,10 +6,12 @@
    (``DEFAULT_SYSTEM_PROMPT`` when the session has none), and the per-message
    overhead of the provider's ``format`` (``"openai"`` unless it says otherwise).
 3. The answer is streamed; each piece goes to ``on_token``.
-4. Only a complete answer is stored, as one assistant message with
-   ``provider`` and ``model`` set. On any failure (HTTP error, broken stream,
-   timeout, cancellation) nothing of the answer is stored, the user message
-   stays, and the error is raised (``ProviderError`` family).
+4. The answer is stored as one assistant message with ``provider`` and ``model``
+   set. A failure before any text (an HTTP error, no answer) stores nothing of it;
+   the user message stays and the error is raised (``ProviderError`` family).
+   What arrived before a stream broke is kept, with ``metadata["status"]``
+   ``INCOMPLETE`` (the error's ``partial`` names it), and what arrived before the
+   caller cancelled (Stop) is kept with ``STOPPED``; the cancellation goes on.
 
 ``reply`` is steps 2-4 alone: an answer to what the session holds now (the
 user message already stored), e.g. from the ``OfflineResponder`` when the model
@@ -25,7 +27,7 @@ import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import ValidationError
+from .errors import ProviderError, ValidationError
 from .models import ChatMessage
 from .providers import ChatProvider
 from .window import ModelBudget
@@ -34,9 +36,12 @@ if TYPE_CHECKING:
     from .context_builder import ContextBuilder
     from .messages import Messages
 
-__all__ = ["send", "reply", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = ["send", "reply", "DEFAULT_SYSTEM_PROMPT", "INCOMPLETE", "STOPPED"]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+#: ``metadata["status"]`` of an answer whose stream broke, and of one the caller stopped
+INCOMPLETE = "incomplete"
+STOPPED = "stopped"
 
 
 async def send(
@@ -102,21 +107,41 @@ async def reply(
         format=getattr(provider, "format", "openai"),
     )
     used_model = model or getattr(provider, "model", None)
-    pieces: list[str] = []
-    async for piece in provider.stream(window.messages, model=used_model, **options):
-        pieces.append(piece)
-        if on_token is not None:
-            out = on_token(piece)
-            if inspect.isawaitable(out):
-                await out
-        await asyncio.sleep(0)  # let a cancel land between pieces
-    answer = "".join(pieces)
+    name = getattr(provider, "name", type(provider).__name__)
     origin = getattr(provider, "origin", None)
-    return await messages.append(
-        session_id,
-        "assistant",
-        answer,
-        provider=getattr(provider, "name", type(provider).__name__),
-        model=used_model,
-        **({"metadata": {"origin": origin}} if isinstance(origin, str) else {}),
-    )
+    pieces: list[str] = []
+
+    async def store(status: str | None) -> ChatMessage:
+        meta: dict[str, Any] = {}
+        if isinstance(origin, str):
+            meta["origin"] = origin
+        if status is not None:
+            meta["status"] = status
+        return await messages.append(
+            session_id,
+            "assistant",
+            "".join(pieces),
+            provider=name,
+            model=used_model,
+            **({"metadata": meta} if meta else {}),
+        )
+
+    try:
+        async for piece in provider.stream(window.messages, model=used_model, **options):
+            pieces.append(piece)
+            if on_token is not None:
+                out = on_token(piece)
+                if inspect.isawaitable(out):
+                    await out
+            await asyncio.sleep(0)  # let a cancel land between pieces
+    except asyncio.CancelledError:
+        # stopped by the caller: what arrived is kept, marked so (the store itself is not cancelled)
+        if pieces:
+            await asyncio.shield(store(STOPPED))
+        raise
+    except ProviderError as e:
+        # the stream broke after some text: that text is kept, marked incomplete; the error says why
+        if pieces:
+            e.partial = await store(INCOMPLETE)
+        raise
+    return await store(None)

@@ -388,12 +388,14 @@ class DecryptionError(SyncError):
 
 
 class ProviderError(ChatmemError):
-    """A chat-model request failed. ``status`` is the HTTP status when there was one."""
+    """A chat-model request failed. ``status`` is the HTTP status when there was one;
+    ``partial`` the stored message holding what arrived before a stream broke, if any."""
 
     def __init__(self, message: str, *, status: int | None = None, retry_after_ms: int | None = None):
         super().__init__(message)
         self.status = status
         self.retry_after_ms = retry_after_ms
+        self.partial: object | None = None
 
 
 class ProviderAuthError(ProviderError):

@@ -134,10 +134,17 @@ def test_provider_streams_a_turn_and_stores_the_answer(llm: LLMServer):
         ("cut", errors.ProviderServerError),
     ],
 )
-def test_failures_keep_the_user_message_and_store_no_partial_answer(llm: LLMServer, plan: str, error: type):
+def test_failures_keep_the_user_message_and_only_what_arrived(llm: LLMServer, plan: str, error: type):
+    """No answer: only the user message stays. A stream broken after some text: that text is
+    stored, marked incomplete, and the error names it."""
     reply, pieces, stored, _ = turn(llm, plan)
     assert isinstance(reply, error)
-    assert [m["role"] for m in stored] == ["system", "user"]
+    if plan in ("break", "cut"):
+        assert [m["role"] for m in stored] == ["system", "user", "assistant"]
+        assert stored[-1]["content"] == "".join(pieces) and pieces
+        assert reply.partial is not None and reply.partial.metadata == {"status": "incomplete"}
+    else:
+        assert [m["role"] for m in stored] == ["system", "user"]
     assert "sk-ant-test" not in str(reply)
     if plan == "429":
         assert reply.retry_after_ms == 2000

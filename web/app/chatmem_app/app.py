@@ -8,6 +8,7 @@ Screens and panels are modules (``sidebar``, ``conversation``, ``search``,
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -59,7 +60,8 @@ class App:
         self.sessions: list[Any] = []
         self.panel: str | None = None
         self.pending_deletes: dict[str, int] = {}
-        self.busy = False
+        #: conversation id -> the task streaming its reply (Stop cancels it)
+        self.streaming: dict[str, asyncio.Task[Any]] = {}
         self.actions: dict[str, Handler] = {}
         self.keys: dict[str, Callable[[Any, Any, Any], None]] = {}
         for mod in (
@@ -90,6 +92,11 @@ class App:
         self._panel_gen = 0
         self.datetime_provider: Any = None
         context_panel.share_datetime(self)
+
+    @property
+    def busy(self) -> bool:
+        """A reply streams somewhere (what arrives from elsewhere is shown after it)."""
+        return bool(self.streaming)
 
     # ------------------------------------------------------------------ events
     def bind(self) -> None:
@@ -170,6 +177,8 @@ class App:
             if self.panel:
                 self.run(_close_panel(self, None, ev))
                 return
+            if conversation.stop(self):
+                return
             if "sidebar-open" in str(q("#app").className):
                 q("#app").classList.remove("sidebar-open")
 
@@ -228,6 +237,7 @@ class App:
                 pass
         q("#app").classList.remove("sidebar-open")
         sidebar.render(self)
+        conversation.composer_state(self)
         await conversation.render(self)
         if focus_message:
             conversation.jump_to(focus_message)

@@ -3,12 +3,22 @@ and the composer (Enter sends, Shift+Enter makes a new line)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 import chatmem
-from chatmem.errors import ContextOverflow, ProviderError, ProviderUnavailable
+from chatmem.errors import (
+    ContextOverflow,
+    ProviderAuthError,
+    ProviderError,
+    ProviderNotFound,
+    ProviderRateLimited,
+    ProviderServerError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from chatmem.offline import OFFLINE_LABEL
 from chatmem.sessions import DEFAULT_TITLE
 
@@ -47,6 +57,10 @@ def message_el(m: Any) -> Any:
         badges.append(h("span", {"class": "badge offline"}, "offline — from memory"))
     elif m.model:
         badges.append(h("span", {"class": "badge"}, m.model))
+    status = (m.metadata or {}).get("status")
+    if status in _STATUS:
+        cls += f" {status}"
+        badges.append(h("span", {"class": f"badge {status}"}, _STATUS[status]))
     if m.role == "tool":
         body = [
             h(
@@ -118,6 +132,9 @@ def message_el(m: Any) -> Any:
         calls,
     )
 
+
+#: the badge of an answer that did not end as the model meant (``chatmem.chat``)
+_STATUS = {"stopped": "stopped", "incomplete": "incomplete — it broke off"}
 
 #: what a content part the view cannot show is called in its placeholder
 _PART_NAMES = {"image": "Image", "audio": "Audio", "file": "File", "video": "Video"}
@@ -364,7 +381,7 @@ def _failure_el(text: str) -> Any:
     return h(
         "li",
         {"class": "msg system", "role": "alert"},
-        h("header", {}, h("span", {"class": "role"}, "Not sent to the model")),
+        h("header", {}, h("span", {"class": "role"}, "The reply failed")),
         h("div", {"class": "body"}, h("p", {}, text)),
     )
 
@@ -390,8 +407,13 @@ async def send(app: Any, text: str) -> None:
     _append_el(live.el)
     s = app.settings
     failure = fallback = None
+    stopped = False
     provider = settings.chat_provider(mem, s)
     turn = _turn_options(s, live)
+    task = asyncio.current_task()
+    if task is not None:
+        app.streaming[sid] = task
+    composer_state(app)
     try:
         if settings.provider_configured(s) and not bool(js.navigator.onLine):
             # offline, and the page knows it: answer from memory at once
@@ -399,23 +421,35 @@ async def send(app: Any, text: str) -> None:
             await mem.session(sid).send(text, provider=chatmem.OfflineResponder(mem), **turn)
         else:
             await mem.session(sid).send(text, provider=provider, **turn)
-    except ProviderUnavailable:
-        # no answer at all from the model server: the message is stored; answer from memory
-        fallback = "The model could not be reached"
-        live.reset()
-        try:
-            await mem.session(sid).reply(provider=chatmem.OfflineResponder(mem), **turn)
-        except ProviderError as e:
-            failure = f"{e}. Your message is saved; try again later."
+    except ProviderUnavailable as e:
+        if e.partial is not None:  # it broke off after some text: that text is the answer kept
+            failure = plain_error(e)
+        else:  # no answer at all from the model server: the message is stored; answer from memory
+            fallback = "The model could not be reached"
+            live.reset()
+            try:
+                await mem.session(sid).reply(provider=chatmem.OfflineResponder(mem), **turn)
+            except ProviderError as again:
+                failure = plain_error(again)
     except ProviderError as e:
-        failure = f"{e}. Your message is saved; try again later."
+        failure = plain_error(e)
     except ContextOverflow as e:
         failure = f"Your message is saved, but it is too long for the {s['budget']} budget ({e})."
+    except asyncio.CancelledError:
+        stopped = True  # Stop: what arrived is stored, marked stopped; the view shows it as stored
     except BaseException:
         live.el.remove()  # no half answer left on screen; the error is shown by the caller
         raise
     finally:
+        app.streaming.pop(sid, None)
+        composer_state(app)
         await app.refresh_sessions()
+    if stopped or (failure and live.text):
+        if app.current == sid:
+            await render(app)
+            if failure:
+                _append_el(_failure_el(failure))
+        return
     if not (draft.isConnected and live.el.isConnected):
         # the list was drawn again while the answer streamed (the session was re-read or
         # another one opened): the stored messages are the truth, show them as stored
@@ -440,6 +474,47 @@ async def send(app: Any, text: str) -> None:
     _scroll_bottom()
     if app.panel == "context":
         await app.render_panel()
+
+
+def plain_error(e: Exception) -> str:
+    """What a failed turn says, in plain words, with what to do next."""
+    saved = "Your message is saved"
+    if getattr(e, "partial", None) is not None:
+        return f"The answer broke off mid-stream; what arrived is kept above, marked incomplete. {saved}."
+    if isinstance(e, ProviderRateLimited):
+        wait = e.retry_after_ms
+        when = f" It asked to wait {max(1, round(wait / 1000))} s." if wait else ""
+        return f"The model is busy (too many requests, HTTP 429).{when} {saved}; try again in a moment."
+    if isinstance(e, ProviderAuthError):
+        return f"The model server refused the key ({e.status}): check the API key in Settings. {saved}."
+    if isinstance(e, ProviderNotFound):
+        return f"The model server does not know this address or model (HTTP 404): check Settings. {saved}."
+    if isinstance(e, ProviderServerError):
+        status = f"HTTP {e.status}" if e.status else "mid-stream"
+        return f"The model server failed ({status}). {saved}; try again later."
+    if isinstance(e, ProviderTimeout):
+        return f"The model did not answer in time. {saved}; try again later."
+    return f"The model could not answer ({e}). {saved}; try again later."
+
+
+def composer_state(app: Any) -> None:
+    """The send button says Stop while the open conversation's reply streams."""
+    btn = q("#send-btn")
+    if btn is None:
+        return
+    streaming = app.current in app.streaming
+    btn.textContent = "Stop" if streaming else "Send"
+    btn.setAttribute("aria-label", "Stop the reply" if streaming else "Send")
+    btn.classList.toggle("stop", streaming)
+
+
+def stop(app: Any) -> bool:
+    """Stop the reply streaming in the open conversation (what arrived is kept); whether one was."""
+    task = app.streaming.get(app.current)
+    if task is None:
+        return False
+    task.cancel()
+    return True
 
 
 def _turn_options(s: dict[str, Any], live: Live) -> dict[str, Any]:
@@ -478,23 +553,25 @@ def _fallback_el(sid: str, why: str) -> Any:
 
 async def _ask_model(app: Any, el: Any, ev: Any) -> None:
     """The model's answer to the conversation as it stands (its answer from memory left out)."""
-    if app.busy:
-        return
     sid = str(el.getAttribute("data-id"))
+    if sid in app.streaming:
+        return
     note = dom.closest(el, "li")
-    app.busy = True
     live = Live()
     _append_el(live.el)
+    task = asyncio.current_task()
+    if task is not None:
+        app.streaming[sid] = task
     try:
         await app.mem.session(sid).reply(
             provider=settings.chat_provider(app.mem, app.settings), **_turn_options(app.settings, live)
         )
     except ProviderError as e:
         live.el.remove()
-        app.toast(f"The model could not answer yet: {e}", error=True)
+        app.toast(f"The model could not answer yet: {plain_error(e)}", error=True)
         return
     finally:
-        app.busy = False
+        app.streaming.pop(sid, None)
     if note is not None:
         note.remove()
     if app.current == sid:
@@ -502,20 +579,19 @@ async def _ask_model(app: Any, el: Any, ev: Any) -> None:
 
 
 async def _send(app: Any, el: Any, ev: Any) -> None:
+    """Send the composer's text; while the open conversation's reply streams, the button
+    (and Escape) stops it instead. Another conversation can be written to meanwhile."""
+    if stop(app):
+        return
     ta = q("#composer-input")
     text = str(ta.value).strip()
-    if not text or app.busy:
+    if not text:
         return
-    app.busy = True
-    btn = q("#send-btn")
-    btn.disabled = True
     ta.value = ""
     ta.style.height = "auto"
     try:
         await send(app, text)
     finally:
-        app.busy = False
-        btn.disabled = False
         ta.focus()
 
 
