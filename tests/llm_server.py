@@ -37,6 +37,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Access-Control-Allow-Origin", "*")
         self.send_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
         self.send_header("Access-Control-Allow-Methods", "POST, GET, OPTIONS")
+        self.send_header("Access-Control-Expose-Headers", "Retry-After")
 
     def do_OPTIONS(self) -> None:  # noqa: N802
         self.send_response(204)

@@ -257,3 +257,23 @@ def test_stop_keeps_what_arrived_and_another_conversation_is_free(app: AppPage, 
     app.ready()
     p.click("#session-list .session:has-text('Tell me a long story')")
     p.wait_for_function("() => document.querySelectorAll('#messages .msg.assistant.stopped').length === 2")
+
+
+def test_a_429_with_retry_after_is_asked_again_by_itself(app: AppPage, llm: LLMServer) -> None:
+    """The model answers 429 with Retry-After: 2: the reply says it waits, then asks once more
+    and the answer arrives, with the user message sent once."""
+    p = app.page
+    llm.reset("429", "ok")
+    configure(app, llm.url)
+    app.new_session()
+    p.fill("#composer-input", "Are you free now?")
+    p.press("#composer-input", "Enter")
+    p.wait_for_selector("#messages .msg.streaming:has-text('asking again in 2 s')")
+    p.wait_for_selector("#messages .msg.assistant:not(.streaming):has-text('echo: Are you free now?')")
+    assert p.locator("#messages .msg.system[role=alert]").count() == 0
+    assert [r[0] for r in stored(app)] == ["user", "assistant"]
+    chats = [r for r in llm.requests if r["path"].endswith("/chat/completions")]
+    assert len(chats) == 2
+    assert [m["content"] for m in chats[-1]["body"]["messages"] if m["role"] == "user"][
+        -1
+    ] == "Are you free now?"

@@ -338,6 +338,10 @@ class Live:
         self.text = ""
         self.body.textContent = ""
 
+    def note(self, text: str) -> None:
+        """Say what the reply waits for (replaced by the first piece that arrives)."""
+        self.body.textContent = text
+
     def __init__(self) -> None:
         self.body = h("p", {})
         self.el = h(
@@ -431,6 +435,8 @@ async def send(app: Any, text: str) -> None:
                 await mem.session(sid).reply(provider=chatmem.OfflineResponder(mem), **turn)
             except ProviderError as again:
                 failure = plain_error(again)
+    except ProviderRateLimited as e:
+        failure = await _retry_once(app, sid, e, provider, turn, live)
     except ProviderError as e:
         failure = plain_error(e)
     except ContextOverflow as e:
@@ -474,6 +480,32 @@ async def send(app: Any, text: str) -> None:
     _scroll_bottom()
     if app.panel == "context":
         await app.render_panel()
+
+
+#: the longest wait a 429 may ask for that the app sits out by itself (seconds)
+RETRY_WAIT_MAX = 60
+#: the wait before asking again after a 429 that did not say (or whose Retry-After the
+#: browser hides: a cross-origin answer shows it only when the server exposes it)
+RETRY_WAIT_DEFAULT = 5
+
+
+async def _retry_once(
+    app: Any, sid: str, e: Any, provider: Any, turn: dict[str, Any], live: Live
+) -> str | None:
+    """A 429 that says when to come back: the reply shows the wait, then asks once more by
+    itself (the message is stored already); the failure to show when that fails too."""
+    wait = e.retry_after_ms / 1000 if e.retry_after_ms else RETRY_WAIT_DEFAULT
+    if e.partial is not None or wait > RETRY_WAIT_MAX:
+        return plain_error(e)
+    live.reset()
+    live.note(f"The model is busy (HTTP 429); asking again in {max(1, round(wait))} s…")
+    await asyncio.sleep(wait)
+    live.reset()
+    try:
+        await app.mem.session(sid).reply(provider=provider, **turn)
+    except ProviderError as again:
+        return plain_error(again)
+    return None
 
 
 def plain_error(e: Exception) -> str:
