@@ -51,32 +51,15 @@ async def send(
     text: str | list[dict[str, Any]],
     *,
     provider: ChatProvider,
-    model: str | None = None,
-    budget: ModelBudget | str | int = "gpt-4o",
-    system_prompt: str | None = None,
-    retrieval: Any = None,
-    summarize: Any = None,
-    on_token: Callable[[str], Any] | None = None,
-    **options: Any,
+    **turn: Any,
 ) -> ChatMessage:
+    """Append ``text`` as the user's message, then ``reply`` (``turn``: its keyword arguments)."""
     if provider is None or not hasattr(provider, "stream"):
         raise ValidationError("provider must be a ChatProvider (with stream())", field="provider")
     if isinstance(text, str) and not text.strip():
         raise ValidationError("the message is empty", field="text")
     await messages.append(session_id, "user", text)
-    return await reply(
-        messages,
-        builder,
-        session_id,
-        provider=provider,
-        model=model,
-        budget=budget,
-        system_prompt=system_prompt,
-        retrieval=retrieval,
-        summarize=summarize,
-        on_token=on_token,
-        **options,
-    )
+    return await reply(messages, builder, session_id, provider=provider, **turn)
 
 
 async def reply(

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "INT64_MIN",
     "INT64_MAX",
+    "MESSAGE_KEY_FIELD",
     "MESSAGE_RECORD_FIELDS",
     "SESSION_RECORD_FIELDS",
     "IMPORT_NESTING",
@@ -326,8 +327,8 @@ def _check_depth(value: Any, limits: Limits, what: str) -> None:
 
 # --------------------------------------------------------------------------- records
 
-#: message record key -> ``validate_message_fields`` name
-_MESSAGE_KEY_FIELD = {
+#: message record key -> ``validate_message_fields`` name (import and the record checks share it)
+MESSAGE_KEY_FIELD = {
     "id": "id",
     "createdAt": "created_at",
     "provider": "provider",
@@ -341,10 +342,8 @@ _MESSAGE_KEY_FIELD = {
     "metadata": "metadata",
     "tokenCount": "token_count",
 }
-MESSAGE_RECORD_FIELDS: frozenset[str] = frozenset(
-    {*_MESSAGE_KEY_FIELD, "sessionId", "seq", "role", "content"}
-)
-assert set(_MESSAGE_KEY_FIELD.values()) == MESSAGE_FIELDS
+MESSAGE_RECORD_FIELDS: frozenset[str] = frozenset({*MESSAGE_KEY_FIELD, "sessionId", "seq", "role", "content"})
+assert set(MESSAGE_KEY_FIELD.values()) == MESSAGE_FIELDS
 
 #: session record key -> what it must be
 _SESSION_TYPES: dict[str, tuple[str, bool]] = {  # key -> (kind, may be null)
@@ -493,5 +492,5 @@ def check_message_record(rec: Any, limits: Limits = DEFAULT_LIMITS) -> None:
     validate_message_fields(
         rec["role"],
         rec["content"],
-        {f: rec[k] for k, f in _MESSAGE_KEY_FIELD.items() if rec.get(k) is not None},
+        {f: rec[k] for k, f in MESSAGE_KEY_FIELD.items() if rec.get(k) is not None},
     )

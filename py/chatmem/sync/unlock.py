@@ -128,6 +128,25 @@ class EncryptedSync:
             return True
         return await self.keyring.remembered_key_id() is not None
 
+    async def _encrypted(
+        self, secret: Passphrase | EncryptionKey, what: str
+    ) -> tuple[SyncConfig, SyncClient, Passphrase | EncryptionKey]:
+        """The config, the client and the current encryption of an encrypted sync, ``secret``
+        being a secret; else ``ValidationError`` (``what`` names the argument)."""
+        if not isinstance(secret, (Passphrase, EncryptionKey)):
+            raise ValidationError(f"{what} must be a Passphrase or EncryptionKey", field="encryption")
+        cfg, client = await self._ready()
+        if cfg.encryption is None:
+            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        return cfg, client, cfg.encryption
+
+    async def _keep_encryption(self, cfg: SyncConfig, secret: Passphrase | EncryptionKey) -> SyncConfig:
+        """``secret`` as this device's encryption from now on (durable when this returns)."""
+        updated = cfg.replace(encryption=secret)
+        await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
+        self._set_config(updated)
+        return updated
+
     async def unlock(self, secret: Passphrase | EncryptionKey) -> SyncConfig:
         """Enter the passphrase of this device's encrypted sync: checked at once against
         the space's key check value on the server. ``WrongPassphrase`` when it does not
@@ -137,11 +156,7 @@ class EncryptedSync:
         is idle and sync goes on. A space that is still plain has nothing to check
         against: ``secret`` is kept and the next sync encrypts the space with it.
         Durable when it returns."""
-        if not isinstance(secret, (Passphrase, EncryptionKey)):
-            raise ValidationError("the passphrase must be a Passphrase or EncryptionKey", field="encryption")
-        cfg, client = await self._ready()
-        if cfg.encryption is None:
-            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        cfg, client, _ = await self._encrypted(secret, "the passphrase")
         if not await self._lock.acquire():
             raise SyncTransientError("another tab is syncing: try again in a moment")
         try:
@@ -150,9 +165,7 @@ class EncryptedSync:
             except WrongPassphrase as e:
                 await self._wrong_key(e)
                 raise
-            updated = cfg.replace(encryption=secret)
-            await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
-            self._set_config(updated)
+            updated = await self._keep_encryption(cfg, secret)
             await self._set_state("idle")
             return updated
         finally:
@@ -167,28 +180,20 @@ class EncryptedSync:
         progress. Other devices get ``WrongPassphrase`` until given the new one.
         Durable when this returns: the space's key on the server, the config here.
         """
-        if not isinstance(new, (Passphrase, EncryptionKey)):
-            raise ValidationError(
-                "the new passphrase must be a Passphrase or EncryptionKey", field="encryption"
-            )
-        cfg, client = await self._ready()
-        if cfg.encryption is None:
-            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        cfg, client, current = await self._encrypted(new, "the new passphrase")
         if not await self._lock.acquire():
             raise SyncTransientError("another tab is syncing: try again in a moment")
         try:
             await self._set_state("syncing")
             try:
-                await self.keyring.change(cfg.encryption, new, client)
+                await self.keyring.change(current, new, client)
             except WrongPassphrase as e:
                 await self._wrong_key(e)
                 raise
             except SyncError as e:
                 await self._set_state("error", error=str(e))
                 raise
-            updated = cfg.replace(encryption=new)
-            await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
-            self._set_config(updated)
+            updated = await self._keep_encryption(cfg, new)
             await self._set_state("idle", success=True)
             return updated
         finally:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError, shown
 from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..stores.base import SESSION_PRIVATE_FIELDS
-from ..validation import DEFAULT_LIMITS, Limits, check_value
+from ..validation import DEFAULT_LIMITS, MESSAGE_KEY_FIELD, Limits, check_value
 from .export_format import EXPORT_VERSION
 from .normalized import NormalizedImport, NormalizedSession
 from .source import describe, load_json
@@ -35,21 +35,7 @@ SUPPORTED_VERSIONS: tuple[str, ...] = (EXPORT_VERSION,)
 _SESSION_KEYS = tuple(SessionMeta("", "", 0, 0).to_record())
 _MESSAGE_KEYS = tuple(ChatMessage("", "", 0, "user", "", 0).to_record())
 
-#: message record key -> ``validate_message_fields`` field name
-_RECORD_TO_FIELD = {
-    "id": "id",
-    "createdAt": "created_at",
-    "provider": "provider",
-    "model": "model",
-    "slices": "slices",
-    "tool_results": "tool_results",
-    "categorization": "categorization",
-    "toolCalls": "tool_calls",
-    "toolCallId": "tool_call_id",
-    "name": "name",
-    "metadata": "metadata",
-    "tokenCount": "token_count",
-}
+_RECORD_TO_FIELD = MESSAGE_KEY_FIELD
 _FIELD_TO_RECORD = {v: k for k, v in _RECORD_TO_FIELD.items()}
 
 
