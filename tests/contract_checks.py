@@ -670,10 +670,11 @@ async def check_an_import_reusing_a_stored_message_id_writes_nothing(make: Make)
         assert (await mem.store.outbox_counts())[0] == 2
 
 
-def _chatgpt(convs: int, per: int) -> list[dict[str, Any]]:
-    """A ChatGPT export of ``convs`` linear conversations of ``per`` messages."""
+def _chatgpt(convs: int, per: int, *, ids: bool = False, first: int = 0) -> list[dict[str, Any]]:
+    """A ChatGPT export of ``convs`` linear conversations of ``per`` messages (numbered
+    from ``first``; with ``ids``, each has a ``conversation_id``)."""
     out = []
-    for c in range(convs):
+    for c in range(first, first + convs):
         mapping: dict[str, Any] = {
             f"c{c}-r": {"id": f"c{c}-r", "message": None, "parent": None, "children": [f"c{c}-0"]}
         }
@@ -698,7 +699,47 @@ def _chatgpt(convs: int, per: int) -> list[dict[str, Any]]:
                 "current_node": f"c{c}-{per - 1}",
             }
         )
+        if ids:
+            out[-1]["conversation_id"] = f"conv-{c}"
     return out
+
+
+@check
+async def check_importing_a_chatgpt_export_again_adds_only_what_is_new(make: Make) -> None:
+    """A conversation already imported (same source id) is not copied again: unchanged it
+    is skipped, grown it takes only its new messages (after what was added here), and the
+    report says how many were new, updated and already here. The same conversation twice
+    in one file is written once."""
+    async with await make() as mem:
+        await mem.store.outbox_activate(0)
+        first = await mem.import_sessions(json.dumps(_chatgpt(3, 4, ids=True)))
+        assert (first.sessions_imported, first.messages_imported) == (3, 12)
+        by_title = {s.title: s.session_id for s in await mem.sessions.list(limit=None)}
+        await mem.messages.append(by_title["c0"], "user", "said here")
+        queued = (await mem.store.outbox_counts())[0]
+        again = await mem.import_sessions(json.dumps(_chatgpt(3, 4, ids=True)))
+        assert (again.sessions_imported, again.sessions_skipped, again.messages_imported) == (0, 3, 0)
+        assert len(await mem.sessions.list(limit=None)) == 3
+        assert (await mem.store.outbox_counts())[0] == queued
+        grown = (
+            _chatgpt(3, 6, ids=True) + _chatgpt(1, 2, ids=True, first=3) + _chatgpt(1, 2, ids=True, first=3)
+        )
+        del grown[2]  # c2 is not in this export: nothing happens to it
+        report = await mem.import_sessions(grown)
+        assert (report.sessions_imported, report.sessions_replaced, report.sessions_skipped) == (3, 2, 0)
+        assert report.messages_imported == 2 + 2 + 2
+        titles = sorted(s.title for s in await mem.sessions.list(limit=None))
+        assert titles == ["c0", "c1", "c2", "c3"], titles
+        assert [m.content for m in await mem.messages.list(by_title["c0"], limit=None)] == [
+            *(f"conv 0 turn {i}" for i in range(4)),
+            "said here",
+            "conv 0 turn 4",
+            "conv 0 turn 5",
+        ]
+        assert [m.seq for m in await mem.messages.list(by_title["c1"], limit=None)] == list(range(6))
+        assert len(await mem.messages.list(by_title["c2"], limit=None)) == 4
+        assert (await mem.store.outbox_counts())[0] == queued + 2 + 2 + 1 + 2
+        assert [h.message.content for h in await mem.search('"conv 1 turn 5"', limit=1)] == ["conv 1 turn 5"]
 
 
 @check

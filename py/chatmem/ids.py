@@ -4,15 +4,19 @@ A ``Clock`` is any zero-argument callable returning integer milliseconds since
 the epoch; tests inject a fake one. Ids are 26-character ULIDs (Crockford
 base32: 48-bit time, 80 random bits), so they are unique, and sort by
 creation time; within one millisecond a generator stays monotonic.
+``derived_id`` makes the same ULID every time from a time and a key (an
+imported record's source and its id there), so importing a file again finds
+what the first import wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Callable
 
-__all__ = ["Clock", "system_clock", "IdGenerator", "new_id"]
+__all__ = ["Clock", "system_clock", "IdGenerator", "new_id", "derived_id"]
 
 Clock = Callable[[], int]
 
@@ -59,3 +63,11 @@ _default = IdGenerator()
 def new_id() -> str:
     """A new ULID from the system clock."""
     return _default()
+
+
+def derived_id(ms: int, key: str) -> str:
+    """The ULID of time ``ms`` whose 80 random bits are a hash of ``key``: the same
+    arguments always give the same id, different keys practically never collide."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+    ms = min(max(ms, 0), (1 << 48) - 1)
+    return _encode((ms << 80) | int.from_bytes(digest[:10], "big"), 26)

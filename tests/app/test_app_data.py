@@ -167,10 +167,12 @@ len(await mem.sessions.list(archived=None))""")
 
 def test_a_chatgpt_export_keeps_traces_of_what_it_could_not_bring(app: AppPage) -> None:
     """An image the export holds only a pointer to is shown as a placeholder, citation markers
-    read as references, and the report counts with the right plural."""
+    read as references, and the report counts with the right plural. The same file again
+    copies nothing: the report says the conversation is already here."""
     p = app.page
     conv = {
         "title": "Trip",
+        "conversation_id": "6a1f-trip",
         "create_time": 1_700_000_000.0,
         "current_node": "b",
         "mapping": {
@@ -218,3 +220,8 @@ def test_a_chatgpt_export_keeps_traces_of_what_it_could_not_bring(app: AppPage) 
     p.wait_for_selector("#messages .attachment")
     assert "Image" in p.locator("#messages .attachment").inner_text()
     assert "It looks like Porto[13]." in p.locator("#messages .msg.assistant").inner_text()
+    p.evaluate("document.querySelector('#import-summary').remove()")
+    drop_file(p, "conversations.json", json.dumps([conv]))
+    p.wait_for_selector("#import-summary:has-text('1 conversation already here, unchanged')")
+    assert "message" not in p.locator("#import-summary").inner_text()
+    assert p.locator("#session-list .session:has-text('Trip')").count() == 1

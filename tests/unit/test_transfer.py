@@ -805,3 +805,28 @@ def test_imported_history_is_aged_from_its_import():
         await other.close()
 
     asyncio.run(go())
+
+
+def test_a_conversation_imported_twice_has_the_same_ids_and_others_do_not_collide():
+    """Ids derive from the source's conversation and message ids: the same export gives the
+    same ids (ULIDs of the records' times), the same message ids in another conversation
+    give others, and a conversation without an id gets fresh ones."""
+    conv = load(BRANCHING)
+    conv = conv[0] if isinstance(conv, list) else conv
+    conv = dict(conv, conversation_id="conv-a")
+    first = prepare_import([conv], ids=ids())[1]
+    again = prepare_import([conv], ids=ids())[1]
+    other = prepare_import([dict(conv, conversation_id="conv-b")], ids=ids())[1]
+    anonymous = prepare_import([dict(conv, conversation_id=None, id=None)], ids=ids())[1]
+    again_anonymous = prepare_import([dict(conv, conversation_id=None, id=None)], ids=ids())[1]
+
+    def all_ids(normalized):
+        return [r["sessionId"] for r, _ in normalized] + [m["id"] for _, ms in normalized for m in ms]
+
+    assert len(first) > 1 and all_ids(first) == all_ids(again)
+    assert len(set(all_ids(first))) == len(all_ids(first)), "forks' copies have ids of their own"
+    assert not set(all_ids(first)) & set(all_ids(other))
+    assert not set(all_ids(anonymous)) & set(all_ids(again_anonymous))
+    for _, msgs in first:
+        assert all(len(m["id"]) == 26 for m in msgs)
+        assert [m["id"][:10] for m in msgs] == sorted(m["id"][:10] for m in msgs), "time prefix"

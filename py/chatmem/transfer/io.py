@@ -8,7 +8,10 @@ in the same transaction; where the store takes an import in chunks (IndexedDB,
 transaction while the next is checked, and a bad value aborts it: nothing is
 written either way. ``preserve_ids=True`` restores a backup: a session
 whose stored copy is identical is skipped, one that differs is replaced, so
-importing the same file twice changes nothing the second time.
+importing the same file twice changes nothing the second time. A ChatGPT,
+Claude or AIRI conversation has ids derived from its source's, so importing it
+again finds it here: it takes only the messages it lacks (each such session in
+a transaction of its own, after the new sessions).
 """
 
 from __future__ import annotations
@@ -33,10 +36,16 @@ class ImportReport:
     """What an import wrote. Durable when returned."""
 
     format: str
+    #: sessions written: new ones, and those of ``sessions_replaced``
     sessions_imported: int = 0
+    #: messages written
     messages_imported: int = 0
+    #: sessions already here and unchanged: nothing written
     sessions_skipped: int = 0
+    #: sessions already here that changed: replaced (a restored backup) or given the
+    #: messages they lacked (a ChatGPT, Claude or AIRI conversation imported again)
     sessions_replaced: int = 0
+    #: the ids of the sessions written
     session_ids: list[str] = field(default_factory=list)
 
 
@@ -108,10 +117,15 @@ class Transfer:
         ages them from the day they arrived, not from their original dates (``createdAt``
         and every message's ``createdAt`` keep those)."""
         batched = None if preserve_ids else getattr(self._core.store, "import_batches", None)
+        now = self._core.now()
+        # what is here already: a conversation imported before (its ids derive from the
+        # source's) takes only the messages it lacks
+        present = set() if preserve_ids else {r["sessionId"] for r in await self._core.store.all_sessions()}
+        again: NormalizedImport = []
         todo: NormalizedImport = []
         if batched is not None:  # fresh sessions, written while the rest is still being checked
             name, sessions = iter_import(data, format=format, ids=self._core.ids, limits=self._core.limits)
-            sessions = _arrived(sessions, self._core.now())
+            sessions = _new_only(_arrived(sessions, now), present, again)
             report = ImportReport(format=name)
             ops = await self._core.outbox.import_later(todo)  # reads ``todo`` once it is filled
             await batched(_chunks(sessions, todo), ops=ops)
@@ -120,7 +134,7 @@ class Transfer:
                 data, format=format, preserve_ids=preserve_ids, ids=self._core.ids, limits=self._core.limits
             )
             if not preserve_ids:
-                normalized = list(_arrived(iter(normalized), self._core.now()))
+                normalized = list(_new_only(_arrived(iter(normalized), now), present, again))
             report = ImportReport(format=name)
             for rec, msgs in normalized:
                 same = await self._unchanged(rec, msgs) if preserve_ids else None
@@ -145,7 +159,31 @@ class Transfer:
         report.sessions_imported = len(todo)
         report.messages_imported = sum(len(m) for _, m in todo)
         report.session_ids = [r["sessionId"] for r, _ in todo]
+        for rec, msgs in again:
+            added = await self._add_missing(rec["sessionId"], msgs, now)
+            if not added:
+                report.sessions_skipped += 1
+                continue
+            report.sessions_replaced += 1
+            report.sessions_imported += 1
+            report.messages_imported += added
+            report.session_ids.append(rec["sessionId"])
         return report
+
+    async def _add_missing(self, session_id: str, msgs: list[dict[str, Any]], now: int) -> int:
+        """Append to a stored session the imported messages it does not hold (by id), in
+        the import's order after its own; how many were added."""
+        store = self._core.store
+        have = {m["id"] for m in await store.list_messages(session_id, 0, None, False)}
+        records = [dict(m, sessionId=None, seq=None) for m in msgs if m["id"] not in have]
+        if not records:
+            return 0
+        ops = await self._core.outbox.messages_created(session_id, records)
+        stored, sess = await store.append_messages(session_id, records, now, None, ops)
+        self._core.invalidate(session_id)
+        self._core.remember_meta(sess)
+        self._core.changed("messages-appended", session_id, {"messages": stored, "session": sess})
+        return len(stored)
 
 
 #: messages per chunk handed to a store's ``import_batches``
@@ -156,6 +194,19 @@ def _arrived(sessions: Iterator[NormalizedSession], now: int) -> Iterator[Normal
     """Each imported session active from ``now`` (its ``updatedAt``), as it arrives here."""
     for rec, msgs in sessions:
         yield dict(rec, updatedAt=max(int(rec.get("updatedAt") or 0), now)), msgs
+
+
+def _new_only(
+    sessions: Iterator[NormalizedSession], present: set[str], again: NormalizedImport
+) -> Iterator[NormalizedSession]:
+    """The sessions whose id is not in ``present``; the others go to ``again``. A session
+    met twice in one import (the same conversation twice in a file) is kept once."""
+    for rec, msgs in sessions:
+        if rec["sessionId"] in present:
+            again.append((rec, msgs))
+        else:
+            present.add(rec["sessionId"])
+            yield rec, msgs
 
 
 def _chunks(sessions: Iterator[NormalizedSession], into: NormalizedImport) -> Iterator[NormalizedImport]:

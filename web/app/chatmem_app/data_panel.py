@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from chatmem import ImportReport
 from chatmem.errors import ImportFormatError, ValidationError
 
 from . import dom
 from .dom import h, q
 
-__all__ = ["ACTIONS", "human_bytes", "import_bytes", "render", "update_counts"]
+__all__ = ["ACTIONS", "human_bytes", "import_bytes", "render", "report_lines", "update_counts"]
 
 FORMATS = {"chatmem": "chatmem", "airi": "AIRI", "chatgpt": "ChatGPT", "claude": "Claude"}
 
@@ -214,25 +215,27 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
             "div",
             {"class": "report status-ok", "id": "import-summary"},
             h("p", {}, f"Imported {name} ({fmt} format)."),
-            h(
-                "ul",
-                {},
-                h(
-                    "li",
-                    {},
-                    f"{_n(report.sessions_imported, 'conversation')}, "
-                    f"{_n(report.messages_imported, 'message')}",
-                ),
-                h("li", {}, f"{_n(report.sessions_replaced, 'conversation')} updated")
-                if report.sessions_replaced
-                else None,
-                h("li", {}, f"{_n(report.sessions_skipped, 'conversation')} already here, unchanged")
-                if report.sessions_skipped
-                else None,
-            ),
+            h("ul", {}, *(h("li", {}, line) for line in report_lines(report))),
         ),
     )
     return report
+
+
+def report_lines(report: ImportReport) -> list[str]:
+    """What an import did, in words: new conversations, updated ones (an import's
+    ``sessions_imported`` counts them too), and those already here."""
+    new = report.sessions_imported - report.sessions_replaced
+    lines = []
+    if report.sessions_replaced:
+        if new:
+            lines.append(_n(new, "new conversation"))
+        lines.append(f"{_n(report.sessions_replaced, 'conversation')} updated")
+        lines.append(f"{_n(report.messages_imported, 'message')} added")
+    elif new or not report.sessions_skipped:
+        lines.append(f"{_n(new, 'conversation')}, {_n(report.messages_imported, 'message')}")
+    if report.sessions_skipped:
+        lines.append(f"{_n(report.sessions_skipped, 'conversation')} already here, unchanged")
+    return lines
 
 
 async def _import_file(app: Any, file: Any) -> None:

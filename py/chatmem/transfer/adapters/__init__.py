@@ -106,7 +106,8 @@ def prepare_import(
 
     With ``preserve_ids=False`` a chatmem export is re-keyed with fresh
     session and message ids (fork links between imported sessions kept);
-    foreign formats always get fresh ids.
+    foreign formats get ids derived from their source's ids (the same conversation
+    imported twice has the same ids).
     """
     return _prepare(load_json(data, limits), format=format, preserve_ids=preserve_ids, ids=ids, limits=limits)
 
@@ -129,7 +130,7 @@ def iter_import(
     ids: IdGenerator | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[str, Iterator[NormalizedSession]]:
-    """``prepare_import`` with fresh ids, as ``(format name, checked sessions)``: a ChatGPT or
+    """``prepare_import`` with new ids, as ``(format name, checked sessions)``: a ChatGPT or
     Claude export is converted and checked one conversation at a time as the iterator is
     read, and raises ``ImportFormatError`` when it reaches the first bad value (a writer
     aborts what it wrote); any other format is prepared whole before this returns."""

@@ -140,5 +140,9 @@ def iter_conversations(
             "$",
             f"a {source} export must be an array of conversations or one conversation, got {describe(data)}",
         )
+    made: set[str] = set()  # a conversation listed twice (same source id) is read once
     for i, conv in enumerate(convs):
-        yield from convert_one(conv, f"conversations[{i}]", builder)
+        for rec, msgs in convert_one(conv, f"conversations[{i}]", builder):
+            if rec["sessionId"] not in made:
+                made.add(rec["sessionId"])
+                yield rec, msgs

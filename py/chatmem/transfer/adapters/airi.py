@@ -144,6 +144,7 @@ def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImp
         path = f"sessions[{shown(sid)}]"
         if not isinstance(record, dict):
             raise fail(path, f"must be an object with 'meta' and 'messages', got {describe(record)}")
+        builder.from_source(NAME, sid)
         meta, when = _meta(record.get("meta"), f"{path}.meta", builder)
         items = record.get("messages") or []
         if not isinstance(items, list):
@@ -161,6 +162,7 @@ def to_normalized(data: Any, *, ids: IdGenerator | None = None) -> NormalizedImp
         for sid, meta_in in (listed or {}).items() if isinstance(listed, dict) else ():
             if sid not in sessions:
                 path = f"index.characters[{shown(cid)}].sessions[{shown(sid)}]"
+                builder.from_source(NAME, sid)
                 meta, _ = _meta(meta_in, path, builder)
                 out.append(builder.finish(meta, []))
     return out

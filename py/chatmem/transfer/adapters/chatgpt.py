@@ -173,6 +173,7 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
     conv_created = seconds_to_ms(conv.get("create_time"), f"{path}.create_time")
     conv_updated = seconds_to_ms(conv.get("update_time"), f"{path}.update_time")
     default_model = conv.get("default_model_slug")
+    builder.from_source(NAME, conv.get("conversation_id") or conv.get("id"))
 
     parent_of: dict[str, str | None] = {}
     children_of: dict[str, list[str]] = {}

@@ -171,6 +171,7 @@ def _conversation(conv: Any, path: str, builder: RecordBuilder) -> NormalizedImp
     created = iso_to_ms(conv.get("created_at"), f"{path}.created_at")
     updated = iso_to_ms(conv.get("updated_at"), f"{path}.updated_at")
     model = conv.get("model") if isinstance(conv.get("model"), str) and conv.get("model") else None
+    builder.from_source(NAME, conv.get("uuid"))
     order = list(range(len(msgs)))
     if all(isinstance(m, dict) and isinstance(m.get("index"), int) for m in msgs):
         order.sort(key=lambda i: msgs[i]["index"])
