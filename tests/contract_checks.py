@@ -483,7 +483,8 @@ async def check_outbox_fills_only_once_sync_is_on(make: Make) -> None:
         # the session (and its messages) was deleted: their creates have nothing to deliver
         assert [o["id"] for o in gone] == [m.id, ops[3]["id"]]
         fresh = next(p for p in payload if p["resource"] == "message")
-        assert fresh["data"] == (await mem.store.get_message(fresh["id"]))
+        stored = await mem.store.get_message(fresh["id"])
+        assert fresh["hlc"] == stored.pop("hlc") and fresh["data"] == stored, "the record, its HLC apart"
         assert fresh["data"]["sessionId"] == "fresh" and fresh["data"]["content"] == "creates fresh"
 
 
@@ -702,6 +703,35 @@ def _chatgpt(convs: int, per: int, *, ids: bool = False, first: int = 0) -> list
         if ids:
             out[-1]["conversation_id"] = f"conv-{c}"
     return out
+
+
+@check
+async def check_every_message_keeps_the_hlc_of_its_create(make: Make) -> None:
+    """Every way a message is written stamps it with an HLC, rising with ``seq``, that its
+    ``create`` operation carries too; it is the store's own: not in the model, the export
+    or the pushed data."""
+    from chatmem.sync.wire import wire_op
+
+    async with await make() as mem:
+        await mem.store.outbox_activate(0)
+        s = await mem.sessions.create(title="order")
+        await mem.messages.append(s.session_id, "user", "one")
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(40)]
+        )
+        fork = await mem.sessions.fork(s.session_id, at_index=3)
+        report = await mem.import_sessions(_chatgpt(1, 30, ids=True))
+        ops = {op["id"]: op for op in await mem.store.outbox_list() if op["resource"] == "message"}
+        for sid in (s.session_id, fork.session_id, *report.session_ids):
+            records = await mem.store.list_messages(sid, 0, None, False)
+            assert records and all(isinstance(r.get("hlc"), str) for r in records), sid
+            assert [r["hlc"] for r in records] == sorted({r["hlc"] for r in records}), "rising with seq"
+            assert all(ops[r["id"]]["hlc"] == r["hlc"] for r in records), "the create's HLC"
+            assert all("hlc" not in wire_op(ops[r["id"]], r)["data"] for r in records)
+        later = (await mem.store.list_messages(fork.session_id, 0, None, False))[0]["hlc"]
+        assert later > (await mem.store.list_messages(s.session_id, 0, None, True))[0]["hlc"]
+        assert "hlc" not in json.dumps(await mem.export())
+        assert not hasattr(await mem.messages.get(records[0]["id"]), "hlc")
 
 
 @check

@@ -129,8 +129,8 @@ class PushRecorder:
 
 async def check_apply_changes(mem: Any) -> None:
     """``Store.apply_changes`` merge rules, the same on every store (the IndexedDB one is JS):
-    nothing enqueued, cursor written, LWW under newer pending ops, immutability, seq
-    collisions, placeholders, tombstones."""
+    nothing enqueued, cursor written, LWW under newer pending ops, immutability, order
+    keys, placeholders, tombstones."""
     store = mem.store
     await store.outbox_activate(0)  # the outbox holds local writes only once sync is on
 
@@ -194,8 +194,11 @@ async def check_apply_changes(mem: Any) -> None:
         (m0.id, 0, "local first"),
         ("r-msg-1", 1, "remote"),
     ], msgs
+    assert msgs[1]["hlc"] == h(2), "a pulled message keeps the HLC of its create"
+    assert msgs[0]["hlc"] != h(3) and msgs[0]["hlc"] < h(1), "a message held here keeps its own"
     orphan = await store.get_session("remote-only")
-    assert orphan is not None and orphan["messageCount"] == 1 and orphan["nextSeq"] == 4
+    assert orphan is not None and orphan["messageCount"] == 1 and orphan["nextSeq"] == 1
+    assert (await store.get_message("orphan-1"))["seq"] == 0, "seq is its place here, not the sender's"
     # a newer pending local edit survives an older remote change; an older one does not
     await mem.sessions.update(sid, title="pending local")
     await mem.sessions.update(sid, pinned=True)

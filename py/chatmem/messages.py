@@ -14,7 +14,7 @@ from .core import Core
 from .errors import MessageNotFound, SessionNotFound, ValidationError, shown
 from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from .sessions import DEFAULT_TITLE
-from .stores.base import Ops
+from .stores.base import ORDER_KEY, Ops
 from .validation import check_id, check_value
 
 __all__ = ["Messages"]
@@ -91,8 +91,10 @@ class Messages:
                 if create
                 else []
             )
+            await self._core.outbox.stamp(records)  # after the session's create: HLCs grow
             ops += await self._core.outbox.messages_created(session_id, records)
         else:  # a batch: its ops are built only if the outbox is on
+            await self._core.outbox.stamp(records)
             ops = await self._core.outbox.messages_created_later(session_id, records)
         stored, sess = await self._core.store.append_messages(session_id, records, now, create, ops)
         return self._written(session_id, stored, sess)
@@ -150,9 +152,12 @@ class Messages:
         _check_session_id(session_id)
         built: list[dict[str, Any]] = []
         ops = await self._core.outbox.messages_created_later(session_id, built)
+        clock = await self._core.outbox.clock()
 
         def chunks() -> Iterator[list[dict[str, Any]]]:
             for chunk in self._batch(items, now):
+                for r in chunk:
+                    r[ORDER_KEY] = clock.now()
                 built.extend(chunk)
                 yield chunk
 

@@ -5,14 +5,19 @@ was turned on (``Store.outbox_activate``; until then it drops them).
 ``Outbox`` knows this device's id (kept in the store's kv under
 ``sync.device_id``) and its hybrid logical clock; it never talks to a server
 (that is ``chatmem.sync``'s drain loop).
+
+Every message record carries the HLC it was written at (``hlc``, a field of the
+store's own, never exported or pushed as data): ``stamp`` sets it before the
+write, and the message's ``create`` operation carries that same HLC, so every
+device that holds the message knows the same order key for it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from .ids import Clock, IdGenerator
-from .stores.base import Store
+from .stores.base import ORDER_KEY, Store
 from .sync.hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
 
 __all__ = ["Outbox", "DEVICE_KEY"]
@@ -33,6 +38,16 @@ class Outbox:
     async def device_id(self) -> str:
         return (await self._hlc()).device_id
 
+    async def stamp(self, records: Iterable[dict[str, Any]]) -> None:
+        """Give each message record the HLC it is written at (``ORDER_KEY``), in order."""
+        hlc = await self._hlc()
+        for r in records:
+            r[ORDER_KEY] = hlc.now()
+
+    async def clock(self) -> HybridLogicalClock:
+        """This device's HLC clock, for records stamped while a write runs."""
+        return await self._hlc()
+
     async def _hlc(self) -> HybridLogicalClock:
         if self.hlc is None:
             device = await self._store.kv_get(DEVICE_KEY)
@@ -50,10 +65,12 @@ class Outbox:
         session_id: str,
         data: dict[str, Any] | None,
         op_id: str | None = None,
+        at: str | None = None,
     ) -> dict[str, Any]:
         """One operation; ``data=None`` on a message create means "the stored record"
-        (the op refers to it; ``chatmem.sync.wire`` reads it when pushing)."""
-        return self._make(await self._hlc(), type_, resource, id_, session_id, data, op_id)
+        (the op refers to it; ``chatmem.sync.wire`` reads it when pushing). ``at``: its
+        HLC when it has one already (a message's create carries the message's)."""
+        return self._make(await self._hlc(), type_, resource, id_, session_id, data, op_id, at)
 
     def _make(
         self,
@@ -64,6 +81,7 @@ class Outbox:
         session_id: str,
         data: dict[str, Any] | None,
         op_id: str | None = None,
+        at: str | None = None,
     ) -> dict[str, Any]:
         return {
             "op_id": op_id or self._ids(),
@@ -73,11 +91,17 @@ class Outbox:
             "session_id": session_id,
             "data": data,
             "timestamp": self._clock(),
-            "hlc": hlc.now(),
+            "hlc": at or hlc.now(),
             "attempts": 0,
             "next_attempt_at": 0,
             "last_error": None,
         }
+
+    def _created(self, hlc: HybridLogicalClock, record: dict[str, Any], session_id: str) -> dict[str, Any]:
+        """The reference ``create`` op of a message record, at the record's HLC if stamped."""
+        return self._make(
+            hlc, "create", "message", record["id"], session_id, None, None, record.get(ORDER_KEY)
+        )
 
     async def session_created(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -91,21 +115,23 @@ class Outbox:
     ) -> list[dict[str, Any]]:
         """Reference ops: each refers to its stored message instead of copying it."""
         hlc = await self._hlc()
-        return [self._make(hlc, "create", "message", r["id"], session_id, None) for r in records]
+        return [self._created(hlc, r, session_id) for r in records]
 
     async def import_later(
-        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+        self, items: list[tuple[dict[str, Any], list[dict[str, Any]]]], at: Mapping[str, str]
     ) -> Callable[[], list[dict[str, Any]]]:
-        """The ops of an import (each session's create, then its messages') as a function
-        a store calls only if its outbox is on."""
+        """The ops of an import (each session's create, at its HLC in ``at`` by session id,
+        then its messages') as a function a store calls only if its outbox is on."""
         hlc = await self._hlc()
 
         def build() -> list[dict[str, Any]]:
             out = []
             for rec, msgs in items:
                 sid = rec["sessionId"]
-                out.append(self._make(hlc, "create", "session", sid, sid, _session_data(rec)))
-                out += [self._make(hlc, "create", "message", m["id"], sid, None) for m in msgs]
+                out.append(
+                    self._make(hlc, "create", "session", sid, sid, _session_data(rec), None, at.get(sid))
+                )
+                out += [self._created(hlc, m, sid) for m in msgs]
             return out
 
         return build
@@ -115,7 +141,7 @@ class Outbox:
     ) -> Callable[[], list[dict[str, Any]]]:
         """``messages_created`` as a function a store calls only if its outbox is on."""
         hlc = await self._hlc()
-        return lambda: [self._make(hlc, "create", "message", r["id"], session_id, None) for r in records]
+        return lambda: [self._created(hlc, r, session_id) for r in records]
 
     async def messages_deleted(self, session_id: str, message_ids: Iterable[str]) -> list[dict[str, Any]]:
         return [

@@ -231,7 +231,8 @@ class Sessions:
         return SessionMeta.from_record(rec)
 
     async def delete_messages(self, session_id: str, message_ids: builtins.list[str]) -> SessionMeta:
-        """Delete some messages of a session (their ``seq`` are not reused). Durable when it returns."""
+        """Delete some messages of a session; the later ones move up (``seq`` stays dense,
+        as on every device that holds the same messages). Durable when it returns."""
         _check_str(session_id, "session_id")
         message_ids = check_ids(message_ids, "message_ids")
         ops = await self._core.outbox.messages_deleted(session_id, message_ids)
@@ -251,6 +252,7 @@ class Sessions:
         now = self._core.now()
         new_id = self._core.ids()
         copies = [dict(r, id=self._core.ids(), sessionId=new_id, seq=i) for i, r in enumerate(records)]
+        await self._core.outbox.stamp(copies)
         fields: dict[str, Any] = dict(title=parent.title, tags=list(parent.tags))
         fields.update(meta_fields)
         meta = SessionMeta(

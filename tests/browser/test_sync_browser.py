@@ -13,7 +13,7 @@ import pytest
 
 from chatmem.server import running_server
 from chatmem.server.faults import Fault
-from conftest import Page, unique_name
+from conftest import Page, run, unique_name
 from sync_checks import PushRecorder, server_snapshot, undelivered
 
 pytestmark = pytest.mark.browser
@@ -375,3 +375,72 @@ st = await mem.sync.status()
     )
     assert out == ["paused-auth", "paused-auth", 1, 0, True, False, [0]]
     assert applied(srv) == 0
+
+
+def test_two_profiles_and_cpython_agree_on_one_order(
+    page: Page, other_profile: tuple[Any, Page], srv: Any, tmp_path: Path
+) -> None:
+    """Two profiles (IndexedDB) and a CPython device (SQLite) write to one conversation
+    between syncs, one of them late and offline with an earlier message, and one deletes:
+    all three list the same messages in the same order with the same seqs."""
+    import chatmem
+    from chatmem.sync import SyncConfig
+
+    _, b = other_profile
+    da, dbn = unique_name("ordA"), unique_name("ordB")
+    conf = f"endpoint={srv.url!r}, api_key={KEY!r}, {FAST}"
+    listing = "[[m.seq, m.content] for m in await mem.messages.list({sid!r}, limit=None)]"
+    sid = py(
+        page,
+        f"""
+mem = await sync_checks.open_synced({da!r}, {conf})
+s = await mem.sessions.create(title="one order")
+await mem.messages.append(s.session_id, "user", "hello 1")
+await mem.sync.run()
+s.session_id
+""",
+    )
+    py(b, f"mem = await sync_checks.open_synced({dbn!r}, {conf})\nawait mem.sync.run()")
+    py(
+        b,
+        f"mem = await sync_checks.open_synced({dbn!r})\nawait mem.messages.append({sid!r}, 'user', 'B early')",
+    )
+    time.sleep(0.01)
+
+    async def cpython(step: str) -> Any:
+        mem = await chatmem.open(persist=str(tmp_path / "c.db"))
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000))
+        await mem.sync.run()
+        if step == "write":
+            await mem.messages.append(sid, "assistant", "C reply")
+            await mem.messages.append(sid, "user", "C more")
+            held = await mem.messages.list(sid, limit=None)
+            await mem.sessions.delete_messages(sid, [held[0].id])  # "hello 1"
+            await mem.sync.run()
+        out = [[m.seq, m.content] for m in await mem.messages.list(sid, limit=None)]
+        await mem.close()
+        return out
+
+    run(cpython("write"))
+    py(
+        page,
+        f"mem = await sync_checks.open_synced({da!r})\nawait mem.messages.append({sid!r}, 'user', 'A late')",
+    )
+    for _ in range(2):
+        py(page, f"await (await sync_checks.open_synced({da!r})).sync.run()")
+        py(b, f"await (await sync_checks.open_synced({dbn!r})).sync.run()")
+        run(cpython("read"))
+    views = [
+        py(page, f"mem = await sync_checks.open_synced({da!r})\n" + listing.format(sid=sid)),
+        py(b, f"mem = await sync_checks.open_synced({dbn!r})\n" + listing.format(sid=sid)),
+        run(cpython("read")),
+    ]
+    assert views[0] == views[1] == views[2], views
+    texts = [t for _, t in views[0]]
+    assert [s for s, _ in views[0]] == list(range(4)) and set(texts) == {
+        "B early",
+        "C reply",
+        "C more",
+        "A late",
+    }
+    assert texts.index("C reply") < texts.index("C more") and texts.index("B early") < texts.index("C reply")

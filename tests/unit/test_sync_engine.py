@@ -479,9 +479,9 @@ def test_pull_keeps_a_newer_pending_local_edit(srv: Any) -> None:
     assert run(go()) == ["B, newer, unsent", "B, newer, unsent"]
 
 
-def test_a_colliding_remote_seq_gets_the_next_local_seq(srv: Any) -> None:
-    """Both devices append at seq 1 while apart; after syncing each holds both messages with
-    distinct seqs and a correct count."""
+def test_both_devices_appending_at_seq_1_end_in_one_order(srv: Any) -> None:
+    """Both devices append at seq 1 while apart; after syncing each holds both messages in
+    the same order, with the same seqs and a correct count."""
 
     async def go() -> list[Any]:
         a = await device(srv.url)
@@ -500,16 +500,15 @@ def test_a_colliding_remote_seq_gets_the_next_local_seq(srv: Any) -> None:
             msgs = await m.messages.list(s.session_id, limit=None)
             out.append(
                 (
-                    [x.seq for x in msgs],
-                    sorted(x.content for x in msgs),
+                    [(x.seq, x.content) for x in msgs],
                     (await m.sessions.get(s.session_id)).message_count,
                 )
             )
         return out
 
-    (seqs_a, texts_a, count_a), (seqs_b, texts_b, count_b) = run(go())
-    assert seqs_a == [0, 1, 2] and seqs_b == [0, 1, 2]
-    assert texts_a == texts_b == ["first", "from A", "from B"]
+    (order_a, count_a), (order_b, count_b) = run(go())
+    assert order_a == order_b and [seq for seq, _ in order_a] == [0, 1, 2]
+    assert sorted(t for _, t in order_a) == ["first", "from A", "from B"] and order_a[0] == (0, "first")
     assert count_a == count_b == 3
 
 

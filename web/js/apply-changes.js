@@ -18,6 +18,30 @@ function placeholderSession(sessionId, createdAt) {
   };
 }
 
+/** Where a message goes in its session: its create's HLC, then its id; a message stored
+ * before messages had an HLC comes first, in its seq order (chatmem/sync/apply.py). */
+function orderKey(m) {
+  return m.hlc ? [String(m.hlc), -1, String(m.id)] : ["", Number(m.seq), String(m.id)];
+}
+
+function before(a, b) {
+  for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return a[i] < b[i];
+  return false;
+}
+
+/** Number the session's messages 0..n-1 in their order (in `tx`, whose "messages" store is
+ * given): the moved ones first out of the way (negative seqs, so the unique
+ * [sessionId, seq] index holds), then to their places. Resolves to the number of messages. */
+export async function renumber(messages, sessionId, ps) {
+  const held = await messages.index("sessionSeq").getAll(sessionRange(sessionId));
+  const keyed = held.map((m) => [orderKey(m), m]);
+  keyed.sort((x, y) => (before(x[0], y[0]) ? -1 : before(y[0], x[0]) ? 1 : 0));
+  const moved = keyed.map(([, m], i) => [m, i]).filter(([m, i]) => m.seq !== i);
+  for (const [m, i] of moved) ps.push(messages.put({ ...m, seq: -1 - i }));
+  for (const [m, i] of moved) ps.push(messages.put({ ...m, seq: i }));
+  return held.length;
+}
+
 /** Apply `changes` (and write `kv`) in the readwrite transaction `tx`; resolves to the touched session ids. */
 export async function applyChanges(tx, changes, kv) {
   const sessions = tx.objectStore("sessions");
@@ -30,6 +54,7 @@ export async function applyChanges(tx, changes, kv) {
     pending.get(k).push(op);
   }
   const touched = new Set();
+  const unordered = new Set(); // sessions whose numbering is no longer their order
   const ps = [];
   for (const c of changes) {
     const hlc = String(c.hlc);
@@ -61,6 +86,7 @@ export async function applyChanges(tx, changes, kv) {
       const old = await messages.get(c.id);
       if (!old) continue;
       ps.push(messages.delete(c.id));
+      unordered.add(old.sessionId);
       const sess = await sessions.get(old.sessionId);
       if (sess) {
         sess.messageCount = Math.max(0, Number(sess.messageCount || 0) - 1);
@@ -70,19 +96,26 @@ export async function applyChanges(tx, changes, kv) {
       continue;
     }
     if ((await messages.get(c.id)) || newer.some((op) => op.type === "delete")) continue;
-    const data = { ...c.data, id: c.id };
+    const data = { ...c.data, id: c.id, hlc: c.hlc }; // its create's HLC, the same on every device
     const sid = data.sessionId;
     const created = Number(data.createdAt || 0);
     const sess = (await sessions.get(sid)) || placeholderSession(sid, created);
-    const nextSeq = Number(sess.nextSeq ?? sess.messageCount ?? 0);
-    let seq = data.seq;
-    if (!Number.isInteger(seq) || seq < 0 || (await bySeq.count([sid, seq])) > 0) seq = nextSeq;
-    data.seq = seq;
-    sess.nextSeq = Math.max(nextSeq, seq + 1);
-    sess.messageCount = Number(sess.messageCount || 0) + 1;
+    const last = await bySeq.openCursor(sessionRange(sid), "prev");
+    // first at the end; a message that belongs earlier renumbers the session below
+    data.seq = Number(sess.nextSeq ?? sess.messageCount ?? 0);
+    const count = Number(sess.messageCount || 0);
+    if (data.seq !== count || (last && before(orderKey(data), orderKey(last.value)))) unordered.add(sid);
+    sess.nextSeq = data.seq + 1;
+    sess.messageCount = count + 1;
     sess.updatedAt = Math.max(Number(sess.updatedAt || 0), created);
     ps.push(sessions.put(sess), messages.put(data));
     touched.add(sid);
+  }
+  for (const sid of unordered) {
+    const sess = await sessions.get(sid);
+    if (!sess) continue;
+    const n = await renumber(messages, sid, ps);
+    if (sess.nextSeq !== n || sess.messageCount !== n) ps.push(sessions.put({ ...sess, nextSeq: n, messageCount: n }));
   }
   for (const [k, v] of Object.entries(kv || {})) ps.push(tx.objectStore("kv").put(v, k));
   ps.push(tx.done);

@@ -9,7 +9,7 @@
 
 import { openDB, deleteDB } from "idb";
 
-import { applyChanges } from "./apply-changes.js";
+import { applyChanges, renumber } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
 import {
@@ -142,7 +142,8 @@ class Database {
       const m = await messages.get(id);
       if (m && m.sessionId === sessionId) ps.push(messages.delete(id));
     }
-    sess.messageCount = (sess.messageCount ?? 0) - ps.length;
+    // the positions close up: seq stays dense
+    sess.messageCount = sess.nextSeq = await renumber(messages, sessionId, ps);
     ps.push(sessions.put(sess), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
     this.known.remember(sess);
@@ -225,6 +226,10 @@ class Database {
       cursor = await cursor.continue();
     }
     return out;
+  }
+
+  async messageIds({ sessionId }) {
+    return await this.tx(["messages"]).objectStore("messages").index("sessionSeq").getAllKeys(sessionRange(sessionId));
   }
 
   async countMessages({ sessionId }) {

@@ -58,7 +58,6 @@ from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .opening import CachedOpening, EarlyDerivation
-from .reading import PAGE
 from .retrieve import RetrievalConfig, retrieve
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
@@ -196,28 +195,22 @@ class LiveIndex(CachedOpening):
 
     # ------------------------------------------------------------------ keeping up
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
-        """Re-read one session from the store and apply only what the index lacks."""
+        """Re-read one session from the store and apply only what the index lacks: new
+        messages at the end are appended; anything else (a message gone, or one that
+        arrived where it belongs, before others) re-reads the session whole, since
+        every later ``seq`` moved."""
         store = self._core.store
         rec = await store.get_session(sid)
         if rec is None:
             await index.apply("session-deleted", sid)
             return
-        rows = await index.execute("SELECT seq FROM messages WHERE session_id = ?", [sid])
-        # by seq, not max(seq): this tab may have indexed its own newer append before
-        # the other tab's earlier ones arrived as a notice
-        seqs = {int(r["seq"]) for r in rows}
-        if len(seqs) > int(rec.get("messageCount", 0)):  # messages were deleted: start this session over
+        rows = await index.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY seq", [sid])
+        indexed = [str(r["id"]) for r in rows]
+        held = await store.message_ids(sid)
+        if held[: len(indexed)] != indexed:  # moved or gone: start this session over
             await index.apply("session-cleared", sid, rec)
-            seqs = set()
-        fresh: list[dict[str, Any]] = []
-        offset = 0
-        while len(seqs) + len(fresh) < int(rec.get("messageCount", 0)):
-            page = await store.list_messages(sid, offset, PAGE, True)
-            fresh.extend(m for m in page if m["seq"] not in seqs)
-            if len(page) < PAGE:
-                break
-            offset += len(page)
-        fresh.reverse()
+            indexed = []
+        fresh = [m for m in await store.get_messages(held[len(indexed) :]) if m is not None]
         await index.apply("session-created", sid, rec)
         if fresh:
             await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})

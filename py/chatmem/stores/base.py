@@ -2,8 +2,12 @@
 
 Records are the JSON-ready dicts of ``chatmem.models`` (``SessionMeta.to_record``
 / ``ChatMessage.to_record``). Session records carry one private field,
-``nextSeq``: the next ``seq`` to hand out in that session, which only grows
-(so a ``seq`` is never reused) and is reset by ``clear_session``.
+``nextSeq``: the next ``seq`` to hand out in that session. Message records carry
+one, ``ORDER_KEY`` (``hlc``): the HLC of the message's create, its place in the
+session's one order (``chatmem.sync.apply``). ``seq`` is the position in that
+order, 0-based and dense: appends take the next one; deleting messages closes
+the gap and a pulled message that belongs earlier moves the later ones
+(``Store.message_ids`` lets a derived view find what moved).
 
 Every write method is one atomic transaction: when it returns, the write is
 durable (as durable as the store is); when it raises, nothing was written.
@@ -32,6 +36,8 @@ T = TypeVar("T")
 __all__ = [
     "Store",
     "SESSION_PRIVATE_FIELDS",
+    "ORDER_KEY",
+    "MESSAGE_PRIVATE_FIELDS",
     "OUTBOX_KEY",
     "clone",
     "gate_ops",
@@ -45,6 +51,10 @@ OUTBOX_KEY = "sync.outbox"
 
 #: record fields that belong to the store, not to the user-visible model
 SESSION_PRIVATE_FIELDS = ("nextSeq",)
+#: the message record field holding the HLC the message was written at (its create
+#: operation's): the store's own, never exported or pushed as the message's data
+ORDER_KEY = "hlc"
+MESSAGE_PRIVATE_FIELDS = (ORDER_KEY,)
 
 #: a write's outbox ops: the list, a function answering it (called only if the outbox is on), or none
 Ops = list[dict[str, Any]] | Callable[[], list[dict[str, Any]]] | None
@@ -145,7 +155,8 @@ class Store(Protocol):
     async def delete_messages(
         self, session_id: str, message_ids: list[str], ops: Ops = None
     ) -> dict[str, Any]:
-        """Delete some messages of a session (their ``seq`` are not reused); returns the session."""
+        """Delete some messages of a session (the later ones move up: ``seq`` stays dense);
+        returns the session."""
         ...
 
     async def import_sessions(
@@ -177,6 +188,11 @@ class Store(Protocol):
         ...
 
     async def count_messages(self, session_id: str) -> int: ...
+
+    async def message_ids(self, session_id: str) -> list[str]:
+        """The ids of the session's messages by ``seq``, without reading the messages: how
+        a derived view (the query index) finds what moved, came or went."""
+        ...
 
     async def apply_changes(
         self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None

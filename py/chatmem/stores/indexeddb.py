@@ -161,6 +161,9 @@ class IndexedDBStore:
     async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
         return await self._db.call("listSessionsMessages", sessionIds=session_ids)  # type: ignore[no-any-return]
 
+    async def message_ids(self, session_id: str) -> list[str]:
+        return [str(i) for i in await self._db.call("messageIds", sessionId=session_id)]
+
     async def count_messages(self, session_id: str) -> int:
         return int(await self._db.call("countMessages", sessionId=session_id))
 

@@ -4,11 +4,12 @@ between."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import DuplicateId, SessionNotFound, shown
 from ..sync.apply import apply_changes_to
-from .base import OUTBOX_KEY, Ops, clone, gate_ops, next_seq_after, snapshot_of
+from .base import ORDER_KEY, OUTBOX_KEY, Ops, clone, gate_ops, next_seq_after, snapshot_of
 
 __all__ = ["MemoryStore"]
 
@@ -168,8 +169,10 @@ class MemoryStore:
         gone = {mid for mid in message_ids if self._messages.get(mid, {}).get("sessionId") == session_id}
         for mid in gone:
             del self._messages[mid]
-        self._by_session[session_id] = [m for m in self._by_session[session_id] if m["id"] not in gone]
-        sess["messageCount"] = len(self._by_session[session_id])
+        self._by_session[session_id] = kept = [m for m in self._by_session[session_id] if m["id"] not in gone]
+        for i, m in enumerate(kept):  # the positions close up: seq stays dense
+            m["seq"] = i
+        sess.update(messageCount=len(kept), nextSeq=len(kept))
         self._enqueue(ops)
         return clone(sess)
 
@@ -194,6 +197,9 @@ class MemoryStore:
 
     async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
         return clone([m for sid in session_ids for m in self._by_session.get(sid, [])])
+
+    async def message_ids(self, session_id: str) -> list[str]:
+        return [m["id"] for m in self._by_session.get(session_id, [])]
 
     async def count_messages(self, session_id: str) -> int:
         return len(self._by_session.get(session_id, []))
@@ -277,7 +283,7 @@ class _Staged:
         self.store = store
         self.sessions: dict[str, dict[str, Any] | None] = {}
         self.messages: dict[str, dict[str, Any] | None] = {}
-        self.seqs: dict[str, set[int]] = {}
+        self.last: dict[str, dict[str, Any] | None] = {}  # per session: its highest seq
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         if session_id in self.sessions:
@@ -299,7 +305,7 @@ class _Staged:
         for mid in self._session_messages(session_id):
             self.messages[mid] = None
         self.sessions[session_id] = None
-        self.seqs.pop(session_id, None)
+        self.last.pop(session_id, None)
         return existed
 
     def get_message(self, message_id: str) -> dict[str, Any] | None:
@@ -307,21 +313,36 @@ class _Staged:
             return self.messages[message_id]
         return self.store._messages.get(message_id)
 
-    def seq_taken(self, session_id: str, seq: int) -> bool:
-        if session_id not in self.seqs:
-            self.seqs[session_id] = {
-                m["seq"] for mid in self._session_messages(session_id) if (m := self.get_message(mid))
-            }
-        return seq in self.seqs[session_id]
+    def last_message(self, session_id: str) -> dict[str, Any] | None:
+        if session_id not in self.last:
+            held = [m for mid in self._session_messages(session_id) if (m := self.get_message(mid))]
+            self.last[session_id] = max(held, key=lambda m: m["seq"], default=None)
+        return self.last[session_id]
+
+    def session_order(self, session_id: str) -> list[tuple[str, int, str | None]]:
+        return [
+            (m["id"], m["seq"], m.get(ORDER_KEY))
+            for mid in self._session_messages(session_id)
+            if (m := self.get_message(mid))
+        ]
+
+    def set_seqs(self, session_id: str, seqs: Mapping[str, int]) -> None:
+        for mid, seq in seqs.items():
+            old = self.get_message(mid)
+            if old is not None:
+                self.messages[mid] = dict(old, seq=seq)
+        self.last.pop(session_id, None)
 
     def put_message(self, record: dict[str, Any]) -> None:
-        self.messages[record["id"]] = clone(record)
-        self.seqs.get(record["sessionId"], set()).add(record["seq"])
+        self.messages[record["id"]] = rec = clone(record)
+        last = self.last.get(rec["sessionId"])
+        if rec["sessionId"] in self.last and (last is None or last["seq"] < rec["seq"]):
+            self.last[rec["sessionId"]] = rec
 
     def drop_message(self, message_id: str) -> None:
         old = self.get_message(message_id)
         if old is not None:
-            self.seqs.get(old["sessionId"], set()).discard(old["seq"])
+            self.last.pop(old["sessionId"], None)
         self.messages[message_id] = None
 
     def pending_ops(self) -> list[dict[str, Any]]:
@@ -334,7 +355,6 @@ class _Staged:
             if old is not None:
                 lst = st._by_session.get(old["sessionId"], [])
                 st._by_session[old["sessionId"]] = [x for x in lst if x["id"] != mid]
-        self.seqs.clear()
         for sid, rec in self.sessions.items():
             if rec is None:
                 st._sessions.pop(sid, None)

@@ -12,6 +12,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+from collections.abc import Mapping
 from typing import Any, Callable, TypeVar
 
 from ..errors import (
@@ -25,7 +26,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..sync.apply import apply_changes_to
-from .base import OUTBOX_KEY, Ops, gate_ops, next_seq_after, snapshot_of
+from .base import ORDER_KEY, OUTBOX_KEY, Ops, gate_ops, next_seq_after, snapshot_of
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -168,6 +169,29 @@ class SQLiteStore:
             )
 
     @staticmethod
+    def _order(db: sqlite3.Connection, session_id: str) -> list[tuple[str, int, str | None]]:
+        """``(id, seq, hlc)`` of the session's messages, by ``seq``."""
+        return [
+            (r[0], int(r[1]), r[2])
+            for r in db.execute(
+                f"SELECT id, seq, json_extract(record, '$.{ORDER_KEY}') FROM messages "
+                "WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            )
+        ]
+
+    @staticmethod
+    def _set_seqs(db: sqlite3.Connection, seqs: Mapping[str, int]) -> None:
+        """Move messages to new positions (a permutation of them together with the
+        unmoved ones): first out of the way (negative, so ``UNIQUE(session_id, seq)``
+        holds throughout), then to their places, in the column and the record."""
+        db.executemany("UPDATE messages SET seq = ? WHERE id = ?", [(-1 - q, m) for m, q in seqs.items()])
+        db.executemany(
+            "UPDATE messages SET seq = ?, record = json_set(record, '$.seq', ?) WHERE id = ?",
+            [(q, q, m) for m, q in seqs.items()],
+        )
+
+    @staticmethod
     def _drop_session(db: sqlite3.Connection, session_id: str) -> bool:
         db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
         return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
@@ -277,10 +301,9 @@ class SQLiteStore:
                 "DELETE FROM messages WHERE id = ? AND session_id = ?",
                 [(mid, session_id) for mid in message_ids],
             )
-            (count,) = db.execute(
-                "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            sess["messageCount"] = count
+            kept = self._order(db, session_id)  # the positions close up: seq stays dense
+            self._set_seqs(db, {mid: i for i, (mid, seq, _) in enumerate(kept) if seq != i})
+            sess.update(messageCount=len(kept), nextSeq=len(kept))
             self._put_session(db, sess, insert=False)
             self._enqueue(db, ops)
             return sess
@@ -350,6 +373,14 @@ class SQLiteStore:
             return out
 
         return [json.loads(r) for r in await self._run(read)]
+
+    async def message_ids(self, session_id: str) -> list[str]:
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT id FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
 
     async def count_messages(self, session_id: str) -> int:
         row = await self._run(
@@ -502,11 +533,17 @@ class _SQLiteTarget:
         row = self.db.execute("SELECT record FROM messages WHERE id = ?", (message_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def seq_taken(self, session_id: str, seq: int) -> bool:
+    def last_message(self, session_id: str) -> dict[str, Any] | None:
         row = self.db.execute(
-            "SELECT 1 FROM messages WHERE session_id = ? AND seq = ?", (session_id, seq)
+            "SELECT record FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
         ).fetchone()
-        return row is not None
+        return json.loads(row[0]) if row else None
+
+    def session_order(self, session_id: str) -> list[tuple[str, int, str | None]]:
+        return SQLiteStore._order(self.db, session_id)
+
+    def set_seqs(self, session_id: str, seqs: Mapping[str, int]) -> None:
+        SQLiteStore._set_seqs(self.db, seqs)
 
     def put_message(self, record: dict[str, Any]) -> None:
         SQLiteStore._put_messages(self.db, [record])

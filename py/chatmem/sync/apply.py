@@ -26,11 +26,18 @@ Rules (a change is ``{resource, id, data | None, deleted, hlc}``):
 - **Session, tombstone.** The local session and all its messages go, unless a
   newer pending ``create`` re-created it here.
 - **Message, live.** Messages are immutable: inserted if absent, otherwise
-  left alone. A remote ``seq`` that is taken locally (by another message)
-  becomes the session's next local ``seq``. A message whose session is not
-  here yet gets a placeholder session record (the session's own change,
-  later in the feed, fills it in). A newer pending ``delete`` keeps it deleted.
+  left alone. It keeps the change's ``hlc`` (its create's) as its order key.
+  A message whose session is not here yet gets a placeholder session record
+  (the session's own change, later in the feed, fills it in). A newer pending
+  ``delete`` keeps it deleted.
 - **Message, tombstone.** The local message goes (the session's count drops).
+- **One order.** A session's messages are ordered by ``order_key``: the HLC
+  of their create, then their id; a message stored before messages had an
+  HLC comes before every one that has one, in its ``seq`` order. ``seq`` is
+  the position in that order, 0-based and dense, so every device holding the
+  same messages numbers them alike. A pulled message that sorts after the
+  session's last one takes the next ``seq``; one that belongs earlier, or a
+  tombstone, renumbers the session (``ChangeTarget.set_seqs``).
 """
 
 from __future__ import annotations
@@ -38,9 +45,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from ..stores.base import ORDER_KEY
 from .merge import is_newer, pending_field_hlcs, revives
 
-__all__ = ["STORE_OWNED_FIELDS", "ChangeTarget", "apply_changes_to", "placeholder_session"]
+__all__ = [
+    "STORE_OWNED_FIELDS",
+    "ChangeTarget",
+    "OrderKey",
+    "apply_changes_to",
+    "order_key",
+    "placeholder_session",
+    "positions",
+]
 
 #: session fields that belong to the local store and never come from a pull
 STORE_OWNED_FIELDS = frozenset({"messageCount", "nextSeq", "sessionId"})
@@ -59,7 +75,18 @@ class ChangeTarget(Protocol):
 
     def get_message(self, message_id: str) -> dict[str, Any] | None: ...
 
-    def seq_taken(self, session_id: str, seq: int) -> bool: ...
+    def last_message(self, session_id: str) -> dict[str, Any] | None:
+        """The session's message with the highest ``seq``, if any."""
+        ...
+
+    def session_order(self, session_id: str) -> list[tuple[str, int, str | None]]:
+        """``(id, seq, hlc)`` of every message of the session (any order)."""
+        ...
+
+    def set_seqs(self, session_id: str, seqs: Mapping[str, int]) -> None:
+        """Give these messages (id -> seq) of the session their new ``seq``; together
+        with the unchanged ones they are the positions 0..n-1."""
+        ...
 
     def put_message(self, record: dict[str, Any]) -> None: ...
 
@@ -90,6 +117,23 @@ def placeholder_session(session_id: str, created_at: int) -> dict[str, Any]:
     }
 
 
+#: how messages sort within a session: (HLC or "" before there were HLCs, the old
+#: ``seq`` for those, the id)
+OrderKey = tuple[str, int, str]
+
+
+def order_key(message_id: str, seq: int, hlc: str | None) -> OrderKey:
+    """Where a message goes in its session (see the module's "One order")."""
+    return (hlc, -1, message_id) if hlc else ("", seq, message_id)
+
+
+def positions(rows: Iterable[tuple[str, int, str | None]]) -> dict[str, int]:
+    """The new ``seq`` of each message ``(id, seq, hlc)`` whose position differs from its
+    ``seq``: the moves that make the session's numbering its order, 0-based and dense."""
+    ordered = sorted(rows, key=lambda r: order_key(*r))
+    return {mid: i for i, (mid, seq, _) in enumerate(ordered) if seq != i}
+
+
 def _index(ops: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for op in ops:
@@ -101,6 +145,7 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
     """Apply pulled changes to ``target`` (one open transaction); return touched session ids."""
     pending = _index(target.pending_ops())
     touched: dict[str, None] = {}
+    unordered: set[str] = set()  # sessions whose numbering is no longer their order
     for c in changes:
         resource, rid, hlc = c["resource"], str(c["id"]), str(c["hlc"])
         ops = pending.get((resource, rid), [])
@@ -135,6 +180,7 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
                 continue
             target.drop_message(rid)
             sid = old["sessionId"]
+            unordered.add(sid)
             sess = target.get_session(sid)
             if sess is not None:
                 sess["messageCount"] = max(0, int(sess.get("messageCount", 0)) - 1)
@@ -144,18 +190,33 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
         if target.get_message(rid) is not None or deleted_here:
             continue
         data = dict(c["data"], id=rid)
+        data[ORDER_KEY] = hlc  # the HLC of its create, the same on every device
         sid = data["sessionId"]
         created = int(data.get("createdAt") or 0)
         sess = target.get_session(sid) or placeholder_session(sid, created)
-        seq = data.get("seq")
-        next_seq = int(sess.get("nextSeq", sess.get("messageCount", 0)))
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0 or target.seq_taken(sid, seq):
-            seq = next_seq
-        data["seq"] = seq
-        sess["nextSeq"] = max(next_seq, seq + 1)
-        sess["messageCount"] = int(sess.get("messageCount", 0)) + 1
+        last = target.last_message(sid)
+        # first at the end; a message that belongs earlier renumbers the session below
+        data["seq"] = int(sess.get("nextSeq", sess.get("messageCount", 0)))
+        count = int(sess.get("messageCount", 0))
+        if data["seq"] != count or (
+            last is not None
+            and order_key(rid, data["seq"], hlc) < order_key(last["id"], last["seq"], last.get(ORDER_KEY))
+        ):
+            unordered.add(sid)
+        sess["nextSeq"] = data["seq"] + 1
+        sess["messageCount"] = count + 1
         sess["updatedAt"] = max(int(sess.get("updatedAt") or 0), created)
         target.put_session(sess)
         target.put_message(data)
         touched[sid] = None
+    for sid in sorted(unordered):
+        sess = target.get_session(sid)
+        if sess is None:
+            continue
+        rows = target.session_order(sid)
+        moves = positions(rows)
+        if moves:
+            target.set_seqs(sid, moves)
+        if sess.get("nextSeq") != len(rows) or sess.get("messageCount") != len(rows):
+            target.put_session(dict(sess, nextSeq=len(rows), messageCount=len(rows)))
     return list(touched)

@@ -31,7 +31,7 @@ from ..errors import (
     ValidationError,
     WrongPassphrase,
 )
-from ..stores.base import OUTBOX_KEY, SESSION_PRIVATE_FIELDS
+from ..stores.base import ORDER_KEY, OUTBOX_KEY, SESSION_PRIVATE_FIELDS
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .push import dead_record
@@ -128,7 +128,13 @@ class Backfill:
                     known[m["id"]] = m
                     buf.append(
                         await outbox.op(
-                            "create", "message", m["id"], sid, None, backfill_op_id("message", m["id"])
+                            "create",
+                            "message",
+                            m["id"],
+                            sid,
+                            None,
+                            backfill_op_id("message", m["id"]),
+                            m.get(ORDER_KEY),
                         )
                     )
             offset += len(page)

@@ -58,5 +58,9 @@ def _canonical(data: Any) -> str:
 
 
 def same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """True when two writes of one message carry the same data (a harmless repeat)."""
-    return _canonical(a) == _canonical(b)
+    """True when two writes of one message carry the same data (a harmless repeat). The
+    ``seq`` is a position on the sending device, which moves when messages that belong
+    earlier arrive there, so it does not count."""
+    return _canonical({k: v for k, v in a.items() if k != "seq"}) == _canonical(
+        {k: v for k, v in b.items() if k != "seq"}
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..stores.base import Store
+from ..stores.base import MESSAGE_PRIVATE_FIELDS, Store
 
 __all__ = ["WIRE_FIELDS", "is_ref", "wire_op", "resolve"]
 
@@ -30,8 +30,8 @@ def is_ref(op: Mapping[str, Any]) -> bool:
 def wire_op(op: Mapping[str, Any], record: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The pushed form of ``op``; ``record`` is the stored message a reference op delivers."""
     out = {k: op.get(k) for k in WIRE_FIELDS}
-    if record is not None and is_ref(op):
-        out["data"] = dict(record)
+    if record is not None and is_ref(op):  # the record as the message's data: no store fields
+        out["data"] = {k: v for k, v in record.items() if k not in MESSAGE_PRIVATE_FIELDS}
     return out
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator
 
 from ..errors import SessionNotFound
+from ..stores.base import ORDER_KEY
+from ..sync.hlc import HybridLogicalClock
 from ..validation import check_ids
 from .adapters import iter_import, prepare_import
 from .export_format import aiter_export_json, build_export, message_record, session_record
@@ -123,16 +125,20 @@ class Transfer:
         present = set() if preserve_ids else {r["sessionId"] for r in await self._core.store.all_sessions()}
         again: NormalizedImport = []
         todo: NormalizedImport = []
+        clock = await self._core.outbox.clock()
+        at: dict[str, str] = {}  # each session's HLC, before its messages' (``ORDER_KEY``)
         if batched is not None:  # fresh sessions, written while the rest is still being checked
             name, sessions = iter_import(data, format=format, ids=self._core.ids, limits=self._core.limits)
-            sessions = _new_only(_arrived(sessions, now), present, again)
+            sessions = _new_only(_arrived(_dense(sessions), now), present, again)
             report = ImportReport(format=name)
-            ops = await self._core.outbox.import_later(todo)  # reads ``todo`` once it is filled
-            await batched(_chunks(sessions, todo), ops=ops)
+            # reads ``todo`` and ``at`` once they are filled
+            ops = await self._core.outbox.import_later(todo, at)
+            await batched(_chunks(_stamped(sessions, clock, at), todo), ops=ops)
         else:
             name, normalized = prepare_import(
                 data, format=format, preserve_ids=preserve_ids, ids=self._core.ids, limits=self._core.limits
             )
+            normalized = list(_dense(iter(normalized)))
             if not preserve_ids:
                 normalized = list(_new_only(_arrived(iter(normalized), now), present, again))
             report = ImportReport(format=name)
@@ -145,8 +151,9 @@ class Transfer:
                     report.sessions_replaced += 1
                 todo.append((rec, msgs))
             if todo:
+                todo = list(_stamped(iter(todo), clock, at))
                 # built only if the store finds its outbox on (a profile that never synced skips them)
-                ops = await self._core.outbox.import_later(todo)
+                ops = await self._core.outbox.import_later(todo, at)
                 await self._core.store.import_sessions(todo, replace=preserve_ids, ops=ops)
         if todo:
             for rec, msgs in todo:
@@ -178,6 +185,7 @@ class Transfer:
         records = [dict(m, sessionId=None, seq=None) for m in msgs if m["id"] not in have]
         if not records:
             return 0
+        await self._core.outbox.stamp(records)
         ops = await self._core.outbox.messages_created(session_id, records)
         stored, sess = await store.append_messages(session_id, records, now, None, ops)
         self._core.invalidate(session_id)
@@ -196,6 +204,15 @@ def _arrived(sessions: Iterator[NormalizedSession], now: int) -> Iterator[Normal
         yield dict(rec, updatedAt=max(int(rec.get("updatedAt") or 0), now)), msgs
 
 
+def _dense(sessions: Iterator[NormalizedSession]) -> Iterator[NormalizedSession]:
+    """Each session's messages numbered 0..n-1 in their order (an export may have gaps
+    where messages were deleted): ``seq`` is a position, the same on every device."""
+    for rec, msgs in sessions:
+        if any(m["seq"] != i for i, m in enumerate(msgs)):
+            msgs = [dict(m, seq=i) for i, m in enumerate(msgs)]
+        yield dict(rec, nextSeq=len(msgs)) if "nextSeq" in rec else rec, msgs
+
+
 def _new_only(
     sessions: Iterator[NormalizedSession], present: set[str], again: NormalizedImport
 ) -> Iterator[NormalizedSession]:
@@ -207,6 +224,18 @@ def _new_only(
         else:
             present.add(rec["sessionId"])
             yield rec, msgs
+
+
+def _stamped(
+    sessions: Iterator[NormalizedSession], clock: HybridLogicalClock, at: dict[str, str]
+) -> Iterator[NormalizedSession]:
+    """``sessions`` with the HLCs they are written at: the session's in ``at``, then each
+    message's (``ORDER_KEY``) in order."""
+    for rec, msgs in sessions:
+        at[rec["sessionId"]] = clock.now()
+        for m in msgs:
+            m[ORDER_KEY] = clock.now()
+        yield rec, msgs
 
 
 def _chunks(sessions: Iterator[NormalizedSession], into: NormalizedImport) -> Iterator[NormalizedImport]:
