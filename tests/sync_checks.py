@@ -196,6 +196,14 @@ async def check_apply_changes(mem: Any) -> None:
     ], msgs
     assert msgs[1]["hlc"] == h(2), "a pulled message keeps the HLC of its create"
     assert msgs[0]["hlc"] != h(3) and msgs[0]["hlc"] < h(1), "a message held here keeps its own"
+    same = {k: v for k, v in msgs[0].items() if k != "hlc"}
+    await store.apply_changes(
+        [{"resource": "message", "id": m0.id, "deleted": False, "hlc": h(5), "data": same}]
+    )
+    msgs = await store.list_messages(sid, 0, None, False)
+    assert [(m["id"], m["seq"], m["hlc"]) for m in msgs] == [("r-msg-1", 0, h(2)), (m0.id, 1, h(5))], (
+        "the same message under the server's key takes it, and its place"
+    )
     orphan = await store.get_session("remote-only")
     assert orphan is not None and orphan["messageCount"] == 1 and orphan["nextSeq"] == 1
     assert (await store.get_message("orphan-1"))["seq"] == 0, "seq is its place here, not the sender's"

@@ -334,4 +334,63 @@ await mem.close()
     }""",
         old,
     )
-    assert after == [3, ["sessionSeq"]]
+    assert after == [4, ["sessionSeq"]]
+
+
+def test_version_three_database_takes_order_keys(new_page: Any) -> None:
+    """A database written before schema 4 (no order keys, seq with gaps, a sync cursor)
+    opens with every message in its order, numbered densely, each with an order key that
+    keeps that order, and no cursor (the next pull brings the server's keys)."""
+    src, old = unique_name("keys-src"), unique_name("keys-old")
+    p = new_page()
+    sid = p.py(f"""
+import chatmem
+mem = await chatmem.open({src!r})
+s = await mem.sessions.create(title="before")
+await mem.messages.append_many(
+    s.session_id, [{{"role": "user", "content": f"old {{i}}", "created_at": 1000 - i}} for i in range(5)]
+)
+await mem.close()
+s.session_id
+""")
+    p.page.evaluate(
+        """async ([src, old]) => {
+      const { SCHEMA } = await import(new URL("js/schema.js", location.href).href);
+      const open = (name, version, upgrade) => new Promise((ok, fail) => {
+        const r = version ? indexedDB.open(name, version) : indexedDB.open(name);
+        if (upgrade) r.onupgradeneeded = () => upgrade(r.result, r.transaction);
+        r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error);
+      });
+      const all = (db, store) => new Promise((ok) => {
+        db.transaction(store).objectStore(store).getAll().onsuccess = (e) => ok(e.target.result); });
+      const from = await open(src);
+      const sessions = await all(from, "sessions"), messages = await all(from, "messages");
+      from.close();
+      const to = await open(old, 3, (db, tx) => { SCHEMA[0](db, tx); SCHEMA[2](db, tx); });
+      const tx = to.transaction(["sessions", "messages", "kv"], "readwrite");
+      for (const s of sessions) tx.objectStore("sessions").put({ ...s, nextSeq: 99 });
+      for (const m of messages) {
+        const { hlc, ...rest } = m;
+        tx.objectStore("messages").put({ ...rest, seq: 2 * m.seq + 1 });
+      }
+      tx.objectStore("kv").put("17", "sync.cursor");
+      await new Promise((ok) => { tx.oncomplete = ok; });
+      to.close();
+    }""",
+        [src, old],
+    )
+    out = p.py(f"""
+import chatmem
+mem = await chatmem.open({old!r})
+msgs = await mem.store.list_messages({sid!r}, 0, None, False)
+await mem.messages.append({sid!r}, "assistant", "after the upgrade")
+after = await mem.messages.list({sid!r}, limit=None)
+meta = await mem.store.get_session({sid!r})
+cursor = await mem.store.kv_get("sync.cursor")
+await mem.close()
+[[m["hlc"] for m in msgs], [(m.seq, m.content) for m in after], meta["messageCount"], meta["nextSeq"], cursor]
+""")
+    keys, after, count, next_seq, cursor = out
+    assert keys == [f"0000000001000-000{i}-0" for i in range(5)]
+    assert after == [[i, f"old {i}"] for i in range(5)] + [[5, "after the upgrade"]]
+    assert (count, next_seq, cursor) == (6, 6, None)

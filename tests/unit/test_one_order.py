@@ -5,7 +5,6 @@ had an order key keep their order and take part."""
 
 from __future__ import annotations
 
-import json
 import random
 import sqlite3
 import time
@@ -196,10 +195,27 @@ def test_three_devices_in_random_interleavings_agree(srv: Any, tmp_path: Path, s
         assert [t for t in texts if t in set(own)] == kept, "a device's own order is kept"
 
 
+def _as_written_before_order_keys(path: Path, seqs: dict[str, int] | None = None) -> None:
+    """Turn a SQLite file into one an older chatmem wrote: schema version 2, no order keys,
+    seq as given per message id (default: gaps, 0, 2, 4...)."""
+    db = sqlite3.connect(path)
+    with db:
+        rows = db.execute("SELECT id, session_id FROM messages ORDER BY session_id, seq").fetchall()
+        db.execute("UPDATE messages SET seq = -1 - seq, record = json_remove(record, '$.hlc')")
+        for i, (mid, _) in enumerate(rows):
+            q = seqs[mid] if seqs is not None else 2 * i
+            db.execute(
+                "UPDATE messages SET seq = ?, record = json_set(record, '$.seq', ?) WHERE id = ?", (q, q, mid)
+            )
+        db.execute("UPDATE sessions SET record = json_set(record, '$.nextSeq', 99)")
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+
+
 def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: Any, tmp_path: Path) -> None:
-    """A SQLite file whose messages have no order key and gaps in seq (as stores written
-    before kept them) lists them in their order; a pulled message goes after them and the
-    session is numbered densely; nothing is lost."""
+    """A SQLite file whose messages have no order key and gaps in seq (as older chatmem
+    wrote them) opens with its messages in their order, numbered densely; its history
+    reaches another device in that order, and new messages from both go after it."""
     world = [now()]
     path = tmp_path / "old.db"
 
@@ -213,23 +229,14 @@ def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: Any, t
         return s.session_id
 
     sid = run(write_old())
-    db = sqlite3.connect(path)
-    with db:  # as an older chatmem wrote it: no "hlc", seq 0, 2, 4, 6, 8
-        db.execute("UPDATE messages SET seq = -1 - seq")
-        db.execute("UPDATE messages SET seq = 2 * (-1 - seq), record = json_remove(record, '$.hlc')")
-        db.execute("UPDATE messages SET record = json_set(record, '$.seq', seq)")
-        db.execute(
-            "UPDATE sessions SET record = json_set(record, '$.nextSeq', 9) WHERE id = ?",
-            (sid,),
-        )
-    db.close()
+    _as_written_before_order_keys(path)
 
     async def go() -> list[Any]:
-        old = await chatmem.open(
-            persist=str(path),
-            runtime=CPythonRuntime(clock=Clock(world, 0), sleep=Clock(world, 0).sleep),
-        )
+        clock = Clock(world, 0)
+        old = await chatmem.open(persist=str(path), runtime=CPythonRuntime(clock=clock, sleep=clock.sleep))
         before = await view(old, sid)
+        keys = [m["hlc"] for m in await old.store.list_messages(sid, 0, None, False)]
+        assert keys == [f"0000000001000-000{i}-0" for i in range(5)], "as the page's migration keys them"
         await old.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000))
         await old.sync.run()
         other = await device(srv.url, world)
@@ -244,9 +251,54 @@ def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: Any, t
         return [before, await view(old, sid), await view(other, sid)]
 
     before, after, other = run(go())
-    assert before == [(2 * i, f"old {i}") for i in range(5)]
-    assert after == [
-        (i, t) for i, t in enumerate([*(f"old {i}" for i in range(5)), "new from elsewhere", "and here"])
-    ]
-    assert [t for _, t in other] == [t for _, t in after]
-    assert json.dumps(after)  # plain values
+    assert before == [(i, f"old {i}") for i in range(5)]
+    assert after == list(enumerate([*(f"old {i}" for i in range(5)), "new from elsewhere", "and here"]))
+    assert other == after
+
+
+def test_a_synced_store_from_before_order_keys_takes_the_servers_order(srv: Any, tmp_path: Path) -> None:
+    """A device whose older chatmem numbered a shared conversation its own way (the old
+    defect) pulls everything again after the upgrade and ends in the order every other
+    device has: each message takes the key the server holds."""
+    world = [now()]
+    path = tmp_path / "synced.db"
+
+    async def write() -> tuple[str, list[Any]]:
+        a = await device(srv.url, world, persist=str(path))
+        b = await device(srv.url, world)
+        s = await a.sessions.create(title="shared")
+        await a.messages.append(s.session_id, "user", "hello")
+        await a.sync.run()
+        await b.sync.run()
+        world[0] += 500
+        await a.messages.append(s.session_id, "user", "A one")
+        world[0] += 500
+        await b.messages.append(s.session_id, "user", "B one")
+        for d in (a, b, a):
+            await d.sync.run()
+        await a.close()
+        return s.session_id, await view(b, s.session_id)
+
+    sid, on_b = run(write())
+    ids = run(_ids(path, sid))
+    # the old client's own numbering: its own message last, the other device's before it
+    by_text = dict(ids)
+    _as_written_before_order_keys(path, {by_text["hello"]: 0, by_text["B one"]: 1, by_text["A one"]: 2})
+
+    async def go() -> list[Any]:
+        clock = Clock(world, 0)
+        a = await chatmem.open(persist=str(path), runtime=CPythonRuntime(clock=clock, sleep=clock.sleep))
+        before = await view(a, sid)
+        await a.sync.run()
+        return [before, await view(a, sid)]
+
+    before, after = run(go())
+    assert [t for _, t in before] == ["hello", "B one", "A one"]
+    assert after == on_b and [t for _, t in after] == ["hello", "A one", "B one"]
+
+
+async def _ids(path: Path, sid: str) -> list[tuple[str, str]]:
+    mem = await chatmem.open(persist=str(path))
+    out = [(str(m.content), m.id) for m in await mem.messages.list(sid, limit=None)]  # type: ignore[misc]
+    await mem.close()
+    return out

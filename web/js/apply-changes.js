@@ -18,6 +18,22 @@ function placeholderSession(sessionId, createdAt) {
   };
 }
 
+/** JSON with sorted keys: two writes of a message compare by it (chatmem/sync/merge.py). */
+function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value && typeof value === "object") {
+    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value ?? null);
+}
+
+/** The same message apart from its position on the sending device (chatmem/sync/merge.py). */
+function sameMessage(a, b) {
+  const { seq: _a, ...x } = a;
+  const { seq: _b, ...y } = b;
+  return canonical(x) === canonical(y);
+}
+
 /** Where a message goes in its session: its create's HLC, then its id; a message stored
  * before messages had an HLC comes first, in its seq order (chatmem/sync/apply.py). */
 function orderKey(m) {
@@ -95,7 +111,19 @@ export async function applyChanges(tx, changes, kv) {
       touched.add(old.sessionId);
       continue;
     }
-    if ((await messages.get(c.id)) || newer.some((op) => op.type === "delete")) continue;
+    const held = await messages.get(c.id);
+    if (held) {
+      const { hlc: _key, ...mine } = held;
+      if (held.hlc !== hlc && sameMessage(mine, { ...c.data, id: c.id })) {
+        // held here under another key (stored before keys existed, or the same import on
+        // two devices): the server's is everyone's
+        ps.push(messages.put({ ...held, hlc }));
+        unordered.add(held.sessionId);
+        touched.add(held.sessionId);
+      }
+      continue;
+    }
+    if (newer.some((op) => op.type === "delete")) continue;
     const data = { ...c.data, id: c.id, hlc: c.hlc }; // its create's HLC, the same on every device
     const sid = data.sessionId;
     const created = Number(data.createdAt || 0);

@@ -40,8 +40,51 @@ function leanMessages(db, tx) {
   }
 }
 
+/** Version 4: one order (chatmem/sync/apply.py). Every message gets an order key, an HLC
+ *  of device "0" that keeps the session's seq order (the running maximum of createdAt,
+ *  counted within one millisecond), and seq becomes the dense position; the sync cursor
+ *  goes, so the next pull brings everything again and every message synced before takes
+ *  the server's key. The same as the SQLite store's migration 3. */
+function orderKeys(db, tx) {
+  const messages = tx.objectStore("messages");
+  const counts = new Map();
+  const key = (wall, n) => {
+    const w = Math.min(wall + Math.floor(n / 10000), 9999999999999);
+    return `${String(w).padStart(13, "0")}-${String(n % 10000).padStart(4, "0")}-0`;
+  };
+  (async () => {
+    let cursor = await messages.index("sessionSeq").openCursor();
+    let sid = null;
+    let wall = -1;
+    let n = 0;
+    while (cursor) {
+      const m = cursor.value;
+      if (m.sessionId !== sid) [sid, wall, n] = [m.sessionId, -1, 0];
+      const pos = counts.get(sid) ?? 0;
+      counts.set(sid, pos + 1);
+      let changed = m.seq !== pos;
+      if (!m.hlc) {
+        const created = Math.max(Number(m.createdAt) || 0, 0);
+        if (created > wall) [wall, n] = [created, 0];
+        else n += 1;
+        m.hlc = key(wall, n);
+        changed = true;
+      }
+      if (changed) await cursor.update({ ...m, seq: pos });
+      cursor = await cursor.continue();
+    }
+    let s = await tx.objectStore("sessions").openCursor();
+    while (s) {
+      const n = counts.get(s.value.sessionId) ?? 0;
+      if (s.value.messageCount !== n || s.value.nextSeq !== n) await s.update({ ...s.value, messageCount: n, nextSeq: n });
+      s = await s.continue();
+    }
+    await tx.objectStore("kv").delete("sync.cursor");
+  })();
+}
+
 /** Migrations: SCHEMA[v](db, upgradeTransaction) upgrades a database from version v to v + 1. */
-export const SCHEMA = [chatmemStores, outboxOnDemand, leanMessages];
+export const SCHEMA = [chatmemStores, outboxOnDemand, leanMessages, orderKeys];
 export const SCHEMA_VERSION = SCHEMA.length;
 
 /** The messages of one session, in `seq` order, on the `sessionSeq` index. */

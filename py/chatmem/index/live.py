@@ -58,6 +58,7 @@ from .embed import Embedder
 from .engine import SQLEngine
 from .index import EVENT_KINDS, QueryIndex
 from .opening import CachedOpening, EarlyDerivation
+from .reading import PAGE
 from .retrieve import RetrievalConfig, retrieve
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
@@ -210,10 +211,11 @@ class LiveIndex(CachedOpening):
         if held[: len(indexed)] != indexed:  # moved or gone: start this session over
             await index.apply("session-cleared", sid, rec)
             indexed = []
-        fresh = [m for m in await store.get_messages(held[len(indexed) :]) if m is not None]
         await index.apply("session-created", sid, rec)
-        if fresh:
-            await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
+        for start in range(len(indexed), len(held), PAGE):  # read a page at a time
+            fresh = [m for m in await store.get_messages(held[start : start + PAGE]) if m is not None]
+            if fresh:
+                await index.apply("messages-appended", sid, {"messages": fresh, "session": rec})
 
     async def embed_in_background(
         self, embedder: Embedder | None = None, *, batch_size: int = 64, chunk: int = 4096

@@ -333,6 +333,12 @@ class _Staged:
                 self.messages[mid] = dict(old, seq=seq)
         self.last.pop(session_id, None)
 
+    def set_key(self, message_id: str, hlc: str) -> None:
+        old = self.get_message(message_id)
+        if old is not None:
+            self.messages[message_id] = dict(old, **{ORDER_KEY: hlc})
+            self.last.pop(old["sessionId"], None)
+
     def put_message(self, record: dict[str, Any]) -> None:
         self.messages[record["id"]] = rec = clone(record)
         last = self.last.get(rec["sessionId"])

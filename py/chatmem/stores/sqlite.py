@@ -545,6 +545,12 @@ class _SQLiteTarget:
     def set_seqs(self, session_id: str, seqs: Mapping[str, int]) -> None:
         SQLiteStore._set_seqs(self.db, seqs)
 
+    def set_key(self, message_id: str, hlc: str) -> None:
+        self.db.execute(
+            f"UPDATE messages SET record = json_set(record, '$.{ORDER_KEY}', ?) WHERE id = ?",
+            (hlc, message_id),
+        )
+
     def put_message(self, record: dict[str, Any]) -> None:
         SQLiteStore._put_messages(self.db, [record])
 

@@ -40,5 +40,31 @@ MIGRATIONS: list[str] = [
         WHERE EXISTS (SELECT 1 FROM kv WHERE key = 'sync.config');
     DELETE FROM outbox WHERE NOT EXISTS (SELECT 1 FROM kv WHERE key = 'sync.outbox');
     """,
+    # one order (chatmem.sync.apply): every message gets an order key, an HLC of device
+    # "0" that keeps the session's seq order (the running maximum of createdAt, counted
+    # within one millisecond), and seq becomes the dense position; pulling again from the
+    # start lets every message synced before take the server's key
+    """
+    WITH walls AS (
+        SELECT id, session_id, seq,
+            max(created_at) OVER (PARTITION BY session_id ORDER BY seq ROWS UNBOUNDED PRECEDING) AS wall
+        FROM messages WHERE json_extract(record, '$.hlc') IS NULL
+    ), keyed AS (
+        SELECT id, wall, row_number() OVER (PARTITION BY session_id, wall ORDER BY seq) - 1 AS n FROM walls
+    )
+    UPDATE messages SET record = json_set(record, '$.hlc', printf('%013d-%04d-0',
+        min(max(keyed.wall, 0) + keyed.n / 10000, 9999999999999), keyed.n % 10000))
+    FROM keyed WHERE messages.id = keyed.id;
+    CREATE TEMP TABLE dense (id TEXT PRIMARY KEY, pos INTEGER NOT NULL);
+    INSERT INTO dense SELECT id, row_number() OVER (PARTITION BY session_id ORDER BY seq) - 1 FROM messages;
+    UPDATE messages SET seq = -1 - seq;
+    UPDATE messages SET seq = (SELECT pos FROM dense WHERE dense.id = messages.id);
+    UPDATE messages SET record = json_set(record, '$.seq', seq);
+    DROP TABLE dense;
+    UPDATE sessions SET record = json_set(record,
+        '$.nextSeq', (SELECT count(*) FROM messages WHERE session_id = sessions.id),
+        '$.messageCount', (SELECT count(*) FROM messages WHERE session_id = sessions.id));
+    DELETE FROM kv WHERE key = 'sync.cursor';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -26,7 +26,10 @@ Rules (a change is ``{resource, id, data | None, deleted, hlc}``):
 - **Session, tombstone.** The local session and all its messages go, unless a
   newer pending ``create`` re-created it here.
 - **Message, live.** Messages are immutable: inserted if absent, otherwise
-  left alone. It keeps the change's ``hlc`` (its create's) as its order key.
+  left alone. It keeps the change's ``hlc`` (its create's) as its order key;
+  the same message held here under another key (stored before there were
+  keys, or the same import on two devices) takes the change's, so every
+  device ends with the server's.
   A message whose session is not here yet gets a placeholder session record
   (the session's own change, later in the feed, fills it in). A newer pending
   ``delete`` keeps it deleted.
@@ -45,8 +48,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from ..stores.base import ORDER_KEY
-from .merge import is_newer, pending_field_hlcs, revives
+from ..stores.base import MESSAGE_PRIVATE_FIELDS, ORDER_KEY
+from .merge import is_newer, pending_field_hlcs, revives, same_message
 
 __all__ = [
     "STORE_OWNED_FIELDS",
@@ -86,6 +89,10 @@ class ChangeTarget(Protocol):
     def set_seqs(self, session_id: str, seqs: Mapping[str, int]) -> None:
         """Give these messages (id -> seq) of the session their new ``seq``; together
         with the unchanged ones they are the positions 0..n-1."""
+        ...
+
+    def set_key(self, message_id: str, hlc: str) -> None:
+        """Give a held message another order key (``ORDER_KEY``)."""
         ...
 
     def put_message(self, record: dict[str, Any]) -> None: ...
@@ -187,7 +194,17 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
                 target.put_session(sess)
             touched[sid] = None
             continue
-        if target.get_message(rid) is not None or deleted_here:
+        held = target.get_message(rid)
+        if held is not None:
+            mine = {k: v for k, v in held.items() if k not in MESSAGE_PRIVATE_FIELDS}
+            if held.get(ORDER_KEY) != hlc and same_message(mine, dict(c["data"], id=rid)):
+                # held here under another key (stored before keys existed, or the same
+                # import on two devices): the server's is everyone's
+                target.set_key(rid, hlc)
+                unordered.add(held["sessionId"])
+                touched[held["sessionId"]] = None
+            continue
+        if deleted_here:
             continue
         data = dict(c["data"], id=rid)
         data[ORDER_KEY] = hlc  # the HLC of its create, the same on every device
