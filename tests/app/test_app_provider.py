@@ -4,6 +4,7 @@ the Settings panel."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,9 +125,17 @@ def test_a_failed_call_keeps_the_user_message_and_what_arrived(
     if plan == "break":
         assert p.locator("#messages .msg.assistant.incomplete").count() == 1
         assert [r[0] for r in stored(app)] == ["user", "assistant"]
+        assert p.locator("#messages .msg.assistant.incomplete [data-action=continue]").count() == 1
     else:
         assert p.locator("#messages .msg.assistant").count() == 0
-        assert stored(app) == [["user", "Are you there?", None, None]]
+        # the notice is kept with the conversation (never for the model): it shows after a reload
+        (user, notice) = stored(app)
+        assert user == ["user", "Are you there?", None, None] and says in notice[1]
+        p.reload()
+        app.ready()
+        p.click("#session-list .session:has-text('Are you there?')")
+        p.wait_for_selector(f"#messages .msg.failed[role=alert]:has-text('{says}')")
+        assert p.locator("#messages .msg.failed [data-action=retry]").count() == 1
 
 
 def test_invalid_settings_are_refused_and_named(app: AppPage) -> None:
@@ -277,3 +286,71 @@ def test_a_429_with_retry_after_is_asked_again_by_itself(app: AppPage, llm: LLMS
     assert [m["content"] for m in chats[-1]["body"]["messages"] if m["role"] == "user"][
         -1
     ] == "Are you free now?"
+
+
+def test_retry_after_a_reload_sends_each_user_message_once(app: AppPage, llm: LLMServer) -> None:
+    """A failed turn, after a reload, still shows as failed with Retry; Retry answers it, the
+    notice goes, and the model then gets each user message once, in order, and never the
+    notice."""
+    p = app.page
+    llm.reset("500", "ok", "ok")
+    configure(app, llm.url)
+    app.new_session()
+    app.send("Are you there?")
+    p.wait_for_selector("#messages .msg.failed:has-text('HTTP 500')")
+    p.reload()
+    app.ready()
+    p.click("#session-list .session:has-text('Are you there?')")
+    p.click("#messages .msg.failed [data-action=retry]")
+    p.wait_for_selector("#messages .msg.assistant:not(.streaming):has-text('echo: Are you there?')")
+    assert p.locator("#messages .msg.failed").count() == 0
+    assert [r[:2] for r in stored(app)] == [["user", "Are you there?"], ["assistant", "echo: Are you there?"]]
+    app.send("And now?")
+    sent = [r for r in llm.requests if r["path"].endswith("/chat/completions")][-1]["body"]["messages"]
+    said = [m["content"] for m in sent if m["role"] == "user" and isinstance(m["content"], str)]
+    assert said == ["Are you there?", "And now?"]  # (the live context comes as parts)
+    assert not any("HTTP 500" in json.dumps(m) for m in sent)
+
+
+def test_regenerate_the_last_answer_and_edit_a_message(app: AppPage, llm: LLMServer) -> None:
+    """Regenerate replaces the last answer with a new one; Edit sends a changed message
+    instead of the old one, and the answers after it go."""
+    p = app.page
+    llm.reset("ok", "ok", "ok")
+    configure(app, llm.url)
+    app.new_session()
+    app.send("First question")
+    p.wait_for_selector("#messages .msg.assistant [data-action=regenerate]")
+    assert p.locator("#messages .msg.user [data-action=regenerate]").count() == 0
+    old = p.locator("#messages .msg.assistant").get_attribute("data-id")
+    p.click("#messages .msg.assistant [data-action=regenerate]")
+    p.wait_for_selector(f"#messages .msg.assistant:not(.streaming):not([data-id='{old}'])")
+    assert p.locator("#messages .msg.assistant").count() == 1
+    chats = [r for r in llm.requests if r["path"].endswith("/chat/completions")]
+    assert len(chats) == 2 and not any(m["role"] == "assistant" for m in chats[1]["body"]["messages"])
+    assert [r[:2] for r in stored(app)] == [["user", "First question"], ["assistant", "echo: First question"]]
+    p.click("#messages .msg.user [data-action=edit]")
+    p.fill("#messages .msg.user .edit-text", "A better question")
+    p.click("#messages .msg.user [data-action=edit-send]")
+    p.wait_for_selector("#messages .msg.assistant:not(.streaming):has-text('echo: A better question')")
+    assert [r[:2] for r in stored(app)] == [
+        ["user", "A better question"],
+        ["assistant", "echo: A better question"],
+    ]
+
+
+def test_stop_while_a_429_waits_ends_the_wait(app: AppPage, llm: LLMServer) -> None:
+    """Stop during the wait a 429 asked for: the waiting line goes, nothing more is asked,
+    the message stays."""
+    p = app.page
+    llm.reset("429", "ok")
+    configure(app, llm.url)
+    app.new_session()
+    p.fill("#composer-input", "Busy?")
+    p.press("#composer-input", "Enter")
+    p.wait_for_selector("#messages .msg.streaming:has-text('asking again in')")
+    p.click("#send-btn")
+    p.wait_for_selector("#send-btn:text-is('Send')")
+    p.wait_for_function("() => !document.querySelector('#messages .msg.streaming')")
+    assert [r[:2] for r in stored(app)] == [["user", "Busy?"]]
+    assert len([r for r in llm.requests if r["path"].endswith("/chat/completions")]) == 1

@@ -49,7 +49,14 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+#: ``metadata["origin"]`` of a failed turn's notice, stored so it shows after a reload
+#: (``chatmem.context_builder.NOT_FOR_MODEL``: never sent to a model)
+NOTICE = "notice"
+
+
 def message_el(m: Any) -> Any:
+    if (m.metadata or {}).get("origin") == NOTICE:
+        return _failure_el(m.text, m.id)
     offline = m.provider == "offline"
     cls = f"msg {m.role}" + (" offline" if offline else "")
     badges = []
@@ -114,6 +121,20 @@ def message_el(m: Any) -> Any:
             h(
                 "span",
                 {"class": "actions"},
+                h(
+                    "button",
+                    {
+                        "type": "button",
+                        "class": "btn small ghost",
+                        "data-action": "edit",
+                        "data-id": m.id,
+                        "title": "Edit this message and send it again (the answers after it are replaced)",
+                        "aria-label": f"Edit message {m.seq + 1}",
+                    },
+                    "Edit",
+                )
+                if m.role == "user"
+                else None,
                 h(
                     "button",
                     {
@@ -291,6 +312,7 @@ async def render(app: Any) -> None:
         dom.mount(ol, h("li", {"class": "welcome"}, h("p", {}, "No messages yet. Say hello below.")))
     else:
         dom.mount(ol, [message_el(m) for m in msgs])
+        _mark_last()
     _scroll_bottom()
 
 
@@ -381,12 +403,62 @@ class _Draft:
         self.metadata, self.name, self.tool_calls = {}, None, None
 
 
-def _failure_el(text: str) -> Any:
+def _failure_el(text: str, notice_id: str | None = None) -> Any:
+    """A failed turn: what happened, in plain words, and Retry (a stored notice carries its
+    id, so the view can tell it from the messages)."""
+    attrs = {"class": "msg system failed", "role": "alert"}
+    if notice_id is not None:
+        attrs.update({"id": f"m-{notice_id}", "data-id": notice_id, "data-notice": "1"})
     return h(
         "li",
-        {"class": "msg system", "role": "alert"},
+        attrs,
         h("header", {}, h("span", {"class": "role"}, "The reply failed")),
-        h("div", {"class": "body"}, h("p", {}, text)),
+        h(
+            "div",
+            {"class": "body"},
+            h("p", {}, text),
+            h(
+                "button",
+                {"type": "button", "class": "btn small", "data-action": "retry"},
+                "Retry",
+            ),
+        ),
+    )
+
+
+def _mark_last() -> None:
+    """The conversation's last answer offers Regenerate (and Continue, if it broke off or
+    was stopped); no other message does."""
+    for b in js.document.querySelectorAll("#messages .turn-again"):
+        b.remove()
+    items = js.document.querySelectorAll("#messages > li.msg[data-id]")
+    if not items.length:
+        return
+    last = items[items.length - 1]
+    if not last.classList.contains("assistant") or last.classList.contains("streaming"):
+        return
+    actions = q(".actions", last)
+    if actions is None:
+        return
+    if last.classList.contains("incomplete") or last.classList.contains("stopped"):
+        actions.prepend(
+            h(
+                "button",
+                {"type": "button", "class": "btn small ghost turn-again", "data-action": "continue"},
+                "Continue",
+            )
+        )
+    actions.prepend(
+        h(
+            "button",
+            {
+                "type": "button",
+                "class": "btn small ghost turn-again",
+                "data-action": "regenerate",
+                "title": "Ask the model again for a new answer to your last message",
+            },
+            "Regenerate",
+        )
     )
 
 
@@ -419,12 +491,18 @@ async def send(app: Any, text: str) -> None:
         app.streaming[sid] = task
     composer_state(app)
     try:
-        if settings.provider_configured(s) and not bool(js.navigator.onLine):
-            # offline, and the page knows it: answer from memory at once
-            fallback = "You are offline"
-            await mem.session(sid).send(text, provider=chatmem.OfflineResponder(mem), **turn)
-        else:
-            await mem.session(sid).send(text, provider=provider, **turn)
+        limited = None
+        try:
+            if settings.provider_configured(s) and not bool(js.navigator.onLine):
+                # offline, and the page knows it: answer from memory at once
+                fallback = "You are offline"
+                await mem.session(sid).send(text, provider=chatmem.OfflineResponder(mem), **turn)
+            else:
+                await mem.session(sid).send(text, provider=provider, **turn)
+        except ProviderRateLimited as e:
+            limited = e
+        if limited is not None:  # waited out here, not in a handler: Stop ends the wait too
+            failure = await _retry_once(app, sid, limited, provider, turn, live)
     except ProviderUnavailable as e:
         if e.partial is not None:  # it broke off after some text: that text is the answer kept
             failure = plain_error(e)
@@ -435,8 +513,6 @@ async def send(app: Any, text: str) -> None:
                 await mem.session(sid).reply(provider=chatmem.OfflineResponder(mem), **turn)
             except ProviderError as again:
                 failure = plain_error(again)
-    except ProviderRateLimited as e:
-        failure = await _retry_once(app, sid, e, provider, turn, live)
     except ProviderError as e:
         failure = plain_error(e)
     except ContextOverflow as e:
@@ -450,31 +526,24 @@ async def send(app: Any, text: str) -> None:
         app.streaming.pop(sid, None)
         composer_state(app)
         await app.refresh_sessions()
-    if stopped or (failure and live.text):
+    if failure and not live.text:
+        await _store_notice(app, sid, failure)
+    if stopped or failure or not (draft.isConnected and live.el.isConnected):
+        # the stored messages are the truth (also when the list was drawn again while the
+        # answer streamed: the session was re-read or another one opened)
         if app.current == sid:
             await render(app)
-            if failure:
+            if failure and live.text:  # about the text kept above, marked incomplete
                 _append_el(_failure_el(failure))
         return
-    if not (draft.isConnected and live.el.isConnected):
-        # the list was drawn again while the answer streamed (the session was re-read or
-        # another one opened): the stored messages are the truth, show them as stored
-        if app.current == sid:
-            await render(app)
-            if failure:
-                _append_el(_failure_el(failure))
-        return
-    stored = await mem.messages.list(sid, limit=1 if failure else 2, newest_first=True)
+    stored = await mem.messages.list(sid, limit=2, newest_first=True)
     for m in reversed(stored):
         el = message_el(m)
         if m.role == "user":
             draft.replaceWith(el)
         else:
             live.el.replaceWith(el)
-    if failure:
-        live.el.remove()
-        _append_el(_failure_el(failure))
-        return
+    _mark_last()
     if fallback:
         _append_el(_fallback_el(sid, fallback))
     _scroll_bottom()
@@ -583,31 +652,138 @@ def _fallback_el(sid: str, why: str) -> Any:
     )
 
 
-async def _ask_model(app: Any, el: Any, ev: Any) -> None:
-    """The model's answer to the conversation as it stands (its answer from memory left out)."""
-    sid = str(el.getAttribute("data-id"))
+async def _store_notice(app: Any, sid: str, text: str) -> None:
+    """Keep a failed turn's notice with the conversation: it shows after a reload, and no
+    model ever receives it (``origin`` ``NOTICE``)."""
+    await app.mem.messages.append(sid, "assistant", text, metadata={"origin": NOTICE})
+
+
+async def _answer(app: Any, sid: str, drop: list[str]) -> None:
+    """The model's answer to the conversation as it stands, once ``drop`` (messages after the
+    last of the user's: an earlier answer, a partial one, a notice) is deleted; a failure is
+    kept as a notice, as in ``send``."""
     if sid in app.streaming:
         return
-    note = dom.closest(el, "li")
+    if drop:
+        await app.mem.sessions.delete_messages(sid, drop)
+    if app.current == sid:
+        await render(app)
     live = Live()
     _append_el(live.el)
     task = asyncio.current_task()
     if task is not None:
         app.streaming[sid] = task
+    composer_state(app)
+    turn = _turn_options(app.settings, live)
+    provider = settings.chat_provider(app.mem, app.settings)
+    failure = None
     try:
-        await app.mem.session(sid).reply(
-            provider=settings.chat_provider(app.mem, app.settings), **_turn_options(app.settings, live)
-        )
+        limited = None
+        try:
+            await app.mem.session(sid).reply(provider=provider, **turn)
+        except ProviderRateLimited as e:
+            limited = e
+        if limited is not None:  # waited out here, not in a handler: Stop ends the wait too
+            failure = await _retry_once(app, sid, limited, provider, turn, live)
     except ProviderError as e:
-        live.el.remove()
-        app.toast(f"The model could not answer yet: {plain_error(e)}", error=True)
-        return
+        failure = plain_error(e)
+    except ContextOverflow as e:
+        failure = f"The conversation is too long for the {app.settings['budget']} budget ({e})."
+    except asyncio.CancelledError:
+        pass  # Stop: what arrived is stored, marked stopped
     finally:
         app.streaming.pop(sid, None)
-    if note is not None:
-        note.remove()
+        composer_state(app)
+    if failure and not live.text:
+        await _store_notice(app, sid, failure)
+    await app.refresh_sessions()
     if app.current == sid:
         await render(app)
+        if failure and live.text:
+            _append_el(_failure_el(failure))
+
+
+async def _after_last_user(app: Any, sid: str) -> list[str]:
+    """The ids of the messages after the user's last one: what Retry and Regenerate replace."""
+    msgs = await app.mem.messages.list(sid, limit=None)
+    users = [i for i, m in enumerate(msgs) if m.role == "user"]
+    return [m.id for m in msgs[users[-1] + 1 :]] if users else []
+
+
+async def _retry(app: Any, el: Any, ev: Any) -> None:
+    """Ask the model again for the user's last message (the failed turn's notice goes)."""
+    sid = app.current
+    if sid is not None:
+        await _answer(app, sid, await _after_last_user(app, sid))
+
+
+async def _continue(app: Any, el: Any, ev: Any) -> None:
+    """Ask the model to go on from the answer that broke off or was stopped."""
+    if app.current is not None:
+        await _answer(app, app.current, [])
+
+
+async def _ask_model(app: Any, el: Any, ev: Any) -> None:
+    """The model's answer to the conversation as it stands (its answer from memory is kept,
+    and never sent to it)."""
+    await _answer(app, str(el.getAttribute("data-id")), [])
+
+
+async def _edit(app: Any, el: Any, ev: Any) -> None:
+    """Edit a message of the user's in place: a box with its text, Send again and Cancel."""
+    li = dom.closest(el, "li")
+    if li is None or q(".edit-box", li) is not None:
+        return
+    body = q(".body", li)
+    text = str(body.innerText)
+    box = h(
+        "div",
+        {"class": "edit-box"},
+        h("textarea", {"class": "edit-text", "aria-label": "Edit your message", "rows": "3"}, text),
+        h(
+            "div",
+            {"class": "edit-actions"},
+            h(
+                "button",
+                {"type": "button", "class": "btn small primary", "data-action": "edit-send"},
+                "Send again",
+            ),
+            h("button", {"type": "button", "class": "btn small", "data-action": "edit-cancel"}, "Cancel"),
+            h("span", {"class": "note"}, "The answers after it are replaced."),
+        ),
+    )
+    body.hidden = True
+    li.appendChild(box)
+    ta = q(".edit-text", box)
+    ta.value = text
+    ta.focus()
+
+
+async def _edit_cancel(app: Any, el: Any, ev: Any) -> None:
+    li = dom.closest(el, "li")
+    box = q(".edit-box", li) if li is not None else None
+    if box is not None:
+        box.remove()
+        q(".body", li).hidden = False
+
+
+async def _edit_send(app: Any, el: Any, ev: Any) -> None:
+    """Send the edited message instead: it and everything after it go, the new text is sent."""
+    li = dom.closest(el, "li")
+    sid = app.current
+    if li is None or sid is None or sid in app.streaming:
+        return
+    text = str(q(".edit-text", li).value).strip()
+    if not text:
+        return
+    msgs = await app.mem.messages.list(sid, limit=None)
+    mid = str(li.getAttribute("data-id"))
+    at = next((i for i, m in enumerate(msgs) if m.id == mid), None)
+    if at is None:
+        return
+    await app.mem.sessions.delete_messages(sid, [m.id for m in msgs[at:]])
+    await render(app)
+    await send(app, text)
 
 
 async def _send(app: Any, el: Any, ev: Any) -> None:
@@ -729,6 +905,12 @@ async def _fork(app: Any, el: Any, ev: Any) -> None:
 ACTIONS = {
     "send": _send,
     "ask-model": _ask_model,
+    "retry": _retry,
+    "regenerate": _retry,
+    "continue": _continue,
+    "edit": _edit,
+    "edit-send": _edit_send,
+    "edit-cancel": _edit_cancel,
     "pin": _pin,
     "archive": _archive,
     "rename": _rename,
