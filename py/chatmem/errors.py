@@ -155,8 +155,8 @@ class ContextOverflow(ValidationError):
 
     def __init__(self, needed: int, budget: int):
         super().__init__(
-            f"context overflow: the system prompt and the newest user message need {needed} tokens,"
-            f" the budget is {budget} (max_tokens - reserve_tokens)",
+            f"the system prompt and the newest message need {needed} tokens, but the budget is"
+            f" {budget} (the model's context less the room kept for its answer)",
             field="max_tokens",
         )
         self.needed = needed

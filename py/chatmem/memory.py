@@ -90,6 +90,8 @@ class Memory:
         self.name = name or store.kind
         self.store = store
         self.clock = clock
+        #: the embedding started by ``embed_missing`` / ``embed_in_background``, if any
+        self.embedding_task: asyncio.Task[int] | None = None
         ids = IdGenerator(clock)
         limits = _check_limits(limits)
         self._core = Core(

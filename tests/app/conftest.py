@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +130,17 @@ def app_factory(context: Any, site: str) -> Iterator[Callable[..., AppPage]]:
     for p in pages:
         if not p.is_closed():
             p.close()
+
+
+#: where ``shot`` writes, when asked (``CHATMEM_SCREENSHOTS=1``)
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def shot(page: Any, name: str) -> None:
+    """Take a screenshot (a real, non-trivial image); write it to ``SHOTS`` only when
+    ``CHATMEM_SCREENSHOTS=1``, so a test run leaves the work tree as it was."""
+    png = page.screenshot()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
+    if os.environ.get("CHATMEM_SCREENSHOTS") == "1":
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        (SHOTS / f"{name}.png").write_bytes(png)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import chatmem
-from app.conftest import SENT_JS, AppPage
+from app.conftest import SENT_JS, AppPage, shot
 from chatmem.server import running_server
 from chatmem.sync import SyncConfig
 from conftest import run, unique_name
@@ -76,6 +76,7 @@ def test_what_a_background_pull_brings_appears(browser: Any, site: str, srv: Any
         shown(app, "Hello from elsewhere")
         run(device("A second message from elsewhere", sid))
         shown(app, "A second message from elsewhere")
+        shot(page, "arrival")
         assert not app.errors, app.errors
     finally:
         ctx.close()

@@ -93,6 +93,8 @@ def test_export_then_import_into_a_fresh_profile(app: AppPage, fresh: Any, site:
     report = page.locator("#import-summary").inner_text()
     assert "chatmem format" in report and "3 conversations, 4 messages" in report
     b.expect_titles(["Lisbon trip", "Chess", "Bread"])
+    # the status line counts what arrived, once semantic search holds it
+    page.wait_for_selector("#work-status .text:has-text('semantic search ready for 4 messages')")
     assert b.py(SNAPSHOT.replace("DB", repr(b.db))) == want
     # the imported conversation opens with its messages
     page.click("#session-list .session:has-text('Lisbon trip')")

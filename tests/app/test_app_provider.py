@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.conftest import AppPage
+from app.conftest import AppPage, shot
 from conftest import unique_name
 from llm_server import LLMServer
 
@@ -205,6 +205,7 @@ def test_offline_fallback_and_honest_context(browser: Any, site: str, llm: LLMSe
         ctx.set_offline(True)
         app.send("What do you remember about Lisbon?")
         page.wait_for_selector(".msg.fallback:has-text('You are offline')")
+        shot(page, "offline-fallback")
         ctx.set_offline(False)
         configure(app, llm.url)
         page.locator(".msg.fallback [data-action=ask-model]").last.click()
@@ -252,6 +253,7 @@ def test_stop_keeps_what_arrived_and_another_conversation_is_free(app: AppPage, 
     p.click("#send-btn")
     p.wait_for_selector("#messages .msg.assistant.stopped")
     assert p.locator("#send-btn").inner_text() == "Send"
+    shot(p, "stopped-reply")
     kept = p.locator("#messages .msg.assistant.stopped .body").inner_text()
     assert kept.startswith("w0 w1 w2") and "w39" not in kept
     # Escape stops as well
@@ -301,9 +303,12 @@ def test_retry_after_a_reload_sends_each_user_message_once(app: AppPage, llm: LL
     p.reload()
     app.ready()
     p.click("#session-list .session:has-text('Are you there?')")
+    p.wait_for_selector("#messages .msg.failed [data-action=retry]")
+    shot(p, "failed-reply")
     p.click("#messages .msg.failed [data-action=retry]")
     p.wait_for_selector("#messages .msg.assistant:not(.streaming):has-text('echo: Are you there?')")
     assert p.locator("#messages .msg.failed").count() == 0
+    shot(p, "failed-reply-retried")
     assert [r[:2] for r in stored(app)] == [["user", "Are you there?"], ["assistant", "echo: Are you there?"]]
     app.send("And now?")
     sent = [r for r in llm.requests if r["path"].endswith("/chat/completions")][-1]["body"]["messages"]

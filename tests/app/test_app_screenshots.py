@@ -5,25 +5,9 @@ so a test run leaves the work tree as it was."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-from app.conftest import AppPage
-
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-WRITE = os.environ.get("CHATMEM_SCREENSHOTS") == "1"
-
-
-def shot(page: Any, name: str) -> None:
-    """Take the screenshot (a real, non-trivial image); write it only when asked."""
-    png = page.screenshot()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
-    if WRITE:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        (SHOTS / f"{name}.png").write_bytes(png)
-
+from app.conftest import AppPage, shot
 
 SEED = r"""
 import chatmem, json, time, chatmem_app

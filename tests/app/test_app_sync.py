@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.conftest import AppPage
+from app.conftest import AppPage, shot
 from chatmem.server import running_server
 from conftest import run, unique_name
 from sync_checks import server_snapshot
@@ -317,6 +317,7 @@ def test_locked_and_unlocked(browser: Any, site: str, tmp_path: Any) -> None:
             p.click(".e2e-unlock button[type=submit]")
             p.wait_for_selector("#sync-unlock-error:has-text('not this sync space')")
             assert wait_chip(app2, "locked") == "Unlock sync"
+            shot(p, "unlock-box")
             p.fill("#sync-unlock-passphrase", passphrase)
             p.click(".e2e-unlock button[type=submit]")
             p.wait_for_selector("text=Sync unlocked.")

@@ -333,3 +333,20 @@ def test_max_body_applies() -> None:
         assert call(srv, "POST", "/v1/push", big, key="k")[0] == 413
     finally:
         srv.stop()
+
+
+def test_the_command_line_reads_plainly(capsys: Any) -> None:
+    """--help shows no reStructuredText quotes; the start line counts accounts too, with
+    plurals, and never shows a database password."""
+    from chatmem.server.__main__ import banner
+
+    with pytest.raises(SystemExit):
+        server_main(["--help"])
+    assert "``" not in capsys.readouterr().out
+    assert (
+        banner("http://h:1", 0, 1, "sync.db")
+        == "chatmem sync server on http://h:1 (0 API keys, 1 account, db sync.db)"
+    )
+    assert "secret" not in banner("u", 1, 0, "postgresql://me:secret@db/x") and "1 API key," in banner(
+        "u", 1, 0, "x"
+    )

@@ -23,13 +23,22 @@ from .settings import ServerSettings
 __all__ = ["main"]
 
 
+def banner(url: str, keys: int, accounts: int, db: str) -> str:
+    """The line the server starts with: where, who may sync (keys and accounts), which database
+    (a PostgreSQL address without its credentials)."""
+    who = [f"{keys} API key{'' if keys == 1 else 's'}"]
+    if accounts:
+        who.append(f"{accounts} account{'' if accounts == 1 else 's'}")
+    return f"chatmem sync server on {url} ({', '.join(who)}, db {db.split('@')[-1]})"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ADMIN_COMMANDS:
         return admin_main(argv)
     p = argparse.ArgumentParser(
         prog="python -m chatmem.server",
-        description=__doc__.splitlines()[0],
+        description=__doc__.splitlines()[0].replace("``", ""),
         epilog="administration: python -m chatmem.server {accounts,tokens} ... (see --help of each)",
     )
     try:
@@ -100,10 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat=args.heartbeat,
         quotas=ServerSettings(ops_per_minute=args.ops_per_minute, max_bytes=args.max_bytes).quotas,
     )
-    print(
-        f"chatmem sync server on {server.url} ({len(keys)} key(s), db {args.db.split('@')[-1]})",
-        file=sys.stderr,
-    )
+    print(banner(server.url, len(keys), len(storage.accounts()), args.db), file=sys.stderr)
     try:
         server.serve_forever()
     finally:

@@ -16,6 +16,7 @@ from chatmem.errors import SessionNotFound
 from chatmem.memory import CHANGED_ELSEWHERE
 
 from . import (
+    background,
     context_panel,
     conversation,
     data_panel,
@@ -89,6 +90,7 @@ class App:
         #: sessions changed elsewhere, not yet shown ("" stands for any); and the timer that shows them
         self._arrived: set[str] = set()
         self._arrival_timer: int | None = None
+        self._recount_timer: int | None = None
         self._panel_gen = 0
         self.datetime_provider: Any = None
         context_panel.share_datetime(self)
@@ -265,6 +267,7 @@ class App:
         """Every write refreshes the sync chip; what arrives from elsewhere (a pull, another
         tab, another process) is shown: the list, the open conversation, the open panel."""
         self.schedule_sync_refresh()
+        self._schedule_recount()
         if kind not in ARRIVALS:
             return
         self._arrived.add(session_id)
@@ -286,6 +289,18 @@ class App:
             await conversation.refresh(self)
         if self.panel == "data":  # the sync panel follows the chip
             data_panel.update_counts(self)
+
+    def _schedule_recount(self) -> None:
+        """Once writes settle, the status line counts what semantic search holds again."""
+        if self._recount_timer is not None:
+            dom.clear_timeout(self._recount_timer)
+
+        def recount() -> None:
+            self._recount_timer = None
+            if background.Status().state == "ready":  # not while the first run still works
+                self.run(background.embed(self, background.Status(), quiet=True))
+
+        self._recount_timer = dom.set_timeout(recount, 1000)
 
     def schedule_sync_refresh(self) -> None:
         if self._sync_timer is not None:

@@ -31,6 +31,11 @@ class Status:
     def __init__(self) -> None:
         self.el = q("#work-status")
 
+    @property
+    def state(self) -> str | None:
+        """What the line says now: "index", "embedding", "ready", "failed" (None: not shown)."""
+        return str(self.el.dataset.state) if self.el is not None and self.el.dataset.state else None
+
     def show(self, state: str, text: str, done: int | None = None, total: int | None = None) -> None:
         el = self.el
         if el is None:
@@ -87,13 +92,16 @@ def _n(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-async def embed(app: Any, status: Status) -> None:
+async def embed(app: Any, status: Status, *, quiet: bool = False) -> None:
     """Embed what lacks a vector with the shipped model (offline, free); a remote embedder
-    (which costs calls) embeds only what a semantic query needs."""
+    (which costs calls) embeds only what a semantic query needs. ``quiet``: say nothing
+    until there is progress to show (a recount after writes, usually two counts)."""
     if not isinstance(app.mem.index.embedder, chatmem.LocalEmbedder):
         return
-    task = app.mem.embed_in_background()
-    status.show("embedding", "Preparing semantic search…")
+    running = app.mem.embedding_task  # one embedding at a time: follow the one under way
+    task = running if running is not None and not running.done() else app.mem.embed_in_background()
+    if not quiet:
+        status.show("embedding", "Preparing semantic search…")
     while not task.done():
         done, total = app.mem.index.embed_progress
         if total and done < total:
