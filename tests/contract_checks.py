@@ -1247,3 +1247,82 @@ async def check_changing_the_embedder_re_embeds_in_the_background(make: Make) ->
             "the quick brown fox jumps",
             "quick brown foxes jumping high",
         }
+
+
+# ---------------------------------------------------------------------------- facts
+
+
+@check
+async def check_facts_are_kept_corrected_read_back_and_forgotten(make: Make) -> None:
+    """``mem.facts``: a fact added is stored with every field; listed by user, character
+    (its own and everyone's), key and status; a correction is a new version that ends the
+    old one, so ``history`` and ``at`` read what was true when; pinning changes a version
+    in place; ``delete`` forgets every version. Bad input is a typed error and writes nothing."""
+    async with await make(clock=TickClock()) as mem:
+        home = await mem.facts.add("Lives in Lisbon", key="home", value="Lisbon")
+        cat = await mem.facts.add(
+            "Has a cat called Miso", key="pet", value="Miso", character_id="airi", pinned=True
+        )
+        tea = await mem.facts.add("Likes  green\ttea", key="likes", user_id="someone else", importance=0.3)
+        assert (home.user_id, home.origin, home.status, home.valid_to, home.character_id) == (
+            "local",
+            "user",
+            "active",
+            None,
+            None,
+        )
+        assert tea.text == "Likes green tea" and tea.value == "Likes green tea" and tea.importance == 0.3
+        assert await mem.facts.get(cat.fact_id) == cat
+        assert [f.fact_id for f in await mem.facts.list(user_id="local")] == [home.fact_id, cat.fact_id]
+        assert [f.key for f in await mem.facts.list(character_id="coach")] == ["home", "likes"]
+        assert [f.key for f in await mem.facts.list(character_id="airi", user_id="local")] == ["home", "pet"]
+        assert [f.fact_id for f in await mem.facts.list(key="likes")] == [tea.fact_id]
+
+        moved = await mem.facts.update(home.fact_id, text="Lives in Porto", value="Porto")
+        old = await mem.facts.get(home.fact_id)
+        assert moved.fact_id != home.fact_id and moved.status == "active" and moved.value == "Porto"
+        assert (old.status, old.superseded_by, old.valid_to) == (
+            "superseded",
+            moved.fact_id,
+            moved.valid_from,
+        )
+        for fid in (home.fact_id, moved.fact_id):
+            assert [f.value for f in await mem.facts.history(fid)] == ["Lisbon", "Porto"]
+        assert [f.value for f in await mem.facts.list(key="home")] == ["Porto"]
+        assert [f.value for f in await mem.facts.list(key="home", status=None)] == ["Lisbon", "Porto"]
+        assert [f.value for f in await mem.facts.list(key="home", at=home.valid_from)] == ["Lisbon"]
+        assert [f.value for f in await mem.facts.list(key="home", at=moved.valid_from)] == ["Porto"]
+        assert await mem.facts.list(key="home", at=home.valid_from - 1) == []
+
+        unpinned = await mem.facts.update(cat.fact_id, pinned=False, importance=0.9)
+        assert unpinned.fact_id == cat.fact_id and not unpinned.pinned and unpinned.importance == 0.9
+        assert len(await mem.facts.history(cat.fact_id)) == 1
+
+        before = await mem.store.list_facts()
+        for bad in (
+            mem.facts.add(""),
+            mem.facts.add("   "),
+            mem.facts.add("x" * 501),
+            mem.facts.add("ok", key="Not A Key"),
+            mem.facts.add("ok", key="x" * 65),
+            mem.facts.add("ok", value=7),  # type: ignore[arg-type]
+            mem.facts.add("ok", importance=2),
+            mem.facts.add("ok", pinned="yes"),  # type: ignore[arg-type]
+            mem.facts.add("ok", user_id=""),
+            mem.facts.update(moved.fact_id, text=""),
+            mem.facts.update(home.fact_id, value="Faro"),  # a superseded version
+            mem.facts.list(status="gone"),
+        ):
+            await raises(errors.ValidationError, bad)
+        await raises(errors.FactNotFound, mem.facts.get("no-such-fact"))
+        await raises(errors.FactNotFound, mem.facts.update("no-such-fact", text="x"))
+        await raises(errors.FactNotFound, mem.facts.delete("no-such-fact"))
+        assert sorted(map(json.dumps, await mem.store.list_facts())) == sorted(map(json.dumps, before))
+
+        assert await mem.facts.delete(moved.fact_id) == 2
+        await raises(errors.FactNotFound, mem.facts.get(home.fact_id))
+        assert [f.fact_id for f in await mem.facts.list(user_id="local", status=None)] == [cat.fact_id]
+        from chatmem.facts import check_fact_record
+
+        for rec in await mem.store.list_facts():
+            assert check_fact_record(rec) == rec

@@ -17,6 +17,7 @@ from .errors import (
     ChatmemError,
     ClockSkew,
     ContextOverflow,
+    FactNotFound,
     ImportFormatError,
     LimitExceeded,
     MessageNotFound,
@@ -62,6 +63,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "UserProfileProvider",
         "render_context_message",
     ),
+    ".facts": ("Fact", "FactOp", "FactReport", "Facts"),
     ".lru": ("LFUCache", "LRUCache"),
     ".memory": ("Memory", "open"),
     ".messages": ("Messages",),
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
     from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
     from .conversation import Session  # noqa: F401
     from .embedding import LocalEmbedder, StaticEmbedder  # noqa: F401
+    from .facts import Fact, FactOp, FactReport, Facts  # noqa: F401
     from .ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .index import (  # noqa: F401
         Embedder,
@@ -182,6 +185,7 @@ __all__ = [
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
+    "FactNotFound",
     "ValidationError",
     "StorageError",
     "ImportFormatError",
@@ -235,6 +239,10 @@ __all__ = [
     "OpenAIEmbedder",
     # export / import
     "ImportReport",
+    "Fact",
+    "FactOp",
+    "FactReport",
+    "Facts",
     # sync
     "SyncConfig",
     "SyncEngine",

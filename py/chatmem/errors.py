@@ -12,7 +12,8 @@
     │   └── ReadOnlySQLError       ``mem.sql`` was given something other than one read-only query
     ├── NotFound
     │   ├── SessionNotFound
-    │   └── MessageNotFound
+    │   ├── MessageNotFound
+    │   └── FactNotFound
     ├── StorageError               the store refused or failed a write or read
     │   ├── QuotaExceeded          (DOMException QuotaExceededError, SQLITE_FULL)
     │   │   ├── RateLimited        a sync server account spent its operations of this minute (429)
@@ -70,6 +71,7 @@ __all__ = [
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
+    "FactNotFound",
     "StorageError",
     "QuotaExceeded",
     "RateLimited",
@@ -239,7 +241,7 @@ def shown(value: object, width: int = 60) -> str:
 
 
 class NotFound(ChatmemError, LookupError):
-    """A session or message with the given id does not exist."""
+    """A session, message or fact with the given id does not exist."""
 
 
 class SessionNotFound(NotFound):
@@ -252,6 +254,12 @@ class MessageNotFound(NotFound):
     def __init__(self, message_id: str):
         super().__init__(f"message not found: {shown(message_id)}")
         self.message_id = message_id
+
+
+class FactNotFound(NotFound):
+    def __init__(self, fact_id: str):
+        super().__init__(f"fact not found: {shown(fact_id)}")
+        self.fact_id = fact_id
 
 
 class StorageError(ChatmemError):

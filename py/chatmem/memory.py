@@ -21,6 +21,7 @@ from .contextstore import ContextStore, MemoryContextStore
 from .conversation import Session
 from .core import Core
 from .errors import ValidationError
+from .facts import Facts
 from .ids import Clock, IdGenerator
 from .index.embed import Embedder
 from .index.live import LiveIndex
@@ -107,6 +108,8 @@ class Memory:
         self.limits = self._core.limits
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
+        #: what chatmem knows about the person (``chatmem.facts``)
+        self.facts = Facts(self._core)
         self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
         #: live context from modules (the original's "Active Context")
         self.context = ContextManager(clock)

@@ -334,7 +334,7 @@ await mem.close()
     }""",
         old,
     )
-    assert after == [4, ["sessionSeq"]]
+    assert after == [5, ["sessionSeq"]]
 
 
 def test_version_three_database_takes_order_keys(new_page: Any) -> None:
@@ -394,3 +394,25 @@ await mem.close()
     assert keys == [f"0000000001000-000{i}-0" for i in range(5)]
     assert after == [[i, f"old {i}"] for i in range(5)] + [[5, "after the upgrade"]]
     assert (count, next_seq, cursor) == (6, 6, None)
+
+
+def test_facts_survive_a_reload(new_page: Any) -> None:
+    """A fact and a correction of it, acknowledged, are there after a reload: both versions,
+    linked, with every field."""
+    db = unique_name("facts")
+    p = new_page()
+    before = p.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+home = await mem.facts.add("Lives in Lisbon", key="home", value="Lisbon")
+moved = await mem.facts.update(home.fact_id, text="Lives in Porto", value="Porto")
+[f.to_record() for f in await mem.facts.history(moved.fact_id)]
+""")
+    p.reload()
+    after = p.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+[f.to_record() for f in await mem.facts.history({before[-1]["factId"]!r})]
+""")
+    assert after == before and [f["value"] for f in after] == ["Lisbon", "Porto"]
+    assert after[0]["supersededBy"] == after[1]["factId"] and after[0]["status"] == "superseded"

@@ -180,6 +180,43 @@ class Database {
     return null;
   }
 
+  // ------------------------------------------------------------------ facts
+  async putFacts({ records, ops }) {
+    const tx = this.tx(["facts", "outbox", "kv"], "readwrite");
+    const ps = records.map((r) => tx.objectStore("facts").put(r));
+    ps.push(...enqueue(this, tx, ops), tx.done);
+    await settle(ps);
+    this.notify("facts", []);
+    return null;
+  }
+
+  async getFact({ factId }) {
+    return (await this.db.get("facts", factId)) ?? null;
+  }
+
+  async listFacts({ userId }) {
+    const tx = this.tx(["facts"]);
+    const facts = tx.objectStore("facts");
+    return userId == null ? await facts.getAll() : await facts.index("userId").getAll(userId);
+  }
+
+  async deleteFacts({ factIds, ops }) {
+    const tx = this.tx(["facts", "outbox", "kv"], "readwrite");
+    const facts = tx.objectStore("facts");
+    let n = 0;
+    const ps = [];
+    for (const id of new Set(factIds)) {
+      if ((await facts.count(id)) > 0) {
+        n += 1;
+        ps.push(facts.delete(id));
+      }
+    }
+    ps.push(...enqueue(this, tx, ops), tx.done);
+    await settle(ps);
+    this.notify("facts", []);
+    return n;
+  }
+
   async getMessage({ messageId }) {
     return (await this.db.get("messages", messageId)) ?? null;
   }

@@ -83,8 +83,13 @@ function orderKeys(db, tx) {
   })();
 }
 
+/** Version 5: facts (chatmem/facts): one record per fact version, by `factId`, read by user. */
+function facts(db) {
+  db.createObjectStore("facts", { keyPath: "factId" }).createIndex("userId", "userId");
+}
+
 /** Migrations: SCHEMA[v](db, upgradeTransaction) upgrades a database from version v to v + 1. */
-export const SCHEMA = [chatmemStores, outboxOnDemand, leanMessages, orderKeys];
+export const SCHEMA = [chatmemStores, outboxOnDemand, leanMessages, orderKeys, facts];
 export const SCHEMA_VERSION = SCHEMA.length;
 
 /** The messages of one session, in `seq` order, on the `sessionSeq` index. */

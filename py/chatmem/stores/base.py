@@ -194,6 +194,21 @@ class Store(Protocol):
         a derived view (the query index) finds what moved, came or went."""
         ...
 
+    # facts (``chatmem.facts``): one record per fact version, keyed by ``factId``
+    async def put_facts(self, records: list[dict[str, Any]], ops: Ops = None) -> None:
+        """Insert or replace fact records, all in one transaction."""
+        ...
+
+    async def get_fact(self, fact_id: str) -> dict[str, Any] | None: ...
+
+    async def list_facts(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        """Every fact record (of ``user_id`` only, if given), in no particular order."""
+        ...
+
+    async def delete_facts(self, fact_ids: list[str], ops: Ops = None) -> int:
+        """Delete fact records in one transaction; how many there were."""
+        ...
+
     async def apply_changes(
         self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None
     ) -> list[str]:

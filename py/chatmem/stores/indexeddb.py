@@ -161,6 +161,19 @@ class IndexedDBStore:
     async def list_sessions_messages(self, session_ids: list[str]) -> list[dict[str, Any]]:
         return await self._db.call("listSessionsMessages", sessionIds=session_ids)  # type: ignore[no-any-return]
 
+    async def put_facts(self, records: list[dict[str, Any]], ops: Ops = None) -> None:
+        await self._db.call("putFacts", records=records, ops=ops)
+
+    async def get_fact(self, fact_id: str) -> dict[str, Any] | None:
+        rec = await self._db.call("getFact", factId=fact_id)
+        return dict(rec) if rec is not None else None
+
+    async def list_facts(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._db.call("listFacts", userId=user_id)]
+
+    async def delete_facts(self, fact_ids: list[str], ops: Ops = None) -> int:
+        return int(await self._db.call("deleteFacts", factIds=fact_ids, ops=ops))
+
     async def message_ids(self, session_id: str) -> list[str]:
         return [str(i) for i in await self._db.call("messageIds", sessionId=session_id)]
 

@@ -24,6 +24,7 @@ class MemoryStore:
         self._kv: dict[str, Any] = {}
         self._outbox: dict[str, dict[str, Any]] = {}  # insertion order = FIFO
         self._dead: dict[str, dict[str, Any]] = {}
+        self._facts: dict[str, dict[str, Any]] = {}
 
     def _enqueue(self, ops: Ops, created: bool = True, gated: bool = True) -> None:
         if gated and OUTBOX_KEY not in self._kv:
@@ -203,6 +204,24 @@ class MemoryStore:
 
     async def count_messages(self, session_id: str) -> int:
         return len(self._by_session.get(session_id, []))
+
+    # ------------------------------------------------------------------ facts
+    async def put_facts(self, records: list[dict[str, Any]], ops: Ops = None) -> None:
+        for r in records:
+            self._facts[r["factId"]] = clone(r)
+        self._enqueue(ops)
+
+    async def get_fact(self, fact_id: str) -> dict[str, Any] | None:
+        rec = self._facts.get(fact_id)
+        return clone(rec) if rec is not None else None
+
+    async def list_facts(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        return [clone(r) for r in self._facts.values() if user_id is None or r["userId"] == user_id]
+
+    async def delete_facts(self, fact_ids: list[str], ops: Ops = None) -> int:
+        gone = [fid for fid in dict.fromkeys(fact_ids) if self._facts.pop(fid, None) is not None]
+        self._enqueue(ops)
+        return len(gone)
 
     # ------------------------------------------------------------------ pulled changes
     async def apply_changes(

@@ -390,6 +390,42 @@ class SQLiteStore:
         )
         return int(row[0])
 
+    # ------------------------------------------------------------------ facts
+    async def put_facts(self, records: list[dict[str, Any]], ops: Ops = None) -> None:
+        def tx(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "INSERT OR REPLACE INTO facts (id, user_id, record) VALUES (?, ?, ?)",
+                [(r["factId"], r["userId"], _dumps(r)) for r in records],
+            )
+            self._enqueue(db, ops)
+
+        await self._run(tx, write=True)
+
+    async def get_fact(self, fact_id: str) -> dict[str, Any] | None:
+        row = await self._run(
+            lambda db: db.execute("SELECT record FROM facts WHERE id = ?", (fact_id,)).fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    async def list_facts(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        def read(db: sqlite3.Connection) -> list[Any]:
+            if user_id is None:
+                return db.execute("SELECT record FROM facts").fetchall()
+            return db.execute("SELECT record FROM facts WHERE user_id = ?", (user_id,)).fetchall()
+
+        return [json.loads(r[0]) for r in await self._run(read)]
+
+    async def delete_facts(self, fact_ids: list[str], ops: Ops = None) -> int:
+        def tx(db: sqlite3.Connection) -> int:
+            n = sum(
+                db.execute("DELETE FROM facts WHERE id = ?", (fid,)).rowcount
+                for fid in dict.fromkeys(fact_ids)
+            )
+            self._enqueue(db, ops)
+            return n
+
+        return await self._run(tx, write=True)
+
     # ------------------------------------------------------------------ pulled changes
     async def apply_changes(
         self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None

@@ -1,0 +1,29 @@
+"""Memory of the person: facts learnt from conversations or stated by the user, each with
+where it came from and when it was true (``records``), readable and correctable through
+``mem.facts`` (``api``)."""
+
+from __future__ import annotations
+
+from .api import Facts
+from .records import (
+    FACT_ORIGINS,
+    FACT_STATUSES,
+    MULTI_VALUED,
+    SINGLE_VALUED,
+    Fact,
+    FactOp,
+    FactReport,
+    check_fact_record,
+)
+
+__all__ = [
+    "FACT_ORIGINS",
+    "FACT_STATUSES",
+    "MULTI_VALUED",
+    "SINGLE_VALUED",
+    "Fact",
+    "FactOp",
+    "FactReport",
+    "Facts",
+    "check_fact_record",
+]

@@ -1,0 +1,209 @@
+"""``mem.facts``: what chatmem knows about the person, readable and correctable.
+
+Every write is one store transaction (all versions it touches, or none) and is
+durable when it returns. A fact's versions form a chain: ``update`` with a new
+value or text ends the current version (``status="superseded"``, ``valid_to``,
+``superseded_by``) and starts the next one, so ``history`` reads back what was
+true when; ``delete`` removes the whole chain.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..errors import FactNotFound, ValidationError, shown
+from ..validation import check_id
+from .records import (
+    FACT_STATUSES,
+    Fact,
+    check_importance,
+    check_key,
+    check_text,
+    check_value,
+)
+
+if TYPE_CHECKING:
+    from ..core import Core
+
+__all__ = ["Facts", "NOTE_KEY", "USER_IMPORTANCE"]
+
+#: the slot of a fact the user adds without naming one
+NOTE_KEY = "note"
+#: how much a fact the user states counts, unless they say otherwise
+USER_IMPORTANCE = 0.8
+
+
+class Facts:
+    def __init__(self, core: Core):
+        self._core = core
+
+    # ------------------------------------------------------------------ reading
+    async def get(self, fact_id: str) -> Fact:
+        """One fact version by id; ``FactNotFound`` if there is none."""
+        check_id(fact_id, "fact_id")
+        rec = await self._core.store.get_fact(fact_id)
+        if rec is None:
+            raise FactNotFound(fact_id)
+        return Fact.from_record(rec)
+
+    async def list(
+        self,
+        *,
+        user_id: str | None = None,
+        character_id: str | None = None,
+        key: str | None = None,
+        at: int | None = None,
+        status: str | None = "active",
+    ) -> builtins.list[Fact]:
+        """Facts, oldest first. ``user_id``: that user's only; ``character_id``: those known
+        to that character (its own and those known to every character); ``key``: one slot.
+        ``status``: one status, or ``None`` for every one. ``at=ts``: what was true then
+        (``valid_from <= ts < valid_to``), whatever has become of it since (with the default
+        ``status``, every status but ``pending``)."""
+        if user_id is not None:
+            check_id(user_id, "user_id")
+        if character_id is not None:
+            check_id(character_id, "character_id")
+        if key is not None:
+            check_key(key)
+        if status is not None and status not in FACT_STATUSES:
+            raise ValidationError(
+                f"status must be one of {sorted(FACT_STATUSES)} or None, got {shown(status)}", field="status"
+            )
+        if at is not None and (not isinstance(at, int) or isinstance(at, bool)):
+            raise ValidationError(f"at must be a time in ms, got {shown(at)}", field="at")
+        out = []
+        for rec in await self._core.store.list_facts(user_id):
+            f = Fact.from_record(rec)
+            if character_id is not None and f.character_id not in (None, character_id):
+                continue
+            if key is not None and f.key != key:
+                continue
+            if at is not None:
+                if (
+                    not f.true_at(at)
+                    or f.status == "pending"
+                    or (status not in (None, "active") and f.status != status)
+                ):
+                    continue
+            elif status is not None and f.status != status:
+                continue
+            out.append(f)
+        out.sort(key=lambda f: (f.valid_from, f.created_at, f.fact_id))
+        return out
+
+    async def history(self, fact_id: str) -> builtins.list[Fact]:
+        """Every version of the fact ``fact_id`` belongs to, oldest first."""
+        start = await self.get(fact_id)
+        return await self._chain(start)
+
+    async def _chain(self, fact: Fact) -> builtins.list[Fact]:
+        versions = {
+            f.fact_id: f for f in map(Fact.from_record, await self._core.store.list_facts(fact.user_id))
+        }
+        before = {f.superseded_by: f for f in versions.values() if f.superseded_by}
+        chain = [fact]
+        while (prev := before.get(chain[0].fact_id)) is not None and prev not in chain:
+            chain.insert(0, prev)
+        while (nxt := versions.get(chain[-1].superseded_by or "")) is not None and nxt not in chain:
+            chain.append(nxt)
+        return chain
+
+    # ------------------------------------------------------------------ the user's own
+    async def add(
+        self,
+        text: str,
+        *,
+        key: str | None = None,
+        value: str | None = None,
+        user_id: str | None = None,
+        character_id: str | None = None,
+        importance: float | None = None,
+        pinned: bool = False,
+    ) -> Fact:
+        """A fact the user states (origin ``"user"``), true from now. ``key`` defaults to
+        ``"note"`` and ``value`` to the text."""
+        text = check_text(text)
+        key = check_key(key if key is not None else NOTE_KEY)
+        value = check_value(value if value is not None else text)
+        user = check_id(user_id if user_id is not None else "local", "user_id")
+        if character_id is not None:
+            check_id(character_id, "character_id")
+        if not isinstance(pinned, bool):
+            raise ValidationError(f"pinned must be true or false, got {shown(pinned)}", field="pinned")
+        now = self._core.now()
+        fact = Fact(
+            fact_id=self._core.ids(),
+            user_id=user,
+            character_id=character_id,
+            key=key,
+            value=value,
+            text=text,
+            status="active",
+            valid_from=now,
+            valid_to=None,
+            created_at=now,
+            updated_at=now,
+            origin="user",
+            importance=USER_IMPORTANCE if importance is None else check_importance(importance),
+            pinned=pinned,
+        )
+        await self._core.store.put_facts([fact.to_record()])
+        return fact
+
+    async def update(
+        self,
+        fact_id: str,
+        *,
+        text: str | None = None,
+        value: str | None = None,
+        importance: float | None = None,
+        pinned: bool | None = None,
+    ) -> Fact:
+        """Correct a fact. A new value or text is a new version (the old one superseded from
+        now, so ``history`` keeps it); importance and pinning change the version in place.
+        Returns the fact as it now is."""
+        old = await self.get(fact_id)
+        if old.status in ("superseded", "invalidated"):
+            raise ValidationError(
+                f"fact {shown(fact_id)} is {old.status}: correct its current version", field="fact_id"
+            )
+        new_text = check_text(text) if text is not None else old.text
+        new_value = check_value(value) if value is not None else old.value
+        new_importance = check_importance(importance) if importance is not None else old.importance
+        if pinned is not None and not isinstance(pinned, bool):
+            raise ValidationError(f"pinned must be true or false, got {shown(pinned)}", field="pinned")
+        new_pinned = old.pinned if pinned is None else pinned
+        now = self._core.now()
+        if (new_text, new_value) == (old.text, old.value):
+            fact = replace(old, importance=new_importance, pinned=new_pinned, updated_at=now)
+            await self._core.store.put_facts([fact.to_record()])
+            return fact
+        fact = replace(
+            old,
+            fact_id=self._core.ids(),
+            text=new_text,
+            value=new_value,
+            importance=new_importance,
+            pinned=new_pinned,
+            origin="user",
+            valid_from=now,
+            valid_to=None,
+            created_at=now,
+            updated_at=now,
+            superseded_by=None,
+        )
+        ended = replace(old, status="superseded", valid_to=now, updated_at=now, superseded_by=fact.fact_id)
+        await self._core.store.put_facts([ended.to_record(), fact.to_record()])
+        return fact
+
+    async def delete(self, fact_id: str) -> int:
+        """Forget a fact: every version of it goes. Returns how many versions were removed."""
+        chain = await self.history(fact_id)
+        await self._core.store.delete_facts([f.fact_id for f in chain])
+        return len(chain)
+
+    def __repr__(self) -> str:
+        return "<Facts>"
