@@ -10,6 +10,7 @@ true when; ``delete`` removes the whole chain.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -18,11 +19,15 @@ from ..validation import check_id
 from .records import (
     FACT_STATUSES,
     Fact,
+    FactOp,
+    FactOrigin,
+    FactReport,
     check_importance,
     check_key,
     check_text,
     check_value,
 )
+from .rules import apply_ops
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -38,6 +43,100 @@ USER_IMPORTANCE = 0.8
 class Facts:
     def __init__(self, core: Core):
         self._core = core
+        #: whether a fact learnt with one character is known to every character
+        self.share_across_characters = True
+        #: whether learnt facts wait for ``approve`` (``pending``) before they count
+        self.review = False
+
+    def configure(self, *, review: bool | None = None, share_across_characters: bool | None = None) -> None:
+        """How facts are learnt: ``review=True`` keeps learnt facts ``pending`` until
+        ``approve``; ``share_across_characters=False`` keeps them per character."""
+        for name, v in (("review", review), ("share_across_characters", share_across_characters)):
+            if v is not None and not isinstance(v, bool):
+                raise ValidationError(f"{name} must be true or false, got {shown(v)}", field=name)
+        if review is not None:
+            self.review = review
+        if share_across_characters is not None:
+            self.share_across_characters = share_across_characters
+
+    # ------------------------------------------------------------------ learning
+    async def apply(
+        self,
+        ops: Sequence[FactOp],
+        *,
+        user_id: str = "local",
+        character_id: str | None = None,
+        times: Mapping[str, int] | None = None,
+        origin: FactOrigin = "extracted",
+    ) -> FactReport:
+        """Apply what an extractor proposes, by the rules (``chatmem.facts.rules``), for
+        ``user_id`` (and ``character_id``, when facts are kept per character); ``times``
+        maps the source message ids the operations may name to when they were said. All
+        of it is written in one transaction; an operation the rules refuse is reported
+        in ``errors`` and the others apply."""
+        check_id(user_id, "user_id")
+        scope = None if self.share_across_characters else character_id
+        if scope is not None:
+            check_id(scope, "character_id")
+        known = [
+            f
+            for f in map(Fact.from_record, await self._core.store.list_facts(user_id))
+            if f.character_id == scope
+        ]
+        applied = apply_ops(
+            known,
+            ops,
+            user_id=user_id,
+            character_id=scope,
+            now=self._core.now(),
+            new_id=self._core.ids,
+            times=times,
+            origin=origin,
+            review=self.review,
+        )
+        if applied.records:
+            await self._core.store.put_facts([f.to_record() for f in applied.records])
+        return applied.report
+
+    async def approve(self, fact_id: str) -> Fact:
+        """A pending fact counts from now on, by the rules (it may supersede another)."""
+        fact = await self.get(fact_id)
+        if fact.status != "pending":
+            raise ValidationError(f"fact {shown(fact_id)} is {fact.status}, not pending", field="fact_id")
+        known = [
+            f
+            for f in map(Fact.from_record, await self._core.store.list_facts(fact.user_id))
+            if f.character_id == fact.character_id and f.fact_id != fact_id
+        ]
+        op = FactOp(
+            "add", fact.key, fact.value, fact.text, source_ids=fact.source_ids, importance=fact.importance
+        )
+        applied = apply_ops(
+            known,
+            [op],
+            user_id=fact.user_id,
+            character_id=fact.character_id,
+            now=self._core.now(),
+            new_id=lambda: fact_id,
+            times={s: fact.valid_from for s in fact.source_ids},
+            origin=fact.origin,
+        )
+        records = [
+            replace(f, created_at=fact.created_at) if f.fact_id == fact_id else f for f in applied.records
+        ]
+        if not any(f.fact_id == fact_id for f in records):  # it said what an active fact says
+            await self._core.store.put_facts([f.to_record() for f in records])
+            await self._core.store.delete_facts([fact_id])
+            return next(f for f in records if f.status == "active")
+        await self._core.store.put_facts([f.to_record() for f in records])
+        return next(f for f in records if f.fact_id == fact_id)
+
+    async def reject(self, fact_id: str) -> None:
+        """Discard a pending fact."""
+        fact = await self.get(fact_id)
+        if fact.status != "pending":
+            raise ValidationError(f"fact {shown(fact_id)} is {fact.status}, not pending", field="fact_id")
+        await self._core.store.delete_facts([fact_id])
 
     # ------------------------------------------------------------------ reading
     async def get(self, fact_id: str) -> Fact:

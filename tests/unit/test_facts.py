@@ -1,0 +1,220 @@
+"""The rules of ``mem.facts.apply``: single- and multi-valued slots, supersession with
+time windows, reinforcement, likes and dislikes, invalidation, review, scope, and the
+operations that are refused while the rest applies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import chatmem
+from chatmem import FactOp
+from chatmem.errors import FactNotFound, ValidationError
+from conftest import run
+
+
+def add(key: str, value: str, *sources: str, text: str = "") -> FactOp:
+    return FactOp("add", key, value, text or f"{key}: {value}", source_ids=sources)
+
+
+TIMES = {f"m{i}": 1_000 * i for i in range(1, 20)}
+
+
+async def fresh(**config: Any) -> chatmem.Memory:
+    mem = await chatmem.open(clock=lambda: 1_000_000)
+    if config:
+        mem.facts.configure(**config)
+    return mem
+
+
+def test_a_new_single_value_supersedes_the_old_at_the_time_it_was_said() -> None:
+    async def go() -> Any:
+        mem = await fresh()
+        r1 = await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
+        r2 = await mem.facts.apply([add("home", "Porto", "m5")], times=TIMES)
+        facts = await mem.facts.list(key="home", status=None)
+        return (
+            r1,
+            r2,
+            facts,
+            [await mem.facts.list(key="home", at=t) for t in (500, 1_000, 4_999, 5_000, 9_000)],
+        )
+
+    r1, r2, (lisbon, porto), at = run(go())
+    assert (r1.added, r2.added, r2.superseded) == (1, 1, 1)
+    assert (lisbon.status, lisbon.valid_from, lisbon.valid_to, lisbon.superseded_by) == (
+        "superseded",
+        1_000,
+        5_000,
+        porto.fact_id,
+    )
+    assert (porto.status, porto.valid_from, porto.valid_to, porto.source_ids) == (
+        "active",
+        5_000,
+        None,
+        ("m5",),
+    )
+    assert [[f.value for f in fs] for fs in at] == [[], ["Lisbon"], ["Lisbon"], ["Porto"], ["Porto"]]
+
+
+def test_the_same_value_again_reinforces_and_never_duplicates() -> None:
+    async def go() -> Any:
+        mem = await fresh()
+        await mem.facts.apply([add("home", "Porto", "m1")], times=TIMES)
+        report = await mem.facts.apply([add("home", " porto ", "m2"), add("likes", "Tea", "m3")], times=TIMES)
+        again = await mem.facts.apply([add("likes", "tea", "m4")], times=TIMES)
+        return report, again, await mem.facts.list(status=None)
+
+    report, again, facts = run(go())
+    assert (report.reinforced, report.added, again.reinforced) == (1, 1, 1)
+    assert [(f.key, f.value, f.source_ids) for f in facts] == [
+        ("home", "Porto", ("m1", "m2")),
+        ("likes", "Tea", ("m3", "m4")),
+    ]
+
+
+def test_multi_valued_slots_keep_their_values_side_by_side() -> None:
+    async def go() -> Any:
+        mem = await fresh()
+        await mem.facts.apply(
+            [
+                add("family.sister", "Ana", "m1"),
+                add("family.sister", "Marta", "m2"),
+                add("pet", "Miso", "m3"),
+            ],
+            times=TIMES,
+        )
+        return [f.value for f in await mem.facts.list()]
+
+    assert run(go()) == ["Ana", "Marta", "Miso"]
+
+
+def test_likes_and_dislikes_end_each_other_and_invalidate_ends_a_fact() -> None:
+    async def go() -> Any:
+        mem = await fresh()
+        await mem.facts.apply([add("likes", "coriander", "m1"), add("pet", "Rex", "m2")], times=TIMES)
+        flip = await mem.facts.apply([add("dislikes", "Coriander", "m3")], times=TIMES)
+        (rex,) = await mem.facts.list(key="pet")
+        gone = await mem.facts.apply([FactOp("invalidate", "pet", "Rex", source_ids=("m4",))], times=TIMES)
+        return flip, gone, await mem.facts.list(status=None), rex
+
+    flip, gone, facts, rex = run(go())
+    assert (flip.added, flip.invalidated, gone.invalidated) == (1, 1, 1)
+    states = {(f.key, f.value): (f.status, f.valid_to) for f in facts}
+    assert states == {
+        ("likes", "coriander"): ("invalidated", 3_000),
+        ("pet", "Rex"): ("invalidated", 4_000),
+        ("dislikes", "Coriander"): ("active", None),
+    }
+
+
+def test_an_older_conversation_read_late_never_displaces_a_newer_value() -> None:
+    """Importing history out of order: "I live in Faro" said before "I moved to Porto" goes
+    into the history, Porto stays current (no stale fact)."""
+
+    async def go() -> Any:
+        mem = await fresh()
+        await mem.facts.apply([add("home", "Porto", "m9")], times=TIMES)
+        report = await mem.facts.apply([add("home", "Faro", "m2")], times=TIMES)
+        (porto,) = await mem.facts.list(key="home")
+        return (
+            report,
+            porto,
+            await mem.facts.history(porto.fact_id),
+            await mem.facts.list(key="home", at=2_500),
+        )
+
+    report, porto, history, then = run(go())
+    assert porto.value == "Porto" and report.added == 1 and report.superseded == 0
+    assert [(f.value, f.status, f.valid_to) for f in history] == [
+        ("Faro", "superseded", 9_000),
+        ("Porto", "active", None),
+    ]
+    assert [f.value for f in then] == ["Faro"]
+
+
+def test_update_and_invalidate_by_id_and_refused_operations_leave_the_rest() -> None:
+    async def go() -> Any:
+        mem = await fresh()
+        await mem.facts.apply([add("job", "baker", "m1")], times=TIMES)
+        (job,) = await mem.facts.list(key="job")
+        report = await mem.facts.apply(
+            [
+                FactOp(
+                    "update",
+                    "job",
+                    "pastry chef",
+                    "Works as a pastry chef",
+                    fact_id=job.fact_id,
+                    source_ids=("m2",),
+                ),
+                FactOp("invalidate", "job", "x", fact_id="no-such-fact"),
+                add("home", "Porto", "not-a-source"),
+                add("Bad Key", "x", "m3"),
+                add("goal", "", "m3"),
+                add("goal", "run a marathon", "m3"),
+            ],
+            times=TIMES,
+        )
+        return report, await mem.facts.list(status=None)
+
+    report, facts = run(go())
+    assert (report.added, report.superseded) == (2, 1)
+    assert len(report.errors) == 4 and all(isinstance(e, ValidationError) for e in report.errors)
+    assert [(f.key, f.value, f.status) for f in facts] == [
+        ("job", "baker", "superseded"),
+        ("job", "pastry chef", "active"),
+        ("goal", "run a marathon", "active"),
+    ]
+
+
+def test_review_keeps_learnt_facts_pending_until_approved_or_rejected() -> None:
+    async def go() -> Any:
+        mem = await fresh()
+        await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
+        mem.facts.configure(review=True)
+        report = await mem.facts.apply([add("home", "Porto", "m3"), add("pet", "Rex", "m4")], times=TIMES)
+        shown = [f.value for f in await mem.facts.list()]
+        pending = await mem.facts.list(status="pending")
+        porto = await mem.facts.approve(next(f.fact_id for f in pending if f.value == "Porto"))
+        await mem.facts.reject(next(f.fact_id for f in pending if f.value == "Rex"))
+        with pytest.raises(ValidationError):
+            await mem.facts.approve(porto.fact_id)
+        with pytest.raises(FactNotFound):
+            await mem.facts.reject("no-such-fact")
+        return report, shown, porto, await mem.facts.list(status=None)
+
+    report, shown, porto, facts = run(go())
+    assert report.pending == 2 and report.added == 0 and shown == ["Lisbon"]
+    assert porto.status == "active" and porto.valid_from == 3_000
+    assert [(f.value, f.status, f.valid_to) for f in facts] == [
+        ("Lisbon", "superseded", 3_000),
+        ("Porto", "active", None),
+    ]
+
+
+def test_facts_are_scoped_per_user_and_per_character_when_asked() -> None:
+    async def go() -> Any:
+        mem = await fresh(share_across_characters=False)
+        await mem.facts.apply([add("home", "Porto", "m1")], user_id="ana", character_id="airi", times=TIMES)
+        await mem.facts.apply([add("home", "Faro", "m2")], user_id="ana", character_id="coach", times=TIMES)
+        await mem.facts.apply([add("home", "Braga", "m3")], user_id="rui", character_id="airi", times=TIMES)
+        mem.facts.configure(share_across_characters=True)
+        await mem.facts.apply([add("pet", "Rex", "m4")], user_id="ana", character_id="airi", times=TIMES)
+        return (
+            [f.value for f in await mem.facts.list(user_id="ana", character_id="airi")],
+            [f.value for f in await mem.facts.list(user_id="ana", character_id="coach")],
+            [f.value for f in await mem.facts.list(user_id="rui")],
+        )
+
+    assert run(go()) == (["Porto", "Rex"], ["Faro", "Rex"], ["Braga"])
+
+
+def test_configure_refuses_what_is_not_a_switch() -> None:
+    async def go() -> None:
+        mem = await fresh()
+        with pytest.raises(ValidationError):
+            mem.facts.configure(review="yes")  # type: ignore[arg-type]
+
+    run(go())
