@@ -218,3 +218,140 @@ def test_configure_refuses_what_is_not_a_switch() -> None:
             mem.facts.configure(review="yes")  # type: ignore[arg-type]
 
     run(go())
+
+
+# ---------------------------------------------------------------------------- extraction
+
+
+class Scripted:
+    """A stand-in extractor (pure logic): "I live in X" proposes home X; it records what
+    it was given, and fails while ``fail`` is set."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+        self.fail: Exception | None = None
+        self.answer: Any = None
+
+    async def extract(self, messages: list[chatmem.ChatMessage], known: list[chatmem.Fact]) -> list[FactOp]:
+        self.seen.append([m.text for m in messages])
+        if self.fail is not None:
+            raise self.fail
+        if self.answer is not None:
+            return self.answer  # type: ignore[no-any-return]
+        out = []
+        for m in messages:
+            if m.text.startswith("I live in "):
+                city = m.text.removeprefix("I live in ").rstrip(".")
+                out.append(FactOp("add", "home", city, f"Lives in {city}", source_ids=(m.id,)))
+        return out
+
+
+async def chat(mem: chatmem.Memory, *lines: tuple[str, str]) -> str:
+    s = await mem.sessions.create(title="talk")
+    await mem.messages.append_many(s.session_id, [{"role": r, "content": t} for r, t in lines])
+    return s.session_id
+
+
+def test_extract_reads_each_user_message_once_and_keeps_where_a_fact_came_from() -> None:
+    async def go() -> Any:
+        mem = await chatmem.open()
+        ex = Scripted()
+        mem.facts.configure(extractor=ex)
+        sid = await chat(
+            mem,
+            ("system", "I live in Nowhere."),
+            ("user", "I live in Lisbon."),
+            ("assistant", "I live in the cloud."),
+        )
+        first = await mem.facts.extract()
+        again = await mem.facts.extract(sid)
+        await mem.messages.append(sid, "user", "I live in Porto.")
+        third = await mem.facts.extract()
+        (home,) = await mem.facts.list(key="home")
+        return ex.seen, first, again, third, home, await mem.facts.sources(home.fact_id)
+
+    seen, first, again, third, home, sources = run(go())
+    assert seen == [["I live in Lisbon."], ["I live in Porto."]], "user messages only, each once"
+    assert (first.added, first.processed, again.processed, third.superseded) == (1, 1, 0, 1)
+    assert home.value == "Porto" and home.origin == "extracted"
+    assert [m.text for m in sources] == ["I live in Porto."]
+
+
+def test_a_failing_extractor_writes_nothing_and_leaves_the_messages_for_the_next_run() -> None:
+    async def go() -> Any:
+        mem = await chatmem.open()
+        ex = Scripted()
+        mem.facts.configure(extractor=ex)
+        await chat(mem, ("user", "I live in Lisbon."))
+        ex.fail = RuntimeError("model down")
+        failed = await mem.facts.extract()
+        ex.fail, ex.answer = None, "not a list"
+        junk = await mem.facts.extract()
+        ex.answer = None
+        after = await mem.facts.extract()
+        return failed, junk, after, [f.value for f in await mem.facts.list()]
+
+    failed, junk, after, values = run(go())
+    assert failed.processed == 0 and isinstance(failed.errors[0], RuntimeError)
+    assert junk.processed == 0 and isinstance(junk.errors[0], ValidationError)
+    assert after.processed == 1 and after.added == 1 and values == ["Lisbon"]
+
+
+def test_what_the_user_deleted_or_rejected_never_comes_back_from_the_same_messages() -> None:
+    async def go() -> Any:
+        mem = await chatmem.open()
+        mem.facts.configure(extractor=Scripted())
+        sid = await chat(mem, ("user", "I live in Lisbon."))
+        await mem.facts.extract()
+        (lisbon,) = await mem.facts.list()
+        await mem.facts.delete(lisbon.fact_id)
+        again = await mem.facts.extract(reprocess=True)
+        mem.facts.configure(review=True)
+        await mem.messages.append(sid, "user", "I live in Faro.")
+        await mem.facts.extract()
+        (faro,) = await mem.facts.list(status="pending")
+        await mem.facts.reject(faro.fact_id)
+        redo = await mem.facts.extract(reprocess=True)
+        mem.facts.configure(review=False)
+        await mem.messages.append(sid, "user", "I live in Lisbon.")  # said again: learnt again
+        fresh = await mem.facts.extract()
+        return again, redo, fresh, [(f.value, f.status) for f in await mem.facts.list(status=None)]
+
+    again, redo, fresh, facts = run(go())
+    assert (again.processed, again.added) == (1, 0)
+    assert (redo.processed, redo.added, redo.pending) == (2, 0, 0)
+    assert fresh.added == 1 and facts == [("Lisbon", "active")]
+
+
+def test_extract_needs_an_extractor_and_a_known_session() -> None:
+    async def go() -> None:
+        mem = await chatmem.open()
+        with pytest.raises(ValidationError):
+            await mem.facts.extract()
+        with pytest.raises(ValidationError):
+            mem.facts.configure(extractor=object())  # type: ignore[arg-type]
+        mem.facts.configure(extractor=Scripted())
+        with pytest.raises(chatmem.errors.SessionNotFound):
+            await mem.facts.extract("no-such-session")
+
+    run(go())
+
+
+def test_the_watermark_survives_reopening(tmp_path: Any) -> None:
+    path = str(tmp_path / "facts.db")
+
+    async def go() -> Any:
+        mem = await chatmem.open(persist=path)
+        mem.facts.configure(extractor=Scripted())
+        await chat(mem, ("user", "I live in Lisbon."))
+        first = await mem.facts.extract()
+        await mem.close()
+        mem = await chatmem.open(persist=path)
+        ex = Scripted()
+        mem.facts.configure(extractor=ex)
+        second = await mem.facts.extract()
+        facts = [f.value for f in await mem.facts.list()]
+        await mem.close()
+        return first.processed, second.processed, ex.seen, facts
+
+    assert run(go()) == (1, 0, [], ["Lisbon"])

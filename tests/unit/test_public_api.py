@@ -98,6 +98,7 @@ PUBLIC = {
     "StaticEmbedder",
     "ImportReport",
     "Fact",
+    "FactExtractor",
     "FactOp",
     "FactReport",
     "Facts",

@@ -5,6 +5,7 @@ where it came from and when it was true (``records``), readable and correctable 
 from __future__ import annotations
 
 from .api import Facts
+from .extract import FactExtractor
 from .records import (
     FACT_ORIGINS,
     FACT_STATUSES,
@@ -22,6 +23,7 @@ __all__ = [
     "MULTI_VALUED",
     "SINGLE_VALUED",
     "Fact",
+    "FactExtractor",
     "FactOp",
     "FactReport",
     "Facts",

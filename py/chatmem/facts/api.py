@@ -14,8 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..errors import FactNotFound, ValidationError, shown
+from ..errors import FactNotFound, SessionNotFound, ValidationError, shown
+from ..models import ChatMessage
+from ..stores.base import ORDER_KEY
 from ..validation import check_id
+from .extract import BATCH, REFUSED_KEY, WATERMARK_KEY, FactExtractor, is_refused, refused_entry, unread
 from .records import (
     FACT_STATUSES,
     Fact,
@@ -47,13 +50,29 @@ class Facts:
         self.share_across_characters = True
         #: whether learnt facts wait for ``approve`` (``pending``) before they count
         self.review = False
+        #: what ``extract`` asks (``chatmem.facts.extract.FactExtractor``)
+        self.extractor: FactExtractor | None = None
 
-    def configure(self, *, review: bool | None = None, share_across_characters: bool | None = None) -> None:
-        """How facts are learnt: ``review=True`` keeps learnt facts ``pending`` until
-        ``approve``; ``share_across_characters=False`` keeps them per character."""
+    def configure(
+        self,
+        *,
+        extractor: FactExtractor | None = None,
+        review: bool | None = None,
+        share_across_characters: bool | None = None,
+    ) -> None:
+        """How facts are learnt: ``extractor`` (what proposes them); ``review=True`` keeps
+        learnt facts ``pending`` until ``approve``; ``share_across_characters=False`` keeps
+        them per character. What is not given stays as it was."""
         for name, v in (("review", review), ("share_across_characters", share_across_characters)):
             if v is not None and not isinstance(v, bool):
                 raise ValidationError(f"{name} must be true or false, got {shown(v)}", field=name)
+        if extractor is not None:
+            if not isinstance(extractor, FactExtractor):
+                raise ValidationError(
+                    f"extractor must have an async extract(messages, known), got {shown(extractor)}",
+                    field="extractor",
+                )
+            self.extractor = extractor
         if review is not None:
             self.review = review
         if share_across_characters is not None:
@@ -98,6 +117,80 @@ class Facts:
             await self._core.store.put_facts([f.to_record() for f in applied.records])
         return applied.report
 
+    async def extract(self, session_id: str | None = None, *, reprocess: bool = False) -> FactReport:
+        """Learn from the user messages not read yet (of one session, or of all): the
+        extractor's proposals go through ``apply``, and each session's watermark moves past
+        what was read, so running it again reads nothing new. ``reprocess=True`` reads every
+        user message again (what the user deleted or rejected is still never proposed
+        again from the same messages). An extractor that fails leaves its messages unread
+        for the next run and is reported in ``errors``."""
+        extractor = self.extractor
+        if extractor is None:
+            raise ValidationError("no fact extractor: mem.facts.configure(extractor=...)", field="extractor")
+        store = self._core.store
+        if session_id is not None:
+            check_id(session_id, "session_id")
+            meta = await store.get_session(session_id)
+            if meta is None:
+                raise SessionNotFound(session_id)
+            metas = [meta]
+        else:
+            metas = sorted(await store.all_sessions(), key=lambda m: (m["createdAt"], m["sessionId"]))
+        report = FactReport()
+        marks = dict(await store.kv_get(WATERMARK_KEY) or {})
+        refused = list(await store.kv_get(REFUSED_KEY) or [])
+        for meta in metas:
+            sid = meta["sessionId"]
+            todo = unread(
+                await store.list_messages(sid, 0, None, False), None if reprocess else marks.get(sid)
+            )
+            for start in range(0, len(todo), BATCH):
+                batch = todo[start : start + BATCH]
+                msgs = [ChatMessage.from_record(r) for r in batch]
+                scope = None if self.share_across_characters else meta.get("characterId")
+                known = [
+                    f
+                    for f in await self.list(user_id=meta.get("userId") or "local", status=None)
+                    if f.character_id == scope
+                ]
+                try:
+                    ops = await extractor.extract(
+                        msgs, [f for f in known if f.status in ("active", "pending")]
+                    )
+                    if not isinstance(ops, list) or not all(isinstance(op, FactOp) for op in ops):
+                        raise ValidationError(
+                            f"an extractor must answer a list of FactOp, got {shown(ops)}", field="extractor"
+                        )
+                except Exception as e:  # noqa: BLE001 - any extractor failure: unread, reported, nothing written
+                    report.errors.append(e)
+                    break
+                done = await self.apply(
+                    [op for op in ops if not is_refused(op, refused)],
+                    user_id=meta.get("userId") or "local",
+                    character_id=meta.get("characterId"),
+                    times={m.id: m.created_at for m in msgs},
+                )
+                for name in ("added", "superseded", "invalidated", "reinforced", "pending"):
+                    setattr(report, name, getattr(report, name) + getattr(done, name))
+                report.errors += done.errors
+                report.processed += len(batch)
+                marks[sid] = max(str(batch[-1].get(ORDER_KEY) or ""), str(marks.get(sid) or ""))
+                await store.kv_set(WATERMARK_KEY, marks)
+        return report
+
+    async def sources(self, fact_id: str) -> builtins.list[ChatMessage]:
+        """The messages a fact was learnt from that are still stored, in the order it names them."""
+        fact = await self.get(fact_id)
+        found = await self._core.store.get_messages(list(fact.source_ids)) if fact.source_ids else []
+        return [ChatMessage.from_record(r) for r in found if r is not None]
+
+    async def _refuse(self, facts: builtins.list[Fact]) -> None:
+        """Remember learnt facts the user deleted or rejected (never proposed again from the same messages)."""
+        learnt = [refused_entry(f) for f in facts if f.origin != "user" and f.source_ids]
+        if learnt:
+            refused = list(await self._core.store.kv_get(REFUSED_KEY) or [])
+            await self._core.store.kv_set(REFUSED_KEY, refused + learnt)
+
     async def approve(self, fact_id: str) -> Fact:
         """A pending fact counts from now on, by the rules (it may supersede another)."""
         fact = await self.get(fact_id)
@@ -136,6 +229,7 @@ class Facts:
         fact = await self.get(fact_id)
         if fact.status != "pending":
             raise ValidationError(f"fact {shown(fact_id)} is {fact.status}, not pending", field="fact_id")
+        await self._refuse([fact])
         await self._core.store.delete_facts([fact_id])
 
     # ------------------------------------------------------------------ reading
@@ -301,6 +395,7 @@ class Facts:
     async def delete(self, fact_id: str) -> int:
         """Forget a fact: every version of it goes. Returns how many versions were removed."""
         chain = await self.history(fact_id)
+        await self._refuse(chain)
         await self._core.store.delete_facts([f.fact_id for f in chain])
         return len(chain)
 
