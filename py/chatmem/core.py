@@ -4,7 +4,7 @@ generator and the caches, with the one place that keeps the caches coherent."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from .ids import Clock, IdGenerator
 from .lru import LRUCache
@@ -31,6 +31,15 @@ class Core:
     limits: Limits = DEFAULT_LIMITS
     #: called (no arguments) when another process changed the store behind the caches
     external_listeners: list[Callable[[], None]] = field(default_factory=list)
+    #: awaited with the ids of messages the user deleted (not pruned), once they are gone:
+    #: what was learnt only from them is forgotten (``chatmem.facts``)
+    forgetters: list[Callable[[list[str]], Awaitable[None]]] = field(default_factory=list)
+
+    async def forget(self, message_ids: list[str]) -> None:
+        """Tell the forgetters that these messages are gone for good."""
+        if message_ids:
+            for fn in list(self.forgetters):
+                await fn(message_ids)
 
     async def check_external(self) -> None:
         """Before trusting a cache: if another process (or connection) wrote to the store

@@ -332,7 +332,7 @@ class Retention:
             for sid in plan.archive:
                 await self._sessions.archive(sid)
             for sid in plan.delete:
-                await self._sessions.delete(sid)
+                await self._sessions.delete(sid, forget_facts=False)  # pruned, not forgotten
         report = RetentionReport(archived=list(plan.archive), deleted=list(plan.delete), dry_run=dry_run)
         self.last_report = report
         return report
@@ -371,7 +371,7 @@ class Retention:
             removed = [by_id[i] for i in plan.remove]
             if removed:
                 await self._sessions.archive_copy(session_id, removed)
-        await self._sessions.delete_messages(session_id, plan.remove)
+        await self._sessions.delete_messages(session_id, plan.remove, forget_facts=False)
         return plan
 
     async def delete_old_sessions(self, *, older_than: int, now: int | None = None) -> list[str]:
@@ -381,7 +381,7 @@ class Retention:
         gone = []
         for m in await self._sessions.list(limit=None, archived=None, pinned_first=False):
             if not m.pinned and now - m.updated_at > older_than:
-                await self._sessions.delete(m.session_id)
+                await self._sessions.delete(m.session_id, forget_facts=False)
                 gone.append(m.session_id)
         return gone
 

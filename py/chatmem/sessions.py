@@ -210,29 +210,38 @@ class Sessions:
     async def pin(self, session_id: str, pinned: bool = True) -> SessionMeta:
         return await self.update(session_id, pinned=pinned)
 
-    async def delete(self, session_id: str) -> None:
-        """Delete the session and all its messages. ``SessionNotFound`` if absent."""
+    async def delete(self, session_id: str, *, forget_facts: bool = True) -> None:
+        """Delete the session and all its messages. ``SessionNotFound`` if absent. What was
+        learnt only from them is forgotten (``forget_facts=False``, as retention does: the
+        history is pruned, the facts stay)."""
         _check_str(session_id, "session_id")
+        gone = await self._core.store.message_ids(session_id) if forget_facts else []
         ops = [await self._core.outbox.op("delete", "session", session_id, session_id, None)]
         if not await self._core.store.delete_session(session_id, ops):
             raise SessionNotFound(session_id)
         self._core.invalidate(session_id)
         self._core.changed("session-deleted", session_id)
+        await self._core.forget(gone)
 
     async def clear(self, session_id: str) -> SessionMeta:
-        """Delete every message of the session and keep the session itself."""
+        """Delete every message of the session and keep the session itself (what was learnt
+        only from them is forgotten)."""
         _check_str(session_id, "session_id")
-        gone = [m["id"] for m in await self._core.store.list_messages(session_id, 0, None, False)]
+        gone = await self._core.store.message_ids(session_id)
         ops = await self._core.outbox.messages_deleted(session_id, gone)
         rec = await self._core.store.clear_session(session_id, self._core.now(), ops)
         self._core.invalidate(session_id)
         self._core.remember_meta(rec)
         self._core.changed("session-cleared", session_id, rec)
+        await self._core.forget(gone)
         return SessionMeta.from_record(rec)
 
-    async def delete_messages(self, session_id: str, message_ids: builtins.list[str]) -> SessionMeta:
+    async def delete_messages(
+        self, session_id: str, message_ids: builtins.list[str], *, forget_facts: bool = True
+    ) -> SessionMeta:
         """Delete some messages of a session; the later ones move up (``seq`` stays dense,
-        as on every device that holds the same messages). Durable when it returns."""
+        as on every device that holds the same messages). Durable when it returns. What was
+        learnt only from them is forgotten, unless ``forget_facts=False`` (retention)."""
         _check_str(session_id, "session_id")
         message_ids = check_ids(message_ids, "message_ids")
         ops = await self._core.outbox.messages_deleted(session_id, message_ids)
@@ -240,6 +249,8 @@ class Sessions:
         self._core.invalidate(session_id)
         self._core.remember_meta(rec)
         self._core.changed("messages-deleted", session_id, list(message_ids))
+        if forget_facts:
+            await self._core.forget(list(message_ids))
         return SessionMeta.from_record(rec)
 
     async def _copy_into_new(

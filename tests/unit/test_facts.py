@@ -355,3 +355,52 @@ def test_the_watermark_survives_reopening(tmp_path: Any) -> None:
         return first.processed, second.processed, ex.seen, facts
 
     assert run(go()) == (1, 0, [], ["Lisbon"])
+
+
+# ---------------------------------------------------------------------------- forgetting
+
+
+def test_deleting_what_a_fact_was_learnt_from_forgets_it_but_pruning_does_not() -> None:
+    """Deleting a session, some messages or clearing one forgets the learnt facts whose
+    every source went; a fact with a source elsewhere keeps that one; what the user stated
+    stays; retention prunes history and keeps the facts."""
+
+    async def go() -> Any:
+        mem = await chatmem.open()
+        mem.facts.configure(extractor=Scripted())
+        a = await chat(mem, ("user", "I live in Lisbon."))
+        b = await chat(mem, ("user", "I live in Lisbon."), ("user", "I live in Porto."))
+        c = await chat(mem, ("user", "I live in Faro."))
+        await mem.facts.extract()
+        stated = await mem.facts.add("Has a sister called Ana", key="family.sister", value="Ana")
+        by_value = {f.value: f for f in await mem.facts.list(status=None)}
+        steps = []
+        await mem.sessions.delete(a)  # Lisbon was also said in b: it keeps that source
+        by_value = {f.value: f for f in await mem.facts.list(status=None)}
+        steps.append((sorted(by_value), len(by_value["Lisbon"].source_ids)))
+        (porto_msg,) = [m for m in await mem.messages.list(b, limit=None) if "Porto" in m.text]
+        await mem.sessions.delete_messages(b, [porto_msg.id])
+        steps.append(sorted(f.value for f in await mem.facts.list(status=None)))
+        await mem.sessions.clear(b)
+        steps.append(sorted(f.value for f in await mem.facts.list(status=None)))
+        # retention: an archived, expired session is pruned; what it taught stays
+        await mem.sessions.archive(c)
+        policy = chatmem.RetentionPolicy(max_age=1, delete_archived=True)
+        report = await mem.retention.apply(policy, now=mem.clock() + 10 * 86_400_000)
+        (faro,) = [f for f in await mem.facts.list(status=None) if f.value == "Faro"]
+        return (
+            steps,
+            report.deleted,
+            faro,
+            await mem.facts.sources(faro.fact_id),
+            await mem.facts.get(stated.fact_id),
+        )
+
+    steps, deleted, faro, sources, stated = run(go())
+    assert steps[0] == (["Ana", "Faro", "Lisbon", "Porto"], 1)
+    assert steps[1] == ["Ana", "Faro", "Lisbon"]
+    assert steps[2] == ["Ana", "Faro"]
+    assert len(deleted) == 1 and faro.source_ids and sources == [], (
+        "pruned: the fact stays, its source is gone"
+    )
+    assert stated.status == "active"

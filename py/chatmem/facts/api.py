@@ -52,6 +52,25 @@ class Facts:
         self.review = False
         #: what ``extract`` asks (``chatmem.facts.extract.FactExtractor``)
         self.extractor: FactExtractor | None = None
+        core.forgetters.append(self._forget)
+
+    async def _forget(self, message_ids: builtins.list[str]) -> None:
+        """The user deleted these messages: a learnt fact whose every source is among them
+        goes; one with other sources keeps those (a fact the user stated stays)."""
+        gone = set(message_ids)
+        drop, keep = [], []
+        for f in map(Fact.from_record, await self._core.store.list_facts()):
+            if f.origin == "user" or not gone & set(f.source_ids):
+                continue
+            left = tuple(s for s in f.source_ids if s not in gone)
+            if left:
+                keep.append(replace(f, source_ids=left, updated_at=self._core.now()))
+            else:
+                drop.append(f.fact_id)
+        if keep:
+            await self._core.store.put_facts([f.to_record() for f in keep])
+        if drop:
+            await self._core.store.delete_facts(drop)
 
     def configure(
         self,
