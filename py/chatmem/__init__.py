@@ -63,7 +63,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "UserProfileProvider",
         "render_context_message",
     ),
-    ".facts": ("Fact", "FactExtractor", "FactOp", "FactReport", "Facts"),
+    ".facts": ("Fact", "FactExtractor", "FactOp", "FactReport", "Facts", "OfflineFactExtractor"),
     ".lru": ("LFUCache", "LRUCache"),
     ".memory": ("Memory", "open"),
     ".messages": ("Messages",),
@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
     from .conversation import Session  # noqa: F401
     from .embedding import LocalEmbedder, StaticEmbedder  # noqa: F401
-    from .facts import Fact, FactExtractor, FactOp, FactReport, Facts  # noqa: F401
+    from .facts import Fact, FactExtractor, FactOp, FactReport, Facts, OfflineFactExtractor  # noqa: F401
     from .ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .index import (  # noqa: F401
         Embedder,
@@ -244,6 +244,7 @@ __all__ = [
     "FactOp",
     "FactReport",
     "Facts",
+    "OfflineFactExtractor",
     # sync
     "SyncConfig",
     "SyncEngine",

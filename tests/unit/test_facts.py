@@ -326,8 +326,7 @@ def test_what_the_user_deleted_or_rejected_never_comes_back_from_the_same_messag
 def test_extract_needs_an_extractor_and_a_known_session() -> None:
     async def go() -> None:
         mem = await chatmem.open()
-        with pytest.raises(ValidationError):
-            await mem.facts.extract()
+        assert isinstance(mem.facts.extractor, chatmem.OfflineFactExtractor), "the offline one by default"
         with pytest.raises(ValidationError):
             mem.facts.configure(extractor=object())  # type: ignore[arg-type]
         mem.facts.configure(extractor=Scripted())

@@ -102,6 +102,7 @@ PUBLIC = {
     "FactOp",
     "FactReport",
     "Facts",
+    "OfflineFactExtractor",
     "SyncConfig",
     "SyncEngine",
     "SyncStatus",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .api import Facts
 from .extract import FactExtractor
+from .offline import OfflineFactExtractor
 from .records import (
     FACT_ORIGINS,
     FACT_STATUSES,
@@ -27,5 +28,6 @@ __all__ = [
     "FactOp",
     "FactReport",
     "Facts",
+    "OfflineFactExtractor",
     "check_fact_record",
 ]

@@ -19,6 +19,7 @@ from ..models import ChatMessage
 from ..stores.base import ORDER_KEY
 from ..validation import check_id
 from .extract import BATCH, REFUSED_KEY, WATERMARK_KEY, FactExtractor, is_refused, refused_entry, unread
+from .offline import OfflineFactExtractor
 from .records import (
     FACT_STATUSES,
     Fact,
@@ -50,8 +51,9 @@ class Facts:
         self.share_across_characters = True
         #: whether learnt facts wait for ``approve`` (``pending``) before they count
         self.review = False
-        #: what ``extract`` asks (``chatmem.facts.extract.FactExtractor``)
-        self.extractor: FactExtractor | None = None
+        #: what ``extract`` asks (``chatmem.facts.extract.FactExtractor``): by default the
+        #: offline one (English first-person statements, no model)
+        self.extractor: FactExtractor = OfflineFactExtractor()
         core.forgetters.append(self._forget)
 
     async def _forget(self, message_ids: builtins.list[str]) -> None:
@@ -144,8 +146,6 @@ class Facts:
         again from the same messages). An extractor that fails leaves its messages unread
         for the next run and is reported in ``errors``."""
         extractor = self.extractor
-        if extractor is None:
-            raise ValidationError("no fact extractor: mem.facts.configure(extractor=...)", field="extractor")
         store = self._core.store
         if session_id is not None:
             check_id(session_id, "session_id")
