@@ -50,6 +50,23 @@ def quality_main(args: argparse.Namespace, open_page: OpenPage, log: Callable[[s
     return 0
 
 
+def facts_main(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``--facts``: the facts table (see facts_quality.py); printed and written to facts.md/json."""
+    import facts_quality
+
+    t0 = time.perf_counter()
+    res = facts_quality.run_facts(quick=args.quick)
+    table = facts_quality.render_facts(res)
+    print(table)
+    log(f"facts run: {time.perf_counter() - t0:.0f} s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "facts.json").write_text(
+        json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "results": res}, indent=1)
+    )
+    (args.out / "facts.md").write_text(table + "\n")
+    return 0
+
+
 def huge_main(args: argparse.Namespace, open_page: OpenPage, cpu: str, log: Callable[[str], None]) -> int:
     """``--huge``: ``--huge-n`` messages in one page (scale.run_huge); writes huge.json and huge.md.
     The profile is on disk: an in-memory context's quota (a share of the RAM) ends the run

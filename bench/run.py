@@ -7,6 +7,7 @@ alternatives, in one Chromium page and one CPython process, in one run.
                                           # W10 (background embedding) at 100,000 instead of 10,000
     python build.py bench --huge [--huge-n N]   # only: 1,000,000 (N) messages in one page
     python build.py bench --quality       # LoCoMo retrieval quality, CPython and the page
+    python build.py bench --facts         # facts: recall, stale and junk rates, extraction speed
     python build.py bench --large         # W2 also at 100,000 messages
     python build.py bench --quick         # tiny sizes: checks that everything runs
     python build.py bench --durability strict
@@ -792,6 +793,11 @@ def main() -> int:
     )
     ap.add_argument("--conversations", type=int, default=None, help="with --quality: only the first N")
     ap.add_argument(
+        "--facts",
+        action="store_true",
+        help="facts learnt from bench/facts/personas.json: recall, stale and junk rates, and extraction speed",
+    )
+    ap.add_argument(
         "--scale",
         action="store_true",
         help="also the 100,000-message cases: W4 search and first queries, W9 ChatGPT import",
@@ -807,6 +813,8 @@ def main() -> int:
         return modes.huge_main(args, open_page, _cpu(), log)
     if args.quality:
         return modes.quality_main(args, open_page, log)
+    if args.facts:
+        return modes.facts_main(args, log)
     if args.render:
         doc = json.loads((args.out / "results.json").read_text())
         res = Results()

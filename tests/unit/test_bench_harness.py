@@ -147,3 +147,21 @@ def test_words_are_seeded(n: int) -> None:
     a, b = scalegen.Words(), scalegen.Words()
     assert [a.text() for _ in range(n)] == [b.text() for _ in range(n)]
     assert all(q.split()[0] not in a.vocab[:50] for q in a.queries(20))
+
+
+def test_the_facts_bench_meets_its_goals_on_its_set() -> None:
+    """``bench --facts`` (quick): the offline extractor's recall, stale and junk rates on the
+    conversation set against the goals, and a table that shows them."""
+    import facts_quality
+
+    res = facts_quality.run_facts(quick=True)
+    q = res["offline"]["quality"]
+    assert (
+        q["recall"] >= facts_quality.GOALS["recall"]
+        and q["stale"] == 0
+        and q["junk"] <= facts_quality.GOALS["junk"]
+    ), q
+    speed = res["offline"]["speed"]
+    assert speed["messages"] == 2_000 and speed["current"] == {"home": "Vienna", "job": "architect"}
+    table = facts_quality.render_facts(res)
+    assert "| offline |" in table and "recall" in table

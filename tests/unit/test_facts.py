@@ -403,3 +403,17 @@ def test_deleting_what_a_fact_was_learnt_from_forgets_it_but_pruning_does_not() 
         "pruned: the fact stays, its source is gone"
     )
     assert stated.status == "active"
+
+
+def test_a_fact_said_many_times_keeps_its_first_and_newest_sources() -> None:
+    from chatmem.facts.rules import MAX_SOURCES
+
+    async def go() -> Any:
+        mem = await fresh()
+        times = {f"s{i}": i for i in range(200)}
+        for i in range(200):
+            await mem.facts.apply([add("likes", "tea", f"s{i}")], times=times)
+        return await mem.facts.list()
+
+    (tea,) = run(go())
+    assert len(tea.source_ids) == MAX_SOURCES and tea.source_ids[0] == "s0" and tea.source_ids[-1] == "s199"

@@ -121,11 +121,21 @@ def _named(value: str) -> str | None:
     return value
 
 
+#: what follows a comma without being part of a list
+_FILLER = re.compile(
+    r"^(?:by the way|btw|honestly|to be honest|really|though|lol|haha|of course|as you know|i think|i guess|"
+    r"you know|actually|for real|seriously|sadly|luckily|anyway)$",
+    re.I,
+)
+
+
 def _many(value: str) -> list[str]:
     """``value`` as a list ("hiking, swimming and chess")."""
     head = re.split(r"[.;!?]", value)[0]
     out = []
     for part in re.split(r",\s*(?:and\s+)?|\s+and\s+|\s+or\s+", head):
+        if _FILLER.match(part.strip()):
+            continue
         t = _thing(part)
         if t:
             out.append(t)

@@ -15,6 +15,8 @@ caller writes them in one transaction.
 - ``invalidate`` ends a fact (named by ``fact_id``, or by key and value).
 - ``update`` makes a new version of the fact ``fact_id`` with the new value.
 - Values compare without case and extra spaces ("Porto" is "porto ").
+- A fact keeps the first message it was learnt from and the newest ones
+  (``MAX_SOURCES`` in all), so one said a thousand times stays small.
 - A fact starts when what taught it was said (the newest of its source
   messages' times, given in ``times``), else at ``now``. A single value learnt
   from something said before the current value began (an older conversation
@@ -43,7 +45,26 @@ from .records import (
     check_value,
 )
 
-__all__ = ["Applied", "apply_ops", "same_value", "EXTRACTED_IMPORTANCE", "OPPOSITE"]
+__all__ = [
+    "Applied",
+    "apply_ops",
+    "same_value",
+    "EXTRACTED_IMPORTANCE",
+    "OPPOSITE",
+    "MAX_SOURCES",
+    "keep_sources",
+]
+
+#: sources kept per fact: the first it was learnt from and the newest ones (a fact said
+#: a thousand times keeps a record of bounded size)
+MAX_SOURCES = 50
+
+
+def keep_sources(sources: tuple[str, ...]) -> tuple[str, ...]:
+    """``sources`` without repeats, at most ``MAX_SOURCES``: the first and the newest."""
+    unique = tuple(dict.fromkeys(sources))
+    return unique if len(unique) <= MAX_SOURCES else unique[:1] + unique[-(MAX_SOURCES - 1) :]
+
 
 #: how much an extracted fact counts unless its extractor says
 EXTRACTED_IMPORTANCE = 0.5
@@ -131,7 +152,7 @@ def apply_ops(
         same = [f for f in active(key) if same_value(f.value, value)]
         if same and op.op == "add":
             f = same[0]
-            put(replace(f, source_ids=tuple(dict.fromkeys(f.source_ids + sources)), updated_at=now))
+            put(replace(f, source_ids=keep_sources(f.source_ids + sources), updated_at=now))
             report.reinforced += 1
             continue
         fact = Fact(
