@@ -66,10 +66,10 @@ MIGRATIONS: list[str] = [
         '$.messageCount', (SELECT count(*) FROM messages WHERE session_id = sessions.id));
     DELETE FROM kv WHERE key = 'sync.cursor';
     """,
-    # facts (chatmem.facts): one row per fact version
+    # facts (chatmem.facts): one row per fact version (kept if a file marked older has it)
     """
-    CREATE TABLE facts (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, record TEXT NOT NULL);
-    CREATE INDEX facts_user ON facts(user_id);
+    CREATE TABLE IF NOT EXISTS facts (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, record TEXT NOT NULL);
+    CREATE INDEX IF NOT EXISTS facts_user ON facts(user_id);
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
