@@ -1,7 +1,8 @@
 """A small OpenAI-compatible chat server on 127.0.0.1 for tests (real HTTP, SSE).
 
 Each request takes the next behaviour from ``server.plan`` (default ``"ok"``):
-``ok`` streams ``"echo: <last user text>"`` word by word; ``500`` answers an
+``ok`` streams ``"echo: <last user text>"`` word by word; ``say:<text>``
+answers exactly ``<text>`` (a scripted reply); ``500`` answers an
 error; ``401``; ``404``; ``429``; ``break`` streams two pieces then an error
 event and closes (a failure mid-stream); ``cut`` streams two pieces and
 closes without finishing; ``slow`` streams 40 pieces 100 ms apart. Every
@@ -98,11 +99,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if isinstance(content, str)
             else " ".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
         )
-        words = f"echo: {text}".split(" ")
+        said = behaviour[len("say:") :] if behaviour.startswith("say:") else f"echo: {text}"
+        words = said.split(" ")
         if not body.get("stream"):
-            return self._json(
-                200, {"choices": [{"message": {"role": "assistant", "content": " ".join(words)}}]}
-            )
+            return self._json(200, {"choices": [{"message": {"role": "assistant", "content": said}}]})
         self.send_response(200)
         self._cors()
         self.send_header("Content-Type", "text/event-stream")

@@ -63,7 +63,15 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "UserProfileProvider",
         "render_context_message",
     ),
-    ".facts": ("Fact", "FactExtractor", "FactOp", "FactReport", "Facts", "OfflineFactExtractor"),
+    ".facts": (
+        "Fact",
+        "FactExtractor",
+        "FactOp",
+        "FactReport",
+        "Facts",
+        "LLMFactExtractor",
+        "OfflineFactExtractor",
+    ),
     ".lru": ("LFUCache", "LRUCache"),
     ".memory": ("Memory", "open"),
     ".messages": ("Messages",),
@@ -97,7 +105,15 @@ if TYPE_CHECKING:
     from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
     from .conversation import Session  # noqa: F401
     from .embedding import LocalEmbedder, StaticEmbedder  # noqa: F401
-    from .facts import Fact, FactExtractor, FactOp, FactReport, Facts, OfflineFactExtractor  # noqa: F401
+    from .facts import (  # noqa: F401
+        Fact,
+        FactExtractor,
+        FactOp,
+        FactReport,
+        Facts,
+        LLMFactExtractor,
+        OfflineFactExtractor,
+    )
     from .ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .index import (  # noqa: F401
         Embedder,
@@ -245,6 +261,7 @@ __all__ = [
     "FactReport",
     "Facts",
     "OfflineFactExtractor",
+    "LLMFactExtractor",
     # sync
     "SyncConfig",
     "SyncEngine",

@@ -103,6 +103,7 @@ PUBLIC = {
     "FactReport",
     "Facts",
     "OfflineFactExtractor",
+    "LLMFactExtractor",
     "SyncConfig",
     "SyncEngine",
     "SyncStatus",

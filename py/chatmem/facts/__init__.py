@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .api import Facts
 from .extract import FactExtractor
+from .llm import LLMFactExtractor
 from .offline import OfflineFactExtractor
 from .records import (
     FACT_ORIGINS,
@@ -28,6 +29,7 @@ __all__ = [
     "FactOp",
     "FactReport",
     "Facts",
+    "LLMFactExtractor",
     "OfflineFactExtractor",
     "check_fact_record",
 ]

@@ -65,7 +65,7 @@ def refused_entry(fact: Fact) -> dict[str, Any]:
 def is_refused(op: FactOp, refused: list[Mapping[str, Any]]) -> bool:
     """Whether ``op`` proposes again what the user deleted or rejected, from one of the
     same messages."""
-    if op.op == "invalidate":
+    if op.op == "invalidate" or not isinstance(op.value, str):
         return False
     return any(
         r.get("key") == op.key

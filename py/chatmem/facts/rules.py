@@ -130,6 +130,10 @@ def apply_ops(
             if op.op not in ("add", "update", "invalidate"):
                 raise ValidationError(f"unknown operation {shown(op.op)}", field="op")
             target = None
+            if op.fact_id is not None and not isinstance(op.fact_id, str):
+                raise ValidationError(
+                    f"{op.op}: fact_id must be an id, got {shown(op.fact_id)}", field="fact_id"
+                )
             if op.fact_id is not None:
                 target = facts.get(op.fact_id)
                 if target is None or target.status in ("superseded", "invalidated"):
