@@ -186,6 +186,38 @@ async def _throughput(extractor: Any, messages: int) -> dict[str, Any]:
     }
 
 
+async def _context_cost(n_facts: int, rounds: int) -> dict[str, Any]:
+    """p50 of ``build_window`` on a 40-message session with no facts and with ``n_facts``
+    active facts (same memory, same session, measured in turns)."""
+    import statistics
+
+    mem = await chatmem.open()
+    s = await mem.sessions.create(title="context")
+    await mem.messages.append_many(
+        s.session_id,
+        [
+            {"role": ("user", "assistant")[i % 2], "content": f"message {i} about thing {i}"}
+            for i in range(40)
+        ],
+    )
+    await mem.facts.apply(
+        [chatmem.FactOp("add", "likes", f"thing {i}", f"Likes thing number {i}") for i in range(n_facts)]
+    )
+    with_facts, without = [], []
+    for _ in range(rounds):
+        for flag, into in ((False, without), (True, with_facts)):
+            t0 = time.perf_counter()
+            w = await mem.build_window(s.session_id, max_tokens=4_000, facts=flag)
+            into.append((time.perf_counter() - t0) * 1000)
+    await mem.close()
+    return {
+        "facts": n_facts,
+        "p50_none_ms": statistics.median(without),
+        "p50_facts_ms": statistics.median(with_facts),
+        "sent": len(w.facts),
+    }
+
+
 def run_facts(quick: bool = False) -> dict[str, Any]:
     """Quality and speed of the offline extractor on CPython."""
     extractor = chatmem.OfflineFactExtractor()
@@ -195,6 +227,7 @@ def run_facts(quick: bool = False) -> dict[str, Any]:
             "offline": {
                 "quality": await _quality(extractor),
                 "speed": await _throughput(extractor, 2_000 if quick else 100_000),
+                "context": await _context_cost(1_000, 5 if quick else 50),
             }
         }
 
@@ -213,6 +246,13 @@ def render_facts(res: dict[str, Any]) -> str:
             f"| {name} | {q['recall']:.2f} | {q['stale']:.2%} | {q['junk']:.2%} | "
             f"{q['active']} active of {q['current']} current | {s['per_second']:,.0f} ({s['messages']:,} in {s['seconds']:.1f} s, "
             f"{s['facts']} fact versions) |"
+        )
+    for r in res.values():
+        c = r["context"]
+        lines.append(
+            f"\nbuild_window with {c['facts']:,} active facts: p50 {c['p50_facts_ms']:.2f} ms against "
+            f"{c['p50_none_ms']:.2f} ms with none (+{c['p50_facts_ms'] - c['p50_none_ms']:.2f} ms, goal ≤ 5 ms; "
+            f"{c['sent']} facts sent)"
         )
     for name, r in res.items():
         for p in r["quality"]["people"]:

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
+from .context_render import render_context_message
 from .errors import SessionNotFound, ValidationError
+from .facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
 from .formats import FORMATS, to_anthropic
 from .live_context import ContextManager
-from .models import ChatMessage
+from .models import NOT_FOR_MODEL, ChatMessage, for_model
 from .retention import MessageRetentionPolicy, plan_message_retention, summary_key
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
 from .token_count import EstimateTokenizer, Tokenizer, for_format
@@ -37,17 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ContextBuilder", "NOT_FOR_MODEL", "Retriever", "for_model", "summary_key"]
 
-#: ``metadata["origin"]`` of stored messages that are not the model's turns nor the user's:
-#: an answer from memory (``OfflineResponder``), a notice the app stored (a failed turn)
-NOT_FOR_MODEL = frozenset({"offline", "notice"})
-
-
-def for_model(m: ChatMessage) -> bool:
-    """Whether a window may send ``m`` to a model: not an answer from memory or a notice
-    (by its ``origin``, or, as stored before origins were, by the offline provider's name)."""
-    origin = (m.metadata or {}).get("origin")
-    return origin not in NOT_FOR_MODEL and not (m.role == "assistant" and m.provider == "offline")
-
+#: the context entry the person's facts go into (beside a ``UserProfileProvider``'s settings)
+USER_PROFILE = "module:user-profile"
 
 #: ``retriever(session_id, query, config, exclude_ids) -> older messages`` (search plugs in here)
 Retriever = Callable[[str, str, Any, set[str]], Awaitable[list[ChatMessage]]]
@@ -139,13 +132,27 @@ class ContextBuilder:
         query: str | None = None,
         format: str = "openai",
         message_overhead: int | None = None,
+        facts: bool = True,
+        facts_budget: int | None = None,
     ) -> WindowResult:
-        """Like ``build_context`` but returns the whole ``WindowResult`` (what was kept, dropped, summarized)."""
+        """Like ``build_context`` but returns the whole ``WindowResult`` (what was kept, dropped, summarized).
+
+        ``facts``: the active facts of the session's user (known to its character) go into
+        the ``module:user-profile`` context entry, best first (``chatmem.facts.rank``), within
+        ``facts_budget`` tokens (default: a tenth of the window, at most 300); ``facts=False``
+        leaves them out. ``WindowResult.facts`` lists the ones sent, with their scores."""
+        if not isinstance(facts, bool):
+            raise ValidationError("facts must be true or false", field="facts")
+        if facts_budget is not None and (
+            not isinstance(facts_budget, int) or isinstance(facts_budget, bool) or facts_budget < 0
+        ):
+            raise ValidationError("facts_budget must be a number of tokens (0 or more)", field="facts_budget")
         max_tokens, reserve_tokens = resolve_budget(budget, max_tokens, reserve_tokens)
         if format not in FORMATS:
             raise ValidationError(f"format must be one of {FORMATS}", field="format")
         tk = for_format(self.tokenizer, format, message_overhead)
-        if await self._core.store.get_session(session_id) is None:
+        meta = await self._core.store.get_session(session_id)
+        if meta is None:
             raise SessionNotFound(session_id)
         stored_prompt = await self.system_prompt(session_id)
         if system_prompt is None and stored_prompt is not None:
@@ -159,8 +166,24 @@ class ContextBuilder:
             if computed is not None:
                 summary, folded = computed
         await self.context.refresh()
-        ctx = self.context.render()
+        snapshot = self.context.snapshot()
         recent = await self._recent(session_id, max_tokens - reserve_tokens, tk, folded)
+        sent: list[dict[str, Any]] = []
+        if facts:
+            share = min(MAX_FACTS_BUDGET, int((max_tokens - reserve_tokens) * FACTS_SHARE))
+            newest = (
+                query
+                if query is not None
+                else next((m.text for m in reversed(recent) if m.role == "user"), "")
+            )
+            sent = await self._facts(meta, newest, share if facts_budget is None else facts_budget, tk.count)
+            if sent:
+                profile = snapshot.get(USER_PROFILE)
+                lines = [f["text"] for f in sent]
+                snapshot[USER_PROFILE] = (
+                    dict(profile, facts=lines) if isinstance(profile, dict) else {"facts": lines}
+                )
+        ctx = render_context_message(snapshot)
         if retrieval is not None and getattr(retrieval, "strategy", "recent") == "recent":
             count = getattr(retrieval, "recent_count", None)
             if isinstance(count, int) and count >= 0:
@@ -186,7 +209,7 @@ class ContextBuilder:
                     for m in await self.retriever(session_id, query, retrieval, skip)
                     if m.id not in skip and for_model(m)
                 ]
-        return fit_window(
+        result = fit_window(
             system_prompt,
             ctx,
             summary,
@@ -196,6 +219,22 @@ class ContextBuilder:
             reserve_tokens=reserve_tokens,
             tokenizer=tk,
         )
+        result.facts = [] if "context" in result.dropped_parts else sent
+        return result
+
+    async def _facts(
+        self, meta: dict[str, Any], query: str, budget: int, count: Callable[[str], int]
+    ) -> list[dict[str, Any]]:
+        """The active facts of the session's user known to its character, best first, within ``budget``."""
+        if budget <= 0:
+            return []
+        character = meta.get("characterId")
+        held = [
+            r
+            for r in await self._core.store.list_facts(meta.get("userId") or "local")
+            if r.get("status") == "active" and r.get("characterId") in (None, character)
+        ]
+        return choose(rank(held, query, self._core.now()), budget, count) if held else []
 
     async def build_context(self, session_id: str, **kw: Any) -> list[dict[str, Any]] | dict[str, Any]:
         messages = (await self.build_window(session_id, **kw)).messages

@@ -281,6 +281,8 @@ class Memory:
         budget: ModelBudget | str | int | None = None,
         format: str = "openai",
         message_overhead: int | None = None,
+        facts: bool = True,
+        facts_budget: int | None = None,
     ) -> Any:
         """Provider-ready messages: system, context, summary, retrieved, then the recent ones that fit.
 
@@ -303,6 +305,8 @@ class Memory:
             budget=budget,
             format=format,
             message_overhead=message_overhead,
+            facts=facts,
+            facts_budget=facts_budget,
         )
 
     async def build_window(self, session_id: str, **kw: Any) -> WindowResult:

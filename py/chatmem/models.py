@@ -19,6 +19,8 @@ from typing import Any, Literal, Mapping, Sequence, cast
 from .errors import ValidationError, shown
 
 __all__ = [
+    "NOT_FOR_MODEL",
+    "for_model",
     "Role",
     "ROLES",
     "SessionMeta",
@@ -328,3 +330,15 @@ def _validate_optional(fields: Mapping[str, Any], index: int | None, json_checke
     tc = fields.get("token_count")
     if tc is not None and (isinstance(tc, bool) or not isinstance(tc, int) or tc < 0):
         raise _fail("token_count must be a non-negative int", "token_count", index)
+
+
+#: ``metadata["origin"]`` of stored messages that are not the model's turns nor the user's:
+#: an answer from memory (``OfflineResponder``), a notice the app stored (a failed turn)
+NOT_FOR_MODEL = frozenset({"offline", "notice"})
+
+
+def for_model(m: ChatMessage) -> bool:
+    """Whether a window may send ``m`` to a model: not an answer from memory or a notice
+    (by its ``origin``, or, as stored before origins were, by the offline provider's name)."""
+    origin = (m.metadata or {}).get("origin")
+    return origin not in NOT_FOR_MODEL and not (m.role == "assistant" and m.provider == "offline")

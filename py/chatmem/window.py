@@ -121,6 +121,9 @@ class WindowResult:
     summary_id: str | None = None
     #: what the summary covers, from its ``metadata["summaryOf"]`` when stored
     summary_covers: Any = None
+    #: the facts sent in the context entry, best first: ``{"fact_id", "text", "score",
+    #: "parts", "pinned"}`` each (``chatmem.facts.rank``)
+    facts: list[dict[str, Any]] = field(default_factory=list)
     _recent: Sequence[MessageLike] = field(default=(), repr=False)
     _kept: frozenset[int] = field(default=frozenset(), repr=False)
 

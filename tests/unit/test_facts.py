@@ -4,6 +4,7 @@ operations that are refused while the rest applies."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -417,3 +418,77 @@ def test_a_fact_said_many_times_keeps_its_first_and_newest_sources() -> None:
 
     (tea,) = run(go())
     assert len(tea.source_ids) == MAX_SOURCES and tea.source_ids[0] == "s0" and tea.source_ids[-1] == "s199"
+
+
+# ---------------------------------------------------------------------------- into the context
+
+
+def test_the_window_carries_the_users_facts_best_first_within_their_budget() -> None:
+    """The active facts of the session's user known to its character go into the
+    module:user-profile entry (beside a profile provider's settings): pinned first, then
+    by relevance to the newest message; within facts_budget; facts=False leaves them out."""
+
+    async def go() -> Any:
+        mem = await fresh()
+        mem.context.register(chatmem.UserProfileProvider(lambda: {"timezone": "Europe/Lisbon"}))
+        s = await mem.sessions.create(title="chat", character_id="airi")
+        await mem.messages.append(s.session_id, "user", "Any idea what I could cook for my sister tonight?")
+        await mem.facts.add("Lives in Porto", key="home", value="Porto")
+        await mem.facts.add("Is allergic to peanuts", key="allergy", value="peanuts", importance=0.9)
+        await mem.facts.add("Has a sister called Marta who loves to cook", key="family.sister", value="Marta")
+        await mem.facts.add("Speaks Portuguese", key="language", value="Portuguese", pinned=True)
+        await mem.facts.add("Works as a pilot", key="job", value="pilot", character_id="coach")
+        gone = await mem.facts.add("Lives in Faro", key="home", value="Faro", user_id="someone else")
+        w = await mem.build_window(s.session_id, max_tokens=4_000)
+        small = await mem.build_window(s.session_id, max_tokens=4_000, facts_budget=12)
+        none = await mem.build_window(s.session_id, max_tokens=4_000, facts=False)
+        return w, small, none, gone
+
+    w, small, none, gone = run(go())
+    texts = [f["text"] for f in w.facts]
+    assert texts[0] == "Speaks Portuguese", "pinned first"
+    assert texts[1] == "Has a sister called Marta who loves to cook", "then the one the message is about"
+    assert set(texts) == {
+        "Speaks Portuguese",
+        "Has a sister called Marta who loves to cook",
+        "Lives in Porto",
+        "Is allergic to peanuts",
+    }
+    assert set(w.facts[1]["parts"]) == {"relevance", "importance", "recency", "reinforced"}
+    context = next(m for m in w.messages if "module:user-profile" in json.dumps(m))
+    body = json.dumps(context, ensure_ascii=False)
+    assert "Europe/Lisbon" in body and "Marta" in body and "pilot" not in body and "Faro" not in body
+    assert len(small.facts) < len(w.facts) and small.facts[0]["text"] == "Speaks Portuguese"
+    assert none.facts == [] and "Marta" not in json.dumps(none.messages)
+
+
+def test_among_a_thousand_facts_the_one_asked_about_comes_first() -> None:
+    """Ranking 1,000 active facts finds the one the message names (``bench --facts``
+    measures what choosing among them costs a window)."""
+    from chatmem.facts.rank import choose, rank
+
+    now = 1_000_000
+    facts = [
+        chatmem.Fact(
+            f"f{i}",
+            "local",
+            None,
+            "likes",
+            f"thing {i}",
+            f"Likes thing number {i}",
+            "active",
+            0,
+            None,
+            0,
+            now - i * 1000,
+        )
+        for i in range(1_000)
+    ]
+    chosen = choose(
+        rank([f.to_record() for f in facts], "which thing number 7 do I like?", now),
+        300,
+        lambda s: len(s.split()) + 1,
+    )
+    assert (
+        chosen[0]["text"] == "Likes thing number 7" and sum(len(c["text"].split()) + 2 for c in chosen) <= 300
+    )

@@ -102,6 +102,10 @@ def apply_ops(
     per character); ``times`` maps the source message ids an op may name to when they
     were said."""
     facts = {f.fact_id: f for f in known}
+    live: dict[str, dict[str, Fact]] = {}  # key -> the active facts of that slot, by id
+    for f in known:
+        if f.status == "active":
+            live.setdefault(f.key, {})[f.fact_id] = f
     changed: dict[str, Fact] = {}
     out = Applied()
     report = out.report
@@ -109,9 +113,14 @@ def apply_ops(
     def put(f: Fact) -> None:
         facts[f.fact_id] = f
         changed[f.fact_id] = f
+        slot = live.setdefault(f.key, {})
+        if f.status == "active":
+            slot[f.fact_id] = f
+        else:
+            slot.pop(f.fact_id, None)
 
     def active(key: str) -> list[Fact]:
-        return [f for f in facts.values() if f.key == key and f.status == "active"]
+        return list(live.get(key, {}).values())
 
     def end(f: Fact, at: int, status: str, by: str | None = None) -> None:
         put(replace(f, status=status, valid_to=max(at, f.valid_from), updated_at=now, superseded_by=by))  # type: ignore[arg-type]
