@@ -109,7 +109,7 @@ class Memory:
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         #: what chatmem knows about the person (``chatmem.facts``)
-        self.facts = Facts(self._core)
+        self.facts = Facts(self._core, sleep=runtime.sleep)
         self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
         #: live context from modules (the original's "Active Context")
         self.context = ContextManager(clock)
@@ -373,6 +373,7 @@ class Memory:
         if not self._closed:
             self._closed = True
             self.retention.stop()
+            await self.facts.close()
             await self.index.close()
             await self.sync.close()
             await self.store.close()

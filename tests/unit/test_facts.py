@@ -492,3 +492,50 @@ def test_among_a_thousand_facts_the_one_asked_about_comes_first() -> None:
     assert (
         chosen[0]["text"] == "Likes thing number 7" and sum(len(c["text"].split()) + 2 for c in chosen) <= 300
     )
+
+
+# ---------------------------------------------------------------------------- in the background
+
+
+def test_auto_learns_after_appends_without_delaying_them_and_settled_waits() -> None:
+    async def go() -> Any:
+        mem = await chatmem.open()
+        mem.facts.configure(auto=True, debounce=0.05)
+        s = await mem.sessions.create(title="auto")
+        await mem.messages.append(s.session_id, "user", "My name is Ana.")
+        right_after = await mem.facts.list()
+        await mem.messages.append(s.session_id, "assistant", "Hi Ana! I live in Lisbon.")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": "I live in Porto."}])
+        await mem.facts.settled()
+        learnt = {f.key: f.value for f in await mem.facts.list()}
+        report = mem.facts.last_report
+        mem.facts.configure(auto=False)
+        await mem.messages.append(s.session_id, "user", "I'm vegan.")
+        await mem.facts.settled()
+        off = {f.key for f in await mem.facts.list()}
+        await mem.close()
+        return right_after, learnt, report, off
+
+    right_after, learnt, report, off = run(go())
+    assert right_after == [], "the append did not wait for learning"
+    assert learnt == {"name": "Ana", "home": "Porto"} and report is not None and not report.errors
+    assert "diet" not in off
+
+
+def test_a_background_failure_is_kept_not_raised() -> None:
+    class Broken:
+        async def extract(self, messages: Any, known: Any) -> list[FactOp]:
+            raise RuntimeError("no model")
+
+    async def go() -> Any:
+        mem = await chatmem.open()
+        mem.facts.configure(auto=True, debounce=0, extractor=Broken())
+        s = await mem.sessions.create(title="auto")
+        await mem.messages.append(s.session_id, "user", "My name is Ana.")
+        await mem.facts.settled()
+        report = mem.facts.last_report
+        await mem.close()
+        return report
+
+    report = run(go())
+    assert report is not None and isinstance(report.errors[0], RuntimeError)

@@ -9,10 +9,11 @@ true when; ``delete`` removes the whole chain.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FactNotFound, SessionNotFound, ValidationError, shown
 from ..models import ChatMessage
@@ -44,9 +45,24 @@ NOTE_KEY = "note"
 USER_IMPORTANCE = 0.8
 
 
+#: seconds of quiet after the user's last message before learning from it in the background
+DEBOUNCE_S = 1.0
+
+
 class Facts:
-    def __init__(self, core: Core):
+    def __init__(self, core: Core, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         self._core = core
+        self._sleep = sleep
+        #: whether facts are learnt in the background after user messages are appended
+        self.auto = False
+        #: seconds of quiet before a background run (a burst of messages is read at once)
+        self.debounce = DEBOUNCE_S
+        #: what the last background run did (its ``errors`` are kept, never raised)
+        self.last_report: FactReport | None = None
+        self._waiting: set[str] = set()  # sessions with user messages not read yet
+        self._learning: asyncio.Task[None] | None = None
+        self._reading = asyncio.Lock()
+        core.listeners.append(self._heard)
         #: whether a fact learnt with one character is known to every character
         self.share_across_characters = True
         #: whether learnt facts wait for ``approve`` (``pending``) before they count
@@ -78,13 +94,31 @@ class Facts:
         self,
         *,
         extractor: FactExtractor | None = None,
+        auto: bool | None = None,
         review: bool | None = None,
         share_across_characters: bool | None = None,
+        debounce: float | None = None,
     ) -> None:
-        """How facts are learnt: ``extractor`` (what proposes them); ``review=True`` keeps
-        learnt facts ``pending`` until ``approve``; ``share_across_characters=False`` keeps
-        them per character. What is not given stays as it was."""
-        for name, v in (("review", review), ("share_across_characters", share_across_characters)):
+        """How facts are learnt: ``extractor`` (what proposes them); ``auto=True`` learns in
+        the background after user messages are appended (``debounce`` seconds after the last
+        one), never delaying the append; ``review=True`` keeps learnt facts ``pending`` until
+        ``approve``; ``share_across_characters=False`` keeps them per character. What is not
+        given stays as it was."""
+        if debounce is not None:
+            if (
+                not isinstance(debounce, (int, float))
+                or isinstance(debounce, bool)
+                or not 0 <= debounce <= 3600
+            ):
+                raise ValidationError(
+                    f"debounce must be 0-3600 seconds, got {shown(debounce)}", field="debounce"
+                )
+            self.debounce = float(debounce)
+        for name, v in (
+            ("auto", auto),
+            ("review", review),
+            ("share_across_characters", share_across_characters),
+        ):
             if v is not None and not isinstance(v, bool):
                 raise ValidationError(f"{name} must be true or false, got {shown(v)}", field=name)
         if extractor is not None:
@@ -94,10 +128,49 @@ class Facts:
                     field="extractor",
                 )
             self.extractor = extractor
+        if auto is not None:
+            self.auto = auto
         if review is not None:
             self.review = review
         if share_across_characters is not None:
             self.share_across_characters = share_across_characters
+
+    # ------------------------------------------------------------------ in the background
+    def _heard(self, kind: str, session_id: str, payload: Any) -> None:
+        """A write happened: user messages appended wake the background learner."""
+        if not self.auto or kind != "messages-appended" or not isinstance(payload, dict):
+            return
+        if not any(m.get("role") == "user" for m in payload.get("messages") or ()):
+            return
+        self._waiting.add(session_id)
+        if self._learning is None or self._learning.done():
+            self._learning = asyncio.ensure_future(self._learn())
+
+    async def _learn(self) -> None:
+        """Wait for quiet, then read what is waiting; again while more arrived meanwhile."""
+        while self._waiting:
+            await self._sleep(self.debounce)
+            waiting, self._waiting = sorted(self._waiting), set()
+            for sid in waiting:
+                try:
+                    self.last_report = await self.extract(sid)
+                except Exception as e:  # noqa: BLE001 - the next append tries again; never raised into it
+                    self.last_report = FactReport(errors=[e])
+
+    async def settled(self) -> None:
+        """Wait until the background learner has read every user message appended so far."""
+        while self._learning is not None and not self._learning.done():
+            await asyncio.shield(self._learning)
+
+    async def close(self) -> None:
+        """Stop learning in the background (what was read is kept)."""
+        self._waiting.clear()
+        if self._learning is not None and not self._learning.done():
+            self._learning.cancel()
+            try:
+                await self._learning
+            except asyncio.CancelledError:
+                pass
 
     # ------------------------------------------------------------------ learning
     async def apply(
@@ -145,6 +218,10 @@ class Facts:
         user message again (what the user deleted or rejected is still never proposed
         again from the same messages). An extractor that fails leaves its messages unread
         for the next run and is reported in ``errors``."""
+        async with self._reading:  # one extraction at a time (the background one and a call)
+            return await self._extract(session_id, reprocess)
+
+    async def _extract(self, session_id: str | None, reprocess: bool) -> FactReport:
         extractor = self.extractor
         store = self._core.store
         if session_id is not None:
@@ -195,6 +272,7 @@ class Facts:
                 report.processed += len(batch)
                 marks[sid] = max(str(batch[-1].get(ORDER_KEY) or ""), str(marks.get(sid) or ""))
                 await store.kv_set(WATERMARK_KEY, marks)
+                await asyncio.sleep(0)  # a long history yields to the page between batches
         return report
 
     async def sources(self, fact_id: str) -> builtins.list[ChatMessage]:
