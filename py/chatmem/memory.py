@@ -109,7 +109,7 @@ class Memory:
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)
         #: what chatmem knows about the person (``chatmem.facts``)
-        self.facts = Facts(self._core, sleep=runtime.sleep)
+        self.facts = Facts(self._core, sleep=runtime.sleep, embedder=lambda: self.index.embedder)
         self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
         #: live context from modules (the original's "Active Context")
         self.context = ContextManager(clock)

@@ -539,3 +539,29 @@ def test_a_background_failure_is_kept_not_raised() -> None:
 
     report = run(go())
     assert report is not None and isinstance(report.errors[0], RuntimeError)
+
+
+# ---------------------------------------------------------------------------- search
+
+
+def test_search_finds_facts_by_their_words_and_their_meaning_with_scores() -> None:
+    async def go() -> Any:
+        mem = await chatmem.open(embedder=chatmem.HashingEmbedder())
+        await mem.facts.add("Lives in Porto", key="home", value="Porto")
+        await mem.facts.add("Is allergic to peanuts", key="allergy", value="peanuts")
+        await mem.facts.add("Has a sister called Marta", key="family.sister", value="Marta")
+        await mem.facts.add("Allergic to shellfish", key="allergy", value="shellfish", user_id="someone else")
+        words = await mem.facts.search("what am I allergic to?")
+        mine = await mem.facts.search("allergic", user_id="local")
+        near = await mem.facts.search("sisters")
+        with pytest.raises(ValidationError):
+            await mem.facts.search("")
+        return words, mine, near
+
+    words, mine, near = run(go())
+    assert words[0].fact.value in ("peanuts", "shellfish") and words[0].keyword > 0 and words[0].score > 0
+    assert {h.fact.value for h in words} >= {"peanuts", "shellfish"} and "Porto" not in {
+        h.fact.value for h in words
+    }
+    assert [h.fact.value for h in mine] == ["peanuts"]
+    assert near and near[0].fact.value == "Marta" and near[0].keyword == 0 and near[0].semantic > 0.35

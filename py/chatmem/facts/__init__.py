@@ -4,7 +4,7 @@ where it came from and when it was true (``records``), readable and correctable 
 
 from __future__ import annotations
 
-from .api import Facts
+from .api import FactHit, Facts
 from .extract import FactExtractor
 from .llm import LLMFactExtractor
 from .offline import OfflineFactExtractor
@@ -26,6 +26,7 @@ __all__ = [
     "SINGLE_VALUED",
     "Fact",
     "FactExtractor",
+    "FactHit",
     "FactOp",
     "FactReport",
     "Facts",

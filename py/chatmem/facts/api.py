@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FactNotFound, SessionNotFound, ValidationError, shown
@@ -21,6 +22,7 @@ from ..stores.base import ORDER_KEY
 from ..validation import check_id
 from .extract import BATCH, REFUSED_KEY, WATERMARK_KEY, FactExtractor, is_refused, refused_entry, unread
 from .offline import OfflineFactExtractor
+from .rank import rank
 from .records import (
     FACT_STATUSES,
     Fact,
@@ -36,8 +38,9 @@ from .rules import apply_ops
 
 if TYPE_CHECKING:
     from ..core import Core
+    from ..index.embed import Embedder
 
-__all__ = ["Facts", "NOTE_KEY", "USER_IMPORTANCE"]
+__all__ = ["Facts", "FactHit", "NOTE_KEY", "USER_IMPORTANCE"]
 
 #: the slot of a fact the user adds without naming one
 NOTE_KEY = "note"
@@ -47,11 +50,40 @@ USER_IMPORTANCE = 0.8
 
 #: seconds of quiet after the user's last message before learning from it in the background
 DEBOUNCE_S = 1.0
+#: how much a search's keyword share counts against its cosine
+KEYWORD_WEIGHT = 0.5
+#: the least cosine that makes a fact a match without a shared word
+SEMANTIC_FLOOR = 0.35
+
+
+@dataclass(frozen=True)
+class FactHit:
+    """A fact a search found: its ``score`` and the parts (``keyword`` share, ``semantic`` cosine)."""
+
+    fact: Fact
+    score: float
+    keyword: float
+    semantic: float
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
 
 
 class Facts:
-    def __init__(self, core: Core, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+    def __init__(
+        self,
+        core: Core,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        embedder: Callable[[], Embedder | None] = lambda: None,
+    ):
         self._core = core
+        self._embedder = embedder
+        self._vectors: dict[tuple[str, str, int], list[float]] = {}  # (model, fact id, updated at)
         self._sleep = sleep
         #: whether facts are learnt in the background after user messages are appended
         self.auto = False
@@ -383,6 +415,49 @@ class Facts:
             out.append(f)
         out.sort(key=lambda f: (f.valid_from, f.created_at, f.fact_id))
         return out
+
+    async def search(self, query: str, *, k: int = 10, user_id: str | None = None) -> builtins.list[FactHit]:
+        """The active facts that answer ``query`` best, by keyword (the share of the query's
+        words the fact has) and meaning (cosine with the embedder's vectors, when there is
+        one), with their scores; facts that match neither are not listed."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string", field="query")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValidationError(f"k must be a positive int, got {shown(k)}", field="k")
+        held = await self.list(user_id=user_id)
+        if not held:
+            return []
+        keyword = {
+            r["factId"]: parts["relevance"]
+            for r, _, parts in rank([f.to_record() for f in held], query, self._core.now())
+        }
+        semantic = await self._similarity(query, held)
+        hits = []
+        for f in held:
+            kw, sem = keyword.get(f.fact_id, 0.0), semantic.get(f.fact_id, 0.0)
+            if kw <= 0 and sem < SEMANTIC_FLOOR:
+                continue
+            hits.append(
+                FactHit(f, round(KEYWORD_WEIGHT * kw + (1 - KEYWORD_WEIGHT) * max(sem, 0.0), 4), kw, sem)
+            )
+        hits.sort(key=lambda h: (-h.score, h.fact.fact_id))
+        return hits[:k]
+
+    async def _similarity(self, query: str, facts: builtins.list[Fact]) -> dict[str, float]:
+        """Cosine of each fact's text with ``query`` (vectors of fact versions kept)."""
+        embedder = self._embedder()
+        if embedder is None:
+            return {}
+        model = embedder.model
+        todo = [f for f in facts if (model, f.fact_id, f.updated_at) not in self._vectors]
+        texts = [query] + [f.text for f in todo]
+        vectors = await embedder.embed(texts)
+        if len(self._vectors) > 50_000:
+            self._vectors.clear()
+        for f, v in zip(todo, vectors[1:]):
+            self._vectors[(model, f.fact_id, f.updated_at)] = v
+        q = vectors[0]
+        return {f.fact_id: _cosine(q, self._vectors[(model, f.fact_id, f.updated_at)]) for f in facts}
 
     async def history(self, fact_id: str) -> builtins.list[Fact]:
         """Every version of the fact ``fact_id`` belongs to, oldest first."""
