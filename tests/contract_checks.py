@@ -1326,3 +1326,42 @@ async def check_facts_are_kept_corrected_read_back_and_forgotten(make: Make) -> 
 
         for rec in await mem.store.list_facts():
             assert check_fact_record(rec) == rec
+
+
+@check
+async def check_facts_travel_in_exports_and_old_exports_still_import(make: Make) -> None:
+    """A whole export carries the facts (version 1.1.0); restoring it gives the same export
+    back; a copy takes them under new ids, still linked, without sources; an export without
+    facts stays version 1.0.0 and still imports; a bad fact names its path and writes nothing."""
+    async with await make(clock=TickClock()) as src:
+        ids = await _sample(src)
+        plain = await src.export()
+        assert plain["version"] == "1.0.0" and "facts" not in plain
+        home = await src.facts.add("Lives in Lisbon", key="home", value="Lisbon")
+        await src.facts.update(home.fact_id, text="Lives in Porto", value="Porto")
+        data = await src.export()
+        assert data["version"] == "1.1.0" and [f["value"] for f in data["facts"]] == ["Lisbon", "Porto"]
+        streamed = json.loads("".join([c async for c in src.export_iter()]))
+        assert dict(streamed, exportedAt=0) == dict(data, exportedAt=0)
+        assert "facts" not in await src.export([ids[0]])
+    async with await make() as dst:
+        report = await dst.import_sessions(data, preserve_ids=True)
+        assert report.facts_imported == 2
+        again = await dst.export()
+        assert dict(again, exportedAt=0) == dict(data, exportedAt=0)
+    async with await make() as copy:
+        report = await copy.import_sessions(json.dumps(data))
+        (porto,) = await copy.facts.list(key="home")
+        history = await copy.facts.history(porto.fact_id)
+        assert report.facts_imported == 2 and [f.value for f in history] == ["Lisbon", "Porto"]
+        assert porto.fact_id != data["facts"][1]["factId"] and porto.source_ids == ()
+        assert (await copy.import_sessions(plain)).facts_imported == 0
+    async with await make() as bad:
+        broken = json.loads(json.dumps(data))
+        broken["facts"][1]["key"] = "Not A Key"
+        e = await raises(errors.ImportFormatError, bad.import_sessions(broken))
+        assert "facts[1].key" in str(e), str(e)
+        old = dict(broken, version="1.0.0")
+        e = await raises(errors.ImportFormatError, bad.import_sessions(old))
+        assert "facts" in str(e)
+        assert await bad.sessions.list(limit=None) == [] and await bad.store.list_facts() == []

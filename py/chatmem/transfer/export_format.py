@@ -5,6 +5,10 @@
     {"version": "1.0.0", "exportedAt": <ms>,
      "sessions": [{"meta": <SessionMeta record>, "messages": [<ChatMessage record>, ...]}]}
 
+An export that carries facts (``chatmem.facts``) is version "1.1.0" and ends with
+``"facts": [<Fact record>, ...]`` (ordered by ``factId``); without facts it is the
+original's "1.0.0", unchanged.
+
 Records carry every field of ``SessionMeta.to_record()`` / ``ChatMessage.to_record()``
 in that key order (store-private fields such as ``nextSeq`` are dropped).
 
@@ -21,10 +25,12 @@ import json
 from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 
 from ..errors import ValidationError
+from ..facts.records import Fact
 from ..models import ChatMessage, SessionMeta
 
 __all__ = [
     "EXPORT_VERSION",
+    "FACTS_EXPORT_VERSION",
     "CHUNK_SIZE",
     "canonical_dumps",
     "session_record",
@@ -36,6 +42,8 @@ __all__ = [
 ]
 
 EXPORT_VERSION = "1.0.0"
+#: the version of an export that carries facts
+FACTS_EXPORT_VERSION = "1.1.0"
 #: chunks are yielded once they reach about this many characters
 CHUNK_SIZE = 64 * 1024
 
@@ -56,17 +64,28 @@ def message_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_export(
-    sessions: Iterable[tuple[Mapping[str, Any], Iterable[Mapping[str, Any]]]], exported_at: int
+    sessions: Iterable[tuple[Mapping[str, Any], Iterable[Mapping[str, Any]]]],
+    exported_at: int,
+    facts: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The export as a dict, from ``(session record, message records)`` pairs."""
-    return {
-        "version": EXPORT_VERSION,
+    """The export as a dict, from ``(session record, message records)`` pairs (and fact records)."""
+    kept = fact_records(facts)
+    out: dict[str, Any] = {
+        "version": FACTS_EXPORT_VERSION if kept else EXPORT_VERSION,
         "exportedAt": exported_at,
         "sessions": [
             {"meta": session_record(meta), "messages": [message_record(m) for m in msgs]}
             for meta, msgs in sessions
         ],
     }
+    if kept:
+        out["facts"] = kept
+    return out
+
+
+def fact_records(facts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Fact records as exported: every field, ordered by ``factId``."""
+    return sorted((Fact.from_record(f).to_record() for f in facts), key=lambda r: str(r["factId"]))
 
 
 def dumps_export(
@@ -79,13 +98,14 @@ def dumps_export(
 class _Writer:
     """Accumulates JSON pieces and hands out chunks of about ``chunk_size`` characters."""
 
-    def __init__(self, exported_at: int, chunk_size: int):
+    def __init__(self, exported_at: int, chunk_size: int, facts: list[dict[str, Any]]):
         if isinstance(exported_at, bool) or not isinstance(exported_at, int):
             raise ValidationError("exported_at must be an int (ms since the epoch)", field="exported_at")
         self.chunk_size = chunk_size
+        self.facts = facts
         self.parts: list[str] = [
             '{"version":',
-            canonical_dumps(EXPORT_VERSION),
+            canonical_dumps(FACTS_EXPORT_VERSION if facts else EXPORT_VERSION),
             ',"exportedAt":',
             canonical_dumps(exported_at),
             ',"sessions":[',
@@ -120,7 +140,10 @@ class _Writer:
         return self.add("]}")
 
     def end(self) -> str:
-        self.parts.append("]}")
+        self.parts.append("]")
+        if self.facts:
+            self.parts.append(',"facts":' + canonical_dumps(self.facts))
+        self.parts.append("}")
         return self.flush()
 
 
@@ -129,13 +152,14 @@ def iter_export_json(
     sessions: Iterable[tuple[Mapping[str, Any], Iterable[Mapping[str, Any]]]],
     *,
     chunk_size: int = CHUNK_SIZE,
+    facts: Iterable[Mapping[str, Any]] = (),
 ) -> Iterator[str]:
     """Yield the canonical export text in chunks; ``"".join(...)`` equals
-    ``canonical_dumps(build_export(sessions, exported_at))``.
+    ``canonical_dumps(build_export(sessions, exported_at, facts))``.
 
     ``sessions`` and each message iterable are consumed lazily, one item at a time.
     """
-    w = _Writer(exported_at, chunk_size)
+    w = _Writer(exported_at, chunk_size, fact_records(facts))
     for meta, msgs in sessions:
         if (chunk := w.start_session(meta)) is not None:
             yield chunk
@@ -155,13 +179,14 @@ async def aiter_export_json(
     | Iterable[tuple[Mapping[str, Any], AsyncIterable[Mapping[str, Any]] | Iterable[Mapping[str, Any]]]],
     *,
     chunk_size: int = CHUNK_SIZE,
+    facts: Iterable[Mapping[str, Any]] = (),
 ) -> AsyncIterator[str]:
     """``iter_export_json`` for a store read asynchronously.
 
     ``sessions`` may be an async or plain iterable of pairs; each pair's
     messages may be an async or plain iterable (e.g. pages read from a store).
     """
-    w = _Writer(exported_at, chunk_size)
+    w = _Writer(exported_at, chunk_size, fact_records(facts))
 
     async def pairs() -> AsyncIterator[Any]:
         if hasattr(sessions, "__aiter__"):

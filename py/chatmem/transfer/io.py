@@ -26,6 +26,8 @@ from ..validation import check_ids
 from .adapters import iter_import, prepare_import
 from .export_format import aiter_export_json, build_export, message_record, session_record
 from .normalized import NormalizedImport, NormalizedSession
+from .source import load_json
+from .validate import validate_facts
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -49,6 +51,8 @@ class ImportReport:
     sessions_replaced: int = 0
     #: the ids of the sessions written
     session_ids: list[str] = field(default_factory=list)
+    #: facts written (a chatmem export of version 1.1.0 carries them)
+    facts_imported: int = 0
 
 
 class Transfer:
@@ -68,13 +72,18 @@ class Transfer:
         recs.sort(key=lambda r: (r["createdAt"], r["sessionId"]))
         return recs
 
+    async def _facts(self, session_ids: Iterable[str] | None) -> list[dict[str, Any]]:
+        """The facts an export carries: all of them in a whole export, none in a partial one."""
+        return await self._core.store.list_facts() if session_ids is None else []
+
     async def export(self, session_ids: Iterable[str] | None = None) -> dict[str, Any]:
-        """The original's ``ChatSessionsExport`` (version "1.0.0") as a dict."""
+        """The original's ``ChatSessionsExport`` (version "1.0.0") as a dict; a whole export
+        that has facts to carry is version "1.1.0" with ``"facts"``."""
         pairs = []
         for meta in await self._metas(session_ids):
             msgs = await self._core.store.list_messages(meta["sessionId"], 0, None, False)
             pairs.append((meta, msgs))
-        return build_export(pairs, self._core.now())
+        return build_export(pairs, self._core.now(), await self._facts(session_ids))
 
     async def export_iter(
         self, session_ids: Iterable[str] | None = None, *, batch_size: int = 500
@@ -84,6 +93,7 @@ class Transfer:
         ``"".join(chunks)`` is the canonical JSON of ``export()`` (same ``exportedAt``).
         """
         metas = await self._metas(session_ids)
+        facts = await self._facts(session_ids)
         store = self._core.store
 
         async def pages(sid: str) -> AsyncIterator[dict[str, Any]]:
@@ -96,7 +106,9 @@ class Transfer:
                     return
                 offset += len(page)
 
-        async for chunk in aiter_export_json(self._core.now(), ((m, pages(m["sessionId"])) for m in metas)):
+        async for chunk in aiter_export_json(
+            self._core.now(), ((m, pages(m["sessionId"])) for m in metas), facts=facts
+        ):
             yield chunk
 
     async def _unchanged(self, rec: dict[str, Any], msgs: list[dict[str, Any]]) -> bool | None:
@@ -118,6 +130,7 @@ class Transfer:
         from the import on: their ``updatedAt`` is the import's time, so a retention policy
         ages them from the day they arrived, not from their original dates (``createdAt``
         and every message's ``createdAt`` keep those)."""
+        data = load_json(data, self._core.limits)
         batched = None if preserve_ids else getattr(self._core.store, "import_batches", None)
         now = self._core.now()
         # what is here already: a conversation imported before (its ids derive from the
@@ -129,6 +142,7 @@ class Transfer:
         at: dict[str, str] = {}  # each session's HLC, before its messages' (``ORDER_KEY``)
         if batched is not None:  # fresh sessions, written while the rest is still being checked
             name, sessions = iter_import(data, format=format, ids=self._core.ids, limits=self._core.limits)
+            facts = validate_facts(data) if name == "chatmem" else []
             sessions = _new_only(_arrived(_dense(sessions), now), present, again)
             report = ImportReport(format=name)
             # reads ``todo`` and ``at`` once they are filled
@@ -138,6 +152,7 @@ class Transfer:
             name, normalized = prepare_import(
                 data, format=format, preserve_ids=preserve_ids, ids=self._core.ids, limits=self._core.limits
             )
+            facts = validate_facts(data) if name == "chatmem" else []
             normalized = list(_dense(iter(normalized)))
             if not preserve_ids:
                 normalized = list(_new_only(_arrived(iter(normalized), now), present, again))
@@ -166,6 +181,8 @@ class Transfer:
         report.sessions_imported = len(todo)
         report.messages_imported = sum(len(m) for _, m in todo)
         report.session_ids = [r["sessionId"] for r, _ in todo]
+        if facts:
+            report.facts_imported = await self._import_facts(facts, preserve_ids)
         for rec, msgs in again:
             added = await self._add_missing(rec["sessionId"], msgs, now)
             if not added:
@@ -176,6 +193,24 @@ class Transfer:
             report.messages_imported += added
             report.session_ids.append(rec["sessionId"])
         return report
+
+    async def _import_facts(self, facts: list[dict[str, Any]], preserve_ids: bool) -> int:
+        """Write an export's facts: as they are when restoring a backup (replacing those with
+        the same ids), else under new ids, linked among themselves, without sources (the
+        messages they came from were copied under new ids)."""
+        if not preserve_ids:
+            fresh = {f["factId"]: self._core.ids() for f in facts}
+            facts = [
+                dict(
+                    f,
+                    factId=fresh[f["factId"]],
+                    supersededBy=fresh.get(f.get("supersededBy") or ""),
+                    sourceIds=[],
+                )
+                for f in facts
+            ]
+        await self._core.store.put_facts(facts)
+        return len(facts)
 
     async def _add_missing(self, session_id: str, msgs: list[dict[str, Any]], now: int) -> int:
         """Append to a stored session the imported messages it does not hold (by id), in

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError, shown
+from ..facts.records import check_fact_record
 from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..stores.base import SESSION_PRIVATE_FIELDS
 from ..validation import DEFAULT_LIMITS, MESSAGE_KEY_FIELD, Limits, check_value
-from .export_format import EXPORT_VERSION
+from .export_format import EXPORT_VERSION, FACTS_EXPORT_VERSION
 from .normalized import NormalizedImport, NormalizedSession
 from .source import describe, load_json
 
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 #: export versions this code reads
-SUPPORTED_VERSIONS: tuple[str, ...] = (EXPORT_VERSION,)
+SUPPORTED_VERSIONS: tuple[str, ...] = (EXPORT_VERSION, FACTS_EXPORT_VERSION)
 
 _SESSION_KEYS = tuple(SessionMeta("", "", 0, 0).to_record())
 _MESSAGE_KEYS = tuple(ChatMessage("", "", 0, "user", "", 0).to_record())
@@ -295,8 +296,10 @@ def validate_loaded_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Nor
     if not isinstance(data, Mapping):
         raise _err("$", f"a chatmem export must be an object, got {describe(data)}")
     for key in data:
-        if key not in ("version", "exportedAt", "sessions"):
-            raise _err(key, "unknown field (expected 'version', 'exportedAt', 'sessions')", field=key)
+        if key not in ("version", "exportedAt", "sessions", "facts"):
+            raise _err(
+                key, "unknown field (expected 'version', 'exportedAt', 'sessions', 'facts')", field=key
+            )
     version = data.get("version")
     if version not in SUPPORTED_VERSIONS:
         raise _err(
@@ -312,4 +315,26 @@ def validate_loaded_export(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Nor
         )
     if "sessions" not in data:
         raise _err("sessions", "is required", field="sessions")
+    validate_facts(data)
     return validate_normalized(data["sessions"], limits=limits)
+
+
+def validate_facts(data: Any) -> list[dict[str, Any]]:
+    """The fact records of a chatmem export (none before version 1.1.0), each checked;
+    ``ImportFormatError`` naming ``facts[i].field`` for the first bad one."""
+    facts = data.get("facts", []) if isinstance(data, Mapping) else []
+    if facts and data.get("version") != FACTS_EXPORT_VERSION:
+        raise _err("facts", f"facts need export version {FACTS_EXPORT_VERSION}", field="facts")
+    if not isinstance(facts, list):
+        raise _err("facts", f"must be an array, got {describe(facts)}", field="facts")
+    out = []
+    seen: set[str] = set()
+    for i, rec in enumerate(facts):
+        try:
+            out.append(check_fact_record(rec))
+        except ValidationError as e:
+            raise _err(f"facts[{i}].{e.field or 'fact'}", str(e), field=e.field) from e
+        if rec["factId"] in seen:
+            raise _err(f"facts[{i}].factId", f"duplicate fact id {shown(rec['factId'])}", field="factId")
+        seen.add(rec["factId"])
+    return out
