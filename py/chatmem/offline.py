@@ -105,8 +105,19 @@ class OfflineResponder:
         """The answer to the last user message of ``messages``."""
         last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
         text = extract_text(last.get("content")) if last else ""
+        known = await self._facts(text)
         words, found = await self.find(text)
         shown = ", ".join(f"“{w}”" for w in words[:5])
+        if known:
+            lines = [f"{OFFLINE_LABEL} No model is configured, but here is what I know about you:", ""]
+            lines += known
+            if found:
+                lines += ["", f"And what I remember about {shown}:", ""]
+                for m in found:
+                    meta = await self.memory.sessions.get(m.session_id)
+                    who = "You" if m.role == "user" else "Assistant"
+                    lines += [f"> {who}, in “{meta.title}”: {_quote(m.text)}", ""]
+            return "\n".join(lines).rstrip()
         if not words:
             return (
                 f"{OFFLINE_LABEL} No model is configured, and your message has no words I can look up. "
@@ -123,6 +134,22 @@ class OfflineResponder:
             who = "You" if m.role == "user" else "Assistant"
             lines += [f"> {who}, in “{meta.title}”: {_quote(m.text)}", ""]
         return "\n".join(lines).rstrip()
+
+    async def _facts(self, text: str) -> list[str]:
+        """What the learnt facts say to ``text``: a line each, with where it was said."""
+        if not text.strip():
+            return []
+        lines = []
+        for hit in await self.memory.facts.search(text, k=3, semantic=False):
+            if hit.keyword <= 0:
+                continue  # a fact only near in meaning is not an answer
+            where = ""
+            said = await self.memory.facts.sources(hit.fact.fact_id)
+            if said:
+                meta = await self.memory.sessions.get(said[-1].session_id)
+                where = f" (you said so in “{meta.title}”)"
+            lines.append(f"- {hit.fact.text}{where}")
+        return lines
 
     async def complete(self, messages: list[dict[str, Any]], *, model: str | None = None, **kw: Any) -> str:
         return await self.reply(messages)

@@ -553,15 +553,37 @@ def test_search_finds_facts_by_their_words_and_their_meaning_with_scores() -> No
         await mem.facts.add("Allergic to shellfish", key="allergy", value="shellfish", user_id="someone else")
         words = await mem.facts.search("what am I allergic to?")
         mine = await mem.facts.search("allergic", user_id="local")
-        near = await mem.facts.search("sisters")
+        plural = await mem.facts.search("sisters")
+        near = await mem.facts.search("sisterly calling")
         with pytest.raises(ValidationError):
             await mem.facts.search("")
-        return words, mine, near
+        return words, mine, plural, near
 
-    words, mine, near = run(go())
+    words, mine, plural, near = run(go())
     assert words[0].fact.value in ("peanuts", "shellfish") and words[0].keyword > 0 and words[0].score > 0
     assert {h.fact.value for h in words} >= {"peanuts", "shellfish"} and "Porto" not in {
         h.fact.value for h in words
     }
     assert [h.fact.value for h in mine] == ["peanuts"]
+    assert plural[0].fact.value == "Marta" and plural[0].keyword == 1.0, "a plural finds the singular"
     assert near and near[0].fact.value == "Marta" and near[0].keyword == 0 and near[0].semantic > 0.35
+
+
+def test_the_offline_responder_answers_from_what_it_learnt() -> None:
+    async def go() -> Any:
+        mem = await chatmem.open()
+        s = await mem.sessions.create(title="first chat")
+        await mem.messages.append(s.session_id, "user", "Hi, my name is Ana and I live in Porto.")
+        await mem.facts.extract()
+        other = await mem.sessions.create(title="new chat")
+        name = await mem.session(other.session_id).send(
+            "What's my name?", provider=chatmem.OfflineResponder(mem)
+        )
+        home = await mem.session(other.session_id).send(
+            "Where do I live?", provider=chatmem.OfflineResponder(mem)
+        )
+        return name.text, home.text
+
+    name, home = run(go())
+    assert "- Is called Ana (you said so in “first chat”)" in name and "- Lives in Porto" not in name
+    assert "- Lives in Porto" in home

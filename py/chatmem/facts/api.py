@@ -416,10 +416,12 @@ class Facts:
         out.sort(key=lambda f: (f.valid_from, f.created_at, f.fact_id))
         return out
 
-    async def search(self, query: str, *, k: int = 10, user_id: str | None = None) -> builtins.list[FactHit]:
+    async def search(
+        self, query: str, *, k: int = 10, user_id: str | None = None, semantic: bool = True
+    ) -> builtins.list[FactHit]:
         """The active facts that answer ``query`` best, by keyword (the share of the query's
         words the fact has) and meaning (cosine with the embedder's vectors, when there is
-        one), with their scores; facts that match neither are not listed."""
+        one and ``semantic``), with their scores; facts that match neither are not listed."""
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string", field="query")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -431,10 +433,10 @@ class Facts:
             r["factId"]: parts["relevance"]
             for r, _, parts in rank([f.to_record() for f in held], query, self._core.now())
         }
-        semantic = await self._similarity(query, held)
+        near = await self._similarity(query, held) if semantic else {}
         hits = []
         for f in held:
-            kw, sem = keyword.get(f.fact_id, 0.0), semantic.get(f.fact_id, 0.0)
+            kw, sem = keyword.get(f.fact_id, 0.0), near.get(f.fact_id, 0.0)
             if kw <= 0 and sem < SEMANTIC_FLOOR:
                 continue
             hits.append(

@@ -32,9 +32,14 @@ _STOP = frozenset(
 )
 
 
+def _stem(w: str) -> str:
+    """A plural or third-person "s" dropped ("lives" is "live", "sisters" is "sister")."""
+    return w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+
+
 def _words(text: str) -> set[str]:
     return {
-        w
+        _stem(w)
         for w in (x.casefold() for x in _WORD.findall(text))
         if w not in _STOP and (len(w) > 1 or w.isdigit())
     }
