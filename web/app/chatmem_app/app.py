@@ -22,6 +22,7 @@ from . import (
     data_panel,
     dom,
     insights,
+    memory_panel,
     search,
     settings,
     settings_apply,
@@ -44,6 +45,7 @@ PANELS: dict[str, tuple[str, Any]] = {
     "data": ("Your data", data_panel),
     "sync": ("Sync", sync_panel),
     "insights": ("Insights", insights),
+    "memory": ("What I know about you", memory_panel),
 }
 
 
@@ -55,6 +57,7 @@ class App:
     def __init__(self, mem: Any, prefs: dict[str, Any]):
         self.mem = mem
         self.settings = prefs
+        settings_apply.apply_memory(mem, prefs)
         self.current: str | None = None
         self.view_archived = False
         self.tag_filter = ""
@@ -70,6 +73,7 @@ class App:
             conversation,
             search,
             context_panel,
+            memory_panel,
             settings_panel,
             data_panel,
             sync_panel,
@@ -315,6 +319,7 @@ class App:
         self.settings = new
         context_panel.share_datetime(self)
         conversation.render_mode_note(self)
+        settings_apply.apply_memory(self.mem, new)
         try:
             if sync:
                 await settings_apply.apply_sync(self.mem, new)

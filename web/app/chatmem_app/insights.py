@@ -61,7 +61,7 @@ async def render(app: Any, body: Any) -> None:
         )
         if char_rows
         else h("p", {"class": "note"}, "No messages yet."),
-        h("p", {"class": "note"}, "Counted by the query index (mem.sql) over every conversation."),
+        h("p", {"class": "note"}, "Counted over every conversation on this device."),
     )
 
 

@@ -56,6 +56,8 @@ DEFAULTS: dict[str, Any] = {
         "scope": "character",
     },
     "context": {"datetime": True},
+    # what the companion learns about the person: on by default in the app
+    "memory": {"learn": True, "review": False},
     "retention": {
         "max_sessions": 1000,
         "max_age_days": 90,

@@ -71,6 +71,12 @@ def apply_retention_schedule(mem: Any, prefs: dict[str, Any], on_run: OnRetentio
     mem.retention.schedule(settings.retention_policy(ret), sleep=nap)
 
 
+def apply_memory(mem: Any, prefs: dict[str, Any]) -> None:
+    """Learning about the person: in the background while ``learn`` is on, kept pending
+    for the user's approval while ``review`` is."""
+    mem.facts.configure(auto=bool(prefs["memory"]["learn"]), review=bool(prefs["memory"]["review"]))
+
+
 def resume(mem: Any, prefs: dict[str, Any], on_run: OnRetention) -> None:
     """After a reload: resume auto-sync from the stored config and the retention schedule if on."""
     cfg = mem.sync.config
