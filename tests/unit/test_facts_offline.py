@@ -87,6 +87,8 @@ def test_first_person_statements_teach_their_slot(text: str, want: list[tuple[st
         "lol ok",
         "I used to live in Madrid.",
         "I'm thinking about moving to Lyon.",
+        "Planning a trip to Lisbon with my sister in May",
+        "My brother Today was fun",
     ],
 )
 def test_questions_conditions_wishes_reports_and_small_talk_teach_nothing(text: str) -> None:

@@ -109,14 +109,24 @@ def _thing(value: str, most: int = 6) -> str | None:
     return value
 
 
+#: capitalised words that are not names: times, and words a sentence starts with
+_NOT_NAMES = frozenset(
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday christmas easter "
+    "i i'm im it he she we they you this that there here and but so".split()
+)
+
+
 def _named(value: str) -> str | None:
-    """A proper name: capitalised words only, "the" dropped."""
+    """A proper name: capitalised words only, "the" dropped, not a month or a day."""
     value = _cut(value)
     value = re.sub(r"^the ", "", value)
     words = value.split()
     if not words or not all(
         w[0].isupper() or w in ("de", "da", "do", "van", "von", "del", "la", "le") for w in words
     ):
+        return None
+    if words[0].casefold() in _NOT_NAMES:
         return None
     return value
 
