@@ -269,9 +269,8 @@ class Facts:
         refused = list(await store.kv_get(REFUSED_KEY) or [])
         for meta in metas:
             sid = meta["sessionId"]
-            todo = unread(
-                await store.list_messages(sid, 0, None, False), None if reprocess else marks.get(sid)
-            )
+            mark = None if reprocess else marks.get(sid)
+            todo = unread(await self._since(sid, mark), mark)
             for start in range(0, len(todo), BATCH):
                 batch = todo[start : start + BATCH]
                 msgs = [ChatMessage.from_record(r) for r in batch]
@@ -306,6 +305,25 @@ class Facts:
                 await store.kv_set(WATERMARK_KEY, marks)
                 await asyncio.sleep(0)  # a long history yields to the page between batches
         return report
+
+    async def _since(self, session_id: str, mark: str | None) -> builtins.list[dict[str, Any]]:
+        """The session's message records after ``mark`` (an order key), oldest first: read
+        from the newest back, a page at a time, so a long conversation that gained a message
+        costs a page, not the whole conversation."""
+        store = self._core.store
+        if mark is None:
+            return await store.list_messages(session_id, 0, None, False)
+        out: builtins.list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = await store.list_messages(session_id, offset, BATCH, True)
+            for r in page:
+                if str(r.get(ORDER_KEY) or "") <= mark:
+                    return out[::-1]
+                out.append(r)
+            if len(page) < BATCH:
+                return out[::-1]
+            offset += len(page)
 
     async def sources(self, fact_id: str) -> builtins.list[ChatMessage]:
         """The messages a fact was learnt from that are still stored, in the order it names them."""
