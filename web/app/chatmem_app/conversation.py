@@ -735,7 +735,7 @@ async def _edit(app: Any, el: Any, ev: Any) -> None:
     if li is None or q(".edit-box", li) is not None:
         return
     body = q(".body", li)
-    text = str(body.innerText)
+    text = (await app.mem.messages.get(str(li.getAttribute("data-id")))).text  # as written, not as drawn
     box = h(
         "div",
         {"class": "edit-box"},
