@@ -1365,3 +1365,20 @@ async def check_facts_travel_in_exports_and_old_exports_still_import(make: Make)
         e = await raises(errors.ImportFormatError, bad.import_sessions(old))
         assert "facts" in str(e)
         assert await bad.sessions.list(limit=None) == [] and await bad.store.list_facts() == []
+
+
+@check
+async def check_deleting_messages_closes_the_gaps_in_order(make: Make) -> None:
+    """Deleted messages leave no gap: the later ones move up, in their order, and the next
+    append takes the next position."""
+    async with await make() as mem:
+        s = await mem.sessions.create(title="gaps")
+        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(8)])
+        held = await mem.messages.list(s.session_id, limit=None)
+        meta = await mem.sessions.delete_messages(s.session_id, [held[2].id, held[5].id, "not-here"])
+        await mem.messages.append(s.session_id, "user", "after")
+        after = await mem.messages.list(s.session_id, limit=None)
+        assert [(m.seq, m.content) for m in after] == list(
+            enumerate(["m0", "m1", "m3", "m4", "m6", "m7", "after"])
+        ), after
+        assert meta.message_count == 6 and (await mem.sessions.get(s.session_id)).message_count == 7

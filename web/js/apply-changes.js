@@ -58,6 +58,17 @@ export async function renumber(messages, sessionId, ps) {
   return held.length;
 }
 
+/** After deletes from position `from` on (in `tx`, whose "messages" store is given): the later
+ * messages move up to close the gaps, their order kept, the moved ones first out of the way.
+ * Only those after `from` are read. Resolves to the session's number of messages. */
+export async function closeUp(messages, sessionId, from, ps) {
+  const later = await messages.index("sessionSeq").getAll(IDBKeyRange.bound([sessionId, from], [sessionId, Infinity]));
+  const moved = later.map((m, i) => [m, from + i]).filter(([m, i]) => m.seq !== i);
+  for (const [m, i] of moved) ps.push(messages.put({ ...m, seq: -1 - i }));
+  for (const [m, i] of moved) ps.push(messages.put({ ...m, seq: i }));
+  return from + later.length;
+}
+
 /** Apply `changes` (and write `kv`) in the readwrite transaction `tx`; resolves to the touched session ids. */
 export async function applyChanges(tx, changes, kv) {
   const sessions = tx.objectStore("sessions");

@@ -9,7 +9,7 @@
 
 import { openDB, deleteDB } from "idb";
 
-import { applyChanges, renumber } from "./apply-changes.js";
+import { applyChanges, closeUp } from "./apply-changes.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { OUTBOX_KEY, SCHEMA, SCHEMA_VERSION, sessionRange } from "./schema.js";
 import {
@@ -138,12 +138,16 @@ class Database {
       await missing(tx, sessionId);
     }
     const ps = [];
+    let from = Number(sess.messageCount ?? 0);
     for (const id of messageIds) {
       const m = await messages.get(id);
-      if (m && m.sessionId === sessionId) ps.push(messages.delete(id));
+      if (m && m.sessionId === sessionId) {
+        ps.push(messages.delete(id));
+        from = Math.min(from, Number(m.seq));
+      }
     }
-    // the positions close up: seq stays dense
-    sess.messageCount = sess.nextSeq = await renumber(messages, sessionId, ps);
+    // the positions after the first one deleted close up: seq stays dense
+    sess.messageCount = sess.nextSeq = await closeUp(messages, sessionId, from, ps);
     ps.push(sessions.put(sess), ...enqueue(this, tx, ops), tx.done);
     await settle(ps);
     this.known.remember(sess);

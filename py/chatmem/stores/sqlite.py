@@ -297,13 +297,29 @@ class SQLiteStore:
             sess = self._session(db, session_id)
             if sess is None:
                 raise SessionNotFound(session_id)
+            seqs = [
+                int(r[0])
+                for mid in dict.fromkeys(message_ids)
+                for r in db.execute(
+                    "SELECT seq FROM messages WHERE id = ? AND session_id = ?", (mid, session_id)
+                )
+            ]
             db.executemany(
                 "DELETE FROM messages WHERE id = ? AND session_id = ?",
                 [(mid, session_id) for mid in message_ids],
             )
-            kept = self._order(db, session_id)  # the positions close up: seq stays dense
-            self._set_seqs(db, {mid: i for i, (mid, seq, _) in enumerate(kept) if seq != i})
-            sess.update(messageCount=len(kept), nextSeq=len(kept))
+            # the positions after the first one deleted close up: seq stays dense
+            first = min(seqs, default=None)
+            if first is not None:
+                later = db.execute(
+                    "SELECT id, seq FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
+                    (session_id, first),
+                ).fetchall()
+                self._set_seqs(db, {mid: first + i for i, (mid, seq) in enumerate(later) if seq != first + i})
+            (count,) = db.execute(
+                "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            sess.update(messageCount=count, nextSeq=count)
             self._put_session(db, sess, insert=False)
             self._enqueue(db, ops)
             return sess
