@@ -112,11 +112,7 @@ class OfflineResponder:
             lines = [f"{OFFLINE_LABEL} No model is configured, but here is what I know about you:", ""]
             lines += known
             if found:
-                lines += ["", f"And what I remember about {shown}:", ""]
-                for m in found:
-                    meta = await self.memory.sessions.get(m.session_id)
-                    who = "You" if m.role == "user" else "Assistant"
-                    lines += [f"> {who}, in “{meta.title}”: {_quote(m.text)}", ""]
+                lines += ["", f"And what I remember about {shown}:", ""] + await self._quotes(found)
             return "\n".join(lines).rstrip()
         if not words:
             return (
@@ -129,11 +125,16 @@ class OfflineResponder:
                 "conversations and found nothing yet. Add a model in **Settings** for real answers."
             )
         lines = [f"{OFFLINE_LABEL} No model is configured, so here is what I remember about {shown}:", ""]
+        return "\n".join(lines + await self._quotes(found)).rstrip()
+
+    async def _quotes(self, found: list[ChatMessage]) -> list[str]:
+        """Each earlier message as a quote naming who said it and in which conversation."""
+        lines: list[str] = []
         for m in found:
             meta = await self.memory.sessions.get(m.session_id)
             who = "You" if m.role == "user" else "Assistant"
             lines += [f"> {who}, in “{meta.title}”: {_quote(m.text)}", ""]
-        return "\n".join(lines).rstrip()
+        return lines
 
     async def _facts(self, text: str) -> list[str]:
         """What the learnt facts say to ``text``: a line each, with where it was said."""

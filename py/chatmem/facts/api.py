@@ -223,11 +223,7 @@ class Facts:
         scope = None if self.share_across_characters else character_id
         if scope is not None:
             check_id(scope, "character_id")
-        known = [
-            f
-            for f in map(Fact.from_record, await self._core.store.list_facts(user_id))
-            if f.character_id == scope
-        ]
+        known = await self._scoped(user_id, scope)
         applied = apply_ops(
             known,
             ops,
@@ -275,11 +271,7 @@ class Facts:
                 batch = todo[start : start + BATCH]
                 msgs = [ChatMessage.from_record(r) for r in batch]
                 scope = None if self.share_across_characters else meta.get("characterId")
-                known = [
-                    f
-                    for f in await self.list(user_id=meta.get("userId") or "local", status=None)
-                    if f.character_id == scope
-                ]
+                known = await self._scoped(meta.get("userId") or "local", scope)
                 try:
                     ops = await extractor.extract(
                         msgs, [f for f in known if f.status in ("active", "pending")]
@@ -338,16 +330,20 @@ class Facts:
             refused = list(await self._core.store.kv_get(REFUSED_KEY) or [])
             await self._core.store.kv_set(REFUSED_KEY, refused + learnt)
 
+    async def _scoped(self, user_id: str, character_id: str | None) -> builtins.list[Fact]:
+        """Every fact version of one scope: a user's, and one character's or everyone's."""
+        return [
+            f
+            for f in map(Fact.from_record, await self._core.store.list_facts(user_id))
+            if f.character_id == character_id
+        ]
+
     async def approve(self, fact_id: str) -> Fact:
         """A pending fact counts from now on, by the rules (it may supersede another)."""
         fact = await self.get(fact_id)
         if fact.status != "pending":
             raise ValidationError(f"fact {shown(fact_id)} is {fact.status}, not pending", field="fact_id")
-        known = [
-            f
-            for f in map(Fact.from_record, await self._core.store.list_facts(fact.user_id))
-            if f.character_id == fact.character_id and f.fact_id != fact_id
-        ]
+        known = [f for f in await self._scoped(fact.user_id, fact.character_id) if f.fact_id != fact_id]
         op = FactOp(
             "add", fact.key, fact.value, fact.text, source_ids=fact.source_ids, importance=fact.importance
         )
