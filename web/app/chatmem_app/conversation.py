@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import chatmem
@@ -491,18 +492,14 @@ async def send(app: Any, text: str) -> None:
         app.streaming[sid] = task
     composer_state(app)
     try:
-        limited = None
-        try:
-            if settings.provider_configured(s) and not bool(js.navigator.onLine):
-                # offline, and the page knows it: answer from memory at once
-                fallback = "You are offline"
-                await mem.session(sid).send(text, provider=chatmem.OfflineResponder(mem), **turn)
-            else:
-                await mem.session(sid).send(text, provider=provider, **turn)
-        except ProviderRateLimited as e:
-            limited = e
-        if limited is not None:  # waited out here, not in a handler: Stop ends the wait too
-            failure = await _retry_once(app, sid, limited, provider, turn, live)
+        if settings.provider_configured(s) and not bool(js.navigator.onLine):
+            # offline, and the page knows it: answer from memory at once
+            fallback = "You are offline"
+            await mem.session(sid).send(text, provider=chatmem.OfflineResponder(mem), **turn)
+        else:
+            failure = await _asked_once_more(
+                app, sid, mem.session(sid).send(text, provider=provider, **turn), provider, turn, live
+            )
     except ProviderUnavailable as e:
         if e.partial is not None:  # it broke off after some text: that text is the answer kept
             failure = plain_error(e)
@@ -556,6 +553,20 @@ RETRY_WAIT_MAX = 60
 #: the wait before asking again after a 429 that did not say (or whose Retry-After the
 #: browser hides: a cross-origin answer shows it only when the server exposes it)
 RETRY_WAIT_DEFAULT = 5
+
+
+async def _asked_once_more(
+    app: Any, sid: str, call: Awaitable[Any], provider: Any, turn: dict[str, Any], live: Live
+) -> str | None:
+    """``call`` (a turn); when the model answers 429, the wait and one more ask of
+    ``_retry_once``, run outside the exception handler so that Stop ends the wait too.
+    The failure to show, if any."""
+    try:
+        await call
+        return None
+    except ProviderRateLimited as e:
+        limited = e
+    return await _retry_once(app, sid, limited, provider, turn, live)
 
 
 async def _retry_once(
@@ -678,13 +689,9 @@ async def _answer(app: Any, sid: str, drop: list[str]) -> None:
     provider = settings.chat_provider(app.mem, app.settings)
     failure = None
     try:
-        limited = None
-        try:
-            await app.mem.session(sid).reply(provider=provider, **turn)
-        except ProviderRateLimited as e:
-            limited = e
-        if limited is not None:  # waited out here, not in a handler: Stop ends the wait too
-            failure = await _retry_once(app, sid, limited, provider, turn, live)
+        failure = await _asked_once_more(
+            app, sid, app.mem.session(sid).reply(provider=provider, **turn), provider, turn, live
+        )
     except ProviderError as e:
         failure = plain_error(e)
     except ContextOverflow as e:
