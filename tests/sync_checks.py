@@ -251,3 +251,64 @@ async def check_apply_changes(mem: Any) -> None:
     assert await store.get_session(sid) is None and await store.get_message(m0.id) is None
     assert await store.count_messages(sid) == 0
     assert (await store.outbox_counts())[0] == 2  # only the two local updates
+    await _check_fact_changes(mem, h)
+
+
+async def _check_fact_changes(mem: Any, h: Any) -> None:
+    """Facts: a pulled one is stored whole; a newer pending write of it keeps the local
+    version, an older one does not; a tombstone removes it whatever is pending."""
+    store = mem.store
+    await store.outbox_ack([o["op_id"] for o in await store.outbox_list()])
+    mine = await mem.facts.add("Lives in Porto", key="home", value="Porto")
+    await store.outbox_ack([o["op_id"] for o in await store.outbox_list()])
+    remote = dict(mine.to_record(), factId="r-fact-1", value="Faro", text="Lives in Faro")
+    await store.apply_changes(
+        [
+            {"resource": "fact", "id": "r-fact-1", "deleted": False, "hlc": h(10), "data": remote},
+            {
+                "resource": "fact",
+                "id": mine.fact_id,
+                "deleted": False,
+                "hlc": h(11),
+                "data": dict(mine.to_record(), pinned=True),
+            },
+        ]
+    )
+    assert await store.outbox_counts() == (0, 0), "applying pulled facts enqueues nothing"
+    assert (await store.get_fact("r-fact-1")) == remote
+    assert (await store.get_fact(mine.fact_id))["pinned"] is True
+    await mem.facts.update(mine.fact_id, importance=0.2)  # pending, newer than the change below
+    await store.apply_changes(
+        [
+            {
+                "resource": "fact",
+                "id": mine.fact_id,
+                "deleted": False,
+                "hlc": "0000000000002-0000-remote",
+                "data": dict(mine.to_record(), importance=0.9),
+            }
+        ]
+    )
+    assert (await store.get_fact(mine.fact_id))["importance"] == 0.2, "a newer pending write stays"
+    await store.apply_changes(
+        [
+            {
+                "resource": "fact",
+                "id": mine.fact_id,
+                "deleted": False,
+                "hlc": "9999999999999-0000-remote",
+                "data": dict(mine.to_record(), importance=0.7),
+            }
+        ]
+    )
+    assert (await store.get_fact(mine.fact_id))["importance"] == 0.7, "a newer remote write wins"
+    await mem.facts.update(mine.fact_id, importance=0.1)
+    await store.apply_changes(
+        [
+            {"resource": "fact", "id": mine.fact_id, "deleted": True, "hlc": h(13), "data": None},
+            {"resource": "fact", "id": "r-fact-1", "deleted": True, "hlc": h(14), "data": None},
+            {"resource": "fact", "id": "never-held", "deleted": True, "hlc": h(15), "data": None},
+        ]
+    )
+    assert await store.get_fact(mine.fact_id) is None and await store.get_fact("r-fact-1") is None
+    assert await store.list_facts() == []

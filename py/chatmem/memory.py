@@ -352,7 +352,8 @@ class Memory:
     def on_change(self, fn: Callable[[str, str, Any], None]) -> None:
         """Call ``fn(kind, session_id, payload)`` after every acknowledged write in this
         process (``kind`` names it: ``"messages-appended"``, ``"session-updated"``, ...;
-        ``"session-synced"`` for what a pull applied), and with ``CHANGED_ELSEWHERE``
+        ``"session-synced"`` for what a pull applied to a session, ``"facts-synced"``
+        (``session_id`` ``""``) when it changed facts), and with ``CHANGED_ELSEWHERE``
         (``"changed-elsewhere"``, payload None) when another tab wrote to ``session_id``
         or another process wrote to the store (``session_id`` ``""``: any session), so a
         page can show what arrives without a reload."""

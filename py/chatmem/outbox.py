@@ -149,6 +149,21 @@ class Outbox:
             for mid in message_ids
         ]
 
+    async def facts_written(self, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One op per fact record written, carrying the whole record (a fact belongs to no
+        session: its ops are ordered by its own id)."""
+        hlc = await self._hlc()
+        return [
+            self._make(
+                hlc, "create" if r["createdAt"] == r["updatedAt"] else "update", "fact", r["factId"], "", r
+            )
+            for r in records
+        ]
+
+    async def facts_deleted(self, fact_ids: Iterable[str]) -> list[dict[str, Any]]:
+        hlc = await self._hlc()
+        return [self._make(hlc, "delete", "fact", fid, "", None) for fid in fact_ids]
+
 
 def _session_data(record: dict[str, Any]) -> dict[str, Any]:
     """A session create's data: the record without the store's own fields."""

@@ -87,6 +87,56 @@ await mem.sync.run()
     assert MARKER.encode() not in stored_bytes(srv)
 
 
+def test_facts_travel_encrypted_between_the_page_and_cpython(page: Page, srv: Any) -> None:
+    """The page learns a fact and is told one; CPython reads both, deletes one, pins the
+    other; the page (IndexedDB) follows, also after a reload. The server holds no fact's
+    text."""
+    db = unique_name("e2efacts")
+    page.py(
+        page_device(srv, db, PASS)
+        + f"""
+s = await mem.sessions.create()
+await mem.messages.append(s.session_id, "user", "I live in Tromsø.")
+await mem.facts.extract()
+await mem.facts.add("Keeps the word {MARKER}", key="secret", value="{MARKER}")
+await mem.sync.run()
+st = await mem.sync.status()
+assert st.pending == 0, st
+"""
+    )
+
+    async def cpython() -> list[tuple[str, str]]:
+        mem = await chatmem.open()
+        await mem.sync.configure(
+            SyncConfig(
+                enabled=True, endpoint=srv.url, api_key=KEY, encryption=Passphrase(PASS, iterations=10_000)
+            )
+        )
+        await mem.sync.run()
+        got = sorted((f.key, f.value) for f in await mem.facts.list())
+        (home,) = await mem.facts.list(key="home")
+        (secret,) = await mem.facts.list(key="secret")
+        await mem.facts.delete(home.fact_id)
+        await mem.facts.update(secret.fact_id, pinned=True)
+        await mem.sync.run()
+        await mem.close()
+        return got
+
+    assert run(cpython()) == [("home", "Tromsø"), ("secret", MARKER)]
+    listing = """
+await mem.sync.run()
+[(f.key, f.pinned) for f in await mem.facts.list(status=None)]
+"""
+    assert page.py(page_device(srv, db, PASS) + listing) == [["secret", True]]
+    page.reload()
+    assert page.py(
+        f"import chatmem\nmem = await chatmem.open({db!r})\n" + listing.replace("await mem.sync.run()", "")
+    ) == [["secret", True]]
+    assert srv.pushed and all(MARKER not in body for body in srv.pushed)
+    assert MARKER.encode() not in stored_bytes(srv)
+    assert "Tromsø".encode() not in stored_bytes(srv)
+
+
 def test_wrong_passphrase_in_the_page_is_typed_and_applies_nothing(page: Page, srv: Any) -> None:
     """A CPython device encrypts the space; the page with another passphrase gets
     WrongPassphrase from run(), status 'wrong-passphrase', keeps its outbox, applies nothing."""

@@ -222,9 +222,11 @@ def test_two_devices_read_each_other_and_the_server_sees_no_plaintext(srv: Any, 
         ta, tb = Capture(), Capture()
         a = await device(srv, pw(), transport=ta)
         sid = await history(a)
+        fact = await a.facts.add(f"Keeps the word {MARKER}", key="secret", value=MARKER)
         await a.sync.run()
         b = await device(srv, pw(), transport=tb)
         await b.sync.run()
+        assert [(f.fact_id, f.value) for f in await b.facts.list()] == [(fact.fact_id, MARKER)]
         got_b = await texts(b, sid)
         await b.messages.append(sid, "user", f"reply {MARKER}-b")
         await b.sync.run()
@@ -395,8 +397,9 @@ def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(
     async def go() -> str:
         a = await device(srv, None)
         sid = await history(a)
+        await a.facts.add(f"Keeps the word {MARKER}-fact")
         await a.sync.run()
-        assert MARKER.encode() in stored_bytes(srv)
+        assert f"{MARKER}-fact".encode() in stored_bytes(srv)
         cfg = a.sync.config
         assert cfg is not None
         await a.sync.configure(cfg.replace(encryption=pw()))
@@ -405,6 +408,7 @@ def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(
         b = await device(srv, pw())
         await b.sync.run()
         assert await texts(b, sid) == [f"my secret is {MARKER}", "noted", f"after {MARKER}"]
+        assert [f.text for f in await b.facts.list()] == [f"Keeps the word {MARKER}-fact"]
         return sid
 
     run(go())

@@ -667,7 +667,7 @@ def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -
     server.start()
     try:
         put(server, "session", "rs", {"sessionId": "rs", "title": "shared", "createdAt": 1, "updatedAt": 1})
-        put(server, "fact", "f1", {"key": "home", "value": "Porto"})
+        put(server, "reminder", "r1", {"text": "water the plants"})
         put(server, "message", "m-future", msg("m-future"), hlc=hour_ahead)
         put(server, "message", "m-bad", msg("m-bad", role="evil"))
         put(server, "message", "m-good", msg("m-good"))
@@ -680,7 +680,7 @@ def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -
             assert report.state == "idle" and st.state == "idle", (report, st)
             assert st.quarantine_reasons == {"unknown-type": 1, "clock-skew": 1, "invalid": 1}
             assert {(x["resource"], x["id"], x["kind"]) for x in await mem.sync.quarantined()} == {
-                ("fact", "f1", "unknown-type"),
+                ("reminder", "r1", "unknown-type"),
                 ("message", "m-future", "clock-skew"),
                 ("message", "m-bad", "invalid"),
             }

@@ -87,6 +87,13 @@ export async function applyChanges(tx, changes, kv) {
     const hlc = String(c.hlc);
     const newer = (pending.get(`${c.resource}\u0000${c.id}`) || []).filter((op) => String(op.hlc ?? "") > hlc);
     const isDelete = c.deleted || c.data == null;
+    if (c.resource === "fact") {
+      // replaced whole unless a newer write (or any delete) of it is pending; a delete is for ever
+      const pendingHere = (pending.get(`fact\u0000${c.id}`) || []).some((op) => op.type === "delete");
+      if (isDelete) ps.push(tx.objectStore("facts").delete(c.id));
+      else if (!pendingHere && !newer.length) ps.push(tx.objectStore("facts").put({ ...c.data, factId: c.id }));
+      continue;
+    }
     if (c.resource === "session") {
       if (isDelete) {
         if (newer.some((op) => op.type === "create")) continue;

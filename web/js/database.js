@@ -279,10 +279,11 @@ class Database {
 
   // ------------------------------------------------------------------ pulled changes
   async applyChanges({ changes, kv }) {
-    const tx = this.tx(["sessions", "messages", "outbox", "kv"], "readwrite");
+    const tx = this.tx(["sessions", "messages", "facts", "outbox", "kv"], "readwrite");
     const touched = await applyChanges(tx, changes, kv);
     for (const sid of touched) this.known.delete(sid);
     if (touched.length) this.notify("session", touched);
+    if (changes.some((c) => c.resource === "fact")) this.notify("facts", []);
     return touched;
   }
 

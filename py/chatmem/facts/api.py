@@ -118,9 +118,17 @@ class Facts:
             else:
                 drop.append(f.fact_id)
         if keep:
-            await self._core.store.put_facts([f.to_record() for f in keep])
+            await self._write([f.to_record() for f in keep])
         if drop:
-            await self._core.store.delete_facts(drop)
+            await self._drop(drop)
+
+    async def _write(self, records: builtins.list[dict[str, Any]]) -> None:
+        """Store fact records in one transaction, with the ops that sync them."""
+        await self._core.store.put_facts(records, await self._core.outbox.facts_written(records))
+
+    async def _drop(self, fact_ids: builtins.list[str]) -> None:
+        """Delete fact records in one transaction, with the tombstones that sync it."""
+        await self._core.store.delete_facts(fact_ids, await self._core.outbox.facts_deleted(fact_ids))
 
     def configure(
         self,
@@ -236,7 +244,7 @@ class Facts:
             review=self.review,
         )
         if applied.records:
-            await self._core.store.put_facts([f.to_record() for f in applied.records])
+            await self._write([f.to_record() for f in applied.records])
         return applied.report
 
     async def extract(self, session_id: str | None = None, *, reprocess: bool = False) -> FactReport:
@@ -356,15 +364,16 @@ class Facts:
             new_id=lambda: fact_id,
             times={s: fact.valid_from for s in fact.source_ids},
             origin=fact.origin,
+            learnt_ids=False,
         )
         records = [
             replace(f, created_at=fact.created_at) if f.fact_id == fact_id else f for f in applied.records
         ]
         if not any(f.fact_id == fact_id for f in records):  # it said what an active fact says
-            await self._core.store.put_facts([f.to_record() for f in records])
-            await self._core.store.delete_facts([fact_id])
+            await self._write([f.to_record() for f in records])
+            await self._drop([fact_id])
             return next(f for f in records if f.status == "active")
-        await self._core.store.put_facts([f.to_record() for f in records])
+        await self._write([f.to_record() for f in records])
         return next(f for f in records if f.fact_id == fact_id)
 
     async def reject(self, fact_id: str) -> None:
@@ -373,7 +382,7 @@ class Facts:
         if fact.status != "pending":
             raise ValidationError(f"fact {shown(fact_id)} is {fact.status}, not pending", field="fact_id")
         await self._refuse([fact])
-        await self._core.store.delete_facts([fact_id])
+        await self._drop([fact_id])
 
     # ------------------------------------------------------------------ reading
     async def get(self, fact_id: str) -> Fact:
@@ -531,7 +540,7 @@ class Facts:
             importance=USER_IMPORTANCE if importance is None else check_importance(importance),
             pinned=pinned,
         )
-        await self._core.store.put_facts([fact.to_record()])
+        await self._write([fact.to_record()])
         return fact
 
     async def update(
@@ -560,7 +569,7 @@ class Facts:
         now = self._core.now()
         if (new_text, new_value) == (old.text, old.value):
             fact = replace(old, importance=new_importance, pinned=new_pinned, updated_at=now)
-            await self._core.store.put_facts([fact.to_record()])
+            await self._write([fact.to_record()])
             return fact
         fact = replace(
             old,
@@ -577,14 +586,14 @@ class Facts:
             superseded_by=None,
         )
         ended = replace(old, status="superseded", valid_to=now, updated_at=now, superseded_by=fact.fact_id)
-        await self._core.store.put_facts([ended.to_record(), fact.to_record()])
+        await self._write([ended.to_record(), fact.to_record()])
         return fact
 
     async def delete(self, fact_id: str) -> int:
         """Forget a fact: every version of it goes. Returns how many versions were removed."""
         chain = await self.history(fact_id)
         await self._refuse(chain)
-        await self._core.store.delete_facts([f.fact_id for f in chain])
+        await self._drop([f.fact_id for f in chain])
         return len(chain)
 
     def __repr__(self) -> str:

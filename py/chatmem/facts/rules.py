@@ -25,6 +25,11 @@ caller writes them in one transaction.
   context until approved (``approve`` applies the rules then).
 - An operation naming a fact that is not known, or a source that is not
   given, is dropped and reported in ``errors``; the others apply.
+- A fact learnt from messages has an id derived from what it says and the
+  first message it was learnt from (``learnt_fact_id``): two devices that read
+  the same message learn the same fact, and sync merges it instead of keeping
+  two copies. Reading that message again (``reprocess``) finds the fact it
+  taught, whatever became of it since, and changes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ValidationError, shown
+from ..ids import derived_id
 from .records import (
     SINGLE_VALUED,
     Fact,
@@ -72,9 +78,23 @@ EXTRACTED_IMPORTANCE = 0.5
 OPPOSITE = {"likes": "dislikes", "dislikes": "likes"}
 
 
+def _folded(value: str) -> str:
+    return " ".join(value.casefold().split())
+
+
 def same_value(a: str, b: str) -> bool:
     """Whether two values say the same (case and spacing aside)."""
-    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+    return _folded(a) == _folded(b)
+
+
+def learnt_fact_id(
+    user_id: str, character_id: str | None, key: str, value: str, first_source: str, at: int
+) -> str:
+    """The id of the fact ``key = value`` learnt from the message ``first_source`` (said at
+    ``at``): a ULID of that time whose random part is a hash of the rest, the same on every
+    device."""
+    scope = "\x00".join((user_id, character_id or "", key, _folded(value), first_source))
+    return derived_id(at, "fact\x00" + scope)
 
 
 @dataclass
@@ -97,10 +117,12 @@ def apply_ops(
     times: Mapping[str, int] | None = None,
     origin: FactOrigin = "extracted",
     review: bool = False,
+    learnt_ids: bool = True,
 ) -> Applied:
     """Apply ``ops`` to the facts ``known`` of one user (and character, if facts are kept
     per character); ``times`` maps the source message ids an op may name to when they
-    were said."""
+    were said. A new fact with sources takes its ``learnt_fact_id`` (unless
+    ``learnt_ids=False``), one without takes ``new_id()``."""
     facts = {f.fact_id: f for f in known}
     live: dict[str, dict[str, Fact]] = {}  # key -> the active facts of that slot, by id
     for f in known:
@@ -165,11 +187,19 @@ def apply_ops(
         same = [f for f in active(key) if same_value(f.value, value)]
         if same and op.op == "add":
             f = same[0]
+            if sources and set(sources) <= set(f.source_ids):
+                continue  # read from these very messages before: nothing new
             put(replace(f, source_ids=keep_sources(f.source_ids + sources), updated_at=now))
             report.reinforced += 1
             continue
+        if learnt_ids and sources:
+            fid = learnt_fact_id(user_id, character_id, key, value, sources[0], at)
+            if fid in facts:  # learnt from this very message before: nothing new
+                continue
+        else:
+            fid = new_id()
         fact = Fact(
-            fact_id=new_id(),
+            fact_id=fid,
             user_id=user_id,
             character_id=character_id,
             key=key,

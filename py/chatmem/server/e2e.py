@@ -33,6 +33,7 @@ from ..errors import ValidationError, shown
 from ..sync.e2e import (
     MESSAGE_FIELD,
     PLAIN_FIELDS,
+    WHOLE_RECORD,
     KeyParams,
     envelope_key_ids,
     envelope_problem,
@@ -93,8 +94,8 @@ def check_op(op: Mapping[str, Any]) -> str | None:
         return None
     if not any(is_envelope(v) for v in data.values()):
         return None
-    message = op["resource"] == "message"
-    plain = _MESSAGE_PLAIN if message else PLAIN_FIELDS
+    whole = op["resource"] in WHOLE_RECORD
+    plain = _PLAIN_OF.get(op["resource"], PLAIN_FIELDS)
     for name, value in data.items():
         if name in plain:
             if not is_id(value):
@@ -103,13 +104,13 @@ def check_op(op: Mapping[str, Any]) -> str | None:
         why = envelope_problem(value, op["op_id"], op["hlc"])
         if why is not None:
             return f"the envelope of field {shown(name)} {why}"
-    if message and set(data) - plain != {MESSAGE_FIELD}:
-        return f"an encrypted message holds its whole record in the one envelope {MESSAGE_FIELD!r}"
+    if whole and set(data) - plain != {MESSAGE_FIELD}:
+        return f"an encrypted {op['resource']} holds its whole record in the one envelope {MESSAGE_FIELD!r}"
     return None
 
 
-#: what an encrypted message keeps plain (its own id travels as the operation's)
-_MESSAGE_PLAIN = frozenset({"sessionId"})
+#: what an encrypted message or fact keeps plain (its own id travels as the operation's)
+_PLAIN_OF: dict[str, frozenset[str]] = {"message": frozenset({"sessionId"}), "fact": frozenset()}
 
 
 def _params(value: Any, field: str) -> dict[str, Any]:
@@ -222,6 +223,9 @@ class E2EService:
             return "rejected"
         if cur.resource == "session":
             if set(data) != set(cur.data) or data.get("sessionId") != cur.id:
+                return "rejected"
+        elif cur.resource == "fact":
+            if set(data) != {MESSAGE_FIELD}:
                 return "rejected"
         else:
             if not set(data) <= PLAIN_FIELDS | {"e2e"} or data.get("sessionId") != cur.session_id:

@@ -21,6 +21,11 @@ operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
 - a page of the change feed holds at most ``limits.changes_page_records``
   records and about ``limits.changes_page_bytes`` bytes of record data (at
   least one record, so a page always moves the cursor).
+- a fact's ``create`` or ``update`` carries its whole record: the write with
+  the greater HLC replaces the stored one whole, an older one is ``applied``
+  as superseded. A fact's delete is for ever: a later write of that fact is
+  ``applied`` as superseded and its tombstone goes into the feed again, so the
+  writer's next pull removes its copy.
 - messages are immutable: a create of a message that exists with the same
   data is ``applied`` (no change); with different data it is ``rejected``.
   The server keeps messages whose session it has not seen (the client
@@ -68,7 +73,7 @@ def _touched(ops: list[Any]) -> list[tuple[str, str]]:
     keys: list[tuple[str, str]] = []
     for op in ops:
         rid, res, data = op.get("id"), op.get("resource"), op.get("data")
-        if isinstance(rid, str) and res in ("session", "message"):
+        if isinstance(rid, str) and res in ("session", "message", "fact"):
             keys.append((res, rid))
         if res == "message" and isinstance(data, dict) and isinstance(data.get("sessionId"), str):
             keys.append(("session", data["sessionId"]))
@@ -170,7 +175,31 @@ class SyncService:
     def _apply(self, txn: SpaceTransaction, op: Mapping[str, Any]) -> Result:
         if op["resource"] == "session":
             return self._apply_session(txn, op)
+        if op["resource"] == "fact":
+            return self._apply_fact(txn, op)
         return self._apply_message(txn, op)
+
+    def _apply_fact(self, txn: SpaceTransaction, op: Mapping[str, Any]) -> Result:
+        op_id, fid, h = op["op_id"], op["id"], op["hlc"]
+        cur = txn.get("fact", fid)
+        if op["type"] == "delete":
+            if cur is not None and not cur.deleted:
+                cur.data, cur.deleted, cur.hlc = None, True, max(h, cur.hlc)
+                txn.put(cur)
+                return _applied(op_id)
+            if cur is None:
+                txn.put(StoredRecord("fact", fid, None, True, h, h))
+                return _applied(op_id)
+            return _applied(op_id, "already deleted")
+        if cur is not None and cur.deleted:
+            txn.put(cur)  # into the feed again: the writer's next pull drops its copy
+            return _applied(op_id, "superseded: the fact was deleted")
+        if cur is not None and not is_newer(h, cur.hlc):
+            return _applied(op_id, "superseded: the stored version is newer")
+        data = dict(op["data"])  # an encrypted one is only its envelope: its id travels beside it
+        birth = cur.birth_hlc if cur is not None else h
+        txn.put(StoredRecord("fact", fid, data, False, h, birth))
+        return _applied(op_id)
 
     def _apply_session(self, txn: SpaceTransaction, op: Mapping[str, Any]) -> Result:
         op_id, sid, h, kind = op["op_id"], op["id"], op["hlc"], op["type"]

@@ -303,6 +303,7 @@ class _Staged:
         self.sessions: dict[str, dict[str, Any] | None] = {}
         self.messages: dict[str, dict[str, Any] | None] = {}
         self.last: dict[str, dict[str, Any] | None] = {}  # per session: its highest seq
+        self.facts: dict[str, dict[str, Any] | None] = {}
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         if session_id in self.sessions:
@@ -370,11 +371,22 @@ class _Staged:
             self.last.pop(old["sessionId"], None)
         self.messages[message_id] = None
 
+    def put_fact(self, record: dict[str, Any]) -> None:
+        self.facts[record["factId"]] = clone(record)
+
+    def drop_fact(self, fact_id: str) -> None:
+        self.facts[fact_id] = None
+
     def pending_ops(self) -> list[dict[str, Any]]:
         return list(self.store._outbox.values())
 
     def commit(self) -> None:
         st = self.store
+        for fid, fact in self.facts.items():
+            if fact is None:
+                st._facts.pop(fid, None)
+            else:
+                st._facts[fid] = fact
         for mid in self.messages:
             old = st._messages.pop(mid, None)
             if old is not None:

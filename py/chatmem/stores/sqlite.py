@@ -407,12 +407,16 @@ class SQLiteStore:
         return int(row[0])
 
     # ------------------------------------------------------------------ facts
+    @staticmethod
+    def _put_facts(db: sqlite3.Connection, records: list[dict[str, Any]]) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO facts (id, user_id, record) VALUES (?, ?, ?)",
+            [(r["factId"], r["userId"], _dumps(r)) for r in records],
+        )
+
     async def put_facts(self, records: list[dict[str, Any]], ops: Ops = None) -> None:
         def tx(db: sqlite3.Connection) -> None:
-            db.executemany(
-                "INSERT OR REPLACE INTO facts (id, user_id, record) VALUES (?, ?, ?)",
-                [(r["factId"], r["userId"], _dumps(r)) for r in records],
-            )
+            self._put_facts(db, records)
             self._enqueue(db, ops)
 
         await self._run(tx, write=True)
@@ -608,6 +612,12 @@ class _SQLiteTarget:
 
     def drop_message(self, message_id: str) -> None:
         self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+    def put_fact(self, record: dict[str, Any]) -> None:
+        SQLiteStore._put_facts(self.db, [record])
+
+    def drop_fact(self, fact_id: str) -> None:
+        self.db.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
 
     def pending_ops(self) -> list[dict[str, Any]]:
         return [json.loads(r[0]) for r in self.db.execute("SELECT record FROM outbox ORDER BY key")]

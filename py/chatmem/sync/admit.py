@@ -8,8 +8,9 @@
 3. its record: a session ``create`` or ``update`` carries known session fields
    of the right types (the server merges them per field), a message ``create``
    a whole message record (``chatmem.validation``: fields, types, ranges, sizes,
-   nesting, valid Unicode, 64-bit integers, no NaN); a ``delete``'s data is at
-   most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.e2e``
+   nesting, valid Unicode, 64-bit integers, no NaN), a fact ``create`` or
+   ``update`` a whole fact record (``chatmem.facts.records.check_fact_record``);
+   a ``delete``'s data is at most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.e2e``
    envelopes) cannot be read here: only its JSON and size are checked; the
    receiving client checks the decrypted record.
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValidationError, shown
+from ..facts.records import check_fact_record
 from ..validation import Limits, check_message_record, check_session_record, check_value
 from .e2e import is_envelope
 from .hlc import check_skew
@@ -54,6 +56,9 @@ def admit_op(op: Any, limits: Limits, now_ms: int) -> SyncOp:
         return valid
     if resource == "session":
         check_session_record(data, limits, partial=True)
+    elif resource == "fact":
+        check_value(dict(data), limits, max_bytes=limits.max_message_bytes)
+        check_fact_record({**data, "factId": valid["id"]})
     else:
         check_message_record({**data, "id": valid["id"]}, limits)
     return valid

@@ -34,6 +34,9 @@ Rules (a change is ``{resource, id, data | None, deleted, hlc}``):
   (the session's own change, later in the feed, fills it in). A newer pending
   ``delete`` keeps it deleted.
 - **Message, tombstone.** The local message goes (the session's count drops).
+- **Fact.** A fact's record is replaced whole by the remote one, unless a
+  newer pending write of that fact (or any pending delete of it) is here. A
+  tombstone removes it whatever is pending: a fact's delete is for ever.
 - **One order.** A session's messages are ordered by ``order_key``: the HLC
   of their create, then their id; a message stored before messages had an
   HLC comes before every one that has one, in its ``seq`` order. ``seq`` is
@@ -99,6 +102,10 @@ class ChangeTarget(Protocol):
 
     def drop_message(self, message_id: str) -> None: ...
 
+    def put_fact(self, record: dict[str, Any]) -> None: ...
+
+    def drop_fact(self, fact_id: str) -> None: ...
+
     def pending_ops(self) -> Iterable[dict[str, Any]]:
         """Every operation in the outbox (not yet acknowledged)."""
         ...
@@ -157,6 +164,12 @@ def apply_changes_to(target: ChangeTarget, changes: Iterable[Mapping[str, Any]])
         resource, rid, hlc = c["resource"], str(c["id"]), str(c["hlc"])
         ops = pending.get((resource, rid), [])
         deleted_here = any(op["type"] == "delete" and is_newer(op.get("hlc", ""), hlc) for op in ops)
+        if resource == "fact":
+            if c.get("deleted") or c.get("data") is None:
+                target.drop_fact(rid)
+            elif not any(op["type"] == "delete" or is_newer(op.get("hlc", ""), hlc) for op in ops):
+                target.put_fact(dict(c["data"], factId=rid))
+            continue
         if resource == "session":
             if c.get("deleted") or c.get("data") is None:
                 if any(revives(op["type"], op.get("hlc", ""), hlc) for op in ops):

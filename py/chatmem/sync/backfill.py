@@ -14,6 +14,10 @@ so a session's create always reaches the server before its later changes.
 A session or message deleted after sync was turned on is skipped (its delete
 is in the outbox); a session changed since is sent as it is now (its queued
 update carries an older HLC and changes nothing more).
+
+Then every fact held is sent once (``FACTS_BACKFILL_KEY`` marks it done), at
+an HLC of the time its version was last written: a newer version another
+device already pushed still wins over this device's older copy.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..errors import (
 from ..stores.base import ORDER_KEY, OUTBOX_KEY, SESSION_PRIVATE_FIELDS
 from .backoff import BackoffPolicy
 from .config import SyncConfig
+from .hlc import format_hlc
 from .push import dead_record
 from .status import SyncState
 from .wire import resolve
@@ -43,10 +48,12 @@ if TYPE_CHECKING:
     from .protocol import SyncClient
     from .unlock import EncryptedSync
 
-__all__ = ["BACKFILL_KEY", "Backfill", "backfill_op_id", "push_history"]
+__all__ = ["BACKFILL_KEY", "FACTS_BACKFILL_KEY", "Backfill", "backfill_op_id", "push_history"]
 
 #: kv key of the backfill's progress: ``{"pos": <next session index>, "done": bool}``
 BACKFILL_KEY = "sync.backfill"
+#: kv key set once every fact held was sent
+FACTS_BACKFILL_KEY = "sync.backfill.facts"
 
 #: sends one batch (ops, records already read by message id); False = stop for now
 Send = Callable[[list[dict[str, Any]], dict[str, dict[str, Any]]], Awaitable[bool]]
@@ -75,17 +82,24 @@ class Backfill:
         pairs = snap.get("sessions") if isinstance(snap, dict) else None
         pos = int(prog.get("pos") or 0)
         if prog.get("done") or not pairs or pos >= len(pairs):
-            self._done = isinstance(snap, dict)
-            return None
+            if isinstance(snap, dict) and await store.kv_get(FACTS_BACKFILL_KEY):
+                self._done = True
+                return None
+            return ([], 0) if isinstance(snap, dict) else None
         return pairs, pos
 
     async def remaining(self) -> int:
-        """An upper bound of the operations still to send (sessions + messages)."""
+        """An upper bound of the operations still to send (sessions, messages, facts)."""
         state = await self._state()
         if state is None:
             return 0
         pairs, pos = state
-        return sum(1 + int(upto) for _, upto in pairs[pos:])
+        facts = (
+            0
+            if await self._core.store.kv_get(FACTS_BACKFILL_KEY)
+            else len(await self._core.store.list_facts())
+        )
+        return sum(1 + int(upto) for _, upto in pairs[pos:]) + facts
 
     async def run(self, send: Send, batch_size: int) -> bool:
         """Send the rest of the history in batches; True once all of it was delivered."""
@@ -100,7 +114,33 @@ class Backfill:
                 return False
             pos += 1
             await store.kv_set(BACKFILL_KEY, {"pos": pos, "done": pos >= len(pairs)})
+        if not await self._facts(send, batch_size):
+            return False
         self._done = True
+        return True
+
+    async def _facts(self, send: Send, size: int) -> bool:
+        """Send every fact held, each at the time its version was last written."""
+        store, outbox = self._core.store, self._core.outbox
+        if await store.kv_get(FACTS_BACKFILL_KEY):
+            return True
+        device = await outbox.device_id()
+        ops = [
+            await outbox.op(
+                "create",
+                "fact",
+                r["factId"],
+                "",
+                r,
+                backfill_op_id("fact", f"{r['factId']}\0{r['updatedAt']}"),
+                format_hlc(int(r["updatedAt"]), 0, device),
+            )
+            for r in sorted(await store.list_facts(), key=lambda r: str(r["factId"]))
+        ]
+        for start in range(0, len(ops), size):
+            if not await send(ops[start : start + size], {}):
+                return False
+        await store.kv_set(FACTS_BACKFILL_KEY, True)
         return True
 
     async def _session(self, sid: str, upto: int, send: Send, size: int) -> bool:

@@ -24,7 +24,9 @@ Format, version 1 (the README's protocol section says the same):
 - a session's data: ``sessionId`` stays plain, every other field's value is
   its own envelope (``field`` = the field name), so the server can still merge
   per field by HLC. A message's data: ``{"sessionId": <plain>, "e2e":
-  envelope}`` where the envelope holds the whole record (``field`` = ``"e2e"``).
+  envelope}`` where the envelope holds the whole record (``field`` = ``"e2e"``);
+  a fact's data: ``{"e2e": envelope}``, nothing plain (who it is about is
+  content too).
   Deletes carry no content and are not encrypted.
 """
 
@@ -76,8 +78,10 @@ _MAX_ITERATIONS = 100_000_000
 _PAD = 32
 #: bytes of AES-GCM's tag at the end of every ciphertext
 _TAG = 16
-#: a message's whole record travels in this one field
+#: a message's (or a fact's) whole record travels in this one field
 MESSAGE_FIELD = "e2e"
+#: resources whose whole record is one envelope (a session's fields are encrypted one by one)
+WHOLE_RECORD = frozenset({"message", "fact"})
 #: fields that stay plain: the record's own routing ids
 PLAIN_FIELDS = frozenset({"sessionId", "id"})
 
@@ -376,7 +380,7 @@ async def encrypt_records(
             out.append(None)
             continue
         resource, rid, op_id, hlc = str(rec["resource"]), str(rec["id"]), str(rec["op_id"]), str(rec["hlc"])
-        if resource == "message":
+        if resource in WHOLE_RECORD:
             plain = {k: v for k, v in data.items() if k in PLAIN_FIELDS and k != "id"}
             fields = {MESSAGE_FIELD: dict(data)} if not set(data) <= PLAIN_FIELDS else {}
         else:
@@ -501,12 +505,13 @@ async def decrypt_each(
 
 
 def _merge(target: dict[str, Any], it: _Item, value: Any, rec: Mapping[str, Any]) -> None:
-    if rec["resource"] == "message" and it.fname == MESSAGE_FIELD:
+    if rec["resource"] in WHOLE_RECORD and it.fname == MESSAGE_FIELD:
+        what = f"{rec['resource']} {shown(rec['id'])}"
         if not isinstance(value, dict):
-            raise DecryptionError(f"message {shown(rec['id'])} decrypted to a non-object")
+            raise DecryptionError(f"{what} decrypted to a non-object")
         for k in PLAIN_FIELDS:
             if k in target and k in value and target[k] != value[k]:
-                raise DecryptionError(f"message {shown(rec['id'])}: plain {k} differs from the encrypted one")
+                raise DecryptionError(f"{what}: plain {k} differs from the encrypted one")
         target.update(value)
     else:
         target[it.fname] = value

@@ -3,7 +3,8 @@
 ::
 
     {"op_id": "01J...", "type": "create" | "update" | "delete",
-     "resource": "session" | "message", "id": "<sessionId or message id>",
+     "resource": "session" | "message" | "fact",
+     "id": "<sessionId, message id or factId>",
      "data": {...} | null, "timestamp": <ms>, "hlc": "<HLC>", "attempts": 0}
 
 - ``op_id`` is the idempotency key: the server applies an ``op_id`` at most once.
@@ -11,6 +12,9 @@
   shape) for ``create``; for a session ``update`` it holds only the changed
   fields (merged per field, last writer by HLC wins); ``null`` for ``delete``.
 - Messages are immutable: no ``update`` of a message.
+- A fact's ``create`` and ``update`` carry its whole record (``Fact.to_record()``
+  shape); the newer write (by HLC) replaces the older one whole. A fact's
+  ``delete`` is for ever: nothing brings that fact back.
 
 ``validate_op`` is the one place both the client (before enqueueing) and the
 reference server (per operation of a push) check that shape.
@@ -38,13 +42,13 @@ __all__ = [
 ]
 
 OpType = Literal["create", "update", "delete"]
-Resource = Literal["session", "message"]
+Resource = Literal["session", "message", "fact"]
 OP_TYPES: frozenset[str] = frozenset({"create", "update", "delete"})
-RESOURCES: frozenset[str] = frozenset({"session", "message"})
+RESOURCES: frozenset[str] = frozenset({"session", "message", "fact"})
 MAX_ID_LENGTH = 200
 
 #: the fields that name a record's own id inside its data
-_ID_FIELD = {"session": "sessionId", "message": "id"}
+_ID_FIELD = {"session": "sessionId", "message": "id", "fact": "factId"}
 
 
 class SyncOp(TypedDict):
@@ -115,10 +119,13 @@ def op_session_id(op: Mapping[str, Any]) -> str | None:
 
     A session op belongs to its own id; a message create names it in
     ``data.sessionId``; a message delete carries it only if the client put it in
-    ``data`` (``{"sessionId": ...}``), so outboxes should do that.
+    ``data`` (``{"sessionId": ...}``), so outboxes should do that. A fact belongs to
+    no session.
     """
     if op.get("resource") == "session":
         return str(op["id"])
+    if op.get("resource") == "fact":
+        return None
     data = op.get("data")
     sid = data.get("sessionId") if isinstance(data, Mapping) else None
     return sid if isinstance(sid, str) else None

@@ -105,7 +105,7 @@ class PushResponse:
 
 @dataclass(frozen=True)
 class Change:
-    resource: Literal["session", "message"]
+    resource: Literal["session", "message", "fact"]
     id: str
     #: the record as the server holds it (merged); None for a tombstone
     data: dict[str, Any] | None

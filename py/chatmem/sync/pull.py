@@ -108,6 +108,8 @@ async def pull_changes(
         for sid in touched:
             core.invalidate(sid)
             core.changed("session-synced", sid, None)
+        if any(c["resource"] == "fact" for c in changes):
+            core.changed("facts-synced", "", None)
         pages += 1
         n += len(changes)
         cursor = page.cursor

@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError, shown
-from ..validation import Limits, check_message_record, check_session_record, is_id
+from ..facts.records import check_fact_record
+from ..validation import Limits, check_message_record, check_session_record, check_value, is_id
 from .hlc import parse_hlc
 from .ops import RESOURCES
 
@@ -102,6 +103,11 @@ def check_change(c: Any, limits: Limits) -> None:
         check_session_record(data, limits, partial=True)
         if data.get("sessionId", rid) != rid:
             raise ValidationError("data.sessionId differs from the change's id", field="sessionId")
+    elif resource == "fact":
+        check_value(dict(data), limits, max_bytes=limits.max_message_bytes)
+        check_fact_record(dict(data, factId=data.get("factId", rid)))
+        if data.get("factId", rid) != rid:
+            raise ValidationError("data.factId differs from the change's id", field="factId")
     else:
         check_message_record(dict(data, id=data.get("id", rid)), limits)
         if data.get("id", rid) != rid:

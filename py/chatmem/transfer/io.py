@@ -209,7 +209,7 @@ class Transfer:
                 )
                 for f in facts
             ]
-        await self._core.store.put_facts(facts)
+        await self._core.store.put_facts(facts, await self._core.outbox.facts_written(facts))
         return len(facts)
 
     async def _add_missing(self, session_id: str, msgs: list[dict[str, Any]], now: int) -> int:

@@ -272,6 +272,8 @@ class App:
         tab, another process) is shown: the list, the open conversation, the open panel."""
         self.schedule_sync_refresh()
         self._schedule_recount()
+        if kind == "facts-synced" and self.panel == "memory":
+            self.run(self.render_panel())
         if kind not in ARRIVALS:
             return
         self._arrived.add(session_id)
