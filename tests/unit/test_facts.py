@@ -522,6 +522,28 @@ def test_auto_learns_after_appends_without_delaying_them_and_settled_waits() -> 
     assert "diet" not in off
 
 
+def test_an_import_is_not_learnt_from_unasked() -> None:
+    """Learning in the background follows what the user writes, not a whole imported
+    history: that is read when asked, conversation by conversation."""
+
+    async def go() -> Any:
+        src = await chatmem.open()
+        s = await src.sessions.create(title="old chats")
+        await src.messages.append(s.session_id, "user", "My name is Ana and I live in Faro.")
+        export = await src.export()
+        mem = await chatmem.open()
+        mem.facts.configure(auto=True, debounce=0)
+        report = await mem.import_sessions(export)
+        await mem.facts.settled()
+        before = await mem.facts.list()
+        learnt = [await mem.facts.extract(sid) for sid in report.session_ids]
+        return before, learnt, {f.key: f.value for f in await mem.facts.list()}
+
+    before, learnt, facts = run(go())
+    assert before == [] and [r.added for r in learnt] == [2]
+    assert facts == {"name": "Ana", "home": "Faro"}
+
+
 def test_a_background_failure_is_kept_not_raised() -> None:
     class Broken:
         async def extract(self, messages: Any, known: Any) -> list[FactOp]:

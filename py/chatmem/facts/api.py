@@ -177,8 +177,11 @@ class Facts:
 
     # ------------------------------------------------------------------ in the background
     def _heard(self, kind: str, session_id: str, payload: Any) -> None:
-        """A write happened: user messages appended wake the background learner."""
+        """A write happened: user messages appended wake the background learner (not those
+        of an import: learning from a whole history is the caller's choice, ``extract``)."""
         if not self.auto or kind != "messages-appended" or not isinstance(payload, dict):
+            return
+        if payload.get("imported"):
             return
         if not any(m.get("role") == "user" for m in payload.get("messages") or ()):
             return

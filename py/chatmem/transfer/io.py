@@ -176,7 +176,9 @@ class Transfer:
                 self._core.changed("session-created", rec["sessionId"], rec)
                 if msgs:
                     self._core.changed(
-                        "messages-appended", rec["sessionId"], {"messages": msgs, "session": rec}
+                        "messages-appended",
+                        rec["sessionId"],
+                        {"messages": msgs, "session": rec, "imported": True},
                     )
         report.sessions_imported = len(todo)
         report.messages_imported = sum(len(m) for _, m in todo)
@@ -225,7 +227,9 @@ class Transfer:
         stored, sess = await store.append_messages(session_id, records, now, None, ops)
         self._core.invalidate(session_id)
         self._core.remember_meta(sess)
-        self._core.changed("messages-appended", session_id, {"messages": stored, "session": sess})
+        self._core.changed(
+            "messages-appended", session_id, {"messages": stored, "session": sess, "imported": True}
+        )
         return len(stored)
 
 

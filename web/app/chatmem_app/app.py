@@ -22,6 +22,7 @@ from . import (
     data_panel,
     dom,
     insights,
+    learn_import,
     memory_panel,
     search,
     settings,
@@ -74,6 +75,7 @@ class App:
             search,
             context_panel,
             memory_panel,
+            learn_import,
             settings_panel,
             data_panel,
             sync_panel,
@@ -97,6 +99,8 @@ class App:
         self._recount_timer: int | None = None
         self._panel_gen = 0
         self.datetime_provider: Any = None
+        #: learning about the person from the last import (offered, running, done...)
+        self.learning: learn_import.Learning | None = None
         context_panel.share_datetime(self)
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 from chatmem import ImportReport
 from chatmem.errors import ImportFormatError, ValidationError
 
-from . import dom
+from . import dom, learn_import
 from .dom import h, q
 
 __all__ = ["ACTIONS", "human_bytes", "import_bytes", "render", "report_lines", "update_counts"]
@@ -137,7 +137,7 @@ async def render(app: Any, body: Any) -> None:
             h("input", {"id": "import-restore", "type": "checkbox"}),
             "Restore a backup: keep its ids (importing it again changes nothing)",
         ),
-        h("div", {"id": "import-report", "role": "status", "aria-live": "polite"}),
+        h("div", {"id": "import-report", "role": "status", "aria-live": "polite"}, learn_import.view(app)),
     )
 
 
@@ -217,6 +217,7 @@ async def import_bytes(app: Any, data: bytes, name: str, preserve_ids: bool = Fa
             h("p", {}, f"Imported {name} ({fmt} format)."),
             h("ul", {}, *(h("li", {}, line) for line in report_lines(report))),
         ),
+        learn_import.offer(app, report) if report.messages_imported else learn_import.view(app),
     )
     return report
 

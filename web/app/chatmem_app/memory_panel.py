@@ -1,7 +1,8 @@
 """The Memory panel, "what I know about you": the facts ``mem.facts`` learnt or was told,
 grouped by what they are about, each with where it was said (a click opens the
-message), Pin, Forget and its history ("Lived in Lisbon until 3 Mar"); facts
-waiting for approval when review is on; the switches for learning and review."""
+message), Edit, Pin, Forget and its history ("Lived in Lisbon until 3 Mar"); a field
+to tell it something; facts waiting for approval when review is on; the switches for
+learning and review."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import copy
 import time
 from typing import Any
 
+from chatmem.errors import ValidationError
+
 from . import dom
-from .dom import h
+from .dom import h, q
 
 __all__ = ["ACTIONS", "render", "LABELS"]
 
@@ -72,6 +75,16 @@ async def _fact_el(app: Any, f: Any) -> Any:
         h(
             "span",
             {"class": "fact-actions"},
+            h(
+                "button",
+                {
+                    "type": "button",
+                    "class": "btn small ghost",
+                    "data-action": "fact-edit",
+                    "data-id": f.fact_id,
+                },
+                "Edit",
+            ),
             h(
                 "button",
                 {
@@ -181,6 +194,23 @@ async def render(app: Any, body: Any) -> None:
                 " Ask me before remembering",
             ),
         ),
+        h(
+            "form",
+            {"class": "fact-add", "data-action": "fact-add"},
+            h("label", {"for": "fact-add-text"}, "Tell me something about you"),
+            h(
+                "input",
+                {
+                    "id": "fact-add-text",
+                    "type": "text",
+                    "maxlength": "500",
+                    "placeholder": "e.g. My birthday is on 3 May",
+                    "aria-describedby": "fact-add-error",
+                },
+            ),
+            h("button", {"type": "submit", "class": "btn small"}, "Remember"),
+            h("p", {"id": "fact-add-error", "class": "status-err", "role": "alert"}),
+        ),
         h("h3", {}, "Waiting for you") if waiting else None,
         h("ul", {"class": "facts", "id": "facts-pending"}, waiting) if waiting else None,
         h("div", {"id": "facts"}, sections)
@@ -221,6 +251,63 @@ async def _forget(app: Any, el: Any, ev: Any) -> None:
     await app.render_panel()
 
 
+async def _edit(app: Any, el: Any, ev: Any) -> None:
+    """Turn the fact into a form: its sentence and its value, Save and Cancel."""
+    fact = await app.mem.facts.get(str(el.getAttribute("data-id")))
+    item = q(f'li.fact[data-id="{fact.fact_id}"]')
+    if item is None:
+        return
+    form = h(
+        "form",
+        {"class": "fact-edit", "data-action": "fact-save", "data-id": fact.fact_id},
+        h("label", {"for": "fact-edit-text"}, "What I know"),
+        h("input", {"id": "fact-edit-text", "type": "text", "maxlength": "500", "value": fact.text}),
+        h("label", {"for": "fact-edit-value"}, _label(fact.key)),
+        h("input", {"id": "fact-edit-value", "type": "text", "maxlength": "200", "value": fact.value}),
+        h("button", {"type": "submit", "class": "btn small primary"}, "Save"),
+        h(
+            "button",
+            {"type": "button", "class": "btn small ghost", "data-action": "fact-edit-cancel"},
+            "Cancel",
+        ),
+        h("p", {"id": "fact-edit-error", "class": "status-err", "role": "alert"}),
+    )
+    dom.mount(item, form)
+    q("#fact-edit-text").focus()
+
+
+async def _save(app: Any, el: Any, ev: Any) -> None:
+    """A corrected fact is a new version: the old one stays in its history."""
+    fid = str(el.getAttribute("data-id"))
+    text, value = str(q("#fact-edit-text").value).strip(), str(q("#fact-edit-value").value).strip()
+    try:
+        await app.mem.facts.update(fid, text=text, value=value)
+    except ValidationError as e:
+        dom.mount(q("#fact-edit-error"), str(e))
+        return
+    await app.render_panel()
+
+
+async def _cancel_edit(app: Any, el: Any, ev: Any) -> None:
+    await app.render_panel()
+
+
+async def _add(app: Any, el: Any, ev: Any) -> None:
+    field = q("#fact-add-text")
+    text = str(field.value).strip()
+    if not text:
+        dom.mount(q("#fact-add-error"), "Write something first.")
+        field.focus()
+        return
+    try:
+        await app.mem.facts.add(text)
+    except ValidationError as e:
+        dom.mount(q("#fact-add-error"), str(e))
+        return
+    app.toast(f"I'll remember: {text}")
+    await app.render_panel()
+
+
 async def _approve(app: Any, el: Any, ev: Any) -> None:
     await app.mem.facts.approve(str(el.getAttribute("data-id")))
     await app.render_panel()
@@ -239,6 +326,10 @@ async def _source(app: Any, el: Any, ev: Any) -> None:
 
 
 ACTIONS = {
+    "fact-add": _add,
+    "fact-edit": _edit,
+    "fact-save": _save,
+    "fact-edit-cancel": _cancel_edit,
     "memory-learn": _learn,
     "memory-review": _review,
     "fact-pin": _pin,
