@@ -3,7 +3,7 @@
 
     python build.py build            # npm ci, wheel, runtime files -> dist/
     python build.py serve [--port N] # build if needed, serve dist/ on 127.0.0.1
-    python build.py check            # ruff (lint, format), mypy strict, eslint: zero findings
+    python build.py check            # ruff (lint, format), mypy strict, layers, eslint: zero findings
     python build.py test [pytest args...]   # install test deps, build, check, run pytest
                                      # (with pytest args: those tests only, no check)
     python build.py bench [args...]  # install deps, build, run the benchmarks
@@ -789,15 +789,22 @@ def with_postgres(env: dict[str, str], fn: Callable[[dict[str, str]], int]) -> i
 PY_SOURCES = ["py", "web/app", "tests", "bench", "tools", "build.py", "hatch_build.py"]
 
 
+#: import-linter's command (its script is not on PATH in every environment)
+_LINT_IMPORTS = (
+    "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+)
+
+
 def check() -> int:
-    """ruff (lint and format), mypy strict and eslint, at the versions the lock files pin;
-    0 when none of them finds anything."""
+    """ruff (lint and format), mypy strict, the layer contract (``.importlinter``) and
+    eslint, at the versions the lock files pin; 0 when none of them finds anything."""
     py = ensure_test_env("test,dev")
     npm_ci()
     steps = [
         ("ruff check", [str(py), "-m", "ruff", "check", *PY_SOURCES]),
         ("ruff format", [str(py), "-m", "ruff", "format", "--check", "--quiet", *PY_SOURCES]),
         ("mypy", [str(py), "-m", "mypy"]),
+        ("layers", [str(py), "-c", _LINT_IMPORTS, "--config", ".importlinter", "--no-cache"]),
         ("eslint", ["node", str(NODE / "eslint" / "bin" / "eslint.js"), "--max-warnings", "0", "web"]),
     ]
     failed = []
@@ -836,7 +843,9 @@ def main() -> int:
     sub.add_parser("build", help="write the static site to dist/")
     sp = sub.add_parser("serve", help="build if needed, then serve dist/ on 127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
-    sub.add_parser("check", help="ruff (lint, format), mypy strict, eslint: zero findings")
+    sub.add_parser(
+        "check", help="ruff (lint, format), mypy strict, the layer contract, eslint: zero findings"
+    )
     sub.add_parser(
         "test", help="install test deps, build, check, run pytest (extra args: those tests, no check)"
     )

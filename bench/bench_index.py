@@ -17,7 +17,7 @@ import time
 
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, search
 from chatmem.index.embed import EMBEDDING_COLUMNS, model_key, quantize
-from chatmem.models import extract_text
+from chatmem.records.models import extract_text
 
 
 def make_vocab(rng: random.Random, n: int = 30_000) -> list[str]:

@@ -42,7 +42,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".contextstore_backends": ("IndexedDBContextStore", "InMemoryContextStore", "SQLiteContextStore"),
     ".conversation": ("Session",),
     ".embedding": ("LocalEmbedder", "StaticEmbedder"),
-    ".ids": ("Clock", "IdGenerator", "new_id", "system_clock"),
+    ".records.ids": ("Clock", "IdGenerator", "new_id", "system_clock"),
     ".index": (
         "Embedder",
         "HashingEmbedder",
@@ -75,7 +75,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".lru": ("LFUCache", "LRUCache"),
     ".memory": ("Memory", "open"),
     ".messages": ("Messages",),
-    ".models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
+    ".records.models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
     ".offline": ("OfflineResponder",),
     ".providers": ("ChatProvider", "OpenAICompatibleProvider"),
     ".retention": ("MessageRetentionPolicy", "RetentionPolicy", "RetentionReport"),
@@ -94,7 +94,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     ".token_count": ("BPETokenizer", "EstimateTokenizer", "Tokenizer"),
     ".transfer.io": ("ImportReport",),
-    ".validation": ("DEFAULT_LIMITS", "Limits"),
+    ".records.validation": ("DEFAULT_LIMITS", "Limits"),
     ".window": ("PRESETS", "ModelBudget", "WindowResult", "fit_window"),
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
@@ -114,7 +114,6 @@ if TYPE_CHECKING:
         LLMFactExtractor,
         OfflineFactExtractor,
     )
-    from .ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .index import (  # noqa: F401
         Embedder,
         HashingEmbedder,
@@ -138,9 +137,11 @@ if TYPE_CHECKING:
     from .lru import LFUCache, LRUCache  # noqa: F401
     from .memory import Memory, open  # noqa: F401
     from .messages import Messages  # noqa: F401
-    from .models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text  # noqa: F401
     from .offline import OfflineResponder  # noqa: F401
     from .providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
+    from .records.ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
+    from .records.models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text  # noqa: F401
+    from .records.validation import DEFAULT_LIMITS, Limits  # noqa: F401
     from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport  # noqa: F401
     from .runtime import IN_BROWSER, Runtime  # noqa: F401
     from .sessions import Sessions  # noqa: F401
@@ -149,7 +150,6 @@ if TYPE_CHECKING:
     from .sync import EncryptionKey, Passphrase, PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus  # noqa: F401
     from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer  # noqa: F401
     from .transfer.io import ImportReport  # noqa: F401
-    from .validation import DEFAULT_LIMITS, Limits  # noqa: F401
     from .window import PRESETS, ModelBudget, WindowResult, fit_window  # noqa: F401
 
 

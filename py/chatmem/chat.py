@@ -28,8 +28,8 @@ import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import ProviderError, ValidationError
-from .models import ChatMessage
 from .providers import ChatProvider
+from .records.models import ChatMessage
 from .window import ModelBudget
 
 if TYPE_CHECKING:

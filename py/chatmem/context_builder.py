@@ -28,7 +28,7 @@ from .errors import SessionNotFound, ValidationError
 from .facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
 from .formats import FORMATS, to_anthropic
 from .live_context import ContextManager
-from .models import NOT_FOR_MODEL, ChatMessage, for_model
+from .records.models import NOT_FOR_MODEL, ChatMessage, for_model
 from .retention import MessageRetentionPolicy, plan_message_retention, summary_key
 from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
 from .token_count import EstimateTokenizer, Tokenizer, for_format

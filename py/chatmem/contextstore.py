@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .conversation import history_of
 from .errors import SessionNotFound
-from .models import Message
+from .records.models import Message
 
 if TYPE_CHECKING:
     from .messages import Messages

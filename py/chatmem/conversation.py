@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .chat import reply, send
-from .models import ChatMessage
+from .records.models import ChatMessage
 
 if TYPE_CHECKING:
     from .context_builder import ContextBuilder

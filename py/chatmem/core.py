@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from .ids import Clock, IdGenerator
 from .lru import LRUCache
 from .outbox import Outbox
+from .records.ids import Clock, IdGenerator
+from .records.validation import DEFAULT_LIMITS, Limits
 from .stores.base import Store, clone
-from .validation import DEFAULT_LIMITS, Limits
 
 __all__ = ["Core"]
 

@@ -25,7 +25,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from .errors import ValidationError, shown
-from .models import extract_text
+from .records.models import extract_text
 
 __all__ = ["FORMATS", "to_anthropic", "from_anthropic_blocks"]
 

@@ -41,7 +41,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol, cast, runtime_ch
 
 from .context_render import json_stringify, render_context_message
 from .errors import ValidationError, shown
-from .ids import Clock
+from .records.ids import Clock
 
 __all__ = [
     "ContextUpdateStrategy",

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from .errors import ValidationError
-from .ids import Clock, system_clock
+from .records.ids import Clock, system_clock
 
 __all__ = ["LRUCache", "LFUCache", "CACHE_STRATEGIES", "make_cache"]
 

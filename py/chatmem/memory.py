@@ -22,7 +22,6 @@ from .conversation import Session
 from .core import Core
 from .errors import ValidationError
 from .facts import Facts
-from .ids import Clock, IdGenerator
 from .index.embed import Embedder
 from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
@@ -32,13 +31,14 @@ from .live_context import ContextManager, ModuleStateProvider
 from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
 from .outbox import Outbox
+from .records.ids import Clock, IdGenerator
+from .records.validation import DEFAULT_LIMITS, Limits
 from .retention import Retention
 from .runtime import IN_BROWSER, Runtime, default_runtime
 from .sessions import Sessions
 from .stores.base import Store
 from .sync.engine import SyncEngine
 from .token_count import EstimateTokenizer, Tokenizer
-from .validation import DEFAULT_LIMITS, Limits
 from .window import ModelBudget, WindowResult
 
 if TYPE_CHECKING:

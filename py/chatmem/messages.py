@@ -12,10 +12,10 @@ from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
 
 from .core import Core
 from .errors import MessageNotFound, SessionNotFound, ValidationError, shown
-from .models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+from .records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+from .records.validation import check_id, check_value
 from .sessions import DEFAULT_TITLE
 from .stores.base import ORDER_KEY, Ops
-from .validation import check_id, check_value
 
 __all__ = ["Messages"]
 

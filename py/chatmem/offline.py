@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .errors import UnsupportedEnvironment
-from .models import ChatMessage, extract_text
+from .records.models import ChatMessage, extract_text
 
 if TYPE_CHECKING:
     from .memory import Memory

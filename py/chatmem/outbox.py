@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-from .ids import Clock, IdGenerator
+from .records.ids import Clock, IdGenerator
 from .stores.base import ORDER_KEY, Store
 from .sync.hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
 

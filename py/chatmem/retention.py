@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from .errors import ValidationError
-from .models import ChatMessage, SessionMeta
+from .records.models import ChatMessage, SessionMeta
 from .summarize import (
     SUMMARY_PREFIX,
     ExtractiveSummarizer,
@@ -42,8 +42,8 @@ from .summarize import (
 )
 
 if TYPE_CHECKING:
-    from .ids import Clock
     from .messages import Messages
+    from .records.ids import Clock
     from .sessions import Sessions
     from .stores.base import Store
 

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping
 
 from .core import Core
 from .errors import SessionNotFound, ValidationError, shown
-from .models import ChatMessage, SessionMeta
-from .validation import check_id, check_ids, check_session_record
+from .records.models import ChatMessage, SessionMeta
+from .records.validation import check_id, check_ids, check_session_record
 
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 

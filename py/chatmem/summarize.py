@@ -27,8 +27,8 @@ from collections import Counter
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from .errors import ChatmemError, ValidationError
-from .models import ChatMessage
 from .providers import ChatProvider
+from .records.models import ChatMessage
 
 __all__ = [
     "SUMMARY_PREFIX",

@@ -23,7 +23,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 from .errors import ValidationError
-from .models import ChatMessage, estimate_tokens, extract_text
+from .records.models import ChatMessage, estimate_tokens, extract_text
 
 if TYPE_CHECKING:
     from .runtime.base import Runtime

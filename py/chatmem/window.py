@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .errors import ContextOverflow, ValidationError, shown
-from .models import ChatMessage
+from .records.models import ChatMessage
 from .summarize import SUMMARY_PREFIX
 from .token_count import EstimateTokenizer, Tokenizer
 

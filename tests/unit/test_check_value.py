@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chatmem.errors import LimitExceeded, ValidationError
-from chatmem.validation import Limits, check_value
+from chatmem.records.validation import Limits, check_value
 
 POISONS: list[tuple[Any, str, str]] = [
     # (value, the error's path prefix, words of the message)

@@ -10,7 +10,7 @@ import pytest
 from chatmem import Memory
 from chatmem.index import DuckDBEngine, QueryIndex, figures, search
 from chatmem.index.schema import TABLES
-from chatmem.models import SessionMeta
+from chatmem.records.models import SessionMeta
 from chatmem.stores.sqlite import SQLiteStore
 
 MARK = "zqxmarker"

@@ -11,7 +11,7 @@ import pytest
 
 import chatmem
 from chatmem.facts import OfflineFactExtractor
-from chatmem.models import ChatMessage
+from chatmem.records.models import ChatMessage
 from conftest import run
 
 

@@ -29,10 +29,10 @@ from chatmem.errors import (
     ValidationError,
 )
 from chatmem.http import HTTPResponse, MockTransport
+from chatmem.records.validation import Limits
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
 from chatmem.sync.hlc import HybridLogicalClock
-from chatmem.validation import Limits
 from conftest import run
 from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES, check_cases, expand
 from hostile_strategies import (

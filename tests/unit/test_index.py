@@ -13,7 +13,7 @@ from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, SQLEngine, 
 from chatmem.index.engine import columns
 from chatmem.index.schema import TABLES, message_rows, row_to_message_record, session_row
 from chatmem.index.tokenize import norm_text, parse_query, phrase_pattern, tokens, words
-from chatmem.models import ChatMessage, SessionMeta
+from chatmem.records.models import ChatMessage, SessionMeta
 
 
 def run(coro):

@@ -9,7 +9,7 @@ import asyncio
 
 from chatmem import Memory
 from chatmem.index import DuckDBEngine, QueryIndex, keywords, opening
-from chatmem.models import SessionMeta
+from chatmem.records.models import SessionMeta
 from conftest import sqlite_memory as _mem
 
 WORDS = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel", "kiwi", "lime"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chatmem.errors import ValidationError
-from chatmem.models import ChatMessage, SessionMeta, estimate_tokens
+from chatmem.records.models import ChatMessage, SessionMeta, estimate_tokens
 from chatmem.retention import (
     DAY_MS,
     MessagePlan,

@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 from chatmem.errors import ChatmemError, ValidationError
-from chatmem.models import ChatMessage
+from chatmem.records.models import ChatMessage
 from chatmem.summarize import (
     SUMMARY_PREFIX,
     ChatProvider,

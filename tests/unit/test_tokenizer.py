@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chatmem.errors import ValidationError
-from chatmem.models import ChatMessage, estimate_tokens
+from chatmem.records.models import ChatMessage, estimate_tokens
 from chatmem.token_count import DEFAULT_MESSAGE_OVERHEAD, EstimateTokenizer, Tokenizer, message_extra_text
 
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatmem.errors import ImportFormatError, ValidationError
-from chatmem.ids import IdGenerator
-from chatmem.models import ChatMessage, SessionMeta, estimate_tokens, extract_text
+from chatmem.records.ids import IdGenerator
+from chatmem.records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text
 from chatmem.stores.inprocess import MemoryStore
 from chatmem.transfer import (
     EXPORT_VERSION,

@@ -9,7 +9,7 @@ import random
 
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, RetrievalConfig, retrieve, search
 from chatmem.index.embed import EMBEDDING_COLUMNS, embedding_rows, quantize
-from chatmem.models import SessionMeta
+from chatmem.records.models import SessionMeta
 
 
 class CalibratedHashing(HashingEmbedder):

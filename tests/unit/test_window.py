@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatmem.errors import ContextOverflow, ValidationError
-from chatmem.models import ChatMessage, estimate_tokens
+from chatmem.records.models import ChatMessage, estimate_tokens
 from chatmem.summarize import SUMMARY_PREFIX
 from chatmem.token_count import EstimateTokenizer
 from chatmem.window import PRESETS, ModelBudget, fit_window, preset, tool_call_ids

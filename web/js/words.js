@@ -49,7 +49,7 @@ export function asciiTerm(word) {
   return english.stemWord(w) || w;
 }
 
-/** Python's `models.extract_text`: the string itself, or the text (else code) parts joined. */
+/** Python's `records.models.extract_text`: the string itself, or the text (else code) parts joined. */
 export function extractText(content) {
   if (content === null || content === undefined) return "";
   if (typeof content === "string") return content;

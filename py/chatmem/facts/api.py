@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FactNotFound, SessionNotFound, ValidationError, shown
-from ..models import ChatMessage
+from ..records.models import ChatMessage
+from ..records.validation import check_id
 from ..stores.base import ORDER_KEY
-from ..validation import check_id
 from .extract import BATCH, REFUSED_KEY, WATERMARK_KEY, FactExtractor, is_refused, refused_entry, unread
 from .offline import OfflineFactExtractor
 from .rank import rank

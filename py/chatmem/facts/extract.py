@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..models import ChatMessage, for_model
+from ..records.models import ChatMessage, for_model
 from ..stores.base import ORDER_KEY
 from .records import Fact, FactOp
 from .rules import same_value

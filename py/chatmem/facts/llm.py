@@ -19,8 +19,8 @@ import re
 from typing import Any
 
 from ..errors import ProviderError, ValidationError, shown
-from ..models import ChatMessage
 from ..providers import ChatProvider
+from ..records.models import ChatMessage
 from .records import MULTI_VALUED, SINGLE_VALUED, Fact, FactOp
 
 __all__ = ["LLMFactExtractor", "SYSTEM_PROMPT", "parse_operations"]

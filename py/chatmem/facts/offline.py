@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from ..models import ChatMessage
+from ..records.models import ChatMessage
 from .records import Fact, FactOp
 
 __all__ = ["OfflineFactExtractor", "sentences"]

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ValidationError, shown
-from ..ids import derived_id
+from ..records.ids import derived_id
 from .records import (
     SINGLE_VALUED,
     Fact,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ValidationError, shown
-from ..models import ROLES, ChatMessage, extract_text
+from ..records.models import ROLES, ChatMessage, extract_text
 from .schema import row_to_message_record
 from .scoring import K1, B, term_weights
 from .tokenize import ParsedQuery, norm_text, phrase_pattern

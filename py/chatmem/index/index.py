@@ -37,8 +37,8 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 from ..errors import QueryTimeout, ValidationError, shown
-from ..models import extract_text
-from ..validation import INT64_MAX, INT64_MIN
+from ..records.models import extract_text
+from ..records.validation import INT64_MAX, INT64_MIN
 from .catchup import catch_up
 from .derivation import EngineDerivation, Started, run_derivation
 from .embed import Embedder

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
-from ..models import ChatMessage
+from ..records.models import ChatMessage
 from ..settle import settle
 from .cache import IndexCache
 from .embed import Embedder

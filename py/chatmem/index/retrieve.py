@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SessionNotFound, ValidationError, shown
-from ..models import ChatMessage
+from ..records.models import ChatMessage
 from .embed import Embedder, calibration_of, cosine_sql, query_literal
 from .hits import _fetch
 from .search import SearchHit, default_embedder, hit_from_row

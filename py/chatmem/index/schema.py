@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..models import extract_text
+from ..records.models import extract_text
 from .tokenize import tokens
 
 __all__ = [

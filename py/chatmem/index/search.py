@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 from ..errors import ValidationError, shown
-from ..ids import system_clock
+from ..records.ids import system_clock
 from . import embed, scoring
 from .embed import Embedder, calibration_of, model_key, query_literal, semantic_ctes
 from .hits import (

@@ -40,7 +40,7 @@ from ..errors import ChatmemError
 from ..index.retrieve import RetrievalConfig
 from ..memory import Memory
 from ..memory import open as open_memory
-from ..models import ChatMessage
+from ..records.models import ChatMessage
 
 __all__ = ["build_server", "main", "run"]
 

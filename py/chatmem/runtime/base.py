@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedEnvironment
-from ..ids import Clock, system_clock
+from ..records.ids import Clock, system_clock
 
 if TYPE_CHECKING:
     from ..embedding.static import StaticEmbedder, TokenSums

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import NotFound, ValidationError, shown
-from ..ids import Clock, system_clock
+from ..records.ids import Clock, system_clock
 from .quotas import Quotas
 from .storage import Account, SyncStorage, TokenRecord
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import EncryptionConflict as E2EConflict
 from ..errors import ValidationError, shown
+from ..records.validation import is_id, parse_decimal
 from ..sync.e2e import (
     MESSAGE_FIELD,
     PLAIN_FIELDS,
@@ -40,7 +41,6 @@ from ..sync.e2e import (
     is_encrypted_data,
     is_envelope,
 )
-from ..validation import is_id, parse_decimal
 from .storage import SpaceTransaction, SyncStorage
 
 __all__ = ["E2EConflict", "E2EService", "check_push", "check_op", "META", "CAPABILITY"]

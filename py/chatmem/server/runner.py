@@ -17,8 +17,8 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from ..ids import Clock, system_clock
-from ..validation import DEFAULT_LIMITS, Limits
+from ..records.ids import Clock, system_clock
+from ..records.validation import DEFAULT_LIMITS, Limits
 from .accounts import space_for_key
 from .app import MAX_BODY_BYTES, create_app
 from .backends import open_storage

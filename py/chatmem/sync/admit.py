@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ValidationError, shown
 from ..facts.records import check_fact_record
-from ..validation import Limits, check_message_record, check_session_record, check_value
+from ..records.validation import Limits, check_message_record, check_session_record, check_value
 from .e2e import is_envelope
 from .hlc import check_skew
 from .ops import SyncOp, validate_op

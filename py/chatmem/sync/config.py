@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ValidationError, shown
-from ..validation import INT64_MAX
+from ..records.validation import INT64_MAX
 from .e2e import EncryptionKey, Passphrase
 
 __all__ = ["SyncConfig", "CONFIG_KEY", "LOCAL_HOSTS", "normalize_endpoint"]

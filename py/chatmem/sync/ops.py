@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError, shown
-from ..validation import INT64_MAX, is_id
+from ..records.validation import INT64_MAX, is_id
 from .hlc import parse_hlc
 
 __all__ = [

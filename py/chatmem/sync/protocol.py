@@ -46,7 +46,7 @@ from ..errors import (
     shown,
 )
 from ..http import HTTPResponse, Transport
-from ..ids import Clock, system_clock
+from ..records.ids import Clock, system_clock
 from .backoff import parse_retry_after
 from .config import SyncConfig
 from .hlc import is_hlc, validate_device_id

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError, shown
 from ..facts.records import check_fact_record
-from ..validation import Limits, check_message_record, check_session_record, check_value, is_id
+from ..records.validation import Limits, check_message_record, check_session_record, check_value, is_id
 from .hlc import parse_hlc
 from .ops import RESOURCES
 

@@ -26,7 +26,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Mappin
 
 from ..errors import ValidationError
 from ..facts.records import Fact
-from ..models import ChatMessage, SessionMeta
+from ..records.models import ChatMessage, SessionMeta
 
 __all__ = [
     "EXPORT_VERSION",

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..ids import IdGenerator, derived_id
-from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text
+from ..records.ids import IdGenerator, derived_id
+from ..records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text
 
 __all__ = [
     "NormalizedSession",

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..errors import ImportFormatError, ImportLimitExceeded
-from ..validation import DEFAULT_LIMITS, Limits, check_shape
+from ..records.validation import DEFAULT_LIMITS, Limits, check_shape
 
 __all__ = ["load_json", "describe"]
 

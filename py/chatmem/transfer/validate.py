@@ -13,9 +13,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError, shown
 from ..facts.records import check_fact_record
-from ..models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+from ..records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+from ..records.validation import DEFAULT_LIMITS, MESSAGE_KEY_FIELD, Limits, check_value
 from ..stores.base import SESSION_PRIVATE_FIELDS
-from ..validation import DEFAULT_LIMITS, MESSAGE_KEY_FIELD, Limits, check_value
 from .export_format import EXPORT_VERSION, FACTS_EXPORT_VERSION
 from .normalized import NormalizedImport, NormalizedSession
 from .source import describe, load_json

@@ -12,7 +12,7 @@ from typing import Any
 
 import chatmem
 from chatmem.errors import ChatmemError, ContextOverflow
-from chatmem.models import extract_text
+from chatmem.records.models import extract_text
 
 from . import dom, settings
 from .dom import h, js

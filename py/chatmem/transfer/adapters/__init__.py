@@ -15,8 +15,8 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from ...errors import ImportFormatError, shown
-from ...ids import IdGenerator
-from ...validation import DEFAULT_LIMITS, Limits
+from ...records.ids import IdGenerator
+from ...records.validation import DEFAULT_LIMITS, Limits
 from ..normalized import NormalizedImport, NormalizedSession, assign_new_ids
 from ..source import describe, load_json
 from ..validate import iter_validated, validate_loaded_export, validate_normalized

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ValidationError, shown
-from ...ids import IdGenerator
-from ...models import ROLES, validate_message_fields
+from ...records.ids import IdGenerator
+from ...records.models import ROLES, validate_message_fields
 from ..normalized import NormalizedImport, RecordBuilder
 from ..source import describe
 from ._common import UNTITLED, fail

@@ -25,8 +25,8 @@ import re
 from typing import Any, Iterator, Mapping
 
 from ...errors import shown
-from ...ids import IdGenerator
-from ...models import ROLES, extract_text
+from ...records.ids import IdGenerator
+from ...records.models import ROLES, extract_text
 from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ..source import describe
 from ._common import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ids import IdGenerator
+from ...records.ids import IdGenerator
 from ..normalized import NormalizedImport
 from ..validate import validate_export
 

@@ -19,7 +19,7 @@ import json
 from typing import Any, Iterator, Mapping
 
 from ...errors import shown
-from ...ids import IdGenerator
+from ...records.ids import IdGenerator
 from ..normalized import NormalizedImport, NormalizedSession, RecordBuilder
 from ..source import describe
 from ._common import (

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence, cast
 
-from .errors import ValidationError, shown
+from ..errors import ValidationError, shown
 
 __all__ = [
     "NOT_FOR_MODEL",

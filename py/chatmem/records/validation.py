@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeGuard
 
-from .errors import LimitExceeded, ValidationError, shown
+from ..errors import LimitExceeded, ValidationError, shown
 from .models import MESSAGE_FIELDS, validate_message_fields
 
 __all__ = [
