@@ -14,6 +14,7 @@ device that holds the message knows the same order key for it.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterable, Mapping
 
 from .records.ids import Clock, IdGenerator
@@ -23,6 +24,12 @@ from .sync.hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
 __all__ = ["Outbox", "DEVICE_KEY"]
 
 DEVICE_KEY = "sync.device_id"
+
+#: one clock per device and wall clock in this process: two connections to one store (the
+#: same device) stamp from one clock, so what one wrote always sorts before what the other
+#: writes after it, even within the same millisecond
+#: (held only while a connection uses it)
+_CLOCKS: weakref.WeakValueDictionary[tuple[str, int], HybridLogicalClock] = weakref.WeakValueDictionary()
 
 
 class Outbox:
@@ -54,7 +61,11 @@ class Outbox:
             if not device:
                 device = "d" + self._ids()
                 await self._store.kv_set(DEVICE_KEY, device)
-            self.hlc = HybridLogicalClock(device, self._clock, max_skew_ms=self._max_skew_ms)
+            key = (str(device), id(self._clock))  # the clock outlives its entry: ids stay unique
+            shared = _CLOCKS.get(key)
+            if shared is None or shared.max_skew_ms != self._max_skew_ms:
+                shared = _CLOCKS[key] = HybridLogicalClock(device, self._clock, max_skew_ms=self._max_skew_ms)
+            self.hlc = shared
         return self.hlc
 
     async def op(
