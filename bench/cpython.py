@@ -17,8 +17,8 @@ from typing import Any, Callable
 import payloads
 
 import chatmem
-from chatmem.token_count import EstimateTokenizer
-from chatmem.window import fit_window
+from chatmem.context.tokens import EstimateTokenizer
+from chatmem.context.window import fit_window
 
 __all__ = ["run_all"]
 

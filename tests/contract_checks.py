@@ -939,7 +939,7 @@ class SetClock:
 @check
 async def check_build_context_order_and_guarantees(make: Make) -> None:
     """System, context ("Module X: {json}"), then recent messages; in budget; tool pairs whole; newest user kept."""
-    from chatmem.live_context import ContextMessage, ContextUpdateStrategy
+    from chatmem.context.providers import ContextMessage, ContextUpdateStrategy
 
     async with await make() as mem:
         s = await mem.sessions.create()

@@ -15,8 +15,8 @@ from typing import Any
 import js  # type: ignore[import-not-found]
 
 import chatmem
+from chatmem.context.window import fit_window
 from chatmem.runtime import page as _browser
-from chatmem.window import fit_window
 
 bench = js.window.bench
 now = js.performance.now

@@ -53,7 +53,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SearchHit",
         "SQLEngine",
     ),
-    ".live_context": (
+    ".context.providers": (
         "ContextManager",
         "ContextMessage",
         "ContextProvider",
@@ -82,7 +82,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".runtime": ("IN_BROWSER", "Runtime"),
     ".sessions": ("Sessions",),
     ".stores": ("MemoryStore", "Store"),
-    ".summarize": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer"),
+    ".context.summaries": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer"),
     ".sync": (
         "EncryptionKey",
         "Passphrase",
@@ -92,15 +92,28 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncEngine",
         "SyncStatus",
     ),
-    ".token_count": ("BPETokenizer", "EstimateTokenizer", "Tokenizer"),
+    ".context.tokens": ("BPETokenizer", "EstimateTokenizer", "Tokenizer"),
     ".transfer.io": ("ImportReport",),
     ".records.validation": ("DEFAULT_LIMITS", "Limits"),
-    ".window": ("PRESETS", "ModelBudget", "WindowResult", "fit_window"),
+    ".context.window": ("PRESETS", "ModelBudget", "WindowResult", "fit_window"),
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicProvider  # noqa: F401
+    from .context.providers import (  # noqa: F401
+        ContextManager,
+        ContextMessage,
+        ContextProvider,
+        ContextUpdateStrategy,
+        DatetimeProvider,
+        ModuleStateProvider,
+        UserProfileProvider,
+        render_context_message,
+    )
+    from .context.summaries import ExtractiveSummarizer, LLMSummarizer, Summarizer  # noqa: F401
+    from .context.tokens import BPETokenizer, EstimateTokenizer, Tokenizer  # noqa: F401
+    from .context.window import PRESETS, ModelBudget, WindowResult, fit_window  # noqa: F401
     from .contextstore import ContextStore, MemoryContextStore  # noqa: F401
     from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
     from .conversation import Session  # noqa: F401
@@ -124,16 +137,6 @@ if TYPE_CHECKING:
         SearchHit,
         SQLEngine,
     )
-    from .live_context import (  # noqa: F401
-        ContextManager,
-        ContextMessage,
-        ContextProvider,
-        ContextUpdateStrategy,
-        DatetimeProvider,
-        ModuleStateProvider,
-        UserProfileProvider,
-        render_context_message,
-    )
     from .lru import LFUCache, LRUCache  # noqa: F401
     from .memory import Memory, open  # noqa: F401
     from .messages import Messages  # noqa: F401
@@ -146,11 +149,8 @@ if TYPE_CHECKING:
     from .runtime import IN_BROWSER, Runtime  # noqa: F401
     from .sessions import Sessions  # noqa: F401
     from .stores import MemoryStore, Store  # noqa: F401
-    from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer  # noqa: F401
     from .sync import EncryptionKey, Passphrase, PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus  # noqa: F401
-    from .token_count import BPETokenizer, EstimateTokenizer, Tokenizer  # noqa: F401
     from .transfer.io import ImportReport  # noqa: F401
-    from .window import PRESETS, ModelBudget, WindowResult, fit_window  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -27,13 +27,13 @@ import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
+from .context.window import ModelBudget
 from .errors import ProviderError, ValidationError
 from .providers import ChatProvider
 from .records.models import ChatMessage
-from .window import ModelBudget
 
 if TYPE_CHECKING:
-    from .context_builder import ContextBuilder
+    from .context.builder import ContextBuilder
     from .messages import Messages
 
 __all__ = ["send", "reply", "DEFAULT_SYSTEM_PROMPT", "INCOMPLETE", "STOPPED"]

@@ -9,7 +9,7 @@ from .chat import reply, send
 from .records.models import ChatMessage
 
 if TYPE_CHECKING:
-    from .context_builder import ContextBuilder
+    from .context.builder import ContextBuilder
     from .messages import Messages
     from .sessions import Sessions
 

@@ -16,7 +16,10 @@ from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable
 
-from .context_builder import ContextBuilder
+from .context.builder import ContextBuilder
+from .context.providers import ContextManager, ModuleStateProvider
+from .context.tokens import EstimateTokenizer, Tokenizer
+from .context.window import ModelBudget, WindowResult
 from .contextstore import ContextStore, MemoryContextStore
 from .conversation import Session
 from .core import Core
@@ -27,7 +30,6 @@ from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
 from .index.shared import IndexShare
-from .live_context import ContextManager, ModuleStateProvider
 from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .messages import Messages
 from .outbox import Outbox
@@ -38,8 +40,6 @@ from .runtime import IN_BROWSER, Runtime, default_runtime
 from .sessions import Sessions
 from .stores.base import Store
 from .sync.engine import SyncEngine
-from .token_count import EstimateTokenizer, Tokenizer
-from .window import ModelBudget, WindowResult
 
 if TYPE_CHECKING:
     from .transfer.io import ImportReport, Transfer

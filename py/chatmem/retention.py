@@ -30,9 +30,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from .errors import ValidationError
-from .records.models import ChatMessage, SessionMeta
-from .summarize import (
+from .context.summaries import (
     SUMMARY_PREFIX,
     ExtractiveSummarizer,
     Summarizer,
@@ -40,6 +38,8 @@ from .summarize import (
     is_system_prompt,
     summary_text,
 )
+from .errors import ValidationError
+from .records.models import ChatMessage, SessionMeta
 
 if TYPE_CHECKING:
     from .messages import Messages

@@ -14,7 +14,7 @@ def test_bpe_counts_are_exact_and_drive_the_window(page: Page) -> None:
     db = unique_name("bpe")
     out = page.py(f"""
 import chatmem
-from chatmem.token_count import BPETokenizer
+from chatmem.context.tokens import BPETokenizer
 o200k = await BPETokenizer.load("o200k_base")
 cl100k = await BPETokenizer.load("cl100k_base")
 counts = [o200k.count("hello world"), cl100k.count("hello world"), o200k.count("tiktoken is great!"),

@@ -8,8 +8,7 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from chatmem.errors import ValidationError
-from chatmem.live_context import (
+from chatmem.context.providers import (
     ContextManager,
     ContextMessage,
     ContextUpdateStrategy,
@@ -19,6 +18,7 @@ from chatmem.live_context import (
     json_stringify,
     render_context_message,
 )
+from chatmem.errors import ValidationError
 
 R = ContextUpdateStrategy.REPLACE_SELF
 A = ContextUpdateStrategy.APPEND_SELF
@@ -254,6 +254,6 @@ def test_register_requires_provide():
 
 def test_public_names_exist():
     """Every name in chatmem.live_context.__all__ is defined (the export list cannot rot)."""
-    import chatmem.live_context as mod
+    import chatmem.context.providers as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

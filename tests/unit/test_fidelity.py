@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import chatmem
+from chatmem.context.providers import ContextMessage, UserProfileProvider
+from chatmem.context.tokens import MESSAGE_OVERHEAD, EstimateTokenizer
 from chatmem.errors import SessionNotFound, ValidationError
-from chatmem.live_context import ContextMessage, UserProfileProvider
 from chatmem.lru import LFUCache, LRUCache
 from chatmem.retention import MessageRetentionPolicy
-from chatmem.token_count import MESSAGE_OVERHEAD, EstimateTokenizer
 from conftest import run
 
 LONG = "word " * 200  # ~250 tokens

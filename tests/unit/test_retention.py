@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from chatmem.context.summaries import SUMMARY_PREFIX, ExtractiveSummarizer
+from chatmem.context.window import fit_window
 from chatmem.errors import ValidationError
 from chatmem.records.models import ChatMessage, SessionMeta, estimate_tokens
 from chatmem.retention import (
@@ -21,8 +23,6 @@ from chatmem.retention import (
     plan_retention,
     summary_message_fields,
 )
-from chatmem.summarize import SUMMARY_PREFIX, ExtractiveSummarizer
-from chatmem.window import fit_window
 
 NOW = 1_000 * DAY_MS
 

@@ -125,3 +125,19 @@ def test_only_the_page_runtime_touches_the_browser() -> None:
                 if name not in ("chatmem", "chatmem.memory"):  # re-exported, not tested
                     bad.append(f"{name}:{node.lineno} branches on IN_BROWSER")
     assert bad == []
+
+
+def test_the_layer_contract_names_every_top_level_part() -> None:
+    """``.importlinter`` (checked by ``build.py check``) lists each part of the package in
+    the errors' contract, so a part that is added or moved is placed in the layers too."""
+    import configparser
+
+    contract = configparser.ConfigParser()
+    contract.read(ROOT / ".importlinter")
+    listed = set(contract["importlinter:contract:errors"]["forbidden_modules"].split())
+    parts = {
+        "chatmem." + (p.stem if p.suffix == ".py" else p.name)
+        for p in (PY / "chatmem").iterdir()
+        if (p.suffix == ".py" and p.stem not in ("__init__", "errors")) or (p / "__init__.py").exists()
+    }
+    assert listed == parts, (sorted(parts - listed), sorted(listed - parts))

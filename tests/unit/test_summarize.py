@@ -7,9 +7,7 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from chatmem.errors import ChatmemError, ValidationError
-from chatmem.records.models import ChatMessage
-from chatmem.summarize import (
+from chatmem.context.summaries import (
     SUMMARY_PREFIX,
     ChatProvider,
     ExtractiveSummarizer,
@@ -19,6 +17,8 @@ from chatmem.summarize import (
     is_summary_message,
     summary_text,
 )
+from chatmem.errors import ChatmemError, ValidationError
+from chatmem.records.models import ChatMessage
 
 
 def msg(i: int, role: str, content: Any, **kw: Any) -> ChatMessage:
@@ -165,6 +165,6 @@ def test_summary_message_helpers():
 
 def test_public_names_exist():
     """Every name in chatmem.summarize.__all__ is defined (the export list cannot rot)."""
-    import chatmem.summarize as mod
+    import chatmem.context.summaries as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

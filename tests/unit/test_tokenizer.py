@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from chatmem.context.tokens import DEFAULT_MESSAGE_OVERHEAD, EstimateTokenizer, Tokenizer, message_extra_text
 from chatmem.errors import ValidationError
 from chatmem.records.models import ChatMessage, estimate_tokens
-from chatmem.token_count import DEFAULT_MESSAGE_OVERHEAD, EstimateTokenizer, Tokenizer, message_extra_text
 
 
 @pytest.mark.parametrize(
@@ -57,6 +57,6 @@ def test_estimate_tokenizer_satisfies_the_protocol():
 
 def test_public_names_exist():
     """Every name in chatmem.token_count.__all__ is defined (the export list cannot rot)."""
-    import chatmem.token_count as mod
+    import chatmem.context.tokens as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chatmem.context.summaries import SUMMARY_PREFIX
+from chatmem.context.tokens import EstimateTokenizer
+from chatmem.context.window import PRESETS, ModelBudget, fit_window, preset, tool_call_ids
 from chatmem.errors import ContextOverflow, ValidationError
 from chatmem.records.models import ChatMessage, estimate_tokens
-from chatmem.summarize import SUMMARY_PREFIX
-from chatmem.token_count import EstimateTokenizer
-from chatmem.window import PRESETS, ModelBudget, fit_window, preset, tool_call_ids
 
 TK = EstimateTokenizer()
 
@@ -415,6 +415,6 @@ def test_ten_thousand_messages_under_an_8k_budget_is_fast():
 
 def test_public_names_exist():
     """Every name in chatmem.window.__all__ is defined (the export list cannot rot)."""
-    import chatmem.window as mod
+    import chatmem.context.window as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

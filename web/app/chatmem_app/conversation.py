@@ -51,7 +51,7 @@ def _pretty(value: Any) -> str:
 
 
 #: ``metadata["origin"]`` of a failed turn's notice, stored so it shows after a reload
-#: (``chatmem.context_builder.NOT_FOR_MODEL``: never sent to a model)
+#: (``chatmem.records.models.NOT_FOR_MODEL``: never sent to a model)
 NOTICE = "notice"
 
 

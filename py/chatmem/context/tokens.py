@@ -22,11 +22,11 @@ import copy
 import json
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
-from .errors import ValidationError
-from .records.models import ChatMessage, estimate_tokens, extract_text
+from ..errors import ValidationError
+from ..records.models import ChatMessage, estimate_tokens, extract_text
 
 if TYPE_CHECKING:
-    from .runtime.base import Runtime
+    from ..runtime.base import Runtime
 
 __all__ = [
     "Tokenizer",
@@ -174,7 +174,7 @@ class BPETokenizer:
         if encoding not in BPE_ENCODINGS:
             raise ValidationError(f"encoding must be one of {sorted(BPE_ENCODINGS)}", field="encoding")
         if runtime is None:
-            from .runtime import default_runtime
+            from ..runtime import default_runtime
 
             runtime = default_runtime()
         return cls(encoding, await runtime.token_counter(encoding))

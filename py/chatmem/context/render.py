@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from .errors import LimitExceeded, ValidationError
+from ..errors import LimitExceeded, ValidationError
 
 __all__ = ["render_context_message", "json_stringify"]
 

@@ -23,19 +23,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
-from .context_render import render_context_message
-from .errors import SessionNotFound, ValidationError
-from .facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
-from .formats import FORMATS, to_anthropic
-from .live_context import ContextManager
-from .records.models import NOT_FOR_MODEL, ChatMessage, for_model
-from .retention import MessageRetentionPolicy, plan_message_retention, summary_key
-from .summarize import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
-from .token_count import EstimateTokenizer, Tokenizer, for_format
+from ..errors import SessionNotFound, ValidationError
+from ..facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
+from ..formats import FORMATS, to_anthropic
+from ..records.models import NOT_FOR_MODEL, ChatMessage, for_model
+from ..retention import MessageRetentionPolicy, plan_message_retention, summary_key
+from .providers import ContextManager
+from .render import render_context_message
+from .summaries import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
+from .tokens import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
 
 if TYPE_CHECKING:
-    from .core import Core
+    from ..core import Core
 
 __all__ = ["ContextBuilder", "NOT_FOR_MODEL", "Retriever", "for_model", "summary_key"]
 

@@ -45,10 +45,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import ContextOverflow, ValidationError, shown
-from .records.models import ChatMessage
-from .summarize import SUMMARY_PREFIX
-from .token_count import EstimateTokenizer, Tokenizer
+from ..errors import ContextOverflow, ValidationError, shown
+from ..records.models import ChatMessage
+from .summaries import SUMMARY_PREFIX
+from .tokens import EstimateTokenizer, Tokenizer
 
 __all__ = [
     "ModelBudget",

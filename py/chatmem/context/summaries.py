@@ -26,9 +26,9 @@ import re
 from collections import Counter
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from .errors import ChatmemError, ValidationError
-from .providers import ChatProvider
-from .records.models import ChatMessage
+from ..errors import ChatmemError, ValidationError
+from ..providers import ChatProvider
+from ..records.models import ChatMessage
 
 __all__ = [
     "SUMMARY_PREFIX",

@@ -39,9 +39,9 @@ from datetime import UTC, datetime, tzinfo
 from enum import Enum
 from typing import Any, Awaitable, Callable, Mapping, Protocol, cast, runtime_checkable
 
-from .context_render import json_stringify, render_context_message
-from .errors import ValidationError, shown
-from .records.ids import Clock
+from ..errors import ValidationError, shown
+from ..records.ids import Clock
+from .render import json_stringify, render_context_message
 
 __all__ = [
     "ContextUpdateStrategy",
