@@ -1109,7 +1109,7 @@ async def check_retrieval_in_the_window(make: Make) -> None:
 @check
 async def check_chat_turn(make: Make) -> None:
     """send(): user stored first, answer streamed to on_token, assistant stored with provider and model."""
-    from chatmem.providers import OpenAICompatibleProvider
+    from chatmem.chat.providers import OpenAICompatibleProvider
 
     if "llm" not in SERVICES:
         raise AssertionError("the harness must start the test model server")
@@ -1147,7 +1147,7 @@ async def check_chat_turn_failures_keep_only_what_arrived(make: Make) -> None:
     kept, marked stopped, and the cancellation goes on."""
     import asyncio as _asyncio
 
-    from chatmem.providers import OpenAICompatibleProvider
+    from chatmem.chat.providers import OpenAICompatibleProvider
 
     async with await make() as mem:
         s = await mem.sessions.create()
@@ -1203,7 +1203,7 @@ async def check_chat_turn_failures_keep_only_what_arrived(make: Make) -> None:
 @check
 async def check_offline_responder_answers_from_memory(make: Make) -> None:
     """With no model, the offline responder quotes earlier messages and says it is offline."""
-    from chatmem.offline import OFFLINE_LABEL, OfflineResponder
+    from chatmem.chat.offline import OFFLINE_LABEL, OfflineResponder
 
     async with await make() as mem:
         old = await mem.sessions.create(title="Travel")

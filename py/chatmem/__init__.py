@@ -37,7 +37,7 @@ __version__ = "0.1.0"
 #: ``import chatmem`` loads only the errors, so a page is ready before the modules its
 #: first ``chatmem.open`` needs are read, and what it never uses (SQLite, providers) is never read
 _MODULES: dict[str, tuple[str, ...]] = {
-    ".anthropic": ("AnthropicProvider",),
+    ".chat.anthropic": ("AnthropicProvider",),
     ".contextstore": ("ContextStore", "MemoryContextStore"),
     ".contextstore_backends": ("IndexedDBContextStore", "InMemoryContextStore", "SQLiteContextStore"),
     ".conversation": ("Session",),
@@ -76,8 +76,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".memory": ("Memory", "open"),
     ".messages": ("Messages",),
     ".records.models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
-    ".offline": ("OfflineResponder",),
-    ".providers": ("ChatProvider", "OpenAICompatibleProvider"),
+    ".chat.offline": ("OfflineResponder",),
+    ".chat.providers": ("ChatProvider", "OpenAICompatibleProvider"),
     ".retention": ("MessageRetentionPolicy", "RetentionPolicy", "RetentionReport"),
     ".runtime": ("IN_BROWSER", "Runtime"),
     ".sessions": ("Sessions",),
@@ -100,7 +100,9 @@ _MODULES: dict[str, tuple[str, ...]] = {
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 if TYPE_CHECKING:
-    from .anthropic import AnthropicProvider  # noqa: F401
+    from .chat.anthropic import AnthropicProvider  # noqa: F401
+    from .chat.offline import OfflineResponder  # noqa: F401
+    from .chat.providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
     from .context.providers import (  # noqa: F401
         ContextManager,
         ContextMessage,
@@ -140,8 +142,6 @@ if TYPE_CHECKING:
     from .lru import LFUCache, LRUCache  # noqa: F401
     from .memory import Memory, open  # noqa: F401
     from .messages import Messages  # noqa: F401
-    from .offline import OfflineResponder  # noqa: F401
-    from .providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
     from .records.ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .records.models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text  # noqa: F401
     from .records.validation import DEFAULT_LIMITS, Limits  # noqa: F401

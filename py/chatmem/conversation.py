@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .chat import reply, send
+from .chat.turn import reply, send
 from .records.models import ChatMessage
 
 if TYPE_CHECKING:

@@ -951,7 +951,7 @@ def test_markdown_renderer_is_depth_limited() -> None:
 )
 def test_a_model_servers_retry_after_never_escapes(value: str, ms: int | None) -> None:
     """A 429's Retry-After of inf, NaN, 1e400 or a negative number is ignored, not an OverflowError."""
-    from chatmem.providers import provider_error
+    from chatmem.chat.providers import provider_error
 
     err = provider_error(
         HTTPResponse(429, {"retry-after": value}, b'{"error": {"message": "slow down"}}'), "u"

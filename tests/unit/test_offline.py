@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import chatmem
-from chatmem.offline import OFFLINE_LABEL, OfflineResponder, keywords
+from chatmem.chat.offline import OFFLINE_LABEL, OfflineResponder, keywords
 from conftest import run
 
 

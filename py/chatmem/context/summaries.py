@@ -26,8 +26,8 @@ import re
 from collections import Counter
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+from ..chat.providers import ChatProvider
 from ..errors import ChatmemError, ValidationError
-from ..providers import ChatProvider
 from ..records.models import ChatMessage
 
 __all__ = [

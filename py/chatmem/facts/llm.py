@@ -18,8 +18,8 @@ import json
 import re
 from typing import Any
 
+from ..chat.providers import ChatProvider
 from ..errors import ProviderError, ValidationError, shown
-from ..providers import ChatProvider
 from ..records.models import ChatMessage
 from .records import MULTI_VALUED, SINGLE_VALUED, Fact, FactOp
 

@@ -10,6 +10,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import chatmem
+from chatmem.chat.offline import OFFLINE_LABEL
 from chatmem.errors import (
     ContextOverflow,
     ProviderAuthError,
@@ -20,7 +21,6 @@ from chatmem.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
-from chatmem.offline import OFFLINE_LABEL
 from chatmem.sessions import DEFAULT_TITLE
 
 from . import dom, settings
@@ -155,7 +155,7 @@ def message_el(m: Any) -> Any:
     )
 
 
-#: the badge of an answer that did not end as the model meant (``chatmem.chat``)
+#: the badge of an answer that did not end as the model meant (``chatmem.chat.turn``)
 _STATUS = {"stopped": "stopped", "incomplete": "incomplete — it broke off"}
 
 #: what a content part the view cannot show is called in its placeholder

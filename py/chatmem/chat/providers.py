@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
-from .errors import (
+from ..errors import (
     ProviderAuthError,
     ProviderError,
     ProviderNotFound,
@@ -27,7 +27,7 @@ from .errors import (
     TransportTimeout,
     ValidationError,
 )
-from .http import HTTPResponse, Transport
+from ..http import HTTPResponse, Transport
 
 __all__ = ["ChatProvider", "HTTPProvider", "OpenAICompatibleProvider", "provider_error"]
 
@@ -89,7 +89,7 @@ class HTTPProvider:
     @property
     def transport(self) -> Transport:
         if self._transport is None:
-            from .runtime import default_transport
+            from ..runtime import default_transport
 
             self._transport = default_transport()
         return self._transport

@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from .errors import ValidationError, shown
-from .records.models import extract_text
+from ..errors import ValidationError, shown
+from ..records.models import extract_text
 
 __all__ = ["FORMATS", "to_anthropic", "from_anthropic_blocks"]
 

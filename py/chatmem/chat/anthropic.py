@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator, Mapping, Sequence
 
-from .errors import ProviderServerError, ProviderTimeout, ProviderUnavailable, ValidationError
-from .formats import from_anthropic_blocks, to_anthropic
-from .http import HTTPResponse, Transport, TransportError, TransportTimeout
+from ..context.formats import from_anthropic_blocks, to_anthropic
+from ..errors import ProviderServerError, ProviderTimeout, ProviderUnavailable, ValidationError
+from ..http import HTTPResponse, Transport, TransportError, TransportTimeout
 from .providers import HTTPProvider, provider_error
 
 __all__ = ["AnthropicProvider", "ANTHROPIC_VERSION"]

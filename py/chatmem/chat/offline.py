@@ -16,11 +16,11 @@ import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from .errors import UnsupportedEnvironment
-from .records.models import ChatMessage, extract_text
+from ..errors import UnsupportedEnvironment
+from ..records.models import ChatMessage, extract_text
 
 if TYPE_CHECKING:
-    from .memory import Memory
+    from ..memory import Memory
 
 __all__ = ["OFFLINE_LABEL", "OfflineResponder", "keywords"]
 
