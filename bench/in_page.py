@@ -13,9 +13,10 @@ __all__ = ["run_in_page"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_in_page(code: str) -> Any:
+def run_in_page(code: str, setup_js: str | None = None) -> Any:
     """Build ``dist/`` if needed, serve it on a free port, boot one page and answer ``code``
-    (run by ``window.chatmem.runPython``; its last expression is the answer)."""
+    (run by ``window.chatmem.runPython``; its last expression is the answer). ``setup_js``
+    runs in the page first (e.g. to observe long tasks)."""
     sys.path.insert(0, str(ROOT))
     import build
     from playwright.sync_api import sync_playwright
@@ -30,6 +31,8 @@ def run_in_page(code: str) -> Any:
             page.set_default_timeout(3_600_000)
             page.goto(f"http://127.0.0.1:{srv.server_address[1]}/")
             page.evaluate("window.chatmem.ready")
+            if setup_js:
+                page.evaluate(setup_js)
             out = page.evaluate("c => window.chatmem.runPython(c)", code)
             browser.close()
             return out
