@@ -991,7 +991,7 @@ async def check_build_context_order_and_guarantees(make: Make) -> None:
 @check
 async def check_session_retention_policy(make: Make) -> None:
     """apply(): archive idle, delete old archived, cap the count; pinned untouched; dry run writes nothing."""
-    from chatmem.retention import DAY_MS, RetentionPolicy
+    from chatmem.conversations.retention import DAY_MS, RetentionPolicy
 
     clock = SetClock()
     async with await make(clock=clock) as mem:
@@ -1033,7 +1033,7 @@ async def check_session_retention_policy(make: Make) -> None:
 @check
 async def check_message_retention_summarizes_and_window_uses_it(make: Make) -> None:
     """apply_messages() stores one summary, archives the originals, and the window then sends the summary."""
-    from chatmem.retention import MessageRetentionPolicy
+    from chatmem.conversations.retention import MessageRetentionPolicy
 
     async with await make() as mem:
         s = await mem.sessions.create(title="long chat")

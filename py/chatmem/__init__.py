@@ -38,9 +38,9 @@ __version__ = "0.1.0"
 #: first ``chatmem.open`` needs are read, and what it never uses (SQLite, providers) is never read
 _MODULES: dict[str, tuple[str, ...]] = {
     ".chat.anthropic": ("AnthropicProvider",),
-    ".contextstore": ("ContextStore", "MemoryContextStore"),
-    ".contextstore_backends": ("IndexedDBContextStore", "InMemoryContextStore", "SQLiteContextStore"),
-    ".conversation": ("Session",),
+    ".air.context_store": ("ContextStore", "MemoryContextStore"),
+    ".air.backends": ("IndexedDBContextStore", "InMemoryContextStore", "SQLiteContextStore"),
+    ".conversations.session": ("Session",),
     ".embedding": ("LocalEmbedder", "StaticEmbedder"),
     ".records.ids": ("Clock", "IdGenerator", "new_id", "system_clock"),
     ".index": (
@@ -74,13 +74,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     ".lru": ("LFUCache", "LRUCache"),
     ".memory": ("Memory", "open"),
-    ".messages": ("Messages",),
+    ".conversations.messages": ("Messages",),
     ".records.models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
     ".chat.offline": ("OfflineResponder",),
     ".chat.providers": ("ChatProvider", "OpenAICompatibleProvider"),
-    ".retention": ("MessageRetentionPolicy", "RetentionPolicy", "RetentionReport"),
+    ".conversations.retention": ("MessageRetentionPolicy", "RetentionPolicy", "RetentionReport"),
     ".runtime": ("IN_BROWSER", "Runtime"),
-    ".sessions": ("Sessions",),
+    ".conversations.sessions": ("Sessions",),
     ".stores": ("MemoryStore", "Store"),
     ".context.summaries": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer"),
     ".sync": (
@@ -100,6 +100,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 if TYPE_CHECKING:
+    from .air.backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
+    from .air.context_store import ContextStore, MemoryContextStore  # noqa: F401
     from .chat.anthropic import AnthropicProvider  # noqa: F401
     from .chat.offline import OfflineResponder  # noqa: F401
     from .chat.providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
@@ -116,9 +118,10 @@ if TYPE_CHECKING:
     from .context.summaries import ExtractiveSummarizer, LLMSummarizer, Summarizer  # noqa: F401
     from .context.tokens import BPETokenizer, EstimateTokenizer, Tokenizer  # noqa: F401
     from .context.window import PRESETS, ModelBudget, WindowResult, fit_window  # noqa: F401
-    from .contextstore import ContextStore, MemoryContextStore  # noqa: F401
-    from .contextstore_backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
-    from .conversation import Session  # noqa: F401
+    from .conversations.messages import Messages  # noqa: F401
+    from .conversations.retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport  # noqa: F401
+    from .conversations.session import Session  # noqa: F401
+    from .conversations.sessions import Sessions  # noqa: F401
     from .embedding import LocalEmbedder, StaticEmbedder  # noqa: F401
     from .facts import (  # noqa: F401
         Fact,
@@ -141,13 +144,10 @@ if TYPE_CHECKING:
     )
     from .lru import LFUCache, LRUCache  # noqa: F401
     from .memory import Memory, open  # noqa: F401
-    from .messages import Messages  # noqa: F401
     from .records.ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .records.models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text  # noqa: F401
     from .records.validation import DEFAULT_LIMITS, Limits  # noqa: F401
-    from .retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport  # noqa: F401
     from .runtime import IN_BROWSER, Runtime  # noqa: F401
-    from .sessions import Sessions  # noqa: F401
     from .stores import MemoryStore, Store  # noqa: F401
     from .sync import EncryptionKey, Passphrase, PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus  # noqa: F401
     from .transfer.io import ImportReport  # noqa: F401

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from .lru import LRUCache
-from .outbox import Outbox
 from .records.ids import Clock, IdGenerator
 from .records.validation import DEFAULT_LIMITS, Limits
 from .stores.base import Store, clone
+from .sync.outbox import Outbox
 
 __all__ = ["Core"]
 

@@ -16,12 +16,15 @@ from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable
 
+from .air.context_store import ContextStore, MemoryContextStore
 from .context.builder import ContextBuilder
 from .context.providers import ContextManager, ModuleStateProvider
 from .context.tokens import EstimateTokenizer, Tokenizer
 from .context.window import ModelBudget, WindowResult
-from .contextstore import ContextStore, MemoryContextStore
-from .conversation import Session
+from .conversations.messages import Messages
+from .conversations.retention import Retention
+from .conversations.session import Session
+from .conversations.sessions import Sessions
 from .core import Core
 from .errors import ValidationError
 from .facts import Facts
@@ -31,15 +34,12 @@ from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
 from .index.shared import IndexShare
 from .lru import CACHE_STRATEGIES, LRUCache, make_cache
-from .messages import Messages
-from .outbox import Outbox
 from .records.ids import Clock, IdGenerator
 from .records.validation import DEFAULT_LIMITS, Limits
-from .retention import Retention
 from .runtime import IN_BROWSER, Runtime, default_runtime
-from .sessions import Sessions
 from .stores.base import Store
 from .sync.engine import SyncEngine
+from .sync.outbox import Outbox
 
 if TYPE_CHECKING:
     from .transfer.io import ImportReport, Transfer

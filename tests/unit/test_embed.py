@@ -13,7 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from chatmem.errors import EmbeddingError, ValidationError
-from chatmem.http import HTTPResponse, MockTransport
 from chatmem.index import (
     DuckDBEngine,
     Embedder,
@@ -22,6 +21,7 @@ from chatmem.index import (
     QueryIndex,
     search,
 )
+from chatmem.runtime.http import HTTPResponse, MockTransport
 
 
 def cos(a, b):

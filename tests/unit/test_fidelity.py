@@ -11,9 +11,9 @@ import pytest
 import chatmem
 from chatmem.context.providers import ContextMessage, UserProfileProvider
 from chatmem.context.tokens import MESSAGE_OVERHEAD, EstimateTokenizer
+from chatmem.conversations.retention import MessageRetentionPolicy
 from chatmem.errors import SessionNotFound, ValidationError
 from chatmem.lru import LFUCache, LRUCache
-from chatmem.retention import MessageRetentionPolicy
 from conftest import run
 
 LONG = "word " * 200  # ~250 tokens

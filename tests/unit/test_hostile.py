@@ -28,8 +28,8 @@ from chatmem.errors import (
     ReadOnlySQLError,
     ValidationError,
 )
-from chatmem.http import HTTPResponse, MockTransport
 from chatmem.records.validation import Limits
+from chatmem.runtime.http import HTTPResponse, MockTransport
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
 from chatmem.sync.hlc import HybridLogicalClock

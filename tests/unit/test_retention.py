@@ -10,9 +10,7 @@ import pytest
 
 from chatmem.context.summaries import SUMMARY_PREFIX, ExtractiveSummarizer
 from chatmem.context.window import fit_window
-from chatmem.errors import ValidationError
-from chatmem.records.models import ChatMessage, SessionMeta, estimate_tokens
-from chatmem.retention import (
+from chatmem.conversations.retention import (
     DAY_MS,
     MessagePlan,
     MessageRetentionPolicy,
@@ -23,6 +21,8 @@ from chatmem.retention import (
     plan_retention,
     summary_message_fields,
 )
+from chatmem.errors import ValidationError
+from chatmem.records.models import ChatMessage, SessionMeta, estimate_tokens
 
 NOW = 1_000 * DAY_MS
 
@@ -317,6 +317,6 @@ def test_message_plan_default_is_empty():
 
 def test_public_names_exist():
     """Every name in chatmem.retention.__all__ is defined (the export list cannot rot)."""
-    import chatmem.retention as mod
+    import chatmem.conversations.retention as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from ..context.formats import from_anthropic_blocks, to_anthropic
 from ..errors import ProviderServerError, ProviderTimeout, ProviderUnavailable, ValidationError
-from ..http import HTTPResponse, Transport, TransportError, TransportTimeout
+from ..runtime.http import HTTPResponse, Transport, TransportError, TransportTimeout
 from .providers import HTTPProvider, provider_error
 
 __all__ = ["AnthropicProvider", "ANTHROPIC_VERSION"]

@@ -27,7 +27,7 @@ from ..errors import (
     TransportTimeout,
     ValidationError,
 )
-from ..http import HTTPResponse, Transport
+from ..runtime.http import HTTPResponse, Transport
 
 __all__ = ["ChatProvider", "HTTPProvider", "OpenAICompatibleProvider", "provider_error"]
 

@@ -34,7 +34,7 @@ from .providers import ChatProvider
 
 if TYPE_CHECKING:
     from ..context.builder import ContextBuilder
-    from ..messages import Messages
+    from ..conversations.messages import Messages
 
 __all__ = ["send", "reply", "DEFAULT_SYSTEM_PROMPT", "INCOMPLETE", "STOPPED"]
 

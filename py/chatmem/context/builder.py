@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
+from ..conversations.retention import MessageRetentionPolicy, plan_message_retention, summary_key
 from ..errors import SessionNotFound, ValidationError
 from ..facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
 from ..records.models import NOT_FOR_MODEL, ChatMessage, for_model
-from ..retention import MessageRetentionPolicy, plan_message_retention, summary_key
 from .formats import FORMATS, to_anthropic
 from .providers import ContextManager
 from .render import render_context_message

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import EmbeddingError
-from ..slices import SLICE_S, Slicer
+from ..scheduling.slices import SLICE_S, Slicer
 from .static import StaticEmbedder, TokenSums, find_model_file
 
 __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]

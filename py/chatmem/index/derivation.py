@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..settle import settle
+from ..scheduling.settle import settle
 from .doctable import DocTable, extended
 from .engine import SQLEngine
 from .keywords import stage_statement

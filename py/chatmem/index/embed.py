@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EmbeddingError, TransportError, ValidationError
-from ..http import Transport
-from ..slices import Slicer
+from ..runtime.http import Transport
+from ..scheduling.slices import Slicer
 from .engine import marks
 from .tokenize import norm_text
 

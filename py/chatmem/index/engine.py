@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DatabaseClosed, QueryError, ReadOnlySQLError
-from ..settle import settle
+from ..scheduling.settle import settle
 from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
 __all__ = [

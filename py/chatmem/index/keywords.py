@@ -26,8 +26,8 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from ..settle import settle
-from ..slices import Slicer
+from ..scheduling.settle import settle
+from ..scheduling.slices import Slicer
 from .doctable import DocTable, extended
 from .engine import SQLEngine, marks
 from .figures import KeywordFigures

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
 from ..records.models import ChatMessage
-from ..settle import settle
+from ..scheduling.settle import settle
 from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine

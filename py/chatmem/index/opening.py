@@ -18,7 +18,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-from ..settle import settle
+from ..scheduling.settle import settle
 from .cache import IndexCache
 from .derivation import EngineDerivation, Started
 from .embed import Embedder

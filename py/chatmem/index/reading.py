@@ -16,7 +16,7 @@ import asyncio
 from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from ..settle import settle
+from ..scheduling.settle import settle
 from ..stores.base import Store
 
 __all__ = ["BATCH", "PAGE", "each_message"]

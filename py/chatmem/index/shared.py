@@ -47,7 +47,7 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from .. import errors
 from ..errors import QueryError, ValidationError, shown
-from ..settle import settle
+from ..scheduling.settle import settle
 from .embed import Embedder
 from .index import QueryIndex, RecordSource
 from .sqlguard import check_read_only

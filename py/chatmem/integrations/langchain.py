@@ -39,8 +39,8 @@ except ImportError as e:  # pragma: no cover - depends on the install
     raise UnsupportedEnvironment(
         f'chatmem.integrations.langchain needs langchain-core: pip install "chatmem[langchain]" ({e})'
     ) from e
+from ..conversations.sessions import DEFAULT_TITLE
 from ..records.models import ChatMessage
-from ..sessions import DEFAULT_TITLE
 
 if TYPE_CHECKING:
     from ..memory import Memory

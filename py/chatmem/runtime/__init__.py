@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from ..http import Transport
 from .base import DrainLock, Random, Runtime, Sleep
 from .cpython import CPythonRuntime, LocalDrainLock, UrllibTransport
+from .http import Transport
 
 __all__ = [
     "IN_BROWSER",

@@ -22,12 +22,12 @@ from ..records.ids import Clock, system_clock
 
 if TYPE_CHECKING:
     from ..embedding.static import StaticEmbedder, TokenSums
-    from ..http import Transport
     from ..index.derivation import EngineDerivation
     from ..index.engine import SQLEngine
     from ..index.transport import ShareTransport
     from ..stores.base import Store
     from ..sync.e2e import CipherSuite
+    from .http import Transport
 
 __all__ = ["Runtime", "DrainLock", "LocalDrainLock", "Sleep", "Random"]
 

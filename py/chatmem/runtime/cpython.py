@@ -12,8 +12,8 @@ import threading
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ..errors import TransportError, TransportTimeout, UnsupportedEnvironment
-from ..http import HTTPResponse, Transport
 from .base import LocalDrainLock, Runtime
+from .http import HTTPResponse, Transport
 
 if TYPE_CHECKING:
     from ..index.engine import SQLEngine

@@ -63,7 +63,7 @@ from ..errors import (
     ValidationError,
     WrongPassphrase,
 )
-from ..http import Transport
+from ..runtime.http import Transport
 from .auto import AutoSync
 from .backfill import Backfill, push_history
 from .backoff import BackoffPolicy

@@ -45,8 +45,8 @@ from ..errors import (
     WrongPassphrase,
     shown,
 )
-from ..http import HTTPResponse, Transport
 from ..records.ids import Clock, system_clock
+from ..runtime.http import HTTPResponse, Transport
 from .backoff import parse_retry_after
 from .config import SyncConfig
 from .hlc import is_hlc, validate_device_id

@@ -11,6 +11,7 @@ from typing import Any
 
 import chatmem
 from chatmem.chat.offline import OFFLINE_LABEL
+from chatmem.conversations.sessions import DEFAULT_TITLE
 from chatmem.errors import (
     ContextOverflow,
     ProviderAuthError,
@@ -21,7 +22,6 @@ from chatmem.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
-from chatmem.sessions import DEFAULT_TITLE
 
 from . import dom, settings
 from . import render as md

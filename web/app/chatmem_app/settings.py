@@ -13,8 +13,8 @@ import copy
 from typing import Any
 
 import chatmem
+from chatmem.conversations.retention import DAY_MS
 from chatmem.errors import ValidationError
-from chatmem.retention import DAY_MS
 
 __all__ = [
     "DEFAULTS",

@@ -10,7 +10,7 @@ from ...index.derivation import EngineDerivation
 from ...index.engine import READ_ONLY_REFUSAL, WRITE_REFUSED
 from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
-from ...settle import settle
+from ...scheduling.settle import settle
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
 

@@ -8,7 +8,7 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ...errors import TransportError, TransportTimeout
-from ...http import HTTPResponse
+from ..http import HTTPResponse
 
 __all__ = ["FetchTransport"]
 

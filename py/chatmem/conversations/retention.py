@@ -30,7 +30,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from .context.summaries import (
+from ..context.summaries import (
     SUMMARY_PREFIX,
     ExtractiveSummarizer,
     Summarizer,
@@ -38,14 +38,14 @@ from .context.summaries import (
     is_system_prompt,
     summary_text,
 )
-from .errors import ValidationError
-from .records.models import ChatMessage, SessionMeta
+from ..errors import ValidationError
+from ..records.models import ChatMessage, SessionMeta
 
 if TYPE_CHECKING:
+    from ..records.ids import Clock
+    from ..stores.base import Store
     from .messages import Messages
-    from .records.ids import Clock
     from .sessions import Sessions
-    from .stores.base import Store
 
 __all__ = [
     "DAY_MS",

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
-from .errors import TransportError, TransportTimeout
+from ..errors import TransportError, TransportTimeout
 
 __all__ = [
     "HTTPResponse",

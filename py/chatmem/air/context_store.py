@@ -13,13 +13,13 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .conversation import history_of
-from .errors import SessionNotFound
-from .records.models import Message
+from ..conversations.session import history_of
+from ..errors import SessionNotFound
+from ..records.models import Message
 
 if TYPE_CHECKING:
-    from .messages import Messages
-    from .sessions import Sessions
+    from ..conversations.messages import Messages
+    from ..conversations.sessions import Sessions
 
 __all__ = ["ContextStore", "MemoryContextStore", "SessionsAndMessages"]
 

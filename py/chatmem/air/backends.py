@@ -4,10 +4,10 @@ memory on first use (nothing happens at construction) and closes it on
 
 from __future__ import annotations
 
-from .contextstore import MemoryContextStore
-from .memory import Memory, open_indexeddb
-from .stores.inprocess import MemoryStore
-from .stores.sqlite import SQLiteStore
+from ..memory import Memory, open_indexeddb
+from ..stores.inprocess import MemoryStore
+from ..stores.sqlite import SQLiteStore
+from .context_store import MemoryContextStore
 
 __all__ = ["InMemoryContextStore", "SQLiteContextStore", "IndexedDBContextStore"]
 

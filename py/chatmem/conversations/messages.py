@@ -10,12 +10,12 @@ from __future__ import annotations
 import builtins
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
 
-from .core import Core
-from .errors import MessageNotFound, SessionNotFound, ValidationError, shown
-from .records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
-from .records.validation import check_id, check_value
+from ..core import Core
+from ..errors import MessageNotFound, SessionNotFound, ValidationError, shown
+from ..records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
+from ..records.validation import check_id, check_value
+from ..stores.base import ORDER_KEY, Ops
 from .sessions import DEFAULT_TITLE
-from .stores.base import ORDER_KEY, Ops
 
 __all__ = ["Messages"]
 

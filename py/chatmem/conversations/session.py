@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .chat.turn import reply, send
-from .records.models import ChatMessage
+from ..chat.turn import reply, send
+from ..records.models import ChatMessage
 
 if TYPE_CHECKING:
-    from .context.builder import ContextBuilder
+    from ..context.builder import ContextBuilder
     from .messages import Messages
     from .sessions import Sessions
 
