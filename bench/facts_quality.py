@@ -14,7 +14,9 @@ of one person (``history``: eras of a home, a job and likes, with a statement in
 about one message of twenty and small talk in the rest), on CPython and in the
 page (Pyodide and IndexedDB in Chromium), where the longest task the page's main
 thread ran while learning is recorded too (goal: none over 50 ms, so learning in
-the background never makes the page stutter).
+the background never makes the page stutter). The LLM extractor's quality is its
+model's, so it has a speed row only: against a local server that answers at once,
+what reading costs besides the model's time.
 """
 
 from __future__ import annotations
@@ -261,8 +263,60 @@ async def _context_cost(n_facts: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def _instant_model() -> Any:
+    """A local OpenAI-compatible server (``/v1/chat/completions``) that answers every request
+    at once with no operations: what the LLM extractor costs apart from the model's time."""
+    import http.server
+    import threading
+
+    reply = json.dumps({"operations": []})
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.dumps(
+                {
+                    "id": "bench",
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+async def _llm_overhead(messages: int) -> dict[str, Any]:
+    """``_throughput`` of ``LLMFactExtractor`` against ``_instant_model``: requests and
+    messages per second with the model's own time left out."""
+    srv = _instant_model()
+    try:
+        provider = chatmem.OpenAICompatibleProvider(f"http://127.0.0.1:{srv.server_address[1]}/v1", "k")
+        speed = await _throughput(chatmem.LLMFactExtractor(provider), messages)
+    finally:
+        srv.shutdown()
+    speed["requests"] = -(-speed["messages"] // 50)
+    return speed
+
+
 def run_facts(quick: bool = False) -> dict[str, Any]:
-    """Quality and speed of the offline extractor, on CPython and in the page."""
+    """Quality and speed of the offline extractor, on CPython and in the page; what the LLM
+    extractor costs besides its model."""
     extractor = chatmem.OfflineFactExtractor()
     n = 2_000 if quick else 100_000
 
@@ -277,6 +331,7 @@ def run_facts(quick: bool = False) -> dict[str, Any]:
 
     res = asyncio.run(go())
     res["offline"]["page"] = _page_throughput(n)
+    res["llm"] = {"speed": asyncio.run(_llm_overhead(2_000 if quick else 10_000))}
     return res
 
 
@@ -287,6 +342,14 @@ def render_facts(res: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for name, r in res.items():
+        if "quality" not in r:  # the LLM extractor: its quality is its model's
+            s = r["speed"]
+            lines.append(
+                f"| {name} (a local server answering at once) | needs a model | needs a model | needs a model "
+                f"| – | {s['per_second']:,.0f} ({s['messages']:,} in {s['seconds']:.1f} s, {s['requests']} "
+                f"requests: {1000 * s['seconds'] / s['requests']:.1f} ms each, the model's time left out) |"
+            )
+            continue
         q, s = r["quality"], r["speed"]
         lines.append(
             f"| {name} | {q['recall']:.2f} | {q['stale']:.2%} | {q['junk']:.2%} | "
@@ -307,6 +370,8 @@ def render_facts(res: dict[str, Any]) -> str:
                 )
             )
     for r in res.values():
+        if "context" not in r:
+            continue
         c = r["context"]
         lines.append(
             f"\nbuild_window with {c['facts']:,} active facts: p50 {c['p50_facts_ms']:.2f} ms against "
@@ -314,7 +379,7 @@ def render_facts(res: dict[str, Any]) -> str:
             f"{c['sent']} facts sent)"
         )
     for name, r in res.items():
-        for p in r["quality"]["people"]:
+        for p in r.get("quality", {}).get("people", []):
             if p["found"] < p["current"] or p["stale"] or p["junk"]:
                 lines.append(
                     f"\n{name}, {p['name']}: found {p['found']}/{p['current']}, stale {p['stale']}, junk {p['junk']}"

@@ -151,7 +151,8 @@ def test_words_are_seeded(n: int) -> None:
 
 def test_the_facts_bench_meets_its_goals_on_its_set() -> None:
     """``bench --facts`` (quick): the offline extractor's recall, stale and junk rates on the
-    conversation set against the goals, and a table that shows them."""
+    conversation set against the goals, its speed on CPython and in the page, the LLM
+    extractor's speed apart from its model, and a table that shows them."""
     import facts_quality
 
     res = facts_quality.run_facts(quick=True)
@@ -163,5 +164,8 @@ def test_the_facts_bench_meets_its_goals_on_its_set() -> None:
     ), q
     speed = res["offline"]["speed"]
     assert speed["messages"] == 2_000 and speed["current"] == {"home": "Vienna", "job": "architect"}
+    assert res["offline"]["page"]["messages"] == 2_000, "the page read the same history"
+    assert res["llm"]["speed"]["messages"] == 2_000 and res["llm"]["speed"]["requests"] == 40
     table = facts_quality.render_facts(res)
-    assert "| offline |" in table and "recall" in table
+    assert "| offline |" in table and "recall" in table and "in the page" in table
+    assert "| llm (a local server answering at once) | needs a model" in table
