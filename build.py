@@ -644,6 +644,10 @@ def serve(port: int) -> None:
 # ---------------------------------------------------------------------------- test / bench
 
 
+#: the exact versions of the Python packages the build, tests and benches install
+LOCK = ROOT / "requirements-lock.txt"
+
+
 def venv_python() -> Path:
     return VENV / "bin" / "python"
 
@@ -653,9 +657,9 @@ def ensure_test_env(extras: str = "test") -> Path:
     if not py.exists():
         run([sys.executable, "-m", "venv", str(VENV)])
     stamp = VENV / f".chatmem-{extras}"
-    want = sha256(ROOT / "pyproject.toml")
+    want = sha256(ROOT / "pyproject.toml") + sha256(LOCK)
     if not stamp.exists() or stamp.read_text() != want:
-        run([str(py), "-m", "pip", "install", "-q", "-e", f"{ROOT}[{extras}]"])
+        run([str(py), "-m", "pip", "install", "-q", "-c", str(LOCK), "-e", f"{ROOT}[{extras}]"])
         stamp.write_text(want)
     if not Path("/usr/bin/chromium").exists():
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")

@@ -225,7 +225,19 @@ def test_extras_and_scripts_are_the_documented_ones() -> None:
         "dev",
     }
     assert set(PYPROJECT["project"]["scripts"]) == {"chatmem-server", "chatmem-mcp"}
-    assert any(d.startswith("duckdb==") for d in PYPROJECT["project"]["dependencies"])
+    deps = [
+        *PYPROJECT["project"]["dependencies"],
+        *sum(PYPROJECT["project"]["optional-dependencies"].values(), []),
+    ]
+    assert [d for d in deps if "==" in d] == [], "pyproject states ranges; the lock holds exact versions"
+    lock = (ROOT / "requirements-lock.txt").read_text().splitlines()
+    pinned = {line.split("==")[0].lower() for line in lock if "==" in line and not line.startswith("#")}
+    named = {
+        d.split(";")[0].split("[")[0].split(">")[0].split("<")[0].split("~")[0].strip().lower() for d in deps
+    }
+    assert named - {"chatmem"} <= pinned, (
+        f"not in requirements-lock.txt: {sorted(named - pinned - {'chatmem'})}"
+    )
     layout = README.split("## Layout", 1)[1]
     for name in [*PYPROJECT["project"]["optional-dependencies"], *PYPROJECT["project"]["scripts"]]:
         assert name in layout, f"the README's Layout does not list {name}"
