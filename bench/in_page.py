@@ -18,15 +18,17 @@ def run_in_page(code: str, setup_js: str | None = None) -> Any:
     (run by ``window.chatmem.runPython``; its last expression is the answer). ``setup_js``
     runs in the page first (e.g. to observe long tasks)."""
     sys.path.insert(0, str(ROOT))
-    import build
     from playwright.sync_api import sync_playwright
+    from tools.base import CHROMIUM, CHROMIUM_ARGS, DIST
+    from tools.serving import make_server
+    from tools.static_site import build_if_needed
 
-    build.build_if_needed()
-    srv = build.make_server(build.DIST, 0)
+    build_if_needed()
+    srv = make_server(DIST, 0)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=build.CHROMIUM, args=build.CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page()
             page.set_default_timeout(3_600_000)
             page.goto(f"http://127.0.0.1:{srv.server_address[1]}/")

@@ -35,21 +35,21 @@ from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))  # build.py: the static server
+sys.path.insert(0, str(ROOT))  # tools/: the build and the static server
 sys.path.insert(0, str(HERE))
 
-import build  # noqa: E402
 import embedbg  # noqa: E402
 import goals  # noqa: E402
 import modes  # noqa: E402
 import payloads  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
+from tools import serving  # noqa: E402
 
 NODE = ROOT / "node_modules"
 RESULTS = HERE / "results"
 
-from build import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (launched as the tests do)
+from tools.base import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (launched as the tests do)
 
 T0 = time.perf_counter()
 
@@ -758,7 +758,7 @@ def open_page(on_disk: bool = False) -> tuple[Browser, Callable[[], None]]:
     and the function that closes both."""
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
     assemble_page(dist)
-    srv, site = build.serve_in_thread(dist, 0)
+    srv, site = serving.serve_in_thread(dist, 0)
     b = Browser(site, on_disk)
 
     def stop() -> None:
@@ -842,7 +842,7 @@ def main() -> int:
     dist = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
     if not args.no_browser and (not only or only - {"W8"}):
         assemble_page(dist)
-        srv, site = build.serve_in_thread(dist, 0)
+        srv, site = serving.serve_in_thread(dist, 0)
         b = Browser(site)
         try:
             env.update(b.env())

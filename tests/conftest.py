@@ -16,10 +16,10 @@ from typing import Any, Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # build.py: the static server
+sys.path.insert(0, str(ROOT))  # tools/: the build and the static server
 sys.path.insert(0, str(ROOT / "tests"))
 
-from build import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (one place for the launch flags)
+from tools.base import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (one place for the launch flags)
 
 
 def run(coro: Any) -> Any:
@@ -79,17 +79,17 @@ for t in ["a", "b", "c"]:
 def dist() -> Path:
     path = Path(os.environ.get("CHATMEM_DIST", ROOT / "dist"))
     if not (path / "index.html").exists():
-        import build
+        from tools.static_site import build
 
-        build.build()
+        build()
     return path
 
 
 @pytest.fixture(scope="session")
 def site(dist: Path) -> Iterator[str]:
-    import build
+    from tools.serving import serve_in_thread
 
-    srv, url = build.serve_in_thread(dist, 0)
+    srv, url = serve_in_thread(dist, 0)
     yield url
     srv.shutdown()
 
@@ -273,9 +273,9 @@ def pg_server() -> Iterator[str]:
     if url:
         yield url
         return
-    import build
+    from tools.postgres import PostgresCluster
 
-    cluster = build.PostgresCluster().start()
+    cluster = PostgresCluster().start()
     try:
         yield cluster.url
     finally:

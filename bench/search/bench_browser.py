@@ -50,9 +50,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import build  # noqa: E402
-from build import CHROMIUM  # noqa: E402
-from build import CHROMIUM_ARGS as ARGS  # noqa: E402
+from tools import base as build_base  # noqa: E402
+from tools import serving  # noqa: E402
+from tools.base import CHROMIUM  # noqa: E402
+from tools.base import CHROMIUM_ARGS as ARGS  # noqa: E402
 
 NAME = "bench-search"
 
@@ -256,7 +257,7 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--profile", default=None, help="browser profile to (re)use; a fresh one by default")
     ap.add_argument("--port", type=int, default=8790)
-    ap.add_argument("--dist", default=str(build.DIST))
+    ap.add_argument("--dist", default=str(build_base.DIST))
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     ap.add_argument(
         "--first-only",
@@ -281,7 +282,7 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
-    srv = build.make_server(Path(args.dist), args.port)
+    srv = serving.make_server(Path(args.dist), args.port)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     site = f"http://127.0.0.1:{srv.server_address[1]}/"  # --port 0: any free port
     url = site + "bench/lib.html" if args.page == "lib" else site

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_browser as bb  # noqa: E402
-import build  # noqa: E402
+from tools import base as build_base  # noqa: E402
+from tools import serving  # noqa: E402
 
 PROFILE = """
 import asyncio, builtins, importlib, json, statistics, time
@@ -118,7 +119,7 @@ def main() -> int:
     ap.add_argument("--profile", required=True, help="the browser profile to fill, then to reuse")
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--sessions", type=int, default=10_000)
-    ap.add_argument("--dist", default=str(build.DIST))
+    ap.add_argument("--dist", default=str(build_base.DIST))
     ap.add_argument("--cut", type=int, default=0, help="Python-scoring cut-off (0: the library's)")
     ap.add_argument(
         "--port",
@@ -138,7 +139,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     dist = Path(args.dist)
-    srv = build.make_server(dist, args.port)
+    srv = serving.make_server(dist, args.port)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     site = f"http://127.0.0.1:{srv.server_address[1]}/"
     bb._put_lib_pages(dist)
@@ -147,7 +148,7 @@ def main() -> int:
 
     with sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
-            args.profile, executable_path=build.CHROMIUM, args=build.CHROMIUM_ARGS
+            args.profile, executable_path=build_base.CHROMIUM, args=build_base.CHROMIUM_ARGS
         )
         page = ctx.new_page()
         page.set_default_timeout(7_200_000)

@@ -24,16 +24,16 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 @pytest.fixture(scope="module")
 def recipe_site(dist: Path) -> Iterator[str]:
     """dist/ with the recipe pages at its root (where a user's page would sit)."""
-    import build
+    from tools import serving
 
-    class Handler(build.Handler):
+    class Handler(serving.Handler):
         def translate_path(self, path: str) -> str:
             name = path.split("?", 1)[0].lstrip("/")
             if (RECIPES / name).is_file() and "/" not in name:
                 return str(RECIPES / name)
             return super().translate_path(path)
 
-    srv = build.Server(("127.0.0.1", 0), functools.partial(Handler, directory=str(dist)))
+    srv = serving.Server(("127.0.0.1", 0), functools.partial(Handler, directory=str(dist)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/"
     srv.shutdown()
