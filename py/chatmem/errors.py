@@ -166,7 +166,7 @@ class ContextOverflow(ValidationError):
 
 
 class LimitExceeded(ValidationError):
-    """A configured bound (``chatmem.validation.Limits``) was passed: nothing was written.
+    """A configured bound (``chatmem.records.validation.Limits``) was passed: nothing was written.
 
     ``limit`` is the name of the ``Limits`` field (e.g. ``"max_message_bytes"``,
     ``"max_depth"``), ``maximum`` its value.

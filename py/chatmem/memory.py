@@ -104,7 +104,7 @@ class Memory:
             page_cache=make_cache(cache_strategy, cache_size, cache_ttl, clock),
             limits=limits,
         )
-        #: the bounds this memory enforces (``chatmem.validation.Limits``)
+        #: the bounds this memory enforces (``chatmem.records.validation.Limits``)
         self.limits = self._core.limits
         self.sessions = Sessions(self._core)
         self.messages = Messages(self._core)

@@ -205,7 +205,7 @@ def test_every_exception_class_lives_in_errors() -> None:
 
 
 def test_moved_errors_stay_importable_where_they_were() -> None:
-    """``chatmem.http`` still offers the transport errors it used to define (the same classes)."""
+    """``chatmem.runtime.http`` still offers the transport errors it used to define (the same classes)."""
     from chatmem.runtime import http
 
     assert http.TransportError is errors.TransportError

@@ -5,7 +5,7 @@ server-sent events (``message_start``, ``content_block_delta`` with
 ``text_delta`` pieces, ``message_delta`` with the ``stop_reason``,
 ``message_stop``; ``error`` events mid-stream). The window it is given may be
 OpenAI-style messages (what ``build_context`` returns by default; converted
-with ``chatmem.formats.to_anthropic``) or the ``{"system", "messages"}`` shape
+with ``chatmem.context.formats.to_anthropic``) or the ``{"system", "messages"}`` shape
 of ``build_context(..., format="anthropic")``.
 
 Same failure semantics as ``OpenAICompatibleProvider``: HTTP statuses become

@@ -14,7 +14,7 @@ is never re-summarized from the start.
   character bound, folding the previous summary's lines in as candidates.
 
 Nothing here writes: storing the summary message is the caller's job (see
-``chatmem.retention.summary_message_fields``). A stored summary message is a
+``chatmem.conversations.retention.summary_message_fields``). A stored summary message is a
 ``system`` message whose content is ``SUMMARY_PREFIX + text`` and whose
 ``metadata`` holds ``{"summary": true, "summaryOf": {...}}``.
 """

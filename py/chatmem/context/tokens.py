@@ -1,7 +1,7 @@
 """Token counting behind one small protocol.
 
 The default, ``EstimateTokenizer``, is the original's estimate
-(``ceil(len(text) / 4)``, ``chatmem.models.estimate_tokens``), which is also
+(``ceil(len(text) / 4)``, ``chatmem.records.models.estimate_tokens``), which is also
 what the store records as each message's ``token_count`` at write time. So
 the default tokenizer trusts a stored ``ChatMessage.token_count`` and never
 recounts the text of a stored message; any other tokenizer recounts.

@@ -267,7 +267,7 @@ def validate_message_fields(
 ) -> None:
     """Raise ``ValidationError`` unless ``role``, ``content`` and ``fields`` make a valid message.
 
-    ``json_checked``: the caller has already run ``chatmem.validation.check_value`` over
+    ``json_checked``: the caller has already run ``chatmem.records.validation.check_value`` over
     them, so nested values are known to be JSON and are not serialised again here."""
     if not fields.keys() <= MESSAGE_FIELDS:
         name = sorted(set(fields) - MESSAGE_FIELDS)[0]

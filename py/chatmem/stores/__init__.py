@@ -1,7 +1,7 @@
 """Durable stores behind ``Memory``: memory, SQLite (CPython) and IndexedDB (Pyodide).
 
 Each implements ``Store`` (see ``base``); every write method is one atomic
-transaction, and records are the plain dicts of ``chatmem.models``.
+transaction, and records are the plain dicts of ``chatmem.records.models``.
 """
 
 from .base import Store

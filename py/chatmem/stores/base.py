@@ -1,6 +1,6 @@
 """The contract every durable store implements.
 
-Records are the JSON-ready dicts of ``chatmem.models`` (``SessionMeta.to_record``
+Records are the JSON-ready dicts of ``chatmem.records.models`` (``SessionMeta.to_record``
 / ``ChatMessage.to_record``). Session records carry one private field,
 ``nextSeq``: the next ``seq`` to hand out in that session. Message records carry
 one, ``ORDER_KEY`` (``hlc``): the HLC of the message's create, its place in the

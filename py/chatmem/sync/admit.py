@@ -7,7 +7,7 @@
    clock (``ClockSkew``), so no client can make its writes win forever;
 3. its record: a session ``create`` or ``update`` carries known session fields
    of the right types (the server merges them per field), a message ``create``
-   a whole message record (``chatmem.validation``: fields, types, ranges, sizes,
+   a whole message record (``chatmem.records.validation``: fields, types, ranges, sizes,
    nesting, valid Unicode, 64-bit integers, no NaN), a fact ``create`` or
    ``update`` a whole fact record (``chatmem.facts.records.check_fact_record``);
    a ``delete``'s data is at most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.e2e``

@@ -1,7 +1,7 @@
 """``SyncClient``: the client half of the sync protocol (``/v1/push``, ``/v1/changes``).
 
 Stateless and store-free: it sends what it is given over an injected
-``chatmem.http.Transport`` and turns every answer into either a typed result
+``chatmem.runtime.http.Transport`` and turns every answer into either a typed result
 or a typed ``SyncError``. Retrying, leasing and dead-lettering belong to the
 outbox drain loop, which decides from the error class:
 

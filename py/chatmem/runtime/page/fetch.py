@@ -1,4 +1,4 @@
-"""``chatmem.http.Transport`` over the browser's ``fetch``."""
+"""``chatmem.runtime.http.Transport`` over the browser's ``fetch``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["FetchTransport"]
 
 
 class FetchTransport:
-    """``chatmem.http.Transport`` over the browser's ``fetch``."""
+    """``chatmem.runtime.http.Transport`` over the browser's ``fetch``."""
 
     async def _fetch(
         self,
