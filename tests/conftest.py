@@ -14,12 +14,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from tools.base import CHROMIUM, CHROMIUM_ARGS  # one place for the launch flags
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tools/: the build and the static server
-sys.path.insert(0, str(ROOT / "tests"))
-
-from tools.base import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (one place for the launch flags)
 
 
 def run(coro: Any) -> Any:

@@ -4,14 +4,9 @@ highlighting, settings validation and what they map to, the chart builder.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web" / "app"))
-
 from chatmem_app import chart, render, settings
 
 import chatmem

@@ -914,7 +914,6 @@ def test_chatgpt_import_is_linear_in_the_chain() -> None:
 
 def test_markdown_renderer_is_depth_limited() -> None:
     """5,000 '>' (and deeply alternating inline markup) render without RecursionError, shallow."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "web" / "app"))
     from chatmem_app import render
 
     def depth(nodes: list[Any]) -> int:

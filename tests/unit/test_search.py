@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 from chatmem.index import DuckDBEngine, QueryIndex
 from search_checks import CHECKS
