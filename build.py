@@ -7,6 +7,7 @@
     python build.py test [pytest args...]   # install test deps, build, check, run pytest
                                      # (with pytest args: those tests only, no check)
     python build.py bench [args...]  # install deps, build, run the benchmarks
+    python build.py docs             # the documentation site -> site/ (strict; also in dist/docs/)
 
 ``dist/`` is a complete static site: copy it to any static host to deploy.
 """
@@ -27,7 +28,7 @@ from tools.base import (
 from tools.environment import ensure_test_env
 from tools.postgres import with_postgres
 from tools.serving import serve
-from tools.static_site import build, build_if_needed, npm_ci
+from tools.static_site import build, build_docs, build_if_needed, npm_ci
 
 #: the Python the checks read (the package, the app, tests, benchmarks and the build itself)
 PY_SOURCES = ["py", "web/app", "tests", "bench", "tools", "build.py", "hatch_build.py"]
@@ -94,6 +95,7 @@ def main() -> int:
         "test", help="install test deps, build, check, run pytest (extra args: those tests, no check)"
     )
     sub.add_parser("bench", help="install deps, build, run the benchmarks (extra args go to bench/run.py)")
+    sub.add_parser("docs", help="build the documentation site into site/ (strict)")
     args, rest = ap.parse_known_args()
     if args.cmd == "build":
         build()
@@ -107,6 +109,9 @@ def main() -> int:
         return test(rest)
     if args.cmd == "bench":
         return bench(rest)
+    if args.cmd == "docs":
+        log(f"docs: {build_docs(ROOT / 'site')}")
+        return 0
     return 2
 
 

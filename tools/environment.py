@@ -22,7 +22,8 @@ def venv_python() -> Path:
     return VENV / "bin" / "python"
 
 
-def ensure_test_env(extras: str = "test") -> Path:
+def ensure_venv(extras: str) -> Path:
+    """``.venv`` with chatmem (editable) and ``extras`` at the locked versions; its python."""
     py = venv_python()
     if not py.exists():
         run([sys.executable, "-m", "venv", str(VENV)])
@@ -31,6 +32,12 @@ def ensure_test_env(extras: str = "test") -> Path:
     if not stamp.exists() or stamp.read_text() != want:
         run([str(py), "-m", "pip", "install", "-q", "-c", str(LOCK), "-e", f"{ROOT}[{extras}]"])
         stamp.write_text(want)
+    return py
+
+
+def ensure_test_env(extras: str = "test") -> Path:
+    """``ensure_venv(extras)`` and Debian's Chromium, which the browser tests drive."""
+    py = ensure_venv(extras)
     if not Path("/usr/bin/chromium").exists():
         apt_install("chromium")
     return py

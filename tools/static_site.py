@@ -455,7 +455,9 @@ def inputs_digest() -> str:
         *sorted((ROOT / "tools").glob("*.py")),
         *sorted((ROOT / "tools").glob("*.mjs")),
     ]
-    for base in (ROOT / "py", ROOT / "web"):
+    for name in DOCS_INPUTS[:1] + DOCS_INPUTS[2:]:
+        paths.append(ROOT / name)
+    for base in (ROOT / "py", ROOT / "web", ROOT / DOCS_INPUTS[1]):
         paths += sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for p in paths:
         h.update(str(p.relative_to(ROOT)).encode())
@@ -478,6 +480,35 @@ def check_js() -> None:
             sys.exit(f"{src.relative_to(ROOT)} does not parse:\n{res.stderr}")
 
 
+#: what the documentation site is built from (besides the package's docstrings)
+DOCS_INPUTS = ("mkdocs.yml", "docs", "ARCHITECTURE.md", "CHANGELOG.md")
+
+
+def build_docs(out: Path) -> Path:
+    """The documentation site (MkDocs, the API reference from the docstrings) into ``out``,
+    strictly: a broken link, a missing page or a name that does not exist fails the build."""
+    from .environment import ensure_venv
+
+    py = ensure_venv("docs")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    run(
+        [
+            str(py),
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(out),
+        ],
+        env=env,
+    )
+    return out
+
+
 def build() -> Path:
     npm_ci()
     check_js()
@@ -496,6 +527,7 @@ def build() -> Path:
     # content-addressed: the service worker keeps it across builds, fetched only when needed
     copy(model, tmp / "models" / f"{model.stem}-{sha256(model)[:12]}.bin")
     write_csp(tmp)
+    build_docs(tmp / "docs")  # the docs travel with the app: read offline like the rest
     files = sorted(
         str(p.relative_to(tmp)).replace(os.sep, "/")
         for p in tmp.rglob("*")
