@@ -481,7 +481,15 @@ def check_js() -> None:
 
 
 #: what the documentation site is built from (besides the package's docstrings)
-DOCS_INPUTS = ("mkdocs.yml", "docs", "ARCHITECTURE.md", "CHANGELOG.md")
+DOCS_INPUTS = (
+    "mkdocs.yml",
+    "docs",
+    "ARCHITECTURE.md",
+    "CHANGELOG.md",
+    "README.md",
+    "bench/results/facts.md",
+    "bench/results/quality.md",
+)
 
 
 def build_docs(out: Path) -> Path:
