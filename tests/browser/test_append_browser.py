@@ -150,15 +150,21 @@ await b.close()
 
 # A batch is built and fed to its transaction a chunk at a time; two-message chunks
 # here, so every batch below spans several chunks.
-CHUNKS = "import chatmem.messages\nchatmem.messages.BATCH_CHUNK = 2\n"
+CHUNKS = "import chatmem.conversations.messages\nchatmem.conversations.messages.BATCH_CHUNK = 2\n"
 
 
 @pytest.fixture
 def chunked(page: Page) -> Iterator[Page]:
     """The shared page with two-message chunks for the test, the default restored after."""
-    page.py("import builtins, chatmem.messages\nbuiltins._chunk = chatmem.messages.BATCH_CHUNK\nNone")
+    page.py(
+        "import builtins, chatmem.conversations.messages\n"
+        "builtins._chunk = chatmem.conversations.messages.BATCH_CHUNK\nNone"
+    )
     yield page
-    page.py("import builtins, chatmem.messages\nchatmem.messages.BATCH_CHUNK = builtins._chunk\nNone")
+    page.py(
+        "import builtins, chatmem.conversations.messages\n"
+        "chatmem.conversations.messages.BATCH_CHUNK = builtins._chunk\nNone"
+    )
 
 
 def test_batch_in_chunks_survives_reload(new_page: Any) -> None:

@@ -253,7 +253,7 @@ def test_register_requires_provide():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.live_context.__all__ is defined (the export list cannot rot)."""
+    """Every name in chatmem.context.providers.__all__ is defined (the export list cannot rot)."""
     import chatmem.context.providers as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

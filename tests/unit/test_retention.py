@@ -316,7 +316,7 @@ def test_message_plan_default_is_empty():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.retention.__all__ is defined (the export list cannot rot)."""
+    """Every name in chatmem.conversations.retention.__all__ is defined (the export list cannot rot)."""
     import chatmem.conversations.retention as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

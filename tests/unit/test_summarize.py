@@ -164,7 +164,7 @@ def test_summary_message_helpers():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.summarize.__all__ is defined (the export list cannot rot)."""
+    """Every name in chatmem.context.summaries.__all__ is defined (the export list cannot rot)."""
     import chatmem.context.summaries as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -56,7 +56,7 @@ def test_estimate_tokenizer_satisfies_the_protocol():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.token_count.__all__ is defined (the export list cannot rot)."""
+    """Every name in chatmem.context.tokens.__all__ is defined (the export list cannot rot)."""
     import chatmem.context.tokens as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -414,7 +414,7 @@ def test_ten_thousand_messages_under_an_8k_budget_is_fast():
 
 
 def test_public_names_exist():
-    """Every name in chatmem.window.__all__ is defined (the export list cannot rot)."""
+    """Every name in chatmem.context.window.__all__ is defined (the export list cannot rot)."""
     import chatmem.context.window as mod
 
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)

@@ -68,7 +68,7 @@ def _js_string(s: str) -> str:
     return out
 
 
-_MAX_DEPTH = 64  # chatmem.validation.DEFAULT_LIMITS.max_depth
+_MAX_DEPTH = 64  # chatmem.records.validation.DEFAULT_LIMITS.max_depth
 
 
 def _stringify(v: Any, out: list[str], depth: int = 1) -> None:
