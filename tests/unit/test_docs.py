@@ -47,3 +47,27 @@ def test_the_built_site_ships_the_docs_offline() -> None:
         fetched = re.findall(r"""<(?:script|link|img)[^>]+(?:src|href)=["'](https?://[^"']+)""", html)
         assert not fetched, f"{page.relative_to(site)} fetches {fetched[:3]}"
     assert (site / "architecture.html").exists() and (site / "changelog.html").exists()
+
+
+def test_the_reference_names_every_public_name() -> None:
+    import chatmem
+
+    page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
+    site = DIST / "docs" / "reference" / "api.html"
+    if not site.exists():
+        pytest.skip("no dist/: python build.py build writes it (build.py test does)")
+    text = re.sub(r"<[^>]+>", " ", site.read_text(encoding="utf-8"))
+    missing = [
+        n for n in chatmem.__all__ if n != "__version__" and not re.search(rf"\b{re.escape(n)}\b", text)
+    ]
+    assert not missing, f"{missing} are not in the reference ({page[:40]}…)"
+
+
+@pytest.mark.parametrize("command", [(), ("accounts",), ("tokens",)], ids=["server", "accounts", "tokens"])
+def test_the_server_page_shows_the_commands_as_they_are(command: tuple[str, ...]) -> None:
+    """The server's reference quotes its ``--help``: it changes with the command line."""
+    env = dict(os.environ, COLUMNS="100")
+    shown = subprocess.run(
+        [sys.executable, "-m", "chatmem.server", *command, "--help"], capture_output=True, text=True, env=env
+    ).stdout.rstrip()
+    assert shown and shown in (DOCS / "reference" / "server.md").read_text(encoding="utf-8")
