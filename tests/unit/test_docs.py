@@ -71,3 +71,11 @@ def test_the_server_page_shows_the_commands_as_they_are(command: tuple[str, ...]
         [sys.executable, "-m", "chatmem.server", *command, "--help"], capture_output=True, text=True, env=env
     ).stdout.rstrip()
     assert shown and shown in (DOCS / "reference" / "server.md").read_text(encoding="utf-8")
+
+
+def test_every_json_example_parses() -> None:
+    import json
+
+    for page in sorted(DOCS.rglob("*.md")):
+        for m in re.finditer(r"^```json\n(.*?)^```", page.read_text(encoding="utf-8"), flags=re.S | re.M):
+            json.loads(m.group(1))
