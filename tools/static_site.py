@@ -54,6 +54,26 @@ def build_chatmem_wheel() -> Path:
     return wheel
 
 
+def pip_download(spec: str, dest: Path, target: list[str] | None = None) -> None:
+    """One wheel (no dependencies) from the package registry into ``dest``; ``target``:
+    pip's platform flags when the wheel is for another Python than this one."""
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            *(target or []),
+            "-q",
+            "-d",
+            str(dest),
+            spec,
+        ]
+    )
+
+
 def page_wheels() -> list[Path]:
     out = CACHE / "page-wheels"
     out.mkdir(parents=True, exist_ok=True)
@@ -61,14 +81,10 @@ def page_wheels() -> list[Path]:
     for name, version in PAGE_WHEELS.items():
         found = list(out.glob(f"{name}-{version}-*.whl"))
         if not found:
-            run(
+            pip_download(
+                f"{name}=={version}",
+                out,
                 [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
                     "--python-version",
                     PYODIDE_PY,
                     "--implementation",
@@ -77,11 +93,7 @@ def page_wheels() -> list[Path]:
                     "none",
                     "--platform",
                     "any",
-                    "-q",
-                    "-d",
-                    str(out),
-                    f"{name}=={version}",
-                ]
+                ],
             )
             found = list(out.glob(f"{name}-{version}-*.whl"))
         wheels.append(found[0])
@@ -148,20 +160,7 @@ def static_model() -> Path:
         src.mkdir(parents=True, exist_ok=True)
         found = list(src.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
         if not found:
-            run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "-q",
-                    "-d",
-                    str(src),
-                    f"{name}=={version}",
-                ]
-            )
+            pip_download(f"{name}=={version}", src)
             found = list(src.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
         import io
         import zipfile
