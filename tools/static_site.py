@@ -485,7 +485,7 @@ DOCS_INPUTS = (
     "docs",
     "ARCHITECTURE.md",
     "CHANGELOG.md",
-    "README.md",
+    "bench/results/results.md",
     "bench/results/facts.md",
     "bench/results/quality.md",
 )

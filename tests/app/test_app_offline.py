@@ -84,7 +84,7 @@ def test_manifest_and_service_worker_are_served(app: AppPage, site: str, dist: A
 
 
 def test_time_to_interactive(app_factory: Callable[..., AppPage]) -> None:
-    """Navigation to a usable interface (warm cache, shared browser). Printed for the README."""
+    """Navigation to a usable interface (warm cache, shared browser). Printed for the docs."""
     a = app_factory()
     t = a.page.evaluate("window.chatmem.timings")
     assert t["interactive"] >= t["ui:done"] >= t["store:done"] >= t["wheels:done"] >= t["pyodide:done"] > 0

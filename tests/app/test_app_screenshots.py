@@ -1,6 +1,6 @@
 """The main screens render, from a seeded conversation history; each shot
 asserts the screen it shows. With ``CHATMEM_SCREENSHOTS=1`` the shots are
-written to docs/screenshots/ for the README; otherwise nothing is written,
+written to docs/screenshots/ for the docs; otherwise nothing is written,
 so a test run leaves the work tree as it was."""
 
 from __future__ import annotations

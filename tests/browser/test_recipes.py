@@ -1,4 +1,4 @@
-"""The README's recipes for using chatmem from one's own page, as minimal pages
+"""The recipes of Getting started for using chatmem from one's own page, as minimal pages
 (tests/recipes/) served beside dist/ and loaded offline in Chromium: an existing
 Pyodide with loadChatmem(), and PyScript with js_modules. Each must reach a
 working `import chatmem` and a search over IndexedDB + DuckDB-Wasm."""
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from doc_pages import blocks
 
 RECIPES = ROOT / "tests" / "recipes"
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +59,11 @@ def test_recipe_page_loads_chatmem_and_searches_offline(browser: Any, recipe_sit
     assert [u for u in seen if not u.startswith((recipe_site, "data:", "blob:"))] == []
 
 
-def test_readme_shows_the_recipes_as_tested() -> None:
-    """Each recipe page is in the README verbatim (what users copy is what runs here)."""
-    blocks = re.findall(r"```html\n(.*?)```", README, flags=re.S)
+def test_the_docs_show_the_recipes_as_tested() -> None:
+    """Each recipe page is in the docs verbatim (what users copy is what runs here)."""
+    shown = [b.code for b in blocks("html")]
     for f in sorted(RECIPES.glob("*.html")):
-        assert f.read_text(encoding="utf-8") in blocks, f"{f.name} is not shown in the README"
+        assert f.read_text(encoding="utf-8") in shown, f"{f.name} is not shown in the docs"
 
 
 def test_load_chatmem_refuses_a_wheel_whose_hash_differs(browser: Any, recipe_site: str) -> None:

@@ -173,7 +173,7 @@ def test_format_round_trip_binds_identity_and_pads() -> None:
 
 
 def test_known_vector_pins_the_format() -> None:
-    """PBKDF2 + subkeys + check value + AAD layout as the README states them (a third
+    """PBKDF2 + subkeys + check value + AAD layout as the protocol page states them (a third
     party's implementation can be checked against these numbers)."""
     import hashlib
     import hmac

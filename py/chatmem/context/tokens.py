@@ -143,7 +143,7 @@ class EstimateTokenizer:
         return self.message_overhead + content + (estimate_tokens(extra) if extra else 0)
 
 
-#: which models each exact encoding suits (see the README)
+#: which models each exact encoding suits (see docs/in-depth/context.md)
 BPE_ENCODINGS = {
     "o200k_base": "GPT-4o, GPT-4o mini, GPT-4.1, o1/o3/o4-mini, GPT-5",
     "cl100k_base": "GPT-4, GPT-4 Turbo, GPT-3.5 Turbo, text-embedding-3-*",

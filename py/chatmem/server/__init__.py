@@ -3,7 +3,7 @@ Starlette and uvicorn; the ``postgres`` extra adds psycopg for PostgreSQL).
 Nothing else in chatmem imports this package.
 
 ``python -m chatmem.server --port 8787 --db sync.db --api-key KEY`` serves
-the protocol written down in the README ("Cloud sync"); ``--db postgresql://...``
+the protocol written down in docs/reference/protocol.md; ``--db postgresql://...``
 lets several instances share one database (``uvicorn --factory
 chatmem.server:create_app`` reads ``CHATMEM_SYNC_*``); tests use ``running_server``.
 """

@@ -2,7 +2,7 @@
 
 ``SyncService.push`` applies one push in one storage transaction; per
 operation it answers ``applied``, ``duplicate`` or ``rejected``. The rules
-(also in the README, "The protocol"):
+(also in docs/reference/protocol.md):
 
 - an ``op_id`` is applied at most once per space; a repeat answers
   ``duplicate``. Rejected operations are not remembered, so a replay is

@@ -6,7 +6,7 @@ done by an injected ``CipherSuite`` (``cryptography`` on CPython, WebCrypto
 in the page); HMAC-SHA256, padding, encodings and the record layout are
 plain Python, so both runtimes produce byte-identical formats.
 
-Format, version 1 (the README's protocol section says the same):
+Format, version 1 (docs/reference/protocol.md says the same):
 
 - master key ``K`` (32 bytes): PBKDF2-HMAC-SHA256 over the UTF-8 of the
   NFC-normalised passphrase, the space's 16-byte ``salt`` and ``iterations``
