@@ -64,6 +64,15 @@ def test_starts_and_works_offline_after_one_visit(browser: Any, site: str, dist:
         assert "Offline — answering from memory" in reply and "blue flowerpot" in reply
         assert page.evaluate("navigator.onLine") is False
         assert not app.errors, app.errors
+
+        # the documentation site came with the build: it reads offline too
+        assert page.get_attribute("#docs-link", "href") == "docs/index.html"
+        docs = ctx.new_page()
+        docs.goto(site + "docs/index.html")
+        assert "conversation memory for AI chat apps" in docs.locator("article").inner_text()
+        docs.goto(site + "docs/reference/api.html")
+        assert "build_window" in docs.locator("article").inner_text()
+        assert docs.evaluate("navigator.onLine") is False
     finally:
         ctx.close()
 
