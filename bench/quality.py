@@ -7,6 +7,9 @@ asked within its conversation; a hit is an evidence turn (``dia_id``). Reports
 R@5, R@10, hit@10 and the median query latency of chatmem's ``keyword``,
 ``semantic`` and ``hybrid`` modes, and of rank_bm25's ``BM25Okapi`` over the
 same texts (tokenised by chatmem's ``words``: unstemmed), in the same run.
+The ``filtered`` rows ask the same questions of one memory holding every
+conversation, each conversation a character (``character_ids=[its name]``):
+a companion's recall across its own sessions, beside the others'.
 ``run_page`` asks the same questions in the page (this module is copied into
 the bench page's Pyodide): each conversation stored in IndexedDB, searched
 through DuckDB-Wasm; rank_bm25 needs numpy, which the page does not ship, so
@@ -35,11 +38,14 @@ __all__ = [
     "render_table",
     "store_conversation",
     "ask_chatmem",
+    "ask_filtered",
     "ask_bm25",
     "summarize",
 ]
 
 MODES = ("keyword", "semantic", "hybrid")
+#: the same modes over one memory of every conversation, filtered to the asking one's
+FILTERED = tuple(f"{m}, filtered" for m in MODES)
 
 
 def locomo_dir() -> Path:
@@ -120,17 +126,35 @@ async def store_conversation(mem: Any, conv: dict[str, Any]) -> tuple[dict[str, 
 
 
 async def ask_chatmem(
-    mem: Any, conv: dict[str, Any], dia_of: dict[str, str], res: dict[str, dict[str, list[float]]]
+    mem: Any,
+    conv: dict[str, Any],
+    dia_of: dict[str, str],
+    res: dict[str, dict[str, list[float]]],
+    *,
+    filtered: bool = False,
 ) -> None:
-    """Every question of ``conv`` in each of chatmem's modes, scored into ``res``."""
+    """Every question of ``conv`` in each of chatmem's modes, scored into ``res``
+    (``filtered``: asked of a memory of every conversation, with ``conv``'s character)."""
     await mem.search("warm up", mode="hybrid", limit=10)  # builds the index and embeds every message
+    chars = [conv["name"]] if filtered else None
     for q in conv["questions"]:
         ev = set(q["evidence"])
         for mode in MODES:
             t0 = time.perf_counter()
-            hits = await mem.search(q["question"], mode=mode, limit=10)
-            res[mode]["ms"].append((time.perf_counter() - t0) * 1000)
-            _score(ev, [dia_of[h.message.id] for h in hits], res[mode])
+            hits = await mem.search(q["question"], mode=mode, limit=10, character_ids=chars)
+            row = f"{mode}, filtered" if filtered else mode
+            res[row]["ms"].append((time.perf_counter() - t0) * 1000)
+            _score(ev, [dia_of[h.message.id] for h in hits], res[row])
+
+
+async def ask_filtered(mem: Any, convs: list[dict[str, Any]], res: dict[str, dict[str, list[float]]]) -> None:
+    """Every conversation stored in ``mem`` (one character each), then each one's
+    questions asked with its character as the filter."""
+    dia_of: dict[str, str] = {}
+    for conv in convs:
+        dia_of.update((await store_conversation(mem, conv))[0])
+    for conv in convs:
+        await ask_chatmem(mem, conv, dia_of, res, filtered=True)
 
 
 def ask_bm25(
@@ -163,13 +187,17 @@ def summarize(res: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, flo
 
 
 async def _run(limit: int | None) -> dict[str, dict[str, float]]:
-    res = _empty((*MODES, "rank_bm25"))
-    for conv in load_conversations(limit):
+    res = _empty((*MODES, *FILTERED, "rank_bm25"))
+    convs = load_conversations(limit)
+    for conv in convs:
         mem = await chatmem.open(f"locomo-{conv['name']}")
         dia_of, texts, dias = await store_conversation(mem, conv)
         await ask_chatmem(mem, conv, dia_of, res)
         ask_bm25(conv, texts, dias, res)
         await mem.close()
+    mem = await chatmem.open("locomo-all")
+    await ask_filtered(mem, convs, res)
+    await mem.close()
     return summarize(res)
 
 
@@ -178,18 +206,29 @@ async def run_page(convs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     the same questions in chatmem's modes; the databases and index files are removed after."""
     from chatmem.runtime import page as _browser
 
-    res = _empty(MODES)
-    for conv in convs:
-        name = f"locomo-{conv['name']}"
+    res = _empty((*MODES, *FILTERED))
+
+    async def fresh(name: str) -> Any:
         cache = _browser.index_cache_path(name).removeprefix("opfs://")
         await _browser.drop_database(name)
         await _browser.opfs_remove(cache)
-        mem = await chatmem.open(name)
+        return await chatmem.open(name)
+
+    async def remove(name: str) -> None:
+        await _browser.drop_database(name)
+        await _browser.opfs_remove(_browser.index_cache_path(name).removeprefix("opfs://"))
+
+    for conv in convs:
+        name = f"locomo-{conv['name']}"
+        mem = await fresh(name)
         dia_of, _texts, _dias = await store_conversation(mem, conv)
         await ask_chatmem(mem, conv, dia_of, res)
         await mem.close()
-        await _browser.drop_database(name)
-        await _browser.opfs_remove(cache)
+        await remove(name)
+    mem = await fresh("locomo-all")
+    await ask_filtered(mem, convs, res)
+    await mem.close()
+    await remove("locomo-all")
     return summarize(res)
 
 
@@ -213,11 +252,13 @@ def render_table(
         "|---|---|---|---|---|---|",
     ]
     runs = [("cpython", res)] + ([("chromium", page)] if page else [])
-    for m in (*MODES, "rank_bm25"):
+    for m in (*MODES, *FILTERED, "rank_bm25"):
         for where, rs in runs:
             r = rs.get(m)
             if r:
                 place = "CPython (the same texts)" if m == "rank_bm25" else WHERE[where]
+                if m in FILTERED:
+                    place += ", every conversation in one memory"
                 lines.append(
                     f"| {m} | {place} | {r['R@5']:.3f} | {r['R@10']:.3f} | {r['hit@10']:.3f} "
                     f"| {r['p50_ms']:.2f} |"

@@ -721,11 +721,12 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
         for i in range(n):
             words = rng.choices(vocab, k=rng.randint(1, 12))
             text = " ".join(words) if i % 7 else "apple banana cherry"  # identical texts: tied scores
-            recs.append(message(f"{sid}-{start + i}", sid, start + i, text, T0 + (start + i) * 1000))
+            role = "assistant" if i % 3 == 0 else "user"
+            recs.append(message(f"{sid}-{start + i}", sid, start + i, text, T0 + (start + i) * 1000, role))
         await index.apply("messages-appended", sid, recs)
 
-    for sid in ("p1", "p2"):
-        await index.apply("session-created", sid, session(sid))
+    for sid, character in (("p1", "alice"), ("p2", "bob")):
+        await index.apply("session-created", sid, session(sid, character))
         await add(sid, 60, 0)
     queries = [
         ("apple", {}),
@@ -737,6 +738,14 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
         ("zebra", {}),
         ('"zebra" apple', {}),
         ("apple banana cherry", {"limit": 1}),
+        # filtered: narrowed to the admitted docs before the winners are picked
+        ("apple", {"character_ids": ["alice"]}),
+        ("apple banana cherry", {"character_ids": ["bob"], "limit": 3}),
+        ("tiger ocean", {"session_ids": ["p2"], "roles": ["user"]}),
+        ("night piano", {"date_range": (T0 + 10_000, T0 + 40_000), "limit": 20}),
+        ("apple lemon", {"character_ids": ["alice"], "threshold": 1.0}),
+        ("zebra", {"character_ids": ["alice"]}),
+        ("apple", {"character_ids": ["nobody"]}),
     ]
 
     def flat(hits: list[Any]) -> list[Any]:
@@ -765,6 +774,15 @@ async def check_python_and_sql_scorers_agree(index: Any) -> None:
             await index.apply("session-deleted", "p2")
     hits = await search(index, "apple banana cherry", limit=20)
     assert hits and all(h.session_id == "p1" for h in hits)
+    # a filtered search after appends judges the new docs too
+    await add("p1", 5, 200)
+    hits = await search(index, "apple banana cherry", limit=100, character_ids=["alice"])
+    assert "p1-200" in {h.message.id for h in hits}
+    assert await search(index, "apple banana cherry", character_ids=["bob"]) == []
+    # the session's row changes (its character with it): what each filter admitted is judged again
+    await index.apply("session-created", "p1", session("p1", "bob"))
+    assert await search(index, "apple banana cherry", character_ids=["alice"]) == []
+    assert await search(index, "apple banana cherry", character_ids=["bob"])
 
 
 async def _ranked(index: Any, queries: list[str]) -> list[Any]:

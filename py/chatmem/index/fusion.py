@@ -75,11 +75,13 @@ async def hybrid(
     lim_sql: str,
     lim_params: list[Any],
     sem_query: tuple[str, str, int] | None = None,
+    sem_flt: Filters | None = None,
 ) -> list[SearchHit]:
     """One SQL statement: the keyword CTEs (``kw_flt`` over ``docs d``), the semantic
     CTE ``sem`` (already filtered; it carries ``created_at``), ranks, fusion. Both rankings
     hold only messages that pass the filters, so the fused rows need no join (``flt``,
-    the same filters over ``messages m``, is not read)."""
+    the same filters over ``messages m``, is not read). ``sem_flt``: the same filters over
+    ``embeddings e``, for the fusion here."""
     terms = await _term_stats(index, pq)
     # fused here where statements are cheap (an engine in this thread: CPython); in the
     # page every statement is a round trip to the engine's worker, and the one statement
@@ -90,12 +92,22 @@ async def hybrid(
         and lim_params
         and sem_query is not None
         and not pq.phrases
-        and kw_flt.sql == "TRUE"
-        and flt.sql == "TRUE"
+        and (kw_flt.sql == "TRUE" or (sem_flt is not None and scoring.can_narrow(index)))
         and postings_needed(pq, terms) <= scoring.PY_POSTINGS
     ):
+        narrow = kw_flt.sql != "TRUE"
         return await _fused_here(
-            index, pq, terms, sem_query, stats, w, now_ms, half_life_ms, thr, int(lim_params[0])
+            index,
+            pq,
+            terms,
+            sem_query,
+            stats,
+            w,
+            now_ms,
+            half_life_ms,
+            thr,
+            int(lim_params[0]),
+            (kw_flt, sem_flt) if narrow and sem_flt is not None else None,
         )
     if terms is not None:
         # the term-id form keyword search uses: postings by term id, no per-term unions
@@ -172,13 +184,16 @@ async def _fused_here(
     half_life_ms: int,
     thr: float | None,
     limit: int,
+    filters: tuple[Filters, Filters] | None = None,
 ) -> list[SearchHit]:
-    """``hybrid`` without filters or phrases, for a query with few postings: the keyword
-    list scored in Python (``scoring``), the semantic list one statement, fused here with
-    the arithmetic of the SQL form (same ranks, scores and order)."""
+    """``hybrid`` without phrases, for a query with few postings: the keyword list scored
+    in Python (``scoring``; narrowed to the docs the filters admit), the semantic list one
+    statement, fused here with the arithmetic of the SQL form (same ranks, scores and
+    order). ``filters``: the filters over ``docs d`` and over ``embeddings e``."""
     depth = max(RRF_DEPTH, limit)
     weights, required = term_weights(pq, stats, terms)
-    kws = await keyword_ranking(index, weights, required, stats, depth) if weights is not None else []
+    kw_flt = filters[0] if filters is not None else None
+    kws = await keyword_ranking(index, weights, required, stats, depth, kw_flt) if weights is not None else []
     # the semantic list: ranked by the in-context cosine (the own one where there is none).
     # Both cosines are made in the scan: carrying the top rows' vectors through the sort to
     # compute the own cosine after it cost more (about 1 ms of 3.3 on 400 vectors)
@@ -190,6 +205,10 @@ async def _fused_here(
     # written in as text: a statement without parameters skips the duckdb package's
     # per-parameter probing (about 0.2 ms), and DuckDB parses the same text either way
     where = f"e.model_key = {model_key(model)} AND e.dim = {int(dim)}"
+    sem_params: list[Any] = []
+    if filters is not None:
+        where += f" AND {filters[1].sql}"
+        sem_params = list(filters[1].params)
     if stats[0] >= embed.ONE_COSINE_FROM:
         # a large index: the scan computes the ranking cosine alone (see ``semantic_ctes``)
         ctes = semantic_ctes(
@@ -204,7 +223,7 @@ async def _fused_here(
             "SELECT message_id, created_at, sim FROM s "
             f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}"
         )
-    sem = await run(sql)
+    sem = await run(sql, sem_params) if sem_params else await run(sql)
     times = {mid: created for mid, _, created in kws}
     for r in sem:
         if r["created_at"] is not None:

@@ -287,6 +287,12 @@ class QueryIndex:
     def remember_postings(self, postings: dict[int, list[tuple[int, int, int]]]) -> None:
         self._figures.remember_postings(postings)
 
+    @property
+    def verdicts(self) -> KeywordFigures:
+        """Which docs each search filter admits, as far as filtered searches judged them
+        (``scoring.admitted``); kept exact by every write."""
+        return self._figures
+
     def remember_docs(self, docs: dict[int, tuple[str, int, int]]) -> None:
         self._figures.remember_docs(docs)
 
@@ -367,6 +373,19 @@ class QueryIndex:
 
     async def _apply(self, kind: str, sid: str, payload: Any) -> None:
         ex = self.engine.execute
+        if kind != "messages-appended":
+            self._figures.forget_verdicts()  # the session's fields (a filter reads them) change
+        elif (
+            self._figures.verdicts
+            and isinstance(payload, Mapping)
+            and isinstance(payload.get("session"), Mapping)
+        ):
+            # an append replaces the session's row: a filter's verdicts hold while it keeps its character
+            rows = await ex("SELECT character_id FROM sessions WHERE session_id = ?", [sid])
+            if rows and rows[0]["character_id"] != payload["session"].get(
+                "characterId", rows[0]["character_id"]
+            ):
+                self._figures.forget_verdicts()
         if kind == "session-created":
             await ex("DELETE FROM sessions WHERE session_id = ?", [sid])
             await self.engine.load_rows(

@@ -16,6 +16,11 @@ same constants) and the same arithmetic in the same order, and round as
 DuckDB's ``round(x, 9)`` does (``round9``), so they rank and score alike
 (``tests/unit/test_scoring.py`` holds them to identical results).
 
+A filtered search is scored the same way, narrowed before its winners are picked:
+of the docs holding its terms, those the filters admit (``admitted``: one statement
+for the docs not judged before, the verdicts kept per filter until a session changes).
+So a filter costs what its query's postings cost, not a scan of the index.
+
 The doc numbers of the winners are turned into message ids and times through
 ``KeywordFigures.docs`` (read from ``docs`` once, then kept until the figures
 are forgotten). Nothing here is durable.
@@ -26,13 +31,18 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .tokenize import ParsedQuery
+
+if TYPE_CHECKING:
+    from .hits import Filters
 
 __all__ = [
     "B",
     "K1",
+    "admitted",
+    "can_narrow",
     "PY_POSTINGS",
     "PY_POSTINGS_WORKER",
     "WHOLE_DOCS",
@@ -261,6 +271,55 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
     return {d: out[d] for d in docs if d in out}
 
 
+def can_narrow(index: Any) -> bool:
+    """Whether a filtered search on ``index`` can be scored in Python: the index judges
+    which docs a filter admits and keeps the verdicts (a tab's own index; a guest asks
+    the owner's in SQL)."""
+    return getattr(index, "verdicts", None) is not None
+
+
+#: docs judged per statement
+_JUDGE_PART = 5000
+
+
+async def admitted(index: Any, flt: Filters, docs: Iterable[int]) -> set[int]:
+    """Which of ``docs`` the filters ``flt`` (over ``docs d``) admit: from the verdicts
+    kept for ``flt``, and one statement for the docs not judged before."""
+    store = index.verdicts
+    key = (flt.sql, tuple(flt.params))
+    epoch = store.verdict_epoch
+    known = store.verdicts.get(key, {})
+    out: set[int] = set()
+    unknown: list[int] = []
+    for d in docs:
+        v = known.get(d)
+        if v is None:
+            unknown.append(d)
+        elif v:
+            out.add(d)
+    for i in range(0, len(unknown), _JUDGE_PART):
+        part = unknown[i : i + _JUDGE_PART]
+        rows = await small_read(index)(
+            f"SELECT d.doc FROM docs d WHERE d.doc IN ({', '.join(str(int(x)) for x in part)}) AND {flt.sql}",
+            list(flt.params),
+        )
+        yes = {int(r["doc"]) for r in rows}
+        out |= yes
+        store.remember_verdicts(key, epoch, {d: d in yes for d in part})
+    return out
+
+
+async def _narrowed(
+    index: Any, scored: dict[int, tuple[float, int]], required: int, flt: Filters | None
+) -> dict[int, tuple[float, int]]:
+    """``scored`` of the docs that hold every required term and pass ``flt``."""
+    if flt is None or flt.sql == "TRUE":
+        return scored
+    held = [d for d, (_, req) in scored.items() if req == required]
+    ok = await admitted(index, flt, held)
+    return {d: scored[d] for d in held if d in ok}
+
+
 def top_docs(
     scored: Mapping[int, tuple[float, int]],
     required: int,
@@ -294,11 +353,13 @@ async def keyword_top(
     stats: tuple[int, float],
     limit: int,
     threshold: float | None,
+    flt: Filters | None = None,
 ) -> list[dict[str, Any]]:
     """What ``hits.top_sql`` + ``hits.rank_top`` answer, scored here: ``{id, score,
-    created_at}`` of the best ``limit`` docs, by score, then newest, then id."""
+    created_at}`` of the best ``limit`` docs (of those ``flt`` admits), by score, then
+    newest, then id."""
     n, avgdl = stats
-    scored = await py_scores(index, weights, stats, int(n * avgdl))
+    scored = await _narrowed(index, await py_scores(index, weights, stats, int(n * avgdl)), required, flt)
     top = top_docs(scored, required, limit, threshold, rounded=True)
     meta = await doc_meta(index, [d for _, d in top])
     rows = [{"id": meta[d][0], "score": s, "created_at": meta[d][1]} for s, d in top if d in meta]
@@ -307,12 +368,18 @@ async def keyword_top(
 
 
 async def keyword_ranking(
-    index: Any, weights: list[tuple[int, float, bool]], required: int, stats: tuple[int, float], depth: int
+    index: Any,
+    weights: list[tuple[int, float, bool]],
+    required: int,
+    stats: tuple[int, float],
+    depth: int,
+    flt: Filters | None = None,
 ) -> list[tuple[str, float, int]]:
     """``(message_id, BM25 sum, created_at)`` of the best ``depth`` docs holding every
-    required term, by the raw sum, then id (both descending): the keyword list of RRF."""
+    required term (of those ``flt`` admits), by the raw sum, then id (both descending):
+    the keyword list of RRF."""
     n, avgdl = stats
-    scored = await py_scores(index, weights, stats, int(n * avgdl))
+    scored = await _narrowed(index, await py_scores(index, weights, stats, int(n * avgdl)), required, flt)
     top = top_docs(scored, required, depth, None, rounded=False)
     meta = await doc_meta(index, [d for _, d in top])
     rows = [(meta[d][0], s, meta[d][1]) for s, d in top if d in meta]

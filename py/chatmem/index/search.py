@@ -193,15 +193,26 @@ async def search(
         stats = await _bm25_stats(index)
         terms = await _term_stats(index, pq)
         kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
-        if terms is not None and limit is not None and not pq.phrases and kflt.sql == "TRUE":
-            ranked: list[dict[str, Any]] | None = None
+        # a filtered query whose postings are few is scored in Python too, narrowed to the
+        # docs its filters admit (``scoring.admitted``); else by the filtered statement below
+        narrow = kflt.sql != "TRUE"
+        fast = terms is not None and limit is not None and not pq.phrases
+        if fast and narrow:
+            fast = scoring.can_narrow(index)
+        if fast:
+            assert terms is not None and limit is not None
             tw, required = term_weights(pq, stats, terms)
+            here = tw is not None and (
+                postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]) or scoring.kept(index, tw)
+            )
+            fast = not narrow or tw is None or here
+        if fast:
+            assert terms is not None and limit is not None
+            ranked: list[dict[str, Any]] | None = None
             if tw is None:
                 ranked = []
-            elif postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]) or scoring.kept(
-                index, tw
-            ):
-                ranked = await keyword_top(index, tw, required, stats, limit, thr)
+            elif here:
+                ranked = await keyword_top(index, tw, required, stats, limit, thr, kflt if narrow else None)
             for exact in (False, True):
                 if ranked is not None:
                     break
@@ -328,4 +339,5 @@ async def search(
         lim_sql,
         lim_params,
         (vec, emb.model, emb.dimensions),
+        eflt,
     )
