@@ -31,12 +31,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .tokenize import ParsedQuery
-
-if TYPE_CHECKING:
-    from .hits import Filters
 
 __all__ = [
     "B",
@@ -269,6 +266,16 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
         remember(got)
     out.update((d, (got[d][0], got[d][1])) for d in missing if d in got)
     return {d: out[d] for d in docs if d in out}
+
+
+class Filters(Protocol):
+    """Search filters as SQL over ``docs d`` (``hits.Filters``): ``"TRUE"`` for none."""
+
+    @property
+    def sql(self) -> str: ...
+
+    @property
+    def params(self) -> list[Any]: ...
 
 
 def can_narrow(index: Any) -> bool:
