@@ -54,7 +54,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SQLEngine",
     ),
     ".context.providers": (
-        "ContextManager",
+        "LiveContext",
         "ContextMessage",
         "ContextProvider",
         "ContextUpdateStrategy",
@@ -106,11 +106,11 @@ if TYPE_CHECKING:
     from .chat.offline import OfflineResponder  # noqa: F401
     from .chat.providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
     from .context.providers import (  # noqa: F401
-        ContextManager,
         ContextMessage,
         ContextProvider,
         ContextUpdateStrategy,
         DatetimeProvider,
+        LiveContext,
         ModuleStateProvider,
         UserProfileProvider,
         render_context_message,
@@ -215,7 +215,7 @@ __all__ = [
     "QueryError",
     "ProviderError",
     # context providers and the window
-    "ContextManager",
+    "LiveContext",
     "ContextMessage",
     "ContextProvider",
     "ContextUpdateStrategy",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable
 
 from .air.context_store import ContextStore, MemoryContextStore
 from .context.builder import ContextBuilder
-from .context.providers import ContextManager, ModuleStateProvider
+from .context.providers import LiveContext, ModuleStateProvider
 from .context.tokens import EstimateTokenizer, Tokenizer
 from .context.window import ModelBudget, WindowResult
 from .conversations.messages import Messages
@@ -112,7 +112,7 @@ class Memory:
         self.facts = Facts(self._core, sleep=runtime.sleep, embedder=lambda: self.index.embedder)
         self.context_store: ContextStore = MemoryContextStore(_Api(self.sessions, self.messages))
         #: live context from modules (the original's "Active Context")
-        self.context = ContextManager(clock)
+        self.context = LiveContext(clock)
         #: any module pushes its state here: ``mem.modules.set("module:discord", {...})``
         self.modules = ModuleStateProvider()
         self.context.register(self.modules)

@@ -13,7 +13,7 @@ import pytest
 
 import chatmem
 from chatmem.sync import SyncConfig
-from chatmem.sync.e2e import Passphrase
+from chatmem.sync.encryption import Passphrase
 from conftest import Page, run, unique_name
 from e2e_server import STORAGES, e2e_server, stored_bytes
 
@@ -34,7 +34,7 @@ def page_device(srv: Any, db: str, passphrase: str) -> str:
     return f"""
 import chatmem
 from chatmem.sync import SyncConfig
-from chatmem.sync.e2e import Passphrase
+from chatmem.sync.encryption import Passphrase
 mem = await chatmem.open({db!r})
 await mem.sync.configure(SyncConfig(enabled=True, endpoint={srv.url!r}, api_key={KEY!r},
     backoff_base=20, backoff_max=200, encryption=Passphrase({passphrase!r}, iterations=10_000)))

@@ -9,10 +9,10 @@ from datetime import timedelta, timezone
 import pytest
 
 from chatmem.context.providers import (
-    ContextManager,
     ContextMessage,
     ContextUpdateStrategy,
     DatetimeProvider,
+    LiveContext,
     ModuleStateProvider,
     UserProfileProvider,
     json_stringify,
@@ -41,7 +41,7 @@ def test_strategy_values_match_the_original():
 
 def test_replace_self_replaces_previous_context_of_the_source():
     """A replace-self message replaces what the source said before."""
-    cm = ContextManager(FakeClock())
+    cm = LiveContext(FakeClock())
     cm.update(ContextMessage("module:discord", "d", {"channel": "a"}, R))
     cm.update(ContextMessage("module:discord", "d", {"channel": "b"}, R))
     assert cm.snapshot() == {"module:discord": {"channel": "b"}}
@@ -49,7 +49,7 @@ def test_replace_self_replaces_previous_context_of_the_source():
 
 def test_append_self_appends_oldest_first_and_caps_per_source():
     """Append-self keeps a list, oldest first, at most append_cap entries per source."""
-    cm = ContextManager(FakeClock(), append_cap=3)
+    cm = LiveContext(FakeClock(), append_cap=3)
     for i in range(5):
         cm.update(ContextMessage("sensor:chat", "c", {"n": i}, A))
     cm.update(ContextMessage("sensor:other", "o", {"n": 99}, A))
@@ -60,7 +60,7 @@ def test_append_self_appends_oldest_first_and_caps_per_source():
 
 def test_replace_after_append_resets_the_list():
     """A replace-self update after appends leaves just its own content."""
-    cm = ContextManager(FakeClock())
+    cm = LiveContext(FakeClock())
     cm.update(ContextMessage("k", "x", {"n": 1}, A))
     cm.update(ContextMessage("k", "x", {"n": 2}, A))
     cm.update(ContextMessage("k", "x", {"n": 3}, R))
@@ -70,7 +70,7 @@ def test_replace_after_append_resets_the_list():
 def test_expired_entries_are_dropped_with_injected_clock():
     """Entries disappear once the clock reaches expires_at; others stay."""
     clock = FakeClock()
-    cm = ContextManager(clock)
+    cm = LiveContext(clock)
     cm.update(ContextMessage("a", "1", {"v": 1}, R, expires_at=T0 + 1000))
     cm.update(ContextMessage("b", "1", {"v": 1}, A, expires_at=T0 + 500))
     cm.update(ContextMessage("b", "2", {"v": 2}, A))
@@ -82,7 +82,7 @@ def test_expired_entries_are_dropped_with_injected_clock():
 
 def test_higher_priority_first_then_first_seen():
     """Snapshot keys are ordered by priority (highest first), ties by first appearance."""
-    cm = ContextManager(FakeClock())
+    cm = LiveContext(FakeClock())
     cm.update(ContextMessage("low", "1", {}, R, priority=0))
     cm.update(ContextMessage("high", "1", {}, R, priority=5))
     cm.update(ContextMessage("mid1", "1", {}, R, priority=2))
@@ -92,7 +92,7 @@ def test_higher_priority_first_then_first_seen():
 
 def test_remove_by_type_or_by_source_id():
     """remove() drops a whole source type, or only one emitter's entries."""
-    cm = ContextManager(FakeClock())
+    cm = LiveContext(FakeClock())
     cm.update(ContextMessage("k", "x", {"n": 1}, A))
     cm.update(ContextMessage("k", "y", {"n": 2}, A))
     cm.update(ContextMessage("j", "z", {"n": 3}, R))
@@ -105,7 +105,7 @@ def test_remove_by_type_or_by_source_id():
 
 def test_snapshot_is_a_copy():
     """Mutating a snapshot or the source dict does not change the live context."""
-    cm = ContextManager(FakeClock())
+    cm = LiveContext(FakeClock())
     content = {"list": [1]}
     cm.update(ContextMessage("k", "x", content, R))
     content["list"].append(2)
@@ -199,7 +199,7 @@ def test_datetime_provider_content_as_in_the_original():
 def test_refresh_applies_every_provider_and_reports_failures():
     """refresh() applies all providers; one that raises is reported, the rest still apply."""
     clock = FakeClock()
-    cm = ContextManager(clock)
+    cm = LiveContext(clock)
     profile = {"name": "Ada", "language": "en"}
 
     async def get_settings():
@@ -234,7 +234,7 @@ def test_refresh_applies_every_provider_and_reports_failures():
 
 def test_provider_returning_garbage_is_reported():
     """A provider returning something that is not a ContextMessage is a reported failure."""
-    cm = ContextManager(FakeClock())
+    cm = LiveContext(FakeClock())
 
     class Bad:
         async def provide(self):
@@ -249,7 +249,7 @@ def test_provider_returning_garbage_is_reported():
 def test_register_requires_provide():
     """Registering an object without provide() is refused."""
     with pytest.raises(ValidationError):
-        ContextManager(FakeClock()).register(object())  # type: ignore[arg-type]
+        LiveContext(FakeClock()).register(object())  # type: ignore[arg-type]
 
 
 def test_public_names_exist():

@@ -20,7 +20,7 @@ from chatmem.runtime import UrllibTransport
 from chatmem.runtime.http import HTTPResponse, TransportError
 from chatmem.sync import SyncConfig, keyring
 from chatmem.sync.cipher import CryptographySuite
-from chatmem.sync.e2e import (
+from chatmem.sync.encryption import (
     DEFAULT_ITERATIONS,
     EncryptionKey,
     KeyParams,

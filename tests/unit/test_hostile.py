@@ -425,9 +425,9 @@ def test_the_server_refuses_malformed_envelopes() -> None:
     missing fields, a key id that is not 16 hex digits, a short IV, a ciphertext that is
     not a padded length or not base64, plain content beside envelopes, a second message
     envelope, a plain id that is not valid Unicode are each rejected."""
-    from chatmem.server.e2e import check_op
+    from chatmem.server.encryption import check_op
     from chatmem.sync.cipher import CryptographySuite
-    from chatmem.sync.e2e import Passphrase, encrypt_records, new_params
+    from chatmem.sync.encryption import Passphrase, encrypt_records, new_params
 
     async def sealed() -> list[dict[str, Any]]:
         suite = CryptographySuite()

@@ -61,7 +61,7 @@ PUBLIC = {
     "ReadOnlySQLError",
     "QueryError",
     "ProviderError",
-    "ContextManager",
+    "LiveContext",
     "ContextMessage",
     "ContextProvider",
     "ContextUpdateStrategy",

@@ -126,7 +126,7 @@ def test_term_ids_code_each_word_as_its_terms() -> None:
 def test_a_failing_read_during_a_rebuild_leaves_the_engine_usable(monkeypatch) -> None:
     """The store failing while a chunk loads: the error comes out, the engine is free,
     and the next rebuild derives the same tables as appends."""
-    import chatmem.index.index as index_module
+    import chatmem.index.query_index as index_module
 
     monkeypatch.setattr(index_module, "_CHUNK", 10)
     recs = records([("s", f"message number {i} about pizza, don't stop") for i in range(35)])

@@ -1,5 +1,5 @@
 // End-to-end encryption primitives for sync, on WebCrypto: PBKDF2-SHA256 and
-// AES-256-GCM. Python (chatmem.sync.e2e) builds the format; this module only
+// AES-256-GCM. Python (chatmem.sync.encryption) builds the format; this module only
 // runs the two primitives, a whole batch per call. Bytes cross as base64 in
 // JSON text; a ciphertext that does not authenticate comes back as null.
 

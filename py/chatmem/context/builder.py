@@ -28,7 +28,7 @@ from ..errors import SessionNotFound, ValidationError
 from ..facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
 from ..records.models import NOT_FOR_MODEL, ChatMessage, for_model
 from .formats import FORMATS, to_anthropic
-from .providers import ContextManager
+from .providers import LiveContext
 from .render import render_context_message
 from .summaries import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
 from .tokens import EstimateTokenizer, Tokenizer, for_format
@@ -69,7 +69,7 @@ class ContextBuilder:
     def __init__(
         self,
         core: Core,
-        context: ContextManager,
+        context: LiveContext,
         tokenizer: Tokenizer | None = None,
         *,
         retriever: Retriever | None = None,

@@ -1,7 +1,7 @@
 """Active context: live state that modules push and that is injected before
 each model call (the original's "Active Context" and "Context Injection").
 
-A ``ContextManager`` holds ``ContextMessage``s keyed by ``source_type``
+A ``LiveContext`` holds ``ContextMessage``s keyed by ``source_type``
 (``"module:discord"``, ``"module:datetime"``). Nothing here is durable: the
 live context is process memory, rebuilt by the providers before each turn.
 
@@ -46,7 +46,7 @@ from .render import json_stringify, render_context_message
 __all__ = [
     "ContextUpdateStrategy",
     "ContextMessage",
-    "ContextManager",
+    "LiveContext",
     "ContextProvider",
     "DatetimeProvider",
     "UserProfileProvider",
@@ -164,7 +164,7 @@ class ProviderFailure:
     error: BaseException
 
 
-class ContextManager:
+class LiveContext:
     """The live context of one ``Memory`` (``mem.context``). In memory only."""
 
     def __init__(self, clock: Clock, append_cap: int = 20):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .embed import Embedder, HashingEmbedder, OpenAIEmbedder
 from .engine import DuckDBEngine, SQLEngine
-from .index import EVENT_KINDS, QueryIndex
+from .query_index import EVENT_KINDS, QueryIndex
 from .retrieve import HybridWeights, RetrievalConfig, retrieve
 from .search import MODES, SearchHit, search
 from .sqlguard import check_read_only

@@ -56,8 +56,8 @@ from ..scheduling.settle import settle
 from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
-from .index import EVENT_KINDS, QueryIndex
 from .opening import CachedOpening, EarlyDerivation
+from .query_index import EVENT_KINDS, QueryIndex
 from .reading import PAGE
 from .retrieve import RetrievalConfig, retrieve
 from .search import SearchHit, search

@@ -23,7 +23,7 @@ from .cache import IndexCache
 from .derivation import EngineDerivation, Started
 from .embed import Embedder
 from .engine import SQLEngine
-from .index import QueryIndex
+from .query_index import QueryIndex
 from .reading import each_message
 from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, session_row
 from .tokenize import preload as preload_stemmers

@@ -49,7 +49,7 @@ from .. import errors
 from ..errors import QueryError, ValidationError, shown
 from ..scheduling.settle import settle
 from .embed import Embedder
-from .index import QueryIndex, RecordSource
+from .query_index import QueryIndex, RecordSource
 from .sqlguard import check_read_only
 from .transport import ShareTransport
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..index.engine import SQLEngine
     from ..index.transport import ShareTransport
     from ..stores.base import Store
-    from ..sync.e2e import CipherSuite
+    from ..sync.encryption import CipherSuite
     from .http import Transport
 
 __all__ = ["Runtime", "DrainLock", "LocalDrainLock", "Sleep", "Random"]

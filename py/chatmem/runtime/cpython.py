@@ -18,7 +18,7 @@ from .http import HTTPResponse, Transport
 if TYPE_CHECKING:
     from ..index.engine import SQLEngine
     from ..stores.base import Store
-    from ..sync.e2e import CipherSuite
+    from ..sync.encryption import CipherSuite
 
 __all__ = ["CPythonRuntime", "UrllibTransport", "LocalDrainLock"]
 

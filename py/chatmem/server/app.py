@@ -3,7 +3,7 @@
 Routes: ``GET /v1/health`` (public; says whether the database answers),
 ``POST /v1/push``, ``GET /v1/changes``, ``GET /v1/stream`` (Server-Sent
 Events, ``live.py``), the end-to-end encryption routes under ``/v1/e2e``
-(``e2e.py``); CORS for pages on other origins; Bearer auth mapping an
+(``encryption.py``); CORS for pages on other origins; Bearer auth mapping an
 account token (or an ``--api-key`` key) to its data space (``accounts.py``).
 Storage work runs in a worker thread, never on the event loop. One JSON log
 line per request: method, path, status, duration, account and operation
@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import ChatmemError, DatabaseUnavailable, RateLimited, StorageFull, ValidationError
 from .accounts import Authenticator, Principal, space_for_key
 from .backends import open_storage
-from .e2e import CAPABILITY, E2EConflict, E2EService
+from .encryption import CAPABILITY, E2EConflict, E2EService
 from .faults import Fault, FaultPlan
 from .live import ChangeHub, sse_events
 from .quotas import Quotas

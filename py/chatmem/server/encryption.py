@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import EncryptionConflict as E2EConflict
 from ..errors import ValidationError, shown
 from ..records.validation import is_id, parse_decimal
-from ..sync.e2e import (
+from ..sync.encryption import (
     MESSAGE_FIELD,
     PLAIN_FIELDS,
     WHOLE_RECORD,

@@ -45,7 +45,7 @@ from ..sync.admit import admit_op
 from ..sync.hlc import validate_device_id
 from ..sync.merge import is_newer, revives, same_message, winning_fields
 from ..sync.ops import MAX_ID_LENGTH
-from . import e2e
+from . import encryption
 from .quotas import Quotas
 from .storage import SpaceTransaction, StoredRecord, SyncStorage
 
@@ -136,7 +136,7 @@ class SyncService:
             admit_op(op, self.limits, now)
         except ValidationError as e:
             return _rejected(op_id, f"invalid {e.field}: {e}")
-        bad_envelope = e2e.check_op(op)
+        bad_envelope = encryption.check_op(op)
         return None if bad_envelope is None else _rejected(op_id, bad_envelope)
 
     def push(self, space: str, payload: Any) -> dict[str, Any]:
@@ -150,7 +150,7 @@ class SyncService:
         admitted = [op for op, verdict in zip(ops, verdicts) if verdict is None]
         results: list[Result] = []
         with self.storage.transaction(space) as txn:
-            e2e.check_push(txn, admitted)
+            encryption.check_push(txn, admitted)
             bytes_before = quotas.admit(txn, len(ops), now) if quotas is not None else 0
             seen = txn.seen_ops([op["op_id"] for op in admitted])
             txn.prefetch(_touched(admitted))

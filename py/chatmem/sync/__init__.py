@@ -1,7 +1,7 @@
 """Cloud sync, the pure parts: hybrid logical clocks, operations, config,
 backoff, status and the protocol client. ``SyncEngine`` (``mem.sync``) is the
 drain loop and the puller built on them; ``apply`` holds the merge rules a
-store runs when it applies pulled changes. ``e2e`` is the end-to-end
+store runs when it applies pulled changes. ``encryption`` is the end-to-end
 ciphertext format (``Passphrase``, ``EncryptionKey``), ``cipher`` its AES-GCM /
 PBKDF2 per runtime, ``keyring`` the device's key for its space.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .backoff import BackoffPolicy, backoff_delay, parse_retry_after, retry_delay
 from .config import SyncConfig, normalize_endpoint
-from .e2e import EncryptionKey, Passphrase
+from .encryption import EncryptionKey, Passphrase
 from .engine import PullReport, PushReport, SyncEngine
 from .hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
 from .ops import SyncOp, make_op, op_session_id, validate_op

@@ -10,7 +10,7 @@
    a whole message record (``chatmem.records.validation``: fields, types, ranges, sizes,
    nesting, valid Unicode, 64-bit integers, no NaN), a fact ``create`` or
    ``update`` a whole fact record (``chatmem.facts.records.check_fact_record``);
-   a ``delete``'s data is at most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.e2e``
+   a ``delete``'s data is at most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.encryption``
    envelopes) cannot be read here: only its JSON and size are checked; the
    receiving client checks the decrypted record.
 
@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ValidationError, shown
 from ..facts.records import check_fact_record
 from ..records.validation import Limits, check_message_record, check_session_record, check_value
-from .e2e import is_envelope
+from .encryption import is_envelope
 from .hlc import check_skew
 from .ops import SyncOp, validate_op
 

@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Sequence
 
 from ..errors import UnsupportedEnvironment
-from .e2e import CipherSuite
+from .encryption import CipherSuite
 
 __all__ = ["CryptographySuite", "default_suite"]
 

@@ -10,7 +10,7 @@ Validation (``validate()``, also run by ``from_dict``) raises
 except ``http://`` to ``localhost`` / ``127.0.0.1`` / ``[::1]``; it carries no
 credentials, query or fragment.
 
-``encryption`` (``Passphrase`` / ``EncryptionKey``, see ``chatmem.sync.e2e``)
+``encryption`` (``Passphrase`` / ``EncryptionKey``, see ``chatmem.sync.encryption``)
 turns on end-to-end encryption. Its secret is in no dict: the public and the
 storage dicts say only ``{"kind", "remember"}``, and a config read back from
 storage holds a *locked* passphrase (the device then uses the derived key it
@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ValidationError, shown
 from ..records.validation import INT64_MAX
-from .e2e import EncryptionKey, Passphrase
+from .encryption import EncryptionKey, Passphrase
 
 __all__ = ["SyncConfig", "CONFIG_KEY", "LOCAL_HOSTS", "normalize_endpoint"]
 

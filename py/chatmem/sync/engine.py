@@ -95,7 +95,7 @@ from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
     from ..core import Core
-    from .e2e import CipherSuite
+    from .encryption import CipherSuite
 
 __all__ = [
     "CONFIG_KEY",

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SyncPermanentError, SyncTransientError, ValidationError, WrongPassphrase
-from .e2e import (
+from .encryption import (
     CipherSuite,
     EncryptionKey,
     KeyParams,

@@ -71,7 +71,7 @@ MAX_CHANGES_LIMIT = 1000
 #: ends the request after this long and the stream reconnects)
 STREAM_TIMEOUT = 60.0
 _EXCERPT = 2000
-#: 409 codes meaning "this device's key does not fit the space" (see ``chatmem.server.e2e``)
+#: 409 codes meaning "this device's key does not fit the space" (see ``chatmem.server.encryption``)
 _KEY_CODES = frozenset({"e2e-required", "e2e-key-changed", "e2e-change-in-progress"})
 _UNREACHABLE_ERRNOS = frozenset(
     {errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EADDRNOTAVAIL}

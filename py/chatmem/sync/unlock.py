@@ -1,5 +1,5 @@
 """End-to-end encryption in ``mem.sync``: the engine's part (``SyncEngine``
-inherits it). The format is ``chatmem.sync.e2e``, the device's key and the
+inherits it). The format is ``chatmem.sync.encryption``, the device's key and the
 re-encryption ``chatmem.sync.keyring``.
 
 - Before a push or a pull the device's key is checked against the space's key
@@ -28,7 +28,7 @@ from ..errors import (
     WrongPassphrase,
 )
 from .config import CONFIG_KEY, SyncConfig
-from .e2e import EncryptionKey, Passphrase
+from .encryption import EncryptionKey, Passphrase
 from .keyring import Keyring
 from .protocol import SyncClient
 from .push import WIRE_FIELDS

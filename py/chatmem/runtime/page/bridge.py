@@ -198,7 +198,7 @@ async def request_persistence() -> bool:
 
 
 class WebCryptoSuite:
-    """``chatmem.sync.e2e.CipherSuite`` on WebCrypto (``web/js/crypto.js``): one call per batch."""
+    """``chatmem.sync.encryption.CipherSuite`` on WebCrypto (``web/js/crypto.js``): one call per batch."""
 
     async def pbkdf2_sha256(self, password: bytes, salt: bytes, iterations: int) -> bytes:
         out = await bridge().e2ePbkdf2(_b64(password), _b64(salt), iterations)
