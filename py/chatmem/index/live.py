@@ -56,6 +56,7 @@ from ..scheduling.settle import settle
 from .cache import IndexCache
 from .embed import Embedder
 from .engine import SQLEngine
+from .lifecycle import HOLDS_INDEX, IndexState
 from .opening import CachedOpening, EarlyDerivation
 from .query_index import EVENT_KINDS, QueryIndex
 from .reading import PAGE
@@ -103,6 +104,7 @@ class LiveIndex(CachedOpening):
         #: a derivation to begin while the engine opens, when nothing is cached (None: no way)
         self._early_derivation = early
         self.embedder: Embedder = embedder or default_embedder()
+        self.state = IndexState.UNOPENED
         self.index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
@@ -143,7 +145,7 @@ class LiveIndex(CachedOpening):
 
     # ------------------------------------------------------------------ change intake (sync)
     def on_change(self, kind: str, session_id: str, payload: Any) -> None:
-        if self.index is None:
+        if self.state not in HOLDS_INDEX:
             if self._early is not None:
                 self._early.add(session_id)  # the opening re-reads it from the store
             if self.share is not None and self.role is None:
@@ -157,21 +159,21 @@ class LiveIndex(CachedOpening):
             self._stale.add(session_id)
 
     def on_remote(self, session_id: str) -> None:
-        if self.index is not None:
+        if self.state in HOLDS_INDEX:
             self._stale.add(session_id)
         elif self._early is not None:
             self._early.add(session_id)  # an opening's derivation may have read it already
 
     def on_external(self) -> None:
         """Another process wrote to the store: compare every session before the next query."""
-        if self.index is not None:
+        if self.state in HOLDS_INDEX:
             self._resync = True
         elif self._early is not None:
             self._early_resync = True  # an opening's derivation may have read the store before
 
     def mark_stale(self, session_ids: list[str], resync: bool = False) -> None:
         """Re-read these sessions (with ``resync``: compare all) from the store before the next query."""
-        if self.index is not None:
+        if self.state in HOLDS_INDEX:
             self._stale.update(session_ids)
             self._resync = self._resync or resync
 
@@ -183,6 +185,7 @@ class LiveIndex(CachedOpening):
     def status(self) -> dict[str, Any]:
         """How this tab holds the index (for status displays and tests)."""
         return {
+            "state": self.state.value,
             "role": self.role,
             "served": self.share.served if self.share else 0,
             "takeovers": self.takeovers,
@@ -266,13 +269,19 @@ class LiveIndex(CachedOpening):
 
     async def _open(self) -> QueryIndex:
         """The first query: become owner or guest (with a share), then open the index."""
+        self._enter(IndexState.OPENING)
         if self.share is not None and self.role is None:
-            self.role = await self.share.claim(self._on_owner)
+            try:
+                self.role = await self.share.claim(self._on_owner)
+            except BaseException:
+                self._enter(IndexState.FAILED)
+                raise
             if self.role == "guest":
                 self.index = RemoteQueryIndex(
                     self.share, embedder=self.embedder, records=self._core.store.get_messages
                 )
                 self._pending.clear()
+                self._enter(IndexState.READY)
                 return self.index
         self.role = self.role or "solo"
         try:
@@ -290,7 +299,10 @@ class LiveIndex(CachedOpening):
 
     async def _take_over(self) -> None:
         async with self._lock:
+            if self.state is IndexState.CLOSED:
+                return
             self.role = "owner"
+            self._enter(IndexState.OPENING)
             self.index = None  # the guest's view; requests in flight are now this tab's
             try:
                 await self._hydrate()
@@ -324,6 +336,18 @@ class LiveIndex(CachedOpening):
         return index
 
     async def _keep_up(self, index: QueryIndex) -> QueryIndex:
+        if not (self._pending or self._stale or self._resync):
+            return index
+        self._enter(IndexState.CATCHING_UP)
+        try:
+            return await self._catch_up_writes(index)
+        finally:
+            if self.state in (IndexState.CATCHING_UP, IndexState.DERIVING):
+                self._enter(IndexState.READY)
+
+    async def _catch_up_writes(self, index: QueryIndex) -> QueryIndex:
+        """Apply what was written since the last query (``_keep_up``): the queued writes,
+        the sessions to re-read, or a comparison of every session with the store."""
         if len(self._stale) > STALE_RESYNC:  # comparing every session is cheaper
             self._stale.clear()
             self._resync = True
@@ -340,9 +364,14 @@ class LiveIndex(CachedOpening):
             metas = await self._core.store.all_sessions()
             self._weigh(metas)
             if await self._catch_up(index, metas) is None:
-                if self._cache is not None:
-                    await self._to_memory(copy=False)  # rebuilt in memory, then saved
-                await index.rebuild(metas, self._messages(index, metas))
+                self._enter(IndexState.DERIVING)
+                try:
+                    if self._cache is not None:
+                        await self._to_memory(copy=False)  # rebuilt in memory, then saved
+                    await index.rebuild(metas, self._messages(index, metas))
+                except BaseException:
+                    await self._fail()  # half rebuilt: the next query opens again
+                    raise
                 self._lap_rebuild(index, "catchup: rebuild")
             self._dirty = True
         while self._pending or self._stale:
@@ -371,14 +400,21 @@ class LiveIndex(CachedOpening):
             index = self.index or await self._open()
             if self.role != "guest":
                 if self.cache and self._cache is None:
+                    self._enter(IndexState.OPENING)
                     self.index = None
                     await index.close()  # in memory: it holds no file
                     await self._hydrate(force=True)
                 else:
-                    if self._cache is not None:
-                        self._weigh(await self._core.store.all_sessions())
-                        await self._to_memory(copy=False)  # rebuilt in memory, then saved
-                    await self._derive(index, self._cache is not None)
+                    self._enter(IndexState.DERIVING)
+                    try:
+                        if self._cache is not None:
+                            self._weigh(await self._core.store.all_sessions())
+                            await self._to_memory(copy=False)  # rebuilt in memory, then saved
+                        await self._derive(index, self._cache is not None)
+                    except BaseException:
+                        await self._fail()  # half rebuilt: the next query opens again
+                        raise
+                    self._enter(IndexState.READY)
                 if self._cache is not None:
                     await self._save()
                 return
@@ -458,6 +494,7 @@ class LiveIndex(CachedOpening):
             await self.index.close()
             self.index = None
             self._cache = None
+        self._enter(IndexState.CLOSED)
         if self.share is not None:
             await self.share.close()
 

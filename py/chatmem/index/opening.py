@@ -23,6 +23,7 @@ from .cache import IndexCache
 from .derivation import EngineDerivation, Started
 from .embed import Embedder
 from .engine import SQLEngine
+from .lifecycle import IndexState, check_transition
 from .query_index import QueryIndex
 from .reading import each_message
 from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, session_row
@@ -58,6 +59,9 @@ class CachedOpening:
     embedder: Embedder
     share: IndexShare | None
     role: str | None
+    #: where the index is in its lifecycle (``lifecycle.py``); ``index`` is set exactly in
+    #: the states of ``HOLDS_INDEX``
+    state: IndexState
     index: QueryIndex | None
     notice: str | None
     last_open: dict[str, Any]
@@ -100,6 +104,20 @@ class CachedOpening:
         )
         return d if d is not None else each_message(self._core.store, metas)
 
+    def _enter(self, state: IndexState) -> None:
+        """Move to ``state`` (``lifecycle.TRANSITIONS`` says from where it may be reached)."""
+        check_transition(self.state, state)
+        self.state = state
+
+    async def _fail(self) -> None:
+        """An opening or a derivation failed: its half-made index is dropped, and the next
+        query opens again (a cached file left unfinished is rebuilt then)."""
+        index, self.index = self.index, None
+        self._enter(IndexState.FAILED)
+        if index is not None:
+            with contextlib.suppress(Exception):  # the failure being raised is the one that matters
+                await index.close()
+
     def _lap(self, phase: str) -> None:
         """Record the milliseconds since the previous lap under ``phase`` (``open_ms``)."""
         t = time.perf_counter()
@@ -113,6 +131,7 @@ class CachedOpening:
             self.open_ms[f"{phase}: {part}"] = ms
 
     async def _hydrate(self, force: bool = False) -> QueryIndex:
+        self._enter(IndexState.OPENING)
         self.open_ms, self._t = {}, time.perf_counter()
         opening = asyncio.ensure_future(self._factory())
         # the store's sessions are read beside the engine's opening; a session written
@@ -125,14 +144,22 @@ class CachedOpening:
             await asyncio.sleep(0)  # the engine's opening is under way (in its worker, in the page)
             preload_stemmers()  # meanwhile: the first query's words need them
             self._lap("stemmers")
-            engine = await opening
             try:
-                return await self._hydrate_with(engine, metas, force, early)
+                engine = await opening
             except BaseException:
-                if self.index is None or getattr(self.index, "engine", None) is not engine:
+                await self._fail()
+                raise
+            try:
+                index = await self._hydrate_with(engine, metas, force, early)
+            except BaseException:
+                held = self.index is not None and getattr(self.index, "engine", None) is engine
+                await self._fail()  # closes the index made over the engine, if it was made
+                if not held:
                     with contextlib.suppress(Exception):  # the first error is the one to raise
                         await engine.close()  # no index holds it: let go of its file now
                 raise
+            self._enter(IndexState.READY)
+            return index
         finally:
             self._early = None
             if not metas.done():
@@ -187,6 +214,7 @@ class CachedOpening:
                 self._lap("state")
                 if state == "valid":
                     index.set_up()  # every table is there, of this schema version
+                    self._enter(IndexState.CATCHING_UP)
                     caught = await self._catch_up(index, await metas)
                     if caught is not None:
                         self.catchups += 1
@@ -201,6 +229,7 @@ class CachedOpening:
             except Exception as e:  # noqa: BLE001 - the file is derived: never let it hide a message
                 self.notice = f"The saved search index could not be read ({e}); it is being rebuilt."
                 await index._rollback()
+        self._enter(IndexState.DERIVING)
         if cache is not None:
             await self._to_memory(copy=False)  # rebuilt in memory, then saved
             self._lap("attach memory")
