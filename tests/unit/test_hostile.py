@@ -956,3 +956,58 @@ def test_a_model_servers_retry_after_never_escapes(value: str, ms: int | None) -
         HTTPResponse(429, {"retry-after": value}, b'{"error": {"message": "slow down"}}'), "u"
     )
     assert isinstance(err, chatmem.errors.ProviderRateLimited) and err.retry_after_ms == ms
+
+
+def good_fact(fid: str, **changes: Any) -> dict[str, Any]:
+    rec = {
+        "factId": fid,
+        "userId": "local",
+        "characterId": None,
+        "key": "home",
+        "value": "Porto",
+        "text": "Lives in Porto",
+        "status": "active",
+        "validFrom": 1_700_000_000_000,
+        "validTo": None,
+        "createdAt": 1_700_000_000_000,
+        "updatedAt": 1_700_000_000_000,
+        "sourceIds": [],
+        "origin": "user",
+        "importance": 0.8,
+        "pinned": False,
+        "supersededBy": None,
+    }
+    rec.update(changes)
+    return change("fact", fid, rec)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_malformed_pulled_fact_is_quarantined_alone(backend: str, tmp_path: Path) -> None:
+    """Facts travel like messages, and so does their quarantine: a pulled fact with a bad
+    field, a slot that is not one, an unknown field or an id that differs from its
+    record's is set aside with its reason; the good fact of the same page applies and
+    the cursor moves on."""
+    bad = [
+        good_fact("f-bad-status", status="maybe"),
+        good_fact("f-bad-key", key="Home Town!"),
+        good_fact("f-extra", mood="happy"),
+        good_fact("f-importance", importance=7),
+        {**good_fact("f-id"), "id": "f-other"},
+    ]
+    pages = [[good_fact("f-good"), *bad[:2]], [*bad[2:]]]
+
+    async def go() -> None:
+        mem = await open_store(backend, tmp_path)
+        mem.sync.transport = feed(pages)
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
+        report = await mem.sync.pull()
+        assert report.state == "idle" and report.cursor == "2"
+        assert [f.fact_id for f in await mem.facts.list()] == ["f-good"]
+        st = await mem.sync.status()
+        assert st.quarantined == len(bad)
+        kept = await mem.sync.quarantined()
+        assert {k["resource"] for k in kept} == {"fact"} and all(k["reason"] for k in kept)
+        assert await mem.store.kv_get("sync.cursor") == "2"
+        await mem.close()
+
+    run(go())
