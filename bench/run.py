@@ -11,6 +11,7 @@ alternatives, in one Chromium page and one CPython process, in one run.
     python build.py bench --large         # W2 also at 100,000 messages
     python build.py bench --quick         # tiny sizes: checks that everything runs
     python build.py bench --durability strict
+    python build.py bench --in-memory     # an in-memory browser context (default: a profile on disk)
     python build.py bench --only W1,W3    # some workloads (W6 needs W2's data; it imports it itself)
     python build.py bench --only W8 --w8-full   # W8 at full size: 200 devices in 20 accounts
 
@@ -778,6 +779,11 @@ def main() -> int:
     ap.add_argument(
         "--w8-full", action="store_true", help="W8 with 200 devices in 20 accounts (default 100 in 10)"
     )
+    ap.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="the page in a fresh in-memory browser context (default: a profile on disk, as a user's)",
+    )
     ap.add_argument("--no-cpython", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -835,6 +841,7 @@ def main() -> int:
         "cpu": _cpu(),
         "python": platform.python_version(),
         "durability": cfg["durability"],
+        "profile": "in memory" if args.in_memory else "on disk",
         "seed": cfg["seed"],
         "config": cfg,
     }
@@ -843,7 +850,9 @@ def main() -> int:
     if not args.no_browser and (not only or only - {"W8"}):
         assemble_page(dist)
         srv, site = serving.serve_in_thread(dist, 0)
-        b = Browser(site)
+        # IndexedDB and OPFS in a profile on disk, as in a user's browser (an in-memory
+        # context keeps them in RAM: other write and start-up costs)
+        b = Browser(site, on_disk=not args.in_memory)
         try:
             env.update(b.env())
             ck_js = b.js("checksum", cfg["seed"], 2000)
@@ -911,7 +920,8 @@ def write(
     md = [
         "# chatmem benchmark results\n",
         f"{env['date']} · `python build.py bench` · Chromium {env.get('chromium', '–')} · Pyodide {env.get('pyodide', '–')} · "
-        f"CPython {env['python']} · {env['cores']} cores ({env['cpu']}) · IndexedDB durability **{env['durability']}** · seed {env['seed']}\n",
+        f"CPython {env['python']} · {env['cores']} cores ({env['cpu']}) · IndexedDB durability **{env['durability']}**, "
+        f"profile {env.get('profile', 'in memory')} · seed {env['seed']}\n",
         "## Table\n",
         "Times in ms per operation (W1: one append; W2: the whole import; W3: one window; W5: the whole export; "
         "W6: from navigation start). `vs raw` = this ÷ raw in the same run; `chatmem ÷ this` = chatmem's p50 ÷ this "
