@@ -611,7 +611,7 @@ async def check_vector_forms_agree(index: Any) -> None:
     """Where the engine runs in this thread the query vector is written into the statement
     and hybrid is fused in Python; the forms the page uses (the vector bound, one SQL
     statement) give the same hits, scores and breakdowns, with and without filters."""
-    from chatmem.index import embed, scoring
+    from chatmem.index import embed
 
     await seed(index)
     emb = HashingEmbedder(dimensions=64)
@@ -631,24 +631,25 @@ async def check_vector_forms_agree(index: Any) -> None:
             (h.message.id, h.score, sorted((k, round(v, 9)) for k, v in h.breakdown.items())) for h in hits
         ]
 
-    saved = scoring.local_engine
+    def page_forms() -> Any:
+        """The index as the page's is: its engine in a worker (statements are round trips)."""
+        from unittest import mock
+
+        return mock.patch.object(type(index), "in_thread", property(lambda self: False))
+
     for mode, q, kw in cases:
         here = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
-        try:
-            scoring.local_engine = lambda index: False  # type: ignore[assignment]
+        with page_forms():
             bound = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
-        finally:
-            scoring.local_engine = saved  # type: ignore[assignment]
         assert here and here == bound, (mode, q, here[:2], bound[:2])
         # the scan a large index uses (the ranking cosine alone, the own one for the top rows)
         try:
             embed.ONE_COSINE_FROM = 0
             one = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
-            scoring.local_engine = lambda index: False  # type: ignore[assignment]
-            one_bound = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
+            with page_forms():
+                one_bound = flat(await search(index, q, mode=mode, embedder=emb, now=T0 + 10 * DAY, **kw))
         finally:
             embed.ONE_COSINE_FROM = saved_one
-            scoring.local_engine = saved  # type: ignore[assignment]
         assert one == here and one_bound == here, (mode, q, here[:2], one[:2], one_bound[:2])
 
 

@@ -3,6 +3,8 @@ it keeps only the lengths or nothing (``extended``); ``scoring.py_postings``'s c
 
 from __future__ import annotations
 
+from typing import Any
+
 from chatmem.index import doctable, scoring
 from chatmem.index.doctable import DocTable, extended
 
@@ -44,14 +46,11 @@ def test_past_the_name_cache_only_lengths_are_kept_and_past_the_length_cache_not
 
 
 def test_the_page_scores_more_postings_in_python_when_it_keeps_the_lengths_of_a_large_index():
-    class Engine:  # in a worker: no execute_small
-        pass
-
-    class Index:
-        engine = Engine()
+    class Index:  # its engine in a worker (the page's)
+        in_thread = False
         doc_lengths: DocTable | None = None
 
-    idx = Index()
+    idx: Any = Index()
     assert scoring.py_postings(idx, 1_000_000) == scoring.PY_POSTINGS_WORKER  # lengths joined: SQL
     idx.doc_lengths = DocTable(names=False)
     assert scoring.py_postings(idx, 20_000) == scoring.PY_POSTINGS_WORKER

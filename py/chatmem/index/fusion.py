@@ -39,6 +39,7 @@ from .hits import (
     hit_from_row,
     phrase_matches,
 )
+from .protocols import SearchIndex
 from .scoring import keyword_ranking, postings_needed, round9, term_weights, vector_sql
 from .tokenize import ParsedQuery
 
@@ -50,7 +51,7 @@ RRF_DEPTH = 200
 
 
 async def _phrase_ids(
-    index: Any, pq: ParsedQuery, kw_flt: Filters, stats: tuple[int, float]
+    index: SearchIndex, pq: ParsedQuery, kw_flt: Filters, stats: tuple[int, float]
 ) -> list[str] | None:
     """The ids of the keyword candidates that hold every phrase (None: no phrase)."""
     if not pq.phrases:
@@ -61,7 +62,7 @@ async def _phrase_ids(
 
 
 async def hybrid(
-    index: Any,
+    index: SearchIndex,
     pq: ParsedQuery,
     kw_flt: Filters,
     flt: Filters,
@@ -87,12 +88,12 @@ async def hybrid(
     # page every statement is a round trip to the engine's worker, and the one statement
     # below answers sooner (20,000 messages: 43 against 78 ms p50)
     if (
-        scoring.local_engine(index)
+        index.in_thread
         and terms is not None
         and lim_params
         and sem_query is not None
         and not pq.phrases
-        and (kw_flt.sql == "TRUE" or (sem_flt is not None and scoring.can_narrow(index)))
+        and (kw_flt.sql == "TRUE" or sem_flt is not None)
         and postings_needed(pq, terms) <= scoring.PY_POSTINGS
     ):
         narrow = kw_flt.sql != "TRUE"
@@ -174,7 +175,7 @@ async def hybrid(
 
 
 async def _fused_here(
-    index: Any,
+    index: SearchIndex,
     pq: ParsedQuery,
     terms: Mapping[str, tuple[int, int]],
     sem_query: tuple[str, str, int],
@@ -225,9 +226,9 @@ async def _fused_here(
         )
     sem = await run(sql, sem_params) if sem_params else await run(sql)
     times = {mid: created for mid, _, created in kws}
-    for r in sem:
-        if r["created_at"] is not None:
-            times.setdefault(r["message_id"], int(r["created_at"]))
+    for row in sem:
+        if row["created_at"] is not None:
+            times.setdefault(row["message_id"], int(row["created_at"]))
     k = float(RRF_K)
     # message_id -> [bm25, keyword rank, similarity, semantic rank, created_at]
     c: dict[str, list[Any]] = {}

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ValidationError, shown
 from ..records.models import ROLES, ChatMessage, extract_text
+from .protocols import SearchIndex
 from .schema import row_to_message_record
 from .scoring import K1, B, term_weights
 from .tokenize import ParsedQuery, norm_text, phrase_pattern
@@ -349,7 +350,7 @@ def _phrase_ok(pq: ParsedQuery, rec: Mapping[str, Any]) -> bool:
 
 
 async def phrase_matches(
-    index: Any, pq: ParsedQuery, rows: Sequence[Mapping[str, Any]], limit: int | None = None
+    index: SearchIndex, pq: ParsedQuery, rows: Sequence[Mapping[str, Any]], limit: int | None = None
 ) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
     """``(record, row)`` of the ``rows`` (ranked, ``id`` first) whose message holds every
     phrase of ``pq`` word for word (its normalised text), in rank order, at most
@@ -359,7 +360,7 @@ async def phrase_matches(
     i, page = 0, max(20, 2 * (limit or 0))
     while i < len(rows):
         part = rows[i : i + page]
-        recs = await _records(index, [str(r["id"]) for r in part])
+        recs = await index.records([str(r["id"]) for r in part])
         for rec, r in zip(recs, part):
             if rec is not None and _phrase_ok(pq, rec):
                 out.append((rec, r))
@@ -378,16 +379,9 @@ def hit_from_row(row: Mapping[str, Any], score: float, breakdown: dict[str, floa
     return SearchHit(msg, msg.session_id, score, breakdown)
 
 
-async def _records(index: Any, ids: list[str]) -> list[dict[str, Any] | None]:
-    fn = getattr(index, "records", None)
-    if fn is not None:
-        return await fn(ids)  # type: ignore[no-any-return]
-    rows = await index.execute(f"SELECT * FROM messages WHERE id IN ({', '.join('?' for _ in ids)})", ids)
-    by_id = {r["id"]: row_to_message_record(r) for r in rows}
-    return [by_id.get(i) for i in ids]
-
-
-async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+async def _fetch(
+    index: SearchIndex, rows: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The message records of ranked light rows (``id`` first), in rank order.
 
     Ranking reads only the index; the records of the few winners are read from
@@ -395,23 +389,17 @@ async def _fetch(index: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str,
     """
     if not rows:
         return []
-    recs = await _records(index, [r["id"] for r in rows])
+    recs = await index.records([r["id"] for r in rows])
     return [(rec, r) for rec, r in zip(recs, rows) if rec is not None]
 
 
-async def _bm25_stats(index: Any) -> tuple[int, float]:
-    """``(n, avgdl)``: the index's cached figures, or read from ``stats``."""
-    fn = getattr(index, "bm25_stats", None)
-    if fn is not None:
-        return await fn()  # type: ignore[no-any-return]
-    rows = await index.execute("SELECT n, total FROM stats")
-    n, total = (int(rows[0]["n"]), int(rows[0]["total"])) if rows else (0, 0)
-    return n, max(total / max(n, 1), 1e-9)
+async def _bm25_stats(index: SearchIndex) -> tuple[int, float]:
+    """``(n, avgdl)``: the index's figures, exact as of its last write."""
+    return await index.bm25_stats()
 
 
-async def _term_stats(index: Any, pq: ParsedQuery) -> dict[str, tuple[int, int]] | None:
-    """The query terms' ``(tid, df)`` when the index keeps them (else None: ``bm25_ctes``)."""
-    fn = getattr(index, "term_stats", None)
-    if fn is None or any(t.prefix for t in pq.all_terms):
+async def _term_stats(index: SearchIndex, pq: ParsedQuery) -> dict[str, tuple[int, int]] | None:
+    """The query terms' ``(tid, df)`` (None for a prefix query: ``bm25_ctes``)."""
+    if any(t.prefix for t in pq.all_terms):
         return None
-    return await fn([t.value for t in pq.all_terms])  # type: ignore[no-any-return]
+    return await index.term_stats([t.value for t in pq.all_terms])

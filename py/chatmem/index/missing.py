@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .embed import EMBEDDING_COLUMNS, Embedder, embedding_rows
+from .protocols import SearchIndex
 
 __all__ = ["READ", "embed_missing"]
 
@@ -19,7 +20,7 @@ READ = 256
 
 
 async def _parts(
-    index: Any, sql: str, params: list[Any], limit: int | None
+    index: SearchIndex, sql: str, params: list[Any], limit: int | None
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """The rows of ``sql`` (ordered, at most ``limit``) ``READ`` at a time: past ``READ``
     the statement runs once into a temporary table, which is read a part at a time."""
@@ -45,7 +46,7 @@ async def _parts(
 
 
 async def embed_missing(
-    index: Any,
+    index: SearchIndex,
     embedder: Embedder,
     *,
     session_id: str | None = None,
@@ -63,7 +64,7 @@ async def embed_missing(
     if not embedder.dimensions:
         await embedder.embed(["dimension probe"])  # an HTTP embedder learns its size
     key = (embedder.model, embedder.dimensions)
-    if key in index._complete:
+    if key in index.embedded:
         return 0
     where, params = ("WHERE session_id = ?", [session_id]) if session_id else ("", [])
     total = await index.execute(f"SELECT count(*) AS n FROM messages {where}", params)
@@ -76,7 +77,7 @@ async def embed_missing(
     index.embed_progress = (min(n_done, n_total), n_total)
     if n_total <= n_done:
         if not session_id:
-            index._complete.add(key)
+            index.embedded.add(key)
         return 0
     sql = (
         "SELECT m.id, m.text, p.text AS prev, m.session_id, m.role, m.created_at FROM messages m "
@@ -96,7 +97,7 @@ async def embed_missing(
                 [(r["id"], r["text"], r["prev"]) for r in part],
                 {r["id"]: (r["session_id"], r["role"], r["created_at"]) for r in part},
             )
-            async with index._lock:
+            async with index.write_lock:
                 await index.engine.execute(
                     f"DELETE FROM embeddings WHERE model = ? AND message_id IN ({', '.join('?' for _ in part)})",
                     [embedder.model] + [r["id"] for r in part],

@@ -164,6 +164,29 @@ class QueryIndex:
             self._vocabulary.cancel()
         await self.engine.close()
 
+    @property
+    def in_thread(self) -> bool:
+        """Whether the engine runs in this thread (CPython's ``duckdb``: it has
+        ``execute_small``), where a statement is cheap; in the page each is a round trip
+        to the engine's worker."""
+        return getattr(self.engine, "execute_small", None) is not None
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the engine answers a read column by column (the page's: no dict per row
+        built on the main thread); ``execute_columns`` works either way."""
+        return getattr(self.engine, "execute_columns", None) is not None
+
+    @property
+    def embedded(self) -> set[tuple[str, int]]:
+        """``(model, dim)`` of the embedders every message has a vector of; emptied by any write."""
+        return self._complete
+
+    @property
+    def write_lock(self) -> asyncio.Lock:
+        """Held by every write to the index's tables (and by every read through ``execute``)."""
+        return self._lock
+
     # ------------------------------------------------------------------ reads
     async def execute(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         """Run trusted SQL (the library's own) under the index lock."""

@@ -42,6 +42,7 @@ from ..errors import SessionNotFound, ValidationError, shown
 from ..records.models import ChatMessage
 from .embed import Embedder, calibration_of, cosine_sql, query_literal
 from .hits import _fetch
+from .protocols import SearchIndex
 from .search import SearchHit, default_embedder, hit_from_row
 
 __all__ = ["SCOPES", "STRATEGIES", "HybridWeights", "RetrievalConfig", "mark_provenance", "retrieve"]
@@ -88,7 +89,7 @@ class RetrievalConfig:
 
 
 async def retrieve(
-    index: Any,
+    index: SearchIndex,
     session_id: str,
     query: str | None,
     config: RetrievalConfig | None = None,
@@ -178,7 +179,7 @@ async def retrieve(
 
 
 async def _other_sessions(
-    index: Any,
+    index: SearchIndex,
     session_id: str,
     config: RetrievalConfig,
     vec: list[float],

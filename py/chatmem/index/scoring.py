@@ -31,22 +31,21 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
+from .protocols import SearchIndex
 from .tokenize import ParsedQuery
 
 __all__ = [
     "B",
     "K1",
     "admitted",
-    "can_narrow",
     "PY_POSTINGS",
     "PY_POSTINGS_WORKER",
     "WHOLE_DOCS",
     "doc_meta",
     "idf",
     "kept",
-    "local_engine",
     "postings_needed",
     "py_postings",
     "py_scores",
@@ -73,50 +72,41 @@ WHOLE_DOCS = 20_000
 _ONE_SCAN = 250_000
 
 
-def small_read(index: Any) -> Any:
-    """The index's ``execute`` for a small read (``execute_small`` where it has one)."""
-    return getattr(index, "execute_small", None) or index.execute
+def small_read(index: SearchIndex) -> Callable[..., Awaitable[list[dict[str, Any]]]]:
+    """The index's ``execute`` for a small read (no thread hop on CPython)."""
+    return index.execute_small
 
 
-async def small_rows(index: Any, sql: str) -> Iterable[tuple[Any, ...]]:
+async def small_rows(index: SearchIndex, sql: str) -> Iterable[tuple[Any, ...]]:
     """A small read's rows as tuples in select order: from the column lists where the
     engine answers column by column (the page's: no dict per row, which cost 3-15 ms of
     the main thread for 2,000 rows), else from ``small_read``'s dicts."""
-    if getattr(getattr(index, "engine", None), "execute_columns", None) is not None and hasattr(
-        index, "execute_columns"
-    ):
+    if index.columnar:
         return zip(*await index.execute_columns(sql))
     return (tuple(r.values()) for r in await small_read(index)(sql))
 
 
-def py_postings(index: Any, docs: int = 0) -> int:
+def py_postings(index: SearchIndex, docs: int = 0) -> int:
     """Up to how many postings a keyword query on ``index`` (of ``docs`` docs) is scored
     in Python. In the page the statement that scores joins ``docs`` for the lengths, a
     scan that grows with the index, while Python reads the lengths from the ``DocTable``
     it keeps: one posting per 25 docs, from ``PY_POSTINGS_WORKER`` up to ``PY_POSTINGS``.
     Measured in the page at 1,024-4,096 postings: Python 16-17 ms, SQL 24 ms at 100,000
     docs; 23 against 47 ms at 1,000,000 (and 59 against 48 ms at 4,096-16,384)."""
-    if local_engine(index):
+    if index.in_thread:
         return PY_POSTINGS
     cut = PY_POSTINGS_WORKER
-    if getattr(index, "doc_lengths", None) is not None:
+    if index.doc_lengths is not None:
         cut = max(cut, docs // 25)
     return min(PY_POSTINGS, cut)
 
 
-def kept(index: Any, weights: list[tuple[int, float, bool]]) -> bool:
+def kept(index: SearchIndex, weights: list[tuple[int, float, bool]]) -> bool:
     """Whether every term of ``weights`` has its postings kept in Python (the rare
     terms', with the doc lengths, or those a search read): scored with no statement."""
-    have = getattr(index, "postings_cache", None) or {}
-    rare = getattr(index, "rare_postings", None) if getattr(index, "doc_lengths", None) is not None else None
+    have = index.postings_cache
+    rare = index.rare_postings if index.doc_lengths is not None else None
     return all(t in have or (rare is not None and t in rare) for t, _, _ in weights)
-
-
-def local_engine(index: Any) -> bool:
-    """Whether the index's engine runs in this thread (CPython's ``duckdb``: it has
-    ``execute_small``), where a statement is cheap; in the page each is a round trip
-    to the engine's worker."""
-    return getattr(getattr(index, "engine", None), "execute_small", None) is not None
 
 
 def vector_sql(literal: str) -> str:
@@ -164,15 +154,14 @@ def postings_needed(pq: ParsedQuery, terms: Mapping[str, tuple[int, int]]) -> in
 
 
 async def py_scores(
-    index: Any, weights: list[tuple[int, float, bool]], stats: tuple[int, float], total: int
+    index: SearchIndex, weights: list[tuple[int, float, bool]], stats: tuple[int, float], total: int
 ) -> dict[int, tuple[float, int]]:
     """``{doc: (BM25 sum, required terms held)}`` of every doc holding a query term,
     from the postings the index keeps and one read of the others. ``total``: the postings table's size (about)."""
     tids = [t for t, _, _ in weights]
-    cache: dict[int, list[tuple[int, int, int]]] | None = getattr(index, "postings_cache", None)
-    have = cache if cache is not None else {}
-    table = getattr(index, "doc_lengths", None)
-    rare = getattr(index, "rare_postings", None) if table is not None else None
+    have = index.postings_cache
+    table = index.doc_lengths
+    rare = index.rare_postings if table is not None else None
     by_tid: dict[int, list[tuple[int, int, int]]] = {t: have[t] for t in tids if t in have}
     if rare and table is not None:  # kept as docs and term frequencies: lengths from the table
         lens = table.lens
@@ -189,8 +178,7 @@ async def py_scores(
     if missing:
         read = await _read_postings(index, missing, total)
         by_tid.update(read)
-        if cache is not None:
-            index.remember_postings(read)
+        index.remember_postings(read)
     _, avgdl = stats
     k, c1, c2 = K1 + 1, K1 * (1 - B), K1 * B / avgdl
     out: dict[int, tuple[float, int]] = {}
@@ -203,10 +191,12 @@ async def py_scores(
     return out
 
 
-async def _read_postings(index: Any, tids: list[int], total: int) -> dict[int, list[tuple[int, int, int]]]:
+async def _read_postings(
+    index: SearchIndex, tids: list[int], total: int
+) -> dict[int, list[tuple[int, int, int]]]:
     """``{tid: [(doc, tf, dl)]}`` of the terms ``tids``: the lengths from the index's
     ``DocTable`` when it keeps every doc, else joined from ``docs`` in the statement."""
-    table = getattr(index, "doc_lengths", None)
+    table = index.doc_lengths
     read: dict[int, list[tuple[int, int, int]]] = {t: [] for t in tids}
     if table is not None:
         rows = await small_rows(index, _postings_sql(tids, total, lengths=False))
@@ -238,14 +228,12 @@ def _postings_sql(tids: list[int], total: int, *, lengths: bool) -> str:
     return " UNION ALL ".join(f"SELECT {cols} FROM {src} WHERE p.tid = {t}" for t in tids)
 
 
-async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
+async def doc_meta(index: SearchIndex, docs: list[int]) -> dict[int, tuple[str, int]]:
     """``{doc: (message_id, created_at)}``: from the index's kept figures (every doc,
     once read in the background, see ``doctable.DocTable``), reading ``docs`` only for
     those it has not seen (all of them at once, the first time, while the index holds
     at most ``WHOLE_DOCS`` docs)."""
-    known = getattr(index, "doc_cache", None)
-    if known is None:
-        known = {}
+    known = index.doc_cache
     out: dict[int, tuple[str, int]] = {}
     missing = []
     for d in docs:
@@ -256,14 +244,12 @@ async def doc_meta(index: Any, docs: list[int]) -> dict[int, tuple[str, int]]:
             out[d] = (v[0], v[1])
     if not missing:
         return out
-    whole = not known and getattr(index, "keeps_docs", False) and (await index.bm25_stats())[0] <= WHOLE_DOCS
+    whole = not known and index.keeps_docs and (await index.bm25_stats())[0] <= WHOLE_DOCS
     sql = "SELECT doc, message_id, created_at, doc_len FROM docs"
     if not whole:
         sql += f" WHERE doc IN ({', '.join(str(int(d)) for d in missing)})"
     got = {int(d): (str(m), int(c), int(n)) for d, m, c, n in await small_rows(index, sql)}
-    remember = getattr(index, "remember_docs", None)
-    if remember is not None:
-        remember(got)
+    index.remember_docs(got)
     out.update((d, (got[d][0], got[d][1])) for d in missing if d in got)
     return {d: out[d] for d in docs if d in out}
 
@@ -278,18 +264,11 @@ class Filters(Protocol):
     def params(self) -> list[Any]: ...
 
 
-def can_narrow(index: Any) -> bool:
-    """Whether a filtered search on ``index`` can be scored in Python: the index judges
-    which docs a filter admits and keeps the verdicts (a tab's own index; a guest asks
-    the owner's in SQL)."""
-    return getattr(index, "verdicts", None) is not None
-
-
 #: docs judged per statement
 _JUDGE_PART = 5000
 
 
-async def admitted(index: Any, flt: Filters, docs: Iterable[int]) -> set[int]:
+async def admitted(index: SearchIndex, flt: Filters, docs: Iterable[int]) -> set[int]:
     """Which of ``docs`` the filters ``flt`` (over ``docs d``) admit: from the verdicts
     kept for ``flt``, and one statement for the docs not judged before."""
     store = index.verdicts
@@ -317,7 +296,7 @@ async def admitted(index: Any, flt: Filters, docs: Iterable[int]) -> set[int]:
 
 
 async def _narrowed(
-    index: Any, scored: dict[int, tuple[float, int]], required: int, flt: Filters | None
+    index: SearchIndex, scored: dict[int, tuple[float, int]], required: int, flt: Filters | None
 ) -> dict[int, tuple[float, int]]:
     """``scored`` of the docs that hold every required term and pass ``flt``."""
     if flt is None or flt.sql == "TRUE":
@@ -354,7 +333,7 @@ def top_docs(
 
 
 async def keyword_top(
-    index: Any,
+    index: SearchIndex,
     weights: list[tuple[int, float, bool]],
     required: int,
     stats: tuple[int, float],
@@ -375,7 +354,7 @@ async def keyword_top(
 
 
 async def keyword_ranking(
-    index: Any,
+    index: SearchIndex,
     weights: list[tuple[int, float, bool]],
     required: int,
     stats: tuple[int, float],

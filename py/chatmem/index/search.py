@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec, cast
 
 from ..errors import ValidationError, shown
 from ..records.ids import system_clock
@@ -71,6 +71,7 @@ from .hits import (
     rank_top,
     top_sql,
 )
+from .protocols import SearchIndex
 from .scoring import keyword_top, postings_needed, term_weights
 from .tokenize import parse_query
 
@@ -94,15 +95,15 @@ __all__ = [
 MODES = ("keyword", "semantic", "hybrid", "substring")
 
 
-def default_embedder(index: Any, embedder: Embedder | None) -> Embedder:
+def default_embedder(index: SearchIndex, embedder: Embedder | None) -> Embedder:
     """The embedder given, else the index's, else the local default (the static
     model when it is available, else ``HashingEmbedder``)."""
     from ..embedding.local import default_embedder as local
 
-    return embedder or getattr(index, "embedder", None) or local()
+    return embedder or index.embedder or local()
 
 
-async def _query_vector(index: Any, embedder: Embedder, query: str) -> str:
+async def _query_vector(index: SearchIndex, embedder: Embedder, query: str) -> str:
     await index.embed_missing(embedder)
     (vec,) = await embedder.embed([query])
     return query_literal(vec)
@@ -115,14 +116,12 @@ _P = ParamSpec("_P")
 
 def _answering(fn: Callable[_P, Awaitable[list[SearchHit]]]) -> Callable[_P, Awaitable[list[SearchHit]]]:
     """Run ``fn(index, ...)`` marked as an answer under way on the index (its
-    ``answering()``, where it has one): background reads wait for the answer."""
+    ``answering()``): background reads wait for the answer."""
 
     @functools.wraps(fn)
     async def run(*args: _P.args, **kwargs: _P.kwargs) -> list[SearchHit]:
-        answering = getattr(args[0] if args else kwargs.get("index"), "answering", None)
-        if answering is None:
-            return await fn(*args, **kwargs)
-        async with answering():
+        index = cast(SearchIndex, args[0] if args else kwargs["index"])
+        async with index.answering():
             return await fn(*args, **kwargs)
 
     return run
@@ -130,7 +129,7 @@ def _answering(fn: Callable[_P, Awaitable[list[SearchHit]]]) -> Callable[_P, Awa
 
 @_answering
 async def search(
-    index: Any,
+    index: SearchIndex,
     query: str,
     *,
     limit: int | None = 5,
@@ -197,8 +196,6 @@ async def search(
         # docs its filters admit (``scoring.admitted``); else by the filtered statement below
         narrow = kflt.sql != "TRUE"
         fast = terms is not None and limit is not None and not pq.phrases
-        if fast and narrow:
-            fast = scoring.can_narrow(index)
         if fast:
             assert terms is not None and limit is not None
             tw, required = term_weights(pq, stats, terms)
@@ -266,7 +263,7 @@ async def search(
     # vector when the embedder stores one (ranks), else the same
     # where the engine is in this thread the query vector is written into the statement
     # (see ``fusion._fused_here``), else bound as a parameter
-    local = scoring.local_engine(index)
+    local = index.in_thread
     stats = await _bm25_stats(index)
     where = f"e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}" + (
         f" AND {eflt.sql}" if eflt.sql != "TRUE" else ""
