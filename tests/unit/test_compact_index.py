@@ -27,51 +27,48 @@ def _mem(db: str) -> Memory:
     return Memory(SQLiteStore(db), engine_factory=engine)
 
 
-def test_index_holds_no_record_payload_and_hits_come_from_the_store(tmp_path):
+async def test_index_holds_no_record_payload_and_hits_come_from_the_store(tmp_path):
     """Content parts, slices, tool results and metadata stay in the store only; a
     hit still carries the whole stored record."""
 
-    async def go():
-        mem = _mem(str(tmp_path / "s.db"))
-        s = await mem.sessions.create(title="t")
-        parts = [
-            {"type": "text", "text": "the blue lighthouse"},
-            {"type": "image_url", "image_url": {"url": f"https://x/{MARK}-img.png"}},
-        ]
-        await mem.messages.append(
-            s.session_id,
-            "user",
-            parts,
-            metadata={"note": f"{MARK}-meta"},
-            slices=[{"type": "text", "text": f"{MARK}-slice"}],
+    mem = _mem(str(tmp_path / "s.db"))
+    s = await mem.sessions.create(title="t")
+    parts = [
+        {"type": "text", "text": "the blue lighthouse"},
+        {"type": "image_url", "image_url": {"url": f"https://x/{MARK}-img.png"}},
+    ]
+    await mem.messages.append(
+        s.session_id,
+        "user",
+        parts,
+        metadata={"note": f"{MARK}-meta"},
+        slices=[{"type": "text", "text": f"{MARK}-slice"}],
+    )
+    await mem.messages.append(s.session_id, "assistant", "a red lighthouse")
+    (hit,) = await mem.search('"blue lighthouse"', limit=5)
+    assert hit.message.content == parts and hit.message.metadata == {"note": f"{MARK}-meta"}
+    assert hit.message.slices == [{"type": "text", "text": f"{MARK}-slice"}]
+    for table in TABLES:
+        rows = await mem.sql(f"SELECT * FROM {table}")
+        assert MARK not in repr(rows), table
+    cols = {
+        r["column_name"]
+        for r in await mem.sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'"
         )
-        await mem.messages.append(s.session_id, "assistant", "a red lighthouse")
-        (hit,) = await mem.search('"blue lighthouse"', limit=5)
-        assert hit.message.content == parts and hit.message.metadata == {"note": f"{MARK}-meta"}
-        assert hit.message.slices == [{"type": "text", "text": f"{MARK}-slice"}]
-        for table in TABLES:
-            rows = await mem.sql(f"SELECT * FROM {table}")
-            assert MARK not in repr(rows), table
-        cols = {
-            r["column_name"]
-            for r in await mem.sql(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'"
-            )
-        }
-        assert "text" in cols and not cols & {"content", "metadata", "slices", "tool_results"}
-        types = {
-            r["data_type"]
-            for r in await mem.sql(
-                "SELECT data_type FROM information_schema.columns WHERE table_name = 'postings'"
-            )
-        }
-        assert types == {"INTEGER"}
-        # substring mode and user SQL still read the plain text
-        sub = await mem.search("RED LIGHT", mode="substring")
-        assert [h.message.content for h in sub] == ["a red lighthouse"]
-        await mem.close()
-
-    run(go())
+    }
+    assert "text" in cols and not cols & {"content", "metadata", "slices", "tool_results"}
+    types = {
+        r["data_type"]
+        for r in await mem.sql(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'postings'"
+        )
+    }
+    assert types == {"INTEGER"}
+    # substring mode and user SQL still read the plain text
+    sub = await mem.search("RED LIGHT", mode="substring")
+    assert [h.message.content for h in sub] == ["a red lighthouse"]
+    await mem.close()
 
 
 def _msg(i: int, sid: str, text: str) -> dict:
@@ -118,7 +115,7 @@ QUERIES = [
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["whole-vocabulary", "queried-terms"])
-def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
+async def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
     """Searches between appends, a big batch and a delete answer exactly like an
     index rebuilt from the same messages at that moment."""
     if not whole:
@@ -131,46 +128,43 @@ def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whole):
             out.append([(h.message.id, h.score) for h in await search(idx, q, limit=None)])
         return out
 
-    async def go():
-        live = QueryIndex(DuckDBEngine())
-        kept: dict[str, list[dict]] = {"a": [], "b": []}
-        for sid in kept:
-            await live.apply("session-created", sid, SessionMeta(sid, sid, 1, 1).to_record())
-        n = 0
+    live = QueryIndex(DuckDBEngine())
+    kept: dict[str, list[dict]] = {"a": [], "b": []}
+    for sid in kept:
+        await live.apply("session-created", sid, SessionMeta(sid, sid, 1, 1).to_record())
+    n = 0
 
-        async def append(sid: str, texts: list[str]) -> None:
-            nonlocal n
-            recs = []
-            for t in texts:
-                recs.append(_msg(n, sid, t))
-                n += 1
-            kept[sid].extend(recs)
-            await live.apply("messages-appended", sid, recs)
+    async def append(sid: str, texts: list[str]) -> None:
+        nonlocal n
+        recs = []
+        for t in texts:
+            recs.append(_msg(n, sid, t))
+            n += 1
+        kept[sid].extend(recs)
+        await live.apply("messages-appended", sid, recs)
 
-        async def check() -> None:
-            fresh = QueryIndex(DuckDBEngine())
-            await fresh.rebuild(
-                [SessionMeta(s, s, 1, 1).to_record() for s in kept], [m for ms in kept.values() for m in ms]
-            )
-            assert await answers(live) == await answers(fresh)
-            await fresh.close()
-
-        await append("a", ["apple banana", "apple apple cherry"])
-        await check()
-        await append("b", ["banana fig", "kiwi"])  # a term no query had seen, one a query had missed
-        await check()
-        await append(
-            "a", [f"new{i % 13} " + " ".join(WORDS[j % 8] for j in range(i % 7 + 1)) for i in range(600)]
+    async def check() -> None:
+        fresh = QueryIndex(DuckDBEngine())
+        await fresh.rebuild(
+            [SessionMeta(s, s, 1, 1).to_record() for s in kept], [m for ms in kept.values() for m in ms]
         )
-        await check()  # a batch past the exact-update size
-        await live.apply("session-deleted", "b")
-        kept.pop("b")
-        await check()
-        await append("a", ["grape hazel", "apple banana fig"])
-        await check()
-        await live.close()
+        assert await answers(live) == await answers(fresh)
+        await fresh.close()
 
-    run(go())
+    await append("a", ["apple banana", "apple apple cherry"])
+    await check()
+    await append("b", ["banana fig", "kiwi"])  # a term no query had seen, one a query had missed
+    await check()
+    await append(
+        "a", [f"new{i % 13} " + " ".join(WORDS[j % 8] for j in range(i % 7 + 1)) for i in range(600)]
+    )
+    await check()  # a batch past the exact-update size
+    await live.apply("session-deleted", "b")
+    kept.pop("b")
+    await check()
+    await append("a", ["grape hazel", "apple banana fig"])
+    await check()
+    await live.close()
 
 
 def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):

@@ -118,58 +118,55 @@ async def texts(mem: chatmem.Memory, sid: str) -> list[str]:
 # --------------------------------------------------------------------------- format
 
 
-def test_format_round_trip_binds_identity_and_pads() -> None:
+async def test_format_round_trip_binds_identity_and_pads() -> None:
     """A record decrypts only under the op_id / resource / id / hlc / field it was sealed with."""
     suite = CryptographySuite()
 
-    async def go() -> None:
-        params, key = await new_params(pw(), suite)
-        assert KeyParams.from_dict(params.to_dict()) == params
-        assert (await derive_key(pw(), params, suite)).enc == key.enc
-        with pytest.raises(WrongPassphrase):
-            await derive_key(pw("not it"), params, suite)
-        recs = [
-            {
-                "op_id": "op1",
-                "resource": "message",
-                "id": "m1",
-                "hlc": "h1",
-                "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": MARKER},
-            },
-            {
-                "op_id": "op2",
-                "resource": "session",
-                "id": "s1",
-                "hlc": "h2",
-                "data": {"sessionId": "s1", "title": MARKER, "pinned": True},
-            },
-        ]
-        sealed = await encrypt_records(recs, key, suite)
-        assert MARKER not in json.dumps(sealed)
-        assert sealed[0] is not None and set(sealed[0]) == {"sessionId", "e2e"}
-        assert sealed[1] is not None and set(sealed[1]) == {"sessionId", "title", "pinned"}
-        # booleans and short strings pad to the same 32-byte step: no length leak
-        assert len(sealed[1]["pinned"]["ct"]) == len(
-            (await encrypt_records([dict(recs[1], data={"pinned": False})], key, suite))[0]["pinned"]["ct"]
-        )
-        keys = {key.key_id: key}
-        opened = await decrypt_records([dict(r, data=d) for r, d in zip(recs, sealed)], keys, suite)
-        assert opened == [r["data"] for r in recs]
-        moved = [dict(recs[0], id="m2", data=sealed[0])]  # the ciphertext under another record
-        with pytest.raises(DecryptionError):
-            await decrypt_records(moved, keys, suite)
-        env = dict(sealed[1]["title"], op="op-other")  # the envelope claims another op
-        with pytest.raises(DecryptionError):
-            await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": env})], keys, suite)
-        ct = bytearray(__import__("base64").b64decode(sealed[1]["title"]["ct"]))
-        ct[0] ^= 1
-        flipped = dict(sealed[1]["title"], ct=__import__("base64").b64encode(bytes(ct)).decode())
-        with pytest.raises(DecryptionError):
-            await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": flipped})], keys, suite)
-        with pytest.raises(DecryptionError):  # plain content where ciphertext is due
-            await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": "x"})], keys, suite)
-
-    run(go())
+    params, key = await new_params(pw(), suite)
+    assert KeyParams.from_dict(params.to_dict()) == params
+    assert (await derive_key(pw(), params, suite)).enc == key.enc
+    with pytest.raises(WrongPassphrase):
+        await derive_key(pw("not it"), params, suite)
+    recs = [
+        {
+            "op_id": "op1",
+            "resource": "message",
+            "id": "m1",
+            "hlc": "h1",
+            "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": MARKER},
+        },
+        {
+            "op_id": "op2",
+            "resource": "session",
+            "id": "s1",
+            "hlc": "h2",
+            "data": {"sessionId": "s1", "title": MARKER, "pinned": True},
+        },
+    ]
+    sealed = await encrypt_records(recs, key, suite)
+    assert MARKER not in json.dumps(sealed)
+    assert sealed[0] is not None and set(sealed[0]) == {"sessionId", "e2e"}
+    assert sealed[1] is not None and set(sealed[1]) == {"sessionId", "title", "pinned"}
+    # booleans and short strings pad to the same 32-byte step: no length leak
+    assert len(sealed[1]["pinned"]["ct"]) == len(
+        (await encrypt_records([dict(recs[1], data={"pinned": False})], key, suite))[0]["pinned"]["ct"]
+    )
+    keys = {key.key_id: key}
+    opened = await decrypt_records([dict(r, data=d) for r, d in zip(recs, sealed)], keys, suite)
+    assert opened == [r["data"] for r in recs]
+    moved = [dict(recs[0], id="m2", data=sealed[0])]  # the ciphertext under another record
+    with pytest.raises(DecryptionError):
+        await decrypt_records(moved, keys, suite)
+    env = dict(sealed[1]["title"], op="op-other")  # the envelope claims another op
+    with pytest.raises(DecryptionError):
+        await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": env})], keys, suite)
+    ct = bytearray(__import__("base64").b64decode(sealed[1]["title"]["ct"]))
+    ct[0] ^= 1
+    flipped = dict(sealed[1]["title"], ct=__import__("base64").b64encode(bytes(ct)).decode())
+    with pytest.raises(DecryptionError):
+        await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": flipped})], keys, suite)
+    with pytest.raises(DecryptionError):  # plain content where ciphertext is due
+        await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": "x"})], keys, suite)
 
 
 def test_known_vector_pins_the_format() -> None:
@@ -245,35 +242,32 @@ def test_two_devices_read_each_other_and_the_server_sees_no_plaintext(srv: Any, 
     assert MARKER.encode() not in stored_bytes(srv)
 
 
-def test_wrong_passphrase_is_typed_before_anything_is_sent_or_applied(srv: Any) -> None:
+async def test_wrong_passphrase_is_typed_before_anything_is_sent_or_applied(srv: Any) -> None:
     """B with the wrong passphrase: WrongPassphrase from push and pull, status says so,
     its outbox is untouched and nothing of A's is applied; the right one then syncs all."""
 
-    async def go() -> None:
-        a = await device(srv, pw())
-        sid = await history(a)
-        await a.sync.run()
-        tb = Capture()
-        b = await device(srv, pw("wrong horse"), transport=tb)
-        mine = await b.sessions.create(title="b's own")
-        before = await b.store.outbox_list()
-        for call in (b.sync.push, b.sync.pull, b.sync.run):
-            with pytest.raises(WrongPassphrase) as e:
-                await call()
-            assert isinstance(e.value, SyncError)
-        assert (await b.sync.status()).state == "wrong-passphrase"
-        assert await b.store.outbox_list() == before
-        assert [s.session_id for s in await b.sessions.list()] == [mine.session_id]
-        assert "/v1/push" not in tb.calls and "/v1/changes" not in tb.calls
-        cfg = b.sync.config
-        assert cfg is not None
-        await b.sync.configure(cfg.replace(encryption=pw()))
-        await b.sync.run()
-        assert (await b.sync.status()).state == "idle"
-        assert await texts(b, sid) == [f"my secret is {MARKER}", "noted"]
-        assert (await b.store.outbox_counts())[0] == 0
-
-    run(go())
+    a = await device(srv, pw())
+    sid = await history(a)
+    await a.sync.run()
+    tb = Capture()
+    b = await device(srv, pw("wrong horse"), transport=tb)
+    mine = await b.sessions.create(title="b's own")
+    before = await b.store.outbox_list()
+    for call in (b.sync.push, b.sync.pull, b.sync.run):
+        with pytest.raises(WrongPassphrase) as e:
+            await call()
+        assert isinstance(e.value, SyncError)
+    assert (await b.sync.status()).state == "wrong-passphrase"
+    assert await b.store.outbox_list() == before
+    assert [s.session_id for s in await b.sessions.list()] == [mine.session_id]
+    assert "/v1/push" not in tb.calls and "/v1/changes" not in tb.calls
+    cfg = b.sync.config
+    assert cfg is not None
+    await b.sync.configure(cfg.replace(encryption=pw()))
+    await b.sync.run()
+    assert (await b.sync.status()).state == "idle"
+    assert await texts(b, sid) == [f"my secret is {MARKER}", "noted"]
+    assert (await b.store.outbox_counts())[0] == 0
 
 
 def test_a_device_without_encryption_is_refused_and_keeps_its_ops(srv: Any) -> None:
@@ -331,63 +325,60 @@ def test_remember_keeps_the_derived_key_not_the_passphrase(srv: Any, tmp_path: P
     assert raw is None or json.loads(raw[0]) is None
 
 
-def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: Any) -> None:
+async def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: Any) -> None:
     """An envelope pushed under another op's op_id is rejected (dead letter, typed reason);
     a ciphertext or envelope altered on the server fails the pull with DecryptionError and
     applies nothing (the cursor stays); restored, the pull goes through."""
 
-    async def go() -> None:
-        a = await device(srv, pw())
-        sid = await history(a)
-        await a.sync.run()
-        # swapped op_id: replay A's sealed message under a fresh op_id
-        client = a.sync._client
-        assert client is not None
-        s2 = await a.sessions.create(title="second")
-        (op,) = [o for o in await a.store.outbox_list() if o["resource"] == "session"]
-        wire = await a.sync.keyring.seal([op])
-        swapped = dict(wire[0], op_id="forged-op-1")
-        resp = await client.push([swapped])
-        assert resp.results[0].status == "rejected" and "another operation" in (resp.results[0].reason or "")
-        await a.sync.push()
-        assert s2.session_id
-        # tamper the stored ciphertext of one message (through the storage: any database)
-        space = srv.space(KEY)
-        target, other = [
-            r for r in srv.storage.changes(space, 0, 10**6) if r.resource == "message" and not r.deleted
-        ][:2]
+    a = await device(srv, pw())
+    sid = await history(a)
+    await a.sync.run()
+    # swapped op_id: replay A's sealed message under a fresh op_id
+    client = a.sync._client
+    assert client is not None
+    s2 = await a.sessions.create(title="second")
+    (op,) = [o for o in await a.store.outbox_list() if o["resource"] == "session"]
+    wire = await a.sync.keyring.seal([op])
+    swapped = dict(wire[0], op_id="forged-op-1")
+    resp = await client.push([swapped])
+    assert resp.results[0].status == "rejected" and "another operation" in (resp.results[0].reason or "")
+    await a.sync.push()
+    assert s2.session_id
+    # tamper the stored ciphertext of one message (through the storage: any database)
+    space = srv.space(KEY)
+    target, other = [
+        r for r in srv.storage.changes(space, 0, 10**6) if r.resource == "message" and not r.deleted
+    ][:2]
 
-        def store_data(data: dict[str, Any]) -> None:
-            with srv.storage.transaction(space) as txn:
-                cur = txn.get("message", target.id)
-                cur.data = data
-                txn.put(cur)
+    def store_data(data: dict[str, Any]) -> None:
+        with srv.storage.transaction(space) as txn:
+            cur = txn.get("message", target.id)
+            cur.data = data
+            txn.put(cur)
 
-        good = target.data["e2e"]["ct"]
-        flipped = ("B" if good[0] == "A" else "A") + good[1:]
-        store_data({**target.data, "e2e": {**target.data["e2e"], "ct": flipped}})
-        b = await device(srv, pw())
-        await b.sync.pull()  # the tampered message is quarantined alone; the rest applies
-        st = await b.sync.status()
-        assert st.state == "idle" and st.quarantined == 1 and st.quarantine_reasons == {"decryption": 1}
-        (item,) = await b.sync.quarantined()
-        assert item["id"] == target.id and item["kind"] == "decryption" and "authentication" in item["reason"]
-        assert {s.title for s in await b.sessions.list()} == {
-            "second",
-            *[s.title for s in await a.sessions.list()],
-        }
-        assert len(await texts(b, sid)) == 1
-        # another message's envelope under this message's id is quarantined the same way
-        store_data({**other.data, "id": target.id})
-        await b.sync.pull()
-        assert [x["id"] for x in await b.sync.quarantined()] == [target.id]
-        # mended on the server: tried again, it is applied and leaves the quarantine
-        store_data(target.data)
-        await b.sync.retry_quarantined()
-        assert await texts(b, sid) == [f"my secret is {MARKER}", "noted"]
-        assert (await b.sync.status()).quarantined == 0
-
-    run(go())
+    good = target.data["e2e"]["ct"]
+    flipped = ("B" if good[0] == "A" else "A") + good[1:]
+    store_data({**target.data, "e2e": {**target.data["e2e"], "ct": flipped}})
+    b = await device(srv, pw())
+    await b.sync.pull()  # the tampered message is quarantined alone; the rest applies
+    st = await b.sync.status()
+    assert st.state == "idle" and st.quarantined == 1 and st.quarantine_reasons == {"decryption": 1}
+    (item,) = await b.sync.quarantined()
+    assert item["id"] == target.id and item["kind"] == "decryption" and "authentication" in item["reason"]
+    assert {s.title for s in await b.sessions.list()} == {
+        "second",
+        *[s.title for s in await a.sessions.list()],
+    }
+    assert len(await texts(b, sid)) == 1
+    # another message's envelope under this message's id is quarantined the same way
+    store_data({**other.data, "id": target.id})
+    await b.sync.pull()
+    assert [x["id"] for x in await b.sync.quarantined()] == [target.id]
+    # mended on the server: tried again, it is applied and leaves the quarantine
+    store_data(target.data)
+    await b.sync.retry_quarantined()
+    assert await texts(b, sid) == [f"my secret is {MARKER}", "noted"]
+    assert (await b.sync.status()).quarantined == 0
 
 
 def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(srv: Any) -> None:
@@ -416,7 +407,7 @@ def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(
 
 
 @pytest.mark.parametrize("lose", [1, 2], ids=["first-batch-answer-lost", "second-batch-answer-lost"])
-def test_interrupted_passphrase_change_resumes_and_rewrites_each_record_once(
+async def test_interrupted_passphrase_change_resumes_and_rewrites_each_record_once(
     srv: Any, lose: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A passphrase change cut off after a rewrite was applied but not acknowledged:
@@ -425,52 +416,49 @@ def test_interrupted_passphrase_change_resumes_and_rewrites_each_record_once(
     need the new passphrase and lose nothing."""
     monkeypatch.setattr(keyring, "REWRITE_BATCH", 3)
 
-    async def go() -> None:
-        t = Capture(lose=("/v1/e2e/rewrite", lose))
-        a = await device(srv, pw(), transport=t)
-        sids = [await history(a, f"{MARKER}-{i}") for i in range(3)]
-        await a.sync.run()
-        b = await device(srv, pw())
-        await b.sync.run()
-        with pytest.raises(SyncError):
-            await a.sync.change_passphrase(pw("new passphrase"))
-        # half-way: the old passphrase still opens the space; the new one does not yet
-        c = await device(srv, pw("new passphrase"))
-        with pytest.raises(WrongPassphrase):
-            await c.sync.pull()
-        # meanwhile B pushes as usual; its pull stops at the first re-encrypted record
-        await b.messages.append(sids[0], "user", "while changing")
-        with pytest.raises(WrongPassphrase, match="in progress"):
-            await b.sync.run()
-        assert (await b.store.outbox_counts())[0] == 0
-        # a different new passphrase cannot start over the pending change
-        with pytest.raises(WrongPassphrase):
-            await a.sync.change_passphrase(pw("yet another"))
+    t = Capture(lose=("/v1/e2e/rewrite", lose))
+    a = await device(srv, pw(), transport=t)
+    sids = [await history(a, f"{MARKER}-{i}") for i in range(3)]
+    await a.sync.run()
+    b = await device(srv, pw())
+    await b.sync.run()
+    with pytest.raises(SyncError):
         await a.sync.change_passphrase(pw("new passphrase"))
-        await a.sync.run()
-        rewrites: dict[tuple[str, str], int] = {}
-        for path, answer in t.answers:
-            if path == "/v1/e2e/rewrite":
-                for r in answer["results"]:
-                    if r["status"] == "rewritten":
-                        rewrites[(r["resource"], r["id"])] = rewrites.get((r["resource"], r["id"]), 0) + 1
-        live = [r for r in srv.storage.changes(srv.space(KEY), 0, 10**6) if not r.deleted]
-        assert sorted(rewrites) == sorted((r.resource, r.id) for r in live if (r.resource, r.id) in rewrites)
-        assert set(rewrites.values()) == {1}
-        # B (old passphrase) is now refused, nothing of its outbox is lost
-        await b.messages.append(sids[1], "user", "b after the change")
-        with pytest.raises(WrongPassphrase):
-            await b.sync.run()
-        assert (await b.sync.status()).state == "wrong-passphrase"
-        cfg = b.sync.config
-        assert cfg is not None
-        await b.sync.configure(cfg.replace(encryption=pw("new passphrase")))
+    # half-way: the old passphrase still opens the space; the new one does not yet
+    c = await device(srv, pw("new passphrase"))
+    with pytest.raises(WrongPassphrase):
+        await c.sync.pull()
+    # meanwhile B pushes as usual; its pull stops at the first re-encrypted record
+    await b.messages.append(sids[0], "user", "while changing")
+    with pytest.raises(WrongPassphrase, match="in progress"):
         await b.sync.run()
-        await c.sync.run()
-        assert await texts(c, sids[0]) == [f"my secret is {MARKER}-0", "noted", "while changing"]
-        assert await texts(c, sids[1]) == [f"my secret is {MARKER}-1", "noted", "b after the change"]
-
-    run(go())
+    assert (await b.store.outbox_counts())[0] == 0
+    # a different new passphrase cannot start over the pending change
+    with pytest.raises(WrongPassphrase):
+        await a.sync.change_passphrase(pw("yet another"))
+    await a.sync.change_passphrase(pw("new passphrase"))
+    await a.sync.run()
+    rewrites: dict[tuple[str, str], int] = {}
+    for path, answer in t.answers:
+        if path == "/v1/e2e/rewrite":
+            for r in answer["results"]:
+                if r["status"] == "rewritten":
+                    rewrites[(r["resource"], r["id"])] = rewrites.get((r["resource"], r["id"]), 0) + 1
+    live = [r for r in srv.storage.changes(srv.space(KEY), 0, 10**6) if not r.deleted]
+    assert sorted(rewrites) == sorted((r.resource, r.id) for r in live if (r.resource, r.id) in rewrites)
+    assert set(rewrites.values()) == {1}
+    # B (old passphrase) is now refused, nothing of its outbox is lost
+    await b.messages.append(sids[1], "user", "b after the change")
+    with pytest.raises(WrongPassphrase):
+        await b.sync.run()
+    assert (await b.sync.status()).state == "wrong-passphrase"
+    cfg = b.sync.config
+    assert cfg is not None
+    await b.sync.configure(cfg.replace(encryption=pw("new passphrase")))
+    await b.sync.run()
+    await c.sync.run()
+    assert await texts(c, sids[0]) == [f"my secret is {MARKER}-0", "noted", "while changing"]
+    assert await texts(c, sids[1]) == [f"my secret is {MARKER}-1", "noted", "b after the change"]
 
 
 def test_raw_key_and_concurrent_devices_converge(srv: Any) -> None:
@@ -559,7 +547,7 @@ def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
     assert MARKER.encode() not in stored_bytes(srv)
 
 
-def test_unlock_checks_the_passphrase_at_once_and_a_remembered_key_just_works(
+async def test_unlock_checks_the_passphrase_at_once_and_a_remembered_key_just_works(
     srv: Any, tmp_path: Path
 ) -> None:
     """A device whose encryption waits for the passphrase is not unlocked; unlock() with a
@@ -567,31 +555,28 @@ def test_unlock_checks_the_passphrase_at_once_and_a_remembered_key_just_works(
     pulled); with the right one (remembered) sync goes on, and after a reopen the
     remembered key is enough: unlocked() with no passphrase entered."""
 
-    async def go() -> None:
-        a = await device(srv, pw())
-        s = await a.sessions.create(title="written on a")
-        await a.messages.append(s.session_id, "user", "kept secret")
-        await a.sync.run()
-        path = str(tmp_path / "b.db")
-        b = await device(srv, Passphrase.locked(remember=True), persist=path)
-        assert not await b.sync.unlocked()
-        with pytest.raises(WrongPassphrase):
-            await b.sync.unlock(pw("not it", remember=True))
-        assert not await b.sync.unlocked() and (await b.sync.status()).state == "locked"
-        assert await b.sessions.list() == []
-        cfg = await b.sync.unlock(pw(remember=True))
-        assert cfg.encryption is not None and not cfg.encryption.is_locked
-        assert await b.sync.unlocked() and (await b.sync.status()).state == "idle"
-        await b.sync.run()
-        assert await texts(b, s.session_id) == ["kept secret"]
-        await b.close()
-        again = await chatmem.open(persist=path)
-        again.sync.transport = Capture()
-        assert await again.sync.unlocked()  # the stored config is locked; the remembered key opens it
-        await a.messages.append(s.session_id, "assistant", "and a reply")
-        await a.sync.run()
-        await again.sync.run()
-        assert await texts(again, s.session_id) == ["kept secret", "and a reply"]
-        await again.close()
-
-    run(go())
+    a = await device(srv, pw())
+    s = await a.sessions.create(title="written on a")
+    await a.messages.append(s.session_id, "user", "kept secret")
+    await a.sync.run()
+    path = str(tmp_path / "b.db")
+    b = await device(srv, Passphrase.locked(remember=True), persist=path)
+    assert not await b.sync.unlocked()
+    with pytest.raises(WrongPassphrase):
+        await b.sync.unlock(pw("not it", remember=True))
+    assert not await b.sync.unlocked() and (await b.sync.status()).state == "locked"
+    assert await b.sessions.list() == []
+    cfg = await b.sync.unlock(pw(remember=True))
+    assert cfg.encryption is not None and not cfg.encryption.is_locked
+    assert await b.sync.unlocked() and (await b.sync.status()).state == "idle"
+    await b.sync.run()
+    assert await texts(b, s.session_id) == ["kept secret"]
+    await b.close()
+    again = await chatmem.open(persist=path)
+    again.sync.transport = Capture()
+    assert await again.sync.unlocked()  # the stored config is locked; the remembered key opens it
+    await a.messages.append(s.session_id, "assistant", "and a reply")
+    await a.sync.run()
+    await again.sync.run()
+    assert await texts(again, s.session_id) == ["kept secret", "and a reply"]
+    await again.close()

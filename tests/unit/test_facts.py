@@ -212,13 +212,10 @@ def test_facts_are_scoped_per_user_and_per_character_when_asked() -> None:
     assert run(go()) == (["Porto", "Rex"], ["Faro", "Rex"], ["Braga"])
 
 
-def test_configure_refuses_what_is_not_a_switch() -> None:
-    async def go() -> None:
-        mem = await fresh()
-        with pytest.raises(ValidationError):
-            mem.facts.configure(review="yes")  # type: ignore[arg-type]
-
-    run(go())
+async def test_configure_refuses_what_is_not_a_switch() -> None:
+    mem = await fresh()
+    with pytest.raises(ValidationError):
+        mem.facts.configure(review="yes")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- extraction
@@ -324,17 +321,14 @@ def test_what_the_user_deleted_or_rejected_never_comes_back_from_the_same_messag
     assert fresh.added == 1 and facts == [("Lisbon", "active")]
 
 
-def test_extract_needs_an_extractor_and_a_known_session() -> None:
-    async def go() -> None:
-        mem = await chatmem.open()
-        assert isinstance(mem.facts.extractor, chatmem.OfflineFactExtractor), "the offline one by default"
-        with pytest.raises(ValidationError):
-            mem.facts.configure(extractor=object())  # type: ignore[arg-type]
-        mem.facts.configure(extractor=Scripted())
-        with pytest.raises(chatmem.errors.SessionNotFound):
-            await mem.facts.extract("no-such-session")
-
-    run(go())
+async def test_extract_needs_an_extractor_and_a_known_session() -> None:
+    mem = await chatmem.open()
+    assert isinstance(mem.facts.extractor, chatmem.OfflineFactExtractor), "the offline one by default"
+    with pytest.raises(ValidationError):
+        mem.facts.configure(extractor=object())  # type: ignore[arg-type]
+    mem.facts.configure(extractor=Scripted())
+    with pytest.raises(chatmem.errors.SessionNotFound):
+        await mem.facts.extract("no-such-session")
 
 
 def test_the_watermark_survives_reopening(tmp_path: Any) -> None:

@@ -18,7 +18,6 @@ import chatmem
 from chatmem.runtime import CPythonRuntime
 from chatmem.server import running_server
 from chatmem.sync import SyncConfig
-from conftest import run
 
 KEY = "facts-key"
 
@@ -61,127 +60,113 @@ def shown(facts: list[chatmem.Fact]) -> list[tuple[str, str, str, str, bool]]:
     return sorted((f.fact_id, f.key, f.value, f.status, f.pinned) for f in facts)
 
 
-def test_facts_learnt_told_corrected_and_deleted_reach_the_other_device(srv: Any, persist: Any) -> None:
+async def test_facts_learnt_told_corrected_and_deleted_reach_the_other_device(srv: Any, persist: Any) -> None:
     world = [time.time_ns() // 1_000_000]
 
-    async def go() -> None:
-        a = await device(srv.url, world)
-        b = await device(srv.url, world, persist)
-        s = await a.sessions.create(title="about me")
-        await a.messages.append(s.session_id, "user", "My name is Ana and I live in Porto.")
-        await a.facts.extract()
-        told = await a.facts.add("Allergic to penicillin", key="allergy", value="penicillin")
-        await a.sync.run()
-        await b.sync.run()
-        assert shown(await b.facts.list()) == shown(await a.facts.list())
-        assert len(await b.facts.list()) == 3
-        (home,) = await b.facts.list(key="home")
-        assert [m.content for m in await b.facts.sources(home.fact_id)] == [
-            "My name is Ana and I live in Porto."
-        ]
+    a = await device(srv.url, world)
+    b = await device(srv.url, world, persist)
+    s = await a.sessions.create(title="about me")
+    await a.messages.append(s.session_id, "user", "My name is Ana and I live in Porto.")
+    await a.facts.extract()
+    told = await a.facts.add("Allergic to penicillin", key="allergy", value="penicillin")
+    await a.sync.run()
+    await b.sync.run()
+    assert shown(await b.facts.list()) == shown(await a.facts.list())
+    assert len(await b.facts.list()) == 3
+    (home,) = await b.facts.list(key="home")
+    assert [m.content for m in await b.facts.sources(home.fact_id)] == ["My name is Ana and I live in Porto."]
 
-        world[0] += 1_000  # B corrects what A learnt: a new version; A reads the history
-        lisbon = await b.facts.update(home.fact_id, value="Lisbon", text="Lives in Lisbon")
-        await b.facts.update(told.fact_id, pinned=True)
-        await b.sync.run()
-        await a.sync.run()
-        assert shown(await a.facts.list(status=None)) == shown(await b.facts.list(status=None))
-        assert [f.value for f in await a.facts.history(lisbon.fact_id)] == ["Porto", "Lisbon"]
-        assert (await a.facts.get(told.fact_id)).pinned
+    world[0] += 1_000  # B corrects what A learnt: a new version; A reads the history
+    lisbon = await b.facts.update(home.fact_id, value="Lisbon", text="Lives in Lisbon")
+    await b.facts.update(told.fact_id, pinned=True)
+    await b.sync.run()
+    await a.sync.run()
+    assert shown(await a.facts.list(status=None)) == shown(await b.facts.list(status=None))
+    assert [f.value for f in await a.facts.history(lisbon.fact_id)] == ["Porto", "Lisbon"]
+    assert (await a.facts.get(told.fact_id)).pinned
 
-        world[0] += 1_000  # A forgets the home: every version goes on both devices
-        await a.facts.delete(lisbon.fact_id)
-        await a.sync.run()
-        await b.sync.run()
-        assert sorted(f.key for f in await b.facts.list(status=None)) == ["allergy", "name"]
-        assert shown(await b.facts.list(status=None)) == shown(await a.facts.list(status=None))
+    world[0] += 1_000  # A forgets the home: every version goes on both devices
+    await a.facts.delete(lisbon.fact_id)
+    await a.sync.run()
+    await b.sync.run()
+    assert sorted(f.key for f in await b.facts.list(status=None)) == ["allergy", "name"]
+    assert shown(await b.facts.list(status=None)) == shown(await a.facts.list(status=None))
 
-        # B reads the message again: what A deleted does not come back, here or there
-        await b.facts.extract(reprocess=True)
-        await b.sync.run()
-        await a.sync.run()
-        await b.sync.run()
-        assert "home" not in {f.key for f in await b.facts.list(status=None)}
-        assert "home" not in {f.key for f in await a.facts.list(status=None)}
-        assert shown(await b.facts.list(status=None)) == shown(await a.facts.list(status=None))
-        await a.close()
-        await b.close()
-
-    run(go())
+    # B reads the message again: what A deleted does not come back, here or there
+    await b.facts.extract(reprocess=True)
+    await b.sync.run()
+    await a.sync.run()
+    await b.sync.run()
+    assert "home" not in {f.key for f in await b.facts.list(status=None)}
+    assert "home" not in {f.key for f in await a.facts.list(status=None)}
+    assert shown(await b.facts.list(status=None)) == shown(await a.facts.list(status=None))
+    await a.close()
+    await b.close()
 
 
-def test_two_devices_that_learn_from_one_message_hold_one_fact(srv: Any, persist: Any) -> None:
+async def test_two_devices_that_learn_from_one_message_hold_one_fact(srv: Any, persist: Any) -> None:
     """Both devices read the same message (A wrote it, B pulled it) and learn from it: the
     fact has one id, so after sync each holds one copy, not two."""
     world = [time.time_ns() // 1_000_000]
 
-    async def go() -> None:
-        a = await device(srv.url, world)
-        b = await device(srv.url, world, persist)
-        s = await a.sessions.create()
-        await a.messages.append(s.session_id, "user", "I work as a nurse. We have a dog named Rex.")
+    a = await device(srv.url, world)
+    b = await device(srv.url, world, persist)
+    s = await a.sessions.create()
+    await a.messages.append(s.session_id, "user", "I work as a nurse. We have a dog named Rex.")
+    await a.sync.run()
+    await b.sync.run()
+    await a.facts.extract()
+    world[0] += 500
+    await b.facts.extract()
+    for _ in range(2):
         await a.sync.run()
         await b.sync.run()
-        await a.facts.extract()
-        world[0] += 500
-        await b.facts.extract()
-        for _ in range(2):
-            await a.sync.run()
-            await b.sync.run()
-        assert shown(await a.facts.list()) == shown(await b.facts.list())
-        assert sorted(f.key for f in await b.facts.list()) == ["job", "pet"]
-        await a.close()
-        await b.close()
-
-    run(go())
+    assert shown(await a.facts.list()) == shown(await b.facts.list())
+    assert sorted(f.key for f in await b.facts.list()) == ["job", "pet"]
+    await a.close()
+    await b.close()
 
 
-def test_the_newer_version_wins_on_both_devices(srv: Any, persist: Any) -> None:
+async def test_the_newer_version_wins_on_both_devices(srv: Any, persist: Any) -> None:
     """A and B change one fact between syncs: the later write (by HLC) is what both hold."""
     world = [time.time_ns() // 1_000_000]
 
-    async def go() -> None:
-        a = await device(srv.url, world)
-        b = await device(srv.url, world, persist)
-        f = await a.facts.add("Likes tea", key="likes", value="tea")
-        await a.sync.run()
-        await b.sync.run()
-        await b.facts.update(f.fact_id, importance=0.9)
-        world[0] += 1_000
-        await a.facts.update(f.fact_id, pinned=True, importance=0.3)  # later: wins
-        await b.sync.run()
-        await a.sync.run()
-        await b.sync.run()
-        for mem in (a, b):
-            got = await mem.facts.get(f.fact_id)
-            assert (got.pinned, got.importance) == (True, 0.3)
-        await a.close()
-        await b.close()
-
-    run(go())
+    a = await device(srv.url, world)
+    b = await device(srv.url, world, persist)
+    f = await a.facts.add("Likes tea", key="likes", value="tea")
+    await a.sync.run()
+    await b.sync.run()
+    await b.facts.update(f.fact_id, importance=0.9)
+    world[0] += 1_000
+    await a.facts.update(f.fact_id, pinned=True, importance=0.3)  # later: wins
+    await b.sync.run()
+    await a.sync.run()
+    await b.sync.run()
+    for mem in (a, b):
+        got = await mem.facts.get(f.fact_id)
+        assert (got.pinned, got.importance) == (True, 0.3)
+    await a.close()
+    await b.close()
 
 
-def test_facts_held_before_sync_was_turned_on_are_sent(srv: Any, persist: Any) -> None:
+async def test_facts_held_before_sync_was_turned_on_are_sent(srv: Any, persist: Any) -> None:
     world = [time.time_ns() // 1_000_000]
 
-    async def go() -> None:
-        a = await device(srv.url, world, sync=False)
-        s = await a.sessions.create()
-        await a.messages.append(s.session_id, "user", "Call me Bea. I'm vegetarian.")
-        await a.facts.extract()
-        await a.facts.add("Has a piano lesson on Mondays")
-        before = shown(await a.facts.list(status=None))
-        assert len(before) == 3
-        await a.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000))
-        await a.sync.run()
-        assert (await a.sync.status()).pending == 0
-        b = await device(srv.url, world, persist)
-        await b.sync.run()
-        assert shown(await b.facts.list(status=None)) == before
-        await a.close()
-        await b.close()
-
-    run(go())
+    a = await device(srv.url, world, sync=False)
+    s = await a.sessions.create()
+    await a.messages.append(s.session_id, "user", "Call me Bea. I'm vegetarian.")
+    await a.facts.extract()
+    await a.facts.add("Has a piano lesson on Mondays")
+    before = shown(await a.facts.list(status=None))
+    assert len(before) == 3
+    await a.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000))
+    await a.sync.run()
+    assert (await a.sync.status()).pending == 0
+    b = await device(srv.url, world, persist)
+    await b.sync.run()
+    assert shown(await b.facts.list(status=None)) == before
+    await a.close()
+    await b.close()
 
 
 def _push(url: str, ops: list[dict[str, Any]]) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
     assert len(cases) >= 20
 
 
-def test_hypothesis_battery_import(tmp_path: Path) -> None:
+async def test_hypothesis_battery_import(tmp_path: Path) -> None:
     """Generated hostile exports (as objects and as JSON text): ImportFormatError, nothing imported."""
     cases: list[tuple[str, Any]] = []
 
@@ -135,13 +135,10 @@ def test_hypothesis_battery_import(tmp_path: Path) -> None:
 
     collect()
 
-    async def go() -> None:
-        mem = await chatmem.open(limits=Limits(**SMALL_LIMITS))
-        names = await check_cases(mem, cases)
-        assert set(names) <= {"ImportFormatError", "ImportLimitExceeded"}, set(names)
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open(limits=Limits(**SMALL_LIMITS))
+    names = await check_cases(mem, cases)
+    assert set(names) <= {"ImportFormatError", "ImportLimitExceeded"}, set(names)
+    await mem.close()
 
 
 def test_limits_are_configurable() -> None:
@@ -162,16 +159,13 @@ def test_limits_are_configurable() -> None:
         Limits(max_depth=0)
 
 
-def test_deep_import_text_is_a_typed_error_not_recursion() -> None:
+async def test_deep_import_text_is_a_typed_error_not_recursion() -> None:
     """JSON text nested 100,000 levels: ImportLimitExceeded (a LimitExceeded), not RecursionError."""
 
-    async def go() -> None:
-        mem = await chatmem.open()
-        with pytest.raises(ImportLimitExceeded) as e:
-            await mem.import_sessions("[" * 100_000 + "]" * 100_000)
-        assert isinstance(e.value, LimitExceeded) and e.value.limit == "max_depth"
-
-    run(go())
+    mem = await chatmem.open()
+    with pytest.raises(ImportLimitExceeded) as e:
+        await mem.import_sessions("[" * 100_000 + "]" * 100_000)
+    assert isinstance(e.value, LimitExceeded) and e.value.limit == "max_depth"
 
 
 # ---------------------------------------------------------------------------- HLC skew
@@ -575,7 +569,7 @@ def good_msg(mid: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_pull_sets_bad_changes_aside_and_moves_on(backend: str, tmp_path: Path) -> None:
+async def test_pull_sets_bad_changes_aside_and_moves_on(backend: str, tmp_path: Path) -> None:
     """Changes with a missing createdAt, role 'evil', NaN, a far-future HLC on a bad record, or no shape
     at all are set aside (kept, counted in status); the good ones apply, the cursor moves, and
     appends keep working."""
@@ -604,26 +598,23 @@ def test_pull_sets_bad_changes_aside_and_moves_on(backend: str, tmp_path: Path) 
     ]
     pages = [[good_msg("g1"), *bad[:3]], [*bad[3:], good_msg("g2")]]
 
-    async def go() -> None:
-        mem = await open_store(backend, tmp_path)
-        mem.sync.transport = feed(pages)
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
-        report = await mem.sync.pull()
-        assert report.state == "idle" and report.cursor == "2"
-        st = await mem.sync.status()
-        assert st.quarantined == len(bad) and st.to_dict()["quarantined"] == len(bad)
-        kept = await mem.sync.quarantined()
-        assert len(kept) == len(bad) and all(k["reason"] for k in kept)
-        assert "b2" in kept[1]["change"]["json"]
-        assert [m.id for m in await mem.messages.list("rs")] == ["g1", "g2"]
-        assert await mem.store.kv_get("sync.cursor") == "2"
-        m = await mem.messages.append("rs", "user", "still works")
-        assert (await mem.messages.get(m.id)).text == "still works"
-        assert await mem.sync.clear_quarantine() == len(bad)
-        assert (await mem.sync.status()).quarantined == 0
-        await mem.close()
-
-    run(go())
+    mem = await open_store(backend, tmp_path)
+    mem.sync.transport = feed(pages)
+    await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
+    report = await mem.sync.pull()
+    assert report.state == "idle" and report.cursor == "2"
+    st = await mem.sync.status()
+    assert st.quarantined == len(bad) and st.to_dict()["quarantined"] == len(bad)
+    kept = await mem.sync.quarantined()
+    assert len(kept) == len(bad) and all(k["reason"] for k in kept)
+    assert "b2" in kept[1]["change"]["json"]
+    assert [m.id for m in await mem.messages.list("rs")] == ["g1", "g2"]
+    assert await mem.store.kv_get("sync.cursor") == "2"
+    m = await mem.messages.append("rs", "user", "still works")
+    assert (await mem.messages.get(m.id)).text == "still works"
+    assert await mem.sync.clear_quarantine() == len(bad)
+    assert (await mem.sync.status()).quarantined == 0
+    await mem.close()
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
@@ -701,7 +692,7 @@ def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -
         server.stop()
 
 
-def test_pulled_far_future_hlc_never_poisons_the_clock(tmp_path: Path) -> None:
+async def test_pulled_far_future_hlc_never_poisons_the_clock(tmp_path: Path) -> None:
     """A pulled change stamped 9999999999999-9999-x is quarantined (applied, it would win
     every later write) and does not move this device's clock: appends, creates and renames
     keep working (before: 'HLC wall time out of range' forever)."""
@@ -712,22 +703,19 @@ def test_pulled_far_future_hlc_never_poisons_the_clock(tmp_path: Path) -> None:
         hlc="9999999999999-9999-x",
     )
 
-    async def go() -> None:
-        mem = await chatmem.open()
-        mem.sync.transport = feed([[future]])
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
-        await mem.sync.pull()
-        assert not (await mem.store.kv_get("sync.hlc") or "").startswith("9999999999999")
-        assert not await mem.sessions.exists("rs")
-        assert (await mem.sync.status()).quarantine_reasons == {"clock-skew": 1}
-        s = await mem.sessions.create(title="mine")
-        await mem.messages.append(s.session_id, "user", "hello")
-        await mem.sessions.update(s.session_id, title="renamed")
-        ops = await mem.store.outbox_list()
-        assert all(not op["hlc"].startswith("9999") for op in ops)
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open()
+    mem.sync.transport = feed([[future]])
+    await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
+    await mem.sync.pull()
+    assert not (await mem.store.kv_get("sync.hlc") or "").startswith("9999999999999")
+    assert not await mem.sessions.exists("rs")
+    assert (await mem.sync.status()).quarantine_reasons == {"clock-skew": 1}
+    s = await mem.sessions.create(title="mine")
+    await mem.messages.append(s.session_id, "user", "hello")
+    await mem.sessions.update(s.session_id, title="renamed")
+    ops = await mem.store.outbox_list()
+    assert all(not op["hlc"].startswith("9999") for op in ops)
+    await mem.close()
 
 
 # ---------------------------------------------------------------------------- mem.sql
@@ -753,111 +741,96 @@ def secret_file(tmp_path: Path) -> Path:
         """DESCRIBE '{p}'""",
     ],
 )
-def test_sql_cannot_reach_files(template: str, secret_file: Path) -> None:
+async def test_sql_cannot_reach_files(template: str, secret_file: Path) -> None:
     """Quoted function names and quoted paths used as tables: ReadOnlySQLError, no data returned."""
 
-    async def go() -> None:
-        mem = await chatmem.open()
-        s = await mem.sessions.create()
-        await mem.messages.append(s.session_id, "user", "hello")
-        with pytest.raises(ReadOnlySQLError):
-            await mem.sql(template.format(p=secret_file, d=secret_file.parent))
-        assert (await mem.sql("SELECT count(*) AS n FROM messages"))[0]["n"] == 1
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open()
+    s = await mem.sessions.create()
+    await mem.messages.append(s.session_id, "user", "hello")
+    with pytest.raises(ReadOnlySQLError):
+        await mem.sql(template.format(p=secret_file, d=secret_file.parent))
+    assert (await mem.sql("SELECT count(*) AS n FROM messages"))[0]["n"] == 1
+    await mem.close()
 
 
-def test_engine_itself_is_locked_down(secret_file: Path) -> None:
+async def test_engine_itself_is_locked_down(secret_file: Path) -> None:
     """Below the guard: the engine refuses file access and refuses to change its settings."""
     from chatmem.index.engine import DuckDBEngine
 
-    async def go() -> None:
-        eng = DuckDBEngine()
-        for sql in (
-            f"SELECT * FROM read_text('{secret_file}')",
-            f"SELECT * FROM '{secret_file}'",
-            "SET enable_external_access = true",
-            "SET lock_configuration = false",
-        ):
-            with pytest.raises(QueryError):
-                await eng.execute(sql)
-        await eng.execute("CREATE TABLE t (a INTEGER)")
-        await eng.load_rows("t", ["a"], [(i,) for i in range(1000)])  # the bulk path still works
-        assert (await eng.execute("SELECT count(*) AS n FROM t"))[0]["n"] == 1000
-        await eng.close()
-
-    run(go())
+    eng = DuckDBEngine()
+    for sql in (
+        f"SELECT * FROM read_text('{secret_file}')",
+        f"SELECT * FROM '{secret_file}'",
+        "SET enable_external_access = true",
+        "SET lock_configuration = false",
+    ):
+        with pytest.raises(QueryError):
+            await eng.execute(sql)
+    await eng.execute("CREATE TABLE t (a INTEGER)")
+    await eng.load_rows("t", ["a"], [(i,) for i in range(1000)])  # the bulk path still works
+    assert (await eng.execute("SELECT count(*) AS n FROM t"))[0]["n"] == 1000
+    await eng.close()
 
 
 HEAVY = "SELECT count(*) AS n FROM range(1000000000000) a"
 
 
-def test_sql_timeout_interrupts_and_frees_the_index() -> None:
+async def test_sql_timeout_interrupts_and_frees_the_index() -> None:
     """mem.sql(..., timeout=) interrupts a heavy query; the next SELECT 1 and search answer at once."""
 
-    async def go() -> None:
-        mem = await chatmem.open()
-        s = await mem.sessions.create()
-        await mem.messages.append(s.session_id, "user", "needle")
-        with pytest.raises(QueryTimeout):
-            await mem.sql(HEAVY, timeout=0.3)
-        # would hang for hours if the heavy query still held the index
-        assert await asyncio.wait_for(mem.sql("SELECT 1 AS x"), 120) == [{"x": 1}]
-        assert len(await asyncio.wait_for(mem.search("needle"), 120)) == 1
-        with pytest.raises(ValidationError):
-            await mem.sql("SELECT 1", timeout=-1)
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open()
+    s = await mem.sessions.create()
+    await mem.messages.append(s.session_id, "user", "needle")
+    with pytest.raises(QueryTimeout):
+        await mem.sql(HEAVY, timeout=0.3)
+    # would hang for hours if the heavy query still held the index
+    assert await asyncio.wait_for(mem.sql("SELECT 1 AS x"), 120) == [{"x": 1}]
+    assert len(await asyncio.wait_for(mem.search("needle"), 120)) == 1
+    with pytest.raises(ValidationError):
+        await mem.sql("SELECT 1", timeout=-1)
+    await mem.close()
 
 
-def test_cancelled_sql_is_interrupted() -> None:
+async def test_cancelled_sql_is_interrupted() -> None:
     """A caller that gives up (asyncio.wait_for) interrupts the query: the index is free again."""
 
-    async def go() -> None:
-        mem = await chatmem.open()
-        await mem.sql("SELECT 1")
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(mem.sql(HEAVY, timeout=None), 0.3)
-        assert await asyncio.wait_for(mem.sql("SELECT 2 AS x"), 120) == [{"x": 2}]
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open()
+    await mem.sql("SELECT 1")
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(mem.sql(HEAVY, timeout=None), 0.3)
+    assert await asyncio.wait_for(mem.sql("SELECT 2 AS x"), 120) == [{"x": 2}]
+    await mem.close()
 
 
 # ---------------------------------------------------------------------------- SQLite across processes
 
 
-def test_sqlite_notices_another_process(tmp_path: Path) -> None:
+async def test_sqlite_notices_another_process(tmp_path: Path) -> None:
     """A second process appends to the same file: this process's count, pages and search see it."""
     path = str(tmp_path / "shared.db")
     root = Path(__file__).resolve().parents[2]
 
-    async def go() -> None:
-        mem = await chatmem.open(persist=path)
-        s = await mem.sessions.create(title="shared")
-        await mem.messages.append(s.session_id, "user", "one")
-        assert await mem.messages.count(s.session_id) == 1
-        assert len(await mem.messages.list(s.session_id)) == 1
-        assert await mem.search("elsewhere") == []
-        code = (
-            "import asyncio, chatmem\n"
-            "async def main():\n"
-            f"    m = await chatmem.open(persist={path!r})\n"
-            f"    await m.messages.append({s.session_id!r}, 'user', 'written elsewhere')\n"
-            f"    await m.sessions.update({s.session_id!r}, title='renamed elsewhere')\n"
-            "    await m.close()\n"
-            "asyncio.run(main())\n"
-        )
-        subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
-        assert await mem.messages.count(s.session_id) == 2
-        assert len(await mem.messages.list(s.session_id)) == 2
-        assert (await mem.sessions.get(s.session_id)).title == "renamed elsewhere"
-        assert len(await mem.search("elsewhere")) == 1
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open(persist=path)
+    s = await mem.sessions.create(title="shared")
+    await mem.messages.append(s.session_id, "user", "one")
+    assert await mem.messages.count(s.session_id) == 1
+    assert len(await mem.messages.list(s.session_id)) == 1
+    assert await mem.search("elsewhere") == []
+    code = (
+        "import asyncio, chatmem\n"
+        "async def main():\n"
+        f"    m = await chatmem.open(persist={path!r})\n"
+        f"    await m.messages.append({s.session_id!r}, 'user', 'written elsewhere')\n"
+        f"    await m.sessions.update({s.session_id!r}, title='renamed elsewhere')\n"
+        "    await m.close()\n"
+        "asyncio.run(main())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+    assert await mem.messages.count(s.session_id) == 2
+    assert len(await mem.messages.list(s.session_id)) == 2
+    assert (await mem.sessions.get(s.session_id)).title == "renamed elsewhere"
+    assert len(await mem.search("elsewhere")) == 1
+    await mem.close()
 
 
 # ---------------------------------------------------------------------------- recursive walks
@@ -982,7 +955,7 @@ def good_fact(fid: str, **changes: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_a_malformed_pulled_fact_is_quarantined_alone(backend: str, tmp_path: Path) -> None:
+async def test_a_malformed_pulled_fact_is_quarantined_alone(backend: str, tmp_path: Path) -> None:
     """Facts travel like messages, and so does their quarantine: a pulled fact with a bad
     field, a slot that is not one, an unknown field or an id that differs from its
     record's is set aside with its reason; the good fact of the same page applies and
@@ -996,18 +969,15 @@ def test_a_malformed_pulled_fact_is_quarantined_alone(backend: str, tmp_path: Pa
     ]
     pages = [[good_fact("f-good"), *bad[:2]], [*bad[2:]]]
 
-    async def go() -> None:
-        mem = await open_store(backend, tmp_path)
-        mem.sync.transport = feed(pages)
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
-        report = await mem.sync.pull()
-        assert report.state == "idle" and report.cursor == "2"
-        assert [f.fact_id for f in await mem.facts.list()] == ["f-good"]
-        st = await mem.sync.status()
-        assert st.quarantined == len(bad)
-        kept = await mem.sync.quarantined()
-        assert {k["resource"] for k in kept} == {"fact"} and all(k["reason"] for k in kept)
-        assert await mem.store.kv_get("sync.cursor") == "2"
-        await mem.close()
-
-    run(go())
+    mem = await open_store(backend, tmp_path)
+    mem.sync.transport = feed(pages)
+    await mem.sync.configure(SyncConfig(enabled=True, endpoint="https://sync.example", api_key=KEY))
+    report = await mem.sync.pull()
+    assert report.state == "idle" and report.cursor == "2"
+    assert [f.fact_id for f in await mem.facts.list()] == ["f-good"]
+    st = await mem.sync.status()
+    assert st.quarantined == len(bad)
+    kept = await mem.sync.quarantined()
+    assert {k["resource"] for k in kept} == {"fact"} and all(k["reason"] for k in kept)
+    assert await mem.store.kv_get("sync.cursor") == "2"
+    await mem.close()

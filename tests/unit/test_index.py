@@ -83,52 +83,46 @@ def test_tokenizer_never_fails_and_is_idempotent_on_its_output(text):
 # --------------------------------------------------------------------------- engine
 
 
-def test_duckdb_engine_is_an_sql_engine_and_binds_params():
+async def test_duckdb_engine_is_an_sql_engine_and_binds_params():
     """DuckDBEngine satisfies the protocol; params are bound, never spliced."""
 
-    async def go():
-        e = DuckDBEngine()
-        assert isinstance(e, SQLEngine)
-        await e.execute("CREATE TABLE t (a VARCHAR, b BIGINT)")
-        await e.executemany("INSERT INTO t VALUES (?, ?)", [("x'); DROP TABLE t; --", 1), (None, 2)])
-        rows = await e.execute("SELECT * FROM t WHERE b >= ? ORDER BY b", [1])
-        assert rows == [{"a": "x'); DROP TABLE t; --", "b": 1}, {"a": None, "b": 2}]
-        assert await e.execute("CREATE TABLE u (a INT)") == []
-        with pytest.raises(QueryError) as err:
-            await e.execute("SELECT nope FROM t")
-        assert err.value.__cause__ is not None
-        await e.close()
-        with pytest.raises(DatabaseClosed):
-            await e.execute("SELECT 1")
-        await e.close()  # twice is fine
-
-    run(go())
+    e = DuckDBEngine()
+    assert isinstance(e, SQLEngine)
+    await e.execute("CREATE TABLE t (a VARCHAR, b BIGINT)")
+    await e.executemany("INSERT INTO t VALUES (?, ?)", [("x'); DROP TABLE t; --", 1), (None, 2)])
+    rows = await e.execute("SELECT * FROM t WHERE b >= ? ORDER BY b", [1])
+    assert rows == [{"a": "x'); DROP TABLE t; --", "b": 1}, {"a": None, "b": 2}]
+    assert await e.execute("CREATE TABLE u (a INT)") == []
+    with pytest.raises(QueryError) as err:
+        await e.execute("SELECT nope FROM t")
+    assert err.value.__cause__ is not None
+    await e.close()
+    with pytest.raises(DatabaseClosed):
+        await e.execute("SELECT 1")
+    await e.close()  # twice is fine
 
 
 @pytest.mark.parametrize("n", [3, 1000])
-def test_load_rows_round_trips_awkward_values(n):
+async def test_load_rows_round_trips_awkward_values(n):
     """The bulk path (VALUES for small batches, CSV for large) keeps quotes, newlines, NULLs and lists."""
 
-    async def go():
-        e = DuckDBEngine()
-        await e.execute("CREATE TABLE t (a VARCHAR, b BIGINT, c VARCHAR[], d FLOAT[], e BOOLEAN)")
-        base = [
-            ('x,"y"\n\\N;\r', 1, ["a,b", 'c"', ""], [0.5, 1.25], True),
-            (None, None, [], None, False),
-            ("\\N", -3, None, [], None),
-            ("東京 ünï", 2**40, ["\x1fodd"], [1.0], True),
-        ]
-        rows = (base * (n // len(base) + 1))[:n]
-        await e.load_rows("t", ["a", "b", "c", "d", "e"], rows)
-        got = await e.execute("SELECT * FROM t")
-        assert len(got) == n
-        assert [tuple(r.values()) for r in got[:3]] == [tuple(r) for r in rows[:3]]
-        await e.close()
-
-    run(go())
+    e = DuckDBEngine()
+    await e.execute("CREATE TABLE t (a VARCHAR, b BIGINT, c VARCHAR[], d FLOAT[], e BOOLEAN)")
+    base = [
+        ('x,"y"\n\\N;\r', 1, ["a,b", 'c"', ""], [0.5, 1.25], True),
+        (None, None, [], None, False),
+        ("\\N", -3, None, [], None),
+        ("東京 ünï", 2**40, ["\x1fodd"], [1.0], True),
+    ]
+    rows = (base * (n // len(base) + 1))[:n]
+    await e.load_rows("t", ["a", "b", "c", "d", "e"], rows)
+    got = await e.execute("SELECT * FROM t")
+    assert len(got) == n
+    assert [tuple(r.values()) for r in got[:3]] == [tuple(r) for r in rows[:3]]
+    await e.close()
 
 
-def test_columns_answer_column_by_column():
+async def test_columns_answer_column_by_column():
     """``columns``: one list per column in select order, from an engine without
     ``execute_columns`` (built from its rows) and with one (taken as answered)."""
 
@@ -143,17 +137,14 @@ def test_columns_answer_column_by_column():
             rows = await self.engine.execute(sql, params)
             return [[r[c] for r in rows] for c in ("b", "a")] if rows else [[], []]
 
-    async def go():
-        e = DuckDBEngine()
-        await e.execute("CREATE TABLE t (b BIGINT, a VARCHAR)")
-        await e.load_rows("t", ["b", "a"], [(2, "x"), (1, None)])
-        sql = "SELECT b, a FROM t WHERE b >= ? ORDER BY b"
-        assert await columns(e, sql, [0]) == [[1, 2], [None, "x"]]
-        assert await columns(ByColumn(e), sql, [0]) == [[1, 2], [None, "x"]]
-        assert await columns(e, sql, [9]) == [] == await columns(ByColumn(e), sql, [9])
-        await e.close()
-
-    run(go())
+    e = DuckDBEngine()
+    await e.execute("CREATE TABLE t (b BIGINT, a VARCHAR)")
+    await e.load_rows("t", ["b", "a"], [(2, "x"), (1, None)])
+    sql = "SELECT b, a FROM t WHERE b >= ? ORDER BY b"
+    assert await columns(e, sql, [0]) == [[1, 2], [None, "x"]]
+    assert await columns(ByColumn(e), sql, [0]) == [[1, 2], [None, "x"]]
+    assert await columns(e, sql, [9]) == [] == await columns(ByColumn(e), sql, [9])
+    await e.close()
 
 
 # --------------------------------------------------------------------------- schema
@@ -210,100 +201,85 @@ def _msg(i, sid="s", text=None):
     }
 
 
-def test_apply_validates_its_input():
+async def test_apply_validates_its_input():
     """Unknown kinds, empty session ids and non-list payloads are refused."""
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        with pytest.raises(ValidationError):
-            await idx.apply("session-exploded", "s")
-        with pytest.raises(ValidationError):
-            await idx.apply("session-created", "", {})
-        with pytest.raises(ValidationError):
-            await idx.apply("messages-appended", "s", "not a list")
-        assert (await idx.counts())["messages"] == 0
-        await idx.close()
-
-    run(go())
+    idx = QueryIndex(DuckDBEngine())
+    with pytest.raises(ValidationError):
+        await idx.apply("session-exploded", "s")
+    with pytest.raises(ValidationError):
+        await idx.apply("session-created", "", {})
+    with pytest.raises(ValidationError):
+        await idx.apply("messages-appended", "s", "not a list")
+    assert (await idx.counts())["messages"] == 0
+    await idx.close()
 
 
-def test_appended_payload_with_session_record_replaces_the_row():
+async def test_appended_payload_with_session_record_replaces_the_row():
     """messages-appended may carry the new session record; the index takes it as is."""
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
-        sess = SessionMeta("s", "t", 1, 999, message_count=2).to_record()
-        await idx.apply("messages-appended", "s", {"messages": [_msg(0), _msg(1)], "session": sess})
-        rows = await idx.sql("SELECT updated_at, message_count FROM sessions")
-        assert rows == [{"updated_at": 999, "message_count": 2}]
-        await idx.apply("session-cleared", "s", SessionMeta("s", "t", 1, 1234).to_record())
-        rows = await idx.sql("SELECT updated_at, message_count FROM sessions")
-        assert rows == [{"updated_at": 1234, "message_count": 0}]
-        assert (await idx.counts())["postings"] == 0
-        await idx.close()
-
-    run(go())
+    idx = QueryIndex(DuckDBEngine())
+    await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
+    sess = SessionMeta("s", "t", 1, 999, message_count=2).to_record()
+    await idx.apply("messages-appended", "s", {"messages": [_msg(0), _msg(1)], "session": sess})
+    rows = await idx.sql("SELECT updated_at, message_count FROM sessions")
+    assert rows == [{"updated_at": 999, "message_count": 2}]
+    await idx.apply("session-cleared", "s", SessionMeta("s", "t", 1, 1234).to_record())
+    rows = await idx.sql("SELECT updated_at, message_count FROM sessions")
+    assert rows == [{"updated_at": 1234, "message_count": 0}]
+    assert (await idx.counts())["postings"] == 0
+    await idx.close()
 
 
-def test_compaction_keeps_answers_and_sorts_postings():
+async def test_compaction_keeps_answers_and_sorts_postings():
     """Past compact_after unsorted postings the index re-sorts itself; answers stay the same."""
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine(), compact_after=10)
-        await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
-        before = None
-        for i in range(6):
-            await idx.apply("messages-appended", "s", [_msg(i)])
-            if i == 4:
-                before = [h.message.id for h in await search(idx, "common word3", limit=10)]
-        assert idx.unsorted_postings < 10
-        tids = [(r["tid"], r["doc"]) for r in await idx.sql("SELECT tid, doc FROM postings")]
-        assert tids[: len(tids) - idx.unsorted_postings] == sorted(tids[: len(tids) - idx.unsorted_postings])
-        after = [h.message.id for h in await search(idx, "common word3", limit=10)]
-        assert after[0] == "m3" and set(before) < set(after)
-        await idx.close()
-
-    run(go())
+    idx = QueryIndex(DuckDBEngine(), compact_after=10)
+    await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
+    before = None
+    for i in range(6):
+        await idx.apply("messages-appended", "s", [_msg(i)])
+        if i == 4:
+            before = [h.message.id for h in await search(idx, "common word3", limit=10)]
+    assert idx.unsorted_postings < 10
+    tids = [(r["tid"], r["doc"]) for r in await idx.sql("SELECT tid, doc FROM postings")]
+    assert tids[: len(tids) - idx.unsorted_postings] == sorted(tids[: len(tids) - idx.unsorted_postings])
+    after = [h.message.id for h in await search(idx, "common word3", limit=10)]
+    assert after[0] == "m3" and set(before) < set(after)
+    await idx.close()
 
 
-def test_rebuild_accepts_an_async_iterable_and_embeds_when_asked():
+async def test_rebuild_accepts_an_async_iterable_and_embeds_when_asked():
     """rebuild reads messages from an async generator in chunks; embed=True fills embeddings."""
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine(), embedder=HashingEmbedder(32))
+    idx = QueryIndex(DuckDBEngine(), embedder=HashingEmbedder(32))
 
-        async def gen():
-            for i in range(25):
-                yield _msg(i)
+    async def gen():
+        for i in range(25):
+            yield _msg(i)
 
-        await idx.rebuild([SessionMeta("s", "t", 1, 1, message_count=25).to_record()], gen(), embed=True)
-        counts = await idx.counts()
-        assert counts["messages"] == 25 and counts["embeddings"] == 25 and counts["docs"] == 25
-        assert await idx.embed_missing(idx.embedder) == 0
-        # with an embedder, appended messages get vectors at once
-        await idx.apply("messages-appended", "s", [_msg(99, text="fresh")])
-        assert (await idx.counts())["embeddings"] == 26
-        await idx.close()
-
-    run(go())
+    await idx.rebuild([SessionMeta("s", "t", 1, 1, message_count=25).to_record()], gen(), embed=True)
+    counts = await idx.counts()
+    assert counts["messages"] == 25 and counts["embeddings"] == 25 and counts["docs"] == 25
+    assert await idx.embed_missing(idx.embedder) == 0
+    # with an embedder, appended messages get vectors at once
+    await idx.apply("messages-appended", "s", [_msg(99, text="fresh")])
+    assert (await idx.counts())["embeddings"] == 26
+    await idx.close()
 
 
-def test_changing_the_model_re_embeds():
+async def test_changing_the_model_re_embeds():
     """A second embedder (another model) gets its own vectors; the first stay."""
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
-        await idx.apply("messages-appended", "s", [_msg(0), _msg(1)])
-        assert await idx.embed_missing(HashingEmbedder(32)) == 2
-        assert await idx.embed_missing(HashingEmbedder(64)) == 2
-        assert await idx.embed_missing(HashingEmbedder(64)) == 0
-        rows = await idx.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY model")
-        assert rows == [{"model": "hashing-v1-32", "n": 2}, {"model": "hashing-v1-64", "n": 2}]
-        await idx.close()
-
-    run(go())
+    idx = QueryIndex(DuckDBEngine())
+    await idx.apply("session-created", "s", SessionMeta("s", "t", 1, 1).to_record())
+    await idx.apply("messages-appended", "s", [_msg(0), _msg(1)])
+    assert await idx.embed_missing(HashingEmbedder(32)) == 2
+    assert await idx.embed_missing(HashingEmbedder(64)) == 2
+    assert await idx.embed_missing(HashingEmbedder(64)) == 0
+    rows = await idx.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY model")
+    assert rows == [{"model": "hashing-v1-32", "n": 2}, {"model": "hashing-v1-64", "n": 2}]
+    await idx.close()
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -54,170 +54,158 @@ async def _answers(mem: Memory) -> dict:
     return out
 
 
-def test_reopened_cache_catches_up_only_changed_sessions(tmp_path):
+async def test_reopened_cache_catches_up_only_changed_sessions(tmp_path):
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        ids = {}
-        for name in ["a", "b", "c", "d"]:
-            s = await mem.sessions.create(title=name)
-            ids[name] = s.session_id
-            await mem.messages.append_many(
-                s.session_id, [{"role": "user", "content": f"apple banana {name} {i}"} for i in range(5)]
-            )
-        assert len(await mem.search("apple", limit=50)) == 20
-        assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
-        await mem.close()
+    mem = _mem(db, idx)
+    ids = {}
+    for name in ["a", "b", "c", "d"]:
+        s = await mem.sessions.create(title=name)
+        ids[name] = s.session_id
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"apple banana {name} {i}"} for i in range(5)]
+        )
+    assert len(await mem.search("apple", limit=50)) == 20
+    assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
+    await mem.close()
 
-        # writes while no index is open (another tab, or a page with no query yet)
-        other = _mem(db, None)
-        await other.messages.append(ids["a"], "user", "a ripe banana and a cherry")
-        await other.sessions.delete(ids["b"])
-        await other.sessions.update(ids["c"], title="renamed", pinned=True, tags=["x"])
-        e = await other.sessions.create(title="e")
-        await other.messages.append(e.session_id, "assistant", "zebra apple")
-        await other.close()
+    # writes while no index is open (another tab, or a page with no query yet)
+    other = _mem(db, None)
+    await other.messages.append(ids["a"], "user", "a ripe banana and a cherry")
+    await other.sessions.delete(ids["b"])
+    await other.sessions.update(ids["c"], title="renamed", pinned=True, tags=["x"])
+    e = await other.sessions.create(title="e")
+    await other.messages.append(e.session_id, "assistant", "zebra apple")
+    await other.close()
 
-        mem = _mem(db, idx)
-        got = await _answers(mem)
-        assert mem.index.hydrations == 0 and mem.index.catchups == 1
-        assert mem.index.last_open == {
-            "mode": "cached",
-            "persistent": True,
-            "sessions": 4,
-            "refreshed": 3,
-            "dropped": 1,
-        }
-        assert [h.message.session_id for h in await mem.search("zebra")] == [e.session_id]
-        assert got["zebra"] and got['"ripe banana"']
-        # a live write after the catch-up is seen at once, and the cache keeps it
-        await mem.messages.append(ids["d"], "user", "apple apple apple")
-        got = await _answers(mem)
-        await mem.close()
+    mem = _mem(db, idx)
+    got = await _answers(mem)
+    assert mem.index.hydrations == 0 and mem.index.catchups == 1
+    assert mem.index.last_open == {
+        "mode": "cached",
+        "persistent": True,
+        "sessions": 4,
+        "refreshed": 3,
+        "dropped": 1,
+    }
+    assert [h.message.session_id for h in await mem.search("zebra")] == [e.session_id]
+    assert got["zebra"] and got['"ripe banana"']
+    # a live write after the catch-up is seen at once, and the cache keeps it
+    await mem.messages.append(ids["d"], "user", "apple apple apple")
+    got = await _answers(mem)
+    await mem.close()
 
-        # the same answers as an index derived from scratch
-        fresh = _mem(db, None)
-        assert await _answers(fresh) == got
-        await fresh.close()
+    # the same answers as an index derived from scratch
+    fresh = _mem(db, None)
+    assert await _answers(fresh) == got
+    await fresh.close()
 
-        # unchanged store: nothing re-read; rebuild_index re-derives the cached file
-        mem = _mem(db, idx)
-        assert await _answers(mem) == got
-        assert mem.index.last_open["refreshed"] == 0 and mem.index.last_open["dropped"] == 0
-        await mem.rebuild_index()
-        assert mem.index.hydrations == 1 and await _answers(mem) == got
-        await mem.close()
-
-    run(go())
+    # unchanged store: nothing re-read; rebuild_index re-derives the cached file
+    mem = _mem(db, idx)
+    assert await _answers(mem) == got
+    assert mem.index.last_open["refreshed"] == 0 and mem.index.last_open["dropped"] == 0
+    await mem.rebuild_index()
+    assert mem.index.hydrations == 1 and await _answers(mem) == got
+    await mem.close()
 
 
-def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
+async def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_path):
     """A session only appended to gets just its new messages; one with a message deleted,
     cleared and refilled, or replaced by an import with the same ids but another text is
     dropped and loaded whole. Either way the answers are those of a fresh derivation.
     (The comparison reads the rows' scalars and term counts, not the text: see catchup.py.)"""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        ids = {}
-        for name in ["appended", "deleted", "cleared", "replaced", "same"]:
-            s = await mem.sessions.create(title=name)
-            ids[name] = s.session_id
-            await mem.messages.append_many(
-                s.session_id, [{"role": "user", "content": f"apple banana {name} {i}"} for i in range(4)]
-            )
-        assert len(await mem.search("apple", limit=50)) == 20
-        backup = await mem.export([ids["replaced"]])
-        await mem.close()
+    mem = _mem(db, idx)
+    ids = {}
+    for name in ["appended", "deleted", "cleared", "replaced", "same"]:
+        s = await mem.sessions.create(title=name)
+        ids[name] = s.session_id
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"apple banana {name} {i}"} for i in range(4)]
+        )
+    assert len(await mem.search("apple", limit=50)) == 20
+    backup = await mem.export([ids["replaced"]])
+    await mem.close()
 
-        other = _mem(db, None)
-        await other.messages.append(ids["appended"], "assistant", "a ripe banana and a cherry")
-        await other.messages.append(ids["appended"], "user", "zebra")
-        victim = (await other.messages.list(ids["deleted"]))[1]
-        await other.sessions.delete_messages(ids["deleted"], [victim.id])
-        await other.sessions.clear(ids["cleared"])
-        await other.messages.append(ids["cleared"], "user", "cherry after the clear")
-        backup["sessions"][0]["meta"]["title"] = "restored"
-        for m in backup["sessions"][0]["messages"]:  # the same ids, another text (of more words)
-            m["content"] = m["content"].replace("apple", "zebra and zebra")
-        await other.import_sessions(backup, preserve_ids=True)
-        await other.close()
+    other = _mem(db, None)
+    await other.messages.append(ids["appended"], "assistant", "a ripe banana and a cherry")
+    await other.messages.append(ids["appended"], "user", "zebra")
+    victim = (await other.messages.list(ids["deleted"]))[1]
+    await other.sessions.delete_messages(ids["deleted"], [victim.id])
+    await other.sessions.clear(ids["cleared"])
+    await other.messages.append(ids["cleared"], "user", "cherry after the clear")
+    backup["sessions"][0]["meta"]["title"] = "restored"
+    for m in backup["sessions"][0]["messages"]:  # the same ids, another text (of more words)
+        m["content"] = m["content"].replace("apple", "zebra and zebra")
+    await other.import_sessions(backup, preserve_ids=True)
+    await other.close()
 
-        mem = _mem(db, idx)
-        got = await _answers(mem)
-        assert mem.index.hydrations == 0 and mem.index.catchups == 1
-        assert mem.index.last_open["refreshed"] == 4
-        assert mem.index.index.last_resync == {"whole": 3, "appended": 1, "loaded": 2 + 3 + 1 + 4}
-        assert len(await mem.search("apple", limit=50)) == 4 + 3 + 0 + 0 + 4
-        assert {h.message.session_id for h in await mem.search("zebra", limit=50)} == {
-            ids["appended"],
-            ids["replaced"],
-        }
-        assert victim.id not in {h.message.id for h in await mem.search("apple", limit=50)}
-        await mem.close()
+    mem = _mem(db, idx)
+    got = await _answers(mem)
+    assert mem.index.hydrations == 0 and mem.index.catchups == 1
+    assert mem.index.last_open["refreshed"] == 4
+    assert mem.index.index.last_resync == {"whole": 3, "appended": 1, "loaded": 2 + 3 + 1 + 4}
+    assert len(await mem.search("apple", limit=50)) == 4 + 3 + 0 + 0 + 4
+    assert {h.message.session_id for h in await mem.search("zebra", limit=50)} == {
+        ids["appended"],
+        ids["replaced"],
+    }
+    assert victim.id not in {h.message.id for h in await mem.search("apple", limit=50)}
+    await mem.close()
 
-        fresh = _mem(db, None)
-        assert await _answers(fresh) == got
-        await fresh.close()
-        # reopened: the file kept the catch-up (its size: test_index_size.py)
-        mem = _mem(db, idx)
-        assert await _answers(mem) == got and mem.index.last_open["refreshed"] == 0
-        await mem.close()
-
-    run(go())
+    fresh = _mem(db, None)
+    assert await _answers(fresh) == got
+    await fresh.close()
+    # reopened: the file kept the catch-up (its size: test_index_size.py)
+    mem = _mem(db, idx)
+    assert await _answers(mem) == got and mem.index.last_open["refreshed"] == 0
+    await mem.close()
 
 
-def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
+async def test_cache_of_another_schema_or_unfinished_is_rebuilt(tmp_path):
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        s = await mem.sessions.create(title="t")
-        await mem.messages.append(s.session_id, "user", "apple")
-        assert len(await mem.search("apple")) == 1
-        await mem.close()
-        _tamper(idx, "UPDATE index_meta SET value = 'old' WHERE key = 'schema'")
-        mem = _mem(db, idx)
-        assert len(await mem.search("apple")) == 1
-        assert mem.index.hydrations == 1 and mem.index.catchups == 0
-        assert mem.index.notice and "older version" in mem.index.notice
-        await mem.close()
-        _tamper(idx, "DELETE FROM index_meta WHERE key = 'complete'")
-        mem = _mem(db, idx)
-        assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
-        assert mem.index.notice and "unfinished" in mem.index.notice  # e.g. a page closed mid-derivation
-        await mem.close()
-        _tamper(idx, "DROP TABLE postings")
-        mem = _mem(db, idx)
-        assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
-        await mem.close()
-        mem = _mem(db, idx)
-        assert len(await mem.search("apple")) == 1 and mem.index.catchups == 1
-        await mem.close()
-
-    run(go())
+    mem = _mem(db, idx)
+    s = await mem.sessions.create(title="t")
+    await mem.messages.append(s.session_id, "user", "apple")
+    assert len(await mem.search("apple")) == 1
+    await mem.close()
+    _tamper(idx, "UPDATE index_meta SET value = 'old' WHERE key = 'schema'")
+    mem = _mem(db, idx)
+    assert len(await mem.search("apple")) == 1
+    assert mem.index.hydrations == 1 and mem.index.catchups == 0
+    assert mem.index.notice and "older version" in mem.index.notice
+    await mem.close()
+    _tamper(idx, "DELETE FROM index_meta WHERE key = 'complete'")
+    mem = _mem(db, idx)
+    assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+    assert mem.index.notice and "unfinished" in mem.index.notice  # e.g. a page closed mid-derivation
+    await mem.close()
+    _tamper(idx, "DROP TABLE postings")
+    mem = _mem(db, idx)
+    assert len(await mem.search("apple")) == 1 and mem.index.hydrations == 1
+    await mem.close()
+    mem = _mem(db, idx)
+    assert len(await mem.search("apple")) == 1 and mem.index.catchups == 1
+    await mem.close()
 
 
-def test_many_changed_sessions_rebuild_instead(tmp_path):
+async def test_many_changed_sessions_rebuild_instead(tmp_path):
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        await mem.sql("SELECT 1 AS x")
-        await mem.close()
-        other = _mem(db, None)
-        for i in range(60):
-            s = await other.sessions.create(title=f"s{i}")
-            await other.messages.append(s.session_id, "user", f"apple {i}")
-        await other.close()
-        mem = _mem(db, idx)
-        assert len(await mem.search("apple", limit=100)) == 60
-        assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
-        await mem.close()
-
-    run(go())
+    mem = _mem(db, idx)
+    await mem.sql("SELECT 1 AS x")
+    await mem.close()
+    other = _mem(db, None)
+    for i in range(60):
+        s = await other.sessions.create(title=f"s{i}")
+        await other.messages.append(s.session_id, "user", f"apple {i}")
+    await other.close()
+    mem = _mem(db, idx)
+    assert len(await mem.search("apple", limit=100)) == 60
+    assert mem.index.hydrations == 1 and mem.index.last_open["mode"] == "rebuilt"
+    await mem.close()
 
 
 def _history(n_sessions: int = 5):
@@ -241,7 +229,7 @@ async def _saved_history(db: str, idx: str) -> None:
     await mem.close()
 
 
-def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
+async def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
     """A cached file that cannot be read is rebuilt from the store, and a save that fails
     (the storage quota) leaves the index in memory; each time a notice says so and the
     answers equal those of an index derived from scratch."""
@@ -265,126 +253,114 @@ def test_a_cache_that_cannot_be_loaded_or_saved_loses_nothing(tmp_path):
 
         return Memory(SQLiteStore(db), engine_factory=engine)
 
-    async def go():
-        await _saved_history(db, idx)
-        fresh = _mem(db, None)
-        want = await _answers(fresh)
-        await fresh.close()
+    await _saved_history(db, idx)
+    fresh = _mem(db, None)
+    want = await _answers(fresh)
+    await fresh.close()
 
-        # the cached file cannot be read: rebuilt from the store, said so
-        mem = mem_failing("index_meta WHERE key IN", "FROM chatmem_work.main")
-        assert await _answers(mem) == want
-        assert mem.index.hydrations == 1 and "could not be read" in (mem.index.notice or "")
-        # ... and its save fails too (the copy back to the file): kept in memory, said so
-        assert await mem.index.save() is True
-        assert "kept in memory" in mem.index.notice and mem.index.last_open["persistent"] is False
-        await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple late")
-        assert len(await mem.search("late")) == 1, "writes still reach the in-memory index"
-        assert await mem.index.save() is False
-        await mem.close()
+    # the cached file cannot be read: rebuilt from the store, said so
+    mem = mem_failing("index_meta WHERE key IN", "FROM chatmem_work.main")
+    assert await _answers(mem) == want
+    assert mem.index.hydrations == 1 and "could not be read" in (mem.index.notice or "")
+    # ... and its save fails too (the copy back to the file): kept in memory, said so
+    assert await mem.index.save() is True
+    assert "kept in memory" in mem.index.notice and mem.index.last_open["persistent"] is False
+    await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple late")
+    assert len(await mem.search("late")) == 1, "writes still reach the in-memory index"
+    assert await mem.index.save() is False
+    await mem.close()
 
-        # only the save fails (quota): answers unchanged, notice, nothing lost
-        mem = mem_failing("CHECKPOINT")
-        got = await _answers(mem)
-        await mem.rebuild_index()
-        await mem.index.save()  # the save the rebuild scheduled, now rather than after its delay
-        fresh = _mem(db, None)
-        assert await _answers(mem) == got == await _answers(fresh)
-        await mem.index.save()  # the save after the rebuild, now rather than in the background
-        assert "cannot be saved" in (mem.index.notice or "")
-        await fresh.close()
-        await mem.close()
-
-    run(go())
+    # only the save fails (quota): answers unchanged, notice, nothing lost
+    mem = mem_failing("CHECKPOINT")
+    got = await _answers(mem)
+    await mem.rebuild_index()
+    await mem.index.save()  # the save the rebuild scheduled, now rather than after its delay
+    fresh = _mem(db, None)
+    assert await _answers(mem) == got == await _answers(fresh)
+    await mem.index.save()  # the save after the rebuild, now rather than in the background
+    assert "cannot be saved" in (mem.index.notice or "")
+    await fresh.close()
+    await mem.close()
 
 
-def test_a_valid_cache_answers_from_the_file_then_moves_into_memory(tmp_path):
+async def test_a_valid_cache_answers_from_the_file_then_moves_into_memory(tmp_path):
     """The first query after a reopening is answered from the file itself (no copy into
     memory first); the copy follows in the background, and answers stay the same."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        await _history()(mem)
-        want = await _answers(mem)
-        await mem.close()
+    mem = _mem(db, idx)
+    await _history()(mem)
+    want = await _answers(mem)
+    await mem.close()
 
-        mem = _mem(db, idx)
-        mem.index.move_delay = 3600  # the copy waits until this test makes it below
-        assert await _answers(mem) == want
-        assert mem.index.last_open["mode"] == "cached" and not mem.index._cache.in_memory
-        assert mem.index._moving is not None and not mem.index._moving.done()
-        mem.index.move_delay = 0
-        await mem.index._move_later()  # what the scheduled copy does when its delay is over
-        assert mem.index._cache.in_memory
-        assert await _answers(mem) == want
-        # a write after the move is kept by the next save
-        await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple quince")
-        await mem.close()
-        mem = _mem(db, idx)
-        assert len(await mem.search("quince")) == 1 and mem.index.hydrations == 0
-        await mem.close()
-
-    run(go())
+    mem = _mem(db, idx)
+    mem.index.move_delay = 3600  # the copy waits until this test makes it below
+    assert await _answers(mem) == want
+    assert mem.index.last_open["mode"] == "cached" and not mem.index._cache.in_memory
+    assert mem.index._moving is not None and not mem.index._moving.done()
+    mem.index.move_delay = 0
+    await mem.index._move_later()  # what the scheduled copy does when its delay is over
+    assert mem.index._cache.in_memory
+    assert await _answers(mem) == want
+    # a write after the move is kept by the next save
+    await mem.messages.append((await mem.sessions.list())[0].session_id, "user", "apple quince")
+    await mem.close()
+    mem = _mem(db, idx)
+    assert len(await mem.search("quince")) == 1 and mem.index.hydrations == 0
+    await mem.close()
 
 
-def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
+async def test_a_write_the_file_refuses_moves_the_index_into_memory(tmp_path):
     """While the index is the file, a write it refuses (the quota) is applied in memory
     instead: the message is found, nothing is lost or hidden."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        await _saved_history(db, idx)
+    await _saved_history(db, idx)
 
-        async def engine():
-            return RefusesCommit(idx)
+    async def engine():
+        return RefusesCommit(idx)
 
-        mem = Memory(SQLiteStore(db), engine_factory=engine)
-        mem.index.move_delay = 3600  # stays on the file until the write
-        assert await mem.search("apple")
-        assert not mem.index._cache.in_memory
-        sid = (await mem.sessions.list())[0].session_id
-        await mem.messages.append(sid, "user", "a quince on the file")
-        assert [h.message.text for h in await mem.search("quince")] == ["a quince on the file"]
-        assert mem.index._cache.in_memory
-        fresh = _mem(db, None)
-        assert await _answers(mem) == await _answers(fresh)
-        await fresh.close()
-        await mem.close()
-
-    run(go())
+    mem = Memory(SQLiteStore(db), engine_factory=engine)
+    mem.index.move_delay = 3600  # stays on the file until the write
+    assert await mem.search("apple")
+    assert not mem.index._cache.in_memory
+    sid = (await mem.sessions.list())[0].session_id
+    await mem.messages.append(sid, "user", "a quince on the file")
+    assert [h.message.text for h in await mem.search("quince")] == ["a quince on the file"]
+    assert mem.index._cache.in_memory
+    fresh = _mem(db, None)
+    assert await _answers(mem) == await _answers(fresh)
+    await fresh.close()
+    await mem.close()
 
 
-def test_a_catch_up_the_file_refuses_is_made_in_memory(tmp_path):
+async def test_a_catch_up_the_file_refuses_is_made_in_memory(tmp_path):
     """A reopening's catch-up is written into the file; when the file refuses it (the
     quota), it is made in an in-memory copy instead: no rebuild, nothing hidden."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        await _saved_history(db, idx)
-        other = _mem(db, None)
-        sid = (await other.sessions.list())[0].session_id
-        await other.messages.append(sid, "user", "a quince written while no index was open")
-        await other.close()
+    await _saved_history(db, idx)
+    other = _mem(db, None)
+    sid = (await other.sessions.list())[0].session_id
+    await other.messages.append(sid, "user", "a quince written while no index was open")
+    await other.close()
 
-        async def engine():
-            return RefusesCommit(idx)
+    async def engine():
+        return RefusesCommit(idx)
 
-        mem = Memory(SQLiteStore(db), engine_factory=engine)
-        mem.index.move_delay = 3600
-        assert [h.message.session_id for h in await mem.search("quince")] == [sid]
-        assert mem.index.hydrations == 0 and mem.index.last_open["refreshed"] == 1
-        assert mem.index._cache.in_memory and "catchup: copy into memory" in mem.index.open_ms
-        assert mem.index.notice is None
-        fresh = _mem(db, None)
-        assert await _answers(mem) == await _answers(fresh)
-        await fresh.close()
-        await mem.close()
-
-    run(go())
+    mem = Memory(SQLiteStore(db), engine_factory=engine)
+    mem.index.move_delay = 3600
+    assert [h.message.session_id for h in await mem.search("quince")] == [sid]
+    assert mem.index.hydrations == 0 and mem.index.last_open["refreshed"] == 1
+    assert mem.index._cache.in_memory and "catchup: copy into memory" in mem.index.open_ms
+    assert mem.index.notice is None
+    fresh = _mem(db, None)
+    assert await _answers(mem) == await _answers(fresh)
+    await fresh.close()
+    await mem.close()
 
 
-def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
+async def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
     """Appends of more than BULK_EVENTS messages queued before a query (an import) are
     not applied one transaction each: the store is compared in one pass; the answers
     equal those of a fresh index."""
@@ -392,82 +368,76 @@ def test_a_bulk_of_queued_appends_is_caught_up_in_one_pass(tmp_path):
 
     db = str(tmp_path / "store.db")
 
-    async def go():
-        mem = _mem(db, None)
-        await _history()(mem)
-        assert await mem.search("apple")
-        per = BULK_EVENTS // 8 + 1
-        for k in range(8):
-            s = await mem.sessions.create(title=f"bulk {k}")
-            await mem.messages.append_many(
-                s.session_id, [{"role": "user", "content": f"melon {k} {i}"} for i in range(per)]
-            )
-        assert mem.index._pending, "queued, not applied yet"
-        got = await _answers(mem)
-        assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 8
-        assert len(await mem.search("melon", limit=1000)) == 1000
-        fresh = _mem(db, None)
-        assert got == await _answers(fresh)
-        assert (await mem.sql("SELECT count(*) AS n FROM messages")) == (
-            await fresh.sql("SELECT count(*) AS n FROM messages")
+    mem = _mem(db, None)
+    await _history()(mem)
+    assert await mem.search("apple")
+    per = BULK_EVENTS // 8 + 1
+    for k in range(8):
+        s = await mem.sessions.create(title=f"bulk {k}")
+        await mem.messages.append_many(
+            s.session_id, [{"role": "user", "content": f"melon {k} {i}"} for i in range(per)]
         )
-        await fresh.close()
-        await mem.close()
+    assert mem.index._pending, "queued, not applied yet"
+    got = await _answers(mem)
+    assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 8
+    assert len(await mem.search("melon", limit=1000)) == 1000
+    fresh = _mem(db, None)
+    assert got == await _answers(fresh)
+    assert (await mem.sql("SELECT count(*) AS n FROM messages")) == (
+        await fresh.sql("SELECT count(*) AS n FROM messages")
+    )
+    await fresh.close()
+    await mem.close()
 
-    run(go())
 
-
-def test_a_write_while_the_opening_reads_the_sessions_is_not_lost(tmp_path):
+async def test_a_write_while_the_opening_reads_the_sessions_is_not_lost(tmp_path):
     """An opening reads the store's sessions beside the engine's opening, before the
     index queues writes: a message acknowledged in that window (here, while the engine
     takes its time) is re-read from the store before the first answer."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        s = await mem.sessions.create(title="a")
-        await mem.messages.append(s.session_id, "user", "apple banana")
-        t = await mem.sessions.create(title="t")
-        assert len(await mem.search("apple")) == 1
-        await mem.index.save()
-        await mem.close()
+    mem = _mem(db, idx)
+    s = await mem.sessions.create(title="a")
+    await mem.messages.append(s.session_id, "user", "apple banana")
+    t = await mem.sessions.create(title="t")
+    assert len(await mem.search("apple")) == 1
+    await mem.index.save()
+    await mem.close()
 
-        engine_wanted, go_on = asyncio.Event(), asyncio.Event()
+    engine_wanted, go_on = asyncio.Event(), asyncio.Event()
 
-        async def slow_engine():
-            engine_wanted.set()
-            await go_on.wait()
-            return DuckDBEngine(idx)
+    async def slow_engine():
+        engine_wanted.set()
+        await go_on.wait()
+        return DuckDBEngine(idx)
 
-        read = asyncio.Event()
+    read = asyncio.Event()
 
-        class Store(SQLiteStore):
-            async def all_sessions(self):
-                try:
-                    return await super().all_sessions()
-                finally:
-                    read.set()
+    class Store(SQLiteStore):
+        async def all_sessions(self):
+            try:
+                return await super().all_sessions()
+            finally:
+                read.set()
 
-        mem = Memory(Store(db), engine_factory=slow_engine)
-        first = asyncio.ensure_future(mem.search("zebra"))
-        await engine_wanted.wait()
-        await read.wait()  # the sessions read beside the opening is answered
-        await mem.messages.append(s.session_id, "user", "zebra apple")
-        await mem.messages.append(t.session_id, "assistant", "a zebra too")
-        go_on.set()
-        hits = await first
-        assert mem.index.last_open["mode"] == "cached"
-        fresh = _mem(db, None)
-        want = [(h.message.id, h.score) for h in await fresh.search("zebra")]
-        assert [(h.message.id, h.score) for h in hits] == want and len(want) == 2
-        assert await _answers(mem) == await _answers(fresh)
-        await fresh.close()
-        await mem.close()
-
-    run(go())
+    mem = Memory(Store(db), engine_factory=slow_engine)
+    first = asyncio.ensure_future(mem.search("zebra"))
+    await engine_wanted.wait()
+    await read.wait()  # the sessions read beside the opening is answered
+    await mem.messages.append(s.session_id, "user", "zebra apple")
+    await mem.messages.append(t.session_id, "assistant", "a zebra too")
+    go_on.set()
+    hits = await first
+    assert mem.index.last_open["mode"] == "cached"
+    fresh = _mem(db, None)
+    want = [(h.message.id, h.score) for h in await fresh.search("zebra")]
+    assert [(h.message.id, h.score) for h in hits] == want and len(want) == 2
+    assert await _answers(mem) == await _answers(fresh)
+    await fresh.close()
+    await mem.close()
 
 
-def test_an_opening_whose_sessions_read_fails_closes_its_engine(tmp_path):
+async def test_an_opening_whose_sessions_read_fails_closes_its_engine(tmp_path):
     """The store's sessions are read beside the engine's opening: when that read fails,
     the search raises its error, the engine opened for nothing is closed (in the page,
     its worker would otherwise keep the OPFS file), and the next search opens again."""
@@ -493,23 +463,20 @@ def test_an_opening_whose_sessions_read_fails_closes_its_engine(tmp_path):
                 raise OSError("the store is unreachable")
             return await super().all_sessions()
 
-    async def go():
-        seed = _mem(db, None)
-        s = await seed.sessions.create(title="a")
-        await seed.messages.append(s.session_id, "user", "apple banana")
-        await seed.close()
-        mem = Memory(Store(db), engine_factory=factory)
-        with pytest.raises(OSError, match="unreachable"):
-            await mem.search("apple")
-        assert len(engines) == 1 and closed == engines
-        assert mem.index.index is None
-        hits = await mem.search("apple")
-        assert [h.message.content for h in hits] == ["apple banana"]
-        assert len(engines) == 2 and engines[1] not in closed
-        await mem.close()
-        assert closed == engines
-
-    run(go())
+    seed = _mem(db, None)
+    s = await seed.sessions.create(title="a")
+    await seed.messages.append(s.session_id, "user", "apple banana")
+    await seed.close()
+    mem = Memory(Store(db), engine_factory=factory)
+    with pytest.raises(OSError, match="unreachable"):
+        await mem.search("apple")
+    assert len(engines) == 1 and closed == engines
+    assert mem.index.index is None
+    hits = await mem.search("apple")
+    assert [h.message.content for h in hits] == ["apple banana"]
+    assert len(engines) == 2 and engines[1] not in closed
+    await mem.close()
+    assert closed == engines
 
 
 def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close(tmp_path):
@@ -569,7 +536,7 @@ def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close
     assert run(go())[0]["n"] == 5
 
 
-def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_path, monkeypatch):
+async def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_path, monkeypatch):
     """A save of the in-memory index copies it to the file in short steps (the postings
     in parts of ``COPY_PART`` rows), each under the index's lock: a search during the
     save is answered between two steps, a vector write then makes the index dirty and
@@ -582,67 +549,64 @@ def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_pat
     monkeypatch.setattr(cache_module, "COPY_PART", 12)
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        await _saved_history(db, idx)
+    await _saved_history(db, idx)
 
-        mem = _mem(db, idx)
-        live = mem.index
-        live.move_delay, live.save_delay = 0, 0
-        assert await mem.search("apple")
-        await live._moving  # answered from the file, then copied into memory
-        assert live._cache.in_memory
-        sid = (await mem.sessions.list())[0].session_id
-        await mem.messages.append(sid, "user", "apple quince")
-        assert len(await mem.search("quince")) == 1
+    mem = _mem(db, idx)
+    live = mem.index
+    live.move_delay, live.save_delay = 0, 0
+    assert await mem.search("apple")
+    await live._moving  # answered from the file, then copied into memory
+    assert live._cache.in_memory
+    sid = (await mem.sessions.list())[0].session_id
+    await mem.messages.append(sid, "user", "apple quince")
+    assert len(await mem.search("quince")) == 1
 
-        steps: list[str] = []
-        paused, go_on = asyncio.Event(), asyncio.Event()
-        save = live._cache.save
+    steps: list[str] = []
+    paused, go_on = asyncio.Event(), asyncio.Event()
+    save = live._cache.save
 
-        async def stepped(hold):
-            @contextlib.asynccontextmanager
-            async def logged():
-                if len(steps) == 3:  # between two steps: the lock is free
-                    paused.set()
-                    await go_on.wait()
-                async with hold():
-                    steps.append("step")
-                    yield
+    async def stepped(hold):
+        @contextlib.asynccontextmanager
+        async def logged():
+            if len(steps) == 3:  # between two steps: the lock is free
+                paused.set()
+                await go_on.wait()
+            async with hold():
+                steps.append("step")
+                yield
 
-            await save(hold=logged)
+        await save(hold=logged)
 
-        live._cache.save = stepped
-        live._schedule_save(soon=True)
-        first = live._saving
-        await asyncio.wait_for(paused.wait(), 30)
-        assert live._copying
-        hits = await asyncio.wait_for(mem.search("quince"), 30)
-        assert [h.message.content for h in hits] == ["apple quince"]
-        n = await asyncio.wait_for(live.index.embed_missing(HashingEmbedder(16)), 30)
-        assert n == 42
-        live.changed_in_background()
-        assert not first.done() and live._dirty
-        go_on.set()
-        await asyncio.wait_for(first, 30)
-        assert live._saving is not first  # written to during the copy: saved again
-        await asyncio.wait_for(live._saving, 30)
-        assert not live._dirty
-        postings = await mem.sql("SELECT tid, doc, tf FROM postings ORDER BY tid, doc")
-        parts = await live._cache._parts("postings")
-        assert len(parts) >= 5 and len(steps) >= 3 + len(parts)
-        await mem.close()
+    live._cache.save = stepped
+    live._schedule_save(soon=True)
+    first = live._saving
+    await asyncio.wait_for(paused.wait(), 30)
+    assert live._copying
+    hits = await asyncio.wait_for(mem.search("quince"), 30)
+    assert [h.message.content for h in hits] == ["apple quince"]
+    n = await asyncio.wait_for(live.index.embed_missing(HashingEmbedder(16)), 30)
+    assert n == 42
+    live.changed_in_background()
+    assert not first.done() and live._dirty
+    go_on.set()
+    await asyncio.wait_for(first, 30)
+    assert live._saving is not first  # written to during the copy: saved again
+    await asyncio.wait_for(live._saving, 30)
+    assert not live._dirty
+    postings = await mem.sql("SELECT tid, doc, tf FROM postings ORDER BY tid, doc")
+    parts = await live._cache._parts("postings")
+    assert len(parts) >= 5 and len(steps) >= 3 + len(parts)
+    await mem.close()
 
-        mem = _mem(db, idx)
-        mem.index.move_delay = 3600  # answered from the file as saved
-        assert await mem.sql("SELECT tid, doc, tf FROM postings") == postings
-        assert await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model") == [
-            {"model": HashingEmbedder(16).model, "n": 42}
-        ]
-        got = await _answers(mem)
-        assert not mem.index._cache.in_memory and mem.index.last_open["refreshed"] == 0
-        fresh = _mem(db, None)
-        assert got == await _answers(fresh)
-        await fresh.close()
-        await mem.close()
-
-    run(go())
+    mem = _mem(db, idx)
+    mem.index.move_delay = 3600  # answered from the file as saved
+    assert await mem.sql("SELECT tid, doc, tf FROM postings") == postings
+    assert await mem.sql("SELECT model, count(*) AS n FROM embeddings GROUP BY model") == [
+        {"model": HashingEmbedder(16).model, "n": 42}
+    ]
+    got = await _answers(mem)
+    assert not mem.index._cache.in_memory and mem.index.last_open["refreshed"] == 0
+    fresh = _mem(db, None)
+    assert got == await _answers(fresh)
+    await fresh.close()
+    await mem.close()

@@ -11,7 +11,6 @@ import pytest
 import chatmem
 from chatmem.index.lifecycle import HOLDS_INDEX, TRANSITIONS, IndexState, check_transition
 from chatmem.index.query_index import QueryIndex
-from conftest import run
 
 S = IndexState
 
@@ -36,66 +35,59 @@ async def _seeded() -> Any:
     return mem, s.session_id
 
 
-def test_a_memory_goes_from_unopened_to_ready_to_closed() -> None:
-    async def scenario() -> None:
-        mem, sid = await _seeded()
-        assert mem.index.state is S.UNOPENED and mem.index.index is None
-        assert [h.message.text for h in await mem.search("lisbon")] == ["We fly to Lisbon in May."]
-        assert mem.index.state is S.READY and mem.index.status()["state"] == "ready"
-        await mem.messages.append(sid, "user", "Lisbon again.")  # queued: still ready
-        assert mem.index.state is S.READY
-        assert len(await mem.search("lisbon")) == 2
-        await mem.close()
-        assert mem.index.state is S.CLOSED and mem.index.index is None
-
-    run(scenario())
+async def test_a_memory_goes_from_unopened_to_ready_to_closed() -> None:
+    mem, sid = await _seeded()
+    assert mem.index.state is S.UNOPENED and mem.index.index is None
+    assert [h.message.text for h in await mem.search("lisbon")] == ["We fly to Lisbon in May."]
+    assert mem.index.state is S.READY and mem.index.status()["state"] == "ready"
+    await mem.messages.append(sid, "user", "Lisbon again.")  # queued: still ready
+    assert mem.index.state is S.READY
+    assert len(await mem.search("lisbon")) == 2
+    await mem.close()
+    assert mem.index.state is S.CLOSED and mem.index.index is None
 
 
-def test_a_failed_engine_opening_is_tried_again() -> None:
-    async def scenario() -> None:
-        mem, _ = await _seeded()
-        real, calls = mem.index._factory, []
+async def test_a_failed_engine_opening_is_tried_again() -> None:
+    mem, _ = await _seeded()
+    real, calls = mem.index._factory, []
 
-        async def flaky() -> Any:
-            calls.append(1)
-            if len(calls) == 1:
-                raise OSError("the engine is not there yet")
-            return await real()
+    async def flaky() -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("the engine is not there yet")
+        return await real()
 
-        mem.index._factory = flaky
-        with pytest.raises(OSError):
-            await mem.search("lisbon")
-        assert mem.index.state is S.FAILED and mem.index.index is None
-        assert len(await mem.search("lisbon")) == 1
-        assert mem.index.state is S.READY and len(calls) == 2
-        await mem.close()
-
-    run(scenario())
+    mem.index._factory = flaky
+    with pytest.raises(OSError):
+        await mem.search("lisbon")
+    assert mem.index.state is S.FAILED and mem.index.index is None
+    assert len(await mem.search("lisbon")) == 1
+    assert mem.index.state is S.READY and len(calls) == 2
+    await mem.close()
 
 
-def test_a_derivation_that_fails_halfway_leaves_nothing_half_made(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def scenario() -> None:
-        mem, sid = await _seeded()
-        real = QueryIndex.rebuild
-        failed: list[QueryIndex] = []
+async def test_a_derivation_that_fails_halfway_leaves_nothing_half_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mem, sid = await _seeded()
+    real = QueryIndex.rebuild
+    failed: list[QueryIndex] = []
 
-        async def breaks_once(self: QueryIndex, sessions: Any, messages: Any, **kw: Any) -> None:
-            if not failed:
-                failed.append(self)
-                await self.engine.execute("CREATE TABLE IF NOT EXISTS sessions (session_id VARCHAR)")
-                raise MemoryError("out of memory halfway")
-            await real(self, sessions, messages, **kw)
+    async def breaks_once(self: QueryIndex, sessions: Any, messages: Any, **kw: Any) -> None:
+        if not failed:
+            failed.append(self)
+            await self.engine.execute("CREATE TABLE IF NOT EXISTS sessions (session_id VARCHAR)")
+            raise MemoryError("out of memory halfway")
+        await real(self, sessions, messages, **kw)
 
-        monkeypatch.setattr(QueryIndex, "rebuild", breaks_once)
-        with pytest.raises(MemoryError):
-            await mem.search("lisbon")
-        assert mem.index.state is S.FAILED and mem.index.index is None
-        await mem.messages.append(sid, "user", "And Porto in June.")  # while failed: read by the next opening
-        assert {h.message.text for h in await mem.search("lisbon porto")} == {
-            "We fly to Lisbon in May.",
-            "And Porto in June.",
-        }
-        assert mem.index.state is S.READY and mem.index.index is not failed[0]
-        await mem.close()
-
-    run(scenario())
+    monkeypatch.setattr(QueryIndex, "rebuild", breaks_once)
+    with pytest.raises(MemoryError):
+        await mem.search("lisbon")
+    assert mem.index.state is S.FAILED and mem.index.index is None
+    await mem.messages.append(sid, "user", "And Porto in June.")  # while failed: read by the next opening
+    assert {h.message.text for h in await mem.search("lisbon porto")} == {
+        "We fly to Lisbon in May.",
+        "And Porto in June.",
+    }
+    assert mem.index.state is S.READY and mem.index.index is not failed[0]
+    await mem.close()

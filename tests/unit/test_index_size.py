@@ -94,7 +94,7 @@ def test_saved_file_keeps_text_zstd_compressed(tmp_path):
     assert facts["text_compression"] == {"ZSTD"}, facts
 
 
-def test_saves_after_catch_ups_do_not_grow_the_file(tmp_path):
+async def test_saves_after_catch_ups_do_not_grow_the_file(tmp_path):
     """Each reopening after writes elsewhere catches up in the file, which is then copied
     into memory (here at close) and saved back whole: the save reuses the blocks of the
     copy it replaces, so the file stays the size of one copy (replacing it in one
@@ -102,28 +102,25 @@ def test_saves_after_catch_ups_do_not_grow_the_file(tmp_path):
     answers stay exact."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
+    mem = _mem(db, idx)
+    ids = await _fill(mem, 8, 150)
+    await mem.search("abc")
+    await mem.close()
+    first = _file_facts(idx)["blocks"]
+    rng = random.Random(5)
+    for round_ in range(3):
+        other = _mem(db, None)  # a write while no index is open
+        await other.messages.append(ids[round_], "user", _words(rng, 60))
+        await other.close()
         mem = _mem(db, idx)
-        ids = await _fill(mem, 8, 150)
-        await mem.search("abc")
+        got = await _answers(mem)
+        assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 1
         await mem.close()
-        first = _file_facts(idx)["blocks"]
-        rng = random.Random(5)
-        for round_ in range(3):
-            other = _mem(db, None)  # a write while no index is open
-            await other.messages.append(ids[round_], "user", _words(rng, 60))
-            await other.close()
-            mem = _mem(db, idx)
-            got = await _answers(mem)
-            assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 1
-            await mem.close()
-            facts = _file_facts(idx)
-            assert facts["blocks"] <= first + 3, (round_, first, facts)
-        fresh = _mem(db, None)
-        assert await _answers(fresh) == got
-        await fresh.close()
-
-    run(go())
+        facts = _file_facts(idx)
+        assert facts["blocks"] <= first + 3, (round_, first, facts)
+    fresh = _mem(db, None)
+    assert await _answers(fresh) == got
+    await fresh.close()
 
 
 def test_index_file_of_older_storage_version_is_replaced_with_a_notice(tmp_path):

@@ -53,46 +53,43 @@ def _small(monkeypatch) -> None:
     monkeypatch.setattr(keywords, "SORT_PART", 40)
 
 
-def test_a_large_store_is_derived_into_its_file_and_kept_there(tmp_path, monkeypatch):
+async def test_a_large_store_is_derived_into_its_file_and_kept_there(tmp_path, monkeypatch):
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, None)
-        sids = await _fill(mem)
-        want = await _answers(mem)  # derived in memory, one sort
-        await mem.close()
+    mem = _mem(db, None)
+    sids = await _fill(mem)
+    want = await _answers(mem)  # derived in memory, one sort
+    await mem.close()
 
-        _small(monkeypatch)
-        mem = _mem(db, idx)
-        mem.index.move_delay = 0
-        assert await _answers(mem) == want
-        assert mem.index.last_open["mode"] == "rebuilt" and not mem.index._cache.in_memory
-        rows = await mem.index.index.execute("SELECT tid, doc FROM postings")
-        assert [(r["tid"], r["doc"]) for r in rows] == sorted((r["tid"], r["doc"]) for r in rows)
-        await mem.close()
+    _small(monkeypatch)
+    mem = _mem(db, idx)
+    mem.index.move_delay = 0
+    assert await _answers(mem) == want
+    assert mem.index.last_open["mode"] == "rebuilt" and not mem.index._cache.in_memory
+    rows = await mem.index.index.execute("SELECT tid, doc FROM postings")
+    assert [(r["tid"], r["doc"]) for r in rows] == sorted((r["tid"], r["doc"]) for r in rows)
+    await mem.close()
 
-        # reopened: answered from the file, which is never copied into memory
-        mem = _mem(db, idx)
-        mem.index.move_delay = 0
-        assert await _answers(mem) == want and mem.index.last_open["mode"] == "cached"
-        await mem.index._move_later()
-        assert not mem.index._cache.in_memory
-        # writes go to the file and are kept without a copy
-        await mem.messages.append(sids[0], "user", "apple quince")
-        await mem.sessions.delete(sids[1])
-        after = await _answers(mem)
-        assert not mem.index._cache.in_memory and len(await mem.search("quince")) == 1
-        await mem.close()
+    # reopened: answered from the file, which is never copied into memory
+    mem = _mem(db, idx)
+    mem.index.move_delay = 0
+    assert await _answers(mem) == want and mem.index.last_open["mode"] == "cached"
+    await mem.index._move_later()
+    assert not mem.index._cache.in_memory
+    # writes go to the file and are kept without a copy
+    await mem.messages.append(sids[0], "user", "apple quince")
+    await mem.sessions.delete(sids[1])
+    after = await _answers(mem)
+    assert not mem.index._cache.in_memory and len(await mem.search("quince")) == 1
+    await mem.close()
 
-        mem = _mem(db, idx)
-        assert await _answers(mem) == after and mem.index.hydrations == 0
-        await mem.close()
-        monkeypatch.undo()
-        fresh = _mem(db, None)
-        assert await _answers(fresh) == after
-        await fresh.close()
-
-    run(go())
+    mem = _mem(db, idx)
+    assert await _answers(mem) == after and mem.index.hydrations == 0
+    await mem.close()
+    monkeypatch.undo()
+    fresh = _mem(db, None)
+    assert await _answers(fresh) == after
+    await fresh.close()
 
 
 def test_postings_sorted_in_parts_are_those_of_one_sort(monkeypatch):

@@ -403,15 +403,12 @@ def test_thousand_ops_with_20_percent_random_faults_arrive_exactly_once(srv: Any
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_apply_changes_rules(backend: str, tmp_path: Path) -> None:
+async def test_apply_changes_rules(backend: str, tmp_path: Path) -> None:
     """The store's apply_changes merge rules (same check runs on IndexedDB in the browser)."""
 
-    async def go() -> None:
-        mem = await chatmem.open(persist=str(tmp_path / "a.db") if backend == "sqlite" else None)
-        await check_apply_changes(mem)
-        await mem.close()
-
-    run(go())
+    mem = await chatmem.open(persist=str(tmp_path / "a.db") if backend == "sqlite" else None)
+    await check_apply_changes(mem)
+    await mem.close()
 
 
 def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(srv: Any) -> None:

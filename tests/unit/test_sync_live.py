@@ -63,23 +63,22 @@ def servers(request: Any) -> Iterator[tuple[SyncServer, SyncServer]]:
         yield a, b
 
 
-def test_another_device_sees_a_change_through_the_stream(servers: tuple[SyncServer, SyncServer]) -> None:
+async def test_another_device_sees_a_change_through_the_stream(
+    servers: tuple[SyncServer, SyncServer],
+) -> None:
     """B pulls A's new session long before its next poll would."""
     sa, sb = servers
 
-    async def go() -> None:
-        a, b = await device(sa.url), await device(sb.url)
-        try:
-            await until(lambda: asyncio.sleep(0, b.sync.live_state == "following"), "B follows")
-            await until(lambda: asyncio.sleep(0, sb.hub.streams >= 1), "B's stream is open")
-            sid = (await a.sessions.create(title="from A")).session_id
-            await until(lambda: shows(b, sid), "B has A's session")
-            assert (await b.sessions.get(sid)).title == "from A"
-        finally:
-            await a.close()
-            await b.close()
-
-    run(go())
+    a, b = await device(sa.url), await device(sb.url)
+    try:
+        await until(lambda: asyncio.sleep(0, b.sync.live_state == "following"), "B follows")
+        await until(lambda: asyncio.sleep(0, sb.hub.streams >= 1), "B's stream is open")
+        sid = (await a.sessions.create(title="from A")).session_id
+        await until(lambda: shows(b, sid), "B has A's session")
+        assert (await b.sessions.get(sid)).title == "from A"
+    finally:
+        await a.close()
+        await b.close()
 
 
 def test_a_dropped_stream_reconnects_and_loses_nothing() -> None:
