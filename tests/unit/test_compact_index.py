@@ -167,85 +167,74 @@ async def test_figures_kept_in_python_stay_exact_across_writes(monkeypatch, whol
     await live.close()
 
 
-def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
+async def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
     """The whole vocabulary arrives in pages of ``VOCABULARY_PAGE`` terms (one big answer
     held a page's main thread): every term with its id and df, as in the terms table."""
     monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
-        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
-        rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
-        pages = []
-        execute = idx.engine.execute
+    idx = QueryIndex(DuckDBEngine())
+    await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+    await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
+    rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
+    pages = []
+    execute = idx.engine.execute
 
-        async def counted(sql, params=None, **kw):
-            if "LIMIT" in sql:
-                pages.append(params)
-            return await execute(sql, params, **kw)
+    async def counted(sql, params=None, **kw):
+        if "LIMIT" in sql:
+            pages.append(params)
+        return await execute(sql, params, **kw)
 
-        idx.engine.execute = counted
-        fig = figures.KeywordFigures()
-        await fig.read_vocabulary(idx.engine)
-        await idx.close()
-        return rows, fig, pages
-
-    rows, fig, pages = run(go())
+    idx.engine.execute = counted
+    fig = figures.KeywordFigures()
+    await fig.read_vocabulary(idx.engine)
+    await idx.close()
+    rows, fig, pages = rows, fig, pages
     assert len(rows) == 13  # w0..w11 and "common"
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
     assert len(pages) == 4 and all(p[1] == 4 for p in pages)
 
 
-def test_first_answer_never_waits_for_the_vocabulary_read():
+async def test_first_answer_never_waits_for_the_vocabulary_read():
     """The vocabulary (and docs) are read after the first search is answered, however
     long that answer takes: here its postings read is slowed past the old fixed 50 ms."""
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
-        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
-        fresh = QueryIndex(idx.engine)  # an opening: nothing of the vocabulary known yet
-        log = _slowed(idx.engine, "FROM postings", 0.3)
-        hits = await search(fresh, "w7 common", limit=3)
-        answered = len(log)
-        await fresh._vocabulary
-        return hits, log, answered, fresh._figures.whole
-
-    hits, log, answered, whole = run(go())
+    idx = QueryIndex(DuckDBEngine())
+    await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+    await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
+    fresh = QueryIndex(idx.engine)  # an opening: nothing of the vocabulary known yet
+    log = _slowed(idx.engine, "FROM postings", 0.3)
+    hits = await search(fresh, "w7 common", limit=3)
+    answered = len(log)
+    await fresh._vocabulary
+    hits, log, answered, whole = hits, log, answered, fresh._figures.whole
     assert hits and "w7" in hits[0].message.content
     assert not any("WHERE tid >" in sql for sql in log[:answered]), log[:answered]
     assert whole and any("WHERE tid >" in sql for sql in log[answered:]), log
 
 
-def test_an_append_between_two_vocabulary_pages_joins_that_read(monkeypatch):
+async def test_an_append_between_two_vocabulary_pages_joins_that_read(monkeypatch):
     """The vocabulary is read a page per hold of the lock; an append that comes between
     two pages keeps the read going: the terms the pages read already hold get its counts,
     its new terms and the later pages' terms are read as they are then. The whole read
     ends equal to the terms table, without starting over."""
     monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
-        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
-        fig = idx._figures
-        fig.forget()
-        pages = [await fig.read_vocabulary_page(idx.engine)]
-        read_first = dict(fig._term_read[0])
-        # "common" and "w0" are in the first page, "w9" in a later one, "fresh" is new
-        await idx.apply("messages-appended", "a", [_msg(20, "a", "w0 common fresh w9")])
-        going = fig._term_read is not None
-        while pages[-1]:
-            pages.append(await fig.read_vocabulary_page(idx.engine))
-            await idx.apply(
-                "messages-appended", "a", [_msg(20 + len(pages), "a", f"common late{len(pages)}")]
-            )
-        rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
-        await idx.close()
-        return pages, read_first, going, fig, rows
-
-    pages, read_first, going, fig, rows = run(go())
+    idx = QueryIndex(DuckDBEngine())
+    await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+    await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
+    fig = idx._figures
+    fig.forget()
+    pages = [await fig.read_vocabulary_page(idx.engine)]
+    read_first = dict(fig._term_read[0])
+    # "common" and "w0" are in the first page, "w9" in a later one, "fresh" is new
+    await idx.apply("messages-appended", "a", [_msg(20, "a", "w0 common fresh w9")])
+    going = fig._term_read is not None
+    while pages[-1]:
+        pages.append(await fig.read_vocabulary_page(idx.engine))
+        await idx.apply("messages-appended", "a", [_msg(20 + len(pages), "a", f"common late{len(pages)}")])
+    rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
+    await idx.close()
+    pages, read_first, going, fig, rows = pages, read_first, going, fig, rows
     assert {"common", "w0"} <= set(read_first) and "w9" not in read_first and going
     assert pages == [True, True, True, True, False]  # 13 terms and 4 appended: never started over
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
@@ -253,63 +242,62 @@ def test_an_append_between_two_vocabulary_pages_joins_that_read(monkeypatch):
     assert {"fresh", "late2", "late4", "late5"} <= set(fig.terms)  # late5: after the read ended
 
 
-def test_a_delete_or_a_large_append_between_two_vocabulary_pages_drops_that_read(monkeypatch):
+async def test_a_delete_or_a_large_append_between_two_vocabulary_pages_drops_that_read(monkeypatch):
     """A write that forgets the terms (a delete, or an append too large to count term by
     term) drops a whole read under way: nothing half-read is kept, and the next read gives
     the terms table as it is."""
     monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
     monkeypatch.setattr(figures, "_EXACT_UPDATE", 2)
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        for sid in ("a", "b"):
-            await idx.apply("session-created", sid, SessionMeta(sid, sid, 1, 1).to_record())
-        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
-        await idx.apply("messages-appended", "b", [_msg(50, "b", "common only")])
-        fig = idx._figures
-        out = []
-        for write in ("delete", "large"):
-            fig.forget()
-            first = await fig.read_vocabulary_page(idx.engine)
-            if write == "delete":
-                await idx.apply("session-deleted", "b", None)
-            else:
-                await idx.apply(
-                    "messages-appended", "a", [_msg(60 + i, "a", f"bulk{i} common") for i in range(3)]
-                )
-            second = await fig.read_vocabulary_page(idx.engine)
-            out.append((first, second, fig.whole, dict(fig.terms)))
-        await fig.read_vocabulary(idx.engine)
-        rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
-        await idx.close()
-        return out, fig, rows
-
-    out, fig, rows = run(go())
+    idx = QueryIndex(DuckDBEngine())
+    for sid in ("a", "b"):
+        await idx.apply("session-created", sid, SessionMeta(sid, sid, 1, 1).to_record())
+    await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(11)])
+    await idx.apply("messages-appended", "b", [_msg(50, "b", "common only")])
+    fig = idx._figures
+    out = []
+    for write in ("delete", "large"):
+        fig.forget()
+        first = await fig.read_vocabulary_page(idx.engine)
+        if write == "delete":
+            await idx.apply("session-deleted", "b", None)
+        else:
+            await idx.apply(
+                "messages-appended", "a", [_msg(60 + i, "a", f"bulk{i} common") for i in range(3)]
+            )
+        second = await fig.read_vocabulary_page(idx.engine)
+        out.append((first, second, fig.whole, dict(fig.terms)))
+    await fig.read_vocabulary(idx.engine)
+    rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
+    await idx.close()
+    out, fig, rows = out, fig, rows
     assert out == [(True, False, False, {}), (True, False, False, {})]
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
     assert "bulk2" in fig.terms and fig.terms["common"][1] == 14
 
 
-def test_a_search_during_the_vocabulary_read_waits_for_one_page_at_most(monkeypatch):
+async def test_a_search_during_the_vocabulary_read_waits_for_one_page_at_most(monkeypatch):
     """A search asked while the vocabulary is being read in the background goes in
     between two pages: it does not wait for the whole read (0.6-0.8 s in the page)."""
     monkeypatch.setattr(figures, "VOCABULARY_PAGE", 4)
 
-    async def go():
-        idx = QueryIndex(DuckDBEngine())
-        await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
-        await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
-        fresh = QueryIndex(idx.engine)
-        log = _slowed(idx.engine, "WHERE tid >", 0.1)
-        await search(fresh, "w7 common", limit=3)
-        while not any("WHERE tid >" in sql for sql in log):
-            await asyncio.sleep(0.005)
-        hits = await search(fresh, "w30 common", limit=3)
-        pages_before = sum("WHERE tid >" in sql for sql in log)
-        await fresh._vocabulary
-        return hits, pages_before, sum("WHERE tid >" in sql for sql in log), fresh._figures.whole
-
-    hits, before, pages, whole = run(go())
+    idx = QueryIndex(DuckDBEngine())
+    await idx.apply("session-created", "a", SessionMeta("a", "a", 1, 1).to_record())
+    await idx.apply("messages-appended", "a", [_msg(i, "a", f"w{i} w{i + 1} common") for i in range(40)])
+    fresh = QueryIndex(idx.engine)
+    log = _slowed(idx.engine, "WHERE tid >", 0.1)
+    await search(fresh, "w7 common", limit=3)
+    while not any("WHERE tid >" in sql for sql in log):
+        await asyncio.sleep(0.005)
+    hits = await search(fresh, "w30 common", limit=3)
+    pages_before = sum("WHERE tid >" in sql for sql in log)
+    await fresh._vocabulary
+    hits, before, pages, whole = (
+        hits,
+        pages_before,
+        sum("WHERE tid >" in sql for sql in log),
+        fresh._figures.whole,
+    )
     assert hits and "w30" in hits[0].message.content
     assert pages == 11 and whole  # 42 terms, 4 a page
     assert before <= 2, before

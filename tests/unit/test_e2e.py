@@ -211,28 +211,25 @@ def test_secrets_stay_out_of_repr_dicts_and_the_store(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- through the server
 
 
-def test_two_devices_read_each_other_and_the_server_sees_no_plaintext(srv: Any, tmp_path: Path) -> None:
+async def test_two_devices_read_each_other_and_the_server_sees_no_plaintext(srv: Any, tmp_path: Path) -> None:
     """A and B share a passphrase: B reads A's history, A reads B's reply; neither the
     server's database files nor any HTTP body contain the marker; health advertises e2e."""
 
-    async def go() -> tuple[list[str], list[str], Capture, Capture, str, Any]:
-        ta, tb = Capture(), Capture()
-        a = await device(srv, pw(), transport=ta)
-        sid = await history(a)
-        fact = await a.facts.add(f"Keeps the word {MARKER}", key="secret", value=MARKER)
-        await a.sync.run()
-        b = await device(srv, pw(), transport=tb)
-        await b.sync.run()
-        assert [(f.fact_id, f.value) for f in await b.facts.list()] == [(fact.fact_id, MARKER)]
-        got_b = await texts(b, sid)
-        await b.messages.append(sid, "user", f"reply {MARKER}-b")
-        await b.sync.run()
-        await a.sync.run()
-        caps = await a.sync._client.capabilities()  # type: ignore[union-attr]
-        title = (await b.sessions.get(sid)).title
-        return got_b, await texts(a, sid), ta, tb, title, caps
-
-    got_b, got_a, ta, tb, title, caps = run(go())
+    ta, tb = Capture(), Capture()
+    a = await device(srv, pw(), transport=ta)
+    sid = await history(a)
+    fact = await a.facts.add(f"Keeps the word {MARKER}", key="secret", value=MARKER)
+    await a.sync.run()
+    b = await device(srv, pw(), transport=tb)
+    await b.sync.run()
+    assert [(f.fact_id, f.value) for f in await b.facts.list()] == [(fact.fact_id, MARKER)]
+    got_b = await texts(b, sid)
+    await b.messages.append(sid, "user", f"reply {MARKER}-b")
+    await b.sync.run()
+    await a.sync.run()
+    caps = await a.sync._client.capabilities()  # type: ignore[union-attr]
+    title = (await b.sessions.get(sid)).title
+    got_b, got_a, ta, tb, title, caps = got_b, await texts(a, sid), ta, tb, title, caps
     assert got_b == [f"my secret is {MARKER}", "noted"]
     assert got_a == [f"my secret is {MARKER}", "noted", f"reply {MARKER}-b"]
     assert title == f"renamed {MARKER}"
@@ -290,32 +287,29 @@ def test_a_device_without_encryption_is_refused_and_keeps_its_ops(srv: Any) -> N
     assert MARKER.encode() not in stored_bytes(srv)
 
 
-def test_remember_keeps_the_derived_key_not_the_passphrase(srv: Any, tmp_path: Path) -> None:
+async def test_remember_keeps_the_derived_key_not_the_passphrase(srv: Any, tmp_path: Path) -> None:
     """After a restart a remembering device syncs with no passphrase; one that did not
     remember is 'locked'; the SQLite file never holds the passphrase."""
     keep, forget = str(tmp_path / "keep.db"), str(tmp_path / "forget.db")
 
-    async def go() -> tuple[str, str]:
-        for path, remember in ((keep, True), (forget, False)):
-            m = await device(srv, pw(remember=remember), persist=path)
-            await history(m, MARKER + path[-7:-3])
+    for path, remember in ((keep, True), (forget, False)):
+        m = await device(srv, pw(remember=remember), persist=path)
+        await history(m, MARKER + path[-7:-3])
+        await m.sync.run()
+        await m.close()
+    states = []
+    for path in (keep, forget):
+        m = await chatmem.open(persist=path)
+        m.sync.transport = Capture()
+        await m.sessions.create(title="after restart")
+        try:
             await m.sync.run()
-            await m.close()
-        states = []
-        for path in (keep, forget):
-            m = await chatmem.open(persist=path)
-            m.sync.transport = Capture()
-            await m.sessions.create(title="after restart")
-            try:
-                await m.sync.run()
-            except WrongPassphrase:
-                pass
-            states.append((await m.sync.status()).state)
-            assert json.dumps(await m.store.kv_get(CONFIG_KEY)).find(PASS) == -1
-            await m.close()
-        return states[0], states[1]
-
-    kept, forgot = run(go())
+        except WrongPassphrase:
+            pass
+        states.append((await m.sync.status()).state)
+        assert json.dumps(await m.store.kv_get(CONFIG_KEY)).find(PASS) == -1
+        await m.close()
+    kept, forgot = states[0], states[1]
     assert (kept, forgot) == ("idle", "locked")
     for path in (keep, forget):
         assert PASS.encode() not in Path(path).read_bytes()
@@ -461,25 +455,22 @@ async def test_interrupted_passphrase_change_resumes_and_rewrites_each_record_on
     assert await texts(c, sids[1]) == [f"my secret is {MARKER}-1", "noted", "b after the change"]
 
 
-def test_raw_key_and_concurrent_devices_converge(srv: Any) -> None:
+async def test_raw_key_and_concurrent_devices_converge(srv: Any) -> None:
     """EncryptionKey(32 bytes) works like a passphrase; per-field LWW by HLC still merges
     two devices' concurrent edits of one session although the server cannot read them."""
     raw = bytes(range(32))
 
-    async def go() -> tuple[Any, Any]:
-        a = await device(srv, EncryptionKey(raw))
-        sid = await history(a)
-        await a.sync.run()
-        b = await device(srv, EncryptionKey(raw))
-        await b.sync.run()
-        await a.sessions.update(sid, title="from a")
-        await b.sessions.update(sid, pinned=True)
-        await a.sync.run()
-        await b.sync.run()
-        await a.sync.run()
-        return await a.sessions.get(sid), await b.sessions.get(sid)
-
-    sa, sb = run(go())
+    a = await device(srv, EncryptionKey(raw))
+    sid = await history(a)
+    await a.sync.run()
+    b = await device(srv, EncryptionKey(raw))
+    await b.sync.run()
+    await a.sessions.update(sid, title="from a")
+    await b.sessions.update(sid, pinned=True)
+    await a.sync.run()
+    await b.sync.run()
+    await a.sync.run()
+    sa, sb = await a.sessions.get(sid), await b.sessions.get(sid)
     assert (sa.title, sa.pinned) == (sb.title, sb.pinned) == ("from a", True)
     with pytest.raises(ValidationError):
         Passphrase("")

@@ -29,20 +29,17 @@ async def fresh(**config: Any) -> chatmem.Memory:
     return mem
 
 
-def test_a_new_single_value_supersedes_the_old_at_the_time_it_was_said() -> None:
-    async def go() -> Any:
-        mem = await fresh()
-        r1 = await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
-        r2 = await mem.facts.apply([add("home", "Porto", "m5")], times=TIMES)
-        facts = await mem.facts.list(key="home", status=None)
-        return (
-            r1,
-            r2,
-            facts,
-            [await mem.facts.list(key="home", at=t) for t in (500, 1_000, 4_999, 5_000, 9_000)],
-        )
-
-    r1, r2, (lisbon, porto), at = run(go())
+async def test_a_new_single_value_supersedes_the_old_at_the_time_it_was_said() -> None:
+    mem = await fresh()
+    r1 = await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
+    r2 = await mem.facts.apply([add("home", "Porto", "m5")], times=TIMES)
+    facts = await mem.facts.list(key="home", status=None)
+    r1, r2, (lisbon, porto), at = (
+        r1,
+        r2,
+        facts,
+        [await mem.facts.list(key="home", at=t) for t in (500, 1_000, 4_999, 5_000, 9_000)],
+    )
     assert (r1.added, r2.added, r2.superseded) == (1, 1, 1)
     assert (lisbon.status, lisbon.valid_from, lisbon.valid_to, lisbon.superseded_by) == (
         "superseded",
@@ -59,15 +56,12 @@ def test_a_new_single_value_supersedes_the_old_at_the_time_it_was_said() -> None
     assert [[f.value for f in fs] for fs in at] == [[], ["Lisbon"], ["Lisbon"], ["Porto"], ["Porto"]]
 
 
-def test_the_same_value_again_reinforces_and_never_duplicates() -> None:
-    async def go() -> Any:
-        mem = await fresh()
-        await mem.facts.apply([add("home", "Porto", "m1")], times=TIMES)
-        report = await mem.facts.apply([add("home", " porto ", "m2"), add("likes", "Tea", "m3")], times=TIMES)
-        again = await mem.facts.apply([add("likes", "tea", "m4")], times=TIMES)
-        return report, again, await mem.facts.list(status=None)
-
-    report, again, facts = run(go())
+async def test_the_same_value_again_reinforces_and_never_duplicates() -> None:
+    mem = await fresh()
+    await mem.facts.apply([add("home", "Porto", "m1")], times=TIMES)
+    report = await mem.facts.apply([add("home", " porto ", "m2"), add("likes", "Tea", "m3")], times=TIMES)
+    again = await mem.facts.apply([add("likes", "tea", "m4")], times=TIMES)
+    report, again, facts = report, again, await mem.facts.list(status=None)
     assert (report.reinforced, report.added, again.reinforced) == (1, 1, 1)
     assert [(f.key, f.value, f.source_ids) for f in facts] == [
         ("home", "Porto", ("m1", "m2")),
@@ -91,16 +85,13 @@ def test_multi_valued_slots_keep_their_values_side_by_side() -> None:
     assert run(go()) == ["Ana", "Marta", "Miso"]
 
 
-def test_likes_and_dislikes_end_each_other_and_invalidate_ends_a_fact() -> None:
-    async def go() -> Any:
-        mem = await fresh()
-        await mem.facts.apply([add("likes", "coriander", "m1"), add("pet", "Rex", "m2")], times=TIMES)
-        flip = await mem.facts.apply([add("dislikes", "Coriander", "m3")], times=TIMES)
-        (rex,) = await mem.facts.list(key="pet")
-        gone = await mem.facts.apply([FactOp("invalidate", "pet", "Rex", source_ids=("m4",))], times=TIMES)
-        return flip, gone, await mem.facts.list(status=None), rex
-
-    flip, gone, facts, rex = run(go())
+async def test_likes_and_dislikes_end_each_other_and_invalidate_ends_a_fact() -> None:
+    mem = await fresh()
+    await mem.facts.apply([add("likes", "coriander", "m1"), add("pet", "Rex", "m2")], times=TIMES)
+    flip = await mem.facts.apply([add("dislikes", "Coriander", "m3")], times=TIMES)
+    (rex,) = await mem.facts.list(key="pet")
+    gone = await mem.facts.apply([FactOp("invalidate", "pet", "Rex", source_ids=("m4",))], times=TIMES)
+    flip, gone, facts, rex = flip, gone, await mem.facts.list(status=None), rex
     assert (flip.added, flip.invalidated, gone.invalidated) == (1, 1, 1)
     states = {(f.key, f.value): (f.status, f.valid_to) for f in facts}
     assert states == {
@@ -110,23 +101,20 @@ def test_likes_and_dislikes_end_each_other_and_invalidate_ends_a_fact() -> None:
     }
 
 
-def test_an_older_conversation_read_late_never_displaces_a_newer_value() -> None:
+async def test_an_older_conversation_read_late_never_displaces_a_newer_value() -> None:
     """Importing history out of order: "I live in Faro" said before "I moved to Porto" goes
     into the history, Porto stays current (no stale fact)."""
 
-    async def go() -> Any:
-        mem = await fresh()
-        await mem.facts.apply([add("home", "Porto", "m9")], times=TIMES)
-        report = await mem.facts.apply([add("home", "Faro", "m2")], times=TIMES)
-        (porto,) = await mem.facts.list(key="home")
-        return (
-            report,
-            porto,
-            await mem.facts.history(porto.fact_id),
-            await mem.facts.list(key="home", at=2_500),
-        )
-
-    report, porto, history, then = run(go())
+    mem = await fresh()
+    await mem.facts.apply([add("home", "Porto", "m9")], times=TIMES)
+    report = await mem.facts.apply([add("home", "Faro", "m2")], times=TIMES)
+    (porto,) = await mem.facts.list(key="home")
+    report, porto, history, then = (
+        report,
+        porto,
+        await mem.facts.history(porto.fact_id),
+        await mem.facts.list(key="home", at=2_500),
+    )
     assert porto.value == "Porto" and report.added == 1 and report.superseded == 0
     assert [(f.value, f.status, f.valid_to) for f in history] == [
         ("Faro", "superseded", 9_000),
@@ -135,32 +123,29 @@ def test_an_older_conversation_read_late_never_displaces_a_newer_value() -> None
     assert [f.value for f in then] == ["Faro"]
 
 
-def test_update_and_invalidate_by_id_and_refused_operations_leave_the_rest() -> None:
-    async def go() -> Any:
-        mem = await fresh()
-        await mem.facts.apply([add("job", "baker", "m1")], times=TIMES)
-        (job,) = await mem.facts.list(key="job")
-        report = await mem.facts.apply(
-            [
-                FactOp(
-                    "update",
-                    "job",
-                    "pastry chef",
-                    "Works as a pastry chef",
-                    fact_id=job.fact_id,
-                    source_ids=("m2",),
-                ),
-                FactOp("invalidate", "job", "x", fact_id="no-such-fact"),
-                add("home", "Porto", "not-a-source"),
-                add("Bad Key", "x", "m3"),
-                add("goal", "", "m3"),
-                add("goal", "run a marathon", "m3"),
-            ],
-            times=TIMES,
-        )
-        return report, await mem.facts.list(status=None)
-
-    report, facts = run(go())
+async def test_update_and_invalidate_by_id_and_refused_operations_leave_the_rest() -> None:
+    mem = await fresh()
+    await mem.facts.apply([add("job", "baker", "m1")], times=TIMES)
+    (job,) = await mem.facts.list(key="job")
+    report = await mem.facts.apply(
+        [
+            FactOp(
+                "update",
+                "job",
+                "pastry chef",
+                "Works as a pastry chef",
+                fact_id=job.fact_id,
+                source_ids=("m2",),
+            ),
+            FactOp("invalidate", "job", "x", fact_id="no-such-fact"),
+            add("home", "Porto", "not-a-source"),
+            add("Bad Key", "x", "m3"),
+            add("goal", "", "m3"),
+            add("goal", "run a marathon", "m3"),
+        ],
+        times=TIMES,
+    )
+    report, facts = report, await mem.facts.list(status=None)
     assert (report.added, report.superseded) == (2, 1)
     assert len(report.errors) == 4 and all(isinstance(e, ValidationError) for e in report.errors)
     assert [(f.key, f.value, f.status) for f in facts] == [
@@ -170,23 +155,20 @@ def test_update_and_invalidate_by_id_and_refused_operations_leave_the_rest() -> 
     ]
 
 
-def test_review_keeps_learnt_facts_pending_until_approved_or_rejected() -> None:
-    async def go() -> Any:
-        mem = await fresh()
-        await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
-        mem.facts.configure(review=True)
-        report = await mem.facts.apply([add("home", "Porto", "m3"), add("pet", "Rex", "m4")], times=TIMES)
-        shown = [f.value for f in await mem.facts.list()]
-        pending = await mem.facts.list(status="pending")
-        porto = await mem.facts.approve(next(f.fact_id for f in pending if f.value == "Porto"))
-        await mem.facts.reject(next(f.fact_id for f in pending if f.value == "Rex"))
-        with pytest.raises(ValidationError):
-            await mem.facts.approve(porto.fact_id)
-        with pytest.raises(FactNotFound):
-            await mem.facts.reject("no-such-fact")
-        return report, shown, porto, await mem.facts.list(status=None)
-
-    report, shown, porto, facts = run(go())
+async def test_review_keeps_learnt_facts_pending_until_approved_or_rejected() -> None:
+    mem = await fresh()
+    await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
+    mem.facts.configure(review=True)
+    report = await mem.facts.apply([add("home", "Porto", "m3"), add("pet", "Rex", "m4")], times=TIMES)
+    shown = [f.value for f in await mem.facts.list()]
+    pending = await mem.facts.list(status="pending")
+    porto = await mem.facts.approve(next(f.fact_id for f in pending if f.value == "Porto"))
+    await mem.facts.reject(next(f.fact_id for f in pending if f.value == "Rex"))
+    with pytest.raises(ValidationError):
+        await mem.facts.approve(porto.fact_id)
+    with pytest.raises(FactNotFound):
+        await mem.facts.reject("no-such-fact")
+    report, shown, porto, facts = report, shown, porto, await mem.facts.list(status=None)
     assert report.pending == 2 and report.added == 0 and shown == ["Lisbon"]
     assert porto.status == "active" and porto.valid_from == 3_000
     assert [(f.value, f.status, f.valid_to) for f in facts] == [
@@ -250,72 +232,75 @@ async def chat(mem: chatmem.Memory, *lines: tuple[str, str]) -> str:
     return s.session_id
 
 
-def test_extract_reads_each_user_message_once_and_keeps_where_a_fact_came_from() -> None:
-    async def go() -> Any:
-        mem = await chatmem.open()
-        ex = Scripted()
-        mem.facts.configure(extractor=ex)
-        sid = await chat(
-            mem,
-            ("system", "I live in Nowhere."),
-            ("user", "I live in Lisbon."),
-            ("assistant", "I live in the cloud."),
-        )
-        first = await mem.facts.extract()
-        again = await mem.facts.extract(sid)
-        await mem.messages.append(sid, "user", "I live in Porto.")
-        third = await mem.facts.extract()
-        (home,) = await mem.facts.list(key="home")
-        return ex.seen, first, again, third, home, await mem.facts.sources(home.fact_id)
-
-    seen, first, again, third, home, sources = run(go())
+async def test_extract_reads_each_user_message_once_and_keeps_where_a_fact_came_from() -> None:
+    mem = await chatmem.open()
+    ex = Scripted()
+    mem.facts.configure(extractor=ex)
+    sid = await chat(
+        mem,
+        ("system", "I live in Nowhere."),
+        ("user", "I live in Lisbon."),
+        ("assistant", "I live in the cloud."),
+    )
+    first = await mem.facts.extract()
+    again = await mem.facts.extract(sid)
+    await mem.messages.append(sid, "user", "I live in Porto.")
+    third = await mem.facts.extract()
+    (home,) = await mem.facts.list(key="home")
+    seen, first, again, third, home, sources = (
+        ex.seen,
+        first,
+        again,
+        third,
+        home,
+        await mem.facts.sources(home.fact_id),
+    )
     assert seen == [["I live in Lisbon."], ["I live in Porto."]], "user messages only, each once"
     assert (first.added, first.processed, again.processed, third.superseded) == (1, 1, 0, 1)
     assert home.value == "Porto" and home.origin == "extracted"
     assert [m.text for m in sources] == ["I live in Porto."]
 
 
-def test_a_failing_extractor_writes_nothing_and_leaves_the_messages_for_the_next_run() -> None:
-    async def go() -> Any:
-        mem = await chatmem.open()
-        ex = Scripted()
-        mem.facts.configure(extractor=ex)
-        await chat(mem, ("user", "I live in Lisbon."))
-        ex.fail = RuntimeError("model down")
-        failed = await mem.facts.extract()
-        ex.fail, ex.answer = None, "not a list"
-        junk = await mem.facts.extract()
-        ex.answer = None
-        after = await mem.facts.extract()
-        return failed, junk, after, [f.value for f in await mem.facts.list()]
-
-    failed, junk, after, values = run(go())
+async def test_a_failing_extractor_writes_nothing_and_leaves_the_messages_for_the_next_run() -> None:
+    mem = await chatmem.open()
+    ex = Scripted()
+    mem.facts.configure(extractor=ex)
+    await chat(mem, ("user", "I live in Lisbon."))
+    ex.fail = RuntimeError("model down")
+    failed = await mem.facts.extract()
+    ex.fail, ex.answer = None, "not a list"
+    junk = await mem.facts.extract()
+    ex.answer = None
+    after = await mem.facts.extract()
+    failed, junk, after, values = failed, junk, after, [f.value for f in await mem.facts.list()]
     assert failed.processed == 0 and isinstance(failed.errors[0], RuntimeError)
     assert junk.processed == 0 and isinstance(junk.errors[0], ValidationError)
     assert after.processed == 1 and after.added == 1 and values == ["Lisbon"]
 
 
-def test_what_the_user_deleted_or_rejected_never_comes_back_from_the_same_messages() -> None:
-    async def go() -> Any:
-        mem = await chatmem.open()
-        mem.facts.configure(extractor=Scripted())
-        sid = await chat(mem, ("user", "I live in Lisbon."))
-        await mem.facts.extract()
-        (lisbon,) = await mem.facts.list()
-        await mem.facts.delete(lisbon.fact_id)
-        again = await mem.facts.extract(reprocess=True)
-        mem.facts.configure(review=True)
-        await mem.messages.append(sid, "user", "I live in Faro.")
-        await mem.facts.extract()
-        (faro,) = await mem.facts.list(status="pending")
-        await mem.facts.reject(faro.fact_id)
-        redo = await mem.facts.extract(reprocess=True)
-        mem.facts.configure(review=False)
-        await mem.messages.append(sid, "user", "I live in Lisbon.")  # said again: learnt again
-        fresh = await mem.facts.extract()
-        return again, redo, fresh, [(f.value, f.status) for f in await mem.facts.list(status=None)]
-
-    again, redo, fresh, facts = run(go())
+async def test_what_the_user_deleted_or_rejected_never_comes_back_from_the_same_messages() -> None:
+    mem = await chatmem.open()
+    mem.facts.configure(extractor=Scripted())
+    sid = await chat(mem, ("user", "I live in Lisbon."))
+    await mem.facts.extract()
+    (lisbon,) = await mem.facts.list()
+    await mem.facts.delete(lisbon.fact_id)
+    again = await mem.facts.extract(reprocess=True)
+    mem.facts.configure(review=True)
+    await mem.messages.append(sid, "user", "I live in Faro.")
+    await mem.facts.extract()
+    (faro,) = await mem.facts.list(status="pending")
+    await mem.facts.reject(faro.fact_id)
+    redo = await mem.facts.extract(reprocess=True)
+    mem.facts.configure(review=False)
+    await mem.messages.append(sid, "user", "I live in Lisbon.")  # said again: learnt again
+    fresh = await mem.facts.extract()
+    again, redo, fresh, facts = (
+        again,
+        redo,
+        fresh,
+        [(f.value, f.status) for f in await mem.facts.list(status=None)],
+    )
     assert (again.processed, again.added) == (1, 0)
     assert (redo.processed, redo.added, redo.pending) == (2, 0, 0)
     assert fresh.added == 1 and facts == [("Lisbon", "active")]
@@ -354,43 +339,40 @@ def test_the_watermark_survives_reopening(tmp_path: Any) -> None:
 # ---------------------------------------------------------------------------- forgetting
 
 
-def test_deleting_what_a_fact_was_learnt_from_forgets_it_but_pruning_does_not() -> None:
+async def test_deleting_what_a_fact_was_learnt_from_forgets_it_but_pruning_does_not() -> None:
     """Deleting a session, some messages or clearing one forgets the learnt facts whose
     every source went; a fact with a source elsewhere keeps that one; what the user stated
     stays; retention prunes history and keeps the facts."""
 
-    async def go() -> Any:
-        mem = await chatmem.open()
-        mem.facts.configure(extractor=Scripted())
-        a = await chat(mem, ("user", "I live in Lisbon."))
-        b = await chat(mem, ("user", "I live in Lisbon."), ("user", "I live in Porto."))
-        c = await chat(mem, ("user", "I live in Faro."))
-        await mem.facts.extract()
-        stated = await mem.facts.add("Has a sister called Ana", key="family.sister", value="Ana")
-        by_value = {f.value: f for f in await mem.facts.list(status=None)}
-        steps = []
-        await mem.sessions.delete(a)  # Lisbon was also said in b: it keeps that source
-        by_value = {f.value: f for f in await mem.facts.list(status=None)}
-        steps.append((sorted(by_value), len(by_value["Lisbon"].source_ids)))
-        (porto_msg,) = [m for m in await mem.messages.list(b, limit=None) if "Porto" in m.text]
-        await mem.sessions.delete_messages(b, [porto_msg.id])
-        steps.append(sorted(f.value for f in await mem.facts.list(status=None)))
-        await mem.sessions.clear(b)
-        steps.append(sorted(f.value for f in await mem.facts.list(status=None)))
-        # retention: an archived, expired session is pruned; what it taught stays
-        await mem.sessions.archive(c)
-        policy = chatmem.RetentionPolicy(max_age=1, delete_archived=True)
-        report = await mem.retention.apply(policy, now=mem.clock() + 10 * 86_400_000)
-        (faro,) = [f for f in await mem.facts.list(status=None) if f.value == "Faro"]
-        return (
-            steps,
-            report.deleted,
-            faro,
-            await mem.facts.sources(faro.fact_id),
-            await mem.facts.get(stated.fact_id),
-        )
-
-    steps, deleted, faro, sources, stated = run(go())
+    mem = await chatmem.open()
+    mem.facts.configure(extractor=Scripted())
+    a = await chat(mem, ("user", "I live in Lisbon."))
+    b = await chat(mem, ("user", "I live in Lisbon."), ("user", "I live in Porto."))
+    c = await chat(mem, ("user", "I live in Faro."))
+    await mem.facts.extract()
+    stated = await mem.facts.add("Has a sister called Ana", key="family.sister", value="Ana")
+    by_value = {f.value: f for f in await mem.facts.list(status=None)}
+    steps = []
+    await mem.sessions.delete(a)  # Lisbon was also said in b: it keeps that source
+    by_value = {f.value: f for f in await mem.facts.list(status=None)}
+    steps.append((sorted(by_value), len(by_value["Lisbon"].source_ids)))
+    (porto_msg,) = [m for m in await mem.messages.list(b, limit=None) if "Porto" in m.text]
+    await mem.sessions.delete_messages(b, [porto_msg.id])
+    steps.append(sorted(f.value for f in await mem.facts.list(status=None)))
+    await mem.sessions.clear(b)
+    steps.append(sorted(f.value for f in await mem.facts.list(status=None)))
+    # retention: an archived, expired session is pruned; what it taught stays
+    await mem.sessions.archive(c)
+    policy = chatmem.RetentionPolicy(max_age=1, delete_archived=True)
+    report = await mem.retention.apply(policy, now=mem.clock() + 10 * 86_400_000)
+    (faro,) = [f for f in await mem.facts.list(status=None) if f.value == "Faro"]
+    steps, deleted, faro, sources, stated = (
+        steps,
+        report.deleted,
+        faro,
+        await mem.facts.sources(faro.fact_id),
+        await mem.facts.get(stated.fact_id),
+    )
     assert steps[0] == (["Ana", "Faro", "Lisbon", "Porto"], 1)
     assert steps[1] == ["Ana", "Faro", "Lisbon"]
     assert steps[2] == ["Ana", "Faro"]
@@ -400,45 +382,39 @@ def test_deleting_what_a_fact_was_learnt_from_forgets_it_but_pruning_does_not() 
     assert stated.status == "active"
 
 
-def test_a_fact_said_many_times_keeps_its_first_and_newest_sources() -> None:
+async def test_a_fact_said_many_times_keeps_its_first_and_newest_sources() -> None:
     from chatmem.facts.rules import MAX_SOURCES
 
-    async def go() -> Any:
-        mem = await fresh()
-        times = {f"s{i}": i for i in range(200)}
-        for i in range(200):
-            await mem.facts.apply([add("likes", "tea", f"s{i}")], times=times)
-        return await mem.facts.list()
-
-    (tea,) = run(go())
+    mem = await fresh()
+    times = {f"s{i}": i for i in range(200)}
+    for i in range(200):
+        await mem.facts.apply([add("likes", "tea", f"s{i}")], times=times)
+    (tea,) = await mem.facts.list()
     assert len(tea.source_ids) == MAX_SOURCES and tea.source_ids[0] == "s0" and tea.source_ids[-1] == "s199"
 
 
 # ---------------------------------------------------------------------------- into the context
 
 
-def test_the_window_carries_the_users_facts_best_first_within_their_budget() -> None:
+async def test_the_window_carries_the_users_facts_best_first_within_their_budget() -> None:
     """The active facts of the session's user known to its character go into the
     module:user-profile entry (beside a profile provider's settings): pinned first, then
     by relevance to the newest message; within facts_budget; facts=False leaves them out."""
 
-    async def go() -> Any:
-        mem = await fresh()
-        mem.context.register(chatmem.UserProfileProvider(lambda: {"timezone": "Europe/Lisbon"}))
-        s = await mem.sessions.create(title="chat", character_id="airi")
-        await mem.messages.append(s.session_id, "user", "Any idea what I could cook for my sister tonight?")
-        await mem.facts.add("Lives in Porto", key="home", value="Porto")
-        await mem.facts.add("Is allergic to peanuts", key="allergy", value="peanuts", importance=0.9)
-        await mem.facts.add("Has a sister called Marta who loves to cook", key="family.sister", value="Marta")
-        await mem.facts.add("Speaks Portuguese", key="language", value="Portuguese", pinned=True)
-        await mem.facts.add("Works as a pilot", key="job", value="pilot", character_id="coach")
-        gone = await mem.facts.add("Lives in Faro", key="home", value="Faro", user_id="someone else")
-        w = await mem.build_window(s.session_id, max_tokens=4_000)
-        small = await mem.build_window(s.session_id, max_tokens=4_000, facts_budget=12)
-        none = await mem.build_window(s.session_id, max_tokens=4_000, facts=False)
-        return w, small, none, gone
-
-    w, small, none, gone = run(go())
+    mem = await fresh()
+    mem.context.register(chatmem.UserProfileProvider(lambda: {"timezone": "Europe/Lisbon"}))
+    s = await mem.sessions.create(title="chat", character_id="airi")
+    await mem.messages.append(s.session_id, "user", "Any idea what I could cook for my sister tonight?")
+    await mem.facts.add("Lives in Porto", key="home", value="Porto")
+    await mem.facts.add("Is allergic to peanuts", key="allergy", value="peanuts", importance=0.9)
+    await mem.facts.add("Has a sister called Marta who loves to cook", key="family.sister", value="Marta")
+    await mem.facts.add("Speaks Portuguese", key="language", value="Portuguese", pinned=True)
+    await mem.facts.add("Works as a pilot", key="job", value="pilot", character_id="coach")
+    gone = await mem.facts.add("Lives in Faro", key="home", value="Faro", user_id="someone else")
+    w = await mem.build_window(s.session_id, max_tokens=4_000)
+    small = await mem.build_window(s.session_id, max_tokens=4_000, facts_budget=12)
+    none = await mem.build_window(s.session_id, max_tokens=4_000, facts=False)
+    w, small, none, gone = w, small, none, gone
     texts = [f["text"] for f in w.facts]
     assert texts[0] == "Speaks Portuguese", "pinned first"
     assert texts[1] == "Has a sister called Marta who loves to cook", "then the one the message is about"
@@ -491,91 +467,78 @@ def test_among_a_thousand_facts_the_one_asked_about_comes_first() -> None:
 # ---------------------------------------------------------------------------- in the background
 
 
-def test_auto_learns_after_appends_without_delaying_them_and_settled_waits() -> None:
-    async def go() -> Any:
-        mem = await chatmem.open()
-        mem.facts.configure(auto=True, debounce=0.05)
-        s = await mem.sessions.create(title="auto")
-        await mem.messages.append(s.session_id, "user", "My name is Ana.")
-        right_after = await mem.facts.list()
-        await mem.messages.append(s.session_id, "assistant", "Hi Ana! I live in Lisbon.")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": "I live in Porto."}])
-        await mem.facts.settled()
-        learnt = {f.key: f.value for f in await mem.facts.list()}
-        report = mem.facts.last_report
-        mem.facts.configure(auto=False)
-        await mem.messages.append(s.session_id, "user", "I'm vegan.")
-        await mem.facts.settled()
-        off = {f.key for f in await mem.facts.list()}
-        await mem.close()
-        return right_after, learnt, report, off
-
-    right_after, learnt, report, off = run(go())
+async def test_auto_learns_after_appends_without_delaying_them_and_settled_waits() -> None:
+    mem = await chatmem.open()
+    mem.facts.configure(auto=True, debounce=0.05)
+    s = await mem.sessions.create(title="auto")
+    await mem.messages.append(s.session_id, "user", "My name is Ana.")
+    right_after = await mem.facts.list()
+    await mem.messages.append(s.session_id, "assistant", "Hi Ana! I live in Lisbon.")
+    await mem.messages.append_many(s.session_id, [{"role": "user", "content": "I live in Porto."}])
+    await mem.facts.settled()
+    learnt = {f.key: f.value for f in await mem.facts.list()}
+    report = mem.facts.last_report
+    mem.facts.configure(auto=False)
+    await mem.messages.append(s.session_id, "user", "I'm vegan.")
+    await mem.facts.settled()
+    off = {f.key for f in await mem.facts.list()}
+    await mem.close()
+    right_after, learnt, report, off = right_after, learnt, report, off
     assert right_after == [], "the append did not wait for learning"
     assert learnt == {"name": "Ana", "home": "Porto"} and report is not None and not report.errors
     assert "diet" not in off
 
 
-def test_an_import_is_not_learnt_from_unasked() -> None:
+async def test_an_import_is_not_learnt_from_unasked() -> None:
     """Learning in the background follows what the user writes, not a whole imported
     history: that is read when asked, conversation by conversation."""
 
-    async def go() -> Any:
-        src = await chatmem.open()
-        s = await src.sessions.create(title="old chats")
-        await src.messages.append(s.session_id, "user", "My name is Ana and I live in Faro.")
-        export = await src.export()
-        mem = await chatmem.open()
-        mem.facts.configure(auto=True, debounce=0)
-        report = await mem.import_sessions(export)
-        await mem.facts.settled()
-        before = await mem.facts.list()
-        learnt = [await mem.facts.extract(sid) for sid in report.session_ids]
-        return before, learnt, {f.key: f.value for f in await mem.facts.list()}
-
-    before, learnt, facts = run(go())
+    src = await chatmem.open()
+    s = await src.sessions.create(title="old chats")
+    await src.messages.append(s.session_id, "user", "My name is Ana and I live in Faro.")
+    export = await src.export()
+    mem = await chatmem.open()
+    mem.facts.configure(auto=True, debounce=0)
+    report = await mem.import_sessions(export)
+    await mem.facts.settled()
+    before = await mem.facts.list()
+    learnt = [await mem.facts.extract(sid) for sid in report.session_ids]
+    before, learnt, facts = before, learnt, {f.key: f.value for f in await mem.facts.list()}
     assert before == [] and [r.added for r in learnt] == [2]
     assert facts == {"name": "Ana", "home": "Faro"}
 
 
-def test_a_background_failure_is_kept_not_raised() -> None:
+async def test_a_background_failure_is_kept_not_raised() -> None:
     class Broken:
         async def extract(self, messages: Any, known: Any) -> list[FactOp]:
             raise RuntimeError("no model")
 
-    async def go() -> Any:
-        mem = await chatmem.open()
-        mem.facts.configure(auto=True, debounce=0, extractor=Broken())
-        s = await mem.sessions.create(title="auto")
-        await mem.messages.append(s.session_id, "user", "My name is Ana.")
-        await mem.facts.settled()
-        report = mem.facts.last_report
-        await mem.close()
-        return report
-
-    report = run(go())
+    mem = await chatmem.open()
+    mem.facts.configure(auto=True, debounce=0, extractor=Broken())
+    s = await mem.sessions.create(title="auto")
+    await mem.messages.append(s.session_id, "user", "My name is Ana.")
+    await mem.facts.settled()
+    report = mem.facts.last_report
+    await mem.close()
     assert report is not None and isinstance(report.errors[0], RuntimeError)
 
 
 # ---------------------------------------------------------------------------- search
 
 
-def test_search_finds_facts_by_their_words_and_their_meaning_with_scores() -> None:
-    async def go() -> Any:
-        mem = await chatmem.open(embedder=chatmem.HashingEmbedder())
-        await mem.facts.add("Lives in Porto", key="home", value="Porto")
-        await mem.facts.add("Is allergic to peanuts", key="allergy", value="peanuts")
-        await mem.facts.add("Has a sister called Marta", key="family.sister", value="Marta")
-        await mem.facts.add("Allergic to shellfish", key="allergy", value="shellfish", user_id="someone else")
-        words = await mem.facts.search("what am I allergic to?")
-        mine = await mem.facts.search("allergic", user_id="local")
-        plural = await mem.facts.search("sisters")
-        near = await mem.facts.search("sisterly calling")
-        with pytest.raises(ValidationError):
-            await mem.facts.search("")
-        return words, mine, plural, near
-
-    words, mine, plural, near = run(go())
+async def test_search_finds_facts_by_their_words_and_their_meaning_with_scores() -> None:
+    mem = await chatmem.open(embedder=chatmem.HashingEmbedder())
+    await mem.facts.add("Lives in Porto", key="home", value="Porto")
+    await mem.facts.add("Is allergic to peanuts", key="allergy", value="peanuts")
+    await mem.facts.add("Has a sister called Marta", key="family.sister", value="Marta")
+    await mem.facts.add("Allergic to shellfish", key="allergy", value="shellfish", user_id="someone else")
+    words = await mem.facts.search("what am I allergic to?")
+    mine = await mem.facts.search("allergic", user_id="local")
+    plural = await mem.facts.search("sisters")
+    near = await mem.facts.search("sisterly calling")
+    with pytest.raises(ValidationError):
+        await mem.facts.search("")
+    words, mine, plural, near = words, mine, plural, near
     assert words[0].fact.value in ("peanuts", "shellfish") and words[0].keyword > 0 and words[0].score > 0
     assert {h.fact.value for h in words} >= {"peanuts", "shellfish"} and "Porto" not in {
         h.fact.value for h in words
@@ -585,21 +548,16 @@ def test_search_finds_facts_by_their_words_and_their_meaning_with_scores() -> No
     assert near and near[0].fact.value == "Marta" and near[0].keyword == 0 and near[0].semantic > 0.35
 
 
-def test_the_offline_responder_answers_from_what_it_learnt() -> None:
-    async def go() -> Any:
-        mem = await chatmem.open()
-        s = await mem.sessions.create(title="first chat")
-        await mem.messages.append(s.session_id, "user", "Hi, my name is Ana and I live in Porto.")
-        await mem.facts.extract()
-        other = await mem.sessions.create(title="new chat")
-        name = await mem.session(other.session_id).send(
-            "What's my name?", provider=chatmem.OfflineResponder(mem)
-        )
-        home = await mem.session(other.session_id).send(
-            "Where do I live?", provider=chatmem.OfflineResponder(mem)
-        )
-        return name.text, home.text
-
-    name, home = run(go())
+async def test_the_offline_responder_answers_from_what_it_learnt() -> None:
+    mem = await chatmem.open()
+    s = await mem.sessions.create(title="first chat")
+    await mem.messages.append(s.session_id, "user", "Hi, my name is Ana and I live in Porto.")
+    await mem.facts.extract()
+    other = await mem.sessions.create(title="new chat")
+    name = await mem.session(other.session_id).send("What's my name?", provider=chatmem.OfflineResponder(mem))
+    home = await mem.session(other.session_id).send(
+        "Where do I live?", provider=chatmem.OfflineResponder(mem)
+    )
+    name, home = name.text, home.text
     assert "- Is called Ana (you said so in “first chat”)" in name and "- Lives in Porto" not in name
     assert "- Lives in Porto" in home

@@ -5,14 +5,12 @@ speakers), and the endings that invalidate a fact."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 import chatmem
 from chatmem.facts import OfflineFactExtractor
 from chatmem.records.models import ChatMessage
-from conftest import run
 
 
 def ops(text: str, role: str = "user", known: list[chatmem.Fact] | None = None) -> list[tuple[str, str, str]]:
@@ -123,30 +121,27 @@ def test_a_break_up_ends_the_partner_known() -> None:
     assert ops("We broke up last month.", known=[sam]) == [("invalidate", "partner", "Sam")]
 
 
-def test_a_companion_learns_a_name_and_a_move_and_forgets_an_ending() -> None:
+async def test_a_companion_learns_a_name_and_a_move_and_forgets_an_ending() -> None:
     """Through mem.facts.extract with the default extractor: the name, a home that a move
     supersedes (history kept), a pet that dies, and nothing from the assistant's lines."""
 
-    async def go() -> Any:
-        mem = await chatmem.open()
-        s = await mem.sessions.create(title="getting to know you")
-        lines = [
-            ("user", "Hi, my name is Ana."),
-            ("assistant", "Nice to meet you, Ana! I live in the cloud."),
-            ("user", "I live in Lisbon with my dog Rex."),
-            ("user", "Should I move to Paris?"),
-            ("user", "Big news: I moved to Porto!"),
-            ("user", "Sadly our dog Rex died."),
-        ]
-        for role, text in lines:
-            await mem.messages.append(s.session_id, role, text)
-        report = await mem.facts.extract()
-        current = {f.key: f.value for f in await mem.facts.list()}
-        (home,) = await mem.facts.list(key="home")
-        history = [f.value for f in await mem.facts.history(home.fact_id)]
-        return report, current, history, await mem.facts.list(key="pet", status=None)
-
-    report, current, history, pets = run(go())
+    mem = await chatmem.open()
+    s = await mem.sessions.create(title="getting to know you")
+    lines = [
+        ("user", "Hi, my name is Ana."),
+        ("assistant", "Nice to meet you, Ana! I live in the cloud."),
+        ("user", "I live in Lisbon with my dog Rex."),
+        ("user", "Should I move to Paris?"),
+        ("user", "Big news: I moved to Porto!"),
+        ("user", "Sadly our dog Rex died."),
+    ]
+    for role, text in lines:
+        await mem.messages.append(s.session_id, role, text)
+    report = await mem.facts.extract()
+    current = {f.key: f.value for f in await mem.facts.list()}
+    (home,) = await mem.facts.list(key="home")
+    history = [f.value for f in await mem.facts.history(home.fact_id)]
+    report, current, history, pets = report, current, history, await mem.facts.list(key="pet", status=None)
     assert current == {"name": "Ana", "home": "Porto"}
     assert history == ["Lisbon", "Porto"]
     assert report.processed == 5 and report.superseded == 1

@@ -154,26 +154,23 @@ def test_open_takes_a_cache_strategy():
     assert run(go()) == {LFUCache}
 
 
-def test_active_session_is_persisted_per_profile(tmp_path: Path):
+async def test_active_session_is_persisted_per_profile(tmp_path: Path):
     """set_active survives a reopen; deleting the session clears it; unknown ids are refused."""
     db = str(tmp_path / "a.db")
 
-    async def go():
-        async with await chatmem.open(persist=db) as mem:
-            assert await mem.sessions.active() is None
-            a = await mem.sessions.create(title="a")
-            await mem.sessions.set_active(a.session_id)
-            with pytest.raises(SessionNotFound):
-                await mem.sessions.set_active("nope")
-        async with await chatmem.open(persist=db) as mem:
-            first = await mem.sessions.active()
-            await mem.sessions.delete(a.session_id)
-            gone = await mem.sessions.active()
-        async with await chatmem.open(persist=str(tmp_path / "other.db")) as other:
-            elsewhere = await other.sessions.active()
-        return a.session_id, first, gone, elsewhere
-
-    sid, first, gone, elsewhere = run(go())
+    async with await chatmem.open(persist=db) as mem:
+        assert await mem.sessions.active() is None
+        a = await mem.sessions.create(title="a")
+        await mem.sessions.set_active(a.session_id)
+        with pytest.raises(SessionNotFound):
+            await mem.sessions.set_active("nope")
+    async with await chatmem.open(persist=db) as mem:
+        first = await mem.sessions.active()
+        await mem.sessions.delete(a.session_id)
+        gone = await mem.sessions.active()
+    async with await chatmem.open(persist=str(tmp_path / "other.db")) as other:
+        elsewhere = await other.sessions.active()
+    sid, first, gone, elsewhere = a.session_id, first, gone, elsewhere
     assert first == sid and gone is None and elsewhere is None
 
 

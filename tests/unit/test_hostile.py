@@ -413,7 +413,7 @@ def test_every_error_body_is_the_documented_json() -> None:
         s.stop()
 
 
-def test_the_server_refuses_malformed_envelopes() -> None:
+async def test_the_server_refuses_malformed_envelopes() -> None:
     """An encrypted record is stored only when every envelope has the format's shape and
     belongs to its operation, and nothing but its plain ids sits beside them: extra or
     missing fields, a key id that is not 16 hex digits, a short IV, a ciphertext that is
@@ -423,41 +423,38 @@ def test_the_server_refuses_malformed_envelopes() -> None:
     from chatmem.sync.cipher import CryptographySuite
     from chatmem.sync.encryption import Passphrase, encrypt_records, new_params
 
-    async def sealed() -> list[dict[str, Any]]:
-        suite = CryptographySuite()
-        _, key = await new_params(Passphrase("correct horse battery", iterations=10_000), suite)
-        recs = [
-            {
-                "op_id": "op-m",
-                "resource": "message",
-                "id": "m1",
-                "hlc": "1700000000000-0000-dev",
-                "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": "secret", "createdAt": 1},
-            },
-            {
-                "op_id": "op-s",
-                "resource": "session",
-                "id": "s1",
-                "hlc": "1700000000000-0001-dev",
-                "data": {"sessionId": "s1", "title": "secret", "pinned": True},
-            },
-        ]
-        datas = await encrypt_records(recs, key, suite)
-        return [
-            {
-                "op_id": r["op_id"],
-                "type": "create",
-                "resource": r["resource"],
-                "id": r["id"],
-                "hlc": r["hlc"],
-                "timestamp": 1,
-                "attempts": 0,
-                "data": d,
-            }
-            for r, d in zip(recs, datas)
-        ]
-
-    message, session = run(sealed())
+    suite = CryptographySuite()
+    _, key = await new_params(Passphrase("correct horse battery", iterations=10_000), suite)
+    recs = [
+        {
+            "op_id": "op-m",
+            "resource": "message",
+            "id": "m1",
+            "hlc": "1700000000000-0000-dev",
+            "data": {"id": "m1", "sessionId": "s1", "role": "user", "content": "secret", "createdAt": 1},
+        },
+        {
+            "op_id": "op-s",
+            "resource": "session",
+            "id": "s1",
+            "hlc": "1700000000000-0001-dev",
+            "data": {"sessionId": "s1", "title": "secret", "pinned": True},
+        },
+    ]
+    datas = await encrypt_records(recs, key, suite)
+    message, session = [
+        {
+            "op_id": r["op_id"],
+            "type": "create",
+            "resource": r["resource"],
+            "id": r["id"],
+            "hlc": r["hlc"],
+            "timestamp": 1,
+            "attempts": 0,
+            "data": d,
+        }
+        for r, d in zip(recs, datas)
+    ]
     assert check_op(message) is None and check_op(session) is None
     env = message["data"]["e2e"]
 

@@ -6,7 +6,6 @@ page's OPFS file (tests/browser/test_index_file_browser.py checks the page's).""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 
@@ -15,11 +14,8 @@ import duckdb
 from chatmem import Memory
 from chatmem.index import DuckDBEngine
 from chatmem.index.schema import STORAGE_VERSION, storage_at_least
+from conftest import run
 from conftest import sqlite_memory as _mem
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def _words(rng: random.Random, k: int) -> str:
@@ -123,19 +119,15 @@ async def test_saves_after_catch_ups_do_not_grow_the_file(tmp_path):
     await fresh.close()
 
 
-def test_index_file_of_older_storage_version_is_replaced_with_a_notice(tmp_path):
+async def test_index_file_of_older_storage_version_is_replaced_with_a_notice(tmp_path):
     """A cache file in DuckDB's default (older) storage version, which cannot hold ZSTD
     columns, is replaced by a new file and rebuilt from the store; the notice says so."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, None)
-        await _fill(mem, 2, 20)
-        want = await _answers(mem)
-        await mem.close()
-        return want
-
-    want = run(go())
+    mem = _mem(db, None)
+    await _fill(mem, 2, 20)
+    want = await _answers(mem)
+    await mem.close()
     con = duckdb.connect(idx)  # the default storage version, as an earlier chatmem made it
     con.execute("CREATE TABLE index_meta (key VARCHAR, value VARCHAR)")
     con.execute("INSERT INTO index_meta VALUES ('schema', '6'), ('complete', '1')")
@@ -156,19 +148,16 @@ def test_index_file_of_older_storage_version_is_replaced_with_a_notice(tmp_path)
     assert storage_at_least(facts["storage"], STORAGE_VERSION) and facts["text_compression"] == {"ZSTD"}
 
 
-def test_a_database_file_that_is_not_an_index_is_left_alone(tmp_path):
+async def test_a_database_file_that_is_not_an_index_is_left_alone(tmp_path):
     """``DuckDBEngine(path)`` replaces only index files: any other DuckDB file is opened as it is."""
     path = str(tmp_path / "mine.duckdb")
     con = duckdb.connect(path)
     con.execute("CREATE TABLE notes AS SELECT 1 AS x")
     con.close()
 
-    async def go():
-        eng = DuckDBEngine(path)
-        rows = await eng.execute("SELECT x FROM notes")
-        await eng.close()
-        return rows, eng.notice
-
-    rows, notice = run(go())
+    eng = DuckDBEngine(path)
+    rows = await eng.execute("SELECT x FROM notes")
+    await eng.close()
+    rows, notice = rows, eng.notice
     assert rows == [{"x": 1}] and notice is None
     assert os.path.getsize(path) > 0

@@ -62,34 +62,31 @@ def srv() -> Any:
         yield s
 
 
-def test_two_devices_writing_between_syncs_agree_on_the_order(srv: Any) -> None:
+async def test_two_devices_writing_between_syncs_agree_on_the_order(srv: Any) -> None:
     """The issue's case: A and B both write to one conversation between syncs; both end
     with one order, with the same seqs, and the same window for the model."""
     world = [now()]
 
-    async def go() -> list[Any]:
-        a = await device(srv.url, world, offset=0)
-        b = await device(srv.url, world, offset=-40_000)  # B's clock runs 40 s behind
-        s = await a.sessions.create(title="shared")
-        await a.messages.append(s.session_id, "user", "hello 1")
-        await a.sync.run()
-        await b.sync.run()
-        world[0] += 1_000
-        await a.messages.append(s.session_id, "user", "A second")
-        world[0] += 1_000
-        await a.messages.append(s.session_id, "user", "A third")
-        world[0] += 1_000
-        await b.messages.append(s.session_id, "user", "B second")
-        for m in (a, b, a):
-            await m.sync.run()
-        return [
-            await view(a, s.session_id),
-            await view(b, s.session_id),
-            await window(a, s.session_id),
-            await window(b, s.session_id),
-        ]
-
-    va, vb, wa, wb = run(go())
+    a = await device(srv.url, world, offset=0)
+    b = await device(srv.url, world, offset=-40_000)  # B's clock runs 40 s behind
+    s = await a.sessions.create(title="shared")
+    await a.messages.append(s.session_id, "user", "hello 1")
+    await a.sync.run()
+    await b.sync.run()
+    world[0] += 1_000
+    await a.messages.append(s.session_id, "user", "A second")
+    world[0] += 1_000
+    await a.messages.append(s.session_id, "user", "A third")
+    world[0] += 1_000
+    await b.messages.append(s.session_id, "user", "B second")
+    for m in (a, b, a):
+        await m.sync.run()
+    va, vb, wa, wb = [
+        await view(a, s.session_id),
+        await view(b, s.session_id),
+        await window(a, s.session_id),
+        await window(b, s.session_id),
+    ]
     assert va == vb, (va, vb)
     assert [seq for seq, _ in va] == [0, 1, 2, 3]
     texts = [t for _, t in va]
@@ -97,32 +94,29 @@ def test_two_devices_writing_between_syncs_agree_on_the_order(srv: Any) -> None:
     assert wa == wb
 
 
-def test_a_late_arrival_that_belongs_first_goes_first_everywhere(srv: Any, tmp_path: Path) -> None:
+async def test_a_late_arrival_that_belongs_first_goes_first_everywhere(srv: Any, tmp_path: Path) -> None:
     """B writes while apart, before A's messages; A syncs first. When B's message arrives
     it goes before A's on A (a SQLite store) as it is on B, and search and recency read the
     new order."""
     world = [now()]
 
-    async def go() -> list[Any]:
-        a = await device(srv.url, world, persist=str(tmp_path / "a.db"))
-        b = await device(srv.url, world)
-        s = await a.sessions.create(title="late")
-        await a.sync.run()
-        await b.sync.run()
-        world[0] += 1_000
-        await b.messages.append(s.session_id, "user", "early from B about zebras")
-        world[0] += 1_000
-        for i in range(3):
-            await a.messages.append(s.session_id, "assistant", f"later from A {i}")
-        await a.search("zebras")  # the index is open and current before the arrival
-        await a.sync.run()
-        await b.sync.run()
-        await a.sync.run()
-        hits = await a.search("zebras")
-        recent = await a.build_window(s.session_id, max_tokens=100_000)
-        return [await view(a, s.session_id), await view(b, s.session_id), hits, recent.kept_ids]
-
-    va, vb, hits, kept = run(go())
+    a = await device(srv.url, world, persist=str(tmp_path / "a.db"))
+    b = await device(srv.url, world)
+    s = await a.sessions.create(title="late")
+    await a.sync.run()
+    await b.sync.run()
+    world[0] += 1_000
+    await b.messages.append(s.session_id, "user", "early from B about zebras")
+    world[0] += 1_000
+    for i in range(3):
+        await a.messages.append(s.session_id, "assistant", f"later from A {i}")
+    await a.search("zebras")  # the index is open and current before the arrival
+    await a.sync.run()
+    await b.sync.run()
+    await a.sync.run()
+    hits = await a.search("zebras")
+    recent = await a.build_window(s.session_id, max_tokens=100_000)
+    va, vb, hits, kept = [await view(a, s.session_id), await view(b, s.session_id), hits, recent.kept_ids]
     assert (
         va
         == vb
@@ -138,7 +132,7 @@ def test_a_late_arrival_that_belongs_first_goes_first_everywhere(srv: Any, tmp_p
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_three_devices_in_random_interleavings_agree(srv: Any, tmp_path: Path, seed: int) -> None:
+async def test_three_devices_in_random_interleavings_agree(srv: Any, tmp_path: Path, seed: int) -> None:
     """Three devices (memory, SQLite, memory; clocks up to a minute apart) append, delete
     and sync in a random interleaving; after everyone syncs twice they hold the same
     messages in the same order with the same seqs and windows, and each device's own
@@ -146,46 +140,43 @@ def test_three_devices_in_random_interleavings_agree(srv: Any, tmp_path: Path, s
     rnd = random.Random(seed)
     world = [now()]
 
-    async def go() -> list[Any]:
-        devs = [
-            await device(srv.url, world, offset=0),
-            await device(srv.url, world, offset=-60_000, persist=str(tmp_path / f"b{seed}.db")),
-            await device(srv.url, world, offset=45_000),
-        ]
-        s = await devs[0].sessions.create(title="three")
-        await devs[0].sync.run()
-        for d in devs[1:]:
-            await d.sync.run()
-        written: list[list[str]] = [[], [], []]
-        for step in range(40):
-            world[0] += rnd.randint(1, 1_500)
-            i = rnd.randrange(3)
-            d = devs[i]
-            roll = rnd.random()
-            if roll < 0.55:
-                n = rnd.randint(1, 3)
-                items = [{"role": "user", "content": f"d{i} s{step} #{k}"} for k in range(n)]
-                if n == 1:
-                    await d.messages.append(s.session_id, "user", items[0]["content"])
-                else:
-                    await d.messages.append_many(s.session_id, items)
-                written[i] += [str(x["content"]) for x in items]
-            elif roll < 0.65:
-                held = await d.messages.list(s.session_id, limit=None)  # type: ignore[misc]
-                if held:
-                    gone = rnd.choice(held)
-                    await d.sessions.delete_messages(s.session_id, [gone.id])
+    devs = [
+        await device(srv.url, world, offset=0),
+        await device(srv.url, world, offset=-60_000, persist=str(tmp_path / f"b{seed}.db")),
+        await device(srv.url, world, offset=45_000),
+    ]
+    s = await devs[0].sessions.create(title="three")
+    await devs[0].sync.run()
+    for d in devs[1:]:
+        await d.sync.run()
+    written: list[list[str]] = [[], [], []]
+    for step in range(40):
+        world[0] += rnd.randint(1, 1_500)
+        i = rnd.randrange(3)
+        d = devs[i]
+        roll = rnd.random()
+        if roll < 0.55:
+            n = rnd.randint(1, 3)
+            items = [{"role": "user", "content": f"d{i} s{step} #{k}"} for k in range(n)]
+            if n == 1:
+                await d.messages.append(s.session_id, "user", items[0]["content"])
             else:
-                await d.sync.run()
-        for _ in range(2):
-            for d in devs:
-                await d.sync.run()
-        return [await view(d, s.session_id) for d in devs] + [
-            [await window(d, s.session_id) for d in devs],
-            written,
-        ]
-
-    *views, windows, written = run(go())
+                await d.messages.append_many(s.session_id, items)
+            written[i] += [str(x["content"]) for x in items]
+        elif roll < 0.65:
+            held = await d.messages.list(s.session_id, limit=None)  # type: ignore[misc]
+            if held:
+                gone = rnd.choice(held)
+                await d.sessions.delete_messages(s.session_id, [gone.id])
+        else:
+            await d.sync.run()
+    for _ in range(2):
+        for d in devs:
+            await d.sync.run()
+    *views, windows, written = [await view(d, s.session_id) for d in devs] + [
+        [await window(d, s.session_id) for d in devs],
+        written,
+    ]
     assert views[0] == views[1] == views[2], views
     assert [seq for seq, _ in views[0]] == list(range(len(views[0])))
     assert windows[0] == windows[1] == windows[2]
@@ -212,23 +203,20 @@ def _as_written_before_order_keys(path: Path, seqs: dict[str, int] | None = None
     db.close()
 
 
-def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: Any, tmp_path: Path) -> None:
+async def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: Any, tmp_path: Path) -> None:
     """A SQLite file whose messages have no order key and gaps in seq (as older chatmem
     wrote them) opens with its messages in their order, numbered densely; its history
     reaches another device in that order, and new messages from both go after it."""
     world = [now()]
     path = tmp_path / "old.db"
 
-    async def write_old() -> str:
-        mem = await chatmem.open(persist=str(path))
-        s = await mem.sessions.create(title="old")
-        await mem.messages.append_many(
-            s.session_id, [{"role": "user", "content": f"old {i}", "created_at": 1_000 - i} for i in range(5)]
-        )
-        await mem.close()
-        return s.session_id
-
-    sid = run(write_old())
+    mem = await chatmem.open(persist=str(path))
+    s = await mem.sessions.create(title="old")
+    await mem.messages.append_many(
+        s.session_id, [{"role": "user", "content": f"old {i}", "created_at": 1_000 - i} for i in range(5)]
+    )
+    await mem.close()
+    sid = s.session_id
     _as_written_before_order_keys(path)
 
     async def go() -> list[Any]:
@@ -256,30 +244,29 @@ def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: Any, t
     assert other == after
 
 
-def test_a_synced_store_from_before_order_keys_takes_the_servers_order(srv: Any, tmp_path: Path) -> None:
+async def test_a_synced_store_from_before_order_keys_takes_the_servers_order(
+    srv: Any, tmp_path: Path
+) -> None:
     """A device whose older chatmem numbered a shared conversation its own way (the old
     defect) pulls everything again after the upgrade and ends in the order every other
     device has: each message takes the key the server holds."""
     world = [now()]
     path = tmp_path / "synced.db"
 
-    async def write() -> tuple[str, list[Any]]:
-        a = await device(srv.url, world, persist=str(path))
-        b = await device(srv.url, world)
-        s = await a.sessions.create(title="shared")
-        await a.messages.append(s.session_id, "user", "hello")
-        await a.sync.run()
-        await b.sync.run()
-        world[0] += 500
-        await a.messages.append(s.session_id, "user", "A one")
-        world[0] += 500
-        await b.messages.append(s.session_id, "user", "B one")
-        for d in (a, b, a):
-            await d.sync.run()
-        await a.close()
-        return s.session_id, await view(b, s.session_id)
-
-    sid, on_b = run(write())
+    a = await device(srv.url, world, persist=str(path))
+    b = await device(srv.url, world)
+    s = await a.sessions.create(title="shared")
+    await a.messages.append(s.session_id, "user", "hello")
+    await a.sync.run()
+    await b.sync.run()
+    world[0] += 500
+    await a.messages.append(s.session_id, "user", "A one")
+    world[0] += 500
+    await b.messages.append(s.session_id, "user", "B one")
+    for d in (a, b, a):
+        await d.sync.run()
+    await a.close()
+    sid, on_b = s.session_id, await view(b, s.session_id)
     ids = run(_ids(path, sid))
     # the old client's own numbering: its own message last, the other device's before it
     by_text = dict(ids)

@@ -68,15 +68,11 @@ def test_cpython_runtime_has_no_browser_parts() -> None:
     assert rt.online is None and rt.on_online(lambda: None) is None
 
 
-def test_no_service_refers_back_to_memory() -> None:
+async def test_no_service_refers_back_to_memory() -> None:
     """Services hold the store, the core and each other, never the facade (no patching after build)."""
 
-    async def go() -> Any:
-        mem = await chatmem.open("back")
-        await mem.close()
-        return mem
-
-    mem = run(go())
+    mem = await chatmem.open("back")
+    await mem.close()
     services = [
         mem.sessions,
         mem.messages,

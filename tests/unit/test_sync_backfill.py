@@ -38,50 +38,45 @@ async def _history(mem: chatmem.Memory, sessions: int = 4, messages: int = 60) -
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_path: Path) -> None:
+async def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_path: Path) -> None:
     """History written before sync, then changes after turning it on (appends to an old
     session, a delete of an old message and of an old session, a title edit), pushed
     through lost answers: the server holds exactly the device's data, every op id once."""
     rec = PushRecorder(srv)
 
-    async def go() -> tuple[Any, ...]:
-        t = FakeTime()
-        mem = await chatmem.open(
-            persist=str(tmp_path / "a.db") if backend == "sqlite" else None,
-            runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0),
-        )
-        ids = await _history(mem)
-        queued_before = await mem.store.outbox_counts()
-        await mem.sync.configure(cfg(srv.url, batch_size=25))
-        pending_at_start = (await mem.sync.status()).pending
-        await mem.messages.append_many(
-            ids[0], [{"role": "assistant", "content": f"new {i}"} for i in range(5)]
-        )
-        first = (await mem.messages.list(ids[1], limit=1))[0]
-        await mem.sessions.delete_messages(ids[1], [first.id])
-        await mem.sessions.delete(ids[2])
-        await mem.sessions.update(ids[3], title="renamed after sync on")
-        srv.faults.fail(2, after=True)  # applied, answer lost: re-sent with the same op ids
-        report = await mem.sync.push()
-        st = await mem.sync.status()
-        other = await chatmem.open()
-        await other.sync.configure(cfg(srv.url))
-        await other.sync.pull()
-        out = (
-            queued_before,
-            pending_at_start,
-            report,
-            st,
-            await local_snapshot(mem),
-            await local_snapshot(other),
-            first.id,
-            ids,
-        )
-        await mem.close()
-        await other.close()
-        return out
-
-    queued_before, pending_at_start, report, st, mine, theirs, gone_id, ids = run(go())
+    t = FakeTime()
+    mem = await chatmem.open(
+        persist=str(tmp_path / "a.db") if backend == "sqlite" else None,
+        runtime=CPythonRuntime(clock=t.clock, sleep=t.sleep, rand=lambda: 0.0),
+    )
+    ids = await _history(mem)
+    queued_before = await mem.store.outbox_counts()
+    await mem.sync.configure(cfg(srv.url, batch_size=25))
+    pending_at_start = (await mem.sync.status()).pending
+    await mem.messages.append_many(ids[0], [{"role": "assistant", "content": f"new {i}"} for i in range(5)])
+    first = (await mem.messages.list(ids[1], limit=1))[0]
+    await mem.sessions.delete_messages(ids[1], [first.id])
+    await mem.sessions.delete(ids[2])
+    await mem.sessions.update(ids[3], title="renamed after sync on")
+    srv.faults.fail(2, after=True)  # applied, answer lost: re-sent with the same op ids
+    report = await mem.sync.push()
+    st = await mem.sync.status()
+    other = await chatmem.open()
+    await other.sync.configure(cfg(srv.url))
+    await other.sync.pull()
+    out = (
+        queued_before,
+        pending_at_start,
+        report,
+        st,
+        await local_snapshot(mem),
+        await local_snapshot(other),
+        first.id,
+        ids,
+    )
+    await mem.close()
+    await other.close()
+    queued_before, pending_at_start, report, st, mine, theirs, gone_id, ids = out
     assert queued_before == (0, 0), "nothing queued while sync was never on"
     assert pending_at_start == 4 * 61, "the status counts the history still to upload"
     assert report.state == "idle" and st.pending == 0 and st.dead_letters == 0
@@ -97,7 +92,7 @@ def test_history_then_changes_arrive_exactly_once(srv: Any, backend: str, tmp_pa
     assert rec.batches[0][0][0] == backfill_op_id("session", sorted(ids)[0])
 
 
-def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_path: Path) -> None:
+async def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_path: Path) -> None:
     """A push that stops in the middle of the history (offline-like error, then the
     process ends) resumes from the saved position after reopening the file; the server
     applies every record once."""
@@ -113,31 +108,28 @@ def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_path: Pa
         await mem.sync.push()  # the whole history: 3 x 41 ops in 6 requests
         return await mem.store.kv_get(BACKFILL_KEY), mem
 
-    async def go() -> tuple[Any, ...]:
-        # let two requests through, then refuse: the push stops inside session 2
-        orig = srv.service.push
-        calls = [0]
+    # let two requests through, then refuse: the push stops inside session 2
+    orig = srv.service.push
+    calls = [0]
 
-        def push(space: str, payload: Any) -> Any:
-            calls[0] += 1
-            if calls[0] > 3:
-                raise ConnectionError("cut")
-            return orig(space, payload)
+    def push(space: str, payload: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > 3:
+            raise ConnectionError("cut")
+        return orig(space, payload)
 
-        srv.service.push = push
-        progress, mem = await first_part()
-        await mem.close()
-        srv.service.push = orig
-        t = FakeTime()
-        again = await chatmem.open(persist=path, clock=t.clock)
-        again.sync.sleep = t.sleep
-        report = await again.sync.push()
-        done = await again.store.kv_get(BACKFILL_KEY)
-        snap = await local_snapshot(again)
-        await again.close()
-        return progress, report, done, snap
-
-    progress, report, done, snap = run(go())
+    srv.service.push = push
+    progress, mem = await first_part()
+    await mem.close()
+    srv.service.push = orig
+    t = FakeTime()
+    again = await chatmem.open(persist=path, clock=t.clock)
+    again.sync.sleep = t.sleep
+    report = await again.sync.push()
+    done = await again.store.kv_get(BACKFILL_KEY)
+    snap = await local_snapshot(again)
+    await again.close()
+    progress, report, done, snap = progress, report, done, snap
     assert progress is not None and 0 < progress["pos"] < 3 and not progress["done"], progress
     assert report.state == "idle" and done["done"]
     assert server_snapshot(srv, KEY) == snap and len(snap["messages"]) == 120

@@ -101,22 +101,19 @@ def applied(srv: Any) -> int:
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["fail-before-apply", "lose-the-answer"])
-def test_three_500s_then_200_apply_once_with_the_same_op_ids(srv: Any, after: bool) -> None:
+async def test_three_500s_then_200_apply_once_with_the_same_op_ids(srv: Any, after: bool) -> None:
     """500 x3 then 200: every op applied exactly once, same op_id on every attempt,
     backoff 0.5 s / 1 s / 2 s (jitter pinned), attempts counted on the op."""
     rec = PushRecorder(srv)
     srv.faults.fail(3, after=after)
 
-    async def go() -> tuple[Any, list[float], list[str]]:
-        t = FakeTime()
-        mem = await device(srv.url, t)
-        s = await mem.sessions.create(title="retry me")
-        await mem.messages.append(s.session_id, "user", "hello")
-        ids = [o["op_id"] for o in await mem.store.outbox_list()]
-        report = await mem.sync.push()
-        return report, t.slept, ids
-
-    report, slept, ids = run(go())
+    t = FakeTime()
+    mem = await device(srv.url, t)
+    s = await mem.sessions.create(title="retry me")
+    await mem.messages.append(s.session_id, "user", "hello")
+    ids = [o["op_id"] for o in await mem.store.outbox_list()]
+    report = await mem.sync.push()
+    report, slept, ids = report, t.slept, ids
     assert report.acknowledged == 2 and report.remaining == 0 and report.dead_lettered == 0
     assert report.requests == 4 and report.state == "idle"
     assert slept == [0.5, 1.0, 2.0]
@@ -130,23 +127,20 @@ def test_three_500s_then_200_apply_once_with_the_same_op_ids(srv: Any, after: bo
     assert server_snapshot(srv, KEY)["sessions"] != {}
 
 
-def test_four_500s_dead_letter_with_reason_then_replay_applies_once(srv: Any) -> None:
+async def test_four_500s_dead_letter_with_reason_then_replay_applies_once(srv: Any) -> None:
     """The 4th failed attempt (max_retries=3) dead-letters with reason and last response;
     replay puts them back and they are applied once; discard drops for good."""
     srv.faults.fail(4, status=503)
 
-    async def go() -> tuple[Any, list[dict[str, Any]], Any, Any, Any]:
-        mem = await device(srv.url)
-        s = await mem.sessions.create(title="doomed")
-        await mem.messages.append(s.session_id, "user", "x")
-        first = await mem.sync.push()
-        dead = await mem.sync.dead_letters()
-        st = await mem.sync.status()
-        assert await mem.sync.replay("all") == 2
-        second = await mem.sync.push()
-        return first, dead, st, second, await mem.sync.status()
-
-    first, dead, st, second, after = run(go())
+    mem = await device(srv.url)
+    s = await mem.sessions.create(title="doomed")
+    await mem.messages.append(s.session_id, "user", "x")
+    first = await mem.sync.push()
+    dead = await mem.sync.dead_letters()
+    st = await mem.sync.status()
+    assert await mem.sync.replay("all") == 2
+    second = await mem.sync.push()
+    first, dead, st, second, after = first, dead, st, second, await mem.sync.status()
     assert first.dead_lettered == 2 and first.remaining == 0
     assert len(dead) == 2 and all(d["attempts"] == 4 for d in dead)
     assert all("gave up after 4 failed attempts" in d["reason"] and "HTTP 503" in d["reason"] for d in dead)
@@ -156,21 +150,18 @@ def test_four_500s_dead_letter_with_reason_then_replay_applies_once(srv: Any) ->
     assert after.dead_letters == 0 and after.pending == 0 and after.state == "idle"
 
 
-def test_rejected_op_goes_to_dead_letter_and_discard_removes_it(srv: Any) -> None:
+async def test_rejected_op_goes_to_dead_letter_and_discard_removes_it(srv: Any) -> None:
     """A per-op rejection (update of a session the server never saw) is dead-lettered at once
     with the server's reason; other ops of the batch are acknowledged."""
 
-    async def go() -> tuple[Any, list[dict[str, Any]], int, Any]:
-        mem = await device(srv.url)
-        await mem.sessions.create(title="fine")
-        op = await mem._core.outbox.op("update", "session", "never-created", "never-created", {"title": "x"})
-        await mem.store.outbox_put([op])
-        report = await mem.sync.push()
-        dead = await mem.sync.dead_letters()
-        n = await mem.sync.discard(dead[0]["op_id"])
-        return report, dead, n, await mem.sync.status()
-
-    report, dead, n, st = run(go())
+    mem = await device(srv.url)
+    await mem.sessions.create(title="fine")
+    op = await mem._core.outbox.op("update", "session", "never-created", "never-created", {"title": "x"})
+    await mem.store.outbox_put([op])
+    report = await mem.sync.push()
+    dead = await mem.sync.dead_letters()
+    n = await mem.sync.discard(dead[0]["op_id"])
+    report, dead, n, st = report, dead, n, await mem.sync.status()
     assert report.acknowledged == 1 and report.dead_lettered == 1
     assert dead[0]["id"] == "never-created" and "does not exist" in dead[0]["reason"]
     assert '"rejected"' in dead[0]["response"] and dead[0]["attempts"] == 0
@@ -192,25 +183,22 @@ def test_retry_after_is_honoured(srv: Any) -> None:
     assert applied(srv) == 1
 
 
-def test_a_failing_op_holds_back_its_session_only(srv: Any) -> None:
+async def test_a_failing_op_holds_back_its_session_only(srv: Any) -> None:
     """batch_size=1: the first op of session A fails; B's ops go through at once, A's second
     op is not sent before A's first; later everything arrives in per-session order."""
     rec = PushRecorder(srv)
     srv.faults.fail(1)
 
-    async def go() -> tuple[Any, list[dict[str, Any]], Any, list[str]]:
-        mem = await device(srv.url, batch_size=1)
-        a = await mem.sessions.create(title="A")
-        await mem.messages.append(a.session_id, "user", "a1")
-        b = await mem.sessions.create(title="B")
-        await mem.messages.append(b.session_id, "user", "b1")
-        order = [o["op_id"] for o in await mem.store.outbox_list()]
-        first = await mem.sync.push(wait=False)
-        left = await mem.store.outbox_list()
-        second = await mem.sync.push()
-        return first, left, second, order
-
-    first, left, second, order = run(go())
+    mem = await device(srv.url, batch_size=1)
+    a = await mem.sessions.create(title="A")
+    await mem.messages.append(a.session_id, "user", "a1")
+    b = await mem.sessions.create(title="B")
+    await mem.messages.append(b.session_id, "user", "b1")
+    order = [o["op_id"] for o in await mem.store.outbox_list()]
+    first = await mem.sync.push(wait=False)
+    left = await mem.store.outbox_list()
+    second = await mem.sync.push()
+    first, left, second, order = first, left, second, order
     assert first.acknowledged == 2 and first.state == "error"
     assert [o["op_id"] for o in left] == order[:2]  # A's two ops wait
     assert left[0]["attempts"] == 1 and left[0]["next_attempt_at"] > 0 and "HTTP 500" in left[0]["last_error"]
@@ -274,28 +262,25 @@ async def _push_unconfigured() -> None:
     await mem.sync.push()
 
 
-def test_401_pauses_sync_and_dead_letters_nothing(srv: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_401_pauses_sync_and_dead_letters_nothing(srv: Any, caplog: pytest.LogCaptureFixture) -> None:
     """A refused key: paused-auth with a 'check your key' message, nothing dead-lettered or
     counted; nothing is sent until configure(); the key is never in status, repr or logs."""
     caplog.set_level(logging.DEBUG)
     bad = "wrong-Key-999"
 
-    async def go() -> tuple[Any, Any, list[dict[str, Any]], int, Any, str]:
-        mem = await device(srv.url, api_key=bad)
-        s = await mem.sessions.create(title="auth")
-        await mem.messages.append(s.session_id, "user", "x")
-        first = await mem.sync.push()
-        seen = srv.faults.seen["/v1/push"]
-        again = await mem.sync.run()
-        sent_again = srv.faults.seen["/v1/push"] - seen
-        st = await mem.sync.status()
-        ops = await mem.store.outbox_list()
-        await mem.sync.configure(cfg(srv.url))
-        fixed = await mem.sync.push()
-        text = repr(mem.sync) + repr(mem.sync.config) + repr(st) + repr(again)
-        return first, st, ops, sent_again, fixed, text
-
-    first, st, ops, sent_again, fixed, text = run(go())
+    mem = await device(srv.url, api_key=bad)
+    s = await mem.sessions.create(title="auth")
+    await mem.messages.append(s.session_id, "user", "x")
+    first = await mem.sync.push()
+    seen = srv.faults.seen["/v1/push"]
+    again = await mem.sync.run()
+    sent_again = srv.faults.seen["/v1/push"] - seen
+    st = await mem.sync.status()
+    ops = await mem.store.outbox_list()
+    await mem.sync.configure(cfg(srv.url))
+    fixed = await mem.sync.push()
+    text = repr(mem.sync) + repr(mem.sync.config) + repr(st) + repr(again)
+    first, st, ops, sent_again, fixed, text = first, st, ops, sent_again, fixed, text
     assert first.state == "paused-auth" and st.state == "paused-auth"
     assert "check your key" in (st.last_error or "")
     assert st.dead_letters == 0 and st.pending == 2 and all(o["attempts"] == 0 for o in ops)
@@ -305,24 +290,21 @@ def test_401_pauses_sync_and_dead_letters_nothing(srv: Any, caplog: pytest.LogCa
     assert bad not in caplog.text and KEY not in caplog.text
 
 
-def test_config_is_validated_and_stored_without_leaking_the_key(tmp_path: Path) -> None:
+async def test_config_is_validated_and_stored_without_leaking_the_key(tmp_path: Path) -> None:
     """http to a public host is refused (nothing stored); a good config survives reopening."""
     db = str(tmp_path / "c.db")
 
-    async def go() -> tuple[Any, Any, Any]:
-        mem = await chatmem.open(persist=db)
-        with pytest.raises(ValidationError) as e:
-            await mem.sync.configure({"enabled": True, "endpoint": "http://sync.example.com", "apiKey": KEY})
-        nothing = await mem.store.kv_get(CONFIG_KEY)
-        await mem.sync.configure({"enabled": True, "endpoint": "https://sync.example.com/", "apiKey": KEY})
-        await mem.close()
-        again = await chatmem.open(persist=db)
-        await again.sync.status()
-        loaded = again.sync.config
-        await again.close()
-        return e.value, nothing, loaded
-
-    err, nothing, loaded = run(go())
+    mem = await chatmem.open(persist=db)
+    with pytest.raises(ValidationError) as e:
+        await mem.sync.configure({"enabled": True, "endpoint": "http://sync.example.com", "apiKey": KEY})
+    nothing = await mem.store.kv_get(CONFIG_KEY)
+    await mem.sync.configure({"enabled": True, "endpoint": "https://sync.example.com/", "apiKey": KEY})
+    await mem.close()
+    again = await chatmem.open(persist=db)
+    await again.sync.status()
+    loaded = again.sync.config
+    await again.close()
+    err, nothing, loaded = e.value, nothing, loaded
     assert err.field == "endpoint" and nothing is None
     assert loaded is not None and loaded.endpoint == "https://sync.example.com" and loaded.api_key == KEY
     assert KEY not in repr(loaded) and KEY not in str(loaded.to_public_dict())
@@ -331,7 +313,7 @@ def test_config_is_validated_and_stored_without_leaking_the_key(tmp_path: Path) 
 # --------------------------------------------------------------------------- crash, faults
 
 
-def test_crash_mid_push_resends_the_same_op_ids_after_the_lease(srv: Any, tmp_path: Path) -> None:
+async def test_crash_mid_push_resends_the_same_op_ids_after_the_lease(srv: Any, tmp_path: Path) -> None:
     """A push cancelled in flight (the process 'dies') leaves its ops leased in the SQLite
     outbox; a new Memory on the file waits out the lease, then re-sends the same op_ids:
     each is applied exactly once."""
@@ -340,27 +322,24 @@ def test_crash_mid_push_resends_the_same_op_ids_after_the_lease(srv: Any, tmp_pa
     db = str(tmp_path / "crash.db")
     t = FakeTime()
 
-    async def go() -> tuple[list[str], Any, Any, list[str]]:
-        a = await device(srv.url, t, persist=db)
-        s = await a.sessions.create(title="in flight")
-        await a.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(3)])
-        ids = [o["op_id"] for o in await a.store.outbox_list()]
-        task = asyncio.ensure_future(a.sync.push())
-        while srv.faults.seen["/v1/push"] == 0:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        b = await chatmem.open(persist=db, runtime=t.runtime())  # "after the restart"
-        blocked = await b.sync.push(wait=False)  # leased by the dead process: not yet
-        await asyncio.sleep(1.3)  # the held request completes on the server meanwhile
-        t.now += 2_000 + 5_000  # the lease (timeout + margin) runs out
-        done = await b.sync.push()
-        left = [o["op_id"] for o in await b.store.outbox_list()]
-        await b.close()
-        return ids, blocked, done, left
-
-    ids, blocked, done, left = run(go())
+    a = await device(srv.url, t, persist=db)
+    s = await a.sessions.create(title="in flight")
+    await a.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(3)])
+    ids = [o["op_id"] for o in await a.store.outbox_list()]
+    task = asyncio.ensure_future(a.sync.push())
+    while srv.faults.seen["/v1/push"] == 0:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    b = await chatmem.open(persist=db, runtime=t.runtime())  # "after the restart"
+    blocked = await b.sync.push(wait=False)  # leased by the dead process: not yet
+    await asyncio.sleep(1.3)  # the held request completes on the server meanwhile
+    t.now += 2_000 + 5_000  # the lease (timeout + margin) runs out
+    done = await b.sync.push()
+    left = [o["op_id"] for o in await b.store.outbox_list()]
+    await b.close()
+    ids, blocked, done, left = ids, blocked, done, left
     assert blocked.requests == 0 and blocked.remaining == 4
     assert done.acknowledged == 4 and left == []
     assert [sorted(i for i, _ in b) for b in rec.batches] == [sorted(ids)] * 2
@@ -368,25 +347,29 @@ def test_crash_mid_push_resends_the_same_op_ids_after_the_lease(srv: Any, tmp_pa
     assert set(rec.results[1].values()) == {"duplicate"}
 
 
-def test_thousand_ops_with_20_percent_random_faults_arrive_exactly_once(srv: Any) -> None:
+async def test_thousand_ops_with_20_percent_random_faults_arrive_exactly_once(srv: Any) -> None:
     """1,000+ ops, 20% of pushes fail (500, a 1.5 s hold past the 0.5 s timeout, a dropped
     connection; half of them after the server applied the push). max_retries=10, so no op is
     dead-lettered: the server ends up with exactly the client's data, each op applied once,
     and a second device pulling it holds the same."""
     srv.faults.random(0.2, seed=7, kinds=(Fault("status", 500), Fault("delay", seconds=1.5), Fault("drop")))
 
-    async def go() -> tuple[int, Any, dict[str, Any], dict[str, Any], int, float]:
-        mem = await device(srv.url, max_retries=10, batch_size=25, timeout=500)
-        n = await workload(mem)
-        t0 = time.monotonic()
-        states = await drain(mem)
-        took = time.monotonic() - t0
-        st = await mem.sync.status()
-        other = await device(srv.url)
-        await other.sync.pull()
-        return n, st, await local_snapshot(mem), await local_snapshot(other), len(states), took
-
-    n, st, mine, theirs, pushes, took = run(go())
+    mem = await device(srv.url, max_retries=10, batch_size=25, timeout=500)
+    n = await workload(mem)
+    t0 = time.monotonic()
+    states = await drain(mem)
+    took = time.monotonic() - t0
+    st = await mem.sync.status()
+    other = await device(srv.url)
+    await other.sync.pull()
+    n, st, mine, theirs, pushes, took = (
+        n,
+        st,
+        await local_snapshot(mem),
+        await local_snapshot(other),
+        len(states),
+        took,
+    )
     srv.faults.clear()
     fired = [f for _, f in srv.faults.fired]
     assert n >= 1000
@@ -411,40 +394,37 @@ async def test_apply_changes_rules(backend: str, tmp_path: Path) -> None:
     await mem.close()
 
 
-def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(srv: Any) -> None:
+async def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(srv: Any) -> None:
     """A edits the title, then B edits it later; B pushes first, A's older edit arrives after
     it: both end with B's title. A's delete then removes the session and its messages on B.
     Pulling enqueues nothing."""
     t = FakeTime()
 
-    async def go() -> list[Any]:
-        a = await device(srv.url, t)
-        b = await device(srv.url, t)
-        s = await a.sessions.create(title="shared")
-        await a.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(3)])
-        await a.sync.run()
-        await b.sync.run()
-        got = (await b.sessions.get(s.session_id)).title, await b.messages.count(s.session_id)
-        t.now += 10
-        await a.sessions.update(s.session_id, title="from A (earlier)")
-        t.now += 10
-        await b.sessions.update(s.session_id, title="from B (later)")
-        await b.sync.run()
-        await a.sync.run()
-        await b.sync.run()
-        titles = [(await a.sessions.get(s.session_id)).title, (await b.sessions.get(s.session_id)).title]
-        b_outbox = await b.store.outbox_counts()
-        await a.sessions.delete(s.session_id)
-        await a.sync.run()
-        await b.sync.run()
-        gone = [
-            await b.sessions.exists(s.session_id),
-            await b.store.count_messages(s.session_id),
-            len(b.store._messages),
-        ]
-        return [got, titles, b_outbox, gone, await b.store.outbox_counts()]
-
-    got, titles, b_outbox, gone, b_after = run(go())
+    a = await device(srv.url, t)
+    b = await device(srv.url, t)
+    s = await a.sessions.create(title="shared")
+    await a.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(3)])
+    await a.sync.run()
+    await b.sync.run()
+    got = (await b.sessions.get(s.session_id)).title, await b.messages.count(s.session_id)
+    t.now += 10
+    await a.sessions.update(s.session_id, title="from A (earlier)")
+    t.now += 10
+    await b.sessions.update(s.session_id, title="from B (later)")
+    await b.sync.run()
+    await a.sync.run()
+    await b.sync.run()
+    titles = [(await a.sessions.get(s.session_id)).title, (await b.sessions.get(s.session_id)).title]
+    b_outbox = await b.store.outbox_counts()
+    await a.sessions.delete(s.session_id)
+    await a.sync.run()
+    await b.sync.run()
+    gone = [
+        await b.sessions.exists(s.session_id),
+        await b.store.count_messages(s.session_id),
+        len(b.store._messages),
+    ]
+    got, titles, b_outbox, gone, b_after = [got, titles, b_outbox, gone, await b.store.outbox_counts()]
     assert got == ("shared", 3)
     assert titles == ["from B (later)", "from B (later)"]
     assert b_outbox == (0, 0) and b_after == (0, 0)
@@ -476,65 +456,57 @@ def test_pull_keeps_a_newer_pending_local_edit(srv: Any) -> None:
     assert run(go()) == ["B, newer, unsent", "B, newer, unsent"]
 
 
-def test_both_devices_appending_at_seq_1_end_in_one_order(srv: Any) -> None:
+async def test_both_devices_appending_at_seq_1_end_in_one_order(srv: Any) -> None:
     """Both devices append at seq 1 while apart; after syncing each holds both messages in
     the same order, with the same seqs and a correct count."""
 
-    async def go() -> list[Any]:
-        a = await device(srv.url)
-        b = await device(srv.url)
-        s = await a.sessions.create(title="race")
-        await a.messages.append(s.session_id, "user", "first")
-        await a.sync.run()
-        await b.sync.run()
-        await a.messages.append(s.session_id, "user", "from A")
-        await b.messages.append(s.session_id, "user", "from B")
-        await a.sync.run()
-        await b.sync.run()
-        await a.sync.run()
-        out = []
-        for m in (a, b):
-            msgs = await m.messages.list(s.session_id, limit=None)
-            out.append(
-                (
-                    [(x.seq, x.content) for x in msgs],
-                    (await m.sessions.get(s.session_id)).message_count,
-                )
+    a = await device(srv.url)
+    b = await device(srv.url)
+    s = await a.sessions.create(title="race")
+    await a.messages.append(s.session_id, "user", "first")
+    await a.sync.run()
+    await b.sync.run()
+    await a.messages.append(s.session_id, "user", "from A")
+    await b.messages.append(s.session_id, "user", "from B")
+    await a.sync.run()
+    await b.sync.run()
+    await a.sync.run()
+    out = []
+    for m in (a, b):
+        msgs = await m.messages.list(s.session_id, limit=None)
+        out.append(
+            (
+                [(x.seq, x.content) for x in msgs],
+                (await m.sessions.get(s.session_id)).message_count,
             )
-        return out
-
-    (order_a, count_a), (order_b, count_b) = run(go())
+        )
+    (order_a, count_a), (order_b, count_b) = out
     assert order_a == order_b and [seq for seq, _ in order_a] == [0, 1, 2]
     assert sorted(t for _, t in order_a) == ["first", "from A", "from B"] and order_a[0] == (0, "first")
     assert count_a == count_b == 3
 
 
-def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None:
+async def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None:
     """1,200 messages come in 3 pages (500 per page) on SQLite; the cursor is saved and a
     second pull fetches nothing new."""
 
-    async def go() -> list[Any]:
-        a = await device(srv.url)
-        s = await a.sessions.create(title="big")
-        await a.messages.append_many(
-            s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(1200)]
-        )
-        await a.sync.push()
-        b = await device(srv.url, persist=str(tmp_path / "b.db"))
-        first = await b.sync.pull()
-        cursor = await b.store.kv_get(CURSOR_KEY)
-        second = await b.sync.pull()
-        msgs = await b.messages.list(s.session_id, limit=None)
-        await b.close()
-        return [
-            first.pages,
-            first.changes,
-            cursor,
-            second.changes,
-            [m.seq for m in msgs] == list(range(1200)),
-        ]
-
-    pages, changes, cursor, again, dense = run(go())
+    a = await device(srv.url)
+    s = await a.sessions.create(title="big")
+    await a.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(1200)])
+    await a.sync.push()
+    b = await device(srv.url, persist=str(tmp_path / "b.db"))
+    first = await b.sync.pull()
+    cursor = await b.store.kv_get(CURSOR_KEY)
+    second = await b.sync.pull()
+    msgs = await b.messages.list(s.session_id, limit=None)
+    await b.close()
+    pages, changes, cursor, again, dense = [
+        first.pages,
+        first.changes,
+        cursor,
+        second.changes,
+        [m.seq for m in msgs] == list(range(1200)),
+    ]
     assert pages == 3 and changes == 1201 and cursor == "1201" and again == 0 and dense
 
 
