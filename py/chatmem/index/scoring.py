@@ -16,7 +16,7 @@ same constants) and the same arithmetic in the same order, and round as
 DuckDB's ``round(x, 9)`` does (``round9``), so they rank and score alike
 (``tests/unit/test_scoring.py`` holds them to identical results).
 
-On CPython a filtered search is scored the same way, narrowed before its winners are picked:
+A filtered search is scored the same way, narrowed before its winners are picked:
 of the docs holding its terms, those the filters admit (``admitted``: one statement
 for the docs not judged before, the verdicts kept per filter until a session changes).
 So a filter costs what its query's postings cost, not a scan of the index.

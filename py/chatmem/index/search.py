@@ -192,12 +192,10 @@ async def search(
         stats = await _bm25_stats(index)
         terms = await _term_stats(index, pq)
         kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
-        # a filtered query whose postings are few is scored in Python too where statements
-        # are cheap (CPython), narrowed to the docs its filters admit (``scoring.admitted``);
-        # else by the filtered statement below (in the page, judging the docs is a round
-        # trip to the engine's worker that costs more than the statement saves)
+        # a filtered query whose postings are few is scored in Python too, narrowed to the
+        # docs its filters admit (``scoring.admitted``); else by the filtered statement below
         narrow = kflt.sql != "TRUE"
-        fast = terms is not None and limit is not None and not pq.phrases and (not narrow or index.in_thread)
+        fast = terms is not None and limit is not None and not pq.phrases
         if fast:
             assert terms is not None and limit is not None
             tw, required = term_weights(pq, stats, terms)
