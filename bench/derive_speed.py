@@ -101,7 +101,7 @@ def _page(n: int, rounds: int) -> dict[str, Any]:
 
     code = (
         "import types\n"
-        "from chatmem.runtime.page.engine import DuckDBWasmEngine\n"
+        "from chatmem.runtime.page.duckdb_wasm import DuckDBWasmEngine\n"
         f"gen = types.ModuleType('scalegen'); exec({(HERE / 'page' / 'scalegen.py').read_text()!r}, gen.__dict__)\n"
         f"ds = types.ModuleType('derive_speed'); exec({(HERE / 'derive_speed.py').read_text()!r}, ds.__dict__)\n"
         f"await ds.measure(gen.Words, DuckDBWasmEngine.open, {n}, {rounds})\n"

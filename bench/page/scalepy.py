@@ -41,7 +41,7 @@ async def heap(mem: Any = None) -> dict[str, Any]:
     if pm is not None:
         out["js_heap_used"] = int(pm.usedJSHeapSize)
         out["js_heap_total"] = int(pm.totalJSHeapSize)
-    idx = getattr(getattr(mem, "index", None), "index", None) if mem is not None else None
+    idx = mem.index.query_index if mem is not None else None
     if idx is not None:
         try:
             # bounded: after a failed phase the worker may still be busy (or gone)

@@ -43,7 +43,7 @@ import asyncio, builtins, importlib, json, statistics, time
 S = importlib.import_module("chatmem.index.search")
 scoring = importlib.import_module("chatmem.index.scoring")
 mem = builtins._bench_mem
-qi = mem.index.index
+qi = mem.index.query_index
 QS = json.loads(QUERIES)
 rec = {}
 

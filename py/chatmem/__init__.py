@@ -72,7 +72,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "LLMFactExtractor",
         "OfflineFactExtractor",
     ),
-    ".lru": ("LFUCache", "LRUCache"),
+    ".stores.caches": ("LFUCache", "LRUCache"),
     ".memory": ("Memory", "open"),
     ".conversations.messages": ("Messages",),
     ".records.models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
@@ -89,7 +89,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "PullReport",
         "PushReport",
         "SyncConfig",
-        "SyncEngine",
+        "Synchronizer",
         "SyncStatus",
     ),
     ".context.tokens": ("BPETokenizer", "EstimateTokenizer", "Tokenizer"),
@@ -142,14 +142,14 @@ if TYPE_CHECKING:
         SearchHit,
         SQLEngine,
     )
-    from .lru import LFUCache, LRUCache  # noqa: F401
     from .memory import Memory, open  # noqa: F401
     from .records.ids import Clock, IdGenerator, new_id, system_clock  # noqa: F401
     from .records.models import ChatMessage, Message, SessionMeta, estimate_tokens, extract_text  # noqa: F401
     from .records.validation import DEFAULT_LIMITS, Limits  # noqa: F401
     from .runtime import IN_BROWSER, Runtime  # noqa: F401
     from .stores import MemoryStore, Store  # noqa: F401
-    from .sync import EncryptionKey, Passphrase, PullReport, PushReport, SyncConfig, SyncEngine, SyncStatus  # noqa: F401
+    from .stores.caches import LFUCache, LRUCache  # noqa: F401
+    from .sync import EncryptionKey, Passphrase, PullReport, PushReport, SyncConfig, Synchronizer, SyncStatus  # noqa: F401
     from .transfer.io import ImportReport  # noqa: F401
 
 
@@ -264,7 +264,7 @@ __all__ = [
     "LLMFactExtractor",
     # sync
     "SyncConfig",
-    "SyncEngine",
+    "Synchronizer",
     "SyncStatus",
     "PushReport",
     "PullReport",

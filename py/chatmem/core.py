@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from .lru import LRUCache
 from .records.ids import Clock, IdGenerator
 from .records.validation import DEFAULT_LIMITS, Limits
 from .stores.base import Store, clone
+from .stores.caches import LRUCache
 from .sync.outbox import Outbox
 
 __all__ = ["Core"]

@@ -52,7 +52,7 @@
     └── UnsupportedEnvironment     an API that needs a browser (or CPython) was called elsewhere
 
 Foreign errors are translated in one place each (``translate_dom_error`` here,
-``stores.sqlite`` for sqlite3, ``index.engine`` for duckdb, ``sync.protocol`` for the
+``stores.sqlite`` for sqlite3, ``index.sql_engine`` for duckdb, ``sync.protocol`` for the
 sync server's HTTP statuses, ``providers`` for the model server's), always with the
 original kept as ``__cause__``.
 """

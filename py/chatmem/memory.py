@@ -33,13 +33,13 @@ from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit
 from .index.shared import IndexShare
-from .lru import CACHE_STRATEGIES, LRUCache, make_cache
 from .records.ids import Clock, IdGenerator
 from .records.validation import DEFAULT_LIMITS, Limits
 from .runtime import IN_BROWSER, Runtime, default_runtime
 from .stores.base import Store
-from .sync.engine import SyncEngine
+from .stores.caches import CACHE_STRATEGIES, LRUCache, make_cache
 from .sync.outbox import Outbox
+from .sync.synchronizer import Synchronizer
 
 if TYPE_CHECKING:
     from .transfer.io import ImportReport, Transfer
@@ -118,7 +118,7 @@ class Memory:
         self.context.register(self.modules)
         self.tokenizer: Tokenizer = tokenizer or EstimateTokenizer()
         self.retention = Retention(self.sessions, self.messages, store, clock, runtime.sleep)
-        self.sync = SyncEngine(
+        self.sync = Synchronizer(
             self._core,
             transport=runtime.transport,
             sleep=runtime.sleep,
@@ -239,8 +239,8 @@ class Memory:
         if not callable(getattr(embedder, "embed", None)):
             raise ValidationError("embedder needs an async embed(texts)", field="embedder")
         self.index.embedder = embedder
-        if self.index.index is not None:
-            self.index.index.embedder = embedder
+        if self.index.query_index is not None:
+            self.index.query_index.embedder = embedder
 
         async def embed_all() -> int:
             return await (await self.index.ready()).embed_missing(embedder)

@@ -35,7 +35,7 @@ FILE_FACTS = """
 import chatmem
 mem = await chatmem.open(NAME)
 await mem.search("apple")
-idx, cache = mem.index.index, mem.index._cache
+idx, cache = mem.index.query_index, mem.index._cache
 db = cache.file_db
 tag = (await idx.execute("SELECT tags['storage_version'] AS v FROM duckdb_databases() WHERE database_name = ?", [db]))[0]["v"]
 comp = sorted({r["c"] for r in await idx.execute(

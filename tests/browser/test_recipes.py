@@ -140,9 +140,9 @@ def test_what_the_first_open_imports_is_frozen_out_of_the_collector(browser: Any
         .read_text(encoding="utf-8")
         .replace(
             '[h.message.text for h in await mem.search("lisbon")]',
-            "import gc, chatmem.memory, chatmem.sync.engine\n"
+            "import gc, chatmem.memory, chatmem.sync.synchronizer\n"
             "tracked = {id(o) for o in gc.get_objects()}\n"
-            "[id(chatmem.memory.Memory.__init__) in tracked, id(chatmem.sync.engine.SyncEngine.__init__) in tracked,\n"
+            "[id(chatmem.memory.Memory.__init__) in tracked, id(chatmem.sync.synchronizer.Synchronizer.__init__) in tracked,\n"
             " gc.get_freeze_count() > 0]",
         )
     )

@@ -137,7 +137,7 @@ def test_engine_answers_every_type_by_column(search_page: Page) -> None:
 
 LOAD = """
 import builtins
-from chatmem.index.engine import columns
+from chatmem.index.sql_engine import columns
 eng = builtins._search_engine
 await eng.execute("CREATE TABLE load_t (a VARCHAR, b BIGINT, c VARCHAR[], d FLOAT[], e BOOLEAN, f DOUBLE, "
                   "v TINYINT[], m VARCHAR)")
@@ -228,7 +228,7 @@ await mem.sessions.delete(IDS[1])
 hits = await mem.search("apple", limit=20)
 builtins._cache_mem = mem  # stays open: this tab holds the cache file
 out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations,
-       "banana": [h.session_id for h in await mem.search("banana")], "resync": mem.index.index.last_resync}
+       "banana": [h.session_id for h in await mem.search("banana")], "resync": mem.index.query_index.last_resync}
 # the catch-up scheduled a background save: wait for it, so that what this tab learns
 # from here on is, as the test says, not saved (a later save would race the reload)
 if mem.index._saving is not None:
@@ -261,7 +261,7 @@ from chatmem.runtime import page as _browser
 mem = await chatmem.open(NAME)
 hits = await mem.search("apple cherry banana", limit=20)
 out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations,
-       "resync": mem.index.index.last_resync}
+       "resync": mem.index.query_index.last_resync}
 await mem.close()
 out["removed"] = await _browser.opfs_remove("chatmem-index-" + NAME + ".duckdb")
 out
@@ -401,7 +401,7 @@ got = await answers(mem)
 await mem.index._move_later()  # what the copy into memory would do once its delay is over
 out = {"open": mem.index.last_open, "in_memory": mem.index._cache.in_memory, "notice": mem.index.notice,
        "n": len(got[0])}
-rows = await mem.index.index.execute("SELECT tid, doc FROM postings")
+rows = await mem.index.query_index.execute("SELECT tid, doc FROM postings")
 out["sorted"] = [(r["tid"], r["doc"]) for r in rows] == sorted((r["tid"], r["doc"]) for r in rows)
 if WRITE:
     sid = (await mem.sessions.list())[0].session_id

@@ -21,7 +21,7 @@ builtins._shared_mems[NAME] = mem
 STATUS = """
 def status(mem):
     s = mem.index.status()
-    s["engine"] = type(mem.index.index.engine).__name__ if mem.index.index is not None else None
+    s["engine"] = type(mem.index.query_index.engine).__name__ if mem.index.query_index is not None else None
     return s
 """
 

@@ -13,8 +13,8 @@ import pytest
 
 import chatmem
 from chatmem import errors
-from chatmem.lru import LRUCache
 from chatmem.records.ids import IdGenerator
+from chatmem.stores.caches import LRUCache
 from chatmem.stores.sqlite import SQLiteStore
 from conftest import run
 

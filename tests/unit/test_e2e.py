@@ -31,7 +31,7 @@ from chatmem.sync.encryption import (
     encrypt_records,
     new_params,
 )
-from chatmem.sync.engine import CONFIG_KEY
+from chatmem.sync.synchronizer import CONFIG_KEY
 from conftest import run
 from e2e_server import STORAGES, e2e_server, stored_bytes
 

@@ -13,7 +13,7 @@ from chatmem.context.providers import ContextMessage, UserProfileProvider
 from chatmem.context.tokens import MESSAGE_OVERHEAD, EstimateTokenizer
 from chatmem.conversations.retention import MessageRetentionPolicy
 from chatmem.errors import SessionNotFound, ValidationError
-from chatmem.lru import LFUCache, LRUCache
+from chatmem.stores.caches import LFUCache, LRUCache
 from conftest import run
 
 LONG = "word " * 200  # ~250 tokens

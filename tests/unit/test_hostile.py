@@ -752,7 +752,7 @@ async def test_sql_cannot_reach_files(template: str, secret_file: Path) -> None:
 
 async def test_engine_itself_is_locked_down(secret_file: Path) -> None:
     """Below the guard: the engine refuses file access and refuses to change its settings."""
-    from chatmem.index.engine import DuckDBEngine
+    from chatmem.index.sql_engine import DuckDBEngine
 
     eng = DuckDBEngine()
     for sql in (

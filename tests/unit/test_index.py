@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from chatmem.errors import DatabaseClosed, QueryError, ValidationError
 from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, SQLEngine, search
-from chatmem.index.engine import columns
 from chatmem.index.schema import TABLES, message_rows, row_to_message_record, session_row
+from chatmem.index.sql_engine import columns
 from chatmem.index.tokenize import norm_text, parse_query, phrase_pattern, tokens, words
 from chatmem.records.models import ChatMessage, SessionMeta
 

@@ -145,7 +145,7 @@ async def test_catch_up_adds_only_new_messages_and_reloads_any_other_change(tmp_
     got = await _answers(mem)
     assert mem.index.hydrations == 0 and mem.index.catchups == 1
     assert mem.index.last_open["refreshed"] == 4
-    assert mem.index.index.last_resync == {"whole": 3, "appended": 1, "loaded": 2 + 3 + 1 + 4}
+    assert mem.index.query_index.last_resync == {"whole": 3, "appended": 1, "loaded": 2 + 3 + 1 + 4}
     assert len(await mem.search("apple", limit=50)) == 4 + 3 + 0 + 0 + 4
     assert {h.message.session_id for h in await mem.search("zebra", limit=50)} == {
         ids["appended"],
@@ -471,7 +471,7 @@ async def test_an_opening_whose_sessions_read_fails_closes_its_engine(tmp_path):
     with pytest.raises(OSError, match="unreachable"):
         await mem.search("apple")
     assert len(engines) == 1 and closed == engines
-    assert mem.index.index is None
+    assert mem.index.query_index is None
     hits = await mem.search("apple")
     assert [h.message.content for h in hits] == ["apple banana"]
     assert len(engines) == 2 and engines[1] not in closed
@@ -584,7 +584,7 @@ async def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(t
     assert live._copying
     hits = await asyncio.wait_for(mem.search("quince"), 30)
     assert [h.message.content for h in hits] == ["apple quince"]
-    n = await asyncio.wait_for(live.index.embed_missing(HashingEmbedder(16)), 30)
+    n = await asyncio.wait_for(live.query_index.embed_missing(HashingEmbedder(16)), 30)
     assert n == 42
     live.changed_in_background()
     assert not first.done() and live._dirty

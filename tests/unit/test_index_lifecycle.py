@@ -37,14 +37,14 @@ async def _seeded() -> Any:
 
 async def test_a_memory_goes_from_unopened_to_ready_to_closed() -> None:
     mem, sid = await _seeded()
-    assert mem.index.state is S.UNOPENED and mem.index.index is None
+    assert mem.index.state is S.UNOPENED and mem.index.query_index is None
     assert [h.message.text for h in await mem.search("lisbon")] == ["We fly to Lisbon in May."]
     assert mem.index.state is S.READY and mem.index.status()["state"] == "ready"
     await mem.messages.append(sid, "user", "Lisbon again.")  # queued: still ready
     assert mem.index.state is S.READY
     assert len(await mem.search("lisbon")) == 2
     await mem.close()
-    assert mem.index.state is S.CLOSED and mem.index.index is None
+    assert mem.index.state is S.CLOSED and mem.index.query_index is None
 
 
 async def test_a_failed_engine_opening_is_tried_again() -> None:
@@ -60,7 +60,7 @@ async def test_a_failed_engine_opening_is_tried_again() -> None:
     mem.index._factory = flaky
     with pytest.raises(OSError):
         await mem.search("lisbon")
-    assert mem.index.state is S.FAILED and mem.index.index is None
+    assert mem.index.state is S.FAILED and mem.index.query_index is None
     assert len(await mem.search("lisbon")) == 1
     assert mem.index.state is S.READY and len(calls) == 2
     await mem.close()
@@ -83,11 +83,11 @@ async def test_a_derivation_that_fails_halfway_leaves_nothing_half_made(
     monkeypatch.setattr(QueryIndex, "rebuild", breaks_once)
     with pytest.raises(MemoryError):
         await mem.search("lisbon")
-    assert mem.index.state is S.FAILED and mem.index.index is None
+    assert mem.index.state is S.FAILED and mem.index.query_index is None
     await mem.messages.append(sid, "user", "And Porto in June.")  # while failed: read by the next opening
     assert {h.message.text for h in await mem.search("lisbon porto")} == {
         "We fly to Lisbon in May.",
         "And Porto in June.",
     }
-    assert mem.index.state is S.READY and mem.index.index is not failed[0]
+    assert mem.index.state is S.READY and mem.index.query_index is not failed[0]
     await mem.close()

@@ -66,7 +66,7 @@ async def test_a_large_store_is_derived_into_its_file_and_kept_there(tmp_path, m
     mem.index.move_delay = 0
     assert await _answers(mem) == want
     assert mem.index.last_open["mode"] == "rebuilt" and not mem.index._cache.in_memory
-    rows = await mem.index.index.execute("SELECT tid, doc FROM postings")
+    rows = await mem.index.query_index.execute("SELECT tid, doc FROM postings")
     assert [(r["tid"], r["doc"]) for r in rows] == sorted((r["tid"], r["doc"]) for r in rows)
     await mem.close()
 

@@ -105,7 +105,7 @@ PUBLIC = {
     "OfflineFactExtractor",
     "LLMFactExtractor",
     "SyncConfig",
-    "SyncEngine",
+    "Synchronizer",
     "SyncStatus",
     "PushReport",
     "PullReport",

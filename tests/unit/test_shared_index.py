@@ -12,7 +12,7 @@ import pytest
 
 import chatmem
 from chatmem.errors import QueryTimeout, ReadOnlySQLError
-from chatmem.index.engine import DuckDBEngine
+from chatmem.index.sql_engine import DuckDBEngine
 from chatmem.runtime.cpython import CPythonRuntime
 from chatmem.stores.inprocess import MemoryStore
 from conftest import run
@@ -186,7 +186,7 @@ async def _test_guests_ask_the_owner_and_see_their_own_writes() -> None:
     await c.messages.append(sid, "user", "banana split")  # before c's first query
     assert [h.message.content for h in await c.search("banana")] == ["banana split"]
     assert [b.index.role, c.index.role, a.index.role] == ["guest", "guest", "owner"]
-    assert b.index.hydrations == 0 and type(b.index.index.engine).__name__ == "RemoteEngine"
+    assert b.index.hydrations == 0 and type(b.index.query_index.engine).__name__ == "RemoteEngine"
     await c.messages.append(sid, "user", "banana bread")
     assert len(await c.search("banana")) == 2
     assert len(await b.search("banana")) == 2

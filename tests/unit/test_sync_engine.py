@@ -20,8 +20,8 @@ from chatmem.errors import TransportError, ValidationError
 from chatmem.runtime import CPythonRuntime, UrllibTransport
 from chatmem.server import running_server
 from chatmem.server.faults import Fault
-from chatmem.sync import SyncConfig, SyncEngine
-from chatmem.sync.engine import CONFIG_KEY, CURSOR_KEY
+from chatmem.sync import SyncConfig, Synchronizer
+from chatmem.sync.synchronizer import CONFIG_KEY, CURSOR_KEY
 from conftest import run
 from sync_checks import (
     PushRecorder,
@@ -511,11 +511,11 @@ async def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None
 
 
 def test_engine_injection_and_stop(srv: Any) -> None:
-    """A SyncEngine built with its own transport works like mem.sync; stop() ends auto-sync."""
+    """A Synchronizer built with its own transport works like mem.sync; stop() ends auto-sync."""
 
     async def go() -> list[Any]:
         mem = await chatmem.open()
-        eng = SyncEngine(mem._core, transport=UrllibTransport())
+        eng = Synchronizer(mem._core, transport=UrllibTransport())
         await eng.configure(cfg(srv.url, auto_sync=True, sync_interval=1_000))
         running = eng.running
         await mem.sessions.create(title="x")

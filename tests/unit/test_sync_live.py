@@ -15,8 +15,8 @@ from chatmem.server import FaultPlan, running_server
 from chatmem.server.faults import Fault
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
-from chatmem.sync.live import follow_stream
 from chatmem.sync.protocol import SyncClient
+from chatmem.sync.stream import follow_stream
 from conftest import run
 
 KEY = "k-live-1"

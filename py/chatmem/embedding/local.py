@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import EmbeddingError
-from ..scheduling.slices import SLICE_S, Slicer
+from ..scheduling.timeslice import SLICE_S, TimeSlicer
 from .static import StaticEmbedder, TokenSums, find_model_file
 
 __all__ = ["LOCAL_MODEL", "LocalEmbedder", "default_embedder"]
@@ -98,7 +98,7 @@ class LocalEmbedder:
         (in the page: the interface never waits more than one slice for a batch)."""
         m = await self.load()
         out: list[list[float]] = []
-        slicer = Slicer()
+        slicer = TimeSlicer()
         if self._sums is None:
             for t in texts:
                 out.append(m.embed_one(t))
@@ -125,7 +125,7 @@ class LocalEmbedder:
 
     @staticmethod
     async def _vectors(
-        m: StaticEmbedder, sums: list[Sequence[float]], out: list[list[float]], slicer: Slicer
+        m: StaticEmbedder, sums: list[Sequence[float]], out: list[list[float]], slicer: TimeSlicer
     ) -> None:
         """The vectors of a summed part appended to ``out``, then a fresh slice."""
         slicer.restart()

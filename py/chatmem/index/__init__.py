@@ -8,10 +8,10 @@ guards user SQL; ``HashingEmbedder`` / ``OpenAIEmbedder`` make vectors.
 from __future__ import annotations
 
 from .embed import Embedder, HashingEmbedder, OpenAIEmbedder
-from .engine import DuckDBEngine, SQLEngine
 from .query_index import EVENT_KINDS, QueryIndex
 from .retrieve import HybridWeights, RetrievalConfig, retrieve
 from .search import MODES, SearchHit, search
+from .sql_engine import DuckDBEngine, SQLEngine
 from .sqlguard import check_read_only
 
 __all__ = [

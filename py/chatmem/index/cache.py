@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, AsyncContextManager, Callable
 
-from .engine import SQLEngine
 from .schema import (
     INDEXES,
     SCHEMA_VERSION,
@@ -48,6 +47,7 @@ from .schema import (
     storage_at_least,
     table_statement,
 )
+from .sql_engine import SQLEngine
 
 __all__ = ["COPY_PART", "IndexCache", "WORK"]
 

@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import SQLEngine, marks
 from .figures import KeywordFigures
 from .keywords import drop_sessions, lap, load_messages
 from .schema import MESSAGE_COLUMNS, TABLES, message_row, session_row
+from .sql_engine import SQLEngine, marks
 from .tokenize import term_count
 
 __all__ = ["Caught", "Plan", "catch_up", "plan"]

@@ -25,8 +25,8 @@ from typing import Any
 
 from ..scheduling.settle import settle
 from .doctable import DocTable, extended
-from .engine import SQLEngine
 from .keywords import stage_statement
+from .sql_engine import SQLEngine
 from .tokenize import terms_of_word, words
 
 __all__ = ["EngineDerivation", "Started", "derive", "run_derivation"]

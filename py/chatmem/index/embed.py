@@ -34,8 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import EmbeddingError, TransportError, ValidationError
 from ..runtime.http import Transport
-from ..scheduling.slices import Slicer
-from .engine import marks
+from ..scheduling.timeslice import TimeSlicer
+from .sql_engine import marks
 from .tokenize import norm_text
 
 __all__ = [
@@ -439,7 +439,7 @@ async def embedding_rows(
     rows: list[tuple[Any, ...]] = []
     key = model_key(embedder.model)
     await asyncio.sleep(0)  # the embedder's last slice ran up to here: a fresh one for these
-    slicer = Slicer()  # a page's interface never waits long for a batch
+    slicer = TimeSlicer()  # a page's interface never waits long for a batch
     for mid, t, p in full:
         await slicer.tick()
         q, scale = quantize(by_text[t])

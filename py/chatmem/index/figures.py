@@ -33,8 +33,8 @@ from typing import Any
 
 from . import doctable
 from .doctable import DocTable
-from .engine import SQLEngine, columns, marks
 from .rare import RarePostings
+from .sql_engine import SQLEngine, columns, marks
 
 __all__ = [
     "POSTINGS_CACHE",

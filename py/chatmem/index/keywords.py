@@ -27,11 +27,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from ..scheduling.settle import settle
-from ..scheduling.slices import Slicer
+from ..scheduling.timeslice import TimeSlicer
 from .doctable import DocTable, extended
-from .engine import SQLEngine, marks
 from .figures import KeywordFigures
 from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, message_rows, table_statement
+from .sql_engine import SQLEngine, marks
 from .tokenize import terms_of_word, words
 
 __all__ = [
@@ -126,7 +126,7 @@ async def prepare_messages(
     mrows: list[tuple[Any, ...]] = []
     srows: list[tuple[Any, ...]] = []
     toks: list[list[str]] = []
-    slicer = Slicer()
+    slicer = TimeSlicer()
     t = time.perf_counter()
     spent = 0.0
     for rec in records:

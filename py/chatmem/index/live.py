@@ -55,7 +55,6 @@ from ..records.models import ChatMessage
 from ..scheduling.settle import settle
 from .cache import IndexCache
 from .embed import Embedder
-from .engine import SQLEngine
 from .lifecycle import HOLDS_INDEX, IndexState
 from .opening import CachedOpening, EarlyDerivation
 from .query_index import EVENT_KINDS, QueryIndex
@@ -63,6 +62,7 @@ from .reading import PAGE
 from .retrieve import RetrievalConfig, retrieve
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
+from .sql_engine import SQLEngine
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -105,7 +105,7 @@ class LiveIndex(CachedOpening):
         self._early_derivation = early
         self.embedder: Embedder = embedder or default_embedder()
         self.state = IndexState.UNOPENED
-        self.index: QueryIndex | None = None
+        self.query_index: QueryIndex | None = None
         self._pending: list[tuple[str, str, Any]] = []
         self._stale: set[str] = set()
         #: sessions written while an opening reads the store's sessions, before the index
@@ -259,7 +259,7 @@ class LiveIndex(CachedOpening):
     @property
     def embed_progress(self) -> tuple[int, int]:
         """``(messages with a vector, messages)`` as of the last embedding batch."""
-        return self.index.embed_progress if self.index is not None else (0, 0)
+        return self.query_index.embed_progress if self.query_index is not None else (0, 0)
 
     def warm(self) -> asyncio.Task[Any]:
         """Start opening (or hydrating) the index in the background; queries await the same work."""
@@ -277,12 +277,12 @@ class LiveIndex(CachedOpening):
                 self._enter(IndexState.FAILED)
                 raise
             if self.role == "guest":
-                self.index = RemoteQueryIndex(
+                self.query_index = RemoteQueryIndex(
                     self.share, embedder=self.embedder, records=self._core.store.get_messages
                 )
                 self._pending.clear()
                 self._enter(IndexState.READY)
-                return self.index
+                return self.query_index
         self.role = self.role or "solo"
         try:
             return await self._hydrate()
@@ -303,7 +303,7 @@ class LiveIndex(CachedOpening):
                 return
             self.role = "owner"
             self._enter(IndexState.OPENING)
-            self.index = None  # the guest's view; requests in flight are now this tab's
+            self.query_index = None  # the guest's view; requests in flight are now this tab's
             try:
                 await self._hydrate()
                 self.takeovers += 1
@@ -317,10 +317,14 @@ class LiveIndex(CachedOpening):
         """The index, hydrated and caught up with every acknowledged write (a guest's:
         the owner's index, caught up with this tab's writes and notices)."""
         await self._core.check_external()
-        if self._copying and self.index is not None and not (self._pending or self._stale or self._resync):
-            return self.index  # a save holds _lock: its copy steps let queries through
+        if (
+            self._copying
+            and self.query_index is not None
+            and not (self._pending or self._stale or self._resync)
+        ):
+            return self.query_index  # a save holds _lock: its copy steps let queries through
         async with self._lock:
-            index = self.index or await self._open()
+            index = self.query_index or await self._open()
             if self.role == "guest":
                 stale, self._stale = sorted(self._stale), set()
                 resync, self._resync = self._resync, False
@@ -397,11 +401,11 @@ class LiveIndex(CachedOpening):
         stay (the file is saved when this returns). An index kept in memory because its
         file could not be used tries the file again. A guest has the owner do it."""
         async with self._lock:
-            index = self.index or await self._open()
+            index = self.query_index or await self._open()
             if self.role != "guest":
                 if self.cache and self._cache is None:
                     self._enter(IndexState.OPENING)
-                    self.index = None
+                    self.query_index = None
                     await index.close()  # in memory: it holds no file
                     await self._hydrate(force=True)
                 else:
@@ -483,7 +487,7 @@ class LiveIndex(CachedOpening):
             await settle(self._saving)
         if self.role == "owner" and self.share is not None:
             await self.share.drain()
-        if self.index is not None:
+        if self.query_index is not None:
             await self._compact_file()
             if self._dirty and self._cache is not None:
                 try:
@@ -491,8 +495,8 @@ class LiveIndex(CachedOpening):
                     await self._save()
                 except Exception:
                     pass  # the cache is derived: the next opening catches up anyway
-            await self.index.close()
-            self.index = None
+            await self.query_index.close()
+            self.query_index = None
             self._cache = None
         self._enter(IndexState.CLOSED)
         if self.share is not None:

@@ -22,11 +22,11 @@ from ..scheduling.settle import settle
 from .cache import IndexCache
 from .derivation import EngineDerivation, Started
 from .embed import Embedder
-from .engine import SQLEngine
 from .lifecycle import IndexState, check_transition
 from .query_index import QueryIndex
 from .reading import each_message
 from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, session_row
+from .sql_engine import SQLEngine
 from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
@@ -59,10 +59,10 @@ class CachedOpening:
     embedder: Embedder
     share: IndexShare | None
     role: str | None
-    #: where the index is in its lifecycle (``lifecycle.py``); ``index`` is set exactly in
+    #: where the index is in its lifecycle (``lifecycle.py``); ``query_index`` is set exactly in
     #: the states of ``HOLDS_INDEX``
     state: IndexState
-    index: QueryIndex | None
+    query_index: QueryIndex | None
     notice: str | None
     last_open: dict[str, Any]
     hydrations: int
@@ -112,7 +112,7 @@ class CachedOpening:
     async def _fail(self) -> None:
         """An opening or a derivation failed: its half-made index is dropped, and the next
         query opens again (a cached file left unfinished is rebuilt then)."""
-        index, self.index = self.index, None
+        index, self.query_index = self.query_index, None
         self._enter(IndexState.FAILED)
         if index is not None:
             with contextlib.suppress(Exception):  # the failure being raised is the one that matters
@@ -152,7 +152,7 @@ class CachedOpening:
             try:
                 index = await self._hydrate_with(engine, metas, force, early)
             except BaseException:
-                held = self.index is not None and getattr(self.index, "engine", None) is engine
+                held = self.query_index is not None and getattr(self.query_index, "engine", None) is engine
                 await self._fail()  # closes the index made over the engine, if it was made
                 if not held:
                     with contextlib.suppress(Exception):  # the first error is the one to raise
@@ -204,7 +204,7 @@ class CachedOpening:
             records=self._core.store.get_messages,
             compress=cache is None or cache.compress,
         )
-        self.index = index  # from here on, writes are queued
+        self.query_index = index  # from here on, writes are queued
         self._pending.clear()
         self._stale = self._early or set()
         self._early = None
@@ -302,7 +302,7 @@ class CachedOpening:
     async def _move_later(self) -> None:
         await asyncio.sleep(self.move_delay)
         async with self._lock:
-            cache, index = self._cache, self.index
+            cache, index = self._cache, self.query_index
             if cache is None or cache.in_memory or not isinstance(index, QueryIndex):
                 return
             async with index._lock:
@@ -352,7 +352,7 @@ class CachedOpening:
             if self._saving is asyncio.current_task():  # not one replaced by a sooner save
                 self._save_waiting = False
         async with self._lock:
-            if self._dirty and self._cache is not None and self.index is not None:
+            if self._dirty and self._cache is not None and self.query_index is not None:
                 await self._save()
         if self._dirty and self._saving is asyncio.current_task():  # written to during the copy
             self._saving = asyncio.ensure_future(self._save_later())
@@ -361,7 +361,7 @@ class CachedOpening:
         """Copy the index to its file, in steps under the index's lock (``IndexCache.save``):
         queries run between them, and so may vectors' writes, which make it dirty again.
         The caller holds ``_lock`` (or is closing): no catch-up writes meanwhile."""
-        index = self.index
+        index = self.query_index
         if self._cache is not None and index is not None:
             self._dirty = False
             self._copying = True
@@ -386,7 +386,7 @@ class CachedOpening:
         if self.role == "guest" and self.share is not None:
             return bool(await self.share.call("save"))
         async with self._lock:
-            if self._cache is None or self.index is None:
+            if self._cache is None or self.query_index is None:
                 return False
             await self._save()
             return True

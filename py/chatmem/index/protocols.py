@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from .doctable import DocTable
 from .embed import Embedder
-from .engine import SQLEngine
 from .figures import KeywordFigures
 from .rare import RarePostings
+from .sql_engine import SQLEngine
 
 __all__ = ["SearchIndex"]
 

@@ -42,7 +42,6 @@ from ..records.validation import INT64_MAX, INT64_MIN
 from .catchup import catch_up
 from .derivation import EngineDerivation, Started, run_derivation
 from .embed import Embedder
-from .engine import SQLEngine, columns, marks
 from .figures import KeywordFigures
 from .gate import AnswerGate
 from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
@@ -55,6 +54,7 @@ from .schema import (
     row_to_session_record,
     session_row,
 )
+from .sql_engine import SQLEngine, columns, marks
 from .sqlguard import check_read_only
 
 __all__ = ["EVENT_KINDS", "QueryIndex"]

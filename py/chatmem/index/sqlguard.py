@@ -27,7 +27,7 @@ The guard is the first wall, not the only one. The engine's
 ``execute_read_only`` counts the statements with DuckDB's own parser and runs
 the query inside a read-only transaction that is rolled back, and the engine is
 locked down (no file or network access, configuration locked: see
-``chatmem.index.engine``).
+``chatmem.index.sql_engine``).
 
 This is a guard for honest mistakes and hostile strings alike, and the index
 is a derived copy: even so, it is strict rather than clever.

@@ -16,7 +16,7 @@ from .base import LocalDrainLock, Runtime
 from .http import HTTPResponse, Transport
 
 if TYPE_CHECKING:
-    from ..index.engine import SQLEngine
+    from ..index.sql_engine import SQLEngine
     from ..stores.base import Store
     from ..sync.encryption import CipherSuite
 
@@ -163,7 +163,7 @@ class CPythonRuntime(Runtime):
 
     async def open_query_engine(self, cache: str | None = None) -> SQLEngine:
         try:
-            from ..index.engine import DuckDBEngine
+            from ..index.sql_engine import DuckDBEngine
 
             return DuckDBEngine(cache) if cache else DuckDBEngine()
         except ImportError as e:  # pragma: no cover - depends on the environment

@@ -15,7 +15,6 @@ from .accounts import Authenticator, Principal, add_account, issue_token, list_t
 from .app import create_app, space_for_key
 from .backends import SQLiteSyncStorage, open_storage
 from .faults import Fault, FaultPlan
-from .live import ChangeHub
 from .quotas import Quotas
 from .runner import SyncServer, running_server
 from .service import SyncService
@@ -27,6 +26,7 @@ from .storage import (
     SyncStorage,
     TokenRecord,
 )
+from .stream import ChangeHub
 
 __all__ = [
     "create_app",

@@ -38,10 +38,10 @@ from .accounts import Authenticator, Principal, space_for_key
 from .backends import open_storage
 from .encryption import CAPABILITY, E2EConflict, E2EService
 from .faults import Fault, FaultPlan
-from .live import ChangeHub, sse_events
 from .quotas import Quotas
 from .service import MAX_OPS_PER_PUSH, SyncService
 from .settings import DEFAULT_MAX_BODY, ServerSettings
+from .stream import ChangeHub, sse_events
 
 __all__ = ["create_app", "space_for_key", "BodyLimit", "FaultMiddleware", "AccessLog", "MAX_BODY_BYTES"]
 

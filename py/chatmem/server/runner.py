@@ -23,10 +23,10 @@ from .accounts import space_for_key
 from .app import MAX_BODY_BYTES, create_app
 from .backends import open_storage
 from .faults import FaultPlan
-from .live import ChangeHub
 from .quotas import Quotas
 from .service import SyncService
 from .storage import SyncStorage
+from .stream import ChangeHub
 
 __all__ = ["SyncServer", "running_server"]
 

@@ -1,5 +1,5 @@
 """Cloud sync, the pure parts: hybrid logical clocks, operations, config,
-backoff, status and the protocol client. ``SyncEngine`` (``mem.sync``) is the
+backoff, status and the protocol client. ``Synchronizer`` (``mem.sync``) is the
 drain loop and the puller built on them; ``apply`` holds the merge rules a
 store runs when it applies pulled changes. ``encryption`` is the end-to-end
 ciphertext format (``Passphrase``, ``EncryptionKey``), ``cipher`` its AES-GCM /
@@ -11,7 +11,6 @@ from __future__ import annotations
 from .backoff import BackoffPolicy, backoff_delay, parse_retry_after, retry_delay
 from .config import SyncConfig, normalize_endpoint
 from .encryption import EncryptionKey, Passphrase
-from .engine import PullReport, PushReport, SyncEngine
 from .hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
 from .ops import SyncOp, make_op, op_session_id, validate_op
 from .protocol import (
@@ -24,11 +23,12 @@ from .protocol import (
     error_for_transport,
 )
 from .status import SYNC_STATES, SyncState, SyncStatus
+from .synchronizer import PullReport, PushReport, Synchronizer
 
 __all__ = [
     "Passphrase",
     "EncryptionKey",
-    "SyncEngine",
+    "Synchronizer",
     "PushReport",
     "PullReport",
     "BackoffPolicy",

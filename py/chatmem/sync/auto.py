@@ -1,6 +1,6 @@
 """Auto-sync in ``mem.sync``: the loop that runs ``run()`` now, then every
 ``sync_interval``, on a poke (a local write, with live sync) and, in the
-browser, on the ``online`` event. ``SyncEngine`` inherits it; nothing here is
+browser, on the ``online`` event. ``Synchronizer`` inherits it; nothing here is
 durable (the config that turns it on is, in ``kv``).
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import SyncConfig
-    from .live import LiveSync
     from .status import SyncState, SyncStatus
+    from .stream import StreamFollower
 
 __all__ = ["AutoSync"]
 
@@ -23,7 +23,7 @@ log = logging.getLogger("chatmem.sync")
 
 
 class AutoSync:
-    """The auto-sync loop of ``SyncEngine`` (a mixin: it uses the engine's state)."""
+    """The auto-sync loop of ``Synchronizer`` (a mixin: it uses the synchronizer's state)."""
 
     _auto: asyncio.Task[None] | None
     _wake: asyncio.Event | None
@@ -31,7 +31,7 @@ class AutoSync:
     _stop_online: Callable[[], None] | None
     _config: SyncConfig | None
     _closed: bool
-    _live: LiveSync
+    _live: StreamFollower
     _last_error: str | None
     _state: SyncState
     rand: Callable[[], float]

@@ -65,7 +65,7 @@ def backfill_op_id(resource: str, id_: str) -> str:
 
 
 class Backfill:
-    """The history upload of one store (used by ``SyncEngine`` under its drain lock)."""
+    """The history upload of one store (used by ``Synchronizer`` under its drain lock)."""
 
     def __init__(self, core: Core):
         self._core = core

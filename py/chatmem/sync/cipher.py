@@ -46,5 +46,5 @@ class CryptographySuite:
 
 
 def default_suite() -> CipherSuite:
-    """``cryptography``'s suite (what an engine made without a runtime uses)."""
+    """``cryptography``'s suite (what a synchronizer made without a runtime uses)."""
     return CryptographySuite()

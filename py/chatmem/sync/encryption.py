@@ -239,7 +239,7 @@ class KeyParams:
 
 @dataclass(frozen=True)
 class SpaceKey:
-    """A verified key for one space: what the engine encrypts with (never in ``repr``)."""
+    """A verified key for one space: what the synchronizer encrypts with (never in ``repr``)."""
 
     key_id: str
     master: bytes = field(repr=False)

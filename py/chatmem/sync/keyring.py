@@ -1,6 +1,6 @@
 """The device's end-to-end key for its sync space: verify it against the
 server's key check value, set a plain space up, re-encrypt a space to a new
-key, and encrypt / decrypt what the engine pushes and pulls.
+key, and encrypt / decrypt what the synchronizer pushes and pulls.
 
 Durable state on the device: only with ``remember=True`` the derived master
 key (never the passphrase) in ``kv`` under ``sync.e2e.key``; otherwise

@@ -1,7 +1,7 @@
 """The outbox side of a push, as plain functions over outbox records: which
 operations go next (per-session FIFO, leases, due times), what a dead letter
 holds, and how a failed attempt is recorded (backoff, or the dead-letter
-store). ``SyncEngine`` drives them; nothing here talks HTTP.
+store). ``Synchronizer`` drives them; nothing here talks HTTP.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PushReport:
     #: operations still in the outbox
     remaining: int = 0
     state: SyncState = "idle"
-    #: False when another tab/engine holds the drain lock (nothing was done here)
+    #: False when another tab/synchronizer holds the drain lock (nothing was done here)
     drained: bool = True
 
 

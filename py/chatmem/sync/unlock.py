@@ -1,4 +1,4 @@
-"""End-to-end encryption in ``mem.sync``: the engine's part (``SyncEngine``
+"""End-to-end encryption in ``mem.sync``: the synchronizer's part (``Synchronizer``
 inherits it). The format is ``chatmem.sync.encryption``, the device's key and the
 re-encryption ``chatmem.sync.keyring``.
 
@@ -43,7 +43,7 @@ __all__ = ["EncryptedSync"]
 
 
 class EncryptedSync:
-    """The encryption steps of ``SyncEngine`` (a mixin: it uses the engine's state)."""
+    """The encryption steps of ``Synchronizer`` (a mixin: it uses the synchronizer's state)."""
 
     keyring: Keyring
     _config: SyncConfig | None

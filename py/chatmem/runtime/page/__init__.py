@@ -28,7 +28,7 @@ from .bridge import (
     run_code,
     storage_estimate,
 )
-from .engine import (
+from .duckdb_wasm import (
     DuckDBWasmEngine,
     PageDerivation,
     duckdb_import,

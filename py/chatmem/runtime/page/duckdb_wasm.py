@@ -7,9 +7,9 @@ from typing import Any
 
 from ...errors import QueryError, ReadOnlySQLError, StorageError
 from ...index.derivation import EngineDerivation
-from ...index.engine import READ_ONLY_REFUSAL, WRITE_REFUSED
 from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
+from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED
 from ...scheduling.settle import settle
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock

@@ -1,4 +1,4 @@
-"""``SyncEngine`` (``mem.sync``): drains the outbox to a sync server and pulls
+"""``Synchronizer`` (``mem.sync``): drains the outbox to a sync server and pulls
 its change feed back, with the delivery rules of the protocol.
 
 What is durable, and when:
@@ -35,7 +35,7 @@ What is durable, and when:
   or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
-  ``sync.status`` that the drainer writes); on CPython a lock per engine,
+  ``sync.status`` that the drainer writes); on CPython a lock per synchronizer,
   plus the leases between engines sharing one SQLite file.
 
 Everything that depends on where it runs is injected (``Memory`` passes its
@@ -70,7 +70,6 @@ from .backoff import BackoffPolicy
 from .cipher import default_suite
 from .config import CONFIG_KEY, SyncConfig
 from .keyring import Keyring
-from .live import LiveSync
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
@@ -91,6 +90,7 @@ from .push import (
 from .quarantine import QUARANTINE_KEY, retry_from
 from .quarantine import kinds as quarantine_kinds
 from .status import SyncState, SyncStatus
+from .stream import StreamFollower
 from .unlock import EncryptedSync
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ __all__ = [
     "LocalDrainLock",
     "PullReport",
     "PushReport",
-    "SyncEngine",
+    "Synchronizer",
 ]
 
 log = logging.getLogger("chatmem.sync")
@@ -117,7 +117,7 @@ HLC_KEY = "sync.hlc"
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class SyncEngine(AutoSync, EncryptedSync):
+class Synchronizer(AutoSync, EncryptedSync):
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -151,14 +151,14 @@ class SyncEngine(AutoSync, EncryptedSync):
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
-        self._live = LiveSync(self._poke, core.listeners)
+        self._live = StreamFollower(self._poke, core.listeners)
         #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
         self.keyring = Keyring(core.store, cipher or default_suite, core.ids)
         self._backfill = Backfill(core)
 
     def __repr__(self) -> str:
         ep = self._config.endpoint if self._config else None
-        return f"<SyncEngine endpoint={ep!r} state={self._state!r}>"
+        return f"<Synchronizer endpoint={ep!r} state={self._state!r}>"
 
     # ------------------------------------------------------------------ config
     @property

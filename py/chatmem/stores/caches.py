@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
-from .errors import ValidationError
-from .records.ids import Clock, system_clock
+from ..errors import ValidationError
+from ..records.ids import Clock, system_clock
 
 __all__ = ["LRUCache", "LFUCache", "CACHE_STRATEGIES", "make_cache"]
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-__all__ = ["SLICE_S", "Slicer"]
+__all__ = ["SLICE_S", "TimeSlicer"]
 
 #: longest stretch of work between two yields to the event loop
 SLICE_S = 0.010
 
 
-class Slicer:
+class TimeSlicer:
     """Yields to the event loop once ``budget`` seconds of work ran since the last yield
     (``tick`` after each piece of work)."""
 

@@ -1,15 +1,15 @@
-"""Live sync: follow the server's ``GET /v1/stream`` and wake the engine when
+"""Live sync: follow the server's ``GET /v1/stream`` and wake the synchronizer when
 another device moved the change feed, so it pulls within a second instead of
 at the next ``sync_interval``.
 
-The stream only says *that* the feed moved (a cursor); the engine then pulls
+The stream only says *that* the feed moved (a cursor); the synchronizer then pulls
 ``/v1/changes`` from its stored cursor as always, so a dropped connection or
 a missed event costs latency, never a change. Broken connections reconnect
 with exponential backoff and jitter (0.5 s doubling to 30 s; back to 0.5 s once
 an event arrived); every (re)connection announces the current cursor, which
-makes the engine catch up on anything pushed while it was away. A server
+makes the synchronizer catch up on anything pushed while it was away. A server
 without a stream (404/405/501 or not ``text/event-stream``) ends following:
-polling goes on. A revoked key ends it too (the engine pauses on its next
+polling goes on. A revoked key ends it too (the synchronizer pauses on its next
 request). Runs unchanged on CPython (urllib) and in the page (``fetch``).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import SyncAuthError, SyncError, SyncPermanentError
 from .protocol import SyncClient
 
-__all__ = ["LiveSync", "follow_stream", "LIVE_BACKOFF_BASE", "LIVE_BACKOFF_MAX"]
+__all__ = ["StreamFollower", "follow_stream", "LIVE_BACKOFF_BASE", "LIVE_BACKOFF_MAX"]
 
 log = logging.getLogger("chatmem.sync")
 
@@ -63,8 +63,8 @@ async def follow_stream(
         await sleep(delay * (0.5 + rand() / 2))
 
 
-class LiveSync:
-    """The live half of one engine's auto-sync: a local write pokes the loop (push now),
+class StreamFollower:
+    """The live half of one synchronizer's auto-sync: a local write pokes the loop (push now),
     and a followed stream pokes it when the server's cursor is not the last one pulled."""
 
     def __init__(self, poke: Callable[[], None], listeners: list[Callable[[str, str, Any], None]]):
