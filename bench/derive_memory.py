@@ -5,7 +5,7 @@ DuckDB-Wasm must (CPython's DuckDB, the same engine):
 
 ``QueryIndex.rebuild`` of the benchmark's messages (``bench/page/scalegen.py``), twice,
 each in a fresh process-local engine over a database file: **memory** (an in-memory
-working database, what an index of at most ``opening.IN_MEMORY_MAX`` messages does) and
+working database, what an index of at most ``live.IN_MEMORY_MAX`` messages does) and
 **file** (straight into the file, what a larger store does), with the postings sorted
 in parts and the messages left unsorted at the same share of the size as in the page
 (``keywords.SORT_PART`` and ``SORT_MESSAGES_MAX`` scaled by messages ÷ 1,000,000). At a

@@ -378,8 +378,8 @@ def test_a_corrupt_cached_index_file_is_rebuilt_with_a_notice(new_page) -> None:
 # a store "too large for memory" (thresholds made small in this page): derived into the
 # OPFS file and kept there, postings sorted in parts, answers like a fresh in-memory rebuild
 LARGE_SMALL = """
-from chatmem.index import keywords, opening
-opening.IN_MEMORY_MAX, keywords.SORT_MESSAGES_MAX, keywords.SORT_PART = 10, 10, 15
+from chatmem.index import keywords, live
+live.IN_MEMORY_MAX, keywords.SORT_MESSAGES_MAX, keywords.SORT_PART = 10, 10, 15
 """
 
 LARGE_OPEN = (
@@ -415,7 +415,7 @@ if WRITE:
 
 
 def test_a_store_too_large_for_memory_keeps_its_index_in_the_opfs_file(new_page) -> None:
-    """Past ``opening.IN_MEMORY_MAX`` messages (here 10) the index is derived into the OPFS
+    """Past ``live.IN_MEMORY_MAX`` messages (here 10) the index is derived into the OPFS
     file and stays there through a reload, the move that would copy it into memory and a
     write, sorted in parts; it answers exactly like an in-memory rebuild each time."""
     from conftest import unique_name

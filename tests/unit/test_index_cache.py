@@ -487,7 +487,7 @@ def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close
     import time
 
     from chatmem.index import HashingEmbedder
-    from chatmem.index.opening import SAVE_SHARE
+    from chatmem.index.live import SAVE_SHARE
 
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 

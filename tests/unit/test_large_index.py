@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from chatmem import Memory
-from chatmem.index import DuckDBEngine, QueryIndex, keywords, opening
+from chatmem.index import DuckDBEngine, QueryIndex, keywords, live
 from chatmem.records.models import SessionMeta
 from conftest import sqlite_memory as _mem
 
@@ -48,7 +48,7 @@ async def _answers(mem: Memory) -> dict:
 
 
 def _small(monkeypatch) -> None:
-    monkeypatch.setattr(opening, "IN_MEMORY_MAX", 10)
+    monkeypatch.setattr(live, "IN_MEMORY_MAX", 10)
     monkeypatch.setattr(keywords, "SORT_MESSAGES_MAX", 10)
     monkeypatch.setattr(keywords, "SORT_PART", 40)
 

@@ -23,32 +23,16 @@ device already pushed still wins over this device's older copy.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import (
-    SyncAuthError,
-    SyncOffline,
-    SyncPermanentError,
-    SyncTransientError,
-    ValidationError,
-    WrongPassphrase,
-)
 from ..stores.base import ORDER_KEY, OUTBOX_KEY, SESSION_PRIVATE_FIELDS
-from .backoff import BackoffPolicy
-from .config import SyncConfig
 from .hlc import format_hlc
-from .push import dead_record
-from .status import SyncState
-from .wire import resolve
 
 if TYPE_CHECKING:
     from ..core import Core
-    from .protocol import SyncClient
-    from .unlock import EncryptedSync
 
-__all__ = ["BACKFILL_KEY", "FACTS_BACKFILL_KEY", "Backfill", "backfill_op_id", "push_history"]
+__all__ = ["BACKFILL_KEY", "FACTS_BACKFILL_KEY", "Backfill", "backfill_op_id"]
 
 #: kv key of the backfill's progress: ``{"pos": <next session index>, "done": bool}``
 BACKFILL_KEY = "sync.backfill"
@@ -185,101 +169,3 @@ class Backfill:
             if len(page) < size or (page and int(page[-1]["seq"]) >= upto):
                 break
         return await send(buf, known) if buf else True
-
-
-async def push_history(
-    engine: EncryptedSync,
-    backfill: Backfill,
-    cfg: SyncConfig,
-    client: SyncClient,
-    policy: BackoffPolicy,
-    wait: bool,
-) -> tuple[SyncState | None, int, int, int]:
-    """Push the history through ``client`` for ``engine`` (under its drain lock):
-    (state if it stopped early, requests, acknowledged, dead-lettered)."""
-    store = engine._core.store
-    counts = [0, 0, 0]
-    stop: list[SyncState] = []
-
-    async def send(batch: list[dict[str, Any]], known: dict[str, dict[str, Any]]) -> bool:
-        payload, _gone = await resolve(store, batch, known)
-        by_op = {op["op_id"]: op for op in batch}
-        failures = 0
-        while payload:
-            counts[0] += 1
-            try:
-                resp = await client.push(await engine._wire(payload))
-            except WrongPassphrase as e:  # nothing was sent: the history waits for the right key
-                await engine._wrong_key(e)
-                raise
-            except SyncOffline as e:
-                await engine._set_state("offline", error=str(e))
-                stop.append("offline")
-                return False
-            except SyncAuthError as e:
-                engine._paused = True
-                await engine._set_state("paused-auth", error=str(e))
-                stop.append("paused-auth")
-                return False
-            except SyncTransientError as e:
-                failures += 1
-                engine._last_error = str(e)
-                if failures > cfg.max_retries or not wait or engine._closed:
-                    stop.append("error")
-                    return False
-                await engine.sleep(
-                    policy.delay(failures - 1, e.retry_after_ms, engine._now(), engine.rand) / 1000
-                )
-                continue
-            except (SyncPermanentError, ValidationError) as e:
-                await store.outbox_to_dead(
-                    [
-                        dead_record(
-                            by_op[p["op_id"]],
-                            f"the server refused the batch: {e}",
-                            getattr(e, "response", None),
-                            getattr(e, "status", None),
-                            engine._now(),
-                        )
-                        for p in payload
-                    ]
-                )
-                counts[2] += len(payload)
-                return True
-            results = resp.by_op_id()
-            rejected = [
-                p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"
-            ]
-            if rejected:
-                await store.outbox_to_dead(
-                    [
-                        dead_record(
-                            by_op[p["op_id"]],
-                            results[p["op_id"]].reason or "rejected by the server",
-                            json.dumps(
-                                {
-                                    "op_id": p["op_id"],
-                                    "status": "rejected",
-                                    "reason": results[p["op_id"]].reason,
-                                }
-                            ),
-                            200,
-                            engine._now(),
-                        )
-                        for p in rejected
-                    ]
-                )
-            counts[1] += sum(1 for r in resp.results if r.delivered)
-            counts[2] += len(rejected)
-            engine._last_success = engine._now()
-            missing = set(resp.missing)
-            payload = [p for p in payload if p["op_id"] in missing]
-        for op in batch:
-            known.pop(op["id"], None)
-        return True
-
-    if await backfill.run(send, cfg.batch_size):
-        return None, counts[0], counts[1], counts[2]
-    if not stop or stop[0] == "error":
-        await engine._set_state("error", error=engine._last_error)
-    return (stop[0] if stop else "error"), counts[0], counts[1], counts[2]

@@ -31,8 +31,17 @@ What is durable, and when:
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
   A record this device cannot use is quarantined alone (``chatmem.sync.quarantine``);
   ``retry_quarantined()`` pulls again from where the earliest one's page began.
-- End-to-end encryption: see ``chatmem.sync.unlock`` (key check before a push
-  or pull; ``data`` encrypted when a push is built, decrypted per pulled page).
+- End-to-end encryption (format: ``chatmem.sync.encryption``; the device's key
+  and re-encryption: ``chatmem.sync.keyring``). Before a push or a pull the
+  device's key is checked against the space's key check value; a mismatch
+  raises ``WrongPassphrase`` and sets the state ``wrong-passphrase`` (or
+  ``locked`` when no passphrase was entered here), with nothing sent or
+  applied. The outbox keeps plain records: ``data`` is encrypted when a push
+  is built and decrypted when a pulled page is applied. ``change_passphrase``
+  re-encrypts the space (resumable, each record once).
+- Auto-sync (``start``/``stop``): ``run()`` now, then every ``sync_interval``,
+  on a poke (a local write, with live sync, ``chatmem.sync.stream``) and, in
+  the browser, on the ``online`` event; the config that turns it on is durable.
 - One drainer at a time: in the browser a Web Lock per database (the tab
   holding it drains; the others answer ``status()`` from the ``kv`` record
   ``sync.status`` that the drainer writes); on CPython a lock per synchronizer,
@@ -47,7 +56,9 @@ never really wait for a backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -64,16 +75,17 @@ from ..errors import (
     WrongPassphrase,
 )
 from ..runtime.http import Transport
-from .auto import AutoSync
-from .backfill import Backfill, push_history
+from .backfill import Backfill
 from .backoff import BackoffPolicy
 from .cipher import default_suite
 from .config import CONFIG_KEY, SyncConfig
+from .encryption import EncryptionKey, Passphrase
 from .keyring import Keyring
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
     LEASE_MARGIN_MS,
+    WIRE_FIELDS,
     DrainLock,
     LocalDrainLock,
     PullReport,
@@ -91,7 +103,7 @@ from .quarantine import QUARANTINE_KEY, retry_from
 from .quarantine import kinds as quarantine_kinds
 from .status import SyncState, SyncStatus
 from .stream import StreamFollower
-from .unlock import EncryptedSync
+from .wire import resolve
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -117,7 +129,7 @@ HLC_KEY = "sync.hlc"
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class Synchronizer(AutoSync, EncryptedSync):
+class Synchronizer:
     """Push, pull and auto-sync for one ``Memory`` (``mem.sync``)."""
 
     def __init__(
@@ -151,7 +163,7 @@ class Synchronizer(AutoSync, EncryptedSync):
         self._wake: asyncio.Event | None = None
         self._stop_online: Callable[[], None] | None = None
         self._closed = False
-        self._live = StreamFollower(self._poke, core.listeners)
+        self._stream = StreamFollower(self._poke, core.listeners)
         #: the device's end-to-end key for the space (``chatmem.sync.keyring``)
         self.keyring = Keyring(core.store, cipher or default_suite, core.ids)
         self._backfill = Backfill(core)
@@ -192,9 +204,11 @@ class Synchronizer(AutoSync, EncryptedSync):
     def _set_config(self, cfg: SyncConfig) -> None:
         self._config = cfg
         self._client = None  # built by _ready(), once the device id is known
-        self._live.cancel()  # the auto-sync loop follows again with the new config
+        self._stream.cancel()  # the auto-sync loop follows again with the new config
 
-    live_state = property(lambda self: self._live.state, doc="the stream: off, following, unsupported, auth")
+    live_state = property(
+        lambda self: self._stream.state, doc="the stream: off, following, unsupported, auth"
+    )
 
     async def _load(self) -> None:
         """Read config, status and the HLC high-water mark from ``kv`` (once)."""
@@ -241,6 +255,195 @@ class Synchronizer(AutoSync, EncryptedSync):
                 online=self._online,
             )
         return self._config, self._client
+
+    # ------------------------------------------------------------------ auto-sync
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def start(self) -> None:
+        """Start auto-sync: ``run()`` now, then every ``sync_interval`` (and, in the
+        browser, on the ``online`` event), if the (stored) config enables it. Call it
+        after reopening to resume; ``configure()`` calls it. Needs a running event loop."""
+        if self._auto is not None and not self._auto.done():
+            self._poke()
+            return
+        self._wake = asyncio.Event()
+        if self._on_online is not None and self._stop_online is None:
+            self._stop_online = self._on_online(self._poke)
+        self._auto = asyncio.get_running_loop().create_task(self._auto_loop())
+
+    async def _auto_loop(self) -> None:
+        assert self._wake is not None
+        await self._load()  # after a reload: the stored config says whether to run
+        while not self._closed:
+            cfg = self._config
+            if cfg is None or not cfg.enabled or not cfg.auto_sync:
+                self._stream.cancel()
+                return
+            self._wake.clear()
+            if cfg.live:
+                self._stream.start(self._ready, self.rand)
+            try:
+                await self.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - keep the loop alive; the status says why
+                log.warning("auto-sync run failed: %s", e)
+                self._last_error = str(e)
+                self._state = "error"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), cfg.sync_interval / 1000)
+
+    async def stop(self) -> None:
+        """Stop auto-sync (a request in flight is abandoned; its ops stay leased and are resent)."""
+        await self._stream.stop()
+        task, self._auto = self._auto, None
+        if self._stop_online is not None:
+            self._stop_online()
+            self._stop_online = None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await task
+                except Exception as e:  # noqa: BLE001 - a stopped loop's failure is only logged
+                    log.warning("auto-sync ended with an error: %s", e)
+
+    @property
+    def running(self) -> bool:
+        """True while auto-sync is on."""
+        return self._auto is not None and not self._auto.done()
+
+    # ------------------------------------------------------------------ end-to-end encryption
+    async def _unlock(self, cfg: SyncConfig, client: SyncClient) -> SyncState | None:
+        """Check this device's end-to-end key (a no-op without encryption). Returns the
+        state to stop in when the server could not be asked; ``WrongPassphrase`` if it
+        does not match (state ``wrong-passphrase`` / ``locked``, nothing sent)."""
+        if cfg.encryption is None:
+            self.keyring.key = None
+            return None
+        try:
+            await self.keyring.ensure(cfg.encryption, client)
+        except WrongPassphrase as e:
+            await self._wrong_key(e)
+            raise
+        except SyncOffline as e:
+            await self._set_state("offline", error=str(e))
+            return "offline"
+        except SyncAuthError as e:
+            self._paused = True
+            await self._set_state("paused-auth", error=str(e))
+            return "paused-auth"
+        except SyncError as e:
+            await self._set_state("error", error=str(e))
+            return "error"
+        return None
+
+    async def _configured_encryption(self, cfg: SyncConfig) -> None:
+        """After ``configure``: drop a remembered key that is no longer wanted; check a
+        newly entered passphrase again before the next push or pull."""
+        if cfg.encryption is None or not cfg.encryption.remember:
+            await self.keyring.forget()
+        elif not cfg.encryption.is_locked:
+            self.keyring.key = None
+
+    async def _wire(self, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What goes on the wire for ``payload`` (resolved ops, ``chatmem.sync.wire``): its wire
+        fields, ``data`` encrypted when configured."""
+        return await self.keyring.seal([{k: op.get(k) for k in WIRE_FIELDS} for op in payload])
+
+    async def _encryption_failed(self, e: WrongPassphrase | DecryptionError) -> None:
+        if isinstance(e, WrongPassphrase):
+            await self._wrong_key(e)
+        else:
+            await self._set_state("error", error=str(e))
+
+    async def _wrong_key(self, e: WrongPassphrase) -> None:
+        enc = self._config.encryption if self._config else None
+        locked = enc is None or enc.is_locked
+        await self._set_state("locked" if locked else "wrong-passphrase", error=str(e))
+
+    async def unlocked(self) -> bool:
+        """Whether this device can read and write its encrypted sync now: sync is not
+        encrypted, a passphrase was entered in this session, or a key is remembered here
+        (``remember=True``). False means "Unlock sync": ``unlock(passphrase)``."""
+        await self._load()
+        enc = self._config.encryption if self._config is not None else None
+        if enc is None or not enc.is_locked:
+            return True
+        return await self.keyring.remembered_key_id() is not None
+
+    async def _encrypted(
+        self, secret: Passphrase | EncryptionKey, what: str
+    ) -> tuple[SyncConfig, SyncClient, Passphrase | EncryptionKey]:
+        """The config, the client and the current encryption of an encrypted sync, ``secret``
+        being a secret; else ``ValidationError`` (``what`` names the argument)."""
+        if not isinstance(secret, (Passphrase, EncryptionKey)):
+            raise ValidationError(f"{what} must be a Passphrase or EncryptionKey", field="encryption")
+        cfg, client = await self._ready()
+        if cfg.encryption is None:
+            raise ValidationError("sync is not encrypted: configure encryption first", field="encryption")
+        return cfg, client, cfg.encryption
+
+    async def _keep_encryption(self, cfg: SyncConfig, secret: Passphrase | EncryptionKey) -> SyncConfig:
+        """``secret`` as this device's encryption from now on (durable when this returns)."""
+        updated = cfg.replace(encryption=secret)
+        await self._core.store.kv_set(CONFIG_KEY, updated.to_storage_dict())
+        self._set_config(updated)
+        return updated
+
+    async def unlock(self, secret: Passphrase | EncryptionKey) -> SyncConfig:
+        """Enter the passphrase of this device's encrypted sync: checked at once against
+        the space's key check value on the server. ``WrongPassphrase`` when it does not
+        match (nothing kept, the device stays locked); ``SyncOffline`` when the server
+        cannot be asked now (nothing kept: try again online). When it matches it becomes
+        this device's encryption (its key remembered if ``secret.remember``), the state
+        is idle and sync goes on. A space that is still plain has nothing to check
+        against: ``secret`` is kept and the next sync encrypts the space with it.
+        Durable when it returns."""
+        cfg, client, _ = await self._encrypted(secret, "the passphrase")
+        if not await self._lock.acquire():
+            raise SyncTransientError("another tab is syncing: try again in a moment")
+        try:
+            try:
+                await self.keyring.verify(secret, client)
+            except WrongPassphrase as e:
+                await self._wrong_key(e)
+                raise
+            updated = await self._keep_encryption(cfg, secret)
+            await self._set_state("idle")
+            return updated
+        finally:
+            await self._lock.release()
+
+    async def change_passphrase(self, new: Passphrase | EncryptionKey) -> SyncConfig:
+        """Re-encrypt the space under ``new`` and keep it as this device's encryption.
+
+        Resumable: if it is interrupted, call it again with the same ``new``; every
+        record is rewritten exactly once. ``WrongPassphrase`` if the current
+        passphrase does not match, or another change (to another passphrase) is in
+        progress. Other devices get ``WrongPassphrase`` until given the new one.
+        Durable when this returns: the space's key on the server, the config here.
+        """
+        cfg, client, current = await self._encrypted(new, "the new passphrase")
+        if not await self._lock.acquire():
+            raise SyncTransientError("another tab is syncing: try again in a moment")
+        try:
+            await self._set_state("syncing")
+            try:
+                await self.keyring.change(current, new, client)
+            except WrongPassphrase as e:
+                await self._wrong_key(e)
+                raise
+            except SyncError as e:
+                await self._set_state("error", error=str(e))
+                raise
+            updated = await self._keep_encryption(cfg, new)
+            await self._set_state("idle", success=True)
+            return updated
+        finally:
+            await self._lock.release()
 
     # ------------------------------------------------------------------ status
     def _now(self) -> int:
@@ -374,7 +577,7 @@ class Synchronizer(AutoSync, EncryptedSync):
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)
         final: SyncState = "idle"
         await self._set_state("syncing")
-        stopped, requests, acked, dead = await push_history(self, self._backfill, cfg, client, policy, wait)
+        stopped, requests, acked, dead = await self._push_history(cfg, client, policy, wait)
         if stopped is not None:  # the history goes first (chatmem.sync.backfill)
             return PushReport(requests, acked, dead, await self._pending(), stopped)
         while True:
@@ -439,6 +642,102 @@ class Synchronizer(AutoSync, EncryptedSync):
         await self._save_hlc()
         return PushReport(requests, acked, dead, await self._pending(), final)
 
+    async def _push_history(
+        self,
+        cfg: SyncConfig,
+        client: SyncClient,
+        policy: BackoffPolicy,
+        wait: bool,
+    ) -> tuple[SyncState | None, int, int, int]:
+        """Push the history (``chatmem.sync.backfill``) through ``client``, under the drain lock:
+        (state if it stopped early, requests, acknowledged, dead-lettered)."""
+        store = self._core.store
+        counts = [0, 0, 0]
+        stop: list[SyncState] = []
+
+        async def send(batch: list[dict[str, Any]], known: dict[str, dict[str, Any]]) -> bool:
+            payload, _gone = await resolve(store, batch, known)
+            by_op = {op["op_id"]: op for op in batch}
+            failures = 0
+            while payload:
+                counts[0] += 1
+                try:
+                    resp = await client.push(await self._wire(payload))
+                except WrongPassphrase as e:  # nothing was sent: the history waits for the right key
+                    await self._wrong_key(e)
+                    raise
+                except SyncOffline as e:
+                    await self._set_state("offline", error=str(e))
+                    stop.append("offline")
+                    return False
+                except SyncAuthError as e:
+                    self._paused = True
+                    await self._set_state("paused-auth", error=str(e))
+                    stop.append("paused-auth")
+                    return False
+                except SyncTransientError as e:
+                    failures += 1
+                    self._last_error = str(e)
+                    if failures > cfg.max_retries or not wait or self._closed:
+                        stop.append("error")
+                        return False
+                    await self.sleep(
+                        policy.delay(failures - 1, e.retry_after_ms, self._now(), self.rand) / 1000
+                    )
+                    continue
+                except (SyncPermanentError, ValidationError) as e:
+                    await store.outbox_to_dead(
+                        [
+                            dead_record(
+                                by_op[p["op_id"]],
+                                f"the server refused the batch: {e}",
+                                getattr(e, "response", None),
+                                getattr(e, "status", None),
+                                self._now(),
+                            )
+                            for p in payload
+                        ]
+                    )
+                    counts[2] += len(payload)
+                    return True
+                results = resp.by_op_id()
+                rejected = [
+                    p for p in payload if p["op_id"] in results and results[p["op_id"]].status == "rejected"
+                ]
+                if rejected:
+                    await store.outbox_to_dead(
+                        [
+                            dead_record(
+                                by_op[p["op_id"]],
+                                results[p["op_id"]].reason or "rejected by the server",
+                                json.dumps(
+                                    {
+                                        "op_id": p["op_id"],
+                                        "status": "rejected",
+                                        "reason": results[p["op_id"]].reason,
+                                    }
+                                ),
+                                200,
+                                self._now(),
+                            )
+                            for p in rejected
+                        ]
+                    )
+                counts[1] += sum(1 for r in resp.results if r.delivered)
+                counts[2] += len(rejected)
+                self._last_success = self._now()
+                missing = set(resp.missing)
+                payload = [p for p in payload if p["op_id"] in missing]
+            for op in batch:
+                known.pop(op["id"], None)
+            return True
+
+        if await self._backfill.run(send, cfg.batch_size):
+            return None, counts[0], counts[1], counts[2]
+        if not stop or stop[0] == "error":
+            await self._set_state("error", error=self._last_error)
+        return (stop[0] if stop else "error"), counts[0], counts[1], counts[2]
+
     async def _after_dead_change(self) -> None:
         """Replayed or discarded: an ``error`` state that only the dead letters held ends."""
         await self._load()
@@ -478,9 +777,7 @@ class Synchronizer(AutoSync, EncryptedSync):
     async def _pull_guarded(self, cfg: SyncConfig, client: SyncClient) -> PullReport:
         policy = BackoffPolicy(cfg.backoff_base, cfg.backoff_max)  # the history first: see backfill.py
         try:
-            if (
-                stopped := (await push_history(self, self._backfill, cfg, client, policy, True))[0]
-            ) is not None:
+            if (stopped := (await self._push_history(cfg, client, policy, True))[0]) is not None:
                 return PullReport(state=stopped)
             return await self._pull(cfg, client)
         except (WrongPassphrase, DecryptionError) as e:
@@ -503,7 +800,7 @@ class Synchronizer(AutoSync, EncryptedSync):
             self._core, client, cfg, sleep=self.sleep, rand=self.rand, decode=self.keyring.open
         )
         await self._save_hlc()
-        self._live.pulled = cursor
+        self._stream.pulled = cursor
         dead_error = await dead_letter_error(self._core.store)
         await self._set_state("error" if dead_error else "idle", error=dead_error, success=not dead_error)
         return PullReport(pages, n, cursor, "error" if dead_error else "idle")
