@@ -191,23 +191,20 @@ def test_relevance_threshold_default_is_the_originals() -> None:
     )
 
 
-def test_settings_saved_with_the_uncalibrated_default_move_to_the_new_one() -> None:
-    from conftest import run
+async def test_settings_saved_with_the_uncalibrated_default_move_to_the_new_one() -> None:
 
-    async def go() -> tuple[float, float, float]:
-        mem = await chatmem.open("settings-threshold")
-        old = settings.merge(settings.DEFAULTS, {"budget": "gpt-4o"})
-        old["retrieval"] = {k: v for k, v in old["retrieval"].items() if k != "calibrated"}
-        old["retrieval"]["relevance_threshold"] = 0.3  # saved by an earlier version
-        await mem.store.kv_set(settings.KEY, {k: v for k, v in old.items() if k != "sync"})
-        moved = (await settings.load(mem))["retrieval"]["relevance_threshold"]
-        chosen = settings.merge(settings.DEFAULTS, {"retrieval": {"relevance_threshold": 0.3}})
-        await settings.save(mem, chosen)  # chosen now, on the calibrated scale: kept
-        kept = (await settings.load(mem))["retrieval"]["relevance_threshold"]
-        other = dict(old, retrieval=dict(old["retrieval"], relevance_threshold=0.5))
-        await mem.store.kv_set(settings.KEY, {k: v for k, v in other.items() if k != "sync"})
-        own = (await settings.load(mem))["retrieval"]["relevance_threshold"]
-        await mem.close()
-        return moved, kept, own
-
-    assert run(go()) == (0.7, 0.3, 0.5)
+    mem = await chatmem.open("settings-threshold")
+    old = settings.merge(settings.DEFAULTS, {"budget": "gpt-4o"})
+    old["retrieval"] = {k: v for k, v in old["retrieval"].items() if k != "calibrated"}
+    old["retrieval"]["relevance_threshold"] = 0.3  # saved by an earlier version
+    await mem.store.kv_set(settings.KEY, {k: v for k, v in old.items() if k != "sync"})
+    moved = (await settings.load(mem))["retrieval"]["relevance_threshold"]
+    chosen = settings.merge(settings.DEFAULTS, {"retrieval": {"relevance_threshold": 0.3}})
+    await settings.save(mem, chosen)  # chosen now, on the calibrated scale: kept
+    kept = (await settings.load(mem))["retrieval"]["relevance_threshold"]
+    other = dict(old, retrieval=dict(old["retrieval"], relevance_threshold=0.5))
+    await mem.store.kv_set(settings.KEY, {k: v for k, v in other.items() if k != "sync"})
+    own = (await settings.load(mem))["retrieval"]["relevance_threshold"]
+    await mem.close()
+    result = moved, kept, own
+    assert result == (0.7, 0.3, 0.5)

@@ -53,16 +53,14 @@ def test_another_connection_and_a_pull_are_told_to_listeners(tmp_path: Path) -> 
         server.stop()
 
 
-def test_listeners_added_later_hear_every_kind_once() -> None:
+async def test_listeners_added_later_hear_every_kind_once() -> None:
     """Two listeners each hear a write once, in the order they were added."""
 
-    async def go() -> list[Any]:
-        mem = await chatmem.open()
-        heard: list[Any] = []
-        mem.on_change(lambda kind, sid, payload: heard.append(("first", kind)))
-        mem.on_change(lambda kind, sid, payload: heard.append(("second", kind)))
-        await mem.sessions.create(title="x")
-        await mem.close()
-        return heard
-
-    assert run(go()) == [("first", "session-created"), ("second", "session-created")]
+    mem = await chatmem.open()
+    heard: list[Any] = []
+    mem.on_change(lambda kind, sid, payload: heard.append(("first", kind)))
+    mem.on_change(lambda kind, sid, payload: heard.append(("second", kind)))
+    await mem.sessions.create(title="x")
+    await mem.close()
+    result = heard
+    assert result == [("first", "session-created"), ("second", "session-created")]

@@ -4,7 +4,6 @@ the generated ChatGPT export (through chatmem's real importer and index), the qu
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,12 @@ import scale  # noqa: E402
 import scalegen  # noqa: E402
 
 
-def test_generated_chatgpt_export_imports_and_its_marker_is_found() -> None:
-    async def go() -> tuple[Any, list[Any]]:
-        mem = await chatmem.open()
-        report = await mem.import_sessions(scalegen.chatgpt_export(250, per=100))
-        hits = await mem.search(scalegen.MARKER, limit=5)
-        await mem.close()
-        return report, hits
-
-    report, hits = asyncio.run(go())
+async def test_generated_chatgpt_export_imports_and_its_marker_is_found() -> None:
+    mem = await chatmem.open()
+    report = await mem.import_sessions(scalegen.chatgpt_export(250, per=100))
+    hits = await mem.search(scalegen.MARKER, limit=5)
+    await mem.close()
+    report, hits = report, hits
     assert (report.format, report.sessions_imported, report.messages_imported) == ("chatgpt", 3, 250)
     assert len(hits) == 1 and scalegen.MARKER in hits[0].message.text
     assert 31 <= len(hits[0].message.text.split()) <= 151  # a 30-150-word message and the marker

@@ -93,15 +93,13 @@ def test_sqlite_context_store_persists(tmp_path: Path) -> None:
     assert run(go()) == [chatmem.Message("user", "hi")]
 
 
-def test_in_memory_context_store_is_standalone() -> None:
+async def test_in_memory_context_store_is_standalone() -> None:
     """InMemoryContextStore() works with no Memory and creates no file."""
 
-    async def go() -> list[str]:
-        cs = chatmem.InMemoryContextStore()
-        await cs.add_message("a", "user", "x")
-        return await cs.list_sessions()
-
-    assert run(go()) == ["a"]
+    cs = chatmem.InMemoryContextStore()
+    await cs.add_message("a", "user", "x")
+    result = await cs.list_sessions()
+    assert result == ["a"]
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

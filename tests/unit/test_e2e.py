@@ -267,23 +267,20 @@ async def test_wrong_passphrase_is_typed_before_anything_is_sent_or_applied(srv:
     assert (await b.store.outbox_counts())[0] == 0
 
 
-def test_a_device_without_encryption_is_refused_and_keeps_its_ops(srv: Any) -> None:
+async def test_a_device_without_encryption_is_refused_and_keeps_its_ops(srv: Any) -> None:
     """An unencrypted device on an encrypted space: 409 -> WrongPassphrase, 'locked', no op lost."""
 
-    async def go() -> None:
-        a = await device(srv, pw())
-        await history(a)
-        await a.sync.run()
-        old = await device(srv, None)
-        await old.sessions.create(title=f"plain {MARKER}")
-        with pytest.raises(WrongPassphrase):
-            await old.sync.push()
-        assert (await old.sync.status()).state == "locked"
-        assert (await old.store.outbox_counts()) == (1, 0)
-        with pytest.raises(WrongPassphrase):
-            await old.sync.pull()
-
-    run(go())
+    a = await device(srv, pw())
+    await history(a)
+    await a.sync.run()
+    old = await device(srv, None)
+    await old.sessions.create(title=f"plain {MARKER}")
+    with pytest.raises(WrongPassphrase):
+        await old.sync.push()
+    assert (await old.sync.status()).state == "locked"
+    assert (await old.store.outbox_counts()) == (1, 0)
+    with pytest.raises(WrongPassphrase):
+        await old.sync.pull()
     assert MARKER.encode() not in stored_bytes(srv)
 
 
@@ -375,28 +372,24 @@ async def test_swapped_op_id_is_rejected_and_tampered_storage_fails_typed(srv: A
     assert (await b.sync.status()).quarantined == 0
 
 
-def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(srv: Any) -> None:
+async def test_turning_encryption_on_uploads_history_encrypted_and_drops_plain_copies(srv: Any) -> None:
     """A plain space with history: configuring a passphrase re-encrypts every record on the
     server (the plain copies are gone from the database files) and a new device reads it."""
 
-    async def go() -> str:
-        a = await device(srv, None)
-        sid = await history(a)
-        await a.facts.add(f"Keeps the word {MARKER}-fact")
-        await a.sync.run()
-        assert f"{MARKER}-fact".encode() in stored_bytes(srv)
-        cfg = a.sync.config
-        assert cfg is not None
-        await a.sync.configure(cfg.replace(encryption=pw()))
-        await a.messages.append(sid, "user", f"after {MARKER}")
-        await a.sync.run()
-        b = await device(srv, pw())
-        await b.sync.run()
-        assert await texts(b, sid) == [f"my secret is {MARKER}", "noted", f"after {MARKER}"]
-        assert [f.text for f in await b.facts.list()] == [f"Keeps the word {MARKER}-fact"]
-        return sid
-
-    run(go())
+    a = await device(srv, None)
+    sid = await history(a)
+    await a.facts.add(f"Keeps the word {MARKER}-fact")
+    await a.sync.run()
+    assert f"{MARKER}-fact".encode() in stored_bytes(srv)
+    cfg = a.sync.config
+    assert cfg is not None
+    await a.sync.configure(cfg.replace(encryption=pw()))
+    await a.messages.append(sid, "user", f"after {MARKER}")
+    await a.sync.run()
+    b = await device(srv, pw())
+    await b.sync.run()
+    assert await texts(b, sid) == [f"my secret is {MARKER}", "noted", f"after {MARKER}"]
+    assert [f.text for f in await b.facts.list()] == [f"Keeps the word {MARKER}-fact"]
     assert MARKER.encode() not in stored_bytes(srv)
 
 
@@ -476,7 +469,7 @@ async def test_raw_key_and_concurrent_devices_converge(srv: Any) -> None:
         Passphrase("")
 
 
-def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
+async def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
     """/v1/e2e as a third-party client sees it: begin is idempotent and guarded, rewrite says
     rewritten / already / changed / gone / rejected, commit waits for the last record, and
     then plain content answers 409 e2e-required, another key 409 e2e-key-changed."""
@@ -484,57 +477,54 @@ def test_server_routes_answer_each_state_with_its_code(srv: Any) -> None:
 
     suite = CryptographySuite()
 
-    async def go() -> None:
-        a = await device(srv, None)
-        sid = await history(a)
-        await a.sync.run()
-        c = a.sync._client
-        assert c is not None
-        assert await c.call("GET", "/v1/e2e") == {"current": None, "pending": None}
-        params, key = await new_params(pw(), suite)
-        other, _ = await new_params(pw("other"), suite)
-        body = {"params": params.to_dict(), "from": None}
-        st = await c.call("POST", "/v1/e2e/begin", body=body)
-        assert st["pending"]["key_id"] == key.key_id
-        assert await c.call("POST", "/v1/e2e/begin", body=body) == st  # resume
-        with pytest.raises(WrongPassphrase):  # 409 e2e-change-in-progress
-            await c.call("POST", "/v1/e2e/begin", body={"params": other.to_dict(), "from": None})
-        page = await c.call("GET", "/v1/e2e/pending", {"limit": "1000"})
-        recs = page["records"]
-        assert not page["more"] and {r["resource"] for r in recs} == {"session", "message"}
-        sealed = await encrypt_records([dict(r, op_id="rk1") for r in recs], key, suite)
-        rewrite = [dict(r, data=d) for r, d in zip(recs, sealed)]
-        bad = dict(rewrite[0], data={"sessionId": sid})  # drops the session's fields
-        stale = dict(rewrite[1], hlc="0000000000001-0000-x")
-        res = await c.call(
-            "POST",
-            "/v1/e2e/rewrite",
-            body={
-                "key_id": key.key_id,
-                "records": [bad, stale, {"resource": "message", "id": "nope", "hlc": "h", "data": {}}],
-            },
-        )
-        assert [r["status"] for r in res["results"]] == ["rejected", "changed", "gone"]
-        with pytest.raises(SyncPermanentError) as e:
-            await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
-        assert e.value.status == 409 and "e2e-not-done" in (e.value.response or "")
-        res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": rewrite})
-        assert {r["status"] for r in res["results"]} == {"rewritten"}
-        res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": rewrite})
-        assert {r["status"] for r in res["results"]} == {"already"}
-        st = await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
-        assert st == {"current": params.to_dict(), "pending": None}
-        await a.sessions.update(sid, title=f"plain again {MARKER}")
-        with pytest.raises(WrongPassphrase, match="e2e|encrypted"):
-            await a.sync.push()
-        assert (await a.store.outbox_counts()) == (1, 0)
-        (op,) = await a.store.outbox_list()
-        _, other_key = await new_params(pw("other"), suite)
-        (data,) = await encrypt_records([op], other_key, suite)
-        with pytest.raises(WrongPassphrase, match="key changed"):
-            await c.push([dict(op, data=data)])
-
-    run(go())
+    a = await device(srv, None)
+    sid = await history(a)
+    await a.sync.run()
+    c = a.sync._client
+    assert c is not None
+    assert await c.call("GET", "/v1/e2e") == {"current": None, "pending": None}
+    params, key = await new_params(pw(), suite)
+    other, _ = await new_params(pw("other"), suite)
+    body = {"params": params.to_dict(), "from": None}
+    st = await c.call("POST", "/v1/e2e/begin", body=body)
+    assert st["pending"]["key_id"] == key.key_id
+    assert await c.call("POST", "/v1/e2e/begin", body=body) == st  # resume
+    with pytest.raises(WrongPassphrase):  # 409 e2e-change-in-progress
+        await c.call("POST", "/v1/e2e/begin", body={"params": other.to_dict(), "from": None})
+    page = await c.call("GET", "/v1/e2e/pending", {"limit": "1000"})
+    recs = page["records"]
+    assert not page["more"] and {r["resource"] for r in recs} == {"session", "message"}
+    sealed = await encrypt_records([dict(r, op_id="rk1") for r in recs], key, suite)
+    rewrite = [dict(r, data=d) for r, d in zip(recs, sealed)]
+    bad = dict(rewrite[0], data={"sessionId": sid})  # drops the session's fields
+    stale = dict(rewrite[1], hlc="0000000000001-0000-x")
+    res = await c.call(
+        "POST",
+        "/v1/e2e/rewrite",
+        body={
+            "key_id": key.key_id,
+            "records": [bad, stale, {"resource": "message", "id": "nope", "hlc": "h", "data": {}}],
+        },
+    )
+    assert [r["status"] for r in res["results"]] == ["rejected", "changed", "gone"]
+    with pytest.raises(SyncPermanentError) as e:
+        await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
+    assert e.value.status == 409 and "e2e-not-done" in (e.value.response or "")
+    res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": rewrite})
+    assert {r["status"] for r in res["results"]} == {"rewritten"}
+    res = await c.call("POST", "/v1/e2e/rewrite", body={"key_id": key.key_id, "records": rewrite})
+    assert {r["status"] for r in res["results"]} == {"already"}
+    st = await c.call("POST", "/v1/e2e/commit", body={"key_id": key.key_id})
+    assert st == {"current": params.to_dict(), "pending": None}
+    await a.sessions.update(sid, title=f"plain again {MARKER}")
+    with pytest.raises(WrongPassphrase, match="e2e|encrypted"):
+        await a.sync.push()
+    assert (await a.store.outbox_counts()) == (1, 0)
+    (op,) = await a.store.outbox_list()
+    _, other_key = await new_params(pw("other"), suite)
+    (data,) = await encrypt_records([op], other_key, suite)
+    with pytest.raises(WrongPassphrase, match="key changed"):
+        await c.push([dict(op, data=data)])
     assert MARKER.encode() not in stored_bytes(srv)
 
 

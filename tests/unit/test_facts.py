@@ -12,7 +12,6 @@ import pytest
 import chatmem
 from chatmem import FactOp
 from chatmem.errors import FactNotFound, ValidationError
-from conftest import run
 
 
 def add(key: str, value: str, *sources: str, text: str = "") -> FactOp:
@@ -69,20 +68,18 @@ async def test_the_same_value_again_reinforces_and_never_duplicates() -> None:
     ]
 
 
-def test_multi_valued_slots_keep_their_values_side_by_side() -> None:
-    async def go() -> Any:
-        mem = await fresh()
-        await mem.facts.apply(
-            [
-                add("family.sister", "Ana", "m1"),
-                add("family.sister", "Marta", "m2"),
-                add("pet", "Miso", "m3"),
-            ],
-            times=TIMES,
-        )
-        return [f.value for f in await mem.facts.list()]
-
-    assert run(go()) == ["Ana", "Marta", "Miso"]
+async def test_multi_valued_slots_keep_their_values_side_by_side() -> None:
+    mem = await fresh()
+    await mem.facts.apply(
+        [
+            add("family.sister", "Ana", "m1"),
+            add("family.sister", "Marta", "m2"),
+            add("pet", "Miso", "m3"),
+        ],
+        times=TIMES,
+    )
+    result = [f.value for f in await mem.facts.list()]
+    assert result == ["Ana", "Marta", "Miso"]
 
 
 async def test_likes_and_dislikes_end_each_other_and_invalidate_ends_a_fact() -> None:
@@ -177,21 +174,19 @@ async def test_review_keeps_learnt_facts_pending_until_approved_or_rejected() ->
     ]
 
 
-def test_facts_are_scoped_per_user_and_per_character_when_asked() -> None:
-    async def go() -> Any:
-        mem = await fresh(share_across_characters=False)
-        await mem.facts.apply([add("home", "Porto", "m1")], user_id="ana", character_id="airi", times=TIMES)
-        await mem.facts.apply([add("home", "Faro", "m2")], user_id="ana", character_id="coach", times=TIMES)
-        await mem.facts.apply([add("home", "Braga", "m3")], user_id="rui", character_id="airi", times=TIMES)
-        mem.facts.configure(share_across_characters=True)
-        await mem.facts.apply([add("pet", "Rex", "m4")], user_id="ana", character_id="airi", times=TIMES)
-        return (
-            [f.value for f in await mem.facts.list(user_id="ana", character_id="airi")],
-            [f.value for f in await mem.facts.list(user_id="ana", character_id="coach")],
-            [f.value for f in await mem.facts.list(user_id="rui")],
-        )
-
-    assert run(go()) == (["Porto", "Rex"], ["Faro", "Rex"], ["Braga"])
+async def test_facts_are_scoped_per_user_and_per_character_when_asked() -> None:
+    mem = await fresh(share_across_characters=False)
+    await mem.facts.apply([add("home", "Porto", "m1")], user_id="ana", character_id="airi", times=TIMES)
+    await mem.facts.apply([add("home", "Faro", "m2")], user_id="ana", character_id="coach", times=TIMES)
+    await mem.facts.apply([add("home", "Braga", "m3")], user_id="rui", character_id="airi", times=TIMES)
+    mem.facts.configure(share_across_characters=True)
+    await mem.facts.apply([add("pet", "Rex", "m4")], user_id="ana", character_id="airi", times=TIMES)
+    result = (
+        [f.value for f in await mem.facts.list(user_id="ana", character_id="airi")],
+        [f.value for f in await mem.facts.list(user_id="ana", character_id="coach")],
+        [f.value for f in await mem.facts.list(user_id="rui")],
+    )
+    assert result == (["Porto", "Rex"], ["Faro", "Rex"], ["Braga"])
 
 
 async def test_configure_refuses_what_is_not_a_switch() -> None:
@@ -316,24 +311,22 @@ async def test_extract_needs_an_extractor_and_a_known_session() -> None:
         await mem.facts.extract("no-such-session")
 
 
-def test_the_watermark_survives_reopening(tmp_path: Any) -> None:
+async def test_the_watermark_survives_reopening(tmp_path: Any) -> None:
     path = str(tmp_path / "facts.db")
 
-    async def go() -> Any:
-        mem = await chatmem.open(persist=path)
-        mem.facts.configure(extractor=Scripted())
-        await chat(mem, ("user", "I live in Lisbon."))
-        first = await mem.facts.extract()
-        await mem.close()
-        mem = await chatmem.open(persist=path)
-        ex = Scripted()
-        mem.facts.configure(extractor=ex)
-        second = await mem.facts.extract()
-        facts = [f.value for f in await mem.facts.list()]
-        await mem.close()
-        return first.processed, second.processed, ex.seen, facts
-
-    assert run(go()) == (1, 0, [], ["Lisbon"])
+    mem = await chatmem.open(persist=path)
+    mem.facts.configure(extractor=Scripted())
+    await chat(mem, ("user", "I live in Lisbon."))
+    first = await mem.facts.extract()
+    await mem.close()
+    mem = await chatmem.open(persist=path)
+    ex = Scripted()
+    mem.facts.configure(extractor=ex)
+    second = await mem.facts.extract()
+    facts = [f.value for f in await mem.facts.list()]
+    await mem.close()
+    result = first.processed, second.processed, ex.seen, facts
+    assert result == (1, 0, [], ["Lisbon"])
 
 
 # ---------------------------------------------------------------------------- forgetting

@@ -143,15 +143,13 @@ def test_lfu_evicts_the_least_used_and_lru_the_least_recent():
     assert exercise(LRUCache(3, 10_000, lambda: 0)) == {"b", "c", "d"}
 
 
-def test_open_takes_a_cache_strategy():
-    async def go():
-        async with await chatmem.open(cache_strategy="lfu") as mem:
-            kinds = {type(c) for c in mem.cache}
-        with pytest.raises(ValidationError):
-            await chatmem.open(cache_strategy="fifo")
-        return kinds
-
-    assert run(go()) == {LFUCache}
+async def test_open_takes_a_cache_strategy():
+    async with await chatmem.open(cache_strategy="lfu") as mem:
+        kinds = {type(c) for c in mem.cache}
+    with pytest.raises(ValidationError):
+        await chatmem.open(cache_strategy="fifo")
+    result = kinds
+    assert result == {LFUCache}
 
 
 async def test_active_session_is_persisted_per_profile(tmp_path: Path):

@@ -141,20 +141,17 @@ async def test_hypothesis_battery_import(tmp_path: Path) -> None:
     await mem.close()
 
 
-def test_limits_are_configurable() -> None:
+async def test_limits_are_configurable() -> None:
     """A smaller max_message_bytes refuses what the default accepts; bad limits are refused."""
 
-    async def go() -> None:
-        small = await chatmem.open(limits=Limits(max_message_bytes=1000))
-        s = await small.sessions.create()
-        with pytest.raises(LimitExceeded) as e:
-            await small.messages.append(s.session_id, "user", "x" * 2000)
-        assert e.value.limit == "max_message_bytes" and e.value.maximum == 1000
-        big = await chatmem.open()
-        s2 = await big.sessions.create()
-        await big.messages.append(s2.session_id, "user", "x" * 2000)
-
-    run(go())
+    small = await chatmem.open(limits=Limits(max_message_bytes=1000))
+    s = await small.sessions.create()
+    with pytest.raises(LimitExceeded) as e:
+        await small.messages.append(s.session_id, "user", "x" * 2000)
+    assert e.value.limit == "max_message_bytes" and e.value.maximum == 1000
+    big = await chatmem.open()
+    s2 = await big.sessions.create()
+    await big.messages.append(s2.session_id, "user", "x" * 2000)
     with pytest.raises(ValidationError):
         Limits(max_depth=0)
 

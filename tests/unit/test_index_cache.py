@@ -479,7 +479,7 @@ async def test_an_opening_whose_sessions_read_fails_closes_its_engine(tmp_path):
     assert closed == engines
 
 
-def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close(tmp_path):
+async def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close(tmp_path):
     """A save copies the whole index (seconds at 100,000 messages): after one that took
     ``s`` seconds the next background save waits ``s * (1 - SAVE_SHARE) / SAVE_SHARE``.
     The end of a background embedding saves after ``save_delay`` only, and ``close``
@@ -501,39 +501,37 @@ def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on_close
     def costly(live) -> None:
         live._save_cost, live._saved_at = 50.0, time.monotonic()
 
-    async def go():
-        mem = _mem(db, idx)
-        mem.index.save_delay = 0.01
-        s = await mem.sessions.create(title="t")
-        await mem.messages.append_many(
-            s.session_id, [{"role": "user", "content": f"apple {i}"} for i in range(5)]
-        )
-        assert len(await mem.search("apple", limit=10)) == 5
-        await saved(mem.index)  # the rebuilt index, saved once
+    mem = _mem(db, idx)
+    mem.index.save_delay = 0.01
+    s = await mem.sessions.create(title="t")
+    await mem.messages.append_many(
+        s.session_id, [{"role": "user", "content": f"apple {i}"} for i in range(5)]
+    )
+    assert len(await mem.search("apple", limit=10)) == 5
+    await saved(mem.index)  # the rebuilt index, saved once
 
-        costly(mem.index)
-        mem.index.changed_in_background()
-        await asyncio.sleep(0)
-        assert mem.index._save_waiting and mem.index._save_wait() > 50 * (1 - SAVE_SHARE) / SAVE_SHARE - 5
-        before = mem.index._saved_at
-        assert await mem.index.embed_in_background(HashingEmbedder(16)) == 5
-        await saved(mem.index)  # the end of the embedding: saved soon, not 450 s later
-        assert mem.index._saved_at > before
+    costly(mem.index)
+    mem.index.changed_in_background()
+    await asyncio.sleep(0)
+    assert mem.index._save_waiting and mem.index._save_wait() > 50 * (1 - SAVE_SHARE) / SAVE_SHARE - 5
+    before = mem.index._saved_at
+    assert await mem.index.embed_in_background(HashingEmbedder(16)) == 5
+    await saved(mem.index)  # the end of the embedding: saved soon, not 450 s later
+    assert mem.index._saved_at > before
 
-        await mem.messages.append(s.session_id, "user", "apple zebra")
-        assert len(await mem.search("zebra")) == 1
-        costly(mem.index)
-        mem.index.changed_in_background()
-        await asyncio.wait_for(mem.close(), 30)  # saves now instead of waiting
+    await mem.messages.append(s.session_id, "user", "apple zebra")
+    assert len(await mem.search("zebra")) == 1
+    costly(mem.index)
+    mem.index.changed_in_background()
+    await asyncio.wait_for(mem.close(), 30)  # saves now instead of waiting
 
-        mem = _mem(db, idx)
-        assert [h.message.content for h in await mem.search("zebra")] == ["apple zebra"]
-        assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 0
-        rows = await mem.sql("SELECT count(*) AS n FROM embeddings")
-        await mem.close()
-        return rows
-
-    assert run(go())[0]["n"] == 5
+    mem = _mem(db, idx)
+    assert [h.message.content for h in await mem.search("zebra")] == ["apple zebra"]
+    assert mem.index.last_open["mode"] == "cached" and mem.index.last_open["refreshed"] == 0
+    rows = await mem.sql("SELECT count(*) AS n FROM embeddings")
+    await mem.close()
+    result = rows
+    assert result[0]["n"] == 5
 
 
 async def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(tmp_path, monkeypatch):

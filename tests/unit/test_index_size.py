@@ -74,17 +74,14 @@ def _file_facts(path: str) -> dict:
         con.close()
 
 
-def test_saved_file_keeps_text_zstd_compressed(tmp_path):
+async def test_saved_file_keeps_text_zstd_compressed(tmp_path):
     """A new cache file has a storage version with ZSTD, and its messages' text uses it."""
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
 
-    async def go():
-        mem = _mem(db, idx)
-        await _fill(mem, 3, 40)
-        await mem.search("abc")
-        await mem.close()
-
-    run(go())
+    mem = _mem(db, idx)
+    await _fill(mem, 3, 40)
+    await mem.search("abc")
+    await mem.close()
     facts = _file_facts(idx)
     assert storage_at_least(facts["storage"], STORAGE_VERSION), facts
     assert facts["text_compression"] == {"ZSTD"}, facts

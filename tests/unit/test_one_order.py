@@ -291,24 +291,22 @@ async def _ids(path: Path, sid: str) -> list[tuple[str, str]]:
     return out
 
 
-def test_two_connections_to_one_file_keep_the_order_they_wrote_in(tmp_path: Path) -> None:
+async def test_two_connections_to_one_file_keep_the_order_they_wrote_in(tmp_path: Path) -> None:
     """Two connections to one SQLite file (one device) write alternately within the same
     millisecond: the order keys follow the order of the writes."""
     frozen = now()
 
-    async def go() -> list[str]:
-        runtime = CPythonRuntime(clock=lambda: frozen)
-        path = str(tmp_path / "one.db")
-        a = await chatmem.open(persist=path, runtime=runtime)
-        b = await chatmem.open(persist=path, runtime=runtime)
-        s = await a.sessions.create(title="two connections")
-        for i in range(6):
-            await (a, b)[i % 2].messages.append(s.session_id, "user", f"write {i}")
-        rows = sorted(
-            await b.store.list_messages(s.session_id, 0, None, False), key=lambda r: (r["hlc"], r["id"])
-        )
-        await a.close()
-        await b.close()
-        return [r["content"] for r in rows]
-
-    assert run(go()) == [f"write {i}" for i in range(6)]
+    runtime = CPythonRuntime(clock=lambda: frozen)
+    path = str(tmp_path / "one.db")
+    a = await chatmem.open(persist=path, runtime=runtime)
+    b = await chatmem.open(persist=path, runtime=runtime)
+    s = await a.sessions.create(title="two connections")
+    for i in range(6):
+        await (a, b)[i % 2].messages.append(s.session_id, "user", f"write {i}")
+    rows = sorted(
+        await b.store.list_messages(s.session_id, 0, None, False), key=lambda r: (r["hlc"], r["id"])
+    )
+    await a.close()
+    await b.close()
+    result = [r["content"] for r in rows]
+    assert result == [f"write {i}" for i in range(6)]

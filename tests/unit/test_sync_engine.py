@@ -168,18 +168,16 @@ async def test_rejected_op_goes_to_dead_letter_and_discard_removes_it(srv: Any) 
     assert n == 1 and st.dead_letters == 0
 
 
-def test_retry_after_is_honoured(srv: Any) -> None:
+async def test_retry_after_is_honoured(srv: Any) -> None:
     """429 with Retry-After: 7 waits 7 s (not the 0.5 s backoff)."""
     srv.faults.rate_limit(1, retry_after=7)
 
-    async def go() -> list[float]:
-        t = FakeTime()
-        mem = await device(srv.url, t)
-        await mem.sessions.create(title="slow down")
-        await mem.sync.push()
-        return t.slept
-
-    assert run(go()) == [7.0]
+    t = FakeTime()
+    mem = await device(srv.url, t)
+    await mem.sessions.create(title="slow down")
+    await mem.sync.push()
+    result = t.slept
+    assert result == [7.0]
     assert applied(srv) == 1
 
 
@@ -431,29 +429,27 @@ async def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(s
     assert gone == [False, 0, 0]
 
 
-def test_pull_keeps_a_newer_pending_local_edit(srv: Any) -> None:
+async def test_pull_keeps_a_newer_pending_local_edit(srv: Any) -> None:
     """A remote title older than a local unsent edit does not overwrite it; once pushed,
     the local edit wins everywhere."""
     t = FakeTime()
 
-    async def go() -> list[str]:
-        a = await device(srv.url, t)
-        b = await device(srv.url, t)
-        s = await a.sessions.create(title="v0")
-        await a.sync.run()
-        await b.sync.run()
-        t.now += 10
-        await a.sessions.update(s.session_id, title="A, older")
-        t.now += 10
-        await b.sessions.update(s.session_id, title="B, newer, unsent")
-        await a.sync.push()
-        await b.sync.pull()
-        kept = (await b.sessions.get(s.session_id)).title
-        await b.sync.run()
-        await a.sync.run()
-        return [kept, (await a.sessions.get(s.session_id)).title]
-
-    assert run(go()) == ["B, newer, unsent", "B, newer, unsent"]
+    a = await device(srv.url, t)
+    b = await device(srv.url, t)
+    s = await a.sessions.create(title="v0")
+    await a.sync.run()
+    await b.sync.run()
+    t.now += 10
+    await a.sessions.update(s.session_id, title="A, older")
+    t.now += 10
+    await b.sessions.update(s.session_id, title="B, newer, unsent")
+    await a.sync.push()
+    await b.sync.pull()
+    kept = (await b.sessions.get(s.session_id)).title
+    await b.sync.run()
+    await a.sync.run()
+    result = [kept, (await a.sessions.get(s.session_id)).title]
+    assert result == ["B, newer, unsent", "B, newer, unsent"]
 
 
 async def test_both_devices_appending_at_seq_1_end_in_one_order(srv: Any) -> None:
@@ -510,42 +506,40 @@ async def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None
     assert pages == 3 and changes == 1201 and cursor == "1201" and again == 0 and dense
 
 
-def test_engine_injection_and_stop(srv: Any) -> None:
+async def test_engine_injection_and_stop(srv: Any) -> None:
     """A Synchronizer built with its own transport works like mem.sync; stop() ends auto-sync."""
 
-    async def go() -> list[Any]:
-        mem = await chatmem.open()
-        eng = Synchronizer(mem._core, transport=UrllibTransport())
-        await eng.configure(cfg(srv.url, auto_sync=True, sync_interval=1_000))
-        running = eng.running
-        await mem.sessions.create(title="x")
-        await eng.stop()
-        r = await eng.run()
-        await eng.close()
-        return [running, eng.running, r.pending]
-
-    assert run(go()) == [True, False, 0]
+    mem = await chatmem.open()
+    eng = Synchronizer(mem._core, transport=UrllibTransport())
+    await eng.configure(cfg(srv.url, auto_sync=True, sync_interval=1_000))
+    running = eng.running
+    await mem.sessions.create(title="x")
+    await eng.stop()
+    r = await eng.run()
+    await eng.close()
+    result = [running, eng.running, r.pending]
+    assert result == [True, False, 0]
 
 
-def test_start_after_reopening_resumes_auto_sync_from_the_stored_config(srv: Any, tmp_path: Path) -> None:
+async def test_start_after_reopening_resumes_auto_sync_from_the_stored_config(
+    srv: Any, tmp_path: Path
+) -> None:
     """Auto-sync configured once; after reopening, start() alone drains new changes."""
     db = str(tmp_path / "auto.db")
 
-    async def go() -> list[Any]:
-        a = await chatmem.open(persist=db)
-        await a.sync.configure(cfg(srv.url, auto_sync=True, sync_interval=60_000))
-        await a.close()
-        b = await chatmem.open(persist=db)
-        await b.sessions.create(title="after reopen")
-        b.sync.start()
-        t0 = time.monotonic()
-        while (await b.store.outbox_counts())[0] and time.monotonic() - t0 < 5:
-            await asyncio.sleep(0.02)
-        out = [await b.store.outbox_counts(), b.sync.running]
-        await b.close()
-        return [*out, b.sync.running]
-
-    assert run(go()) == [(0, 0), True, False]
+    a = await chatmem.open(persist=db)
+    await a.sync.configure(cfg(srv.url, auto_sync=True, sync_interval=60_000))
+    await a.close()
+    b = await chatmem.open(persist=db)
+    await b.sessions.create(title="after reopen")
+    b.sync.start()
+    t0 = time.monotonic()
+    while (await b.store.outbox_counts())[0] and time.monotonic() - t0 < 5:
+        await asyncio.sleep(0.02)
+    out = [await b.store.outbox_counts(), b.sync.running]
+    await b.close()
+    result = [*out, b.sync.running]
+    assert result == [(0, 0), True, False]
     assert applied(srv) == 1
 
 

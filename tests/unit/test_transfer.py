@@ -779,32 +779,28 @@ def test_fixtures_are_read_in_place_not_copied():
     assert BRANCHING.is_file() and CLAUDE.is_file()
 
 
-def test_imported_history_is_aged_from_its_import():
+async def test_imported_history_is_aged_from_its_import():
     """A year-old ChatGPT conversation imported today: the default retention's dry run archives
     nothing (its activity counts from the import), while its own dates stay as they were; a
     restored backup keeps its updatedAt."""
-    import asyncio
 
     import chatmem
 
-    async def go() -> None:
-        mem = await chatmem.open()
-        report = await mem.import_sessions(BRANCHING.read_bytes())
-        metas = [await mem.sessions.get(sid) for sid in report.session_ids]
-        assert all(m.updated_at >= mem.clock() - 60_000 for m in metas)
-        assert min(m.created_at for m in metas) == 1714585031149  # the conversation's own date
-        dry = await mem.retention.apply(chatmem.RetentionPolicy(), dry_run=True)
-        assert dry.archived == [] and dry.deleted == []
-        backup = await mem.export()
-        other = await chatmem.open()
-        await other.import_sessions(backup, preserve_ids=True)
-        assert [(await other.sessions.get(m.session_id)).updated_at for m in metas] == [
-            m.updated_at for m in metas
-        ]
-        await mem.close()
-        await other.close()
-
-    asyncio.run(go())
+    mem = await chatmem.open()
+    report = await mem.import_sessions(BRANCHING.read_bytes())
+    metas = [await mem.sessions.get(sid) for sid in report.session_ids]
+    assert all(m.updated_at >= mem.clock() - 60_000 for m in metas)
+    assert min(m.created_at for m in metas) == 1714585031149  # the conversation's own date
+    dry = await mem.retention.apply(chatmem.RetentionPolicy(), dry_run=True)
+    assert dry.archived == [] and dry.deleted == []
+    backup = await mem.export()
+    other = await chatmem.open()
+    await other.import_sessions(backup, preserve_ids=True)
+    assert [(await other.sessions.get(m.session_id)).updated_at for m in metas] == [
+        m.updated_at for m in metas
+    ]
+    await mem.close()
+    await other.close()
 
 
 def test_a_conversation_imported_twice_has_the_same_ids_and_others_do_not_collide():
