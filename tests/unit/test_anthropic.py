@@ -25,27 +25,24 @@ def llm() -> Iterator[LLMServer]:
     srv.close()
 
 
-def test_anthropic_format_puts_system_apart_and_tool_blocks_in_turns():
+async def test_anthropic_format_puts_system_apart_and_tool_blocks_in_turns():
     """format="anthropic": {"system", "messages"}; tool calls are tool_use, results tool_result in a user turn."""
 
-    async def go():
-        async with await chatmem.open() as mem:
-            s = await mem.sessions.create()
-            await mem.messages.append_many(
-                s.session_id,
-                [
-                    {"role": "system", "content": "You are Airi."},
-                    {"role": "user", "content": "Weather in Lisbon?"},
-                    {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]},
-                    {"role": "tool", "content": "sunny, 24C", "tool_call_id": "call_1"},
-                    {"role": "assistant", "content": "Sunny and 24C."},
-                    {"role": "user", "content": "Thanks!"},
-                ],
-            )
-            mem.modules.set("module:clock", {"t": 1})
-            return await mem.build_context(s.session_id, max_tokens=4_000, format="anthropic")
-
-    out = run(go())
+    async with await chatmem.open() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append_many(
+            s.session_id,
+            [
+                {"role": "system", "content": "You are Airi."},
+                {"role": "user", "content": "Weather in Lisbon?"},
+                {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]},
+                {"role": "tool", "content": "sunny, 24C", "tool_call_id": "call_1"},
+                {"role": "assistant", "content": "Sunny and 24C."},
+                {"role": "user", "content": "Thanks!"},
+            ],
+        )
+        mem.modules.set("module:clock", {"t": 1})
+        out = await mem.build_context(s.session_id, max_tokens=4_000, format="anthropic")
     assert out["system"] == "You are Airi."
     roles = [m["role"] for m in out["messages"]]
     assert roles == ["user", "assistant", "user", "assistant", "user"]

@@ -112,15 +112,13 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         run(chatmem.open(persist=str(path)))
 
 
-def test_strict_durability_and_bad_options(tmp_path: Path) -> None:
+async def test_strict_durability_and_bad_options(tmp_path: Path) -> None:
     """durability='strict' opens; unknown durability or name is a ValidationError."""
 
-    async def go() -> int:
-        async with await chatmem.open(persist=str(tmp_path / "s.db"), durability="strict") as mem:
-            s = await mem.sessions.create()
-            return (await mem.messages.append(s.session_id, "user", "x")).seq
-
-    assert run(go()) == 0
+    async with await chatmem.open(persist=str(tmp_path / "s.db"), durability="strict") as mem:
+        s = await mem.sessions.create()
+        result = (await mem.messages.append(s.session_id, "user", "x")).seq
+    assert result == 0
     with pytest.raises(errors.ValidationError):
         run(chatmem.open(durability="sometimes"))
     with pytest.raises(errors.ValidationError):

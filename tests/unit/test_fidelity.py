@@ -29,50 +29,41 @@ async def seeded(mem: chatmem.Memory, turns: int = 30, system: str | None = "You
     return s.session_id
 
 
-def test_stored_system_prompt_survives_a_full_budget():
+async def test_stored_system_prompt_survives_a_full_budget():
     """The seq-0 system message is always sent first, even when the budget is full (pruneMessages keeps messages[0])."""
 
-    async def go():
-        async with await chatmem.open() as mem:
-            sid = await seeded(mem)
-            return await mem.build_context(sid, max_tokens=700)
-
-    out = run(go())
+    async with await chatmem.open() as mem:
+        sid = await seeded(mem)
+        out = await mem.build_context(sid, max_tokens=700)
     assert out[0] == {"role": "system", "content": "You are Airi."}
     assert [m["role"] for m in out].count("system") == 1
     assert out[-1]["content"] == "and now?" and len(out) < 32
 
 
-def test_system_prompt_argument_overrides_the_stored_one():
+async def test_system_prompt_argument_overrides_the_stored_one():
     """system_prompt= replaces the stored prompt for the call: exactly one system message, first."""
 
-    async def go():
-        async with await chatmem.open() as mem:
-            sid = await seeded(mem, turns=2)
-            mem.modules.set("module:x", {"a": 1})
-            return await mem.build_context(sid, system_prompt="Be terse.", max_tokens=10_000)
-
-    out = run(go())
+    async with await chatmem.open() as mem:
+        sid = await seeded(mem, turns=2)
+        mem.modules.set("module:x", {"a": 1})
+        out = await mem.build_context(sid, system_prompt="Be terse.", max_tokens=10_000)
     systems = [m for m in out if m["role"] == "system"]
     assert systems == [{"role": "system", "content": "Be terse."}] and out[0] is systems[0]
     assert "You are Airi." not in str(out)
 
 
-def test_build_context_never_writes_even_when_summarizing():
+async def test_build_context_never_writes_even_when_summarizing():
     """summarize= sends a computed summary in place of older messages; the store is untouched."""
 
-    async def go():
-        async with await chatmem.open() as mem:
-            sid = await seeded(mem, turns=30)
-            before = (await mem.export())["sessions"]
-            policy = MessageRetentionPolicy(max_messages_per_session=10, summary_threshold=6)
-            out = await mem.build_context(sid, max_tokens=100_000, summarize=policy)
-            again = await mem.build_context(sid, max_tokens=100_000, summarize=policy)
-            after = (await mem.export())["sessions"]
-            sessions = await mem.sessions.list(archived=None, limit=None)
-            return before, after, out, again, len(sessions)
-
-    before, after, out, again, n_sessions = run(go())
+    async with await chatmem.open() as mem:
+        sid = await seeded(mem, turns=30)
+        before = (await mem.export())["sessions"]
+        policy = MessageRetentionPolicy(max_messages_per_session=10, summary_threshold=6)
+        out = await mem.build_context(sid, max_tokens=100_000, summarize=policy)
+        again = await mem.build_context(sid, max_tokens=100_000, summarize=policy)
+        after = (await mem.export())["sessions"]
+        sessions = await mem.sessions.list(archived=None, limit=None)
+        n_sessions = len(sessions)
     assert before == after and n_sessions == 1
     assert out == again
     assert out[0]["content"] == "You are Airi."
@@ -80,20 +71,17 @@ def test_build_context_never_writes_even_when_summarizing():
     assert len(out) == 2 + 6 and out[-1]["content"] == "and now?"  # the newest 6 stay, 25 are summarized
 
 
-def test_retention_never_summarizes_the_system_prompt(tmp_path: Path):
+async def test_retention_never_summarizes_the_system_prompt(tmp_path: Path):
     """Applying the message policy folds old turns, but seq 0 (the system prompt) stays first."""
 
-    async def go():
-        async with await chatmem.open(persist=str(tmp_path / "r.db")) as mem:
-            sid = await seeded(mem, turns=12)
-            pol = MessageRetentionPolicy(
-                max_messages_per_session=4, summary_threshold=2, keep_system_messages=False
-            )
-            await mem.retention.apply_messages(sid, pol)
-            msgs = await mem.messages.list(sid, limit=None)
-            return [(m.seq, m.role, m.text[:13]) for m in msgs]
-
-    msgs = run(go())
+    async with await chatmem.open(persist=str(tmp_path / "r.db")) as mem:
+        sid = await seeded(mem, turns=12)
+        pol = MessageRetentionPolicy(
+            max_messages_per_session=4, summary_threshold=2, keep_system_messages=False
+        )
+        await mem.retention.apply_messages(sid, pol)
+        msgs = await mem.messages.list(sid, limit=None)
+        msgs = [(m.seq, m.role, m.text[:13]) for m in msgs]
     assert msgs[0] == (0, "system", "You are Airi.")
 
 
@@ -112,17 +100,13 @@ def test_message_overhead_follows_the_format(fmt: str, overhead: int):
     assert w.tokens - w0.tokens == overhead * len(w.messages)
 
 
-def test_explicit_tokenizer_overhead_wins_and_bad_format_is_refused():
-    async def go():
-        async with await chatmem.open(tokenizer=EstimateTokenizer(message_overhead=9)) as mem:
-            sid = await seeded(mem, turns=2, system=None)
-            w = await mem.build_window(sid, max_tokens=10_000, format="anthropic")
-            w0 = await mem.build_window(sid, max_tokens=10_000, message_overhead=0)
-            with pytest.raises(ValidationError):
-                await mem.build_context(sid, max_tokens=100, format="gemini")
-            return w, w0
-
-    w, w0 = run(go())
+async def test_explicit_tokenizer_overhead_wins_and_bad_format_is_refused():
+    async with await chatmem.open(tokenizer=EstimateTokenizer(message_overhead=9)) as mem:
+        sid = await seeded(mem, turns=2, system=None)
+        w = await mem.build_window(sid, max_tokens=10_000, format="anthropic")
+        w0 = await mem.build_window(sid, max_tokens=10_000, message_overhead=0)
+        with pytest.raises(ValidationError):
+            await mem.build_context(sid, max_tokens=100, format="gemini")
     assert w.tokens - w0.tokens == 9 * len(w.messages)
 
 

@@ -28,24 +28,22 @@ CONVERSATION = [
 ]
 
 
-def test_async_round_trip_with_tool_calls(tmp_path: Path):
+async def test_async_round_trip_with_tool_calls(tmp_path: Path):
     """Messages added are the messages read back, tool calls and extras included, across a reopen."""
     db = str(tmp_path / "lc.db")
 
-    async def go():
-        async with await chatmem.open(persist=db) as mem:
-            h = ChatmemChatMessageHistory(mem, "lc-1")
-            assert await h.aget_messages() == []
-            await h.aadd_messages(CONVERSATION)
-        async with await chatmem.open(persist=db) as mem:
-            h = ChatmemChatMessageHistory(mem, "lc-1")
-            back = await h.aget_messages()
-            stored = await mem.messages.list("lc-1", limit=None)
-            window = await mem.build_context("lc-1", max_tokens=4_000)
-            await h.aclear()
-            return back, stored, window, await h.aget_messages(), await mem.sessions.exists("lc-1")
-
-    back, stored, window, cleared, exists = run(go())
+    async with await chatmem.open(persist=db) as mem:
+        h = ChatmemChatMessageHistory(mem, "lc-1")
+        assert await h.aget_messages() == []
+        await h.aadd_messages(CONVERSATION)
+    async with await chatmem.open(persist=db) as mem:
+        h = ChatmemChatMessageHistory(mem, "lc-1")
+        back = await h.aget_messages()
+        stored = await mem.messages.list("lc-1", limit=None)
+        window = await mem.build_context("lc-1", max_tokens=4_000)
+        await h.aclear()
+        cleared = await h.aget_messages()
+        exists = await mem.sessions.exists("lc-1")
     assert back == CONVERSATION
     assert [m.role for m in stored] == ["system", "user", "assistant", "tool", "assistant"]
     assert stored[2].tool_calls[0]["function"] == {"name": "weather", "arguments": '{"city":"Lisbon"}'}
@@ -64,15 +62,13 @@ def test_sync_methods_outside_a_loop():
     assert h.messages == []
 
 
-def test_sync_methods_inside_a_loop_say_to_use_the_async_ones():
-    async def go():
-        async with await chatmem.open() as mem:
-            h = ChatmemChatMessageHistory(mem, "x")
-            with pytest.raises(chatmem.errors.UnsupportedEnvironment, match="async methods"):
-                h.add_user_message("hi")
-            return await h.aget_messages()
-
-    assert run(go()) == []
+async def test_sync_methods_inside_a_loop_say_to_use_the_async_ones():
+    async with await chatmem.open() as mem:
+        h = ChatmemChatMessageHistory(mem, "x")
+        with pytest.raises(chatmem.errors.UnsupportedEnvironment, match="async methods"):
+            h.add_user_message("hi")
+        result = await h.aget_messages()
+    assert result == []
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -88,16 +84,13 @@ def chain(mem: chatmem.Memory, answers: list[str]) -> RunnableWithMessageHistory
     )
 
 
-def test_runnable_with_message_history_async():
-    async def go():
-        async with await chatmem.open() as mem:
-            r = chain(mem, ["Lisbon.", "In May."])
-            cfg = {"configurable": {"session_id": "trip"}}
-            a = await r.ainvoke({"question": "Where?"}, config=cfg)
-            b = await r.ainvoke({"question": "When?"}, config=cfg)
-            return a, b, [(m.role, m.text) for m in await mem.messages.list("trip", limit=None)]
-
-    a, b, stored = run(go())
+async def test_runnable_with_message_history_async():
+    async with await chatmem.open() as mem:
+        r = chain(mem, ["Lisbon.", "In May."])
+        cfg = {"configurable": {"session_id": "trip"}}
+        a = await r.ainvoke({"question": "Where?"}, config=cfg)
+        b = await r.ainvoke({"question": "When?"}, config=cfg)
+        stored = [(m.role, m.text) for m in await mem.messages.list("trip", limit=None)]
     assert (a.content, b.content) == ("Lisbon.", "In May.")
     assert stored == [
         ("user", "Where?"),

@@ -60,23 +60,20 @@ def test_replies_quote_earlier_messages_and_say_so(persist: str | None, tmp_path
     assert "no words" in out["empty"]
 
 
-def test_without_a_query_index_it_scans_the_store() -> None:
+async def test_without_a_query_index_it_scans_the_store() -> None:
     """CPython without duckdb: the same answers from a scan of the store."""
 
     class NoIndex(OfflineResponder):
         async def _search(self, words, current):  # type: ignore[no-untyped-def]
             raise chatmem.errors.UnsupportedEnvironment("no duckdb")
 
-    async def go() -> str:
-        async with await chatmem.open() as mem:
-            a = await mem.sessions.create(title="Keys")
-            await mem.messages.append(a.session_id, "user", "The spare key is under the blue flowerpot")
-            b = await mem.sessions.create()
-            return (
-                await mem.session(b.session_id).send("Where is the spare key?", provider=NoIndex(mem))
-            ).content
-
-    reply = run(go())
+    async with await chatmem.open() as mem:
+        a = await mem.sessions.create(title="Keys")
+        await mem.messages.append(a.session_id, "user", "The spare key is under the blue flowerpot")
+        b = await mem.sessions.create()
+        reply = (
+            await mem.session(b.session_id).send("Where is the spare key?", provider=NoIndex(mem))
+        ).content
     assert (
         reply.startswith(OFFLINE_LABEL)
         and "You, in “Keys”: The spare key is under the blue flowerpot" in reply

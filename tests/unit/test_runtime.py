@@ -35,16 +35,13 @@ class Recording(CPythonRuntime):
         return super().drain_lock(name)
 
 
-def test_open_takes_a_runtime_and_every_service_gets_its_parts() -> None:
+async def test_open_takes_a_runtime_and_every_service_gets_its_parts() -> None:
     """The clock, sleep, random, transport and drain lock of the given runtime reach the services."""
     rt = Recording()
 
-    async def go() -> Any:
-        async with await chatmem.open("rt", runtime=rt) as mem:
-            s = await mem.sessions.create(title="t")
-            return mem, s.created_at
-
-    mem, created = run(go())
+    async with await chatmem.open("rt", runtime=rt) as mem:
+        s = await mem.sessions.create(title="t")
+        created = s.created_at
     assert mem.runtime is rt and created == 1_700_000_000_000
     assert mem.sync.sleep == rt.nap and mem.sync.rand() == 0.25 and mem.sync.transport is rt.transport
     assert rt.locks == ["chatmem"]  # one drain lock, asked of the runtime once, by the store name
