@@ -27,7 +27,6 @@ async def test_generated_chatgpt_export_imports_and_its_marker_is_found() -> Non
     report = await mem.import_sessions(scalegen.chatgpt_export(250, per=100))
     hits = await mem.search(scalegen.MARKER, limit=5)
     await mem.close()
-    report, hits = report, hits
     assert (report.format, report.sessions_imported, report.messages_imported) == ("chatgpt", 3, 250)
     assert len(hits) == 1 and scalegen.MARKER in hits[0].message.text
     assert 31 <= len(hits[0].message.text.split()) <= 151  # a 30-150-word message and the marker
