@@ -295,3 +295,20 @@ def test_ascii_words_take_the_fast_path_to_the_same_words(seed):
     for text in texts:
         assert words(text) == words("\u00e9 " + text)[1:], text
         assert tokens(text) == tokens("\u00e9 " + text)[1:], text
+
+
+async def test_the_engine_tells_duckdb_that_a_missing_pandas_is_missing() -> None:
+    """Without pandas installed, the ``duckdb`` package would search ``sys.path`` for it
+    on every bound parameter; the engine records it as absent once."""
+    import importlib.util
+    import sys
+
+    saved = sys.modules.pop("pandas", "unset")
+    try:
+        missing = importlib.util.find_spec("pandas") is None
+        await DuckDBEngine().close()
+        assert ("pandas" in sys.modules and sys.modules["pandas"] is None) == missing
+    finally:
+        sys.modules.pop("pandas", None)
+        if saved != "unset":
+            sys.modules["pandas"] = saved  # type: ignore[assignment]

@@ -55,7 +55,7 @@ TERM_CACHE = 50_000
 VOCABULARY_PAGE = 2000
 #: postings kept in Python at most (then forgotten all at once)
 POSTINGS_CACHE = 100_000
-#: filter verdicts on docs kept in Python at most (then forgotten all at once)
+#: docs admitted by search filters kept in Python at most (then forgotten all at once)
 VERDICTS_CACHE = 1_000_000
 #: appends of more messages than this forget the cached terms instead of updating them
 _EXACT_UPDATE = 500
@@ -137,11 +137,11 @@ class KeywordFigures:
         #: term -> (tid, df) of the terms in ``rare`` when ``terms`` is not the whole
         #: vocabulary (past ``TERM_CACHE``): a query of them needs no look-up either
         self.rare_terms: dict[str, tuple[int, int]] = {}
-        #: per search filter (its SQL over ``docs d`` and parameters): doc -> whether the
-        #: filter admits it, for the docs a filtered search scored so far. A doc's verdict
-        #: holds until its session changes (``forget_verdicts``) or docs are renumbered
-        #: (a delete: ``forget_terms``); an append only brings docs not judged yet
-        self.verdicts: dict[tuple[str, tuple[Any, ...]], dict[int, bool]] = {}
+        #: per search filter (its SQL over ``docs d`` and parameters): ``(docs in the index,
+        #: next doc to judge, the docs it admits)``, judged by filtered searches. Holds until a
+        #: session changes (``forget_verdicts``) or docs are renumbered (a delete:
+        #: ``forget_terms``); an append only brings docs not judged yet
+        self.verdicts: dict[tuple[str, tuple[Any, ...]], tuple[int, int, set[int]]] = {}
         self._verdict_rows = 0
         #: bumped whenever the verdicts are forgotten (a check that began before is dropped)
         self.verdict_epoch = 0
@@ -171,15 +171,19 @@ class KeywordFigures:
         self._verdict_rows = 0
         self.verdict_epoch += 1
 
-    def remember_verdicts(self, key: tuple[str, tuple[Any, ...]], epoch: int, got: dict[int, bool]) -> None:
-        """Keep a filter's verdicts on docs, checked while the verdicts were of ``epoch``."""
+    def remember_verdicts(
+        self, key: tuple[str, tuple[Any, ...]], epoch: int, got: tuple[int, int, set[int]]
+    ) -> None:
+        """Keep what a filter admits (``verdicts``), judged while the verdicts were of ``epoch``."""
         if epoch != self.verdict_epoch:
             return
-        if self._verdict_rows + len(got) > VERDICTS_CACHE:
+        old = self.verdicts.get(key)
+        grown = len(got[2]) - (len(old[2]) if old else 0)
+        if self._verdict_rows + grown > VERDICTS_CACHE:
             self.verdicts.clear()
-            self._verdict_rows = 0
-        self.verdicts.setdefault(key, {}).update(got)
-        self._verdict_rows += len(got)
+            self._verdict_rows, grown = 0, len(got[2])
+        self._verdict_rows += grown
+        self.verdicts[key] = got
 
     def known_docs(self) -> DocTable | dict[int, tuple[str, int, int]]:
         """What is known of docs' message ids and times (``.get(doc)``, then ``[0]``, ``[1]``):

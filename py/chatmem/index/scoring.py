@@ -16,9 +16,9 @@ same constants) and the same arithmetic in the same order, and round as
 DuckDB's ``round(x, 9)`` does (``round9``), so they rank and score alike
 (``tests/unit/test_scoring.py`` holds them to identical results).
 
-A filtered search is scored the same way, narrowed before its winners are picked:
-of the docs holding its terms, those the filters admit (``admitted``: one statement
-for the docs not judged before, the verdicts kept per filter until a session changes).
+A filtered search is scored the same way, over the docs its filters admit only
+(``admitted``: every doc the filter admits, judged by one statement and kept per
+filter until a session changes; after an append, the new docs alone are judged).
 So a filter costs what its query's postings cost, not a scan of the index.
 
 The doc numbers of the winners are turned into message ids and times through
@@ -154,10 +154,15 @@ def postings_needed(pq: ParsedQuery, terms: Mapping[str, tuple[int, int]]) -> in
 
 
 async def py_scores(
-    index: SearchIndex, weights: list[tuple[int, float, bool]], stats: tuple[int, float], total: int
+    index: SearchIndex,
+    weights: list[tuple[int, float, bool]],
+    stats: tuple[int, float],
+    total: int,
+    allowed: set[int] | None = None,
 ) -> dict[int, tuple[float, int]]:
-    """``{doc: (BM25 sum, required terms held)}`` of every doc holding a query term,
-    from the postings the index keeps and one read of the others. ``total``: the postings table's size (about)."""
+    """``{doc: (BM25 sum, required terms held)}`` of every doc holding a query term (of
+    ``allowed``, when given), from the postings the index keeps and one read of the
+    others. ``total``: the postings table's size (about)."""
     tids = [t for t, _, _ in weights]
     have = index.postings_cache
     table = index.doc_lengths
@@ -185,6 +190,8 @@ async def py_scores(
     for tid, w, required in weights:  # summed in query order, as the SQL's UNION ALL
         inc = 1 if required else 0
         for d, tf, dl in by_tid[tid]:
+            if allowed is not None and d not in allowed:
+                continue
             s = w * tf * k / (tf + c1 + c2 * dl)
             prev = out.get(d)
             out[d] = (s, inc) if prev is None else (prev[0] + s, prev[1] + inc)
@@ -264,46 +271,37 @@ class Filters(Protocol):
     def params(self) -> list[Any]: ...
 
 
-#: docs judged per statement
-_JUDGE_PART = 5000
-
-
-async def admitted(index: SearchIndex, flt: Filters, docs: Iterable[int]) -> set[int]:
-    """Which of ``docs`` the filters ``flt`` (over ``docs d``) admit: from the verdicts
-    kept for ``flt``, and one statement for the docs not judged before."""
+async def admitted(index: SearchIndex, flt: Filters, n_docs: int) -> set[int]:
+    """Every doc of the index the filters ``flt`` admit (``n_docs``: how many docs it
+    holds): kept per filter until a session changes; after an append, one statement
+    judges the new docs only."""
     store = index.verdicts
     key = (flt.sql, tuple(flt.params))
     epoch = store.verdict_epoch
-    known = store.verdicts.get(key, {})
-    out: set[int] = set()
-    unknown: list[int] = []
-    for d in docs:
-        v = known.get(d)
-        if v is None:
-            unknown.append(d)
-        elif v:
-            out.add(d)
-    for i in range(0, len(unknown), _JUDGE_PART):
-        part = unknown[i : i + _JUDGE_PART]
-        rows = await small_read(index)(
-            f"SELECT d.doc FROM docs d WHERE d.doc IN ({', '.join(str(int(x)) for x in part)}) AND {flt.sql}",
-            list(flt.params),
-        )
-        yes = {int(r["doc"]) for r in rows}
-        out |= yes
-        store.remember_verdicts(key, epoch, {d: d in yes for d in part})
-    return out
+    n, upto, docs = store.verdicts.get(key, (-1, 0, set()))
+    if n == n_docs:
+        return docs
+    rows = await small_read(index)(
+        "SELECT max(d.doc) AS top, list(d.doc) FILTER (WHERE " + flt.sql + ") AS ok "
+        f"FROM docs d WHERE d.doc >= {int(upto)}",
+        list(flt.params),
+    )
+    top, ok = (rows[0]["top"], rows[0]["ok"]) if rows else (None, None)
+    docs = docs | {int(d) for d in ok or ()}
+    store.remember_verdicts(key, epoch, (n_docs, upto if top is None else int(top) + 1, docs))
+    return docs
 
 
-async def _narrowed(
-    index: SearchIndex, scored: dict[int, tuple[float, int]], required: int, flt: Filters | None
+async def _filtered_scores(
+    index: SearchIndex,
+    weights: list[tuple[int, float, bool]],
+    stats: tuple[int, float],
+    flt: Filters | None,
 ) -> dict[int, tuple[float, int]]:
-    """``scored`` of the docs that hold every required term and pass ``flt``."""
-    if flt is None or flt.sql == "TRUE":
-        return scored
-    held = [d for d, (_, req) in scored.items() if req == required]
-    ok = await admitted(index, flt, held)
-    return {d: scored[d] for d in held if d in ok}
+    """``py_scores`` of the docs ``flt`` admits (of every doc without filters)."""
+    n, avgdl = stats
+    allowed = await admitted(index, flt, int(n)) if flt is not None and flt.sql != "TRUE" else None
+    return await py_scores(index, weights, stats, int(n * avgdl), allowed)
 
 
 def top_docs(
@@ -344,8 +342,7 @@ async def keyword_top(
     """What ``hits.top_sql`` + ``hits.rank_top`` answer, scored here: ``{id, score,
     created_at}`` of the best ``limit`` docs (of those ``flt`` admits), by score, then
     newest, then id."""
-    n, avgdl = stats
-    scored = await _narrowed(index, await py_scores(index, weights, stats, int(n * avgdl)), required, flt)
+    scored = await _filtered_scores(index, weights, stats, flt)
     top = top_docs(scored, required, limit, threshold, rounded=True)
     meta = await doc_meta(index, [d for _, d in top])
     rows = [{"id": meta[d][0], "score": s, "created_at": meta[d][1]} for s, d in top if d in meta]
@@ -364,8 +361,7 @@ async def keyword_ranking(
     """``(message_id, BM25 sum, created_at)`` of the best ``depth`` docs holding every
     required term (of those ``flt`` admits), by the raw sum, then id (both descending):
     the keyword list of RRF."""
-    n, avgdl = stats
-    scored = await _narrowed(index, await py_scores(index, weights, stats, int(n * avgdl)), required, flt)
+    scored = await _filtered_scores(index, weights, stats, flt)
     top = top_docs(scored, required, depth, None, rounded=False)
     meta = await doc_meta(index, [d for _, d in top])
     rows = [(meta[d][0], s, meta[d][1]) for s, d in top if d in meta]

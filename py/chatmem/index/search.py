@@ -192,8 +192,8 @@ async def search(
         stats = await _bm25_stats(index)
         terms = await _term_stats(index, pq)
         kflt = build_filters(session_ids, character_ids, date_range, roles, alias="d")
-        # a filtered query whose postings are few is scored in Python too, narrowed to the
-        # docs its filters admit (``scoring.admitted``); else by the filtered statement below
+        # a filtered query whose postings are few is scored in Python too, over the docs its
+        # filters admit (``scoring.admitted``); else by the filtered statement below
         narrow = kflt.sql != "TRUE"
         fast = terms is not None and limit is not None and not pq.phrases
         if fast:
