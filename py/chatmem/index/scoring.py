@@ -40,6 +40,7 @@ __all__ = [
     "B",
     "K1",
     "admitted",
+    "filtered_postings",
     "PY_POSTINGS",
     "PY_POSTINGS_WORKER",
     "WHOLE_DOCS",
@@ -99,6 +100,18 @@ def py_postings(index: SearchIndex, docs: int = 0) -> int:
     if index.doc_lengths is not None:
         cut = max(cut, docs // 25)
     return min(PY_POSTINGS, cut)
+
+
+#: how many times ``py_postings`` a filtered query may read, at most
+FILTERED_POSTINGS_GROWTH = 8
+
+
+def filtered_postings(index: SearchIndex, docs: int, admitted: int) -> int:
+    """``py_postings`` for a filtered query whose filters admit ``admitted`` of the index's
+    ``docs`` docs: the postings are read whole (and kept), but only the admitted docs are
+    scored, so the budget grows by ``docs / admitted``, up to ``FILTERED_POSTINGS_GROWTH`` times."""
+    growth = min(FILTERED_POSTINGS_GROWTH, docs / max(admitted, 1))
+    return int(py_postings(index, docs) * max(growth, 1.0))
 
 
 def kept(index: SearchIndex, weights: list[tuple[int, float, bool]]) -> bool:

@@ -202,6 +202,11 @@ async def search(
             here = tw is not None and (
                 postings_needed(pq, terms) <= scoring.py_postings(index, stats[0]) or scoring.kept(index, tw)
             )
+            if narrow and tw is not None and not here:
+                # only the docs the filters admit are scored: the budget grows with how few they are
+                here = postings_needed(pq, terms) <= scoring.filtered_postings(
+                    index, stats[0], len(await scoring.admitted(index, kflt, stats[0]))
+                )
             fast = not narrow or tw is None or here
         if fast:
             assert terms is not None and limit is not None
