@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import timedelta, timezone
 
@@ -184,10 +183,10 @@ def test_json_stringify_agrees_with_json_for_plain_values():
     assert json.loads(json_stringify(v)) == v
 
 
-def test_datetime_provider_content_as_in_the_original():
+async def test_datetime_provider_content_as_in_the_original():
     """The datetime provider gives timestamp, ISO time (Z for UTC) and time zone."""
     p = DatetimeProvider(FakeClock(T0))
-    msg = asyncio.run(p.provide())
+    msg = await p.provide()
     assert msg.source_type == "module:datetime" and msg.strategy is R
     assert msg.content == {"timestamp": T0, "formatted": "2025-01-01T00:00:00Z", "timezone": "UTC"}
     plus2 = DatetimeProvider(FakeClock(T0), tz=timezone(timedelta(hours=2), "X+2"))
@@ -196,7 +195,7 @@ def test_datetime_provider_content_as_in_the_original():
         DatetimeProvider(FakeClock(), tz="Not/AZone")
 
 
-def test_refresh_applies_every_provider_and_reports_failures():
+async def test_refresh_applies_every_provider_and_reports_failures():
     """refresh() applies all providers; one that raises is reported, the rest still apply."""
     clock = FakeClock()
     cm = LiveContext(clock)
@@ -216,7 +215,7 @@ def test_refresh_applies_every_provider_and_reports_failures():
     cm.register(UserProfileProvider(get_settings))
     cm.register(state)
     state.set("module:discord", {"activeChannel": "general"}, priority=1)
-    failures = asyncio.run(cm.refresh())
+    failures = await cm.refresh()
     assert [f.provider for f in failures] == [broken]
     assert isinstance(failures[0].error, RuntimeError)
     snap = cm.snapshot()
@@ -225,14 +224,14 @@ def test_refresh_applies_every_provider_and_reports_failures():
     clock.t += 60_000
     state.clear("module:discord")
     profile.clear()
-    again = asyncio.run(cm.refresh())
+    again = await cm.refresh()
     assert [f.provider for f in again] == [broken]
     snap = cm.snapshot()
     assert list(snap) == ["module:datetime"]
     assert snap["module:datetime"]["timestamp"] == T0 + 60_000
 
 
-def test_provider_returning_garbage_is_reported():
+async def test_provider_returning_garbage_is_reported():
     """A provider returning something that is not a ContextMessage is a reported failure."""
     cm = LiveContext(FakeClock())
 
@@ -241,7 +240,7 @@ def test_provider_returning_garbage_is_reported():
             return [{"not": "a message"}]
 
     cm.register(Bad())
-    failures = asyncio.run(cm.refresh())
+    failures = await cm.refresh()
     assert len(failures) == 1 and isinstance(failures[0].error, ValidationError)
     assert cm.snapshot() == {}
 

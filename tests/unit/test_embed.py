@@ -3,7 +3,6 @@ real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import math
@@ -88,11 +87,11 @@ class FakeEmbeddings:
         self.thread.join()
 
 
-def test_openai_embedder_batches_requests_and_keeps_order():
+async def test_openai_embedder_batches_requests_and_keeps_order():
     """Texts go out batch_size at a time with the model and key; vectors come back in input order."""
     with FakeEmbeddings(dims=4) as srv:
         emb = OpenAIEmbedder(srv.url, api_key="sk-test", model="m1", dimensions=4, batch_size=2)
-        vecs = asyncio.run(emb.embed(["a", "bb", "ccc", "dddd", "eeeee"]))
+        vecs = await emb.embed(["a", "bb", "ccc", "dddd", "eeeee"])
     assert [b["input"] for b in srv.requests] == [["a", "bb"], ["ccc", "dddd"], ["eeeee"]]
     assert all(b["model"] == "m1" and b["dimensions"] == 4 for b in srv.requests)
     assert srv.auth == ["Bearer sk-test"] * 3
@@ -100,41 +99,41 @@ def test_openai_embedder_batches_requests_and_keeps_order():
     assert isinstance(emb, Embedder)
 
 
-def test_openai_embedder_retries_a_500_then_succeeds():
+async def test_openai_embedder_retries_a_500_then_succeeds():
     """A 500 is retried with backoff; the second answer is used."""
     with FakeEmbeddings(dims=3, fail_first=1) as srv:
         emb = OpenAIEmbedder(srv.url, model="m", dimensions=3, backoff=0.01)
-        vecs = asyncio.run(emb.embed(["hi"]))
+        vecs = await emb.embed(["hi"])
     assert len(srv.requests) == 2 and vecs == [[2.0, 3.0, 4.0]]
 
 
-def test_openai_embedder_gives_up_after_max_retries():
+async def test_openai_embedder_gives_up_after_max_retries():
     """Persistent 503s end in EmbeddingError carrying the status, after max_retries + 1 tries."""
     with FakeEmbeddings(fail_first=10, fail_status=503) as srv:
         emb = OpenAIEmbedder(srv.url, model="m", dimensions=4, max_retries=2, backoff=0.01)
         with pytest.raises(EmbeddingError) as e:
-            asyncio.run(emb.embed(["hi"]))
+            await emb.embed(["hi"])
     assert e.value.status == 503 and len(srv.requests) == 3
 
 
-def test_openai_embedder_does_not_retry_a_client_error():
+async def test_openai_embedder_does_not_retry_a_client_error():
     """A 404 (wrong base_url) fails at once, naming the status."""
     with FakeEmbeddings() as srv:
         emb = OpenAIEmbedder(srv.url.replace("/v1", "/nope"), model="m", dimensions=4, backoff=0.01)
         with pytest.raises(EmbeddingError, match="404"):
-            asyncio.run(emb.embed(["hi"]))
+            await emb.embed(["hi"])
     assert len(srv.requests) == 1
 
 
-def test_openai_embedder_wrong_dimension_is_a_clear_error():
+async def test_openai_embedder_wrong_dimension_is_a_clear_error():
     """Vectors of another size than configured raise EmbeddingError naming both sizes."""
     with FakeEmbeddings(dims=4, wrong_dims=3) as srv:
         emb = OpenAIEmbedder(srv.url, model="m", dimensions=4)
         with pytest.raises(EmbeddingError, match="3 dimensions, expected 4"):
-            asyncio.run(emb.embed(["hi"]))
+            await emb.embed(["hi"])
 
 
-def test_openai_embedder_learns_unknown_dimensions_and_feeds_semantic_search():
+async def test_openai_embedder_learns_unknown_dimensions_and_feeds_semantic_search():
     """With dimensions=None and an unknown model the size is learned; the index stores model and dim."""
     with FakeEmbeddings(dims=5) as srv:
         emb = OpenAIEmbedder(srv.url, model="local-model", batch_size=8)
@@ -165,13 +164,13 @@ def test_openai_embedder_learns_unknown_dimensions_and_feeds_semantic_search():
             await index.close()
             return hits, rows
 
-        hits, rows = asyncio.run(run())
+        hits, rows = await run()
     assert emb.dimensions == 5
     assert rows == [{"model": "local-model", "dim": 5}]
     assert len(hits) == 3
 
 
-def test_openai_embedder_retries_transport_errors_through_an_injected_transport():
+async def test_openai_embedder_retries_transport_errors_through_an_injected_transport():
     """A transport error then a 200: retried through the injected transport."""
     from chatmem.errors import TransportError
 
@@ -189,7 +188,7 @@ def test_openai_embedder_retries_transport_errors_through_an_injected_transport(
     emb = OpenAIEmbedder(
         "http://example.invalid/v1", model="m", dimensions=2, backoff=0.0, transport=MockTransport(handler)
     )
-    assert asyncio.run(emb.embed(["a", "b"])) == [[1.0, 0.0], [1.0, 0.0]]
+    assert (await emb.embed(["a", "b"])) == [[1.0, 0.0], [1.0, 0.0]]
     assert calls == ["http://example.invalid/v1/embeddings"] * 2
 
 
@@ -207,10 +206,10 @@ def test_openai_embedder_validates_its_settings():
 # --------------------------------------------------------------------------- hashing
 
 
-def test_hashing_embedder_is_unit_length_and_deterministic():
+async def test_hashing_embedder_is_unit_length_and_deterministic():
     """Vectors are l2-normalised and pinned: the same on every run and platform."""
     emb = HashingEmbedder()
-    (v,) = asyncio.run(emb.embed(["Hello, world! Ça va?"]))
+    (v,) = await emb.embed(["Hello, world! Ça va?"])
     assert len(v) == 384 and abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-9
     digest = hashlib.sha256(json.dumps([round(x, 6) for x in v]).encode()).hexdigest()
     assert digest == PINNED_DIGEST, digest
@@ -218,28 +217,24 @@ def test_hashing_embedder_is_unit_length_and_deterministic():
     assert HashingEmbedder(64).model == "hashing-v1-64"
 
 
-def test_hashing_embedder_ranks_a_near_duplicate_above_unrelated_text():
+async def test_hashing_embedder_ranks_a_near_duplicate_above_unrelated_text():
     """A reworded near-duplicate is closer to the query than unrelated text."""
     emb = HashingEmbedder()
-    q, para, other = asyncio.run(
-        emb.embed(
-            [
-                "How do I reset my password for the account?",
-                "how can I reset the password of my account",
-                "The weather in Lisbon is sunny and warm today.",
-            ]
-        )
+    q, para, other = await emb.embed(
+        [
+            "How do I reset my password for the account?",
+            "how can I reset the password of my account",
+            "The weather in Lisbon is sunny and warm today.",
+        ]
     )
     assert cos(q, para) > 0.5 > cos(q, other)
     assert cos(q, para) > cos(q, other) + 0.3
 
 
-def test_hashing_embedder_handles_empty_and_cjk_text():
+async def test_hashing_embedder_handles_empty_and_cjk_text():
     """Empty text gives a zero vector; CJK text overlaps with itself."""
     emb = HashingEmbedder(dimensions=128)
-    empty, a, b, c = asyncio.run(
-        emb.embed(["", "東京タワーに行きました", "東京タワーへ行った", "안녕하세요"])
-    )
+    empty, a, b, c = await emb.embed(["", "東京タワーに行きました", "東京タワーへ行った", "안녕하세요"])
     assert empty == [0.0] * 128
     assert cos(a, b) > cos(a, c)
 

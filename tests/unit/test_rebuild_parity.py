@@ -7,7 +7,6 @@ every script the tokeniser treats apart."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -77,7 +76,7 @@ async def tables(index: QueryIndex) -> list[Any]:
     ]
 
 
-def test_rebuild_derives_the_tables_appends_derive() -> None:
+async def test_rebuild_derives_the_tables_appends_derive() -> None:
     """LoCoMo plus every script: the rebuilt index's keyword tables equal the appended one's."""
     recs = records(corpus())
     assert len(recs) > 2000
@@ -110,7 +109,7 @@ def test_rebuild_derives_the_tables_appends_derive() -> None:
             await appended.close()
             await rebuilt.close()
 
-    a, b = asyncio.run(go())
+    a, b = await go()
     assert a[0] and a[1] and a == b
 
 
@@ -123,7 +122,7 @@ def test_term_ids_code_each_word_as_its_terms() -> None:
         assert [by_id[int(c)] for c in code.split()] == tokens(text), text
 
 
-def test_a_failing_read_during_a_rebuild_leaves_the_engine_usable(monkeypatch) -> None:
+async def test_a_failing_read_during_a_rebuild_leaves_the_engine_usable(monkeypatch) -> None:
     """The store failing while a chunk loads: the error comes out, the engine is free,
     and the next rebuild derives the same tables as appends."""
     import chatmem.index.query_index as index_module
@@ -156,5 +155,5 @@ def test_a_failing_read_during_a_rebuild_leaves_the_engine_usable(monkeypatch) -
             await idx.close()
             await appended.close()
 
-    a, b = asyncio.run(go())
+    a, b = await go()
     assert a == b and len(a[2]) == 35

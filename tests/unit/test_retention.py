@@ -3,7 +3,6 @@ exact plans; message-level summarize-and-archive plans that the window then uses
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -277,12 +276,12 @@ def test_incremental_plan_folds_the_previous_summary():
     assert plan.keep == ["sys", "m3", "m4", "m5", "m6"]
 
 
-def test_message_policy_summarizes_and_the_window_uses_the_summary():
+async def test_message_policy_summarizes_and_the_window_uses_the_summary():
     """End to end without a store: plan, summarize offline, store the summary message, window uses it."""
     msgs = convo(80)
     plan = plan_message_retention(msgs, MessageRetentionPolicy(summary_threshold=20))
     by_id = {m.id: m for m in msgs}
-    text = asyncio.run(ExtractiveSummarizer(max_chars=400).summarize([by_id[i] for i in plan.summarize]))
+    text = await ExtractiveSummarizer(max_chars=400).summarize([by_id[i] for i in plan.summarize])
     fields = summary_message_fields(text, plan)
     assert fields["role"] == "system" and fields["content"] == SUMMARY_PREFIX + text
     assert fields["metadata"] == {

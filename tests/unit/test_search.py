@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from chatmem.index import DuckDBEngine, QueryIndex
@@ -11,7 +9,7 @@ from search_checks import CHECKS
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
-def test_search_check(check):
+async def test_search_check(check):
     """Each check gets a fresh in-memory index and must pass."""
 
     async def run():
@@ -21,7 +19,7 @@ def test_search_check(check):
         finally:
             await index.close()
 
-    asyncio.run(run())
+    await run()
 
 
 def test_every_check_is_listed():

@@ -3,7 +3,6 @@ cross-session retrieval, on CPython (the model built by ``build.py`` from its Py
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 import pytest
@@ -77,7 +76,7 @@ def test_context_mixes_the_previous_turn():
     assert contextualize([1.0, 0.0], None, 0.3) == [1.0, 0.0]
 
 
-def test_bad_model_bytes_are_a_typed_error():
+async def test_bad_model_bytes_are_a_typed_error():
     """Anything but a model file is an EmbeddingError, also through the lazy loader."""
     with pytest.raises(EmbeddingError):
         StaticEmbedder.from_bytes(b"not a model")
@@ -86,7 +85,7 @@ def test_bad_model_bytes_are_a_typed_error():
         raise OSError("gone")
 
     with pytest.raises(EmbeddingError):
-        asyncio.run(LocalEmbedder(nothing).embed(["x"]))
+        await LocalEmbedder(nothing).embed(["x"])
 
 
 async def _memory():
@@ -97,7 +96,7 @@ async def _memory():
     return mem, s
 
 
-def test_default_search_finds_by_meaning_with_the_original_thresholds():
+async def test_default_search_finds_by_meaning_with_the_original_thresholds():
     """Semantic search with the default embedder: the paraphrase passes 0.75, nothing unrelated does."""
 
     async def run():
@@ -112,10 +111,10 @@ def test_default_search_finds_by_meaning_with_the_original_thresholds():
         finally:
             await mem.close()
 
-    asyncio.run(run())
+    await run()
 
 
-def test_hybrid_fuses_ranks_and_keeps_the_breakdown():
+async def test_hybrid_fuses_ranks_and_keeps_the_breakdown():
     """Hybrid is rank fusion: the best in both lists scores 1.0; the parts and ranks are kept."""
 
     async def run():
@@ -130,10 +129,10 @@ def test_hybrid_fuses_ranks_and_keeps_the_breakdown():
         finally:
             await mem.close()
 
-    asyncio.run(run())
+    await run()
 
 
-def test_keyword_matches_word_forms_and_phrases_stay_exact():
+async def test_keyword_matches_word_forms_and_phrases_stay_exact():
     """ "paintings" finds "painted"; a quoted phrase still needs the exact words."""
 
     async def run():
@@ -147,10 +146,10 @@ def test_keyword_matches_word_forms_and_phrases_stay_exact():
         finally:
             await mem.close()
 
-    asyncio.run(run())
+    await run()
 
 
-def test_relevance_threshold_keeps_a_paraphrase_and_drops_the_unrelated():
+async def test_relevance_threshold_keeps_a_paraphrase_and_drops_the_unrelated():
     """retrieve(strategy="relevant") at the original's 0.7 keeps only the paraphrase."""
 
     async def run():
@@ -165,10 +164,10 @@ def test_relevance_threshold_keeps_a_paraphrase_and_drops_the_unrelated():
         finally:
             await mem.close()
 
-    asyncio.run(run())
+    await run()
 
 
-def test_scope_character_recalls_another_session_of_the_same_character_only():
+async def test_scope_character_recalls_another_session_of_the_same_character_only():
     """scope="character": a fact from the character's other session comes back, marked;
     the same fact told to another character does not."""
 
@@ -213,4 +212,4 @@ def test_scope_character_recalls_another_session_of_the_same_character_only():
         finally:
             await mem.close()
 
-    asyncio.run(run())
+    await run()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from chatmem.errors import ReadOnlySQLError, ValidationError
@@ -96,7 +94,7 @@ def test_strip_sql_blanks_literals_and_comments():
     assert strip_sql("SELECT 'x;y', \"a b\" -- z\nFROM t /* w */") == "SELECT '', \"\"  FROM t  "
 
 
-def test_every_rejected_statement_would_have_run_and_the_index_is_unharmed():
+async def test_every_rejected_statement_would_have_run_and_the_index_is_unharmed():
     """The refused statements are real DuckDB statements; after refusing them the index is as it was."""
 
     async def run():
@@ -126,7 +124,7 @@ def test_every_rejected_statement_would_have_run_and_the_index_is_unharmed():
         assert await index.sql("SELECT 'a;b' AS s") == [{"s": "a;b"}]
         await index.close()
 
-    asyncio.run(run())
+    await run()
 
 
 def test_what_the_guard_passes_duckdb_reads_as_one_read():
@@ -151,7 +149,7 @@ def test_what_the_guard_passes_duckdb_reads_as_one_read():
     assert passed > 1000  # the pieces also make honest reads (comments, literals), which pass
 
 
-def test_the_second_wall_holds_where_the_guard_is_bypassed():
+async def test_the_second_wall_holds_where_the_guard_is_bypassed():
     """``execute_read_only`` alone refuses a write or a second statement and leaves no
     transaction open; a transaction statement cannot end its read-only transaction."""
 
@@ -176,4 +174,4 @@ def test_the_second_wall_holds_where_the_guard_is_bypassed():
         await engine.execute("INSERT INTO t VALUES (2)")  # no read-only transaction left behind
         await engine.close()
 
-    asyncio.run(run())
+    await run()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, AsyncIterator
 
 import pytest
@@ -49,11 +48,11 @@ def test_protocols_are_satisfied_by_the_implementations():
     assert isinstance(LLMSummarizer(p), Summarizer) and isinstance(ExtractiveSummarizer(), Summarizer)
 
 
-def test_llm_summarizer_sends_the_original_prompt():
+async def test_llm_summarizer_sends_the_original_prompt():
     """The prompt is 'Summarize this conversation concisely:' + 'role: content' lines, one user message."""
     p = FakeProvider()
     msgs = [msg(0, "user", "I have two cats."), msg(1, "assistant", [{"type": "text", "text": "Nice!"}])]
-    out = asyncio.run(LLMSummarizer(p, model="small-model", temperature=0).summarize(msgs))
+    out = await LLMSummarizer(p, model="small-model", temperature=0).summarize(msgs)
     assert out == "They talked about cats."
     ((sent, opts),) = p.calls
     assert sent == [
@@ -65,12 +64,10 @@ def test_llm_summarizer_sends_the_original_prompt():
     assert opts == {"model": "small-model", "temperature": 0}
 
 
-def test_llm_summarizer_is_incremental():
+async def test_llm_summarizer_is_incremental():
     """The previous summary is folded in; only the new messages are sent."""
     p = FakeProvider()
-    asyncio.run(
-        LLMSummarizer(p).summarize([msg(5, "user", "Also a dog.")], previous_summary="User has two cats.")
-    )
+    await LLMSummarizer(p).summarize([msg(5, "user", "Also a dog.")], previous_summary="User has two cats.")
     ((sent, opts),) = p.calls
     assert sent[0]["content"] == (
         "Summarize this conversation concisely:\n" + SUMMARY_PREFIX + "User has two cats.\nuser: Also a dog."
@@ -78,17 +75,17 @@ def test_llm_summarizer_is_incremental():
     assert opts["model"] == "gpt-4o-mini"
 
 
-def test_llm_summarizer_with_nothing_new_returns_previous_without_a_call():
+async def test_llm_summarizer_with_nothing_new_returns_previous_without_a_call():
     """No messages: the previous summary stands and the model is not called."""
     p = FakeProvider()
-    assert asyncio.run(LLMSummarizer(p).summarize([], previous_summary="old")) == "old"
+    assert (await LLMSummarizer(p).summarize([], previous_summary="old")) == "old"
     assert p.calls == []
 
 
-def test_llm_summarizer_refuses_an_empty_answer():
+async def test_llm_summarizer_refuses_an_empty_answer():
     """An empty model answer is an error, not an empty summary that would erase history."""
     with pytest.raises(ChatmemError):
-        asyncio.run(LLMSummarizer(FakeProvider("   ")).summarize([msg(0, "user", "hi")]))
+        await LLMSummarizer(FakeProvider("   ")).summarize([msg(0, "user", "hi")])
 
 
 def test_llm_summarizer_needs_a_provider():
@@ -107,9 +104,9 @@ CHAT = [
 ]
 
 
-def test_extractive_keeps_informative_sentences_in_order():
+async def test_extractive_keeps_informative_sentences_in_order():
     """The extractive summary keeps the content-heavy sentences, in their original order, and drops chatter."""
-    out = asyncio.run(ExtractiveSummarizer(max_chars=160).summarize(CHAT))
+    out = await ExtractiveSummarizer(max_chars=160).summarize(CHAT)
     lines = out.splitlines()
     assert len(out) <= 160
     assert any("Alice" in ln and "Lyon" in ln for ln in lines)

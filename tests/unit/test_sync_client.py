@@ -3,7 +3,6 @@ protocol client (against the real reference server on 127.0.0.1)."""
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import logging
 import socket
@@ -384,7 +383,7 @@ def client(srv_url: str, transport: Any = None, key: str = KEY, timeout: int = 5
     return SyncClient(cfg, transport if transport is not None else UrllibTransport(), device_id="dev-A")
 
 
-def test_client_push_and_pull_round_trip(srv: SyncServer) -> None:
+async def test_client_push_and_pull_round_trip(srv: SyncServer) -> None:
     """Pushed ops are applied, duplicates say so, and the feed pages back every record."""
     c = client(srv.url)
 
@@ -405,19 +404,19 @@ def test_client_push_and_pull_round_trip(srv: SyncServer) -> None:
         assert [ch.id for p in pages for ch in p.changes] == [f"s{i}" for i in range(5)]
         assert pages[0].changes[0].data == {"sessionId": "s0", "title": "t"}
 
-    asyncio.run(run())
+    await run()
 
 
-def test_client_reports_rejections_per_op(srv: SyncServer) -> None:
+async def test_client_reports_rejections_per_op(srv: SyncServer) -> None:
     """A rejected op comes back as such, with the reason; the others are delivered."""
     c = client(srv.url)
     bad = {**op(1), "hlc": "nope"}
-    r = asyncio.run(c.push([op(0), bad]))
+    r = await c.push([op(0), bad])
     assert [(x.op_id, x.status) for x in r.results] == [("op-0", "applied"), ("op-1", "rejected")]
     assert not r.results[1].delivered and "hlc" in (r.results[1].reason or "")
 
 
-def test_500_then_200_applies_once_with_the_same_op_id(srv: SyncServer) -> None:
+async def test_500_then_200_applies_once_with_the_same_op_id(srv: SyncServer) -> None:
     """Three 500s are transient errors; the fourth try of the same op applies it once."""
     c = client(srv.url)
     srv.faults.fail(3)
@@ -433,23 +432,23 @@ def test_500_then_200_applies_once_with_the_same_op_id(srv: SyncServer) -> None:
         assert r.results[0].status == "applied"
         return errors
 
-    errors = asyncio.run(run())
+    errors = await run()
     assert all("HTTP 500" in e for e in errors)
     assert srv.storage.applied_op_count(srv.space(KEY)) == 1  # type: ignore[attr-defined]
 
 
-def test_429_retry_after_is_reported(srv: SyncServer) -> None:
+async def test_429_retry_after_is_reported(srv: SyncServer) -> None:
     """429 is transient and carries the server's Retry-After in ms."""
     c = client(srv.url)
     srv.faults.rate_limit(1, retry_after=2)
     with pytest.raises(SyncTransientError) as e:
-        asyncio.run(c.push([op(1)]))
+        await c.push([op(1)])
     assert (e.value.status, e.value.retry_after_ms) == (429, 2000)
     assert BackoffPolicy().delay(0, e.value.retry_after_ms) == 2000
-    assert asyncio.run(c.push([op(1)])).results[0].status == "applied"
+    assert (await c.push([op(1)])).results[0].status == "applied"
 
 
-def test_wrong_key_pauses_and_never_leaks_the_key(srv: SyncServer, caplog: Any) -> None:
+async def test_wrong_key_pauses_and_never_leaks_the_key(srv: SyncServer, caplog: Any) -> None:
     """401 is an auth error whose message says to check the key and never contains it."""
     wrong = "Wrong-Key-987"
     t = RecordingTransport()
@@ -457,7 +456,7 @@ def test_wrong_key_pauses_and_never_leaks_the_key(srv: SyncServer, caplog: Any) 
     caplog.set_level(logging.DEBUG)
     for call in (c.push([op(1)]), c.changes()):
         with pytest.raises(SyncAuthError) as e:
-            asyncio.run(call)
+            await call
         assert e.value.status == 401 and "check your key" in str(e.value)
         assert wrong not in str(e.value) and wrong not in (e.value.response or "")
     assert all(wrong not in url for _, url, _ in t.sent)
@@ -465,45 +464,45 @@ def test_wrong_key_pauses_and_never_leaks_the_key(srv: SyncServer, caplog: Any) 
     assert wrong not in caplog.text
 
 
-def test_the_key_travels_only_in_the_header(srv: SyncServer) -> None:
+async def test_the_key_travels_only_in_the_header(srv: SyncServer) -> None:
     """Push, changes and health never put the key in the URL; health sends no key."""
     t = RecordingTransport()
     c = client(srv.url, t)
-    asyncio.run(c.push([op(1)]))
-    asyncio.run(c.changes("0", 10))
-    assert asyncio.run(c.health()) is True
+    await c.push([op(1)])
+    await c.changes("0", 10)
+    assert (await c.health()) is True
     assert len(t.sent) == 3 and all(KEY not in url for _, url, _ in t.sent)
     assert "Authorization" not in t.sent[2][2]
     assert KEY not in repr(c)
 
 
-def test_bad_request_is_permanent(srv: SyncServer) -> None:
+async def test_bad_request_is_permanent(srv: SyncServer) -> None:
     """A 400 (here: a bad cursor) is a permanent error with the server's message."""
     c = client(srv.url)
     with pytest.raises(SyncPermanentError) as e:
-        asyncio.run(c.changes("not-a-cursor"))
+        await c.changes("not-a-cursor")
     assert e.value.status == 400 and "cursor" in str(e.value)
 
 
-def test_dropped_connection_is_transient_and_retry_is_a_duplicate(srv: SyncServer) -> None:
+async def test_dropped_connection_is_transient_and_retry_is_a_duplicate(srv: SyncServer) -> None:
     """The server applied the push but dropped the answer: transient, then duplicate."""
     c = client(srv.url)
     srv.faults.drop(after=True)
     with pytest.raises(SyncTransientError):
-        asyncio.run(c.push([op(1)]))
-    assert asyncio.run(c.push([op(1)])).results[0].status == "duplicate"
+        await c.push([op(1)])
+    assert (await c.push([op(1)])).results[0].status == "duplicate"
 
 
-def test_timeout_is_transient(srv: SyncServer) -> None:
+async def test_timeout_is_transient(srv: SyncServer) -> None:
     """A server slower than the timeout is a transient failure; the op is applied once."""
     c = client(srv.url, timeout=200)
     srv.faults.delay(0.6, after=True)
     with pytest.raises(SyncTransientError):
-        asyncio.run(c.push([op(1)]))
-    assert asyncio.run(c.push([op(1)])).results[0].status == "duplicate"
+        await c.push([op(1)])
+    assert (await c.push([op(1)])).results[0].status == "duplicate"
 
 
-def test_unreachable_server_is_offline_not_a_failure() -> None:
+async def test_unreachable_server_is_offline_not_a_failure() -> None:
     """Connection refused means offline (wait), not a failed attempt."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -511,18 +510,18 @@ def test_unreachable_server_is_offline_not_a_failure() -> None:
     s.close()  # nothing listens there now
     c = client(f"http://127.0.0.1:{port}")
     with pytest.raises(SyncOffline) as e:
-        asyncio.run(c.push([op(1)]))
+        await c.push([op(1)])
     assert not isinstance(e.value, SyncTransientError) and KEY not in str(e.value)
-    assert asyncio.run(c.health()) is False
+    assert (await c.health()) is False
 
 
-def test_online_probe_short_circuits_when_offline() -> None:
+async def test_online_probe_short_circuits_when_offline() -> None:
     """With online() False no request is made and the error is SyncOffline."""
     t = MockTransport(lambda *a: HTTPResponse(200, body=b"{}"))
     cfg = SyncConfig(enabled=True, endpoint="https://x.example", api_key=KEY)
     c = SyncClient(cfg, t, device_id="d", online=lambda: False)
     with pytest.raises(SyncOffline):
-        asyncio.run(c.push([op(1)]))
+        await c.push([op(1)])
     assert t.calls == []
 
 
@@ -549,44 +548,44 @@ def mock_client(status: int, body: bytes, headers: dict[str, str] | None = None)
         (422, b"", SyncPermanentError),
     ],
 )
-def test_answers_are_classified(status: int, body: bytes, error: type[SyncError]) -> None:
+async def test_answers_are_classified(status: int, body: bytes, error: type[SyncError]) -> None:
     """Every kind of answer maps to exactly one error class."""
     with pytest.raises(error) as e:
-        asyncio.run(mock_client(status, body).push([op(1)]))
+        await mock_client(status, body).push([op(1)])
     assert type(e.value) is error
 
 
-def test_ops_missing_from_the_answer_are_not_acknowledged() -> None:
+async def test_ops_missing_from_the_answer_are_not_acknowledged() -> None:
     """An op the server did not answer for is listed as missing (keep it, resend)."""
     body = b'{"results": [{"op_id": "op-1", "status": "applied"}, {"op_id": "stranger", "status": "applied"}], "cursor": "9"}'
-    r = asyncio.run(mock_client(200, body).push([op(1), op(2)]))
+    r = await mock_client(200, body).push([op(1), op(2)])
     assert [x.op_id for x in r.results] == ["op-1"] and r.missing == ["op-2"] and r.cursor == "9"
 
 
-def test_503_retry_after_date_and_echoed_key_is_redacted() -> None:
+async def test_503_retry_after_date_and_echoed_key_is_redacted() -> None:
     """Retry-After as an HTTP-date is honoured; a server echoing the key has it masked."""
     date = email.utils.formatdate(30, usegmt=True)  # 30 s after the epoch; the client clock says 0
     c = mock_client(503, f'{{"error": "bad key {KEY}"}}'.encode(), {"Retry-After": date})
     with pytest.raises(SyncTransientError) as e:
-        asyncio.run(c.push([op(1)]))
+        await c.push([op(1)])
     assert e.value.retry_after_ms == 30_000
     assert KEY not in str(e.value) and KEY not in (e.value.response or "") and "***" in str(e.value)
 
 
-def test_malformed_change_is_set_aside_not_the_page() -> None:
+async def test_malformed_change_is_set_aside_not_the_page() -> None:
     """A change whose data and deleted flag disagree is reported apart; the page (and its cursor) stays good."""
     body = b'{"changes": [{"resource": "session", "id": "s", "data": null, "deleted": false, "hlc": "0000000000001-0000-d"}], "cursor": "1", "more": false}'
-    page = asyncio.run(mock_client(200, body).changes())
+    page = await mock_client(200, body).changes()
     assert page.changes == [] and page.cursor == "1"
     assert [m["change"]["id"] for m in page.malformed] == ["s"]
 
 
 @pytest.mark.parametrize("limit", [0, 1001, True, "10"])
-def test_changes_limit_is_checked_before_sending(limit: Any) -> None:
+async def test_changes_limit_is_checked_before_sending(limit: Any) -> None:
     """A bad limit raises ValidationError and sends nothing."""
     c = mock_client(200, b"{}")
     with pytest.raises(ValidationError):
-        asyncio.run(c.changes(None, limit))
+        await c.changes(None, limit)
     assert c.transport.calls == []  # type: ignore[attr-defined]
 
 

@@ -6,7 +6,6 @@ Real third-party export files are read in place from ``../shared/fixtures/``
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import re
@@ -178,7 +177,7 @@ def test_iter_export_consumes_messages_lazily():
     assert 0 < len(pulled) < 100
 
 
-def test_async_export_matches_sync_export():
+async def test_async_export_matches_sync_export():
     """aiter_export_json over async iterables yields the same text as the sync iterator."""
     sessions = make_sessions(2, 5)
 
@@ -193,7 +192,7 @@ def test_async_export_matches_sync_export():
     async def collect():
         return "".join([c async for c in aiter_export_json(9, agen_sessions(), chunk_size=64)])
 
-    assert asyncio.run(collect()) == "".join(iter_export_json(9, sessions))
+    assert (await collect()) == "".join(iter_export_json(9, sessions))
 
 
 @settings(max_examples=40, deadline=None)
@@ -218,7 +217,7 @@ def test_validate_of_export_is_identity():
     assert validate_export(dumps_export(sessions, 1).encode("utf-8")) == sessions
 
 
-def test_export_import_export_is_byte_identical_through_a_store():
+async def test_export_import_export_is_byte_identical_through_a_store():
     """export -> import(preserve_ids) into a store -> export gives the same bytes but exportedAt."""
     sessions = make_sessions(3, 5)
     first = dumps_export(sessions, 111)
@@ -232,7 +231,7 @@ def test_export_import_export_is_byte_identical_through_a_store():
         pairs = [(r, await store.list_messages(r["sessionId"], 0, None, False)) for r in recs]
         return dumps_export(pairs, 222)
 
-    second = asyncio.run(roundtrip())
+    second = await roundtrip()
     assert second != first
     assert second == first.replace('"exportedAt":111', '"exportedAt":222')
 

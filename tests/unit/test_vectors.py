@@ -3,7 +3,6 @@ in every breakdown, and no re-counting of missing vectors on every search."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 
@@ -366,7 +365,7 @@ async def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_
     assert temp == 0  # the found rows' table is dropped after each chunk
 
 
-def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(tmp_path):
+async def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(tmp_path):
     """``embed_in_background`` lets the background read a search started (the vocabulary,
     the docs, the rarest postings) finish, then loads the model, then embeds: in the page
     the reads and the model's download side by side made tasks over 50 ms."""
@@ -394,7 +393,7 @@ def test_background_embedding_waits_for_the_search_figures_then_loads_the_model(
         return under_way, done
 
     reading = None
-    under_way, done = asyncio.run(go())
+    under_way, done = await go()
     assert under_way and done == 30
     assert events[0] == ("load", True) and all(ok for _, ok in events)
     assert [e for e, _ in events].count("embed") >= 4
