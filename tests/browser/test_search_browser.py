@@ -229,10 +229,12 @@ hits = await mem.search("apple", limit=20)
 builtins._cache_mem = mem  # stays open: this tab holds the cache file
 out = {"n": len(hits), "open": mem.index.last_open, "hydrations": mem.index.hydrations,
        "banana": [h.session_id for h in await mem.search("banana")], "resync": mem.index.query_index.last_resync}
-# the catch-up scheduled a background save: wait for it, so that what this tab learns
-# from here on is, as the test says, not saved (a later save would race the reload)
-if mem.index._saving is not None:
-    await mem.index._saving
+# the catch-up scheduled a background save, and the opening from the file a copy into
+# memory (then a whole save): wait for both, and make no more, so that what this tab
+# learns from here on is, as the test says, not saved (a later save would race the reload)
+while (task := next((t for t in (mem.index._moving, mem.index._saving) if t is not None and not t.done()), None)):
+    await task
+mem.index.save_delay = mem.index.move_delay = 3600
 out
 """
 

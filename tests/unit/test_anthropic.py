@@ -147,9 +147,9 @@ def test_failures_keep_the_user_message_and_only_what_arrived(llm: LLMServer, pl
         assert reply.retry_after_ms == 2000
 
 
-def test_complete_returns_the_whole_text(llm: LLMServer):
+async def test_complete_returns_the_whole_text(llm: LLMServer):
     llm.reset()
     p = chatmem.AnthropicProvider("sk-secret", "claude-test", base_url=llm.url)
-    text = run(p.complete([{"role": "user", "content": "hi"}]))
+    text = await p.complete([{"role": "user", "content": "hi"}])
     assert text == "echo: hi" and json.loads(json.dumps(llm.requests[0]["body"]))["stream"] is False
     assert "sk-secret" not in repr(p)

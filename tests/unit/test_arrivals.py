@@ -12,12 +12,11 @@ import chatmem
 from chatmem.memory import CHANGED_ELSEWHERE
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
-from conftest import run
 
 KEY = "arrivals-key"
 
 
-def test_another_connection_and_a_pull_are_told_to_listeners(tmp_path: Path) -> None:
+async def test_another_connection_and_a_pull_are_told_to_listeners(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.db")
     server = SyncServer([KEY])
     server.start()
@@ -48,7 +47,7 @@ def test_another_connection_and_a_pull_are_told_to_listeners(tmp_path: Path) -> 
             await mem.close()
 
     try:
-        run(go())
+        await go()
     finally:
         server.stop()
 

@@ -19,7 +19,7 @@ from chatmem.stores.sqlite import SQLiteStore
 from conftest import run
 
 
-def test_sqlite_file_survives_reopening(tmp_path: Path) -> None:
+async def test_sqlite_file_survives_reopening(tmp_path: Path) -> None:
     """Sessions and messages written to a SQLite file are all there after reopening it."""
     path = str(tmp_path / "chat.db")
 
@@ -39,12 +39,12 @@ def test_sqlite_file_survives_reopening(tmp_path: Path) -> None:
             nxt = await mem.messages.append(sid, "assistant", "after reopen")
             return [m.seq for m in msgs] + [nxt.seq], meta.pinned, meta.title
 
-    sid = run(write())
-    seqs, pinned, title = run(read(sid))
+    sid = await write()
+    seqs, pinned, title = await read(sid)
     assert seqs == list(range(51)) and pinned and title == "persisted"
 
 
-def test_cancelled_call_finishes_before_the_connection_is_used_again(tmp_path: Path) -> None:
+async def test_cancelled_call_finishes_before_the_connection_is_used_again(tmp_path: Path) -> None:
     """A call whose task is cancelled keeps running in its worker thread; the next call and
     ``close`` wait for it instead of touching the connection at the same time (which crashes
     sqlite3), and a call after ``close`` gets ``DatabaseClosed``."""
@@ -72,11 +72,11 @@ def test_cancelled_call_finishes_before_the_connection_is_used_again(tmp_path: P
         with pytest.raises(errors.DatabaseClosed):
             await store.kv_get("k")
 
-    run(main())
+    await main()
     assert order == ["slow done", "kv_set done", "closed"]
 
 
-def test_sqlite_context_store_persists(tmp_path: Path) -> None:
+async def test_sqlite_context_store_persists(tmp_path: Path) -> None:
     """SQLiteContextStore(path) keeps AIR's data across instances and has close()."""
     path = str(tmp_path / "air.db")
 
@@ -90,7 +90,7 @@ def test_sqlite_context_store_persists(tmp_path: Path) -> None:
         finally:
             await cs2.close()
 
-    assert run(go()) == [chatmem.Message("user", "hi")]
+    assert (await go()) == [chatmem.Message("user", "hi")]
 
 
 async def test_in_memory_context_store_is_standalone() -> None:
@@ -102,14 +102,14 @@ async def test_in_memory_context_store_is_standalone() -> None:
     assert result == ["a"]
 
 
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     """A database written by a newer chatmem is refused with VersionConflict, untouched."""
     path = tmp_path / "future.db"
     con = sqlite3.connect(path)
     con.execute("PRAGMA user_version=99")
     con.close()
     with pytest.raises(errors.VersionConflict):
-        run(chatmem.open(persist=str(path)))
+        await chatmem.open(persist=str(path))
 
 
 async def test_strict_durability_and_bad_options(tmp_path: Path) -> None:
@@ -125,12 +125,12 @@ async def test_strict_durability_and_bad_options(tmp_path: Path) -> None:
         run(chatmem.open(""))
 
 
-def test_indexeddb_needs_a_browser() -> None:
+async def test_indexeddb_needs_a_browser() -> None:
     """Asking for IndexedDB on CPython is a clear UnsupportedEnvironment error."""
     from chatmem.memory import open_indexeddb
 
     with pytest.raises(errors.UnsupportedEnvironment):
-        run(open_indexeddb("x"))
+        await open_indexeddb("x")
 
 
 def test_public_api_is_pinned() -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from chatmem.index.derivation import EngineDerivation, derive
 from chatmem.index.tokenize import terms_of_word, words
-from conftest import run
 
 
 class Scripted(EngineDerivation):
@@ -57,7 +56,7 @@ class Scripted(EngineDerivation):
         self.aborted += 1
 
 
-def test_terms_are_given_once_a_word_and_hard_texts_are_split_in_python() -> None:
+async def test_terms_are_given_once_a_word_and_hard_texts_are_split_in_python() -> None:
     d = Scripted(
         [
             {"words": ["painting", "paints"], "hard": ["Café 東京タワー"]},
@@ -65,7 +64,7 @@ def test_terms_are_given_once_a_word_and_hard_texts_are_split_in_python() -> Non
         ]
     )
     ms: dict[str, float] = {}
-    table, ordered = run(derive(d, ms))
+    table, ordered = await derive(d, ms)
     assert ordered is True
     (t1, h1), (t2, h2) = d.fed
     assert h1 == [words("Café 東京タワー")] and h2 == [words("café again")]
@@ -81,8 +80,8 @@ def test_terms_are_given_once_a_word_and_hard_texts_are_split_in_python() -> Non
 
 
 @pytest.mark.parametrize("step", ["next", "feed"])
-def test_a_failure_stops_the_derivation_after_its_loads(step: str) -> None:
+async def test_a_failure_stops_the_derivation_after_its_loads(step: str) -> None:
     d = Scripted([{"words": ["a"], "hard": []}, {"words": ["b"], "hard": []}], fail_at=step)
     with pytest.raises(RuntimeError):
-        run(derive(d))
+        await derive(d)
     assert d.aborted == 1

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 import chatmem
-from conftest import ROOT, run
+from conftest import ROOT
 from doc_pages import Block, blocks, ids
 
 DOCS = ROOT / "docs"
@@ -123,7 +123,7 @@ def is_script(code: str) -> bool:
 
 
 @pytest.mark.parametrize("block", blocks("python"), ids=ids(blocks("python")))
-def test_python_block_runs(
+async def test_python_block_runs(
     block: Block, peers: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = localize(block.code, peers)
@@ -137,7 +137,7 @@ def test_python_block_runs(
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        run(run_snippet(code))
+        await run_snippet(code)
     finally:
         os.chdir(cwd)
     capsys.readouterr()
@@ -151,7 +151,7 @@ def test_the_readme_example_prints_the_conversation(tmp_path: Path) -> None:
     assert "0 user My order is late" in done.stdout and (tmp_path / "chat.db").exists()
 
 
-def test_every_sql_example_answers_on_real_data() -> None:
+async def test_every_sql_example_answers_on_real_data() -> None:
     """Each mem.sql example of the query index page answers on real data without error."""
     block = next(b.code for b in blocks("python") if "messages per day" in b.code)
     calls = re.findall(r"await (mem\.sql\(.*?\))\n(?=#|$)", block + "\n", flags=re.S)
@@ -170,7 +170,7 @@ def test_every_sql_example_answers_on_real_data() -> None:
                 )
             return [await eval(c, {"mem": mem}) for c in calls]
 
-    results = run(answers())
+    results = await answers()
     assert all(isinstance(r, list) and r for r in results)
     assert results[2][0]["message_count"] == 2
 

@@ -32,7 +32,6 @@ from chatmem.sync.encryption import (
     new_params,
 )
 from chatmem.sync.synchronizer import CONFIG_KEY
-from conftest import run
 from e2e_server import STORAGES, e2e_server, stored_bytes
 
 KEY = "k-e2e-space-1"
@@ -169,7 +168,7 @@ async def test_format_round_trip_binds_identity_and_pads() -> None:
         await decrypt_records([dict(recs[1], data={"sessionId": "s1", "title": "x"})], keys, suite)
 
 
-def test_known_vector_pins_the_format() -> None:
+async def test_known_vector_pins_the_format() -> None:
     """PBKDF2 + subkeys + check value + AAD layout as the protocol page states them (a third
     party's implementation can be checked against these numbers)."""
     import hashlib
@@ -185,7 +184,7 @@ def test_known_vector_pins_the_format() -> None:
         check[:8].hex(),
         __import__("base64").b64encode(check).decode(),
     )
-    key = run(derive_key(Passphrase("pass", iterations=10_000), params, CryptographySuite()))
+    key = await derive_key(Passphrase("pass", iterations=10_000), params, CryptographySuite())
     assert key.enc == hmac.new(master, b"chatmem-e2e-v1 enc", hashlib.sha256).digest()
     assert associated_data("k", "o", "session", "s", "h", "title") == (
         b"chatmem-e2e-v1"

@@ -14,7 +14,6 @@ from chatmem.context.tokens import MESSAGE_OVERHEAD, EstimateTokenizer
 from chatmem.conversations.retention import MessageRetentionPolicy
 from chatmem.errors import SessionNotFound, ValidationError
 from chatmem.stores.caches import LFUCache, LRUCache
-from conftest import run
 
 LONG = "word " * 200  # ~250 tokens
 
@@ -86,7 +85,7 @@ async def test_retention_never_summarizes_the_system_prompt(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("fmt", "overhead"), sorted(MESSAGE_OVERHEAD.items()))
-def test_message_overhead_follows_the_format(fmt: str, overhead: int):
+async def test_message_overhead_follows_the_format(fmt: str, overhead: int):
     """The per-message overhead is the format's (documented table), and message_overhead= overrides it."""
 
     async def go():
@@ -96,7 +95,7 @@ def test_message_overhead_follows_the_format(fmt: str, overhead: int):
             w0 = await mem.build_window(sid, max_tokens=10_000, format=fmt, message_overhead=0)
             return w, w0
 
-    w, w0 = run(go())
+    w, w0 = await go()
     assert w.tokens - w0.tokens == overhead * len(w.messages)
 
 
@@ -157,7 +156,7 @@ async def test_active_session_is_persisted_per_profile(tmp_path: Path):
 
 
 @pytest.mark.parametrize("kind", ["plain", "async"])
-def test_providers_accept_plain_or_async_callables(kind: str):
+async def test_providers_accept_plain_or_async_callables(kind: str):
     """UserProfileProvider and register() take a plain or an async callable alike."""
 
     def plain_profile():
@@ -179,13 +178,13 @@ def test_providers_accept_plain_or_async_callables(kind: str):
             failures = await mem.context.refresh()
             return failures, mem.context.snapshot()
 
-    failures, snap = run(go())
+    failures, snap = await go()
     assert failures == []
     assert snap["module:user-profile"] == {"name": "Ada"} and snap["module:clock"] == {"t": 1}
 
 
 @pytest.mark.parametrize("then", ["replay", "discard"])
-def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded(then: str):
+async def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded(then: str):
     """run() after a dead letter: state 'error', last_error names the reason, no fresh last_success;
     replay (and a successful run) or discard ends it."""
     import asyncio
@@ -219,7 +218,7 @@ def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded(then:
         return ok, after_run, again, end
 
     with running_server(api_keys=[key]) as srv:
-        ok, after_run, again, end = run(go(srv.url, srv))
+        ok, after_run, again, end = await go(srv.url, srv)
     assert ok.state == "idle" and ok.last_success is not None
     for st in (after_run, again):
         assert st.state == "error" and st.dead_letters == 1

@@ -33,7 +33,6 @@ from chatmem.runtime.http import HTTPResponse, MockTransport
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
 from chatmem.sync.hlc import HybridLogicalClock
-from conftest import run
 from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES, check_cases, expand
 from hostile_strategies import (
     SMALL_LIMITS,
@@ -63,7 +62,9 @@ async def open_store(backend: str, tmp: Path, **kw: Any) -> chatmem.Memory:
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_explicit_hostile_cases_are_refused_and_nothing_is_written(backend: str, tmp_path: Path) -> None:
+async def test_explicit_hostile_cases_are_refused_and_nothing_is_written(
+    backend: str, tmp_path: Path
+) -> None:
     """Lone surrogates, 10**30, NaN, 5,000-deep metadata, 5 MB messages, role 'evil', bad imports:
     each a ValidationError (never RecursionError, OverflowError, UnicodeEncodeError), store unchanged."""
 
@@ -74,12 +75,12 @@ def test_explicit_hostile_cases_are_refused_and_nothing_is_written(backend: str,
         finally:
             await mem.close()
 
-    names = run(go())
+    names = await go()
     assert "LimitExceeded" in names and "ImportLimitExceeded" in names
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_no_shape_escapes_the_error_tree(backend: str, tmp_path: Path) -> None:
+async def test_no_shape_escapes_the_error_tree(backend: str, tmp_path: Path) -> None:
     """Nesting 5,000 deep (lists and objects), cycles, non-string keys, 5,000-digit and
     10**30 integers, NaN, Infinity, lone surrogates, sets and bytes, handed to every entry
     point (imports in each format, appends, batches, ids, forks, deletes, exports, queries):
@@ -92,12 +93,12 @@ def test_no_shape_escapes_the_error_tree(backend: str, tmp_path: Path) -> None:
         finally:
             await mem.close()
 
-    names = run(go())
+    names = await go()
     assert len(names) == len(SHAPE_CASES) and "ImportLimitExceeded" in names
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
+async def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
     """Generated hostile messages and sessions against the API: refused, nothing written, store usable."""
     cases: list[tuple[str, Any]] = []
 
@@ -120,7 +121,7 @@ def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
         finally:
             await mem.close()
 
-    run(go())
+    await go()
     assert len(cases) >= 20
 
 
@@ -612,7 +613,7 @@ async def test_pull_sets_bad_changes_aside_and_moves_on(backend: str, tmp_path: 
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -> None:
+async def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -> None:
     """Against the reference server, records it holds that this device cannot use: one of
     a resource this version does not know, one dated an hour ahead of this device's clock
     and one invalid. Each is quarantined alone (the good record of the same page applies,
@@ -681,7 +682,7 @@ def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: Path) -
             assert sorted(m.id for m in await mem.messages.list("rs")) == ["m-bad", "m-future", "m-good"]
             await mem.close()
 
-        run(go())
+        await go()
     finally:
         server.stop()
 

@@ -92,7 +92,7 @@ async def test_a_large_store_is_derived_into_its_file_and_kept_there(tmp_path, m
     await fresh.close()
 
 
-def test_postings_sorted_in_parts_are_those_of_one_sort(monkeypatch):
+async def test_postings_sorted_in_parts_are_those_of_one_sort(monkeypatch):
     """The parts cut on the running count of postings per term: every term's postings in
     one part, the parts in term order, so the table is the one a single sort makes."""
 
@@ -118,6 +118,6 @@ def test_postings_sorted_in_parts_are_those_of_one_sort(monkeypatch):
         await idx.close()
         return out
 
-    one, parts, each = run(derive(10**9)), run(derive(25)), run(derive(1))
+    one, parts, each = (await derive(10**9)), (await derive(25)), (await derive(1))
     assert len(one["postings"]) > 100
     assert parts == one and each == one

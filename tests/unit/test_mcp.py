@@ -66,20 +66,18 @@ async def session(
         return tools, [await client.call_tool(name, args) for name, args in calls]
 
 
-def test_read_only_tools_answer_over_stdio(db: tuple[str, str]):
+async def test_read_only_tools_answer_over_stdio(db: tuple[str, str]):
     path, sid = db
-    tools, (found, sessions, read, window, retrieved, refused) = run(
-        session(
-            path,
-            calls=[
-                ("search", {"query": "lisbon trams"}),
-                ("list_sessions", {}),
-                ("read_session", {"session_id": sid}),
-                ("build_context", {"session_id": sid, "max_tokens": 200, "format": "anthropic"}),
-                ("retrieve", {"session_id": sid, "query": "lisbon", "strategy": "recent", "recent_count": 2}),
-                ("append_message", {"session_id": sid, "role": "user", "content": "sneaky"}),
-            ],
-        )
+    tools, (found, sessions, read, window, retrieved, refused) = await session(
+        path,
+        calls=[
+            ("search", {"query": "lisbon trams"}),
+            ("list_sessions", {}),
+            ("read_session", {"session_id": sid}),
+            ("build_context", {"session_id": sid, "max_tokens": 200, "format": "anthropic"}),
+            ("retrieve", {"session_id": sid, "query": "lisbon", "strategy": "recent", "recent_count": 2}),
+            ("append_message", {"session_id": sid, "role": "user", "content": "sneaky"}),
+        ],
     )
     assert tools == READ_TOOLS
     hits = data(found)["hits"]
@@ -95,37 +93,33 @@ def test_read_only_tools_answer_over_stdio(db: tuple[str, str]):
         async with await chatmem.open(persist=path) as mem:
             return await mem.messages.count(sid)
 
-    assert run(count()) == 4
+    assert (await count()) == 4
 
 
-def test_allow_writes_adds_append_message(db: tuple[str, str]):
+async def test_allow_writes_adds_append_message(db: tuple[str, str]):
     path, sid = db
-    tools, (added, new, read) = run(
-        session(
-            path,
-            "--allow-writes",
-            calls=[
-                ("append_message", {"session_id": sid, "role": "user", "content": "And a museum?"}),
-                ("append_message", {"session_id": "notes", "role": "user", "content": "a new session"}),
-                ("read_session", {"session_id": sid, "newest_first": True, "limit": 1}),
-            ],
-        )
+    tools, (added, new, read) = await session(
+        path,
+        "--allow-writes",
+        calls=[
+            ("append_message", {"session_id": sid, "role": "user", "content": "And a museum?"}),
+            ("append_message", {"session_id": "notes", "role": "user", "content": "a new session"}),
+            ("read_session", {"session_id": sid, "newest_first": True, "limit": 1}),
+        ],
     )
     assert tools == READ_TOOLS | {"append_message"}
     assert data(added)["message"]["seq"] == 4 and data(new)["message"]["session_id"] == "notes"
     assert data(read)["messages"][0]["text"] == "And a museum?"
 
 
-def test_errors_are_tool_errors_not_crashes(db: tuple[str, str]):
+async def test_errors_are_tool_errors_not_crashes(db: tuple[str, str]):
     path, _ = db
-    _, (missing, after) = run(
-        session(
-            path,
-            calls=[
-                ("read_session", {"session_id": "no-such-session"}),
-                ("list_sessions", {"limit": 1}),
-            ],
-        )
+    _, (missing, after) = await session(
+        path,
+        calls=[
+            ("read_session", {"session_id": "no-such-session"}),
+            ("list_sessions", {"limit": 1}),
+        ],
     )
     assert missing.is_error and "no-such-session" in str(missing.content)
     assert len(data(after)["sessions"]) == 1

@@ -7,7 +7,6 @@ import pytest
 
 import chatmem
 from chatmem.chat.offline import OFFLINE_LABEL, OfflineResponder, keywords
-from conftest import run
 
 
 def test_keywords_drop_stop_words_and_repeats() -> None:
@@ -38,13 +37,13 @@ async def _turns(mem: chatmem.Memory) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("persist", [None, "sqlite"])
-def test_replies_quote_earlier_messages_and_say_so(persist: str | None, tmp_path) -> None:
+async def test_replies_quote_earlier_messages_and_say_so(persist: str | None, tmp_path) -> None:
     async def go() -> dict[str, str]:
         path = str(tmp_path / "m.db") if persist else None
         async with await chatmem.open(persist=path) as mem:
             return await _turns(mem)
 
-    out = run(go())
+    out = await go()
     for reply in out.values():
         assert reply.startswith(OFFLINE_LABEL)
     hit = out["hit"]
@@ -81,7 +80,7 @@ async def test_without_a_query_index_it_scans_the_store() -> None:
     assert "Where is the spare key" not in reply
 
 
-def test_answers_from_memory_are_never_sent_to_a_model_as_its_turns() -> None:
+async def test_answers_from_memory_are_never_sent_to_a_model_as_its_turns() -> None:
     """An answer from memory is stored marked origin "offline"; the window a model gets holds
     the user's messages and the model's own answers only, also for answers stored before the
     marker existed; once the model is back, Session.reply answers the same user message."""
@@ -110,6 +109,6 @@ def test_answers_from_memory_are_never_sent_to_a_model_as_its_turns() -> None:
         await mem.close()
 
     try:
-        run(go())
+        await go()
     finally:
         llm.close()

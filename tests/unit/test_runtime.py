@@ -11,7 +11,6 @@ import chatmem
 from chatmem.errors import UnsupportedEnvironment, ValidationError
 from chatmem.runtime import CPythonRuntime, LocalDrainLock, default_runtime
 from chatmem.runtime.http import HTTPResponse, MockTransport
-from conftest import run
 
 
 class Recording(CPythonRuntime):
@@ -47,21 +46,21 @@ async def test_open_takes_a_runtime_and_every_service_gets_its_parts() -> None:
     assert rt.locks == ["chatmem"]  # one drain lock, asked of the runtime once, by the store name
 
 
-def test_open_refuses_what_is_not_a_runtime() -> None:
+async def test_open_refuses_what_is_not_a_runtime() -> None:
     """A wrong ``runtime=`` is a ValidationError naming the field; nothing is opened."""
     with pytest.raises(ValidationError) as e:
-        run(chatmem.open(runtime="page"))  # type: ignore[arg-type]
+        (await chatmem.open(runtime="page"))  # type: ignore[arg-type]
     assert e.value.field == "runtime"
 
 
-def test_cpython_runtime_has_no_browser_parts() -> None:
+async def test_cpython_runtime_has_no_browser_parts() -> None:
     """IndexedDB and the bundled BPE counter are the page's: on CPython, a clear error."""
     rt = default_runtime()
     assert isinstance(rt, CPythonRuntime) and not chatmem.IN_BROWSER
     with pytest.raises(UnsupportedEnvironment):
-        run(rt.open_indexeddb("x", durability="relaxed"))
+        await rt.open_indexeddb("x", durability="relaxed")
     with pytest.raises(UnsupportedEnvironment):
-        run(chatmem.BPETokenizer.load("o200k_base", runtime=rt))
+        await chatmem.BPETokenizer.load("o200k_base", runtime=rt)
     assert rt.online is None and rt.on_online(lambda: None) is None
 
 

@@ -15,7 +15,6 @@ from chatmem.errors import QueryTimeout, ReadOnlySQLError
 from chatmem.index.sql_engine import DuckDBEngine
 from chatmem.runtime.cpython import CPythonRuntime
 from chatmem.stores.inprocess import MemoryStore
-from conftest import run
 
 CLOSED = json.dumps({"ok": False, "error": {"type": "DatabaseClosed", "message": "closed"}})
 CANCELLED = json.dumps({"ok": False, "error": {"type": "QueryError", "message": "cancelled"}})
@@ -172,8 +171,8 @@ async def fill(mem: chatmem.Memory) -> str:
     return s.session_id
 
 
-def test_guests_ask_the_owner_and_see_their_own_writes() -> None:
-    run(_test_guests_ask_the_owner_and_see_their_own_writes())
+async def test_guests_ask_the_owner_and_see_their_own_writes() -> None:
+    await _test_guests_ask_the_owner_and_see_their_own_writes()
 
 
 async def _test_guests_ask_the_owner_and_see_their_own_writes() -> None:
@@ -208,8 +207,8 @@ async def _test_guests_ask_the_owner_and_see_their_own_writes() -> None:
         await m.close()
 
 
-def test_a_guest_timeout_interrupts_the_query_at_the_owner() -> None:
-    run(_test_a_guest_timeout_interrupts_the_query_at_the_owner())
+async def test_a_guest_timeout_interrupts_the_query_at_the_owner() -> None:
+    await _test_a_guest_timeout_interrupts_the_query_at_the_owner()
 
 
 async def _test_a_guest_timeout_interrupts_the_query_at_the_owner() -> None:
@@ -226,8 +225,8 @@ async def _test_a_guest_timeout_interrupts_the_query_at_the_owner() -> None:
 
 
 @pytest.mark.parametrize("how", ["crash", "close"])
-def test_the_next_tab_takes_over_and_answers_what_was_asked_meanwhile(how: str) -> None:
-    run(_takeover(how))
+async def test_the_next_tab_takes_over_and_answers_what_was_asked_meanwhile(how: str) -> None:
+    await _takeover(how)
 
 
 async def _takeover(how: str) -> None:

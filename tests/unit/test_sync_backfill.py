@@ -136,7 +136,7 @@ async def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_pa
     assert srv.storage.applied_op_count(srv.space(KEY)) == 3 * 41
 
 
-def test_a_file_from_before_keeps_its_queue_only_if_it_had_a_sync_config(tmp_path: Path) -> None:
+async def test_a_file_from_before_keeps_its_queue_only_if_it_had_a_sync_config(tmp_path: Path) -> None:
     """Opening a version-1 SQLite file: with a sync config its queued ops stay and the
     outbox stays on; without one the queue it kept for nothing is dropped."""
 
@@ -157,13 +157,13 @@ def test_a_file_from_before_keeps_its_queue_only_if_it_had_a_sync_config(tmp_pat
 
     async def reopen(path: Path) -> tuple[Any, Any]:
         store = SQLiteStore(str(path))
-        out = (await store.outbox_counts(), await store.kv_get("sync.outbox"))
+        out = await store.outbox_counts(), await store.kv_get("sync.outbox")
         await store.close()
         return out
 
     for config in (True, False):
         path = tmp_path / f"v1-{config}.db"
         v1(path, config)
-        counts, flag = run(reopen(path))
+        counts, flag = await reopen(path)
         assert counts == ((1, 0) if config else (0, 0))
         assert (flag == {"at": 0, "sessions": []}) if config else flag is None

@@ -22,7 +22,6 @@ from chatmem.server import running_server
 from chatmem.server.faults import Fault
 from chatmem.sync import SyncConfig, Synchronizer
 from chatmem.sync.synchronizer import CONFIG_KEY, CURSOR_KEY
-from conftest import run
 from sync_checks import (
     PushRecorder,
     check_apply_changes,
@@ -208,7 +207,7 @@ async def test_a_failing_op_holds_back_its_session_only(srv: Any) -> None:
 # --------------------------------------------------------------------------- offline, auth
 
 
-def test_offline_start_nothing_failed_then_auto_sync_drains_when_the_server_comes_up() -> None:
+async def test_offline_start_nothing_failed_then_auto_sync_drains_when_the_server_comes_up() -> None:
     """No server: state offline, attempts 0, nothing dead; auto-sync (1 s interval) drains
     the queue by itself once a server listens on the endpoint."""
     port = free_port()
@@ -246,8 +245,8 @@ def test_offline_start_nothing_failed_then_auto_sync_drains_when_the_server_come
         return report, ops, (offline, st, holder["applied"]), took
 
     with pytest.raises(ValidationError):  # push before configure: a clear error
-        run(_push_unconfigured())
-    report, ops, (offline, st, n), took = run(go())
+        await _push_unconfigured()
+    report, ops, (offline, st, n), took = await go()
     assert report.state == "offline" and report.requests == 1 and report.remaining == 6
     assert offline.state == "offline" and offline.dead_letters == 0 and offline.pending == 6
     assert all(o["attempts"] == 0 and not o.get("next_attempt_at") for o in ops)
@@ -546,7 +545,7 @@ async def test_start_after_reopening_resumes_auto_sync_from_the_stored_config(
 # --------------------------------------------------------------------------- transport
 
 
-def test_incomplete_read_is_a_transport_error() -> None:
+async def test_incomplete_read_is_a_transport_error() -> None:
     """A body cut short (Content-Length larger than what arrives) is a TransportError."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -562,7 +561,7 @@ def test_incomplete_read_is_a_transport_error() -> None:
     th = threading.Thread(target=serve)
     th.start()
     with pytest.raises(TransportError) as e:
-        run(UrllibTransport().request("GET", f"http://127.0.0.1:{port}/", timeout=5))
+        await UrllibTransport().request("GET", f"http://127.0.0.1:{port}/", timeout=5)
     th.join()
     sock.close()
     assert "cut off" in str(e.value)

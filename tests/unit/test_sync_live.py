@@ -17,7 +17,6 @@ from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
 from chatmem.sync.protocol import SyncClient
 from chatmem.sync.stream import follow_stream
-from conftest import run
 
 KEY = "k-live-1"
 LONG = 600_000  # ms: polling alone would not deliver within any test's wait
@@ -81,7 +80,7 @@ async def test_another_device_sees_a_change_through_the_stream(
         await b.close()
 
 
-def test_a_dropped_stream_reconnects_and_loses_nothing() -> None:
+async def test_a_dropped_stream_reconnects_and_loses_nothing() -> None:
     """The first stream connection is cut; B reconnects and still gets the change."""
     plan = FaultPlan().add(Fault(kind="drop", path="/v1/stream"))
     with running_server(api_keys=[KEY], faults=plan) as srv:
@@ -96,11 +95,11 @@ def test_a_dropped_stream_reconnects_and_loses_nothing() -> None:
                 await a.close()
                 await b.close()
 
-        run(go())
+        await go()
         assert ("/v1/stream", "drop") in plan.fired
 
 
-def test_without_a_stream_the_device_polls() -> None:
+async def test_without_a_stream_the_device_polls() -> None:
     """A server answering 404 on /v1/stream: following stops, polling still delivers."""
     plan = FaultPlan().add(Fault(kind="status", status=404, path="/v1/stream"), times=50)
     with running_server(api_keys=[KEY], faults=plan) as srv:
@@ -117,10 +116,10 @@ def test_without_a_stream_the_device_polls() -> None:
                 await a.close()
                 await b.close()
 
-        run(go())
+        await go()
 
 
-def test_live_can_be_turned_off() -> None:
+async def test_live_can_be_turned_off() -> None:
     """live=False never opens a stream."""
     with running_server(api_keys=[KEY]) as srv:
 
@@ -131,11 +130,11 @@ def test_live_can_be_turned_off() -> None:
             await b.close()
             return state
 
-        assert run(go()) == "off"
+        assert (await go()) == "off"
         assert srv.faults.seen["/v1/stream"] == 0
 
 
-def test_follow_stream_stops_on_a_revoked_key(pg_url: str) -> None:
+async def test_follow_stream_stops_on_a_revoked_key(pg_url: str) -> None:
     """The server's `revoked` event ends following with "auth"."""
     from chatmem.server import add_account, issue_token, open_storage, revoke_token
 
@@ -150,7 +149,7 @@ def test_follow_stream_stops_on_a_revoked_key(pg_url: str) -> None:
             seen.append(c)
             revoke_token(st, rec.id)
 
-        assert run(follow_stream(client, on_cursor)) == "auth"
+        assert (await follow_stream(client, on_cursor)) == "auth"
         assert seen == ["0"]
 
         async def again() -> None:
@@ -158,4 +157,4 @@ def test_follow_stream_stops_on_a_revoked_key(pg_url: str) -> None:
                 pass
 
         with pytest.raises(SyncAuthError):
-            run(again())
+            await again()
