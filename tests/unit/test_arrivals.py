@@ -21,7 +21,7 @@ async def test_another_connection_and_a_pull_are_told_to_listeners(tmp_path: Pat
     server = SyncServer([KEY])
     server.start()
 
-    async def go() -> None:
+    try:
         a = await chatmem.open(persist=path)
         b = await chatmem.open(persist=path)
         heard: list[tuple[str, str]] = []
@@ -45,9 +45,6 @@ async def test_another_connection_and_a_pull_are_told_to_listeners(tmp_path: Pat
         assert [m.content for m in await c.messages.list(s.session_id)] == ["hello from a", "b's own"]
         for mem in (a, b, c):
             await mem.close()
-
-    try:
-        await go()
     finally:
         server.stop()
 

@@ -80,17 +80,15 @@ async def test_sqlite_context_store_persists(tmp_path: Path) -> None:
     """SQLiteContextStore(path) keeps AIR's data across instances and has close()."""
     path = str(tmp_path / "air.db")
 
-    async def go() -> list[chatmem.Message]:
-        cs = chatmem.SQLiteContextStore(path)
-        await cs.add_message("s", "user", "hi", provider="openai", model="gpt-4o")
-        await cs.close()
-        cs2 = chatmem.SQLiteContextStore(path)
-        try:
-            return await cs2.get_messages("s")
-        finally:
-            await cs2.close()
-
-    assert (await go()) == [chatmem.Message("user", "hi")]
+    cs = chatmem.SQLiteContextStore(path)
+    await cs.add_message("s", "user", "hi", provider="openai", model="gpt-4o")
+    await cs.close()
+    cs2 = chatmem.SQLiteContextStore(path)
+    try:
+        result = await cs2.get_messages("s")
+    finally:
+        await cs2.close()
+    assert result == [chatmem.Message("user", "hi")]
 
 
 async def test_in_memory_context_store_is_standalone() -> None:

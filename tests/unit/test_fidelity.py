@@ -88,14 +88,11 @@ async def test_retention_never_summarizes_the_system_prompt(tmp_path: Path):
 async def test_message_overhead_follows_the_format(fmt: str, overhead: int):
     """The per-message overhead is the format's (documented table), and message_overhead= overrides it."""
 
-    async def go():
-        async with await chatmem.open() as mem:
-            sid = await seeded(mem, turns=2, system=None)
-            w = await mem.build_window(sid, max_tokens=10_000, format=fmt)
-            w0 = await mem.build_window(sid, max_tokens=10_000, format=fmt, message_overhead=0)
-            return w, w0
-
-    w, w0 = await go()
+    async with await chatmem.open() as mem:
+        sid = await seeded(mem, turns=2, system=None)
+        w = await mem.build_window(sid, max_tokens=10_000, format=fmt)
+        w0 = await mem.build_window(sid, max_tokens=10_000, format=fmt, message_overhead=0)
+        w, w0 = w, w0
     assert w.tokens - w0.tokens == overhead * len(w.messages)
 
 
@@ -171,14 +168,11 @@ async def test_providers_accept_plain_or_async_callables(kind: str):
     async def async_module():
         return ContextMessage("module:clock", "c", {"t": 1})
 
-    async def go():
-        async with await chatmem.open() as mem:
-            mem.context.register(UserProfileProvider(plain_profile if kind == "plain" else async_profile))
-            mem.context.register(plain_module if kind == "plain" else async_module)
-            failures = await mem.context.refresh()
-            return failures, mem.context.snapshot()
-
-    failures, snap = await go()
+    async with await chatmem.open() as mem:
+        mem.context.register(UserProfileProvider(plain_profile if kind == "plain" else async_profile))
+        mem.context.register(plain_module if kind == "plain" else async_module)
+        failures = await mem.context.refresh()
+        failures, snap = failures, mem.context.snapshot()
     assert failures == []
     assert snap["module:user-profile"] == {"name": "Ada"} and snap["module:clock"] == {"t": 1}
 

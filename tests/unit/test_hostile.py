@@ -68,14 +68,11 @@ async def test_explicit_hostile_cases_are_refused_and_nothing_is_written(
     """Lone surrogates, 10**30, NaN, 5,000-deep metadata, 5 MB messages, role 'evil', bad imports:
     each a ValidationError (never RecursionError, OverflowError, UnicodeEncodeError), store unchanged."""
 
-    async def go() -> list[str]:
-        mem = await open_store(backend, tmp_path)
-        try:
-            return await check_cases(mem, EXPLICIT_MESSAGE_CASES)
-        finally:
-            await mem.close()
-
-    names = await go()
+    mem = await open_store(backend, tmp_path)
+    try:
+        names = await check_cases(mem, EXPLICIT_MESSAGE_CASES)
+    finally:
+        await mem.close()
     assert "LimitExceeded" in names and "ImportLimitExceeded" in names
 
 
@@ -86,14 +83,11 @@ async def test_no_shape_escapes_the_error_tree(backend: str, tmp_path: Path) -> 
     point (imports in each format, appends, batches, ids, forks, deletes, exports, queries):
     each a ValidationError, never RecursionError, TypeError or ValueError; store unchanged."""
 
-    async def go() -> list[str]:
-        mem = await open_store(backend, tmp_path)
-        try:
-            return await check_cases(mem, SHAPE_CASES)
-        finally:
-            await mem.close()
-
-    names = await go()
+    mem = await open_store(backend, tmp_path)
+    try:
+        names = await check_cases(mem, SHAPE_CASES)
+    finally:
+        await mem.close()
     assert len(names) == len(SHAPE_CASES) and "ImportLimitExceeded" in names
 
 
@@ -114,14 +108,11 @@ async def test_hypothesis_battery_api(backend: str, tmp_path: Path) -> None:
 
     collect()
 
-    async def go() -> None:
-        mem = await open_store(backend, tmp_path, limits=Limits(**SMALL_LIMITS))
-        try:
-            await check_cases(mem, cases)
-        finally:
-            await mem.close()
-
-    await go()
+    mem = await open_store(backend, tmp_path, limits=Limits(**SMALL_LIMITS))
+    try:
+        await check_cases(mem, cases)
+    finally:
+        await mem.close()
     assert len(cases) >= 20
 
 

@@ -38,12 +38,9 @@ async def _turns(mem: chatmem.Memory) -> dict[str, str]:
 
 @pytest.mark.parametrize("persist", [None, "sqlite"])
 async def test_replies_quote_earlier_messages_and_say_so(persist: str | None, tmp_path) -> None:
-    async def go() -> dict[str, str]:
-        path = str(tmp_path / "m.db") if persist else None
-        async with await chatmem.open(persist=path) as mem:
-            return await _turns(mem)
-
-    out = await go()
+    path = str(tmp_path / "m.db") if persist else None
+    async with await chatmem.open(persist=path) as mem:
+        out = await _turns(mem)
     for reply in out.values():
         assert reply.startswith(OFFLINE_LABEL)
     hit = out["hit"]
@@ -88,7 +85,7 @@ async def test_answers_from_memory_are_never_sent_to_a_model_as_its_turns() -> N
 
     llm = LLMServer()
 
-    async def go() -> None:
+    try:
         mem = await chatmem.open()
         s = await mem.sessions.create(title="Trip")
         h = mem.session(s.session_id)
@@ -107,8 +104,5 @@ async def test_answers_from_memory_are_never_sent_to_a_model_as_its_turns() -> N
         roles = [m.role for m in await mem.messages.list(s.session_id)]
         assert roles == ["user", "assistant", "assistant", "assistant"]
         await mem.close()
-
-    try:
-        await go()
     finally:
         llm.close()

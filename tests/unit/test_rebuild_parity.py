@@ -81,35 +81,32 @@ async def test_rebuild_derives_the_tables_appends_derive() -> None:
     recs = records(corpus())
     assert len(recs) > 2000
 
-    async def go() -> tuple[list[Any], list[Any]]:
-        appended = QueryIndex(DuckDBEngine())
-        by_session: dict[str, list[dict[str, Any]]] = {}
-        for r in recs:
-            by_session.setdefault(r["sessionId"], []).append(r)
-        for k, (sid, msgs) in enumerate(by_session.items()):
-            await appended.apply(
-                "session-created",
-                sid,
-                {"sessionId": sid, "title": sid, "createdAt": 0, "updatedAt": 0, "messageCount": len(msgs)},
-            )
-            step = 7 if k % 4 == 0 else len(msgs)  # a quarter of them in several appends, each merged
-            for i in range(0, len(msgs), step):
-                await appended.apply("messages-appended", sid, msgs[i : i + step])
-        rebuilt = QueryIndex(DuckDBEngine())
-        await rebuilt.rebuild(
-            [
-                {"sessionId": s, "title": s, "createdAt": 0, "updatedAt": 0, "messageCount": len(m)}
-                for s, m in by_session.items()
-            ],
-            iter(recs),
+    appended = QueryIndex(DuckDBEngine())
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        by_session.setdefault(r["sessionId"], []).append(r)
+    for k, (sid, msgs) in enumerate(by_session.items()):
+        await appended.apply(
+            "session-created",
+            sid,
+            {"sessionId": sid, "title": sid, "createdAt": 0, "updatedAt": 0, "messageCount": len(msgs)},
         )
-        try:
-            return await tables(appended), await tables(rebuilt)
-        finally:
-            await appended.close()
-            await rebuilt.close()
-
-    a, b = await go()
+        step = 7 if k % 4 == 0 else len(msgs)  # a quarter of them in several appends, each merged
+        for i in range(0, len(msgs), step):
+            await appended.apply("messages-appended", sid, msgs[i : i + step])
+    rebuilt = QueryIndex(DuckDBEngine())
+    await rebuilt.rebuild(
+        [
+            {"sessionId": s, "title": s, "createdAt": 0, "updatedAt": 0, "messageCount": len(m)}
+            for s, m in by_session.items()
+        ],
+        iter(recs),
+    )
+    try:
+        a, b = await tables(appended), await tables(rebuilt)
+    finally:
+        await appended.close()
+        await rebuilt.close()
     assert a[0] and a[1] and a == b
 
 
@@ -137,23 +134,20 @@ async def test_a_failing_read_during_a_rebuild_leaves_the_engine_usable(monkeypa
                 raise OSError("the store went away")
             yield r
 
-    async def go() -> tuple[list[Any], list[Any]]:
-        idx = QueryIndex(DuckDBEngine())
-        appended = QueryIndex(DuckDBEngine())
+    idx = QueryIndex(DuckDBEngine())
+    appended = QueryIndex(DuckDBEngine())
+    try:
         try:
-            try:
-                await idx.rebuild(session, failing())
-            except OSError as e:
-                assert "went away" in str(e)
-            else:
-                raise AssertionError("the rebuild did not fail")
-            await idx.rebuild(session, iter(recs))
-            await appended.apply("session-created", "s", session[0])
-            await appended.apply("messages-appended", "s", recs)
-            return await tables(idx), await tables(appended)
-        finally:
-            await idx.close()
-            await appended.close()
-
-    a, b = await go()
+            await idx.rebuild(session, failing())
+        except OSError as e:
+            assert "went away" in str(e)
+        else:
+            raise AssertionError("the rebuild did not fail")
+        await idx.rebuild(session, iter(recs))
+        await appended.apply("session-created", "s", session[0])
+        await appended.apply("messages-appended", "s", recs)
+        a, b = await tables(idx), await tables(appended)
+    finally:
+        await idx.close()
+        await appended.close()
     assert a == b and len(a[2]) == 35

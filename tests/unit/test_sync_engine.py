@@ -213,40 +213,37 @@ async def test_offline_start_nothing_failed_then_auto_sync_drains_when_the_serve
     port = free_port()
     url = f"http://127.0.0.1:{port}"
 
-    async def go() -> tuple[Any, list[dict[str, Any]], Any, float]:
-        mem = await chatmem.open()
-        s = await mem.sessions.create(title="offline first")
-        await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(5)])
-        await mem.sync.configure(cfg(url))
-        report = await mem.sync.push()  # not auto yet: one explicit attempt
-        await mem.sync.configure(cfg(url, auto_sync=True, sync_interval=1_000))
-        await asyncio.sleep(0.3)
-        ops = await mem.store.outbox_list()
-        offline = await mem.sync.status()
-        holder: dict[str, Any] = {}
-
-        def serve() -> None:
-            with running_server(api_keys=[KEY], port=port) as srv:
-                holder["srv"] = srv
-                holder["done"].wait(20)
-                holder["applied"] = applied(srv)
-
-        holder["done"] = threading.Event()
-        th = threading.Thread(target=serve)
-        th.start()
-        t0 = time.monotonic()
-        while (await mem.sync.status()).pending and time.monotonic() - t0 < 10:
-            await asyncio.sleep(0.05)
-        took = time.monotonic() - t0
-        st = await mem.sync.status()
-        holder["done"].set()
-        th.join()
-        await mem.close()
-        return report, ops, (offline, st, holder["applied"]), took
-
     with pytest.raises(ValidationError):  # push before configure: a clear error
         await _push_unconfigured()
-    report, ops, (offline, st, n), took = await go()
+    mem = await chatmem.open()
+    s = await mem.sessions.create(title="offline first")
+    await mem.messages.append_many(s.session_id, [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    await mem.sync.configure(cfg(url))
+    report = await mem.sync.push()  # not auto yet: one explicit attempt
+    await mem.sync.configure(cfg(url, auto_sync=True, sync_interval=1_000))
+    await asyncio.sleep(0.3)
+    ops = await mem.store.outbox_list()
+    offline = await mem.sync.status()
+    holder: dict[str, Any] = {}
+
+    def serve() -> None:
+        with running_server(api_keys=[KEY], port=port) as srv:
+            holder["srv"] = srv
+            holder["done"].wait(20)
+            holder["applied"] = applied(srv)
+
+    holder["done"] = threading.Event()
+    th = threading.Thread(target=serve)
+    th.start()
+    t0 = time.monotonic()
+    while (await mem.sync.status()).pending and time.monotonic() - t0 < 10:
+        await asyncio.sleep(0.05)
+    took = time.monotonic() - t0
+    st = await mem.sync.status()
+    holder["done"].set()
+    th.join()
+    await mem.close()
+    report, ops, (offline, st, n), took = report, ops, (offline, st, holder["applied"]), took
     assert report.state == "offline" and report.requests == 1 and report.remaining == 6
     assert offline.state == "offline" and offline.dead_letters == 0 and offline.pending == 6
     assert all(o["attempts"] == 0 and not o.get("next_attempt_at") for o in ops)
