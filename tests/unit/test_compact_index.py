@@ -188,7 +188,6 @@ async def test_whole_vocabulary_is_read_a_page_at_a_time(monkeypatch):
     fig = figures.KeywordFigures()
     await fig.read_vocabulary(idx.engine)
     await idx.close()
-    rows, fig, pages = rows, fig, pages
     assert len(rows) == 13  # w0..w11 and "common"
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
     assert len(pages) == 4 and all(p[1] == 4 for p in pages)
@@ -206,7 +205,7 @@ async def test_first_answer_never_waits_for_the_vocabulary_read():
     hits = await search(fresh, "w7 common", limit=3)
     answered = len(log)
     await fresh._vocabulary
-    hits, log, answered, whole = hits, log, answered, fresh._figures.whole
+    whole = fresh._figures.whole
     assert hits and "w7" in hits[0].message.content
     assert not any("WHERE tid >" in sql for sql in log[:answered]), log[:answered]
     assert whole and any("WHERE tid >" in sql for sql in log[answered:]), log
@@ -234,7 +233,6 @@ async def test_an_append_between_two_vocabulary_pages_joins_that_read(monkeypatc
         await idx.apply("messages-appended", "a", [_msg(20 + len(pages), "a", f"common late{len(pages)}")])
     rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
     await idx.close()
-    pages, read_first, going, fig, rows = pages, read_first, going, fig, rows
     assert {"common", "w0"} <= set(read_first) and "w9" not in read_first and going
     assert pages == [True, True, True, True, False]  # 13 terms and 4 appended: never started over
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
@@ -270,7 +268,6 @@ async def test_a_delete_or_a_large_append_between_two_vocabulary_pages_drops_tha
     await fig.read_vocabulary(idx.engine)
     rows = await idx.engine.execute("SELECT term, tid, df FROM terms")
     await idx.close()
-    out, fig, rows = out, fig, rows
     assert out == [(True, False, False, {}), (True, False, False, {})]
     assert fig.whole and fig.terms == {r["term"]: (int(r["tid"]), int(r["df"])) for r in rows}
     assert "bulk2" in fig.terms and fig.terms["common"][1] == 14
@@ -292,12 +289,9 @@ async def test_a_search_during_the_vocabulary_read_waits_for_one_page_at_most(mo
     hits = await search(fresh, "w30 common", limit=3)
     pages_before = sum("WHERE tid >" in sql for sql in log)
     await fresh._vocabulary
-    hits, before, pages, whole = (
-        hits,
-        pages_before,
-        sum("WHERE tid >" in sql for sql in log),
-        fresh._figures.whole,
-    )
+    before = pages_before
+    pages = sum("WHERE tid >" in sql for sql in log)
+    whole = fresh._figures.whole
     assert hits and "w30" in hits[0].message.content
     assert pages == 11 and whole  # 42 terms, 4 a page
     assert before <= 2, before

@@ -228,7 +228,7 @@ async def test_two_devices_read_each_other_and_the_server_sees_no_plaintext(srv:
     await a.sync.run()
     caps = await a.sync._client.capabilities()  # type: ignore[union-attr]
     title = (await b.sessions.get(sid)).title
-    got_b, got_a, ta, tb, title, caps = got_b, await texts(a, sid), ta, tb, title, caps
+    got_a = await texts(a, sid)
     assert got_b == [f"my secret is {MARKER}", "noted"]
     assert got_a == [f"my secret is {MARKER}", "noted", f"reply {MARKER}-b"]
     assert title == f"renamed {MARKER}"

@@ -33,12 +33,8 @@ async def test_a_new_single_value_supersedes_the_old_at_the_time_it_was_said() -
     r1 = await mem.facts.apply([add("home", "Lisbon", "m1")], times=TIMES)
     r2 = await mem.facts.apply([add("home", "Porto", "m5")], times=TIMES)
     facts = await mem.facts.list(key="home", status=None)
-    r1, r2, (lisbon, porto), at = (
-        r1,
-        r2,
-        facts,
-        [await mem.facts.list(key="home", at=t) for t in (500, 1_000, 4_999, 5_000, 9_000)],
-    )
+    (lisbon, porto) = facts
+    at = [await mem.facts.list(key="home", at=t) for t in (500, 1_000, 4_999, 5_000, 9_000)]
     assert (r1.added, r2.added, r2.superseded) == (1, 1, 1)
     assert (lisbon.status, lisbon.valid_from, lisbon.valid_to, lisbon.superseded_by) == (
         "superseded",
@@ -60,7 +56,7 @@ async def test_the_same_value_again_reinforces_and_never_duplicates() -> None:
     await mem.facts.apply([add("home", "Porto", "m1")], times=TIMES)
     report = await mem.facts.apply([add("home", " porto ", "m2"), add("likes", "Tea", "m3")], times=TIMES)
     again = await mem.facts.apply([add("likes", "tea", "m4")], times=TIMES)
-    report, again, facts = report, again, await mem.facts.list(status=None)
+    facts = await mem.facts.list(status=None)
     assert (report.reinforced, report.added, again.reinforced) == (1, 1, 1)
     assert [(f.key, f.value, f.source_ids) for f in facts] == [
         ("home", "Porto", ("m1", "m2")),
@@ -88,7 +84,7 @@ async def test_likes_and_dislikes_end_each_other_and_invalidate_ends_a_fact() ->
     flip = await mem.facts.apply([add("dislikes", "Coriander", "m3")], times=TIMES)
     (rex,) = await mem.facts.list(key="pet")
     gone = await mem.facts.apply([FactOp("invalidate", "pet", "Rex", source_ids=("m4",))], times=TIMES)
-    flip, gone, facts, rex = flip, gone, await mem.facts.list(status=None), rex
+    facts = await mem.facts.list(status=None)
     assert (flip.added, flip.invalidated, gone.invalidated) == (1, 1, 1)
     states = {(f.key, f.value): (f.status, f.valid_to) for f in facts}
     assert states == {
@@ -106,12 +102,8 @@ async def test_an_older_conversation_read_late_never_displaces_a_newer_value() -
     await mem.facts.apply([add("home", "Porto", "m9")], times=TIMES)
     report = await mem.facts.apply([add("home", "Faro", "m2")], times=TIMES)
     (porto,) = await mem.facts.list(key="home")
-    report, porto, history, then = (
-        report,
-        porto,
-        await mem.facts.history(porto.fact_id),
-        await mem.facts.list(key="home", at=2_500),
-    )
+    history = await mem.facts.history(porto.fact_id)
+    then = await mem.facts.list(key="home", at=2_500)
     assert porto.value == "Porto" and report.added == 1 and report.superseded == 0
     assert [(f.value, f.status, f.valid_to) for f in history] == [
         ("Faro", "superseded", 9_000),
@@ -142,7 +134,7 @@ async def test_update_and_invalidate_by_id_and_refused_operations_leave_the_rest
         ],
         times=TIMES,
     )
-    report, facts = report, await mem.facts.list(status=None)
+    facts = await mem.facts.list(status=None)
     assert (report.added, report.superseded) == (2, 1)
     assert len(report.errors) == 4 and all(isinstance(e, ValidationError) for e in report.errors)
     assert [(f.key, f.value, f.status) for f in facts] == [
@@ -165,7 +157,7 @@ async def test_review_keeps_learnt_facts_pending_until_approved_or_rejected() ->
         await mem.facts.approve(porto.fact_id)
     with pytest.raises(FactNotFound):
         await mem.facts.reject("no-such-fact")
-    report, shown, porto, facts = report, shown, porto, await mem.facts.list(status=None)
+    facts = await mem.facts.list(status=None)
     assert report.pending == 2 and report.added == 0 and shown == ["Lisbon"]
     assert porto.status == "active" and porto.valid_from == 3_000
     assert [(f.value, f.status, f.valid_to) for f in facts] == [
@@ -242,14 +234,8 @@ async def test_extract_reads_each_user_message_once_and_keeps_where_a_fact_came_
     await mem.messages.append(sid, "user", "I live in Porto.")
     third = await mem.facts.extract()
     (home,) = await mem.facts.list(key="home")
-    seen, first, again, third, home, sources = (
-        ex.seen,
-        first,
-        again,
-        third,
-        home,
-        await mem.facts.sources(home.fact_id),
-    )
+    seen = ex.seen
+    sources = await mem.facts.sources(home.fact_id)
     assert seen == [["I live in Lisbon."], ["I live in Porto."]], "user messages only, each once"
     assert (first.added, first.processed, again.processed, third.superseded) == (1, 1, 0, 1)
     assert home.value == "Porto" and home.origin == "extracted"
@@ -267,7 +253,7 @@ async def test_a_failing_extractor_writes_nothing_and_leaves_the_messages_for_th
     junk = await mem.facts.extract()
     ex.answer = None
     after = await mem.facts.extract()
-    failed, junk, after, values = failed, junk, after, [f.value for f in await mem.facts.list()]
+    values = [f.value for f in await mem.facts.list()]
     assert failed.processed == 0 and isinstance(failed.errors[0], RuntimeError)
     assert junk.processed == 0 and isinstance(junk.errors[0], ValidationError)
     assert after.processed == 1 and after.added == 1 and values == ["Lisbon"]
@@ -290,12 +276,7 @@ async def test_what_the_user_deleted_or_rejected_never_comes_back_from_the_same_
     mem.facts.configure(review=False)
     await mem.messages.append(sid, "user", "I live in Lisbon.")  # said again: learnt again
     fresh = await mem.facts.extract()
-    again, redo, fresh, facts = (
-        again,
-        redo,
-        fresh,
-        [(f.value, f.status) for f in await mem.facts.list(status=None)],
-    )
+    facts = [(f.value, f.status) for f in await mem.facts.list(status=None)]
     assert (again.processed, again.added) == (1, 0)
     assert (redo.processed, redo.added, redo.pending) == (2, 0, 0)
     assert fresh.added == 1 and facts == [("Lisbon", "active")]
@@ -359,13 +340,9 @@ async def test_deleting_what_a_fact_was_learnt_from_forgets_it_but_pruning_does_
     policy = chatmem.RetentionPolicy(max_age=1, delete_archived=True)
     report = await mem.retention.apply(policy, now=mem.clock() + 10 * 86_400_000)
     (faro,) = [f for f in await mem.facts.list(status=None) if f.value == "Faro"]
-    steps, deleted, faro, sources, stated = (
-        steps,
-        report.deleted,
-        faro,
-        await mem.facts.sources(faro.fact_id),
-        await mem.facts.get(stated.fact_id),
-    )
+    deleted = report.deleted
+    sources = await mem.facts.sources(faro.fact_id)
+    stated = await mem.facts.get(stated.fact_id)
     assert steps[0] == (["Ana", "Faro", "Lisbon", "Porto"], 1)
     assert steps[1] == ["Ana", "Faro", "Lisbon"]
     assert steps[2] == ["Ana", "Faro"]
@@ -403,11 +380,10 @@ async def test_the_window_carries_the_users_facts_best_first_within_their_budget
     await mem.facts.add("Has a sister called Marta who loves to cook", key="family.sister", value="Marta")
     await mem.facts.add("Speaks Portuguese", key="language", value="Portuguese", pinned=True)
     await mem.facts.add("Works as a pilot", key="job", value="pilot", character_id="coach")
-    gone = await mem.facts.add("Lives in Faro", key="home", value="Faro", user_id="someone else")
+    await mem.facts.add("Lives in Faro", key="home", value="Faro", user_id="someone else")
     w = await mem.build_window(s.session_id, max_tokens=4_000)
     small = await mem.build_window(s.session_id, max_tokens=4_000, facts_budget=12)
     none = await mem.build_window(s.session_id, max_tokens=4_000, facts=False)
-    w, small, none, gone = w, small, none, gone
     texts = [f["text"] for f in w.facts]
     assert texts[0] == "Speaks Portuguese", "pinned first"
     assert texts[1] == "Has a sister called Marta who loves to cook", "then the one the message is about"
@@ -476,7 +452,6 @@ async def test_auto_learns_after_appends_without_delaying_them_and_settled_waits
     await mem.facts.settled()
     off = {f.key for f in await mem.facts.list()}
     await mem.close()
-    right_after, learnt, report, off = right_after, learnt, report, off
     assert right_after == [], "the append did not wait for learning"
     assert learnt == {"name": "Ana", "home": "Porto"} and report is not None and not report.errors
     assert "diet" not in off
@@ -496,7 +471,7 @@ async def test_an_import_is_not_learnt_from_unasked() -> None:
     await mem.facts.settled()
     before = await mem.facts.list()
     learnt = [await mem.facts.extract(sid) for sid in report.session_ids]
-    before, learnt, facts = before, learnt, {f.key: f.value for f in await mem.facts.list()}
+    facts = {f.key: f.value for f in await mem.facts.list()}
     assert before == [] and [r.added for r in learnt] == [2]
     assert facts == {"name": "Ana", "home": "Faro"}
 
@@ -531,7 +506,6 @@ async def test_search_finds_facts_by_their_words_and_their_meaning_with_scores()
     near = await mem.facts.search("sisterly calling")
     with pytest.raises(ValidationError):
         await mem.facts.search("")
-    words, mine, plural, near = words, mine, plural, near
     assert words[0].fact.value in ("peanuts", "shellfish") and words[0].keyword > 0 and words[0].score > 0
     assert {h.fact.value for h in words} >= {"peanuts", "shellfish"} and "Porto" not in {
         h.fact.value for h in words

@@ -80,13 +80,7 @@ async def test_good_json_and_fenced_json_are_applied_and_the_model_sees_what_it_
     )
     second = await mem.facts.extract()
     body = llm.requests[-1]["body"]
-    first, second, facts, body, home = (
-        first,
-        second,
-        {f.key: f.value for f in await mem.facts.list()},
-        body,
-        home,
-    )
+    facts = {f.key: f.value for f in await mem.facts.list()}
     assert (first.added, second.superseded, second.added) == (2, 1, 1)
     assert facts == {"home": "Porto", "likes": "chess"}
     prompt = json.loads(body["messages"][1]["content"])
@@ -117,7 +111,6 @@ async def test_a_reply_that_is_not_the_object_or_a_failure_writes_nothing_and_re
         )
     )
     later = await mem.facts.extract()
-    failed, facts, later = failed, facts, later
     assert failed.processed == 0 and facts == [] and isinstance(failed.errors[0], ProviderError)
     assert later.processed == 1 and later.added == 1
 
@@ -158,7 +151,7 @@ async def test_operations_naming_unknown_facts_or_other_messages_are_dropped_and
         )
     )
     report = await mem.facts.extract()
-    report, facts = report, [(f.key, f.value) for f in await mem.facts.list()]
+    facts = [(f.key, f.value) for f in await mem.facts.list()]
     assert facts == [("allergy", "peanuts")] and report.added == 1 and report.processed == 1
     assert len(report.errors) == 6 and all(isinstance(e, ValidationError) for e in report.errors)
 

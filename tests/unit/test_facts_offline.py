@@ -141,7 +141,7 @@ async def test_a_companion_learns_a_name_and_a_move_and_forgets_an_ending() -> N
     current = {f.key: f.value for f in await mem.facts.list()}
     (home,) = await mem.facts.list(key="home")
     history = [f.value for f in await mem.facts.history(home.fact_id)]
-    report, current, history, pets = report, current, history, await mem.facts.list(key="pet", status=None)
+    pets = await mem.facts.list(key="pet", status=None)
     assert current == {"name": "Ana", "home": "Porto"}
     assert history == ["Lisbon", "Porto"]
     assert report.processed == 5 and report.superseded == 1

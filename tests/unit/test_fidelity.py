@@ -92,7 +92,6 @@ async def test_message_overhead_follows_the_format(fmt: str, overhead: int):
         sid = await seeded(mem, turns=2, system=None)
         w = await mem.build_window(sid, max_tokens=10_000, format=fmt)
         w0 = await mem.build_window(sid, max_tokens=10_000, format=fmt, message_overhead=0)
-        w, w0 = w, w0
     assert w.tokens - w0.tokens == overhead * len(w.messages)
 
 
@@ -148,7 +147,7 @@ async def test_active_session_is_persisted_per_profile(tmp_path: Path):
         gone = await mem.sessions.active()
     async with await chatmem.open(persist=str(tmp_path / "other.db")) as other:
         elsewhere = await other.sessions.active()
-    sid, first, gone, elsewhere = a.session_id, first, gone, elsewhere
+    sid = a.session_id
     assert first == sid and gone is None and elsewhere is None
 
 
@@ -172,7 +171,7 @@ async def test_providers_accept_plain_or_async_callables(kind: str):
         mem.context.register(UserProfileProvider(plain_profile if kind == "plain" else async_profile))
         mem.context.register(plain_module if kind == "plain" else async_module)
         failures = await mem.context.refresh()
-        failures, snap = failures, mem.context.snapshot()
+        snap = mem.context.snapshot()
     assert failures == []
     assert snap["module:user-profile"] == {"name": "Ada"} and snap["module:clock"] == {"t": 1}
 

@@ -129,7 +129,6 @@ async def test_a_crash_mid_history_resumes_with_the_same_op_ids(srv: Any, tmp_pa
     done = await again.store.kv_get(BACKFILL_KEY)
     snap = await local_snapshot(again)
     await again.close()
-    progress, report, done, snap = progress, report, done, snap
     assert progress is not None and 0 < progress["pos"] < 3 and not progress["done"], progress
     assert report.state == "idle" and done["done"]
     assert server_snapshot(srv, KEY) == snap and len(snap["messages"]) == 120

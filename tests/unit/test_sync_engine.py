@@ -112,7 +112,7 @@ async def test_three_500s_then_200_apply_once_with_the_same_op_ids(srv: Any, aft
     await mem.messages.append(s.session_id, "user", "hello")
     ids = [o["op_id"] for o in await mem.store.outbox_list()]
     report = await mem.sync.push()
-    report, slept, ids = report, t.slept, ids
+    slept = t.slept
     assert report.acknowledged == 2 and report.remaining == 0 and report.dead_lettered == 0
     assert report.requests == 4 and report.state == "idle"
     assert slept == [0.5, 1.0, 2.0]
@@ -139,7 +139,7 @@ async def test_four_500s_dead_letter_with_reason_then_replay_applies_once(srv: A
     st = await mem.sync.status()
     assert await mem.sync.replay("all") == 2
     second = await mem.sync.push()
-    first, dead, st, second, after = first, dead, st, second, await mem.sync.status()
+    after = await mem.sync.status()
     assert first.dead_lettered == 2 and first.remaining == 0
     assert len(dead) == 2 and all(d["attempts"] == 4 for d in dead)
     assert all("gave up after 4 failed attempts" in d["reason"] and "HTTP 503" in d["reason"] for d in dead)
@@ -160,7 +160,7 @@ async def test_rejected_op_goes_to_dead_letter_and_discard_removes_it(srv: Any) 
     report = await mem.sync.push()
     dead = await mem.sync.dead_letters()
     n = await mem.sync.discard(dead[0]["op_id"])
-    report, dead, n, st = report, dead, n, await mem.sync.status()
+    st = await mem.sync.status()
     assert report.acknowledged == 1 and report.dead_lettered == 1
     assert dead[0]["id"] == "never-created" and "does not exist" in dead[0]["reason"]
     assert '"rejected"' in dead[0]["response"] and dead[0]["attempts"] == 0
@@ -195,7 +195,6 @@ async def test_a_failing_op_holds_back_its_session_only(srv: Any) -> None:
     first = await mem.sync.push(wait=False)
     left = await mem.store.outbox_list()
     second = await mem.sync.push()
-    first, left, second, order = first, left, second, order
     assert first.acknowledged == 2 and first.state == "error"
     assert [o["op_id"] for o in left] == order[:2]  # A's two ops wait
     assert left[0]["attempts"] == 1 and left[0]["next_attempt_at"] > 0 and "HTTP 500" in left[0]["last_error"]
@@ -243,7 +242,7 @@ async def test_offline_start_nothing_failed_then_auto_sync_drains_when_the_serve
     holder["done"].set()
     th.join()
     await mem.close()
-    report, ops, (offline, st, n), took = report, ops, (offline, st, holder["applied"]), took
+    (offline, st, n) = (offline, st, holder["applied"])
     assert report.state == "offline" and report.requests == 1 and report.remaining == 6
     assert offline.state == "offline" and offline.dead_letters == 0 and offline.pending == 6
     assert all(o["attempts"] == 0 and not o.get("next_attempt_at") for o in ops)
@@ -274,7 +273,6 @@ async def test_401_pauses_sync_and_dead_letters_nothing(srv: Any, caplog: pytest
     await mem.sync.configure(cfg(srv.url))
     fixed = await mem.sync.push()
     text = repr(mem.sync) + repr(mem.sync.config) + repr(st) + repr(again)
-    first, st, ops, sent_again, fixed, text = first, st, ops, sent_again, fixed, text
     assert first.state == "paused-auth" and st.state == "paused-auth"
     assert "check your key" in (st.last_error or "")
     assert st.dead_letters == 0 and st.pending == 2 and all(o["attempts"] == 0 for o in ops)
@@ -298,7 +296,7 @@ async def test_config_is_validated_and_stored_without_leaking_the_key(tmp_path: 
     await again.sync.status()
     loaded = again.sync.config
     await again.close()
-    err, nothing, loaded = e.value, nothing, loaded
+    err = e.value
     assert err.field == "endpoint" and nothing is None
     assert loaded is not None and loaded.endpoint == "https://sync.example.com" and loaded.api_key == KEY
     assert KEY not in repr(loaded) and KEY not in str(loaded.to_public_dict())
@@ -333,7 +331,6 @@ async def test_crash_mid_push_resends_the_same_op_ids_after_the_lease(srv: Any, 
     done = await b.sync.push()
     left = [o["op_id"] for o in await b.store.outbox_list()]
     await b.close()
-    ids, blocked, done, left = ids, blocked, done, left
     assert blocked.requests == 0 and blocked.remaining == 4
     assert done.acknowledged == 4 and left == []
     assert [sorted(i for i, _ in b) for b in rec.batches] == [sorted(ids)] * 2
@@ -356,14 +353,9 @@ async def test_thousand_ops_with_20_percent_random_faults_arrive_exactly_once(sr
     st = await mem.sync.status()
     other = await device(srv.url)
     await other.sync.pull()
-    n, st, mine, theirs, pushes, took = (
-        n,
-        st,
-        await local_snapshot(mem),
-        await local_snapshot(other),
-        len(states),
-        took,
-    )
+    mine = await local_snapshot(mem)
+    theirs = await local_snapshot(other)
+    pushes = len(states)
     srv.faults.clear()
     fired = [f for _, f in srv.faults.fired]
     assert n >= 1000
@@ -418,7 +410,7 @@ async def test_two_devices_converge_to_the_later_title_and_a_delete_removes_it(s
         await b.store.count_messages(s.session_id),
         len(b.store._messages),
     ]
-    got, titles, b_outbox, gone, b_after = [got, titles, b_outbox, gone, await b.store.outbox_counts()]
+    b_after = await b.store.outbox_counts()
     assert got == ("shared", 3)
     assert titles == ["from B (later)", "from B (later)"]
     assert b_outbox == (0, 0) and b_after == (0, 0)
@@ -492,13 +484,10 @@ async def test_pull_pages_and_saves_the_cursor(srv: Any, tmp_path: Path) -> None
     second = await b.sync.pull()
     msgs = await b.messages.list(s.session_id, limit=None)
     await b.close()
-    pages, changes, cursor, again, dense = [
-        first.pages,
-        first.changes,
-        cursor,
-        second.changes,
-        [m.seq for m in msgs] == list(range(1200)),
-    ]
+    pages = first.pages
+    changes = first.changes
+    again = second.changes
+    dense = [m.seq for m in msgs] == list(range(1200))
     assert pages == 3 and changes == 1201 and cursor == "1201" and again == 0 and dense
 
 

@@ -349,15 +349,8 @@ async def test_background_embedding_reads_a_part_at_a_time_and_saves_after_each_
     temp = await execute("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name LIKE 'embed_todo%'")
     progress = mem.index.embed_progress
     await mem.close()
-    done, stored, progress, reads, saves, answers, temp = (
-        done,
-        int(rows[0]["n"]),
-        progress,
-        reads,
-        saves,
-        answers,
-        int(temp[0]["n"]),
-    )
+    stored = int(rows[0]["n"])
+    temp = int(temp[0]["n"])
     assert done == stored == 23 and progress == (23, 23)
     assert reads == [(8, 8), (8, 8), (8, 7), (8, 0)]
     assert answers == [3, 3, 2] * 2 + [3, 3, 1]  # never more than READ texts in one answer
@@ -429,5 +422,4 @@ async def test_background_embedding_saves_soon_at_the_end_also_after_a_whole_las
     mem.index._schedule_save = schedule
     done = await mem.index.embed_in_background(batch_size=4, chunk=8)
     await mem.close()
-    done, asked = done, asked
     assert done == 16 and asked == [(8, False), (16, False), (16, True)]
