@@ -328,13 +328,8 @@ class Synchronizer:
         except WrongPassphrase as e:
             await self._wrong_key(e)
             raise
-        except SyncOffline as e:
-            await self._set_state("offline", error=str(e))
-            return "offline"
-        except SyncAuthError as e:
-            self._paused = True
-            await self._set_state("paused-auth", error=str(e))
-            return "paused-auth"
+        except (SyncOffline, SyncAuthError) as e:
+            return await self._stopped_by(e)
         except SyncError as e:
             await self._set_state("error", error=str(e))
             return "error"
@@ -448,6 +443,14 @@ class Synchronizer:
     # ------------------------------------------------------------------ status
     def _now(self) -> int:
         return int(self._core.clock())
+
+    async def _stopped_by(self, e: SyncOffline | SyncAuthError) -> SyncState:
+        """The state a request that found no server (``offline``) or was refused its key
+        (``paused-auth``: nothing is sent until ``configure()``) stops sync in, set and kept."""
+        state: SyncState = "paused-auth" if isinstance(e, SyncAuthError) else "offline"
+        self._paused = self._paused or state == "paused-auth"
+        await self._set_state(state, error=str(e))
+        return state
 
     async def _set_state(
         self, state: SyncState, *, error: str | None = None, success: bool = False, write: bool = True
@@ -607,15 +610,10 @@ class Synchronizer:
                 await store.outbox_update([strip_lease(op) for op in batch])
                 await self._wrong_key(e)
                 raise
-            except SyncOffline as e:
+            except (SyncOffline, SyncAuthError) as e:
                 await store.outbox_update([strip_lease(op) for op in batch])
-                await self._set_state("offline", error=str(e))
-                return PushReport(requests, acked, dead, await self._pending(), "offline")
-            except SyncAuthError as e:
-                await store.outbox_update([strip_lease(op) for op in batch])
-                self._paused = True
-                await self._set_state("paused-auth", error=str(e))
-                return PushReport(requests, acked, dead, await self._pending(), "paused-auth")
+                stopped = await self._stopped_by(e)
+                return PushReport(requests, acked, dead, await self._pending(), stopped)
             except SyncTransientError as e:
                 dead += await record_failures(store, batch, e, cfg, policy, self._now(), self.rand)
                 self._last_error = str(e)
@@ -666,14 +664,8 @@ class Synchronizer:
                 except WrongPassphrase as e:  # nothing was sent: the history waits for the right key
                     await self._wrong_key(e)
                     raise
-                except SyncOffline as e:
-                    await self._set_state("offline", error=str(e))
-                    stop.append("offline")
-                    return False
-                except SyncAuthError as e:
-                    self._paused = True
-                    await self._set_state("paused-auth", error=str(e))
-                    stop.append("paused-auth")
+                except (SyncOffline, SyncAuthError) as e:
+                    stop.append(await self._stopped_by(e))
                     return False
                 except SyncTransientError as e:
                     failures += 1
@@ -783,13 +775,8 @@ class Synchronizer:
         except (WrongPassphrase, DecryptionError) as e:
             await self._encryption_failed(e)
             raise
-        except SyncOffline as e:
-            await self._set_state("offline", error=str(e))
-            return PullReport(state="offline")
-        except SyncAuthError as e:
-            self._paused = True
-            await self._set_state("paused-auth", error=str(e))
-            return PullReport(state="paused-auth")
+        except (SyncOffline, SyncAuthError) as e:
+            return PullReport(state=await self._stopped_by(e))
         except SyncError as e:
             await self._set_state("error", error=str(e))
             return PullReport(state="error")
