@@ -25,7 +25,6 @@ from .conversations.messages import Messages
 from .conversations.retention import Retention
 from .conversations.session import Session
 from .conversations.sessions import Sessions
-from .core import Core
 from .errors import ValidationError
 from .facts import Facts
 from .index.embed import Embedder
@@ -38,7 +37,8 @@ from .records.validation import DEFAULT_LIMITS, Limits
 from .runtime import IN_BROWSER, Runtime, default_runtime
 from .stores.base import Store
 from .stores.caches import CACHE_STRATEGIES, LRUCache, make_cache
-from .sync.outbox import Outbox
+from .stores.outbox import Outbox
+from .stores.shared import Core
 from .sync.synchronizer import Synchronizer
 
 if TYPE_CHECKING:

@@ -28,11 +28,11 @@ from chatmem.errors import (
     ReadOnlySQLError,
     ValidationError,
 )
+from chatmem.records.hlc import HybridLogicalClock
 from chatmem.records.validation import Limits
 from chatmem.runtime.http import HTTPResponse, MockTransport
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
-from chatmem.sync.hlc import HybridLogicalClock
 from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES, check_cases, expand
 from hostile_strategies import (
     SMALL_LIMITS,

@@ -35,7 +35,7 @@ from .tokens import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..stores.shared import Core
 
 __all__ = ["ContextBuilder", "NOT_FOR_MODEL", "Retriever", "for_model", "summary_key"]
 

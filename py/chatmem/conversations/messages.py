@@ -10,11 +10,11 @@ from __future__ import annotations
 import builtins
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
 
-from ..core import Core
 from ..errors import MessageNotFound, SessionNotFound, ValidationError, shown
 from ..records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..records.validation import check_id, check_value
 from ..stores.base import ORDER_KEY, Ops
+from ..stores.shared import Core
 from .sessions import DEFAULT_TITLE
 
 __all__ = ["Messages"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 import builtins
 from typing import Any, Iterable, Mapping
 
-from ..core import Core
 from ..errors import SessionNotFound, ValidationError, shown
 from ..records.models import ChatMessage, SessionMeta
 from ..records.validation import check_id, check_ids, check_session_record
+from ..stores.shared import Core
 
 __all__ = ["Sessions", "DEFAULT_TITLE"]
 

@@ -4,11 +4,7 @@ where it came from and when it was true (``records``), readable and correctable 
 
 from __future__ import annotations
 
-from .api import FactHit, Facts
-from .extract import FactExtractor
-from .llm import LLMFactExtractor
-from .offline import OfflineFactExtractor
-from .records import (
+from ..records.facts import (
     FACT_ORIGINS,
     FACT_STATUSES,
     MULTI_VALUED,
@@ -18,6 +14,10 @@ from .records import (
     FactReport,
     check_fact_record,
 )
+from .api import FactHit, Facts
+from .extract import FactExtractor
+from .llm import LLMFactExtractor
+from .offline import OfflineFactExtractor
 
 __all__ = [
     "FACT_ORIGINS",

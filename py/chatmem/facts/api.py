@@ -17,13 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FactNotFound, SessionNotFound, ValidationError, shown
-from ..records.models import ChatMessage
-from ..records.validation import check_id
-from ..stores.base import ORDER_KEY
-from .extract import BATCH, REFUSED_KEY, WATERMARK_KEY, FactExtractor, is_refused, refused_entry, unread
-from .offline import OfflineFactExtractor
-from .rank import rank
-from .records import (
+from ..records.facts import (
     FACT_STATUSES,
     Fact,
     FactOp,
@@ -34,11 +28,17 @@ from .records import (
     check_text,
     check_value,
 )
+from ..records.models import ChatMessage
+from ..records.validation import check_id
+from ..stores.base import ORDER_KEY
+from .extract import BATCH, REFUSED_KEY, WATERMARK_KEY, FactExtractor, is_refused, refused_entry, unread
+from .offline import OfflineFactExtractor
+from .rank import rank
 from .rules import apply_ops
 
 if TYPE_CHECKING:
-    from ..core import Core
     from ..index.embed import Embedder
+    from ..stores.shared import Core
 
 __all__ = ["Facts", "FactHit", "NOTE_KEY", "USER_IMPORTANCE"]
 

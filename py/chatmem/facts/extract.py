@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from ..records.facts import Fact, FactOp
 from ..records.models import ChatMessage, for_model
 from ..stores.base import ORDER_KEY
-from .records import Fact, FactOp
 from .rules import same_value
 
 __all__ = [

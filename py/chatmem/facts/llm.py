@@ -20,8 +20,8 @@ from typing import Any
 
 from ..chat.providers import ChatProvider
 from ..errors import ProviderError, ValidationError, shown
+from ..records.facts import MULTI_VALUED, SINGLE_VALUED, Fact, FactOp
 from ..records.models import ChatMessage
-from .records import MULTI_VALUED, SINGLE_VALUED, Fact, FactOp
 
 __all__ = ["LLMFactExtractor", "SYSTEM_PROMPT", "parse_operations"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from ..records.facts import Fact, FactOp
 from ..records.models import ChatMessage
-from .records import Fact, FactOp
 
 __all__ = ["OfflineFactExtractor", "sentences"]
 

@@ -38,8 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ValidationError, shown
-from ..records.ids import derived_id
-from .records import (
+from ..records.facts import (
     SINGLE_VALUED,
     Fact,
     FactOp,
@@ -50,6 +49,7 @@ from .records import (
     check_text,
     check_value,
 )
+from ..records.ids import derived_id
 
 __all__ = [
     "Applied",

@@ -76,7 +76,7 @@ from .sql_engine import SQLEngine
 from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..stores.shared import Core
 
 __all__ = ["IN_MEMORY_MAX", "REBUILD_SHARE", "SAVE_SHARE", "EarlyDerivation", "EngineFactory", "LiveIndex"]
 

@@ -39,11 +39,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValidationError, shown
+from ..records.hlc import validate_device_id
 from ..records.ids import Clock, system_clock
+from ..records.merge import is_newer, revives, same_message, winning_fields
 from ..records.validation import DEFAULT_LIMITS, Limits, is_id, parse_decimal
 from ..sync.admit import admit_op
-from ..sync.hlc import validate_device_id
-from ..sync.merge import is_newer, revives, same_message, winning_fields
 from ..sync.ops import MAX_ID_LENGTH
 from . import encryption
 from .quotas import Quotas

@@ -4,7 +4,7 @@ Records are the JSON-ready dicts of ``chatmem.records.models`` (``SessionMeta.to
 / ``ChatMessage.to_record``). Session records carry one private field,
 ``nextSeq``: the next ``seq`` to hand out in that session. Message records carry
 one, ``ORDER_KEY`` (``hlc``): the HLC of the message's create, its place in the
-session's one order (``chatmem.sync.apply``). ``seq`` is the position in that
+session's one order (``chatmem.stores.changes``). ``seq`` is the position in that
 order, 0-based and dense: appends take the next one; deleting messages closes
 the gap and a pulled message that belongs earlier moves the later ones
 (``Store.message_ids`` lets a derived view find what moved).
@@ -212,7 +212,7 @@ class Store(Protocol):
     async def apply_changes(
         self, changes: list[dict[str, Any]], kv: dict[str, Any] | None = None
     ) -> list[str]:
-        """Apply changes pulled from a sync server (``chatmem.sync.apply`` rules) and
+        """Apply changes pulled from a sync server (``chatmem.stores.changes`` rules) and
         set ``kv`` (e.g. the new cursor), all in one transaction, enqueueing nothing.
 
         Returns the ids of the sessions it touched (to drop cached views of them).

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import DuplicateId, SessionNotFound, shown
-from ..sync.apply import apply_changes_to
 from .base import ORDER_KEY, OUTBOX_KEY, Ops, clone, gate_ops, next_seq_after, snapshot_of
+from .changes import apply_changes_to
 
 __all__ = ["MemoryStore"]
 

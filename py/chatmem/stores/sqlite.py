@@ -25,8 +25,8 @@ from ..errors import (
     ValidationError,
     VersionConflict,
 )
-from ..sync.apply import apply_changes_to
 from .base import ORDER_KEY, OUTBOX_KEY, Ops, gate_ops, next_seq_after, snapshot_of
+from .changes import apply_changes_to
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]

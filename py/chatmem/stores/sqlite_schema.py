@@ -40,7 +40,7 @@ MIGRATIONS: list[str] = [
         WHERE EXISTS (SELECT 1 FROM kv WHERE key = 'sync.config');
     DELETE FROM outbox WHERE NOT EXISTS (SELECT 1 FROM kv WHERE key = 'sync.outbox');
     """,
-    # one order (chatmem.sync.apply): every message gets an order key, an HLC of device
+    # one order (chatmem.stores.changes): every message gets an order key, an HLC of device
     # "0" that keeps the session's seq order (the running maximum of createdAt, counted
     # within one millisecond), and seq becomes the dense position; pulling again from the
     # start lets every message synced before take the server's key

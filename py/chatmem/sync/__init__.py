@@ -8,10 +8,10 @@ PBKDF2 per runtime, ``keyring`` the device's key for its space.
 
 from __future__ import annotations
 
+from ..records.hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
 from .backoff import BackoffPolicy, backoff_delay, parse_retry_after, retry_delay
 from .config import SyncConfig, normalize_endpoint
 from .encryption import EncryptionKey, Passphrase
-from .hlc import HybridLogicalClock, compare_hlc, format_hlc, is_hlc, parse_hlc
 from .ops import SyncOp, make_op, op_session_id, validate_op
 from .protocol import (
     Change,

@@ -9,7 +9,7 @@
    of the right types (the server merges them per field), a message ``create``
    a whole message record (``chatmem.records.validation``: fields, types, ranges, sizes,
    nesting, valid Unicode, 64-bit integers, no NaN), a fact ``create`` or
-   ``update`` a whole fact record (``chatmem.facts.records.check_fact_record``);
+   ``update`` a whole fact record (``chatmem.records.facts.check_fact_record``);
    a ``delete``'s data is at most ``{"sessionId": ...}``. End-to-end encrypted data (``chatmem.sync.encryption``
    envelopes) cannot be read here: only its JSON and size are checked; the
    receiving client checks the decrypted record.
@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValidationError, shown
-from ..facts.records import check_fact_record
+from ..records.facts import check_fact_record
+from ..records.hlc import check_skew
 from ..records.validation import Limits, check_message_record, check_session_record, check_value
 from .encryption import is_envelope
-from .hlc import check_skew
 from .ops import SyncOp, validate_op
 
 __all__ = ["admit_op"]

@@ -26,11 +26,11 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..records.hlc import format_hlc
 from ..stores.base import ORDER_KEY, OUTBOX_KEY, SESSION_PRIVATE_FIELDS
-from .hlc import format_hlc
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..stores.shared import Core
 
 __all__ = ["BACKFILL_KEY", "FACTS_BACKFILL_KEY", "Backfill", "backfill_op_id"]
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError, shown
+from ..records.hlc import parse_hlc
 from ..records.validation import INT64_MAX, is_id
-from .hlc import parse_hlc
 
 __all__ = [
     "OpType",

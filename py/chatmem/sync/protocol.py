@@ -45,11 +45,11 @@ from ..errors import (
     WrongPassphrase,
     shown,
 )
+from ..records.hlc import is_hlc, validate_device_id
 from ..records.ids import Clock, system_clock
 from ..runtime.http import HTTPResponse, Transport
 from .backoff import parse_retry_after
 from .config import SyncConfig
-from .hlc import is_hlc, validate_device_id
 from .ops import RESOURCES
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The pull side of sync: read the server's change feed page by page and
 apply each page to the store in one transaction, with the new cursor
-(``Store.apply_changes``; the merge rules are in ``chatmem.sync.merge``).
+(``Store.apply_changes``; the merge rules are in ``chatmem.records.merge``).
 Nothing is enqueued: pulled changes are never echoed back to the server.
 """
 
@@ -11,14 +11,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClockSkew, SyncPermanentError, SyncTransientError
+from ..records.hlc import check_skew
 from .backoff import BackoffPolicy
 from .config import SyncConfig
-from .hlc import check_skew
 from .protocol import SyncClient
 from .quarantine import QUARANTINE_KEY, Quarantined, quarantined, screen, set_aside
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..stores.shared import Core
 
 __all__ = ["CURSOR_KEY", "PULL_LIMIT", "pull_changes"]
 

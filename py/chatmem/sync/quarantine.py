@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypedDict
 
 from ..errors import ValidationError, shown
-from ..facts.records import check_fact_record
+from ..records.facts import check_fact_record
+from ..records.hlc import parse_hlc
 from ..records.validation import Limits, check_message_record, check_session_record, check_value, is_id
-from .hlc import parse_hlc
 from .ops import RESOURCES
 
 __all__ = [

@@ -26,7 +26,7 @@ What is durable, and when:
 - History written before sync was first turned on is pushed from the store
   before the outbox, and before a pull (``chatmem.sync.backfill``).
 - ``pull()`` applies one page of ``/v1/changes`` per store transaction
-  (``Store.apply_changes``, rules in ``chatmem.sync.apply``) and stores the
+  (``Store.apply_changes``, rules in ``chatmem.stores.changes``) and stores the
   new cursor in that same transaction; nothing is enqueued. The device's HLC
   clock advances past every pulled HLC (and is kept in ``kv`` as ``sync.hlc``).
   A record this device cannot use is quarantined alone (``chatmem.sync.quarantine``);
@@ -106,7 +106,7 @@ from .stream import StreamFollower
 from .wire import resolve
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..stores.shared import Core
     from .encryption import CipherSuite
 
 __all__ = [

@@ -25,7 +25,7 @@ import json
 from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 
 from ..errors import ValidationError
-from ..facts.records import Fact
+from ..records.facts import Fact
 from ..records.models import ChatMessage, SessionMeta
 
 __all__ = [

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator
 
 from ..errors import SessionNotFound
+from ..records.hlc import HybridLogicalClock
 from ..records.validation import check_ids
 from ..stores.base import ORDER_KEY
-from ..sync.hlc import HybridLogicalClock
 from .adapters import iter_import, prepare_import
 from .export_format import aiter_export_json, build_export, message_record, session_record
 from .normalized import NormalizedImport, NormalizedSession
@@ -30,7 +30,7 @@ from .source import load_json
 from .validate import validate_facts
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..stores.shared import Core
 
 __all__ = ["Transfer", "ImportReport"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import ImportFormatError, ImportLimitExceeded, LimitExceeded, ValidationError, shown
-from ..facts.records import check_fact_record
+from ..records.facts import check_fact_record
 from ..records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..records.validation import DEFAULT_LIMITS, MESSAGE_KEY_FIELD, Limits, check_value
 from ..stores.base import SESSION_PRIVATE_FIELDS

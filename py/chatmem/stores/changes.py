@@ -51,8 +51,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from ..stores.base import MESSAGE_PRIVATE_FIELDS, ORDER_KEY
-from .merge import is_newer, pending_field_hlcs, revives, same_message
+from ..records.merge import is_newer, pending_field_hlcs, revives, same_message
+from .base import MESSAGE_PRIVATE_FIELDS, ORDER_KEY
 
 __all__ = [
     "STORE_OWNED_FIELDS",

@@ -28,7 +28,7 @@ import re
 from typing import NamedTuple
 
 from ..errors import ClockSkew, ValidationError, shown
-from ..records.ids import Clock, system_clock
+from .ids import Clock, system_clock
 
 __all__ = [
     "HLC_PATTERN",

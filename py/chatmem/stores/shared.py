@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from .records.ids import Clock, IdGenerator
-from .records.validation import DEFAULT_LIMITS, Limits
-from .stores.base import Store, clone
-from .stores.caches import LRUCache
-from .sync.outbox import Outbox
+from ..records.ids import Clock, IdGenerator
+from ..records.validation import DEFAULT_LIMITS, Limits
+from .base import Store, clone
+from .caches import LRUCache
+from .outbox import Outbox
 
 __all__ = ["Core"]
 

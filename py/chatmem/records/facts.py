@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ValidationError, shown
-from ..records.validation import check_id
+from .validation import check_id
 
 __all__ = [
     "Fact",

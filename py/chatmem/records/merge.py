@@ -1,4 +1,4 @@
-"""The merge rules, written once: the client's pull (``sync.apply``, and
+"""The merge rules, written once: the client's pull (``stores.changes``, and
 ``applyChanges`` in the IndexedDB bridge, which must mirror this because no
 Python ``await`` may sit inside an IndexedDB transaction) and the reference
 server's push (``server.service``) both decide with these functions.

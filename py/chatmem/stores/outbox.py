@@ -17,9 +17,9 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Iterable, Mapping
 
+from ..records.hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
 from ..records.ids import Clock, IdGenerator
-from ..stores.base import ORDER_KEY, Store
-from .hlc import DEFAULT_MAX_SKEW_MS, HybridLogicalClock
+from .base import ORDER_KEY, Store
 
 __all__ = ["Outbox", "DEVICE_KEY"]
 
