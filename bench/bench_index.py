@@ -15,8 +15,9 @@ import statistics
 import sys
 import time
 
-from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, search
-from chatmem.index.embed import EMBEDDING_COLUMNS, model_key, quantize
+from chatmem.embedding import HashingEmbedder
+from chatmem.index import DuckDBEngine, QueryIndex, search
+from chatmem.index.embeddings import EMBEDDING_COLUMNS, model_key, quantize
 from chatmem.records.models import extract_text
 
 

@@ -28,8 +28,9 @@ HERE = Path(globals().get("__file__", ".")).resolve().parent  # exec'd without o
 async def measure(
     words_source: Any, open_engine: Callable[[], Awaitable[Any]], n: int = 20_000, rounds: int = 2
 ) -> dict[str, Any]:
-    from chatmem.index import QueryIndex, keywords, tokenize
+    from chatmem.index import QueryIndex, keywords
     from chatmem.index import index as index_module
+    from chatmem.text import tokenize
 
     gen = words_source()
     recs = [

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import chatmem
-from chatmem.index.tokenize import words
+from chatmem.text.tokenize import words
 
 __all__ = [
     "locomo_dir",

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import chatmem
+from chatmem.http import HTTPResponse
 from chatmem.runtime import UrllibTransport
-from chatmem.runtime.http import HTTPResponse
 from chatmem.server import add_account, issue_token, open_storage
 from chatmem.sync import SyncConfig
 from chatmem.sync.protocol import SyncClient

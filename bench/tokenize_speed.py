@@ -27,7 +27,7 @@ HERE = Path(globals().get("__file__", ".")).resolve().parent  # exec'd without o
 
 
 def _definition(text: str) -> list[str]:
-    from chatmem.index import tokenize
+    from chatmem.text import tokenize
 
     ws = tokenize._ASCII_WORD.findall(text.lower())
     return [w.replace(",", "") if "," in w else w.replace("'", "") if "'" in w else w for w in ws]
@@ -35,8 +35,8 @@ def _definition(text: str) -> list[str]:
 
 def measure(words_source: Any, n: int = 20_000, rounds: int = 5) -> dict[str, Any]:
     """The figures (µs per message), in this interpreter."""
-    from chatmem.index import tokenize
     from chatmem.index.schema import message_rows
+    from chatmem.text import tokenize
 
     gen = words_source()
     plain = [gen.text() for _ in range(n)]

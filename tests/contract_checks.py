@@ -1033,7 +1033,7 @@ async def check_session_retention_policy(make: Make) -> None:
 @check
 async def check_message_retention_summarizes_and_window_uses_it(make: Make) -> None:
     """apply_messages() stores one summary, archives the originals, and the window then sends the summary."""
-    from chatmem.conversations.retention import MessageRetentionPolicy
+    from chatmem.context.summaries import MessageRetentionPolicy
 
     async with await make() as mem:
         s = await mem.sessions.create(title="long chat")
@@ -1203,7 +1203,7 @@ async def check_chat_turn_failures_keep_only_what_arrived(make: Make) -> None:
 @check
 async def check_offline_responder_answers_from_memory(make: Make) -> None:
     """With no model, the offline responder quotes earlier messages and says it is offline."""
-    from chatmem.chat.offline import OFFLINE_LABEL, OfflineResponder
+    from chatmem.conversations.offline import OFFLINE_LABEL, OfflineResponder
 
     async with await make() as mem:
         old = await mem.sessions.create(title="Travel")
@@ -1219,7 +1219,7 @@ async def check_offline_responder_answers_from_memory(make: Make) -> None:
 @check
 async def check_changing_the_embedder_re_embeds_in_the_background(make: Make) -> None:
     """set_embedder() embeds every message for the new model in a background task; semantic search uses it."""
-    from chatmem.index import HashingEmbedder
+    from chatmem.embedding import HashingEmbedder
 
     async with await make() as mem:
         s = await mem.sessions.create()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from chatmem.embedding import HashingEmbedder
 from chatmem.errors import ReadOnlySQLError, ValidationError
-from chatmem.index import HashingEmbedder, RetrievalConfig, retrieve, search
+from chatmem.index import RetrievalConfig, retrieve, search
 from chatmem.index.retrieve import HybridWeights
 
 T0 = 1_700_000_000_000
@@ -611,7 +612,7 @@ async def check_vector_forms_agree(index: Any) -> None:
     """Where the engine runs in this thread the query vector is written into the statement
     and hybrid is fused in Python; the forms the page uses (the vector bound, one SQL
     statement) give the same hits, scores and breakdowns, with and without filters."""
-    from chatmem.index import embed
+    from chatmem.index import embeddings as embed
 
     await seed(index)
     emb = HashingEmbedder(dimensions=64)

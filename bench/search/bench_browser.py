@@ -86,7 +86,7 @@ await mem.close()
 # a cold page: nothing of the index is open yet
 FIRST_QUERY = """
 import chatmem, time, builtins
-from chatmem.index import HashingEmbedder
+from chatmem.embedding import HashingEmbedder
 t0 = time.perf_counter()
 mem = await chatmem.open(NAME, embedder=HashingEmbedder(384))
 t1 = time.perf_counter()
@@ -184,7 +184,7 @@ t = time.perf_counter()
 await idx.execute("DELETE FROM embeddings")
 # stored as the index stores them: int8 with a scale (an approximate unit scale is enough
 # here), beside the message's session, role and time and the model's key
-from chatmem.index.embed import model_key
+from chatmem.index.embeddings import model_key
 # each row also has its in-context vector (``cvec``), as the default model stores them
 await idx.execute(
     "INSERT INTO embeddings (message_id, model, dim, vec, scale, cvec, cscale, session_id, role, created_at, "
@@ -197,7 +197,7 @@ await idx.execute(
 res["vectors_load_s"] = round(time.perf_counter() - t, 1)
 # each query timed with the scan the index uses and with the baseline in the same page
 # (both cosines of every row scanned), in turns, so that both meet the same load
-from chatmem.index import embed as _embed
+from chatmem.index import embeddings as _embed
 _one = _embed.ONE_COSINE_FROM
 se, hy, se2, hy2 = [], [], [], []
 try:

@@ -41,13 +41,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".air.context_store": ("ContextStore", "MemoryContextStore"),
     ".air.backends": ("IndexedDBContextStore", "InMemoryContextStore", "SQLiteContextStore"),
     ".conversations.session": ("Session",),
-    ".embedding": ("LocalEmbedder", "StaticEmbedder"),
+    ".embedding": ("Embedder", "HashingEmbedder", "LocalEmbedder", "OpenAIEmbedder", "StaticEmbedder"),
     ".records.ids": ("Clock", "IdGenerator", "new_id", "system_clock"),
     ".index": (
-        "Embedder",
-        "HashingEmbedder",
         "HybridWeights",
-        "OpenAIEmbedder",
         "QueryIndex",
         "RetrievalConfig",
         "SearchHit",
@@ -76,13 +73,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".memory": ("Memory", "open"),
     ".conversations.messages": ("Messages",),
     ".records.models": ("ChatMessage", "Message", "SessionMeta", "estimate_tokens", "extract_text"),
-    ".chat.offline": ("OfflineResponder",),
+    ".conversations.offline": ("OfflineResponder",),
     ".chat.providers": ("ChatProvider", "OpenAICompatibleProvider"),
-    ".conversations.retention": ("MessageRetentionPolicy", "RetentionPolicy", "RetentionReport"),
+    ".conversations.retention": ("RetentionPolicy", "RetentionReport"),
     ".runtime": ("IN_BROWSER", "Runtime"),
     ".conversations.sessions": ("Sessions",),
     ".stores": ("MemoryStore", "Store"),
-    ".context.summaries": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer"),
+    ".context.summaries": ("ExtractiveSummarizer", "LLMSummarizer", "MessageRetentionPolicy", "Summarizer"),
     ".sync": (
         "EncryptionKey",
         "Passphrase",
@@ -103,7 +100,6 @@ if TYPE_CHECKING:
     from .air.backends import IndexedDBContextStore, InMemoryContextStore, SQLiteContextStore  # noqa: F401
     from .air.context_store import ContextStore, MemoryContextStore  # noqa: F401
     from .chat.anthropic import AnthropicProvider  # noqa: F401
-    from .chat.offline import OfflineResponder  # noqa: F401
     from .chat.providers import ChatProvider, OpenAICompatibleProvider  # noqa: F401
     from .context.providers import (  # noqa: F401
         ContextMessage,
@@ -115,14 +111,15 @@ if TYPE_CHECKING:
         UserProfileProvider,
         render_context_message,
     )
-    from .context.summaries import ExtractiveSummarizer, LLMSummarizer, Summarizer  # noqa: F401
+    from .context.summaries import ExtractiveSummarizer, LLMSummarizer, MessageRetentionPolicy, Summarizer  # noqa: F401
     from .context.tokens import BPETokenizer, EstimateTokenizer, Tokenizer  # noqa: F401
     from .context.window import PRESETS, ModelBudget, WindowResult, fit_window  # noqa: F401
     from .conversations.messages import Messages  # noqa: F401
-    from .conversations.retention import MessageRetentionPolicy, RetentionPolicy, RetentionReport  # noqa: F401
+    from .conversations.offline import OfflineResponder  # noqa: F401
+    from .conversations.retention import RetentionPolicy, RetentionReport  # noqa: F401
     from .conversations.session import Session  # noqa: F401
     from .conversations.sessions import Sessions  # noqa: F401
-    from .embedding import LocalEmbedder, StaticEmbedder  # noqa: F401
+    from .embedding import Embedder, HashingEmbedder, LocalEmbedder, OpenAIEmbedder, StaticEmbedder  # noqa: F401
     from .facts import (  # noqa: F401
         Fact,
         FactExtractor,
@@ -133,10 +130,7 @@ if TYPE_CHECKING:
         OfflineFactExtractor,
     )
     from .index import (  # noqa: F401
-        Embedder,
-        HashingEmbedder,
         HybridWeights,
-        OpenAIEmbedder,
         QueryIndex,
         RetrievalConfig,
         SearchHit,

@@ -25,9 +25,9 @@ from .conversations.messages import Messages
 from .conversations.retention import Retention
 from .conversations.session import Session
 from .conversations.sessions import Sessions
+from .embedding.embedders import Embedder
 from .errors import ValidationError
 from .facts import Facts
-from .index.embed import Embedder
 from .index.live import LiveIndex
 from .index.retrieve import RetrievalConfig
 from .index.search import SearchHit

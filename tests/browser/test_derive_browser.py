@@ -183,7 +183,7 @@ def test_the_page_stems_as_python_does(page: object) -> None:
     import random
     import re
 
-    from chatmem.index.tokenize import terms_of_word, words
+    from chatmem.text.tokenize import terms_of_word, words
     from shared_texts import real_texts
 
     vocab = {w for text in real_texts() if text.isascii() for w in words(text)}

@@ -88,7 +88,7 @@ def test_vector_rows_carry_filters_and_an_exact_model_key_in_the_page(page: Page
     """In DuckDB-Wasm every vector row holds its message's session, role and time and the
     model's 53-bit key exactly (it crosses JS as a number); filtered semantic search,
     which reads only those rows, answers within the filters."""
-    from chatmem.index.embed import model_key
+    from chatmem.index.embeddings import model_key
 
     db = unique_name("semrows")
     out = page.py(f"""

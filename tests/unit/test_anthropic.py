@@ -11,7 +11,7 @@ import pytest
 
 import chatmem
 from chatmem import errors
-from chatmem.context.formats import to_anthropic
+from chatmem.chat.formats import to_anthropic
 from conftest import run
 from llm_server import LLMServer
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chatmem.index.derivation import EngineDerivation, derive
-from chatmem.index.tokenize import terms_of_word, words
+from chatmem.text.tokenize import terms_of_word, words
 
 
 class Scripted(EngineDerivation):

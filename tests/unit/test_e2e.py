@@ -16,8 +16,8 @@ import pytest
 
 import chatmem
 from chatmem.errors import DecryptionError, SyncError, ValidationError, WrongPassphrase
+from chatmem.http import HTTPResponse, TransportError
 from chatmem.runtime import UrllibTransport
-from chatmem.runtime.http import HTTPResponse, TransportError
 from chatmem.sync import SyncConfig, keyring
 from chatmem.sync.cipher import CryptographySuite
 from chatmem.sync.encryption import (

@@ -11,16 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from chatmem.embedding import Embedder, HashingEmbedder, OpenAIEmbedder
 from chatmem.errors import EmbeddingError, ValidationError
-from chatmem.index import (
-    DuckDBEngine,
-    Embedder,
-    HashingEmbedder,
-    OpenAIEmbedder,
-    QueryIndex,
-    search,
-)
-from chatmem.runtime.http import HTTPResponse, MockTransport
+from chatmem.http import HTTPResponse, MockTransport
+from chatmem.index import DuckDBEngine, QueryIndex, search
 
 
 def cos(a, b):

@@ -10,8 +10,8 @@ import pytest
 
 import chatmem
 from chatmem.context.providers import ContextMessage, UserProfileProvider
+from chatmem.context.summaries import MessageRetentionPolicy
 from chatmem.context.tokens import MESSAGE_OVERHEAD, EstimateTokenizer
-from chatmem.conversations.retention import MessageRetentionPolicy
 from chatmem.errors import SessionNotFound, ValidationError
 from chatmem.stores.caches import LFUCache, LRUCache
 

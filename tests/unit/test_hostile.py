@@ -28,9 +28,9 @@ from chatmem.errors import (
     ReadOnlySQLError,
     ValidationError,
 )
+from chatmem.http import HTTPResponse, MockTransport
 from chatmem.records.hlc import HybridLogicalClock
 from chatmem.records.validation import Limits
-from chatmem.runtime.http import HTTPResponse, MockTransport
 from chatmem.server.runner import SyncServer
 from chatmem.sync import SyncConfig
 from hostile_checks import EXPLICIT_MESSAGE_CASES, SHAPE_CASES, check_cases, expand

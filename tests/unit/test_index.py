@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chatmem.embedding import HashingEmbedder
 from chatmem.errors import DatabaseClosed, QueryError, ValidationError
-from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, SQLEngine, search
+from chatmem.index import DuckDBEngine, QueryIndex, SQLEngine, search
 from chatmem.index.schema import TABLES, message_rows, row_to_message_record, session_row
 from chatmem.index.sql_engine import columns
-from chatmem.index.tokenize import norm_text, parse_query, phrase_pattern, tokens, words
 from chatmem.records.models import ChatMessage, SessionMeta
+from chatmem.text.tokenize import norm_text, parse_query, phrase_pattern, tokens, words
 
 
 def run(coro):

@@ -486,7 +486,7 @@ async def test_background_saves_wait_after_a_costly_one_but_not_at_the_end_or_on
     saves at once instead of waiting: the reopened file holds every write."""
     import time
 
-    from chatmem.index import HashingEmbedder
+    from chatmem.embedding import HashingEmbedder
     from chatmem.index.live import SAVE_SHARE
 
     db, idx = str(tmp_path / "store.db"), str(tmp_path / "index.duckdb")
@@ -541,7 +541,7 @@ async def test_a_save_runs_in_steps_that_let_queries_and_vector_writes_through(t
     it is saved again, and the file holds the working index's rows in its order."""
     import contextlib
 
-    from chatmem.index import HashingEmbedder
+    from chatmem.embedding import HashingEmbedder
     from chatmem.index import cache as cache_module
 
     monkeypatch.setattr(cache_module, "COPY_PART", 12)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import chatmem
-from chatmem.chat.offline import OFFLINE_LABEL, OfflineResponder, keywords
+from chatmem.conversations.offline import OFFLINE_LABEL, OfflineResponder, keywords
 
 
 def test_keywords_drop_stop_words_and_repeats() -> None:

@@ -205,8 +205,8 @@ def test_every_exception_class_lives_in_errors() -> None:
 
 
 def test_moved_errors_stay_importable_where_they_were() -> None:
-    """``chatmem.runtime.http`` still offers the transport errors it used to define (the same classes)."""
-    from chatmem.runtime import http
+    """``chatmem.http`` still offers the transport errors it used to define (the same classes)."""
+    from chatmem import http
 
     assert http.TransportError is errors.TransportError
     assert http.TransportTimeout is errors.TransportTimeout

@@ -12,7 +12,7 @@ from typing import Any
 
 from chatmem.index import DuckDBEngine, QueryIndex
 from chatmem.index.keywords import TermIds
-from chatmem.index.tokenize import tokens, words
+from chatmem.text.tokenize import tokens, words
 from shared_texts import shared_dir
 
 EXTRA = [

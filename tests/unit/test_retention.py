@@ -7,18 +7,21 @@ from typing import Any
 
 import pytest
 
-from chatmem.context.summaries import SUMMARY_PREFIX, ExtractiveSummarizer
+from chatmem.context.summaries import (
+    SUMMARY_PREFIX,
+    ExtractiveSummarizer,
+    MessagePlan,
+    MessageRetentionPolicy,
+    plan_message_retention,
+    summary_message_fields,
+)
 from chatmem.context.window import fit_window
 from chatmem.conversations.retention import (
     DAY_MS,
-    MessagePlan,
-    MessageRetentionPolicy,
     RetentionPlan,
     RetentionPolicy,
     RetentionReport,
-    plan_message_retention,
     plan_retention,
-    summary_message_fields,
 )
 from chatmem.errors import ValidationError
 from chatmem.records.models import ChatMessage, SessionMeta, estimate_tokens

@@ -9,8 +9,8 @@ import pytest
 
 import chatmem
 from chatmem.errors import UnsupportedEnvironment, ValidationError
+from chatmem.http import HTTPResponse, MockTransport
 from chatmem.runtime import CPythonRuntime, LocalDrainLock, default_runtime
-from chatmem.runtime.http import HTTPResponse, MockTransport
 
 
 class Recording(CPythonRuntime):

@@ -9,9 +9,9 @@ import pytest
 
 import chatmem
 from chatmem.embedding import LOCAL_MODEL, LocalEmbedder, StaticEmbedder, WordPiece, find_model_file
+from chatmem.embedding.embedders import contextualize
 from chatmem.errors import EmbeddingError, ValidationError
 from chatmem.index import RetrievalConfig
-from chatmem.index.embed import contextualize
 
 pytestmark = pytest.mark.skipif(find_model_file() is None, reason="run through `python build.py test`")
 

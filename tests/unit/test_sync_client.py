@@ -21,8 +21,8 @@ from chatmem.errors import (
     SyncTransientError,
     ValidationError,
 )
+from chatmem.http import HTTPResponse, MockTransport
 from chatmem.runtime import UrllibTransport
-from chatmem.runtime.http import HTTPResponse, MockTransport
 from chatmem.server import running_server
 from chatmem.server.runner import SyncServer
 from chatmem.sync import (

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from chatmem.index import tokenize
-from chatmem.index.tokenize import term_count, tokens, words
+from chatmem.text import tokenize
+from chatmem.text.tokenize import term_count, tokens, words
 from shared_texts import real_texts
 
 REPO = Path(__file__).resolve().parents[2]

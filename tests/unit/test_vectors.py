@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import random
 
-from chatmem.index import DuckDBEngine, HashingEmbedder, QueryIndex, RetrievalConfig, retrieve, search
-from chatmem.index.embed import EMBEDDING_COLUMNS, embedding_rows, quantize
+from chatmem.embedding import HashingEmbedder
+from chatmem.index import DuckDBEngine, QueryIndex, RetrievalConfig, retrieve, search
+from chatmem.index.embeddings import EMBEDDING_COLUMNS, embedding_rows, quantize
 from chatmem.records.models import SessionMeta
 
 
@@ -220,7 +221,7 @@ async def _two_sessions(emb=None) -> QueryIndex:
 async def test_vector_rows_carry_the_message_filters_and_model_key():
     """Every vector row holds its message's session_id, role and created_at and its model's
     key, whether written with the message (an index embedder) or later (embed_missing)."""
-    from chatmem.index.embed import model_key
+    from chatmem.index.embeddings import model_key
 
     emb, other = CalibratedHashing(), HashingEmbedder(32)
     idx = await _two_sessions(emb)  # embedded as the messages are written
@@ -240,7 +241,7 @@ async def test_vector_rows_carry_the_message_filters_and_model_key():
 async def test_semantic_search_equals_the_ranking_joined_to_messages():
     """Semantic search filters and breaks ties on the vector rows alone; it answers exactly
     what the same ranking over ``messages`` (their filters, their times) answers."""
-    from chatmem.index.embed import cosine_sql, query_literal
+    from chatmem.index.embeddings import cosine_sql, query_literal
     from chatmem.index.hits import build_filters
 
     emb = CalibratedHashing()

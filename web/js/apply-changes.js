@@ -1,5 +1,5 @@
 // Pulled changes applied to IndexedDB in one transaction: the merge rules of
-// chatmem/sync/merge.py and chatmem/sync/apply.py (read their docstrings), in
+// chatmem/records/merge.py and chatmem/stores/changes.py (read their docstrings), in
 // JavaScript because no Python await may sit inside an IndexedDB transaction.
 // Remote changes are merged under the pending outbox operations (newer = a
 // greater HLC), nothing is enqueued, and `kv` (the new cursor) is written in
@@ -18,7 +18,7 @@ function placeholderSession(sessionId, createdAt) {
   };
 }
 
-/** JSON with sorted keys: two writes of a message compare by it (chatmem/sync/merge.py). */
+/** JSON with sorted keys: two writes of a message compare by it (chatmem/records/merge.py). */
 function canonical(value) {
   if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
   if (value && typeof value === "object") {
@@ -27,7 +27,7 @@ function canonical(value) {
   return JSON.stringify(value ?? null);
 }
 
-/** The same message apart from its position on the sending device (chatmem/sync/merge.py). */
+/** The same message apart from its position on the sending device (chatmem/records/merge.py). */
 function sameMessage(a, b) {
   const { seq: _a, ...x } = a;
   const { seq: _b, ...y } = b;
@@ -35,7 +35,7 @@ function sameMessage(a, b) {
 }
 
 /** Where a message goes in its session: its create's HLC, then its id; a message stored
- * before messages had an HLC comes first, in its seq order (chatmem/sync/apply.py). */
+ * before messages had an HLC comes first, in its seq order (chatmem/stores/changes.py). */
 function orderKey(m) {
   return m.hlc ? [String(m.hlc), -1, String(m.id)] : ["", Number(m.seq), String(m.id)];
 }

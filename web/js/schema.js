@@ -40,7 +40,7 @@ function leanMessages(db, tx) {
   }
 }
 
-/** Version 4: one order (chatmem/sync/apply.py). Every message gets an order key, an HLC
+/** Version 4: one order (chatmem/stores/changes.py). Every message gets an order key, an HLC
  *  of device "0" that keeps the session's seq order (the running maximum of createdAt,
  *  counted within one millisecond), and seq becomes the dense position; the sync cursor
  *  goes, so the next pull brings everything again and every message synced before takes

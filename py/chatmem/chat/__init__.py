@@ -1,4 +1,5 @@
-"""Talking to a model: the ``ChatProvider`` protocol and its OpenAI-compatible
-implementation (``providers``), Anthropic's Messages API (``anthropic``), the offline
-responder that answers from memory without a model (``offline``), and the chat turn
-that stores the user's message, builds the window and streams the answer (``turn``)."""
+"""Model clients: the ``ChatProvider`` protocol and its OpenAI-compatible
+implementation (``providers``), Anthropic's Messages API (``anthropic``), and the
+request shapes both APIs expect (``formats``). They know the wire, not the memory:
+the chat turn that uses them is ``chatmem.conversations.turn``, the responder that
+answers from memory without a model ``chatmem.conversations.offline``."""

@@ -5,7 +5,7 @@ server-sent events (``message_start``, ``content_block_delta`` with
 ``text_delta`` pieces, ``message_delta`` with the ``stop_reason``,
 ``message_stop``; ``error`` events mid-stream). The window it is given may be
 OpenAI-style messages (what ``build_context`` returns by default; converted
-with ``chatmem.context.formats.to_anthropic``) or the ``{"system", "messages"}`` shape
+with ``chatmem.chat.formats.to_anthropic``) or the ``{"system", "messages"}`` shape
 of ``build_context(..., format="anthropic")``.
 
 Same failure semantics as ``OpenAICompatibleProvider``: HTTP statuses become
@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator, Mapping, Sequence
 
-from ..context.formats import from_anthropic_blocks, to_anthropic
 from ..errors import ProviderServerError, ProviderTimeout, ProviderUnavailable, ValidationError
-from ..runtime.http import HTTPResponse, Transport, TransportError, TransportTimeout
+from ..http import HTTPResponse, Transport, TransportError, TransportTimeout
+from .formats import from_anthropic_blocks, to_anthropic
 from .providers import HTTPProvider, provider_error
 
 __all__ = ["AnthropicProvider", "ANTHROPIC_VERSION"]

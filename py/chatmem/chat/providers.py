@@ -2,7 +2,7 @@
 
 ``OpenAICompatibleProvider`` speaks ``POST {base_url}/chat/completions`` with
 ``stream: true`` (server-sent events), which OpenAI, Ollama, LM Studio,
-llama.cpp's server and vLLM all serve. It runs over ``chatmem.runtime.http``: the
+llama.cpp's server and vLLM all serve. It runs over ``chatmem.http``: the
 browser's ``fetch`` in Pyodide, ``urllib`` on CPython. Cancel a turn by
 cancelling its task: the connection is closed and nothing is returned.
 The api key goes only into the ``Authorization`` header, never into URLs,
@@ -27,7 +27,7 @@ from ..errors import (
     TransportTimeout,
     ValidationError,
 )
-from ..runtime.http import HTTPResponse, Transport
+from ..http import HTTPResponse, Transport
 
 __all__ = ["ChatProvider", "HTTPProvider", "OpenAICompatibleProvider", "provider_error"]
 

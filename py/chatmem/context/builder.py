@@ -23,14 +23,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
-from ..conversations.retention import MessageRetentionPolicy, plan_message_retention, summary_key
+from ..chat.formats import FORMATS, to_anthropic
 from ..errors import SessionNotFound, ValidationError
 from ..facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
 from ..records.models import NOT_FOR_MODEL, ChatMessage, for_model
-from .formats import FORMATS, to_anthropic
 from .providers import LiveContext
 from .render import render_context_message
-from .summaries import ExtractiveSummarizer, Summarizer, is_summary_message, is_system_prompt, summary_text
+from .summaries import (
+    ExtractiveSummarizer,
+    MessageRetentionPolicy,
+    Summarizer,
+    is_summary_message,
+    is_system_prompt,
+    plan_message_retention,
+    summary_key,
+    summary_text,
+)
 from .tokens import EstimateTokenizer, Tokenizer, for_format
 from .window import ModelBudget, WindowResult, fit_window, preset
 

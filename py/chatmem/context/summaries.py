@@ -14,7 +14,7 @@ is never re-summarized from the start.
   character bound, folding the previous summary's lines in as candidates.
 
 Nothing here writes: storing the summary message is the caller's job (see
-``chatmem.conversations.retention.summary_message_fields``). A stored summary message is a
+``summary_message_fields``). A stored summary message is a
 ``system`` message whose content is ``SUMMARY_PREFIX + text`` and whose
 ``metadata`` holds ``{"summary": true, "summaryOf": {...}}``.
 """
@@ -24,11 +24,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..chat.providers import ChatProvider
 from ..errors import ChatmemError, ValidationError
 from ..records.models import ChatMessage
+from ..records.validation import check_nonneg_int
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -41,6 +43,11 @@ __all__ = [
     "is_system_prompt",
     "summary_text",
     "build_summary_prompt",
+    "MessageRetentionPolicy",
+    "MessagePlan",
+    "plan_message_retention",
+    "summary_message_fields",
+    "summary_key",
 ]
 
 #: how a summary is shown to the model (the original's summary message)
@@ -200,3 +207,140 @@ class ExtractiveSummarizer:
                 chosen.append(pos)
                 size += n
         return "\n".join(cands[p][0] for p in sorted(chosen))
+
+
+# ---------------------------------------------------------------------- what a summary replaces
+
+
+def summary_key(session_id: str) -> str:
+    """kv key holding the id of the session's latest summary message."""
+    return f"summary.{session_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRetentionPolicy:
+    """The original's ``MessageRetentionPolicy`` with its defaults.
+
+    ``archive_originals`` (not in the original) says what happens to the
+    messages a summary replaces: archived (kept in the store, hidden from
+    windows) when true, deleted when false.
+    """
+
+    keep_system_messages: bool = True
+    max_messages_per_session: int = 200
+    summarize_old: bool = True
+    summary_threshold: int = 50
+    archive_originals: bool = True
+
+    def __post_init__(self) -> None:
+        check_nonneg_int(self.max_messages_per_session, "max_messages_per_session")
+        check_nonneg_int(self.summary_threshold, "summary_threshold")
+        for name in ("keep_system_messages", "summarize_old", "archive_originals"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError(f"{name} must be a bool", field=name)
+
+
+@dataclass(slots=True)
+class MessagePlan:
+    """What to do with one session's messages.
+
+    * ``summarize``: ids of the messages to fold into one new summary (oldest
+      first); empty when no summary is due.
+    * ``previous_summary_id``: the newest existing summary message, whose text
+      is passed to the summarizer as ``previous_summary``.
+    * ``remove``: ids to archive or delete once the summary is stored (the
+      summarized messages and the summaries the new one supersedes; or, with
+      ``summarize_old`` off, the messages beyond the cap).
+    * ``action``: ``"archive"`` or ``"delete"`` for ``remove``.
+    * ``covers``: ``{"fromSeq", "toSeq", "count"}`` of the summarized range.
+    * ``keep``: ids left in place.
+    """
+
+    summarize: list[str] = field(default_factory=list)
+    previous_summary_id: str | None = None
+    remove: list[str] = field(default_factory=list)
+    action: Literal["archive", "delete"] = "archive"
+    covers: dict[str, int] | None = None
+    keep: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.summarize or self.remove)
+
+
+def plan_message_retention(
+    messages: Sequence[ChatMessage | Mapping[str, Any]], policy: MessageRetentionPolicy
+) -> MessagePlan:
+    """Plan the message-level policy for one session's messages (``seq`` order). Pure.
+
+    The session's system prompt (a ``system`` message at ``seq`` 0) is always
+    kept; other system messages are kept when ``keep_system_messages`` (stored
+    summaries excepted: a new summary supersedes them). Of the other messages the newest
+    ``min(summary_threshold, max_messages_per_session)`` are kept when
+    ``summarize_old``, the newest ``max_messages_per_session`` otherwise; the
+    older ones are summarized (or just removed). The cut never leaves a
+    ``tool`` message without the assistant message that called it: such
+    results go with their call into the summary.
+    """
+    if not isinstance(policy, MessageRetentionPolicy):
+        raise ValidationError("policy must be a MessageRetentionPolicy", field="policy")
+    msgs = [m if isinstance(m, ChatMessage) else ChatMessage.from_record(m) for m in messages]
+    action: Literal["archive", "delete"] = "archive" if policy.archive_originals else "delete"
+    summaries = [m for m in msgs if is_summary_message(m)]
+    fixed = [
+        m
+        for m in msgs
+        if not is_summary_message(m)
+        and m.role == "system"
+        and (policy.keep_system_messages or is_system_prompt(m))
+    ]
+    fixed_ids = {m.id for m in fixed}
+    convo = [m for m in msgs if m.id not in fixed_ids and not is_summary_message(m)]
+    keep_n = (
+        min(policy.summary_threshold, policy.max_messages_per_session)
+        if policy.summarize_old
+        else policy.max_messages_per_session
+    )
+    if len(convo) <= keep_n:
+        return MessagePlan(action=action, keep=[m.id for m in msgs])
+    cut = len(convo) - keep_n
+    while cut < len(convo) and convo[cut].role == "tool":
+        cut += 1  # do not orphan tool results: summarize them with their call
+    old = convo[:cut]
+    old_ids = [m.id for m in old]
+    if policy.summarize_old:
+        prev = summaries[-1] if summaries else None
+        remove = old_ids + [m.id for m in summaries]
+        removed = set(remove)
+        return MessagePlan(
+            summarize=old_ids,
+            previous_summary_id=prev.id if prev else None,
+            remove=remove,
+            action=action,
+            covers={"fromSeq": old[0].seq, "toSeq": old[-1].seq, "count": len(old)},
+            keep=[m.id for m in msgs if m.id not in removed],
+        )
+    removed = set(old_ids)
+    return MessagePlan(
+        remove=old_ids,
+        action=action,
+        covers=None,
+        keep=[m.id for m in msgs if m.id not in removed],
+    )
+
+
+def summary_message_fields(text: str, plan: MessagePlan) -> dict[str, Any]:
+    """``role``, ``content`` and ``metadata`` of the summary message to append
+    for ``plan`` (``mem.messages.append(sid, **fields)``): a system message
+    ``SUMMARY_PREFIX + text``, marked ``{"summary": true}`` and linked to the
+    range it covers and to the summary it supersedes."""
+    if not isinstance(text, str) or not text:
+        raise ValidationError("summary text must be a non-empty string", field="text")
+    summary_of: dict[str, Any] = dict(plan.covers or {})
+    summary_of["ids"] = list(plan.summarize)
+    if plan.previous_summary_id:
+        summary_of["previousSummaryId"] = plan.previous_summary_id
+    return {
+        "role": "system",
+        "content": SUMMARY_PREFIX + text,
+        "metadata": {"summary": True, "summaryOf": summary_of},
+    }

@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from ..errors import ValidationError
 from ..records.models import ChatMessage, estimate_tokens, extract_text
-
-if TYPE_CHECKING:
-    from ..runtime.base import Runtime
 
 __all__ = [
     "Tokenizer",
     "EstimateTokenizer",
     "BPETokenizer",
+    "CounterSource",
     "BPE_ENCODINGS",
     "DEFAULT_MESSAGE_OVERHEAD",
     "MESSAGE_OVERHEAD",
@@ -43,6 +41,12 @@ __all__ = [
 DEFAULT_MESSAGE_OVERHEAD = 4
 #: tokens of framing per message, by the target format of a context window
 MESSAGE_OVERHEAD = {"openai": 4, "anthropic": 3}
+
+
+class CounterSource(Protocol):
+    """Where a bundled BPE counter comes from: a ``Runtime`` is one."""
+
+    async def token_counter(self, encoding: str) -> Callable[[str], int]: ...
 
 
 @runtime_checkable
@@ -168,7 +172,9 @@ class BPETokenizer:
         self.message_overhead = _check_overhead(message_overhead)
 
     @classmethod
-    async def load(cls, encoding: str = "o200k_base", *, runtime: Runtime | None = None) -> BPETokenizer:
+    async def load(
+        cls, encoding: str = "o200k_base", *, runtime: CounterSource | None = None
+    ) -> BPETokenizer:
         """The bundled counter of ``runtime`` (this platform's by default); on CPython
         ``UnsupportedEnvironment``: pass ``count=`` there instead."""
         if encoding not in BPE_ENCODINGS:

@@ -1,7 +1,9 @@
 """Retention policies and their pure planners (the original's "Retention Policies").
 
-Planning is pure: ``plan_retention`` and ``plan_message_retention`` read the
-records they are given and say what to do; the core applies a plan to the
+Planning is pure: ``plan_retention`` and ``plan_message_retention`` (in
+``chatmem.context.summaries``: the context builder reads the same plan to show a
+summary in place of what it replaces) read the records they are given and say
+what to do; ``Retention`` applies a plan to the
 store (``mem.retention.apply`` / ``apply_messages``) and reports a
 ``RetentionReport``. Durations are milliseconds, as in the original.
 
@@ -28,18 +30,21 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from ..context.summaries import (
-    SUMMARY_PREFIX,
     ExtractiveSummarizer,
+    MessagePlan,
+    MessageRetentionPolicy,
     Summarizer,
-    is_summary_message,
-    is_system_prompt,
+    plan_message_retention,
+    summary_key,
+    summary_message_fields,
     summary_text,
 )
 from ..errors import ValidationError
 from ..records.models import ChatMessage, SessionMeta
+from ..records.validation import check_nonneg_int
 
 if TYPE_CHECKING:
     from ..records.ids import Clock
@@ -53,25 +58,10 @@ __all__ = [
     "RetentionPlan",
     "RetentionReport",
     "plan_retention",
-    "MessageRetentionPolicy",
-    "MessagePlan",
-    "plan_message_retention",
-    "summary_message_fields",
     "Retention",
-    "summary_key",
 ]
 
 DAY_MS = 24 * 60 * 60 * 1000
-
-
-def summary_key(session_id: str) -> str:
-    """kv key holding the id of the session's latest summary message."""
-    return f"summary.{session_id}"
-
-
-def _nonneg_int(v: Any, name: str) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValidationError(f"{name} must be an int >= 0", field=name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +75,7 @@ class RetentionPolicy:
 
     def __post_init__(self) -> None:
         for name in ("max_sessions", "max_age", "archive_after"):
-            _nonneg_int(getattr(self, name), name)
+            check_nonneg_int(getattr(self, name), name)
         if not isinstance(self.delete_archived, bool):
             raise ValidationError("delete_archived must be a bool", field="delete_archived")
 
@@ -126,7 +116,7 @@ def plan_retention(
     """What ``policy`` does to ``sessions`` at time ``now`` (ms). Pure."""
     if not isinstance(policy, RetentionPolicy):
         raise ValidationError("policy must be a RetentionPolicy", field="policy")
-    _nonneg_int(now, "now")
+    check_nonneg_int(now, "now")
     metas = [_meta(s) for s in sessions]
     archived = {m.session_id: m.archived for m in metas}
     plan = RetentionPlan()
@@ -155,138 +145,6 @@ def plan_retention(
         unpinned = sorted((m for m in active if not m.pinned), key=lambda m: (-m.updated_at, m.session_id))
         plan.archive.extend(m.session_id for m in unpinned[slots:])
     return plan
-
-
-# ------------------------------------------------------------------ message level
-
-
-@dataclass(frozen=True, slots=True)
-class MessageRetentionPolicy:
-    """The original's ``MessageRetentionPolicy`` with its defaults.
-
-    ``archive_originals`` (not in the original) says what happens to the
-    messages a summary replaces: archived (kept in the store, hidden from
-    windows) when true, deleted when false.
-    """
-
-    keep_system_messages: bool = True
-    max_messages_per_session: int = 200
-    summarize_old: bool = True
-    summary_threshold: int = 50
-    archive_originals: bool = True
-
-    def __post_init__(self) -> None:
-        _nonneg_int(self.max_messages_per_session, "max_messages_per_session")
-        _nonneg_int(self.summary_threshold, "summary_threshold")
-        for name in ("keep_system_messages", "summarize_old", "archive_originals"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValidationError(f"{name} must be a bool", field=name)
-
-
-@dataclass(slots=True)
-class MessagePlan:
-    """What to do with one session's messages.
-
-    * ``summarize``: ids of the messages to fold into one new summary (oldest
-      first); empty when no summary is due.
-    * ``previous_summary_id``: the newest existing summary message, whose text
-      is passed to the summarizer as ``previous_summary``.
-    * ``remove``: ids to archive or delete once the summary is stored (the
-      summarized messages and the summaries the new one supersedes; or, with
-      ``summarize_old`` off, the messages beyond the cap).
-    * ``action``: ``"archive"`` or ``"delete"`` for ``remove``.
-    * ``covers``: ``{"fromSeq", "toSeq", "count"}`` of the summarized range.
-    * ``keep``: ids left in place.
-    """
-
-    summarize: list[str] = field(default_factory=list)
-    previous_summary_id: str | None = None
-    remove: list[str] = field(default_factory=list)
-    action: Literal["archive", "delete"] = "archive"
-    covers: dict[str, int] | None = None
-    keep: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.summarize or self.remove)
-
-
-def plan_message_retention(
-    messages: Sequence[ChatMessage | Mapping[str, Any]], policy: MessageRetentionPolicy
-) -> MessagePlan:
-    """Plan the message-level policy for one session's messages (``seq`` order). Pure.
-
-    The session's system prompt (a ``system`` message at ``seq`` 0) is always
-    kept; other system messages are kept when ``keep_system_messages`` (stored
-    summaries excepted: a new summary supersedes them). Of the other messages the newest
-    ``min(summary_threshold, max_messages_per_session)`` are kept when
-    ``summarize_old``, the newest ``max_messages_per_session`` otherwise; the
-    older ones are summarized (or just removed). The cut never leaves a
-    ``tool`` message without the assistant message that called it: such
-    results go with their call into the summary.
-    """
-    if not isinstance(policy, MessageRetentionPolicy):
-        raise ValidationError("policy must be a MessageRetentionPolicy", field="policy")
-    msgs = [m if isinstance(m, ChatMessage) else ChatMessage.from_record(m) for m in messages]
-    action: Literal["archive", "delete"] = "archive" if policy.archive_originals else "delete"
-    summaries = [m for m in msgs if is_summary_message(m)]
-    fixed = [
-        m
-        for m in msgs
-        if not is_summary_message(m)
-        and m.role == "system"
-        and (policy.keep_system_messages or is_system_prompt(m))
-    ]
-    fixed_ids = {m.id for m in fixed}
-    convo = [m for m in msgs if m.id not in fixed_ids and not is_summary_message(m)]
-    keep_n = (
-        min(policy.summary_threshold, policy.max_messages_per_session)
-        if policy.summarize_old
-        else policy.max_messages_per_session
-    )
-    if len(convo) <= keep_n:
-        return MessagePlan(action=action, keep=[m.id for m in msgs])
-    cut = len(convo) - keep_n
-    while cut < len(convo) and convo[cut].role == "tool":
-        cut += 1  # do not orphan tool results: summarize them with their call
-    old = convo[:cut]
-    old_ids = [m.id for m in old]
-    if policy.summarize_old:
-        prev = summaries[-1] if summaries else None
-        remove = old_ids + [m.id for m in summaries]
-        removed = set(remove)
-        return MessagePlan(
-            summarize=old_ids,
-            previous_summary_id=prev.id if prev else None,
-            remove=remove,
-            action=action,
-            covers={"fromSeq": old[0].seq, "toSeq": old[-1].seq, "count": len(old)},
-            keep=[m.id for m in msgs if m.id not in removed],
-        )
-    removed = set(old_ids)
-    return MessagePlan(
-        remove=old_ids,
-        action=action,
-        covers=None,
-        keep=[m.id for m in msgs if m.id not in removed],
-    )
-
-
-def summary_message_fields(text: str, plan: MessagePlan) -> dict[str, Any]:
-    """``role``, ``content`` and ``metadata`` of the summary message to append
-    for ``plan`` (``mem.messages.append(sid, **fields)``): a system message
-    ``SUMMARY_PREFIX + text``, marked ``{"summary": true}`` and linked to the
-    range it covers and to the summary it supersedes."""
-    if not isinstance(text, str) or not text:
-        raise ValidationError("summary text must be a non-empty string", field="text")
-    summary_of: dict[str, Any] = dict(plan.covers or {})
-    summary_of["ids"] = list(plan.summarize)
-    if plan.previous_summary_id:
-        summary_of["previousSummaryId"] = plan.previous_summary_id
-    return {
-        "role": "system",
-        "content": SUMMARY_PREFIX + text,
-        "metadata": {"summary": True, "summaryOf": summary_of},
-    }
 
 
 # ---------------------------------------------------------------------------- applying plans
@@ -376,7 +234,7 @@ class Retention:
 
     async def delete_old_sessions(self, *, older_than: int, now: int | None = None) -> list[str]:
         """Delete unpinned sessions not updated for ``older_than`` ms (the original's quota remedy)."""
-        _nonneg_int(older_than, "older_than")
+        check_nonneg_int(older_than, "older_than")
         now = self._clock() if now is None else now
         gone = []
         for m in await self._sessions.list(limit=None, archived=None, pinned_first=False):
@@ -394,7 +252,7 @@ class Retention:
         sleep: Callable[[float], Any] | None = None,
     ) -> None:
         """Apply ``policy`` now and then every ``interval`` ms (the original: hourly) until ``stop()``."""
-        _nonneg_int(interval, "interval")
+        check_nonneg_int(interval, "interval")
         self.stop()
         nap = sleep or self._sleep
 

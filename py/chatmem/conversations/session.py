@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..chat.turn import reply, send
 from ..records.models import ChatMessage
+from .turn import reply, send
 
 if TYPE_CHECKING:
     from ..context.builder import ContextBuilder

@@ -158,6 +158,6 @@ def default_embedder() -> Any:
     on CPython once built), else ``HashingEmbedder()``."""
     if _runtime_loader() is not None or find_model_file() is not None:
         return LocalEmbedder()
-    from ..index.embed import HashingEmbedder
+    from .embedders import HashingEmbedder
 
     return HashingEmbedder()

@@ -37,7 +37,7 @@ from .rank import rank
 from .rules import apply_ops
 
 if TYPE_CHECKING:
-    from ..index.embed import Embedder
+    from ..embedding.embedders import Embedder
     from ..stores.shared import Core
 
 __all__ = ["Facts", "FactHit", "NOTE_KEY", "USER_IMPORTANCE"]

@@ -2,12 +2,11 @@
 
 ``QueryIndex`` over an ``SQLEngine`` (``DuckDBEngine`` on CPython, DuckDB-Wasm
 in the browser); ``search`` and ``retrieve`` read it; ``check_read_only``
-guards user SQL; ``HashingEmbedder`` / ``OpenAIEmbedder`` make vectors.
+guards user SQL. The embedders that make its vectors are ``chatmem.embedding``'s.
 """
 
 from __future__ import annotations
 
-from .embed import Embedder, HashingEmbedder, OpenAIEmbedder
 from .query_index import EVENT_KINDS, QueryIndex
 from .retrieve import HybridWeights, RetrievalConfig, retrieve
 from .search import MODES, SearchHit, search
@@ -18,10 +17,7 @@ __all__ = [
     "EVENT_KINDS",
     "MODES",
     "DuckDBEngine",
-    "Embedder",
-    "HashingEmbedder",
     "HybridWeights",
-    "OpenAIEmbedder",
     "QueryIndex",
     "RetrievalConfig",
     "SQLEngine",

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..text.tokenize import term_count
 from .figures import KeywordFigures
 from .keywords import drop_sessions, lap, load_messages
 from .schema import MESSAGE_COLUMNS, TABLES, message_row, session_row
 from .sql_engine import SQLEngine, marks
-from .tokenize import term_count
 
 __all__ = ["Caught", "Plan", "catch_up", "plan"]
 

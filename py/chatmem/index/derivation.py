@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..scheduling.settle import settle
+from ..text.tokenize import terms_of_word, words
 from .doctable import DocTable, extended
 from .keywords import stage_statement
 from .sql_engine import SQLEngine
-from .tokenize import terms_of_word, words
 
 __all__ = ["EngineDerivation", "Started", "derive", "run_derivation"]
 

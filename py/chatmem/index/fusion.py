@@ -26,8 +26,9 @@ import heapq
 from collections.abc import Mapping
 from typing import Any
 
-from . import embed, scoring
-from .embed import cosine_sql, model_key, semantic_ctes
+from ..text.tokenize import ParsedQuery
+from . import embeddings, scoring
+from .embeddings import cosine_sql, model_key, semantic_ctes
 from .hits import (
     Filters,
     SearchHit,
@@ -41,7 +42,6 @@ from .hits import (
 )
 from .protocols import SearchIndex
 from .scoring import keyword_ranking, postings_needed, round9, term_weights, vector_sql
-from .tokenize import ParsedQuery
 
 __all__ = ["RRF_DEPTH", "RRF_K", "hybrid"]
 
@@ -210,7 +210,7 @@ async def _fused_here(
     if filters is not None:
         where += f" AND {filters[1].sql}"
         sem_params = list(filters[1].params)
-    if stats[0] >= embed.ONE_COSINE_FROM:
+    if stats[0] >= embeddings.ONE_COSINE_FROM:
         # a large index: the scan computes the ranking cosine alone (see ``semantic_ctes``)
         ctes = semantic_ctes(
             vector_sql(vec), where, one_cosine=True, top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}"

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..errors import ValidationError, shown
 from ..records.models import ROLES, ChatMessage, extract_text
+from ..text.tokenize import ParsedQuery, norm_text, phrase_pattern
 from .protocols import SearchIndex
 from .schema import row_to_message_record
 from .scoring import K1, B, term_weights
-from .tokenize import ParsedQuery, norm_text, phrase_pattern
 
 __all__ = [
     "K1",

@@ -28,11 +28,11 @@ from typing import Any
 
 from ..scheduling.settle import settle
 from ..scheduling.timeslice import TimeSlicer
+from ..text.tokenize import terms_of_word, words
 from .doctable import DocTable, extended
 from .figures import KeywordFigures
 from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, message_rows, table_statement
 from .sql_engine import SQLEngine, marks
-from .tokenize import terms_of_word, words
 
 __all__ = [
     "SORT_MESSAGES_MAX",

@@ -58,13 +58,14 @@ import inspect
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from ..embedding.embedders import Embedder
 from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
 from ..records.models import ChatMessage
 from ..scheduling.settle import settle
+from ..text.tokenize import preload as preload_stemmers
 from .cache import IndexCache
 from .derivation import EngineDerivation, Started
-from .embed import Embedder
 from .lifecycle import HOLDS_INDEX, IndexState, check_transition
 from .query_index import EVENT_KINDS, QueryIndex
 from .reading import PAGE, each_message
@@ -73,7 +74,6 @@ from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, sessio
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
 from .sql_engine import SQLEngine
-from .tokenize import preload as preload_stemmers
 
 if TYPE_CHECKING:
     from ..stores.shared import Core

@@ -1,7 +1,7 @@
 """Which words of a message a query matched: what a search result highlights.
 
 ``matched_spans(text, query)`` reads both the way the keyword index does
-(``chatmem.index.tokenize``): a word of ``text`` is marked when one of its terms
+(``chatmem.text.tokenize``): a word of ``text`` is marked when one of its terms
 (its stem, or a CJK run's bigrams) is a term of the query, so "painted" is marked
 for "paintings" and "Straße" for "strasse", and never because a query word
 happens to sit inside another word ("i" inside "ping"). Words that carry no
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ValidationError
-from .tokenize import is_cjk, normalize, parse_query, stem, terms_of_word, words
+from ..text.tokenize import is_cjk, normalize, parse_query, stem, terms_of_word, words
 
 __all__ = ["STOPWORDS", "matched_spans"]
 

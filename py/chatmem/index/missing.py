@@ -9,7 +9,8 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .embed import EMBEDDING_COLUMNS, Embedder, embedding_rows
+from ..embedding.embedders import Embedder
+from .embeddings import EMBEDDING_COLUMNS, embedding_rows
 from .protocols import SearchIndex
 
 __all__ = ["READ", "embed_missing"]

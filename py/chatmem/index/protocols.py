@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from ..embedding.embedders import Embedder
 from .doctable import DocTable
-from .embed import Embedder
 from .figures import KeywordFigures
 from .rare import RarePostings
 from .sql_engine import SQLEngine

@@ -36,12 +36,12 @@ import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..embedding.embedders import Embedder
 from ..errors import QueryTimeout, ValidationError, shown
 from ..records.models import extract_text
 from ..records.validation import INT64_MAX, INT64_MIN
 from .catchup import catch_up
 from .derivation import EngineDerivation, Started, run_derivation
-from .embed import Embedder
 from .figures import KeywordFigures
 from .gate import AnswerGate
 from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
@@ -387,7 +387,7 @@ class QueryIndex:
             if to_embed and self.embedder is not None:
                 # after the commit: a failing embedder leaves the keyword index
                 # current and the vectors to ``embed_missing``
-                from .embed import store_embeddings, with_previous
+                from .embeddings import store_embeddings, with_previous
 
                 items = await with_previous(self.engine, self.embedder, to_embed)
                 await store_embeddings(self.engine, self.embedder, items, meta)

@@ -38,9 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..embedding.embedders import Embedder, calibration_of
 from ..errors import SessionNotFound, ValidationError, shown
 from ..records.models import ChatMessage
-from .embed import Embedder, calibration_of, cosine_sql, query_literal
+from .embeddings import cosine_sql, query_literal
 from .hits import _fetch
 from .protocols import SearchIndex
 from .search import SearchHit, default_embedder, hit_from_row

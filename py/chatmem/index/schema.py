@@ -24,13 +24,13 @@
                 vec TINYINT[], scale, cvec TINYINT[], cscale): the message's own
                 vector and its in-context vector (NULL when the embedder has none,
                 or it equals ``vec``), each l2-normalised and quantised to int8
-                with one FLOAT scale (``embed.quantize``): ``dim + 4`` bytes a
+                with one FLOAT scale (``embeddings.quantize``): ``dim + 4`` bytes a
                 vector instead of ``4 * dim``, and the cosine with a unit query
-                vector is ``scale * (vec · q)`` (``embed.cosine_sql``); plus the
+                vector is ``scale * (vec · q)`` (``embeddings.cosine_sql``); plus the
                 message's session_id, role and created_at (immutable, copied like
                 ``docs``' so that semantic search filters, ranks and breaks ties on
                 this one table: it never joins ``messages``), and model_key
-                (``embed.model_key``: the rows of a model are selected by an
+                (``embeddings.model_key``: the rows of a model are selected by an
                 integer, which zone maps can prove, not by the text)
     index_meta  (key, value): the schema version of a cached (OPFS) index
 
@@ -62,7 +62,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..records.models import extract_text
-from .tokenize import tokens
+from ..text.tokenize import tokens
 
 __all__ = [
     "INDEXES",

@@ -33,8 +33,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Awaitable, Callable, Protocol
 
+from ..text.tokenize import ParsedQuery
 from .protocols import SearchIndex
-from .tokenize import ParsedQuery
 
 __all__ = [
     "B",
@@ -123,7 +123,7 @@ def kept(index: SearchIndex, weights: list[tuple[int, float, bool]]) -> bool:
 
 
 def vector_sql(literal: str) -> str:
-    """SQL for a query vector given as ``embed.query_literal`` text (digits, signs, dots,
+    """SQL for a query vector given as ``embeddings.query_literal`` text (digits, signs, dots,
     commas, brackets): a ``FLOAT[]`` constant, the text quoted as a SQL string."""
     return "CAST('" + literal.replace("'", "''") + "' AS FLOAT[])"
 

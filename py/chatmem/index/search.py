@@ -17,9 +17,9 @@ a term it has not seen since the last delete).
   normalised text until ``limit`` pass). ``score`` is the BM25 sum.
 - ``semantic``: cosine similarity between the query's vector and the stored
   vectors of the embedder's model: the stored vectors are unit int8 vectors
-  with a scale (see ``embed.quantize``), so a cosine is one int8 dot product
+  with a scale (see ``embeddings.quantize``), so a cosine is one int8 dot product
   (exact, over every compact vector; within 1e-3 of the float cosine; a large
-  index computes per row only the cosine it ranks by, see ``embed.semantic_ctes``).
+  index computes per row only the cosine it ranks by, see ``embeddings.semantic_ctes``).
   ``score`` is the similarity *calibrated* for the embedder (its
   ``calibration = (lo, hi)`` maps raw cosine ``lo`` to 0 and ``hi`` to 1,
   clipped to [-1, 1]; the static model is calibrated so that a paraphrase
@@ -49,10 +49,12 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, cast
 
+from ..embedding.embedders import Embedder, calibration_of
 from ..errors import ValidationError, shown
 from ..records.ids import system_clock
-from . import embed, scoring
-from .embed import Embedder, calibration_of, model_key, query_literal, semantic_ctes
+from ..text.tokenize import parse_query
+from . import embeddings, scoring
+from .embeddings import model_key, query_literal, semantic_ctes
 from .hits import (
     _MAX_LIMIT,
     DAY_MS,
@@ -73,7 +75,6 @@ from .hits import (
 )
 from .protocols import SearchIndex
 from .scoring import keyword_top, postings_needed, term_weights
-from .tokenize import parse_query
 
 if TYPE_CHECKING:
     from .fusion import hybrid as hybrid
@@ -274,7 +275,7 @@ async def search(
         f" AND {eflt.sql}" if eflt.sql != "TRUE" else ""
     )
     qv = scoring.vector_sql(vec) if local else "CAST(? AS FLOAT[])"
-    one = stats[0] >= embed.ONE_COSINE_FROM
+    one = stats[0] >= embeddings.ONE_COSINE_FROM
     if mode == "semantic":
         # the rows a page of results can come from: the ranking's top ``limit``, with room
         # for ties of the ranking cosine (ordered by the own cosine after it)

@@ -46,9 +46,9 @@ import secrets
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from .. import errors
+from ..embedding.embedders import Embedder
 from ..errors import QueryError, ValidationError, shown
 from ..scheduling.settle import settle
-from .embed import Embedder
 from .query_index import QueryIndex, RecordSource
 from .sqlguard import check_read_only
 from .transport import ShareTransport

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..chat.anthropic import AnthropicProvider
-from ..context.formats import from_anthropic_blocks, to_anthropic
+from ..chat.formats import from_anthropic_blocks, to_anthropic
 from ..errors import ValidationError
 from ..records.models import ChatMessage
 

@@ -41,6 +41,7 @@ __all__ = [
     "SESSION_RECORD_FIELDS",
     "IMPORT_NESTING",
     "check_id",
+    "check_nonneg_int",
     "check_ids",
     "is_id",
     "parse_decimal",
@@ -395,6 +396,12 @@ def parse_decimal(text: Any, max_digits: int = 18) -> int | None:
     ):
         return None
     return int(text)
+
+
+def check_nonneg_int(v: Any, name: str) -> None:
+    """An int >= 0 (not a bool), else a ``ValidationError`` naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValidationError(f"{name} must be an int >= 0", field=name)
 
 
 def check_id(value: Any, field: str) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from .base import DrainLock, Random, Runtime, Sleep
-from .cpython import CPythonRuntime, LocalDrainLock, UrllibTransport
-from .http import Transport
+from ..http import Transport
+from ..sync.lock import DrainLock, LocalDrainLock
+from .base import Random, Runtime, Sleep
+from .cpython import CPythonRuntime, UrllibTransport
 
 __all__ = [
     "IN_BROWSER",

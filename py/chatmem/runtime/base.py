@@ -15,55 +15,27 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedEnvironment
 from ..records.ids import Clock, system_clock
 
 if TYPE_CHECKING:
     from ..embedding.static import StaticEmbedder, TokenSums
+    from ..http import Transport
     from ..index.derivation import EngineDerivation
     from ..index.sql_engine import SQLEngine
     from ..index.transport import ShareTransport
     from ..stores.base import Store
     from ..sync.encryption import CipherSuite
-    from .http import Transport
+    from ..sync.lock import DrainLock
 
-__all__ = ["Runtime", "DrainLock", "LocalDrainLock", "Sleep", "Random"]
+__all__ = ["Runtime", "Sleep", "Random"]
 
 #: ``await sleep(seconds)``, like ``asyncio.sleep``
 Sleep = Callable[[float], Awaitable[None]]
 #: a float in [0, 1), like ``random.random``
 Random = Callable[[], float]
-
-
-class DrainLock(Protocol):
-    """Who may drain the sync outbox: ``acquire()`` never waits; False means someone else drains."""
-
-    #: True if holding it proves no other drainer exists (leases of others can be ignored)
-    exclusive: bool
-
-    async def acquire(self) -> bool: ...
-
-    async def release(self) -> None: ...
-
-
-class LocalDrainLock:
-    """One drainer per engine (CPython); engines sharing a file respect each other's leases."""
-
-    exclusive = False
-
-    def __init__(self) -> None:
-        self._held = False
-
-    async def acquire(self) -> bool:
-        if self._held:
-            return False
-        self._held = True
-        return True
-
-    async def release(self) -> None:
-        self._held = False
 
 
 class Runtime:

@@ -12,15 +12,16 @@ import threading
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ..errors import TransportError, TransportTimeout, UnsupportedEnvironment
-from .base import LocalDrainLock, Runtime
-from .http import HTTPResponse, Transport
+from ..http import HTTPResponse, Transport
+from ..sync.lock import LocalDrainLock
+from .base import Runtime
 
 if TYPE_CHECKING:
     from ..index.sql_engine import SQLEngine
     from ..stores.base import Store
     from ..sync.encryption import CipherSuite
 
-__all__ = ["CPythonRuntime", "UrllibTransport", "LocalDrainLock"]
+__all__ = ["CPythonRuntime", "UrllibTransport"]
 
 
 class UrllibTransport:

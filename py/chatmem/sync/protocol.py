@@ -1,7 +1,7 @@
 """``SyncClient``: the client half of the sync protocol (``/v1/push``, ``/v1/changes``).
 
 Stateless and store-free: it sends what it is given over an injected
-``chatmem.runtime.http.Transport`` and turns every answer into either a typed result
+``chatmem.http.Transport`` and turns every answer into either a typed result
 or a typed ``SyncError``. Retrying, leasing and dead-lettering belong to the
 outbox drain loop, which decides from the error class:
 
@@ -45,9 +45,9 @@ from ..errors import (
     WrongPassphrase,
     shown,
 )
+from ..http import HTTPResponse, Transport
 from ..records.hlc import is_hlc, validate_device_id
 from ..records.ids import Clock, system_clock
-from ..runtime.http import HTTPResponse, Transport
 from .backoff import parse_retry_after
 from .config import SyncConfig
 from .ops import RESOURCES

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SyncError, SyncTransientError, ValidationError
-from ..runtime.base import DrainLock, LocalDrainLock
 from .backoff import BackoffPolicy
 from .config import SyncConfig
 from .status import SyncState
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
 __all__ = [
     "WIRE_FIELDS",
     "LEASE_MARGIN_MS",
-    "DrainLock",
-    "LocalDrainLock",
     "PushReport",
     "PullReport",
     "strip_lease",
@@ -39,6 +36,7 @@ __all__ = [
     "apply_answer",
     "dead_letter_error",
 ]
+
 
 log = logging.getLogger("chatmem.sync")
 

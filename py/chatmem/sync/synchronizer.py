@@ -74,20 +74,19 @@ from ..errors import (
     ValidationError,
     WrongPassphrase,
 )
-from ..runtime.http import Transport
+from ..http import Transport
 from .backfill import Backfill
 from .backoff import BackoffPolicy
 from .cipher import default_suite
 from .config import CONFIG_KEY, SyncConfig
 from .encryption import EncryptionKey, Passphrase
 from .keyring import Keyring
+from .lock import DrainLock, LocalDrainLock
 from .protocol import SyncClient
 from .pull import CURSOR_KEY, pull_changes
 from .push import (
     LEASE_MARGIN_MS,
     WIRE_FIELDS,
-    DrainLock,
-    LocalDrainLock,
     PullReport,
     PushReport,
     apply_answer,

@@ -10,7 +10,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import chatmem
-from chatmem.chat.offline import OFFLINE_LABEL
+from chatmem.conversations.offline import OFFLINE_LABEL
 from chatmem.conversations.sessions import DEFAULT_TITLE
 from chatmem.errors import (
     ContextOverflow,
@@ -155,7 +155,7 @@ def message_el(m: Any) -> Any:
     )
 
 
-#: the badge of an answer that did not end as the model meant (``chatmem.chat.turn``)
+#: the badge of an answer that did not end as the model meant (``chatmem.conversations.turn``)
 _STATUS = {"stopped": "stopped", "incomplete": "incomplete — it broke off"}
 
 #: what a content part the view cannot show is called in its placeholder

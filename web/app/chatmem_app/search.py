@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatmem.index.embed import calibration_of
+from chatmem.embedding.embedders import calibration_of
 from chatmem.index.matches import matched_spans
 
 from . import dom

@@ -14,9 +14,9 @@ from typing import Any, Awaitable, Callable
 
 from ...embedding.static import StaticEmbedder, TokenSums
 from ...errors import IndexLocked, ValidationError
+from ...http import Transport
 from ...stores.indexeddb import IndexedDBStore
 from ..base import Runtime
-from ..http import Transport
 from .bridge import (
     BridgeDB,
     WebCryptoSuite,

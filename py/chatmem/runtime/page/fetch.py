@@ -1,4 +1,4 @@
-"""``chatmem.runtime.http.Transport`` over the browser's ``fetch``."""
+"""``chatmem.http.Transport`` over the browser's ``fetch``."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from ...errors import TransportError, TransportTimeout
-from ..http import HTTPResponse
+from ...http import HTTPResponse
 
 __all__ = ["FetchTransport"]
 
 
 class FetchTransport:
-    """``chatmem.runtime.http.Transport`` over the browser's ``fetch``."""
+    """``chatmem.http.Transport`` over the browser's ``fetch``."""
 
     async def _fetch(
         self,

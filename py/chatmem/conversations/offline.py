@@ -14,15 +14,34 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedEnvironment
 from ..records.models import ChatMessage, extract_text
 
 if TYPE_CHECKING:
-    from ..memory import Memory
+    from ..facts.api import Facts
+    from ..index.search import SearchHit
+    from .messages import Messages
+    from .sessions import Sessions
 
-__all__ = ["OFFLINE_LABEL", "OfflineResponder", "keywords"]
+__all__ = ["OFFLINE_LABEL", "MemoryReader", "OfflineResponder", "keywords"]
+
+
+class MemoryReader(Protocol):
+    """What the responder reads of a memory: a ``Memory`` is one."""
+
+    @property
+    def sessions(self) -> Sessions: ...
+
+    @property
+    def messages(self) -> Messages: ...
+
+    @property
+    def facts(self) -> Facts: ...
+
+    async def search(self, query: str, *, limit: int | None = ...) -> list[SearchHit]: ...
+
 
 #: the start of every offline reply
 OFFLINE_LABEL = "Offline — answering from memory."
@@ -58,7 +77,7 @@ class OfflineResponder:
     #: its answers are stored as from memory, never sent to a model as the model's turns
     origin = "offline"
 
-    def __init__(self, memory: Memory, *, max_quotes: int = 3, scan_sessions: int = 200):
+    def __init__(self, memory: MemoryReader, *, max_quotes: int = 3, scan_sessions: int = 200):
         self.memory = memory
         self.max_quotes = max_quotes
         self.scan_sessions = scan_sessions

@@ -27,14 +27,14 @@ import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..chat.providers import ChatProvider
 from ..context.window import ModelBudget
 from ..errors import ProviderError, ValidationError
 from ..records.models import ChatMessage
-from .providers import ChatProvider
 
 if TYPE_CHECKING:
     from ..context.builder import ContextBuilder
-    from ..conversations.messages import Messages
+    from .messages import Messages
 
 __all__ = ["send", "reply", "DEFAULT_SYSTEM_PROMPT", "INCOMPLETE", "STOPPED"]
 
