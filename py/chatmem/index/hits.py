@@ -1,5 +1,5 @@
 """What every search mode shares: ``SearchHit``, the filters, the BM25 SQL and
-reading hits back from the index (``search`` and ``fusion`` both build on it)."""
+reading the ranked hits back from the store (the ``search`` pipeline builds on it)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ __all__ = [
     "B",
     "DAY_MS",
     "DEFAULT_WEIGHTS",
+    "MAX_LIMIT",
     "SearchHit",
     "Filters",
+    "FilterValues",
     "build_filters",
+    "check_ms",
+    "fetch_ranked",
+    "phrase_sql",
+    "term_stats",
     "bm25_sql",
     "bm25_ctes",
     "hit_from_row",
@@ -32,7 +38,7 @@ __all__ = [
 
 DAY_MS = 86_400_000
 DEFAULT_WEIGHTS: dict[str, float] = {"keyword": 0.5, "semantic": 0.5, "recency": 0.0}
-_MAX_LIMIT = 10_000
+MAX_LIMIT = 10_000
 _CJK_MAX = "\U0010ffff"
 
 
@@ -65,7 +71,8 @@ def _id_list(v: Any, name: str) -> list[str] | None:
     return out
 
 
-def _int(v: Any, name: str) -> int:
+def check_ms(v: Any, name: str) -> int:
+    """A time in ms since the epoch (an int, not a bool), else a ``ValidationError``."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValidationError(f"{name} must be an int (ms since the epoch)", field=name)
     return v
@@ -80,6 +87,80 @@ class Filters:
     empty: bool  # some filter list was empty: nothing can match
 
 
+@dataclass(frozen=True, slots=True)
+class FilterValues:
+    """The filters of one search, validated once (``of``); ``over(alias)`` is their SQL
+    over any relation with ``session_id``, ``role`` and ``created_at``."""
+
+    session_ids: list[str] | None = None
+    character_ids: list[str] | None = None
+    roles: list[str] | None = None
+    start: int | None = None
+    end: int | None = None
+
+    @classmethod
+    def of(
+        cls, session_ids: Any = None, character_ids: Any = None, date_range: Any = None, roles: Any = None
+    ) -> FilterValues:
+        """Validate the filters. Raises ``ValidationError``."""
+        sids = _id_list(session_ids, "session_ids")
+        cids = _id_list(character_ids, "character_ids")
+        rls = _id_list(roles, "roles")
+        if rls is not None:
+            bad = [r for r in rls if r not in ROLES]
+            if bad:
+                raise ValidationError(
+                    f"unknown role {shown(bad[0])}; roles are {sorted(ROLES)}", field="roles"
+                )
+        start = end = None
+        if date_range is not None:
+            if (
+                isinstance(date_range, (str, bytes))
+                or not isinstance(date_range, Sequence)
+                or len(date_range) != 2
+            ):
+                raise ValidationError("date_range must be a (start_ms, end_ms) pair", field="date_range")
+            start, end = date_range
+            if start is not None:
+                start = check_ms(start, "date_range")
+            if end is not None:
+                end = check_ms(end, "date_range")
+            if start is not None and end is not None and start > end:
+                raise ValidationError("date_range start is after its end", field="date_range")
+        return cls(sids, cids, rls, start, end)
+
+    @property
+    def empty(self) -> bool:
+        """Some filter list is empty: nothing can match."""
+        return any(ids is not None and not ids for ids in (self.session_ids, self.character_ids, self.roles))
+
+    def over(self, alias: str = "m") -> Filters:
+        """The filters as SQL over ``alias``."""
+        conds: list[str] = []
+        params: list[Any] = []
+        a = alias
+        for ids, sql in (
+            (self.session_ids, a + ".session_id IN ({})"),
+            (
+                self.character_ids,
+                a + ".session_id IN (SELECT session_id FROM sessions WHERE character_id IN ({}))",
+            ),
+            (self.roles, a + ".role IN ({})"),
+        ):
+            if not ids:
+                continue
+            uniq = list(dict.fromkeys(ids))
+            conds.append(sql.format(", ".join("?" for _ in uniq)))
+            params.extend(uniq)
+        if self.start is not None:
+            conds.append(f"{a}.created_at >= ?")
+            params.append(self.start)
+        if self.end is not None:
+            conds.append(f"{a}.created_at <= ?")
+            params.append(self.end)
+        return Filters(" AND ".join(conds) if conds else "TRUE", params, self.empty)
+
+
 def build_filters(
     session_ids: Any = None,
     character_ids: Any = None,
@@ -90,47 +171,7 @@ def build_filters(
 ) -> Filters:
     """Validate the filters and turn them into SQL over ``alias`` (any relation with
     ``session_id``, ``role`` and ``created_at``). Raises ``ValidationError``."""
-    conds: list[str] = []
-    params: list[Any] = []
-    empty = False
-    sids = _id_list(session_ids, "session_ids")
-    cids = _id_list(character_ids, "character_ids")
-    rls = _id_list(roles, "roles")
-    if rls is not None:
-        bad = [r for r in rls if r not in ROLES]
-        if bad:
-            raise ValidationError(f"unknown role {shown(bad[0])}; roles are {sorted(ROLES)}", field="roles")
-    a = alias
-    for ids, sql in (
-        (sids, a + ".session_id IN ({})"),
-        (cids, a + ".session_id IN (SELECT session_id FROM sessions WHERE character_id IN ({}))"),
-        (rls, a + ".role IN ({})"),
-    ):
-        if ids is None:
-            continue
-        if not ids:
-            empty = True
-            continue
-        uniq = list(dict.fromkeys(ids))
-        conds.append(sql.format(", ".join("?" for _ in uniq)))
-        params.extend(uniq)
-    if date_range is not None:
-        if (
-            isinstance(date_range, (str, bytes))
-            or not isinstance(date_range, Sequence)
-            or len(date_range) != 2
-        ):
-            raise ValidationError("date_range must be a (start_ms, end_ms) pair", field="date_range")
-        start, end = date_range
-        if start is not None:
-            conds.append(f"{a}.created_at >= ?")
-            params.append(_int(start, "date_range"))
-        if end is not None:
-            conds.append(f"{a}.created_at <= ?")
-            params.append(_int(end, "date_range"))
-        if start is not None and end is not None and start > end:
-            raise ValidationError("date_range start is after its end", field="date_range")
-    return Filters(" AND ".join(conds) if conds else "TRUE", params, empty)
+    return FilterValues.of(session_ids, character_ids, date_range, roles).over(alias)
 
 
 # --------------------------------------------------------------------------- SQL pieces
@@ -334,7 +375,7 @@ kw AS (
     return sql, hparams + dparams + sparams + flt.params, required
 
 
-def _phrase_sql(matches: list[str] | None, column: str = "kw.message_id") -> tuple[str, list[Any]]:
+def phrase_sql(matches: list[str] | None, column: str = "kw.message_id") -> tuple[str, list[Any]]:
     """The condition that keeps only ``matches`` (the message ids ``phrase_matches``
     found; ``None``: the query has no phrase, no condition)."""
     if matches is None:
@@ -379,7 +420,7 @@ def hit_from_row(row: Mapping[str, Any], score: float, breakdown: dict[str, floa
     return SearchHit(msg, msg.session_id, score, breakdown)
 
 
-async def _fetch(
+async def fetch_ranked(
     index: SearchIndex, rows: list[dict[str, Any]]
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The message records of ranked light rows (``id`` first), in rank order.
@@ -393,12 +434,7 @@ async def _fetch(
     return [(rec, r) for rec, r in zip(recs, rows) if rec is not None]
 
 
-async def _bm25_stats(index: SearchIndex) -> tuple[int, float]:
-    """``(n, avgdl)``: the index's figures, exact as of its last write."""
-    return await index.bm25_stats()
-
-
-async def _term_stats(index: SearchIndex, pq: ParsedQuery) -> dict[str, tuple[int, int]] | None:
+async def term_stats(index: SearchIndex, pq: ParsedQuery) -> dict[str, tuple[int, int]] | None:
     """The query terms' ``(tid, df)`` (None for a prefix query: ``bm25_ctes``)."""
     if any(t.prefix for t in pq.all_terms):
         return None

@@ -42,9 +42,9 @@ from ..embedding.embedders import Embedder, calibration_of
 from ..errors import SessionNotFound, ValidationError, shown
 from ..records.models import ChatMessage
 from .embeddings import cosine_sql, query_literal
-from .hits import _fetch
+from .hits import SearchHit, fetch_ranked, hit_from_row
 from .protocols import SearchIndex
-from .search import SearchHit, default_embedder, hit_from_row
+from .search import default_embedder
 
 __all__ = ["SCOPES", "STRATEGIES", "HybridWeights", "RetrievalConfig", "mark_provenance", "retrieve"]
 
@@ -122,7 +122,7 @@ async def retrieve(
             hit_from_row(
                 m, float(r["recency"]), {"keyword": 0.0, "semantic": 0.0, "recency": float(r["recency"])}
             )
-            for m, r in await _fetch(index, rows)
+            for m, r in await fetch_ranked(index, rows)
         ]
         hits.sort(key=lambda h: h.message.seq)
         if config.scope == "session" or not isinstance(query, str) or not query.strip():
@@ -171,7 +171,7 @@ async def retrieve(
                 "similarity": _raw(r["raw"]),
             },
         )
-        for m, r in await _fetch(index, rows)
+        for m, r in await fetch_ranked(index, rows)
     ]
     own = sorted(hits, key=lambda h: h.message.seq)
     if config.scope == "session":
@@ -225,7 +225,7 @@ async def _other_sessions(
                 "similarity": _raw(r["raw"]),
             },
         )
-        for m, r in await _fetch(index, rows)
+        for m, r in await fetch_ranked(index, rows)
     ]
 
 
