@@ -38,12 +38,13 @@ def share_datetime(app: Any) -> None:
 async def window(app: Any, session_id: str) -> chatmem.WindowResult:
     """The window the next turn would send (``mem.build_window`` with the app's settings)."""
     s = app.settings
-    return await app.mem.build_window(
+    result: chatmem.WindowResult = await app.mem.build_window(
         session_id,
         system_prompt=s["provider"]["system_prompt"] or None,
         budget=s["budget"],
         retrieval=settings.retrieval_config(s),
     )
+    return result
 
 
 def _list(items: list[tuple[str, str, str]]) -> Any:

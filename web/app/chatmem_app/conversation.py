@@ -46,7 +46,7 @@ def _pretty(value: Any) -> str:
         try:
             value = json.loads(value)
         except ValueError:
-            return value
+            return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
@@ -401,7 +401,8 @@ class _Draft:
     def __init__(self, sid: str, text: str):
         self.id, self.session_id, self.seq, self.role, self.content = "draft", sid, 0, "user", text
         self.text, self.created_at, self.provider, self.model = text, int(time.time() * 1000), None, None
-        self.metadata, self.name, self.tool_calls = {}, None, None
+        self.metadata: dict[str, Any] = {}
+        self.name, self.tool_calls = None, None
 
 
 def _failure_el(text: str, notice_id: str | None = None) -> Any:

@@ -46,7 +46,7 @@ _keep: list[Any] = []  # proxies that live as long as the page
 
 
 try:
-    from pyodide.ffi import jsnull  # type: ignore[import-not-found]
+    from pyodide.ffi import jsnull
 except ImportError:  # older Pyodide: null converts to None
     jsnull = None
 
