@@ -12,7 +12,6 @@ import pytest
 import chatmem
 from chatmem import errors
 from chatmem.chat.formats import to_anthropic
-from conftest import run
 from llm_server import LLMServer
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Lisbon"}'}}
@@ -83,31 +82,27 @@ def test_summary_goes_into_system_and_images_become_image_blocks():
     }
 
 
-def turn(
+async def turn(
     llm: LLMServer, *plan: str, key: str = "sk-ant-test"
 ) -> tuple[Any, list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     llm.reset(*plan)
-
-    async def go():
-        async with await chatmem.open() as mem:
-            s = await mem.sessions.create()
-            await mem.messages.append(s.session_id, "system", "You are Airi.")
-            provider = chatmem.AnthropicProvider(key, "claude-test", base_url=llm.url.removesuffix("/v1"))
-            pieces: list[str] = []
-            try:
-                reply: Any = await mem.session(s.session_id).send(
-                    "hello there", provider=provider, budget="claude-3.5", on_token=pieces.append
-                )
-            except errors.ProviderError as e:
-                reply = e
-            return reply, pieces, [m.to_provider() for m in await mem.messages.list(s.session_id)]
-
-    reply, pieces, stored = run(go())
+    async with await chatmem.open() as mem:
+        s = await mem.sessions.create()
+        await mem.messages.append(s.session_id, "system", "You are Airi.")
+        provider = chatmem.AnthropicProvider(key, "claude-test", base_url=llm.url.removesuffix("/v1"))
+        pieces: list[str] = []
+        try:
+            reply: Any = await mem.session(s.session_id).send(
+                "hello there", provider=provider, budget="claude-3.5", on_token=pieces.append
+            )
+        except errors.ProviderError as e:
+            reply = e
+        stored = [m.to_provider() for m in await mem.messages.list(s.session_id)]
     return reply, pieces, stored, list(llm.requests)
 
 
-def test_provider_streams_a_turn_and_stores_the_answer(llm: LLMServer):
-    reply, pieces, stored, requests = turn(llm)
+async def test_provider_streams_a_turn_and_stores_the_answer(llm: LLMServer):
+    reply, pieces, stored, requests = await turn(llm)
     assert pieces == ["echo:", " hello", " there"]
     assert isinstance(reply, chatmem.ChatMessage) and reply.content == "echo: hello there"
     assert reply.provider == "anthropic" and reply.model == "claude-test"
@@ -131,10 +126,10 @@ def test_provider_streams_a_turn_and_stores_the_answer(llm: LLMServer):
         ("cut", errors.ProviderServerError),
     ],
 )
-def test_failures_keep_the_user_message_and_only_what_arrived(llm: LLMServer, plan: str, error: type):
+async def test_failures_keep_the_user_message_and_only_what_arrived(llm: LLMServer, plan: str, error: type):
     """No answer: only the user message stays. A stream broken after some text: that text is
     stored, marked incomplete, and the error names it."""
-    reply, pieces, stored, _ = turn(llm, plan)
+    reply, pieces, stored, _ = await turn(llm, plan)
     assert isinstance(reply, error)
     if plan in ("break", "cut"):
         assert [m["role"] for m in stored] == ["system", "user", "assistant"]

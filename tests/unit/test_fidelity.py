@@ -191,9 +191,9 @@ async def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded
     async def no_wait(_s: float) -> None:
         await asyncio.sleep(0)
 
-    async def go(url: str, srv) -> tuple:
+    with running_server(api_keys=[key]) as srv:
         mem = await chatmem.open(runtime=CPythonRuntime(sleep=no_wait))
-        await mem.sync.configure(SyncConfig(enabled=True, endpoint=url, api_key=key, timeout=2_000))
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=key, timeout=2_000))
         s = await mem.sessions.create(title="ok")
         await mem.sync.run()
         ok = await mem.sync.status()
@@ -208,10 +208,6 @@ async def test_a_run_that_dead_letters_ends_in_error_until_replayed_or_discarded
             await mem.sync.discard("all")
         end = await mem.sync.status()
         await mem.close()
-        return ok, after_run, again, end
-
-    with running_server(api_keys=[key]) as srv:
-        ok, after_run, again, end = await go(srv.url, srv)
     assert ok.state == "idle" and ok.last_success is not None
     for st in (after_run, again):
         assert st.state == "error" and st.dead_letters == 1

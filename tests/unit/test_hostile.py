@@ -649,31 +649,28 @@ async def test_quarantine_with_a_real_server_and_retry(backend: str, tmp_path: P
         put(server, "message", "m-bad", msg("m-bad", role="evil"))
         put(server, "message", "m-good", msg("m-good"))
 
-        async def go() -> None:
-            mem = await open_store(backend, tmp_path, clock=lambda: now[0])
-            await mem.sync.configure(SyncConfig(enabled=True, endpoint=server.url, api_key=KEY))
-            report = await mem.sync.pull()
-            st = await mem.sync.status()
-            assert report.state == "idle" and st.state == "idle", (report, st)
-            assert st.quarantine_reasons == {"unknown-type": 1, "clock-skew": 1, "invalid": 1}
-            assert {(x["resource"], x["id"], x["kind"]) for x in await mem.sync.quarantined()} == {
-                ("reminder", "r1", "unknown-type"),
-                ("message", "m-future", "clock-skew"),
-                ("message", "m-bad", "invalid"),
-            }
-            assert [m.id for m in await mem.messages.list("rs")] == ["m-good"]
-            assert await mem.store.kv_get("sync.cursor") == str(server.storage.cursor(server.space(KEY)))
-            assert not (await mem.store.kv_get("sync.hlc") or "").startswith(hour_ahead[:13])
+        mem = await open_store(backend, tmp_path, clock=lambda: now[0])
+        await mem.sync.configure(SyncConfig(enabled=True, endpoint=server.url, api_key=KEY))
+        report = await mem.sync.pull()
+        st = await mem.sync.status()
+        assert report.state == "idle" and st.state == "idle", (report, st)
+        assert st.quarantine_reasons == {"unknown-type": 1, "clock-skew": 1, "invalid": 1}
+        assert {(x["resource"], x["id"], x["kind"]) for x in await mem.sync.quarantined()} == {
+            ("reminder", "r1", "unknown-type"),
+            ("message", "m-future", "clock-skew"),
+            ("message", "m-bad", "invalid"),
+        }
+        assert [m.id for m in await mem.messages.list("rs")] == ["m-good"]
+        assert await mem.store.kv_get("sync.cursor") == str(server.storage.cursor(server.space(KEY)))
+        assert not (await mem.store.kv_get("sync.hlc") or "").startswith(hour_ahead[:13])
 
-            now[0] += 3_600_000  # this device's clock catches up; the sender mends its record
-            put(server, "message", "m-bad", msg("m-bad", role="assistant"))
-            await mem.sync.retry_quarantined()
-            st = await mem.sync.status()
-            assert st.quarantine_reasons == {"unknown-type": 1} and st.quarantined == 1
-            assert sorted(m.id for m in await mem.messages.list("rs")) == ["m-bad", "m-future", "m-good"]
-            await mem.close()
-
-        await go()
+        now[0] += 3_600_000  # this device's clock catches up; the sender mends its record
+        put(server, "message", "m-bad", msg("m-bad", role="assistant"))
+        await mem.sync.retry_quarantined()
+        st = await mem.sync.status()
+        assert st.quarantine_reasons == {"unknown-type": 1} and st.quarantined == 1
+        assert sorted(m.id for m in await mem.messages.list("rs")) == ["m-bad", "m-future", "m-good"]
+        await mem.close()
     finally:
         server.stop()
 

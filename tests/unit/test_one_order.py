@@ -17,7 +17,6 @@ import chatmem
 from chatmem.runtime import CPythonRuntime
 from chatmem.server import running_server
 from chatmem.sync import SyncConfig
-from conftest import run
 
 KEY = "order-key"
 
@@ -221,26 +220,23 @@ async def test_a_store_written_before_order_keys_keeps_its_order_and_joins(srv: 
     sid = s.session_id
     _as_written_before_order_keys(path)
 
-    async def go() -> list[Any]:
-        clock = Clock(world, 0)
-        old = await chatmem.open(persist=str(path), runtime=CPythonRuntime(clock=clock, sleep=clock.sleep))
-        before = await view(old, sid)
-        keys = [m["hlc"] for m in await old.store.list_messages(sid, 0, None, False)]
-        assert keys == [f"0000000001000-000{i}-0" for i in range(5)], "as the page's migration keys them"
-        await old.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000))
-        await old.sync.run()
-        other = await device(srv.url, world)
-        await other.sync.run()
-        world[0] += 1_000
-        await other.messages.append(sid, "assistant", "new from elsewhere")
-        await other.sync.run()
-        await old.sync.run()
-        await old.messages.append(sid, "user", "and here")
-        await old.sync.run()
-        await other.sync.run()
-        return [before, await view(old, sid), await view(other, sid)]
-
-    before, after, other = run(go())
+    clock = Clock(world, 0)
+    old = await chatmem.open(persist=str(path), runtime=CPythonRuntime(clock=clock, sleep=clock.sleep))
+    before = await view(old, sid)
+    keys = [m["hlc"] for m in await old.store.list_messages(sid, 0, None, False)]
+    assert keys == [f"0000000001000-000{i}-0" for i in range(5)], "as the page's migration keys them"
+    await old.sync.configure(SyncConfig(enabled=True, endpoint=srv.url, api_key=KEY, timeout=5_000))
+    await old.sync.run()
+    peer = await device(srv.url, world)
+    await peer.sync.run()
+    world[0] += 1_000
+    await peer.messages.append(sid, "assistant", "new from elsewhere")
+    await peer.sync.run()
+    await old.sync.run()
+    await old.messages.append(sid, "user", "and here")
+    await old.sync.run()
+    await peer.sync.run()
+    after, other = await view(old, sid), await view(peer, sid)
     assert before == [(i, f"old {i}") for i in range(5)]
     assert after == list(enumerate([*(f"old {i}" for i in range(5)), "new from elsewhere", "and here"]))
     assert other == after
@@ -269,19 +265,16 @@ async def test_a_synced_store_from_before_order_keys_takes_the_servers_order(
         await d.sync.run()
     await a.close()
     sid, on_b = s.session_id, await view(b, s.session_id)
-    ids = run(_ids(path, sid))
+    ids = await _ids(path, sid)
     # the old client's own numbering: its own message last, the other device's before it
     by_text = dict(ids)
     _as_written_before_order_keys(path, {by_text["hello"]: 0, by_text["B one"]: 1, by_text["A one"]: 2})
 
-    async def go() -> list[Any]:
-        clock = Clock(world, 0)
-        a = await chatmem.open(persist=str(path), runtime=CPythonRuntime(clock=clock, sleep=clock.sleep))
-        before = await view(a, sid)
-        await a.sync.run()
-        return [before, await view(a, sid)]
-
-    before, after = run(go())
+    clock = Clock(world, 0)
+    a = await chatmem.open(persist=str(path), runtime=CPythonRuntime(clock=clock, sleep=clock.sleep))
+    before = await view(a, sid)
+    await a.sync.run()
+    after = await view(a, sid)
     assert [t for _, t in before] == ["hello", "B one", "A one"]
     assert after == on_b and [t for _, t in after] == ["hello", "A one", "B one"]
 

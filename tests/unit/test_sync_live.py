@@ -84,18 +84,14 @@ async def test_a_dropped_stream_reconnects_and_loses_nothing() -> None:
     """The first stream connection is cut; B reconnects and still gets the change."""
     plan = FaultPlan().add(Fault(kind="drop", path="/v1/stream"))
     with running_server(api_keys=[KEY], faults=plan) as srv:
-
-        async def go() -> None:
-            a, b = await device(srv.url), await device(srv.url)
-            try:
-                await until(lambda: asyncio.sleep(0, srv.hub.streams >= 2), "both streams open")
-                sid = (await a.sessions.create(title="after the drop")).session_id
-                await until(lambda: shows(b, sid), "B has A's session")
-            finally:
-                await a.close()
-                await b.close()
-
-        await go()
+        a, b = await device(srv.url), await device(srv.url)
+        try:
+            await until(lambda: asyncio.sleep(0, srv.hub.streams >= 2), "both streams open")
+            sid = (await a.sessions.create(title="after the drop")).session_id
+            await until(lambda: shows(b, sid), "B has A's session")
+        finally:
+            await a.close()
+            await b.close()
         assert ("/v1/stream", "drop") in plan.fired
 
 
@@ -103,34 +99,24 @@ async def test_without_a_stream_the_device_polls() -> None:
     """A server answering 404 on /v1/stream: following stops, polling still delivers."""
     plan = FaultPlan().add(Fault(kind="status", status=404, path="/v1/stream"), times=50)
     with running_server(api_keys=[KEY], faults=plan) as srv:
-
-        async def go() -> None:
-            a, b = await device(srv.url), await device(srv.url, sync_interval=1_000)
-            try:
-                await until(
-                    lambda: asyncio.sleep(0, b.sync.live_state == "unsupported"), "B gave up the stream"
-                )
-                sid = (await a.sessions.create(title="polled")).session_id
-                await until(lambda: shows(b, sid), "B polled A's session")
-            finally:
-                await a.close()
-                await b.close()
-
-        await go()
+        a, b = await device(srv.url), await device(srv.url, sync_interval=1_000)
+        try:
+            await until(lambda: asyncio.sleep(0, b.sync.live_state == "unsupported"), "B gave up the stream")
+            sid = (await a.sessions.create(title="polled")).session_id
+            await until(lambda: shows(b, sid), "B polled A's session")
+        finally:
+            await a.close()
+            await b.close()
 
 
 async def test_live_can_be_turned_off() -> None:
     """live=False never opens a stream."""
     with running_server(api_keys=[KEY]) as srv:
-
-        async def go() -> str:
-            b = await device(srv.url, live=False)
-            await b.sync.run()
-            state = b.sync.live_state
-            await b.close()
-            return state
-
-        assert (await go()) == "off"
+        b = await device(srv.url, live=False)
+        await b.sync.run()
+        state = b.sync.live_state
+        await b.close()
+        assert state == "off"
         assert srv.faults.seen["/v1/stream"] == 0
 
 

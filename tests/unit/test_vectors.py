@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from chatmem.embedding import HashingEmbedder
 from chatmem.index import DuckDBEngine, QueryIndex, RetrievalConfig, retrieve, search
@@ -373,21 +374,14 @@ async def test_background_embedding_waits_for_the_search_figures_then_loads_the_
             events.append(("embed", reading.done()))
             return await super().embed(texts)
 
-    async def go():
-        nonlocal reading
-        mem, _ = await _filled(
-            tmp_path / "m.db", Loading(16), [f"note {i} about the garden" for i in range(30)]
-        )
-        assert await mem.search("garden", limit=3)
-        index = await mem.index.ready()
-        reading = index._vocabulary
-        under_way = reading is not None and not reading.done()
-        done = await mem.index.embed_in_background(batch_size=8)
-        await mem.close()
-        return under_way, done
-
-    reading = None
-    under_way, done = await go()
+    reading: Any = None
+    mem, _ = await _filled(tmp_path / "m.db", Loading(16), [f"note {i} about the garden" for i in range(30)])
+    assert await mem.search("garden", limit=3)
+    index = await mem.index.ready()
+    reading = index._vocabulary
+    under_way = reading is not None and not reading.done()
+    done = await mem.index.embed_in_background(batch_size=8)
+    await mem.close()
     assert under_way and done == 30
     assert events[0] == ("load", True) and all(ok for _, ok in events)
     assert [e for e, _ in events].count("embed") >= 4
