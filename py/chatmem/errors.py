@@ -245,18 +245,24 @@ class NotFound(ChatmemError, LookupError):
 
 
 class SessionNotFound(NotFound):
+    """No session has this id (``session_id``)."""
+
     def __init__(self, session_id: str):
         super().__init__(f"session not found: {shown(session_id)}")
         self.session_id = session_id
 
 
 class MessageNotFound(NotFound):
+    """No message has this id (``message_id``)."""
+
     def __init__(self, message_id: str):
         super().__init__(f"message not found: {shown(message_id)}")
         self.message_id = message_id
 
 
 class FactNotFound(NotFound):
+    """No fact has this id (``fact_id``)."""
+
     def __init__(self, fact_id: str):
         super().__init__(f"fact not found: {shown(fact_id)}")
         self.fact_id = fact_id

@@ -4,6 +4,7 @@ are pinned to exact sets, and every exception chatmem defines lives in ``chatmem
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import subprocess
 import sys
@@ -169,6 +170,22 @@ def test_all_is_pinned() -> None:
     assert len(chatmem.__all__) == len(PUBLIC)
     for name in chatmem.__all__:
         assert hasattr(chatmem, name), name
+
+
+def test_every_public_class_and_function_says_what_it_is() -> None:
+    """Each class and function in ``chatmem.__all__`` has a docstring of its own (not one a
+    base class or ``dataclass`` wrote for it); values are documented where they are defined."""
+    missing = []
+    for name in chatmem.__all__:
+        obj = getattr(chatmem, name)
+        if inspect.isclass(obj):
+            doc = vars(obj).get("__doc__")
+            if not doc or doc.startswith(f"{obj.__name__}("):
+                missing.append(name)
+        elif inspect.isfunction(obj) or inspect.ismodule(obj):
+            if not obj.__doc__:
+                missing.append(name)
+    assert missing == []
 
 
 def test_errors_all_is_pinned() -> None:

@@ -58,6 +58,8 @@ SUMMARY_PROMPT = "Summarize this conversation concisely:"
 
 @runtime_checkable
 class Summarizer(Protocol):
+    """Folds messages (and the previous summary, if any) into one short text."""
+
     async def summarize(
         self, messages: Sequence[ChatMessage], previous_summary: str | None = None
     ) -> str: ...

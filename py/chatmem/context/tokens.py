@@ -51,6 +51,8 @@ class CounterSource(Protocol):
 
 @runtime_checkable
 class Tokenizer(Protocol):
+    """Counts the tokens of a text and of a whole message (its framing included) for a model."""
+
     name: str
 
     def count(self, text: str) -> int: ...

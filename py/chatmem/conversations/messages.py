@@ -40,6 +40,8 @@ def _check_page(offset: Any, limit: Any) -> None:
 
 
 class Messages:
+    """``mem.messages``: append (one or many), read, list, count and stream a session's messages."""
+
     def __init__(self, core: Core):
         self._core = core
 

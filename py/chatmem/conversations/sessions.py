@@ -56,6 +56,8 @@ def _check_int(value: Any, name: str, minimum: int = 0) -> None:
 
 
 class Sessions:
+    """``mem.sessions``: create, read, list, update, archive, pin and delete sessions."""
+
     def __init__(self, core: Core):
         self._core = core
 

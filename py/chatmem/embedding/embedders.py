@@ -46,6 +46,8 @@ __all__ = [
 
 @runtime_checkable
 class Embedder(Protocol):
+    """Text to vectors: ``embed(texts)`` gives one vector of ``dimensions`` floats per text."""
+
     #: identifies the vectors in the index: changing it re-embeds
     model: str
     dimensions: int

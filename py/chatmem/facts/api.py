@@ -74,6 +74,8 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 class Facts:
+    """``mem.facts``: what the user has told about themselves, kept current, visible and correctable."""
+
     def __init__(
         self,
         core: Core,

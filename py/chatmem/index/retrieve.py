@@ -54,12 +54,17 @@ SCOPES = ("session", "character", "user")
 
 @dataclass(slots=True)
 class HybridWeights:
+    """How ``RetrievalConfig(strategy="hybrid")`` weighs recency against relevance."""
+
     recency: float = 0.6
     relevance: float = 0.4
 
 
 @dataclass(slots=True)
 class RetrievalConfig:
+    """The original's retrieval strategies for a window: ``recent``, ``relevant`` or
+    ``hybrid``, over this session, the character's sessions or the user's."""
+
     strategy: str = "hybrid"
     recent_count: int = 10
     relevance_threshold: float = 0.7

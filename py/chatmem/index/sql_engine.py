@@ -79,6 +79,8 @@ async def columns(engine: Any, sql: str, params: list[Any] | None = None) -> lis
 
 @runtime_checkable
 class SQLEngine(Protocol):
+    """A DuckDB connection as the query index uses it: statements, bulk loads, files."""
+
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
     ) -> list[dict[str, Any]]:

@@ -102,6 +102,9 @@ def next_seq_after(messages: list[dict[str, Any]]) -> int:
 
 @runtime_checkable
 class Store(Protocol):
+    """The durable store every backend implements (memory, SQLite, IndexedDB): sessions,
+    messages, facts, ``kv`` and the sync outbox, each write one transaction."""
+
     #: short name shown in errors and benchmarks: "memory", "sqlite", "indexeddb"
     kind: str
 

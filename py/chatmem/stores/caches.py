@@ -24,6 +24,8 @@ V = TypeVar("V")
 
 
 class LRUCache(Generic[K, V]):
+    """At most ``max_size`` entries, each kept ``ttl`` ms; the least recently used go first."""
+
     def __init__(self, max_size: int = 100, ttl: int = 3_600_000, clock: Clock = system_clock):
         self.max_size = max_size
         self.ttl = ttl

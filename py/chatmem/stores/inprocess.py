@@ -15,6 +15,8 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
+    """A ``Store`` in this process's memory: nothing persisted (tests, throwaway memories)."""
+
     kind = "memory"
 
     def __init__(self) -> None:

@@ -89,6 +89,8 @@ def _int(value: Any, name: str, minimum: int, maximum: int | None = None) -> Non
 
 @dataclass(frozen=True)
 class SyncConfig:
+    """How a memory syncs: the server, its key, automatic runs, live following, encryption."""
+
     enabled: bool = False
     endpoint: str = ""
     api_key: str = field(default="", repr=False)

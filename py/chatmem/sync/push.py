@@ -46,6 +46,8 @@ LEASE_MARGIN_MS = 5_000
 
 @dataclass(frozen=True)
 class PushReport:
+    """What one push did: requests made, operations acknowledged, dead-lettered or left."""
+
     #: push requests made
     requests: int = 0
     #: operations the server acknowledged (applied or duplicate)
@@ -61,6 +63,8 @@ class PushReport:
 
 @dataclass(frozen=True)
 class PullReport:
+    """What one pull did: pages and changes applied, the cursor reached, the state."""
+
     pages: int = 0
     changes: int = 0
     cursor: str | None = None

@@ -38,6 +38,9 @@ SYNC_STATES: frozenset[str] = frozenset(
 
 @dataclass(frozen=True)
 class SyncStatus:
+    """Where sync stands (``mem.sync.status()``): its state, what is pending, dead-lettered
+    or quarantined, and the last success and error."""
+
     state: SyncState = "idle"
     #: operations in the outbox (in flight included), plus the history still to upload
     #: after sync was first turned on (an upper bound: one per session and message)
