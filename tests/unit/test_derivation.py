@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from chatmem.index.derivation import EngineDerivation, derive
+from chatmem.index.derivation import derive
+from chatmem.index.sql_engine import EngineDerivation
 from chatmem.text.tokenize import terms_of_word, words
 
 

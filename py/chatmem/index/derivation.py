@@ -27,37 +27,9 @@ from ..scheduling.settle import settle
 from ..text.tokenize import terms_of_word, words
 from .doctable import DocTable, extended
 from .keywords import stage_statement
-from .sql_engine import SQLEngine
+from .sql_engine import EngineDerivation, SQLEngine
 
-__all__ = ["EngineDerivation", "Started", "derive", "run_derivation"]
-
-
-class EngineDerivation:
-    """What a runtime offers to derive the keyword tables next to its store (the page's
-    ``PageDerivation``). Each method is one step of ``derive``."""
-
-    async def next(self) -> dict[str, Any] | None:
-        """Read and split the next chunk: ``{"words": [...], "hard": [...]}`` (words without
-        terms yet, texts it cannot split), or None when every message was read."""
-        raise NotImplementedError
-
-    async def feed(self, terms: dict[str, list[str]], hard: list[list[str]]) -> dict[str, list[Any]]:
-        """The chunk's missing terms and its hard texts' words: load the chunk; answers its
-        docs as columns ``doc``, ``id``, ``created``, ``len``."""
-        raise NotImplementedError
-
-    async def finish(self) -> dict[str, Any]:
-        """Wait for the loads, load ``terms`` (df 0); answers its milliseconds per phase, and
-        ``sorted``: whether ``postings`` went in sorted by (tid, doc)."""
-        raise NotImplementedError
-
-    async def abort(self) -> None:
-        """Stop after the loads under way (the engine is free when this returns)."""
-        raise NotImplementedError
-
-    async def attach(self, engine: Any) -> None:
-        """The engine, for a derivation made before it was open (its loads waited for it);
-        nothing to do for one made with its engine."""
+__all__ = ["Started", "derive", "run_derivation"]
 
 
 class Started:

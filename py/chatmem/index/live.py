@@ -65,7 +65,7 @@ from ..records.models import ChatMessage
 from ..scheduling.settle import settle
 from ..text.tokenize import preload as preload_stemmers
 from .cache import IndexCache
-from .derivation import EngineDerivation, Started
+from .derivation import Started
 from .lifecycle import HOLDS_INDEX, IndexState, check_transition
 from .query_index import EVENT_KINDS, QueryIndex
 from .reading import PAGE, each_message
@@ -73,7 +73,7 @@ from .retrieve import RetrievalConfig, retrieve
 from .schema import OLDER_INDEX, UNFINISHED_INDEX, row_to_session_record, session_row
 from .search import SearchHit, search
 from .shared import IndexShare, RemoteQueryIndex, answer_guest
-from .sql_engine import SQLEngine
+from .sql_engine import EngineDerivation, SQLEngine
 
 if TYPE_CHECKING:
     from ..stores.shared import Core
@@ -532,11 +532,8 @@ class LiveIndex:
     ) -> AsyncIterator[dict[str, Any]] | EngineDerivation:
         """Every message of the sessions ``metas``, in their order: the engine's own
         derivation from the store when it has one (the page's), else ``reading.each_message``."""
-        own = getattr(index.engine, "derivation", None)
-        d = (
-            own(self._core.store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas])
-            if own
-            else None
+        d = index.engine.derivation(
+            self._core.store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas]
         )
         return d if d is not None else each_message(self._core.store, metas)
 
@@ -588,7 +585,7 @@ class LiveIndex:
             try:
                 index = await self._hydrate_with(engine, metas, force, early)
             except BaseException:
-                held = self.query_index is not None and getattr(self.query_index, "engine", None) is engine
+                held = self.query_index is not None and self.query_index.engine is engine
                 await self._fail()  # closes the index made over the engine, if it was made
                 if not held:
                     with contextlib.suppress(Exception):  # the first error is the one to raise
@@ -623,10 +620,10 @@ class LiveIndex:
         early: asyncio.Future[Any] | None = None,
     ) -> QueryIndex:
         self._lap("engine")
-        for step, ms in (getattr(engine, "open_ms", None) or {}).items():
+        for step, ms in engine.open_ms.items():
             self.open_ms[f"engine: {step}"] = ms
-        self.notice = getattr(engine, "notice", None) or self.notice
-        persistent = bool(getattr(engine, "persistent", False))
+        self.notice = engine.notice or self.notice
+        persistent = engine.persistent
         cache = None
         if persistent:
             cache = IndexCache(engine)

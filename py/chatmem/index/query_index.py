@@ -41,7 +41,7 @@ from ..errors import QueryTimeout, ValidationError, shown
 from ..records.models import extract_text
 from ..records.validation import INT64_MAX, INT64_MIN
 from .catchup import catch_up
-from .derivation import EngineDerivation, Started, run_derivation
+from .derivation import Started, run_derivation
 from .figures import KeywordFigures
 from .gate import AnswerGate
 from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
@@ -54,7 +54,7 @@ from .schema import (
     row_to_session_record,
     session_row,
 )
-from .sql_engine import SQLEngine, columns, marks
+from .sql_engine import EngineDerivation, SQLEngine, columns, marks
 from .sqlguard import check_read_only
 
 __all__ = ["EVENT_KINDS", "QueryIndex"]
@@ -166,16 +166,15 @@ class QueryIndex:
 
     @property
     def in_thread(self) -> bool:
-        """Whether the engine runs in this thread (CPython's ``duckdb``: it has
-        ``execute_small``), where a statement is cheap; in the page each is a round trip
-        to the engine's worker."""
-        return getattr(self.engine, "execute_small", None) is not None
+        """Whether the engine runs in this thread (CPython's ``duckdb``), where a statement
+        is cheap; in the page each is a round trip to the engine's worker."""
+        return self.engine.in_thread
 
     @property
     def columnar(self) -> bool:
         """Whether the engine answers a read column by column (the page's: no dict per row
         built on the main thread); ``execute_columns`` works either way."""
-        return getattr(self.engine, "execute_columns", None) is not None
+        return self.engine.columnar
 
     @property
     def embedded(self) -> set[tuple[str, int]]:
@@ -197,12 +196,11 @@ class QueryIndex:
             return await self.engine.execute(sql, params)
 
     async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        """``execute`` for a small read (a few thousand rows at most): through the engine's
-        ``execute_small`` when it has one (no thread hop)."""
+        """``execute`` for a small read (a few thousand rows at most): the engine's
+        ``execute_small`` (no thread hop on CPython)."""
         await self.setup()
-        run = getattr(self.engine, "execute_small", None) or self.engine.execute
         async with self._lock:
-            return await run(sql, params)
+            return await self.engine.execute_small(sql, params)
 
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """A read's result as one list per column (``engine.columns``), under the index lock."""

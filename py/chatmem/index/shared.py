@@ -50,6 +50,7 @@ from ..embedding.embedders import Embedder
 from ..errors import QueryError, ValidationError, shown
 from ..scheduling.settle import settle
 from .query_index import QueryIndex, RecordSource
+from .sql_engine import EngineDerivation, rows_to_columns
 from .sqlguard import check_read_only
 from .transport import ShareTransport
 
@@ -168,9 +169,13 @@ class RemoteEngine:
 
     kind = "remote"
     persistent = False
+    notice: str | None = None
+    in_thread = False
+    columnar = False
 
     def __init__(self, share: IndexShare):
         self.share = share
+        self.open_ms: dict[str, float] = {}
 
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
@@ -183,6 +188,15 @@ class RemoteEngine:
 
     async def execute_read_only(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         return await self.execute(sql, params, interruptible=True)
+
+    async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        return await self.execute(sql, params)
+
+    async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
+        return rows_to_columns(await self.execute(sql, params))
+
+    def derivation(self, store: Any, session_counts: list[tuple[str, int]]) -> EngineDerivation | None:
+        return None
 
     async def executemany(self, sql: str, rows: Any) -> None:
         raise QueryError("another tab keeps the query index: only it writes what the store derives")

@@ -66,20 +66,57 @@ def marks(n: int) -> str:
     return ", ".join("?" for _ in range(n))
 
 
-async def columns(engine: Any, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
-    """The result of ``sql`` as one list per column, in select order (``[]`` for no rows):
-    ``engine.execute_columns`` where it has one, else built from ``execute``'s rows."""
-    fast = getattr(engine, "execute_columns", None)
-    if fast is not None:
-        cols: list[list[Any]] = await fast(sql, params)
-        return cols if cols and cols[0] else []
-    rows = await engine.execute(sql, params)
-    return [list(c) for c in zip(*(r.values() for r in rows))]
+async def columns(engine: SQLEngine, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
+    """The result of ``sql`` as one list per column, in select order (``[]`` for no rows)."""
+    cols = await engine.execute_columns(sql, params)
+    return cols if cols and cols[0] else []
+
+
+class EngineDerivation:
+    """What a runtime offers to derive the keyword tables next to its store (the page's
+    ``PageDerivation``). Each method is one step of ``derive``."""
+
+    async def next(self) -> dict[str, Any] | None:
+        """Read and split the next chunk: ``{"words": [...], "hard": [...]}`` (words without
+        terms yet, texts it cannot split), or None when every message was read."""
+        raise NotImplementedError
+
+    async def feed(self, terms: dict[str, list[str]], hard: list[list[str]]) -> dict[str, list[Any]]:
+        """The chunk's missing terms and its hard texts' words: load the chunk; answers its
+        docs as columns ``doc``, ``id``, ``created``, ``len``."""
+        raise NotImplementedError
+
+    async def finish(self) -> dict[str, Any]:
+        """Wait for the loads, load ``terms`` (df 0); answers its milliseconds per phase, and
+        ``sorted``: whether ``postings`` went in sorted by (tid, doc)."""
+        raise NotImplementedError
+
+    async def abort(self) -> None:
+        """Stop after the loads under way (the engine is free when this returns)."""
+        raise NotImplementedError
+
+    async def attach(self, engine: Any) -> None:
+        """The engine, for a derivation made before it was open (its loads waited for it);
+        nothing to do for one made with its engine."""
 
 
 @runtime_checkable
 class SQLEngine(Protocol):
     """A DuckDB connection as the query index uses it: statements, bulk loads, files."""
+
+    #: True when the database is a file that outlives the engine (``LiveIndex`` reopens it)
+    persistent: bool
+    #: a sentence for the user about this engine's index (e.g. an older file was replaced)
+    notice: str | None
+    #: milliseconds per step of the engine's opening (empty where not measured)
+    open_ms: dict[str, float]
+    #: True when statements run in this thread's process (CPython's ``duckdb``): a statement
+    #: is cheap and ``execute_small`` skips the hop to a worker; in the page each statement
+    #: is a round trip to the engine's worker
+    in_thread: bool
+    #: True when ``execute_columns`` is the engine's own (the page's: no dict per row built
+    #: on the main thread), not built from ``execute``'s rows
+    columnar: bool
 
     async def execute(
         self, sql: str, params: list[Any] | None = None, *, interruptible: bool = False
@@ -103,7 +140,25 @@ class SQLEngine(Protocol):
         interruptible as ``execute(..., interruptible=True)``."""
         ...
 
+    async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """``execute`` for a statement known to be small (a few thousand rows at most)."""
+        ...
+
+    async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
+        """The result of ``sql`` as one list per column, in select order."""
+        ...
+
+    def derivation(self, store: Any, session_counts: list[tuple[str, int]]) -> EngineDerivation | None:
+        """The engine's own derivation of the keyword tables from ``store`` (the page's,
+        done in JS from IndexedDB), or None: the index derives them in Python."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def rows_to_columns(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """Rows as one list per column, in select order (``[]`` for no rows)."""
+    return [list(c) for c in zip(*(r.values() for r in rows))]
 
 
 #: the second wall around a user's statement: DuckDB refuses any write inside it (the
@@ -185,6 +240,9 @@ class DuckDBEngine:
         self.persistent = path != ":memory:"
         #: a sentence for the user when an older index file was replaced (``LiveIndex.notice``)
         self.notice: str | None = None
+        self.open_ms: dict[str, float] = {}
+        self.in_thread = True
+        self.columnar = False
         self._con = self._connect(path)
         self._con.execute("SET autoload_known_extensions=false")
         self._con.execute("SET autoinstall_known_extensions=false")
@@ -380,6 +438,12 @@ class DuckDBEngine:
                 raise QueryError(f"{type(e).__name__}: {e}") from e
         finally:
             self._lock.release()
+
+    async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
+        return rows_to_columns(await self.execute(sql, params))
+
+    def derivation(self, store: Any, session_counts: list[tuple[str, int]]) -> EngineDerivation | None:
+        return None
 
     async def executemany(self, sql: str, rows: Sequence[Row]) -> None:
         await self._call(self._executemany, sql, rows)

@@ -23,8 +23,7 @@ from ..records.ids import Clock, system_clock
 if TYPE_CHECKING:
     from ..embedding.static import StaticEmbedder, TokenSums
     from ..http import Transport
-    from ..index.derivation import EngineDerivation
-    from ..index.sql_engine import SQLEngine
+    from ..index.sql_engine import EngineDerivation, SQLEngine
     from ..index.transport import ShareTransport
     from ..stores.base import Store
     from ..sync.encryption import CipherSuite

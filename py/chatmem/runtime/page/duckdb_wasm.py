@@ -6,10 +6,9 @@ import asyncio
 from typing import Any
 
 from ...errors import QueryError, ReadOnlySQLError, StorageError
-from ...index.derivation import EngineDerivation
 from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
-from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED
+from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED, EngineDerivation
 from ...scheduling.settle import settle
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
@@ -38,6 +37,8 @@ class DuckDBWasmEngine:
     """
 
     kind = "duckdb-wasm"
+    in_thread = False
+    columnar = True
 
     def __init__(self, handle: Any, path: str | None = None):
         self._handle = handle
@@ -84,6 +85,9 @@ class DuckDBWasmEngine:
         cols = res["columns"]
         return [dict(zip(cols, row)) for row in zip(*res["cols"])]
 
+    async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        return await self.execute(sql, params)
+
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """``execute``'s rows as one list per column, as the worker answers them (no dicts)."""
         res = await self._call(
@@ -126,7 +130,7 @@ class DuckDBWasmEngine:
         try:
             await self._call("close")
         finally:
-            lock, self.owner_lock = getattr(self, "owner_lock", None), None
+            lock, self.owner_lock = self.owner_lock, None
             if lock is not None:
                 await lock.release()
 
