@@ -20,8 +20,14 @@ from chatmem.runtime.page import DuckDBWasmEngine
 
 class Shared:
     # one DuckDB-Wasm instance for every check; each check starts from empty tables
+    in_thread, columnar, persistent, notice = False, True, False, None
     def __init__(self, engine):
         self.engine = engine
+        self.open_ms = dict()
+    def derivation(self, store, session_counts):
+        return None
+    async def execute_small(self, sql, params=None):
+        return await self.engine.execute(sql, params)
     async def execute(self, sql, params=None, **kw):
         return await self.engine.execute(sql, params, **kw)
     async def execute_read_only(self, sql, params=None):
