@@ -123,7 +123,7 @@ class Memory:
             transport=runtime.transport,
             sleep=runtime.sleep,
             rand=runtime.rand,
-            lock=runtime.drain_lock(getattr(store, "name", "chatmem")),
+            lock=runtime.drain_lock(store.name),
             online=runtime.online,
             on_online=runtime.on_online,
             cipher=runtime.cipher_suite,
@@ -147,9 +147,7 @@ class Memory:
         self._builder = ContextBuilder(
             self._core, self.context, self.tokenizer, retriever=self.index.retriever
         )
-        subscribe = getattr(store, "subscribe", None)
-        if subscribe is not None:
-            subscribe(self._on_remote_change)
+        store.subscribe(self._on_remote_change)
 
     @cached_property
     def _transfer(self) -> Transfer:

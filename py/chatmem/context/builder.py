@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 from ..chat.formats import FORMATS, to_anthropic
 from ..errors import SessionNotFound, ValidationError
 from ..facts.rank import FACTS_SHARE, MAX_FACTS_BUDGET, choose, rank
+from ..index.retrieve import RetrievalConfig
 from ..records.models import NOT_FOR_MODEL, ChatMessage, for_model
 from .providers import LiveContext
 from .render import render_context_message
@@ -135,7 +136,7 @@ class ContextBuilder:
         max_tokens: int | None = None,
         reserve_tokens: int = 0,
         budget: ModelBudget | str | int | None = None,
-        retrieval: Any = None,
+        retrieval: RetrievalConfig | None = None,
         summarize: Summarizer | MessageRetentionPolicy | bool | None = None,
         query: str | None = None,
         format: str = "openai",
@@ -158,6 +159,8 @@ class ContextBuilder:
         max_tokens, reserve_tokens = resolve_budget(budget, max_tokens, reserve_tokens)
         if format not in FORMATS:
             raise ValidationError(f"format must be one of {FORMATS}", field="format")
+        if retrieval is not None and not isinstance(retrieval, RetrievalConfig):
+            raise ValidationError("retrieval must be a RetrievalConfig or None", field="retrieval")
         tk = for_format(self.tokenizer, format, message_overhead)
         meta = await self._core.store.get_session(session_id)
         if meta is None:
@@ -192,16 +195,13 @@ class ContextBuilder:
                     dict(profile, facts=lines) if isinstance(profile, dict) else {"facts": lines}
                 )
         ctx = render_context_message(snapshot)
-        if retrieval is not None and getattr(retrieval, "strategy", "recent") == "recent":
-            count = getattr(retrieval, "recent_count", None)
+        if retrieval is not None and retrieval.strategy == "recent":
+            count = retrieval.recent_count
             if isinstance(count, int) and count >= 0:
                 recent = _last_n_keeping_user(recent, count)
         retrieved: list[ChatMessage] = []
         # ``recent`` retrieves only when its scope reaches other sessions (their relevant messages)
-        if retrieval is not None and (
-            getattr(retrieval, "strategy", "recent") != "recent"
-            or getattr(retrieval, "scope", "session") != "session"
-        ):
+        if retrieval is not None and (retrieval.strategy != "recent" or retrieval.scope != "session"):
             if self.retriever is None:
                 raise ValidationError(
                     "retrieval strategy needs the search index; only 'recent' works without it",

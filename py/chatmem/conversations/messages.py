@@ -8,12 +8,12 @@ the same transaction, and when the call returns the messages are durable.
 from __future__ import annotations
 
 import builtins
-from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, cast
 
 from ..errors import MessageNotFound, SessionNotFound, ValidationError, shown
 from ..records.models import ChatMessage, SessionMeta, estimate_tokens, extract_text, validate_message_fields
 from ..records.validation import check_id, check_value
-from ..stores.base import ORDER_KEY, Ops
+from ..stores.base import ORDER_KEY, Ops, StreamingStore
 from ..stores.shared import Core
 from .sessions import DEFAULT_TITLE
 
@@ -141,8 +141,8 @@ class Messages:
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise ValidationError(f"items must be a list of messages, got {shown(items)}", field="items")
         items = items if isinstance(items, list) else list(items)
-        batched = getattr(self._core.store, "append_batches", None)
-        if batched is None or len(items) <= EAGER_OPS:
+        store = self._core.store
+        if not store.streams_batches or len(items) <= EAGER_OPS:
             records = [r for chunk in self._batch(items, now) for r in chunk]
             if not records:
                 if not await self._core.store.get_session(session_id):
@@ -163,7 +163,7 @@ class Messages:
                 built.extend(chunk)
                 yield chunk
 
-        stored, sess = await batched(session_id, chunks(), now, ops)
+        stored, sess = await cast(StreamingStore, store).append_batches(session_id, chunks(), now, ops)
         return self._written(session_id, stored, sess)
 
     def _batch(self, items: list[Mapping[str, Any]], now: int) -> Iterator[list[dict[str, Any]]]:

@@ -176,12 +176,12 @@ class CPythonRuntime(Runtime):
         return LocalDrainLock()
 
     async def storage_estimate(self, store: Store) -> dict[str, Any]:
-        path = getattr(store, "path", None)
+        path = store.path
         usage = os.path.getsize(path) if path and path != ":memory:" and os.path.exists(path) else None
         return {"usage": usage, "quota": None, "persisted": path is not None}
 
     async def request_persistence(self, store: Store) -> bool:
-        return getattr(store, "path", None) is not None
+        return store.path is not None
 
     def cipher_suite(self) -> CipherSuite:
         from ..sync.cipher import CryptographySuite

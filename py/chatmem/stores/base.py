@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar, cast, runtime_che
 T = TypeVar("T")
 
 __all__ = [
+    "StreamingStore",
     "Store",
     "SESSION_PRIVATE_FIELDS",
     "ORDER_KEY",
@@ -107,6 +108,28 @@ class Store(Protocol):
 
     #: short name shown in errors and benchmarks: "memory", "sqlite", "indexeddb"
     kind: str
+    #: what a runtime keys the store's shared resources by (the page's drain lock and index
+    #: cache): the IndexedDB database's name, "chatmem" for the others
+    name: str
+
+    @property
+    def path(self) -> str | None:
+        """The file that holds the store (SQLite's), None for a store that is not a file."""
+        ...
+
+    #: True when ``StreamingStore.append_batches`` and ``import_batches`` hand each chunk to
+    #: the open transaction as it is built (IndexedDB: written while the next is built)
+    streams_batches: bool
+
+    async def changed_elsewhere(self) -> bool:
+        """True if another process committed to the store since the last call (SQLite's
+        ``PRAGMA data_version``); the caller then drops what it cached."""
+        ...
+
+    def subscribe(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(session_id)`` whenever another tab changes a session of the store (the
+        page's IndexedDB); a store no other tab shares never calls it."""
+        ...
 
     async def create_session(
         self, record: dict[str, Any], messages: list[dict[str, Any]], ops: Ops = None
@@ -267,3 +290,20 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class StreamingStore(Store, Protocol):
+    """A store whose big writes take their records chunk by chunk (``streams_batches``)."""
+
+    async def append_batches(
+        self, session_id: str, batches: Iterable[list[dict[str, Any]]], now: int, ops: Ops = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """``append_messages`` of the records ``batches`` yields chunk by chunk (building a
+        chunk may raise: then nothing is written)."""
+        ...
+
+    async def import_batches(
+        self, batches: Iterable[list[tuple[dict[str, Any], list[dict[str, Any]]]]], ops: Ops = None
+    ) -> None:
+        """``import_sessions`` (``replace=False``) of the sessions ``batches`` yields chunk by chunk."""
+        ...

@@ -42,6 +42,10 @@ class BridgeHandle(Protocol):
 
     def subscribe(self, fn: Callable[[dict[str, Any]], None]) -> None: ...
 
+    def derivation(self, engine_handle: Any, options: dict[str, Any]) -> Any:
+        """The bridge's derivation of the keyword tables from this database (``derive.js``)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -49,6 +53,8 @@ class IndexedDBStore:
     """The store over one bridge database (the page runtime opens it: ``PageRuntime.open_store``)."""
 
     kind = "indexeddb"
+    path: str | None = None
+    streams_batches = True
 
     def __init__(self, db: BridgeHandle, durability: str):
         self._db = db
@@ -221,6 +227,9 @@ class IndexedDBStore:
     async def outbox_counts(self) -> tuple[int, int]:
         a, b = await self._db.call("outboxCounts")
         return int(a), int(b)
+
+    async def changed_elsewhere(self) -> bool:
+        return False  # other tabs' writes arrive through ``subscribe``
 
     async def close(self) -> None:
         await self._db.close()

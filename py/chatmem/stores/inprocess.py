@@ -5,7 +5,7 @@ between."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import DuplicateId, SessionNotFound, shown
 from .base import ORDER_KEY, OUTBOX_KEY, Ops, clone, gate_ops, next_seq_after, snapshot_of
@@ -18,6 +18,9 @@ class MemoryStore:
     """A ``Store`` in this process's memory: nothing persisted (tests, throwaway memories)."""
 
     kind = "memory"
+    name = "chatmem"
+    path: str | None = None
+    streams_batches = False
 
     def __init__(self) -> None:
         self._sessions: dict[str, dict[str, Any]] = {}
@@ -292,6 +295,12 @@ class MemoryStore:
 
     async def outbox_counts(self) -> tuple[int, int]:
         return len(self._outbox), len(self._dead)
+
+    async def changed_elsewhere(self) -> bool:
+        return False  # no other process holds this memory
+
+    def subscribe(self, fn: Callable[[str], None]) -> None:
+        pass  # no other tab shares it
 
     async def close(self) -> None:
         pass

@@ -44,8 +44,7 @@ class Core:
     async def check_external(self) -> None:
         """Before trusting a cache: if another process (or connection) wrote to the store
         since the last look (the store's ``changed_elsewhere``), forget every cached view."""
-        probe = getattr(self.store, "changed_elsewhere", None)
-        if probe is not None and await probe():
+        if await self.store.changed_elsewhere():
             self.invalidate()
             for fn in list(self.external_listeners):
                 fn()

@@ -56,6 +56,8 @@ def _dumps(v: Any) -> str:
 
 class SQLiteStore:
     kind = "sqlite"
+    name = "chatmem"
+    streams_batches = False
 
     def __init__(self, path: str, *, durability: str = "relaxed"):
         if durability not in ("relaxed", "strict"):
@@ -116,6 +118,9 @@ class SQLiteStore:
         changed = version != self._data_version
         self._data_version = version
         return changed
+
+    def subscribe(self, fn: Callable[[str], None]) -> None:
+        pass  # other processes' writes are found by ``changed_elsewhere``
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
         with self._guard:

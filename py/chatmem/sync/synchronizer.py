@@ -618,8 +618,7 @@ class Synchronizer:
                 self._last_error = str(e)
                 continue
             except (SyncPermanentError, ValidationError) as e:
-                status = getattr(e, "status", None)
-                response = getattr(e, "response", None)
+                status, response = (e.status, e.response) if isinstance(e, SyncError) else (None, None)
                 await store.outbox_to_dead(
                     [
                         dead_record(op, f"the server refused the batch: {e}", response, status, self._now())
@@ -682,8 +681,8 @@ class Synchronizer:
                             dead_record(
                                 by_op[p["op_id"]],
                                 f"the server refused the batch: {e}",
-                                getattr(e, "response", None),
-                                getattr(e, "status", None),
+                                e.response if isinstance(e, SyncError) else None,
+                                e.status if isinstance(e, SyncError) else None,
                                 self._now(),
                             )
                             for p in payload

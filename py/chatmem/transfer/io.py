@@ -17,12 +17,12 @@ a transaction of its own, after the new sessions).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator, cast
 
 from ..errors import SessionNotFound
 from ..records.hlc import HybridLogicalClock
 from ..records.validation import check_ids
-from ..stores.base import ORDER_KEY
+from ..stores.base import ORDER_KEY, StreamingStore
 from .adapters import iter_import, prepare_import
 from .export_format import aiter_export_json, build_export, message_record, session_record
 from .normalized import NormalizedImport, NormalizedSession
@@ -131,7 +131,10 @@ class Transfer:
         ages them from the day they arrived, not from their original dates (``createdAt``
         and every message's ``createdAt`` keep those)."""
         data = load_json(data, self._core.limits)
-        batched = None if preserve_ids else getattr(self._core.store, "import_batches", None)
+        store = self._core.store
+        batched = (
+            cast(StreamingStore, store).import_batches if store.streams_batches and not preserve_ids else None
+        )
         now = self._core.now()
         # what is here already: a conversation imported before (its ids derive from the
         # source's) takes only the messages it lacks

@@ -93,8 +93,7 @@ class PageRuntime(Runtime):
         return store
 
     def index_cache(self, store: Any) -> str | None:
-        name = getattr(store, "name", None)
-        return index_cache_path(name) if store.kind == "indexeddb" and name else None
+        return index_cache_path(store.name) if store.kind == "indexeddb" and store.name else None
 
     async def open_query_engine(self, cache: str | None = None) -> DuckDBWasmEngine:
         if cache:

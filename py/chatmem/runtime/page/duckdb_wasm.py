@@ -10,6 +10,7 @@ from ...index.keywords import SORT_PART, STAGE
 from ...index.schema import MESSAGE_COLUMNS
 from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED, EngineDerivation
 from ...scheduling.settle import settle
+from ...stores.indexeddb import IndexedDBStore
 from .bridge import bridge, call, engine_error, opened
 from .locks import WebLock
 
@@ -148,9 +149,9 @@ def page_derivation(
     counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time; into
     ``engine``, or (None) into the one given later to ``attach`` (it reads, splits and
     counts meanwhile). None unless ``store`` is the page's IndexedDB one."""
-    make = getattr(getattr(store, "bridge_db", None), "derivation", None)
-    if make is None:
+    if not isinstance(store, IndexedDBStore):
         return None
+    make = store.bridge_db.derivation
     options = {
         "sessions": [[sid, int(n)] for sid, n in session_counts],
         "chunk": int(chunk),
