@@ -114,24 +114,25 @@ def rank_cosine_sql(e: str = "e", q: str = "q.v") -> str:
     )
 
 
-def semantic_ctes(qv: str, where: str, *, one_cosine: bool, top: str = "") -> str:
+def semantic_ctes(qv: str, where: str, *, one_cosine: bool, top: str = "", table: str = "embeddings") -> str:
     """The CTEs ``q`` (the query vector ``qv``) and ``sem``: ``message_id``, ``created_at``,
     ``sim`` (the own vector's cosine) and ``rsim`` (the ranking cosine, ``embeddings.rank_cosine_sql``)
     of the ``embeddings e`` rows that pass ``where``. With ``one_cosine`` the scan computes
     ``rsim`` alone and ``sim`` is computed for the rows ``top`` (an ORDER BY and LIMIT over
     ``rsim``) keeps, every row for ``top=""``: the caller's ranking must sort within them.
-    ``embeddings.ONE_COSINE_FROM`` says when that pays."""
+    ``embeddings.ONE_COSINE_FROM`` says when that pays. ``table``: where the rows are read
+    (a ``partitions`` copy holds only the rows a filter admits)."""
     if not one_cosine:
         return (
             f"q AS (SELECT {qv} AS v),\n"
             f"sem0 AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
-            f"{cosine_sql(context=True)} AS csim FROM embeddings e CROSS JOIN q WHERE {where}),\n"
+            f"{cosine_sql(context=True)} AS csim FROM {table} e CROSS JOIN q WHERE {where}),\n"
             "sem AS (SELECT message_id, created_at, sim, coalesce(csim, sim) AS rsim FROM sem0)"
         )
     return (
         f"q AS (SELECT {qv} AS v),\n"
         f"sem0 AS (SELECT e.message_id, e.created_at, e.vec, e.scale, {rank_cosine_sql()} AS rsim "
-        f"FROM embeddings e CROSS JOIN q WHERE {where}),\n"
+        f"FROM {table} e CROSS JOIN q WHERE {where}),\n"
         f"sem AS (SELECT t.message_id, t.created_at, {cosine_sql('t')} AS sim, t.rsim "
         f"FROM (SELECT * FROM sem0 {top}) t CROSS JOIN q)"
     )

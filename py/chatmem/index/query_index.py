@@ -46,6 +46,7 @@ from .figures import KeywordFigures
 from .gate import AnswerGate
 from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
 from .missing import embed_missing
+from .partitions import VectorPartitions
 from .schema import (
     SCHEMA_VERSION,
     TABLES,
@@ -54,7 +55,7 @@ from .schema import (
     row_to_session_record,
     session_row,
 )
-from .sql_engine import EngineDerivation, SQLEngine, columns, marks
+from .sql_engine import DuckDBEngine, EngineDerivation, SQLEngine, columns, marks
 from .sqlguard import check_read_only
 
 __all__ = ["EVENT_KINDS", "QueryIndex"]
@@ -107,6 +108,10 @@ class QueryIndex:
         self._lock = asyncio.Lock()
         self._ready = False
         self._figures = KeywordFigures()
+        #: copies of the vectors a search filter admits (an engine in this process only)
+        self._partitions = (
+            VectorPartitions(engine, self._figures, self._lock) if isinstance(engine, DuckDBEngine) else None
+        )
         self._vocabulary: asyncio.Task[None] | None = None
         #: the searches under way (``search.search`` enters ``answering()``): the
         #: background read of the vocabulary and docs waits until none is
@@ -201,6 +206,14 @@ class QueryIndex:
         await self.setup()
         async with self._lock:
             return await self.engine.execute_small(sql, params)
+
+    async def vector_table(self, where: str, params: list[Any], vectors: int) -> str | None:
+        """A table holding exactly the ``embeddings e`` rows that pass ``where`` (see
+        ``partitions``), or None: scan ``embeddings`` with the condition."""
+        if self._partitions is None:
+            return None
+        await self.setup()
+        return await self._partitions.table_for(where, params, vectors)
 
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """A read's result as one list per column (``engine.columns``), under the index lock."""

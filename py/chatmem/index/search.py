@@ -365,6 +365,9 @@ class _SemanticPlan:
     filters: Filters
     #: ``(n, avgdl)`` of the index
     stats: tuple[int, float]
+    #: the relation the vectors are read from: ``embeddings``, or the copy of the rows the
+    #: filters admit (``partitions``)
+    table: str = "embeddings"
 
 
 async def _semantic_plan(index: SearchIndex, q: SearchQuery, emb: Embedder) -> _SemanticPlan:
@@ -382,9 +385,15 @@ async def _semantic_plan(index: SearchIndex, q: SearchQuery, emb: Embedder) -> _
     # (see ``_fused_here``), else bound as a parameter
     local = index.in_thread
     stats = await index.bm25_stats()
-    where = f"e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}" + (
-        f" AND {eflt.sql}" if eflt.sql != "TRUE" else ""
-    )
+    model = f"e.model_key = {model_key(emb.model)} AND e.dim = {int(emb.dimensions)}"
+    where, params = model, list(eflt.params)
+    table = "embeddings"
+    if eflt.sql != "TRUE":
+        where = f"{model} AND {eflt.sql}"
+        # a filter scans a copy of the rows it admits where the index keeps one (``partitions``)
+        part = await index.vector_table(where, params, stats[0])
+        if part is not None:
+            table, where, params = part, model, []
     qv = vector_sql(vec) if local else "CAST(? AS FLOAT[])"
     one = stats[0] >= embeddings.ONE_COSINE_FROM
     if q.mode == "semantic":
@@ -406,10 +415,11 @@ async def _semantic_plan(index: SearchIndex, q: SearchQuery, emb: Embedder) -> _
         emb.model,
         int(emb.dimensions),
         calibration_of(emb),
-        semantic_ctes(qv, where, one_cosine=one, top=top),
-        ([] if local else [vec]) + eflt.params,
+        semantic_ctes(qv, where, one_cosine=one, top=top, table=table),
+        ([] if local else [vec]) + params,
         eflt,
         stats,
+        table,
     )
 
 
@@ -578,7 +588,7 @@ async def _fused_here(
     # per-parameter probing, and DuckDB parses the same text either way
     where = f"e.model_key = {model_key(plan.model)} AND e.dim = {plan.dimensions}"
     sem_params: list[Any] = []
-    if narrow:
+    if narrow and plan.table == "embeddings":
         where += f" AND {plan.filters.sql}"
         sem_params = list(plan.filters.params)
     if stats[0] >= embeddings.ONE_COSINE_FROM:
@@ -588,13 +598,14 @@ async def _fused_here(
             where,
             one_cosine=True,
             top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}",
+            table=plan.table,
         )
         sql = f"WITH {ctes}\nSELECT message_id, created_at, sim FROM sem ORDER BY rsim DESC, message_id DESC"
     else:
         sql = (
             f"WITH q AS (SELECT {vector_sql(plan.vector)} AS v),\n"
             f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
-            f"{cosine_sql(context=True)} AS csim FROM embeddings e CROSS JOIN q WHERE {where})\n"
+            f"{cosine_sql(context=True)} AS csim FROM {plan.table} e CROSS JOIN q WHERE {where})\n"
             "SELECT message_id, created_at, sim FROM s "
             f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}"
         )

@@ -243,6 +243,11 @@ class DuckDBEngine:
         self.open_ms: dict[str, float] = {}
         self.in_thread = True
         self.columnar = False
+        #: bulk loads into ``embeddings`` (appends: their rows take rowids past every other's)
+        self.embeddings_appended = 0
+        #: every other write that may touch ``embeddings`` (a statement naming it that is not a
+        #: read, a rollback): what ``partitions.VectorPartitions`` keeps its copies exact by
+        self.embeddings_rewritten = 0
         self._con = self._connect(path)
         self._con.execute("SET autoload_known_extensions=false")
         self._con.execute("SET autoinstall_known_extensions=false")
@@ -314,7 +319,15 @@ class DuckDBEngine:
             await settle(fut, poke=interrupt, interval=0.05)  # the engine is free when we return
             raise
 
+    def _count_write(self, sql: str) -> None:
+        head = sql.lstrip()[:8].upper()
+        if head.startswith("ROLLBACK") or (
+            "embeddings" in sql and not head.startswith(("SELECT", "WITH", "EXPLAIN"))
+        ):
+            self.embeddings_rewritten += 1
+
     def _execute(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
+        self._count_write(sql)
         cur = self._con.execute(sql, params or [])
         if cur.description is None:
             return []
@@ -343,6 +356,7 @@ class DuckDBEngine:
             self._con.execute("ROLLBACK")
 
     def _executemany(self, sql: str, rows: Sequence[Row]) -> None:
+        self._count_write(sql)
         if rows:
             self._con.executemany(sql, [list(r) for r in rows])
 
@@ -361,6 +375,8 @@ class DuckDBEngine:
     def _load_rows(self, table: str, columns: list[str], rows: Sequence[Row]) -> None:
         if not rows:
             return
+        if table == "embeddings":
+            self.embeddings_appended += 1
         cols = ", ".join(f'"{c}"' for c in columns)
         if len(rows) <= _SMALL_BATCH:
             types = self._types.get(table) or self._column_types(table)
