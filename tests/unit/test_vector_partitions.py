@@ -137,3 +137,23 @@ async def test_another_embedder_gets_copies_of_its_own_vectors(monkeypatch: pyte
         assert copied and copied == scanned
     finally:
         await mem.close()
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+async def test_a_copy_dropped_under_a_search_is_replaced_by_a_scan(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another search may drop every copy (after a write) between this search's choice of
+    its copy and its statement: the search then scans the table and answers the same."""
+    mem, _ = await _memory()
+    try:
+        copied, scanned = await _both(mem, monkeypatch, "pepper falcon", mode=mode, character_ids=["bo"])
+
+        async def gone(self: Any, where: str, params: list[Any], vectors: int) -> str:
+            return "vector_partition_gone"
+
+        monkeypatch.setattr(partitions.VectorPartitions, "table_for", gone)
+        hits = await mem.search("pepper falcon", mode=mode, limit=8, character_ids=["bo"])
+        assert [(h.message.id, round(h.score, 6), h.breakdown.get("semantic_rank")) for h in hits] == scanned
+    finally:
+        await mem.close()

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, cast
 
 from ..embedding.embedders import Embedder, calibration_of
-from ..errors import ValidationError, shown
+from ..errors import QueryError, ValidationError, shown
 from ..records.ids import system_clock
 from ..text.tokenize import ParsedQuery, parse_query
 from . import embeddings, scoring
@@ -254,10 +254,17 @@ async def search(
         return await _substring(index, q)
     if q.mode == "keyword":
         return await _keyword(index, q)
-    plan = await _semantic_plan(index, q, default_embedder(index, embedder))
-    if q.mode == "semantic":
-        return await _semantic(index, q, plan)
-    return await _hybrid(index, q, plan)
+    emb = default_embedder(index, embedder)
+    plan = await _semantic_plan(index, q, emb)
+    rank = _semantic if q.mode == "semantic" else _hybrid
+    try:
+        return await rank(index, q, plan)
+    except QueryError:
+        if plan.table == "embeddings":
+            raise
+        # the copy of the filtered vectors was dropped under this search (a write to the
+        # embeddings let another search drop every copy): scan the table instead
+        return await rank(index, q, await _semantic_plan(index, q, emb, copies=False))
 
 
 # --------------------------------------------------------------------------- substring
@@ -370,7 +377,9 @@ class _SemanticPlan:
     table: str = "embeddings"
 
 
-async def _semantic_plan(index: SearchIndex, q: SearchQuery, emb: Embedder) -> _SemanticPlan:
+async def _semantic_plan(
+    index: SearchIndex, q: SearchQuery, emb: Embedder, *, copies: bool = True
+) -> _SemanticPlan:
     await index.embed_missing(emb)
     (raw,) = await emb.embed([q.text])
     vec = query_literal(raw)
@@ -390,6 +399,7 @@ async def _semantic_plan(index: SearchIndex, q: SearchQuery, emb: Embedder) -> _
     table = "embeddings"
     if eflt.sql != "TRUE":
         where = f"{model} AND {eflt.sql}"
+    if eflt.sql != "TRUE" and copies:
         # a filter scans a copy of the rows it admits where the index keeps one (``partitions``)
         part = await index.vector_table(where, params, stats[0])
         if part is not None:
