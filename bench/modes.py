@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import goals
@@ -40,11 +42,24 @@ def quality_main(args: argparse.Namespace, open_page: OpenPage, log: Callable[[s
         finally:
             stop()
     table = quality.render_table(res, default_embedder().model, page)
+    recall = None
+    if not args.conversations:
+        # the approximate index against exact search, LoCoMo inside 100,000 other messages
+        sys.path.insert(0, str(Path(__file__).resolve().parent / "search"))
+        import nearest_recall
+
+        t2 = time.perf_counter()
+        recall = nearest_recall.run_recall()
+        log(f"approximate index recall: {time.perf_counter() - t2:.0f} s")
+        table += "\n" + nearest_recall.render_rows(recall)
     print(table)
     log(f"quality run: {time.perf_counter() - t0:.0f} s")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quality.json").write_text(
-        json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "results": res, "page": page}, indent=1)
+        json.dumps(
+            {"date": time.strftime("%Y-%m-%d %H:%M"), "results": res, "page": page, "nearest": recall},
+            indent=1,
+        )
     )
     (args.out / "quality.md").write_text(table + "\n")
     return 0

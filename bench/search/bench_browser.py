@@ -195,28 +195,32 @@ await idx.execute(
     f"CAST(1.0 / (73.3 * sqrt(?)) AS FLOAT), session_id, role, created_at, {model_key(emb.model)} FROM messages",
     [emb.model, emb.dimensions, emb.dimensions, emb.dimensions, emb.dimensions, emb.dimensions])
 res["vectors_load_s"] = round(time.perf_counter() - t, 1)
-# each query timed with the scan the index uses and with the baseline in the same page
-# (both cosines of every row scanned), in turns, so that both meet the same load
-from chatmem.index import embeddings as _embed
-_one = _embed.ONE_COSINE_FROM
+# each query timed with the approximate index the page keeps (``index.nearest``) and with
+# the exact scan of every vector (the baseline) in the same page, in turns, so that both
+# meet the same load; the first approximate search reads the vectors (timed apart)
+from chatmem.index import nearest as _nearest
+_from = _nearest.NEAREST_FROM
+t = time.perf_counter()
+await mem.search(Q["typical"][0], mode="semantic", limit=10)
+res["nearest_first_s"] = round(time.perf_counter() - t, 2)
 se, hy, se2, hy2 = [], [], [], []
 try:
     for i, q in enumerate(Q["typical"][:50]):
         for base in ((False, True) if i % 2 else (True, False)):
-            _embed.ONE_COSINE_FROM = 1 << 62 if base else _one
+            _nearest.NEAREST_FROM = 1 << 62 if base else _from
             (se2 if base else se).extend(await timed([q], mode="semantic"))
             (hy2 if base else hy).extend(await timed([q], mode="hybrid"))
 finally:
-    _embed.ONE_COSINE_FROM = _one
+    _nearest.NEAREST_FROM = _from
 res["semantic"] = (pct(se, .5), pct(se, .95))
 res["hybrid"] = (pct(hy, .5), pct(hy, .95))
-res["semantic_two_cosines"] = (pct(se2, .5), pct(se2, .95))
-res["hybrid_two_cosines"] = (pct(hy2, .5), pct(hy2, .95))
+res["semantic_exact"] = (pct(se2, .5), pct(se2, .95))
+res["hybrid_exact"] = (pct(hy2, .5), pct(hy2, .95))
 await idx.execute("DELETE FROM embeddings")  # keep the cached file the size of a keyword-only index
 await mem.close()
 res["samples"] = {"keyword": kw, "keyword_common": kc, "keyword_filtered": kf, "substring_scan": sc,
                   "substring_mode": ss, "semantic": se, "hybrid": hy,
-                  "semantic_two_cosines": se2, "hybrid_two_cosines": hy2}
+                  "semantic_exact": se2, "hybrid_exact": hy2}
 res
 """
 
@@ -422,12 +426,19 @@ def main() -> int:
             "substring mode in DuckDB p50 / p95, ms",
             f"{t['substring_mode_duckdb'][0]} / {t['substring_mode_duckdb'][1]}",
         )
-        row("semantic top-10, 384-dim, p50 / p95, ms", f"{t['semantic'][0]} / {t['semantic'][1]}")
+        row(
+            "semantic top-10, 384-dim, approximate index, p50 / p95, ms",
+            f"{t['semantic'][0]} / {t['semantic'][1]}",
+        )
         row("hybrid top-10 p50 / p95, ms", f"{t['hybrid'][0]} / {t['hybrid'][1]}")
-        if "semantic_two_cosines" in t:
+        row(
+            "first semantic search (reads the vectors for the approximate index), s",
+            f"{t.get('nearest_first_s')}",
+        )
+        if "semantic_exact" in t:
             row(
-                "semantic / hybrid p50 with both cosines of every row scanned (baseline), ms",
-                f"{t['semantic_two_cosines'][0]} / {t['hybrid_two_cosines'][0]}",
+                "semantic / hybrid p50 with every vector scanned (baseline), ms",
+                f"{t['semantic_exact'][0]} / {t['hybrid_exact'][0]}",
             )
 
         if args.no_cache_phases:

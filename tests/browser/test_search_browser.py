@@ -38,6 +38,8 @@ class Shared:
         return await self.engine.load_rows(table, columns, rows)
     async def execute_columns(self, sql, params=None):
         return await self.engine.execute_columns(sql, params)
+    async def nearest(self, model_key, dim, vector, k, candidates):
+        return await self.engine.nearest(model_key, dim, vector, k, candidates)
     async def close(self):
         pass
 

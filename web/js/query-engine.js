@@ -5,8 +5,12 @@
 
 import { arrowTable } from "./arrow-columns.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
+import { NearestVectors } from "./nearest.js";
 
-const ENGINE_METHODS = new Set(["execute", "executeReadOnly", "executemany", "loadRows", "close", "cancel"]);
+const ENGINE_METHODS = new Set(["execute", "executeReadOnly", "executemany", "loadRows", "nearest", "close", "cancel"]);
+
+// a read of vectors gives the thread back after this many milliseconds of work
+const SLICE_MS = 25;
 
 const here = (path) => new URL(path, import.meta.url).href;
 
@@ -65,6 +69,19 @@ class Duck {
     this.statements = new Map();
     this.closed = false;
     this.tmp = 0;
+    // what the vectors kept for `nearest` are kept in step by: loads appended to
+    // `embeddings`, and any other write that may have changed it (or a rollback)
+    this.embeddingsAppended = 0;
+    this.embeddingsRewritten = 0;
+    this.nearestSets = new Map(); // "modelKey:dim" -> NearestVectors
+    this.nearestEpoch = 0;
+  }
+
+  /** Whether a statement of the library's may change `embeddings` rows other than by
+   *  appending them (a delete, an update, a rebuild) or undo an append (a rollback). */
+  _mayRewrite(sql) {
+    const head = sql.trimStart().slice(0, 8).toUpperCase();
+    return head.startsWith("ROLLBACK") || (sql.includes("embeddings") && !/^(SELECT|WITH|EXPLAIN)/.test(head));
   }
 
   async statement(sql) {
@@ -82,6 +99,22 @@ class Duck {
   }
 
   async execute({ sql, params, interruptible }) {
+    if (!this._mayRewrite(sql)) return this._execute(sql, params, interruptible);
+    let out;
+    try {
+      out = await this._execute(sql, params, interruptible);
+    } catch (e) {
+      this.embeddingsRewritten++;
+      throw e;
+    }
+    // a DELETE or UPDATE that changed no row (DuckDB answers its `Count`) left the table as it was
+    if (!(out.columns.length === 1 && out.columns[0] === "Count" && Number(out.cols[0][0]) === 0)) {
+      this.embeddingsRewritten++;
+    }
+    return out;
+  }
+
+  async _execute(sql, params, interruptible) {
     if (interruptible) return this.interruptible(sql, params);
     const table = params && params.length ? await (await this.statement(sql)).query(...params) : await this.conn.query(sql);
     return resultJSON(table);
@@ -137,6 +170,7 @@ class Duck {
   }
 
   async executemany({ sql, rows }) {
+    if (this._mayRewrite(sql)) this.embeddingsRewritten++;
     const st = await this.statement(sql);
     for (const row of rows) await st.query(...row);
     return null;
@@ -146,6 +180,7 @@ class Duck {
   async loadRows({ table, columns, rows, cols: data }) {
     data = data || columns.map((_, i) => rows.map((r) => r[i]));
     if (!data.length || !data[0].length) return null;
+    if (table === "embeddings") this.embeddingsAppended++;
     const tmp = `__chatmem_load_${++this.tmp}`;
     await this.conn.insertArrowTable(arrowTable(this.arrow, columns, data), { name: tmp, create: true });
     const list = columns.map((c) => `"${c}"`).join(", ");
@@ -161,8 +196,62 @@ class Duck {
    *  `table` straight from Arrow, without a staging table (a derivation's bulk loads). */
   async appendRows({ table, columns, cols }) {
     if (!cols.length || !cols[0].length) return null;
+    if (table === "embeddings") this.embeddingsAppended++;
     await this.conn.insertArrowTable(arrowTable(this.arrow, columns, cols), { name: table, create: false });
     return null;
+  }
+
+  /** The `k` rows of model `modelKey` and `dim` dimensions nearest to the unit vector
+   *  `vector` (nearest.js), after reading the rows written since the last call:
+   *  {cols: [message_id, created_at, sim, rsim]}. */
+  async nearest({ modelKey, dim, vector, k, candidates }) {
+    if (this.nearestEpoch !== this.embeddingsRewritten) {
+      this.nearestSets.clear();
+      this.nearestEpoch = this.embeddingsRewritten;
+    }
+    const key = `${modelKey}:${dim}`;
+    let kept = this.nearestSets.get(key);
+    if (!kept) {
+      kept = { vectors: new NearestVectors(dim), appended: -1 };
+      this.nearestSets.set(key, kept);
+    }
+    if (kept.appended !== this.embeddingsAppended) {
+      const appended = this.embeddingsAppended;
+      try {
+        await this._readVectors(kept.vectors, modelKey, dim);
+      } catch (e) {
+        this.nearestSets.delete(key); // half read: read again next time
+        throw e;
+      }
+      kept.appended = appended;
+    }
+    return { cols: kept.vectors.nearest(vector, k, candidates) };
+  }
+
+  async _readVectors(vectors, modelKey, dim) {
+    const where = `WHERE model_key = ${Math.trunc(modelKey)} AND dim = ${Math.trunc(dim)} AND rowid > ${vectors.rowid}`;
+    const count = await this.conn.query(`SELECT count(*) AS n FROM embeddings ${where}`);
+    vectors.reserve(vectors.n + Number(count.getChildAt(0).get(0)));
+    const reader = await this.conn.send(
+      `SELECT rowid AS r, message_id, created_at, vec, scale, cvec, cscale FROM embeddings ${where} ORDER BY rowid`,
+      true,
+    );
+    let since = performance.now();
+    for await (const batch of reader) {
+      const [r, id, created, vec, scale, cvec, cscale] = batch.schema.fields.map((_, i) => batch.getChildAt(i));
+      for (let i = 0; i < batch.numRows; i++) {
+        const c = cvec.get(i);
+        const when = created.get(i);
+        vectors.add(
+          Number(r.get(i)), id.get(i), when === null ? null : Number(when),
+          vec.get(i).toArray(), scale.get(i), c === null ? null : c.toArray(), cscale.get(i),
+        );
+      }
+      if (performance.now() - since > SLICE_MS) {
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        since = performance.now();
+      }
+    }
   }
 
   async close() {

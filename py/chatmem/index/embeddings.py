@@ -30,6 +30,7 @@ __all__ = [
     "embedding_rows",
     "quantize",
     "query_literal",
+    "unit_vector",
     "store_embeddings",
     "vector_literal",
     "with_previous",
@@ -60,10 +61,15 @@ def vector_literal(vec: Sequence[float]) -> str:
     return "[" + ",".join(map(repr, map(float, vec))) + "]"
 
 
+def unit_vector(vec: Sequence[float]) -> list[float]:
+    """``vec`` l2-normalised (a zero vector as it is)."""
+    norm = math.sqrt(math.fsum(float(x) * float(x) for x in vec))
+    return [float(x) / norm for x in vec] if norm > 0 else [float(x) for x in vec]
+
+
 def query_literal(vec: Sequence[float]) -> str:
     """A query vector l2-normalised, as ``vector_literal`` text (bind it to ``q.v`` of ``cosine_sql``)."""
-    norm = math.sqrt(math.fsum(float(x) * float(x) for x in vec))
-    return vector_literal([float(x) / norm for x in vec] if norm > 0 else vec)
+    return vector_literal(unit_vector(vec))
 
 
 def quantize(vec: Sequence[float]) -> tuple[list[int], float]:

@@ -10,7 +10,7 @@ kept exact by its writes; a guest forgets them at every query, since the owner w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -95,6 +95,10 @@ class SearchIndex(Protocol):
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]: ...
 
     async def vector_table(self, where: str, params: list[Any], vectors: int) -> str | None: ...
+
+    async def nearest(
+        self, model_key: int, dim: int, vector: Sequence[float], k: int, rows: int
+    ) -> list[list[Any]] | None: ...
 
     async def bm25_stats(self) -> tuple[int, float]: ...
 

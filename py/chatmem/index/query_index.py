@@ -40,6 +40,7 @@ from ..embedding.embedders import Embedder
 from ..errors import QueryTimeout, ValidationError, shown
 from ..records.models import extract_text
 from ..records.validation import INT64_MAX, INT64_MIN
+from . import nearest
 from .catchup import catch_up
 from .derivation import Started, run_derivation
 from .figures import KeywordFigures
@@ -214,6 +215,19 @@ class QueryIndex:
             return None
         await self.setup()
         return await self._partitions.table_for(where, params, vectors)
+
+    async def nearest(
+        self, model_key: int, dim: int, vector: Sequence[float], k: int, rows: int
+    ) -> list[list[Any]] | None:
+        """The ``k`` rows nearest to the unit ``vector`` from the engine's approximate index
+        (``nearest``; one list per column ``message_id, created_at, sim, rsim``), or None:
+        scan the vectors (an index of fewer than ``NEAREST_FROM`` of ``rows``, or an
+        engine that keeps no approximate index)."""
+        if rows < nearest.NEAREST_FROM:
+            return None
+        await self.setup()
+        async with self._lock:
+            return await self.engine.nearest(model_key, dim, vector, k, nearest.candidates(rows, k))
 
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """A read's result as one list per column (``engine.columns``), under the index lock."""

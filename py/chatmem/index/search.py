@@ -69,7 +69,7 @@ from ..errors import QueryError, ValidationError, shown
 from ..records.ids import system_clock
 from ..text.tokenize import ParsedQuery, parse_query
 from . import embeddings, scoring
-from .embeddings import cosine_sql, model_key, query_literal, semantic_ctes
+from .embeddings import cosine_sql, model_key, query_literal, semantic_ctes, unit_vector
 from .hits import (
     DAY_MS,
     DEFAULT_WEIGHTS,
@@ -88,6 +88,7 @@ from .hits import (
     term_stats,
     top_sql,
 )
+from .nearest import nearest_cte
 from .protocols import SearchIndex
 from .scoring import keyword_ranking, keyword_top, postings_needed, round9, term_weights, vector_sql
 
@@ -375,6 +376,14 @@ class _SemanticPlan:
     #: the relation the vectors are read from: ``embeddings``, or the copy of the rows the
     #: filters admit (``partitions``)
     table: str = "embeddings"
+    #: the rows the engine's approximate index found (``nearest``: one list per column
+    #: ``message_id, created_at, sim, rsim``, best first), which ``cte`` holds; None: a scan
+    found: list[list[Any]] | None = None
+
+    @property
+    def approximate(self) -> bool:
+        """Whether the ranking is the approximate index's (``found``)."""
+        return self.found is not None
 
 
 async def _semantic_plan(
@@ -406,20 +415,35 @@ async def _semantic_plan(
             table, where, params = part, model, []
     qv = vector_sql(vec) if local else "CAST(? AS FLOAT[])"
     one = stats[0] >= embeddings.ONE_COSINE_FROM
+    # the rows a page of results can come from: the semantic ranking's top ``limit`` (with
+    # room for ties of the ranking cosine, ordered by the own cosine after it), the top
+    # ``RRF_DEPTH`` for a fusion; every row for ``limit=None`` or a semantic threshold
+    depth: int | None = None
     if q.mode == "semantic":
-        # the rows a page of results can come from: the ranking's top ``limit``, with room
-        # for ties of the ranking cosine (ordered by the own cosine after it)
-        top = (
-            f"ORDER BY rsim DESC, created_at DESC, message_id DESC LIMIT {int(q.limit) + 16}"
-            if q.threshold is None and q.limit is not None
-            else ""
-        )
+        if q.threshold is None and q.limit is not None:
+            depth = int(q.limit) + 16
+        top = f"ORDER BY rsim DESC, created_at DESC, message_id DESC LIMIT {depth}" if depth else ""
     else:
-        top = (
-            f"ORDER BY rsim DESC, message_id DESC LIMIT {max(RRF_DEPTH, int(q.limit))}"
-            if q.limit is not None
-            else ""
+        if q.limit is not None:
+            depth = max(RRF_DEPTH, int(q.limit))
+        top = f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}" if depth else ""
+    if depth is not None and eflt.sql == "TRUE":
+        # unfiltered over a large index: the engine's approximate index where it keeps one
+        found = await index.nearest(
+            model_key(emb.model), int(emb.dimensions), unit_vector(raw), depth, stats[0]
         )
+        if found is not None:
+            return _SemanticPlan(
+                vec,
+                emb.model,
+                int(emb.dimensions),
+                calibration_of(emb),
+                nearest_cte(found),
+                [],
+                eflt,
+                stats,
+                found=found,
+            )
     return _SemanticPlan(
         vec,
         emb.model,
@@ -433,7 +457,20 @@ async def _semantic_plan(
     )
 
 
+def _semantic_hits(found: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[SearchHit]:
+    return [
+        hit_from_row(
+            r,
+            float(k["score"]),
+            {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0, "similarity": float(k["sim"])},
+        )
+        for r, k in found
+    ]
+
+
 async def _semantic(index: SearchIndex, q: SearchQuery, plan: _SemanticPlan) -> list[SearchHit]:
+    if plan.found is not None:
+        return _semantic_hits(await fetch_ranked(index, _ranked_here(q, plan, plan.found)))
     lo, hi = plan.calibration
     lim_sql, lim_params = q.limit_sql
     calibrated = "greatest(-1.0, least(1.0, (sem.sim - CAST(? AS DOUBLE)) / CAST(? AS DOUBLE)))"
@@ -450,14 +487,27 @@ async def _semantic(index: SearchIndex, q: SearchQuery, plan: _SemanticPlan) -> 
         f"ORDER BY rsim DESC, score DESC, created_at DESC, id DESC {lim_sql}",
         params + lim_params,
     )
-    return [
-        hit_from_row(
-            r,
-            float(k["score"]),
-            {"keyword": 0.0, "semantic": float(k["score"]), "recency": 0.0, "similarity": float(k["sim"])},
+    return _semantic_hits(await fetch_ranked(index, rows))
+
+
+def _ranked_here(q: SearchQuery, plan: _SemanticPlan, found: list[list[Any]]) -> list[dict[str, Any]]:
+    """``_semantic``'s statement done here over the rows the approximate index found (no
+    threshold there): the same calibrated scores, rounding, order and limit."""
+    lo, hi = plan.calibration
+    rows = []
+    for mid, created, sim, rsim in zip(*found):
+        if sim is None or rsim is None:
+            continue  # a cosine that is not a number ranks nowhere
+        score = round9(max(-1.0, min(1.0, (float(sim) - lo) / (hi - lo))))
+        rows.append(
+            {"id": mid, "created_at": created, "score": score, "sim": round9(float(sim)), "rsim": float(rsim)}
         )
-        for r, k in await fetch_ranked(index, rows)
-    ]
+    # ORDER BY rsim DESC, score DESC, created_at DESC (NULLS LAST), id DESC
+    rows.sort(
+        key=lambda r: (r["rsim"], r["score"], r["created_at"] is not None, r["created_at"] or 0, r["id"]),
+        reverse=True,
+    )
+    return rows if q.limit is None else rows[: q.limit]
 
 
 # --------------------------------------------------------------------------- hybrid
@@ -506,8 +556,9 @@ async def _hybrid(index: SearchIndex, q: SearchQuery, plan: _SemanticPlan) -> li
     # fused here where statements are cheap (an engine in this thread: CPython); in the
     # page every statement is a round trip to the engine's worker, and the one statement
     # below answers sooner
+    # (and wherever the approximate index found the semantic list: no statement is left to save)
     if (
-        index.in_thread
+        (index.in_thread or plan.approximate)
         and terms is not None
         and q.limit is not None
         and not pq.phrases
@@ -574,7 +625,7 @@ async def _fused_here(
 ) -> list[SearchHit]:
     """``_hybrid`` without phrases, for a query with few postings: the keyword list scored
     in Python (``scoring``; narrowed to the docs the filters admit), the semantic list one
-    statement, fused here with the arithmetic of the SQL form (same ranks, scores and
+    statement (``_scanned_list``) or the approximate index's rows, fused here with the arithmetic of the SQL form (same ranks, scores and
     order)."""
     pq, stats = q.parsed, plan.stats
     assert pq is not None
@@ -587,39 +638,11 @@ async def _fused_here(
         if weights is not None
         else []
     )
-    # the semantic list: ranked by the in-context cosine (the own one where there is none).
-    # Both cosines are made in the scan: carrying the top rows' vectors through the sort to
-    # compute the own cosine after it cost more
-    # a scan of a few thousand vectors is a small read (no thread hop on CPython)
-    run = scoring.small_read(index) if stats[0] <= scoring.WHOLE_DOCS else index.execute
-    # the model by its integer key written into the SQL (zone maps skip the filter, see
-    # ``_semantic_plan``); each vector row carries its message's time. The query vector is
-    # written in as text: a statement without parameters skips the duckdb package's
-    # per-parameter probing, and DuckDB parses the same text either way
-    where = f"e.model_key = {model_key(plan.model)} AND e.dim = {plan.dimensions}"
-    sem_params: list[Any] = []
-    if narrow and plan.table == "embeddings":
-        where += f" AND {plan.filters.sql}"
-        sem_params = list(plan.filters.params)
-    if stats[0] >= embeddings.ONE_COSINE_FROM:
-        # a large index: the scan computes the ranking cosine alone (see ``semantic_ctes``)
-        ctes = semantic_ctes(
-            vector_sql(plan.vector),
-            where,
-            one_cosine=True,
-            top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}",
-            table=plan.table,
-        )
-        sql = f"WITH {ctes}\nSELECT message_id, created_at, sim FROM sem ORDER BY rsim DESC, message_id DESC"
-    else:
-        sql = (
-            f"WITH q AS (SELECT {vector_sql(plan.vector)} AS v),\n"
-            f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
-            f"{cosine_sql(context=True)} AS csim FROM {plan.table} e CROSS JOIN q WHERE {where})\n"
-            "SELECT message_id, created_at, sim FROM s "
-            f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}"
-        )
-    sem = await run(sql, sem_params) if sem_params else await run(sql)
+    sem = (
+        _semantic_list(plan.found)
+        if plan.found is not None
+        else await _scanned_list(index, plan, narrow, depth)
+    )
     times = {mid: created for mid, _, created in kws}
     for row in sem:
         if row["created_at"] is not None:
@@ -671,3 +694,48 @@ async def _fused_here(
         )
     out.sort(key=lambda x: (x["score"], x["created_at"], x["id"]), reverse=True)
     return _fused_hits(await fetch_ranked(index, out[:limit]))
+
+
+def _semantic_list(found: list[list[Any]]) -> list[dict[str, Any]]:
+    """The approximate index's rows as ``_scanned_list`` gives a scan's."""
+    return [{"message_id": m, "created_at": c, "sim": s} for m, c, s, r in zip(*found) if s is not None]
+
+
+async def _scanned_list(
+    index: SearchIndex, plan: _SemanticPlan, narrow: bool, depth: int
+) -> list[dict[str, Any]]:
+    """The semantic list of ``_fused_here``: the top ``depth`` rows by the in-context cosine
+    (the own one where there is none), with the own cosine (``sim``). Both cosines are made
+    in the scan: carrying the top rows' vectors through the sort to compute the own cosine
+    after it cost more."""
+    stats = plan.stats
+    # a scan of a few thousand vectors is a small read (no thread hop on CPython)
+    run = scoring.small_read(index) if stats[0] <= scoring.WHOLE_DOCS else index.execute
+    # the model by its integer key written into the SQL (zone maps skip the filter, see
+    # ``_semantic_plan``); each vector row carries its message's time. The query vector is
+    # written in as text: a statement without parameters skips the duckdb package's
+    # per-parameter probing, and DuckDB parses the same text either way
+    where = f"e.model_key = {model_key(plan.model)} AND e.dim = {plan.dimensions}"
+    sem_params: list[Any] = []
+    if narrow and plan.table == "embeddings":
+        where += f" AND {plan.filters.sql}"
+        sem_params = list(plan.filters.params)
+    if stats[0] >= embeddings.ONE_COSINE_FROM:
+        # a large index: the scan computes the ranking cosine alone (see ``semantic_ctes``)
+        ctes = semantic_ctes(
+            vector_sql(plan.vector),
+            where,
+            one_cosine=True,
+            top=f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}",
+            table=plan.table,
+        )
+        sql = f"WITH {ctes}\nSELECT message_id, created_at, sim FROM sem ORDER BY rsim DESC, message_id DESC"
+    else:
+        sql = (
+            f"WITH q AS (SELECT {vector_sql(plan.vector)} AS v),\n"
+            f"s AS (SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, "
+            f"{cosine_sql(context=True)} AS csim FROM {plan.table} e CROSS JOIN q WHERE {where})\n"
+            "SELECT message_id, created_at, sim FROM s "
+            f"ORDER BY coalesce(csim, sim) DESC, message_id DESC LIMIT {depth}"
+        )
+    return await run(sql, sem_params) if sem_params else await run(sql)

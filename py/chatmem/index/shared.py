@@ -31,6 +31,8 @@ Requests (``{"op": ...}``) and what the owner answers:
 - ``embed {model, dim, session_id, batch_size, limit}``: embed missing vectors with the
   owner's embedder; ``{n, progress}``, or null when the owner's model is another
 - ``load {table: "embeddings", columns, rows}``: vectors a guest made with its own model
+- ``nearest {model_key, dim, vector, k, candidates}``: the owner engine's approximate
+  nearest rows (``nearest``); one list per column, or null where it keeps no such index
 - ``rebuild``, ``save``, ``status``
 
 Every answer is ``{"ok": true, "value": ...}`` or ``{"ok": false, "error": {"type", "message"}}``
@@ -43,7 +45,7 @@ import asyncio
 import itertools
 import json
 import secrets
-from typing import Any, Awaitable, Callable, Iterable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from .. import errors
 from ..embedding.embedders import Embedder
@@ -205,6 +207,14 @@ class RemoteEngine:
         if rows:
             await self.share.call("load", table=table, columns=columns, rows=[list(r) for r in rows])
 
+    async def nearest(
+        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+    ) -> list[list[Any]] | None:
+        cols: list[list[Any]] | None = await self.share.call(
+            "nearest", model_key=model_key, dim=dim, vector=list(vector), k=k, candidates=candidates
+        )
+        return cols
+
     async def close(self) -> None:
         return None
 
@@ -342,6 +352,15 @@ async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
         if n:
             live.changed_in_background()
         return {"n": n, "progress": list(index.embed_progress)}
+    if op == "nearest":
+        async with index._lock:
+            return await index.engine.nearest(
+                int(req["model_key"]),
+                int(req["dim"]),
+                [float(x) for x in req["vector"]],
+                int(req["k"]),
+                int(req["candidates"]),
+            )
     if op == "load":
         if req.get("table") != "embeddings":
             raise ValidationError("a guest tab may only store embeddings", field="table")

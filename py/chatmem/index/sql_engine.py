@@ -153,7 +153,25 @@ class SQLEngine(Protocol):
         done in JS from IndexedDB), or None: the index derives them in Python."""
         ...
 
+    async def nearest(
+        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+    ) -> list[list[Any]] | None:
+        """The ``k`` rows of model ``model_key`` and ``dim`` dimensions nearest to the unit
+        ``vector``, from the engine's approximate index (``index.nearest``), best first: one
+        list per column ``message_id, created_at, sim, rsim``. None: the engine keeps no
+        approximate index (search scans the vectors)."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def _may_rewrite_embeddings(sql: str) -> bool:
+    """Whether a statement of the library's may change ``embeddings`` rows other than by
+    appending them (a delete, an update, a rebuild) or undo an append (a rollback)."""
+    head = sql.lstrip()[:8].upper()
+    return head.startswith("ROLLBACK") or (
+        "embeddings" in sql and not head.startswith(("SELECT", "WITH", "EXPLAIN"))
+    )
 
 
 def rows_to_columns(rows: list[dict[str, Any]]) -> list[list[Any]]:
@@ -320,19 +338,27 @@ class DuckDBEngine:
             raise
 
     def _count_write(self, sql: str) -> None:
-        head = sql.lstrip()[:8].upper()
-        if head.startswith("ROLLBACK") or (
-            "embeddings" in sql and not head.startswith(("SELECT", "WITH", "EXPLAIN"))
-        ):
+        if _may_rewrite_embeddings(sql):
             self.embeddings_rewritten += 1
 
     def _execute(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
-        self._count_write(sql)
-        cur = self._con.execute(sql, params or [])
-        if cur.description is None:
-            return []
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        if not _may_rewrite_embeddings(sql):
+            cur = self._con.execute(sql, params or [])
+            if cur.description is None:
+                return []
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+        try:
+            cur = self._con.execute(sql, params or [])
+            names = [d[0] for d in cur.description or []]
+            rows = cur.fetchall() if cur.description is not None else []
+        except BaseException:
+            self.embeddings_rewritten += 1
+            raise
+        # a DELETE or UPDATE that changed no row (DuckDB answers its ``Count``) left the table as it was
+        if not (names == ["Count"] and rows and rows[0][0] == 0):
+            self.embeddings_rewritten += 1
+        return [dict(zip(names, row)) for row in rows]
 
     def _execute_read_only(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
         statements = self._con.extract_statements(sql)
@@ -459,6 +485,13 @@ class DuckDBEngine:
         return rows_to_columns(await self.execute(sql, params))
 
     def derivation(self, store: Any, session_counts: list[tuple[str, int]]) -> EngineDerivation | None:
+        return None
+
+    async def nearest(
+        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+    ) -> list[list[Any]] | None:
+        """None: DuckDB scans the vectors on all cores here, and a filtered search reads a
+        copy of the rows its filter admits (``partitions``)."""
         return None
 
     async def executemany(self, sql: str, rows: Sequence[Row]) -> None:

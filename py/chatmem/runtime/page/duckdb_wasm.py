@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import QueryError, ReadOnlySQLError, StorageError
@@ -126,6 +127,16 @@ class DuckDBWasmEngine:
     ) -> PageDerivation | None:
         """``page_derivation`` into this engine."""
         return page_derivation(store, session_counts, self, chunk=chunk, sort_max=sort_max, batch=batch)
+
+    async def nearest(
+        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+    ) -> list[list[Any]] | None:
+        """The approximate index kept beside the engine (``web/js/nearest.js``)."""
+        res = await self._call(
+            "nearest", modelKey=model_key, dim=dim, vector=list(vector), k=k, candidates=candidates
+        )
+        cols: list[list[Any]] = res["cols"]
+        return cols
 
     async def close(self) -> None:
         try:
