@@ -200,3 +200,18 @@ def test_the_hamming_distances_and_the_exact_rerank_of_nearest_js(page: Page) ->
         assert got["few"] == 3 and got["few_sorted"], got
         if got["dim"] >= 384:
             assert got["max_distance"] > 255, got
+
+
+def test_the_page_reads_rewrites_of_the_embeddings_as_cpython_does(page: Page) -> None:
+    """``mayRewriteEmbeddings`` (nearest.js) and ``sql_engine.may_rewrite_embeddings`` agree."""
+    from chatmem.index.sql_engine import may_rewrite_embeddings
+    from nearest_cases import REWRITES
+
+    got = page.page.evaluate(
+        """async (sqls) => {
+            const { mayRewriteEmbeddings } = await import(new URL("js/nearest.js", location.href).href);
+            return sqls.map((s) => mayRewriteEmbeddings(s));
+        }""",
+        list(REWRITES),
+    )
+    assert got == [may_rewrite_embeddings(s) for s in REWRITES] == list(REWRITES.values())

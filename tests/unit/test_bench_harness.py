@@ -44,6 +44,10 @@ def _results() -> run.Results:
     res.add("W2", "import 10,000", "chatmem", [2000.0], n_msgs=10_000)
     res.add("W2", "import 10,000", "rawmin", [1000.0], n_msgs=10_000)  # 50%: missed
     res.add("W4", "search 100,000 msgs", "chatmem keyword (BM25, DuckDB-Wasm)", [6.0, 7.0, 9.0])  # 7: met
+    res.add(
+        "W4", "search 100,000 msgs", "chatmem semantic (384-dim, approximate index)", [12.0, 14.0]
+    )  # 13: met
+    res.add("W4", "search 100,000 msgs", "chatmem hybrid", [20.0, 24.0])  # 22: missed
     res.extra["w4"] = {
         "first_query_cached_s": 0.8,
         "first_query_uncached_s": 12.0,
@@ -59,7 +63,7 @@ def _results() -> run.Results:
 
 def test_goals_table_has_every_row_with_today_new_goal_and_status() -> None:
     table = {r["measure"]: r for r in goals.rows(_results(), _cfg(), None)}
-    assert len(table) == 11
+    assert len(table) == 13
     status = {k.split(",")[0].split(" (")[0]: v["status"] for k, v in table.items()}
     assert status == {
         "first keyword search after a cold page load": "met",
@@ -68,6 +72,8 @@ def test_goals_table_has_every_row_with_today_new_goal_and_status() -> None:
         "keyword index size": "met",
         "keyword search p50 over 100": "met",
         "keyword search p50 over 1": "not run",
+        "semantic search p50 over 100": "met",
+        "hybrid search p50 over 100": "missed",
         "1": "not run",
         "W1 append @1": "met",
         "W2 import of 10": "missed",
@@ -78,7 +84,7 @@ def test_goals_table_has_every_row_with_today_new_goal_and_status() -> None:
     assert table["W2 import of 10,000 vs `rawmin`"]["new"].startswith("50%")
     assert "--huge" in table["keyword search p50 over 1,000,000"]["new"]
     md = goals.markdown(list(table.values()))
-    assert "| measure | today | new | goal | status |" in md and md.count("\n| ") == 12
+    assert "| measure | today | new | goal | status |" in md and md.count("\n| ") == 14
 
 
 class FakePage:

@@ -17,6 +17,8 @@ from chatmem.embedding import HashingEmbedder
 from chatmem.index import nearest
 from chatmem.index.embeddings import cosine_sql, rank_cosine_sql, vector_literal
 from chatmem.index.search import RRF_DEPTH
+from chatmem.index.sql_engine import may_rewrite_embeddings
+from nearest_cases import REWRITES
 
 WORDS = "garden tomato river stone cloud violin harbor lantern pepper meadow falcon copper".split()
 
@@ -153,3 +155,10 @@ async def test_embedding_new_messages_appends_and_a_delete_rewrites() -> None:
         assert engine.embeddings_rewritten > rewritten
     finally:
         await mem.close()
+
+
+@pytest.mark.parametrize("sql", list(REWRITES))
+def test_which_statements_rewrite_the_embeddings(sql: str) -> None:
+    """A save's copy into the cache file or a filter's copy reads ``embeddings`` without
+    changing it; a delete, a rebuild, a switch of database or a rollback may change it."""
+    assert may_rewrite_embeddings(sql) is REWRITES[sql]

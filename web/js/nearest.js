@@ -15,6 +15,34 @@
 
 const WORD_BITS = 32;
 
+// The in-memory database a cached index is copied into and queried in (index/cache.py):
+// a statement names it, or no database at all, when it writes the index's own tables.
+const WORK = "chatmem_work";
+// statements that move the whole working database: every row may have changed
+const WHOLE = ["ROLLBACK", "USE", "COPY", "ATTACH", "DETACH"];
+const NAME = String.raw`(?:"[^"]*"|[A-Za-z_][A-Za-z_0-9$]*)`;
+const TARGET = new RegExp(
+  String.raw`^\s*(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|DELETE\s+FROM|UPDATE|` +
+    String.raw`CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?|` +
+    String.raw`DROP\s+TABLE(?:\s+IF\s+EXISTS)?|ALTER\s+TABLE|TRUNCATE(?:\s+TABLE)?)\s+` +
+    String.raw`(${NAME}(?:\s*\.\s*${NAME}){0,2})`,
+  "i",
+);
+
+/** Whether a statement of the library's may change the working `embeddings` rows other
+ *  than by appending them (`loadRows`): the rule of `sql_engine.may_rewrite_embeddings`. */
+export function mayRewriteEmbeddings(sql) {
+  const head = sql.trimStart().slice(0, 8).toUpperCase();
+  if (WHOLE.some((w) => head.startsWith(w))) return true;
+  if (!sql.toLowerCase().includes("embeddings") || /^(SELECT|WITH|EXPLAIN|FROM|PRAGMA)/.test(head)) return false;
+  const m = TARGET.exec(sql);
+  if (!m) return true;
+  const parts = m[1].match(new RegExp(NAME, "g")).map((p) => p.trim().replace(/^"|"$/g, "").toLowerCase());
+  if (parts[parts.length - 1] !== "embeddings") return false;
+  if (parts.length === 3 || (parts.length === 2 && parts[0] !== "main" && parts[0] !== "temp")) return parts[0] === WORK;
+  return true;
+}
+
 // The bits set in words [o, o + words) of `codes` XOR `signs`: per word the 2- and 4-bit
 // counts, two words' 4-bit counts added (at most 8 each), bytes summed across words (at
 // most 16 a pair, so up to 15 pairs before the bytes are added into the total).

@@ -5,7 +5,7 @@
 
 import { arrowTable } from "./arrow-columns.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
-import { NearestVectors } from "./nearest.js";
+import { NearestVectors, mayRewriteEmbeddings } from "./nearest.js";
 
 const ENGINE_METHODS = new Set(["execute", "executeReadOnly", "executemany", "loadRows", "nearest", "close", "cancel"]);
 
@@ -77,13 +77,6 @@ class Duck {
     this.nearestEpoch = 0;
   }
 
-  /** Whether a statement of the library's may change `embeddings` rows other than by
-   *  appending them (a delete, an update, a rebuild) or undo an append (a rollback). */
-  _mayRewrite(sql) {
-    const head = sql.trimStart().slice(0, 8).toUpperCase();
-    return head.startsWith("ROLLBACK") || (sql.includes("embeddings") && !/^(SELECT|WITH|EXPLAIN)/.test(head));
-  }
-
   async statement(sql) {
     let st = this.statements.get(sql);
     if (!st) {
@@ -99,7 +92,7 @@ class Duck {
   }
 
   async execute({ sql, params, interruptible }) {
-    if (!this._mayRewrite(sql)) return this._execute(sql, params, interruptible);
+    if (!mayRewriteEmbeddings(sql)) return this._execute(sql, params, interruptible);
     let out;
     try {
       out = await this._execute(sql, params, interruptible);
@@ -170,7 +163,7 @@ class Duck {
   }
 
   async executemany({ sql, rows }) {
-    if (this._mayRewrite(sql)) this.embeddingsRewritten++;
+    if (mayRewriteEmbeddings(sql)) this.embeddingsRewritten++;
     const st = await this.statement(sql);
     for (const row of rows) await st.query(...row);
     return null;

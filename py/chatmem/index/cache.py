@@ -47,12 +47,10 @@ from .schema import (
     storage_at_least,
     table_statement,
 )
-from .sql_engine import SQLEngine
+from .sql_engine import WORK, SQLEngine
 
 __all__ = ["COPY_PART", "IndexCache", "WORK"]
 
-#: the in-memory database every index statement runs against
-WORK = "chatmem_work"
 #: postings copied into the file per transaction of a save (about 0.2 s each in the page)
 COPY_PART = 2_000_000
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -51,11 +52,13 @@ from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 __all__ = [
     "BEGIN_READ_ONLY",
     "READ_ONLY_REFUSAL",
+    "WORK",
     "WRITE_REFUSED",
     "DuckDBEngine",
     "SQLEngine",
     "columns",
     "marks",
+    "may_rewrite_embeddings",
 ]
 
 Row = Sequence[Any]
@@ -165,13 +168,46 @@ class SQLEngine(Protocol):
     async def close(self) -> None: ...
 
 
-def _may_rewrite_embeddings(sql: str) -> bool:
-    """Whether a statement of the library's may change ``embeddings`` rows other than by
-    appending them (a delete, an update, a rebuild) or undo an append (a rollback)."""
+#: the in-memory database a cached index is copied into and queried in (``cache``); a
+#: statement names it, or no database at all, when it writes the index's own tables
+WORK = "chatmem_work"
+
+#: the statements that move the whole working database (another one made the default, a
+#: copy, an undone transaction): every row may have changed
+_WHOLE = ("ROLLBACK", "USE", "COPY", "ATTACH", "DETACH")
+_NAME = r'(?:"[^"]*"|[A-Za-z_][A-Za-z_0-9$]*)'
+#: the table a write statement writes: INSERT INTO, DELETE FROM, UPDATE, CREATE / DROP /
+#: ALTER / TRUNCATE TABLE, as one to three dotted names
+_TARGET = re.compile(
+    r"^\s*(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|DELETE\s+FROM|UPDATE|"
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?|"
+    r"DROP\s+TABLE(?:\s+IF\s+EXISTS)?|ALTER\s+TABLE|TRUNCATE(?:\s+TABLE)?)\s+"
+    rf"({_NAME}(?:\s*\.\s*{_NAME}){{0,2}})",
+    re.IGNORECASE,
+)
+
+
+def may_rewrite_embeddings(sql: str) -> bool:
+    """Whether a statement of the library's may change the working ``embeddings`` rows other
+    than by appending them (``load_rows``): a write whose target is that table (in no other
+    database), or a statement that moves the whole working database (``_WHOLE``). A write
+    into another table or into the cache file (``INSERT INTO "file".main.embeddings``) is
+    not; a statement whose target cannot be read counts when it names ``embeddings``.
+    ``web/js/query-engine.js`` (``mayRewrite``) applies the same rule in the page."""
     head = sql.lstrip()[:8].upper()
-    return head.startswith("ROLLBACK") or (
-        "embeddings" in sql and not head.startswith(("SELECT", "WITH", "EXPLAIN"))
-    )
+    if head.startswith(_WHOLE):
+        return True
+    if "embeddings" not in sql.lower() or head.startswith(("SELECT", "WITH", "EXPLAIN", "FROM", "PRAGMA")):
+        return False
+    m = _TARGET.match(sql)
+    if m is None:
+        return True
+    parts: list[str] = [p.strip().strip('"').lower() for p in re.findall(_NAME, m.group(1))]
+    if parts[-1] != "embeddings":
+        return False
+    if len(parts) == 3 or (len(parts) == 2 and parts[0] not in ("main", "temp")):
+        return parts[0] == WORK
+    return True
 
 
 def rows_to_columns(rows: list[dict[str, Any]]) -> list[list[Any]]:
@@ -338,11 +374,11 @@ class DuckDBEngine:
             raise
 
     def _count_write(self, sql: str) -> None:
-        if _may_rewrite_embeddings(sql):
+        if may_rewrite_embeddings(sql):
             self.embeddings_rewritten += 1
 
     def _execute(self, sql: str, params: list[Any] | None) -> list[dict[str, Any]]:
-        if not _may_rewrite_embeddings(sql):
+        if not may_rewrite_embeddings(sql):
             cur = self._con.execute(sql, params or [])
             if cur.description is None:
                 return []
