@@ -253,3 +253,54 @@ async def _takeover(how: str) -> None:
     assert len(await c.search("damson")) == 1 and len(await b.search("damson")) == 1
     for m in (b, c):
         await m.close()
+
+
+BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
+    ({"op": "nearest", "model_key": 1, "dim": 3, "vector": [1, 2], "k": 5, "candidates": 9}, "vector"),
+    ({"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, "x"], "k": 5, "candidates": 9}, "vector"),
+    (
+        {"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, float("nan")], "k": 5, "candidates": 9},
+        "vector",
+    ),
+    ({"op": "nearest", "model_key": "1", "dim": 2, "vector": [1, 2], "k": 5, "candidates": 9}, "model_key"),
+    ({"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, 2], "k": 0, "candidates": 9}, "k"),
+    ({"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, 2], "k": 5}, "candidates"),
+    ({"op": "nearest", "model_key": 1, "dim": 2**40, "vector": [], "k": 5, "candidates": 9}, "dim"),
+    ({"op": "execute", "sql": ["SELECT 1"]}, "sql"),
+    ({"op": "execute"}, "sql"),
+    ({"op": "sql", "sql": "SELECT 1", "params": "x"}, "params"),
+    ({"op": "embed", "model": 3}, "model"),
+    ({"op": "embed", "model": "m", "batch_size": -1}, "batch_size"),
+    ({"op": "embed", "model": "m", "limit": True}, "limit"),
+    ({"op": "load", "table": "embeddings", "columns": "id", "rows": []}, "columns"),
+    ({"op": "load", "table": "embeddings", "columns": ["id"], "rows": [["a", "b"]]}, "rows"),
+    ({"op": "load", "table": "embeddings", "columns": ["id"], "rows": {"a": 1}}, "rows"),
+    ({"op": "load", "table": "messages", "columns": ["id"], "rows": []}, "table"),
+    ({"op": "ready", "stale": [1, 2]}, "stale"),
+    ({"op": "drop"}, "op"),
+]
+
+
+@pytest.mark.parametrize(("request_fields", "field"), BAD_REQUESTS, ids=[f for _, f in BAD_REQUESTS])
+async def test_a_malformed_guest_request_is_a_validation_error(
+    request_fields: dict[str, Any], field: str
+) -> None:
+    """Another tab may run another version of the page: each field of its request is
+    checked, the answer is a ValidationError naming it, and the owner goes on serving."""
+    from chatmem.index.shared import answer_guest
+
+    (a, b), _ = await tabs(2)
+    await fill(a)
+    assert len(await b.search("apple", limit=10)) == 4
+    with pytest.raises(chatmem.errors.ValidationError) as raised:
+        await answer_guest(a.index, dict(request_fields))
+    assert raised.value.field == field
+    # through the share, the guest gets the same typed error
+    op = request_fields["op"]
+    args = {k: v for k, v in request_fields.items() if k != "op"}
+    with pytest.raises(chatmem.errors.ValidationError):
+        await b.index.share.call(op, **args)
+    assert len(await b.search("apple", limit=10)) == 4
+    assert await b.sql("SELECT count(*) AS n FROM messages") == [{"n": 4}]
+    for m in (b, a):
+        await m.close()

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import secrets
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
@@ -315,11 +316,82 @@ def _rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"columns": list(rows[0]) if rows else [], "rows": [list(r.values()) for r in rows]}
 
 
-async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
+class _Request:
+    """One guest request's fields, each checked before the owner acts on it.
+
+    Requests come from other tabs of the same origin, but a tab may run another
+    version of the page or be broken, so a malformed field is a ``ValidationError``
+    naming it, never a ``KeyError`` or ``TypeError`` from deep inside the owner."""
+
+    def __init__(self, req: object):
+        if not isinstance(req, dict):
+            raise ValidationError("an index request must be an object", field="op")
+        self.fields: dict[str, Any] = req
+        self.op = req.get("op")
+
+    def _bad(self, name: str, what: str) -> ValidationError:
+        return ValidationError(f"index request {shown(self.op)}: {name} must be {what}", field=name)
+
+    def text(self, name: str) -> str:
+        value = self.fields.get(name)
+        if not isinstance(value, str):
+            raise self._bad(name, "a string")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        return None if self.fields.get(name) is None else self.text(name)
+
+    def integer(self, name: str, low: int, high: int) -> int:
+        value = self.fields.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self._bad(name, f"an integer from {low:,} to {high:,}")
+        return value
+
+    def optional_integer(self, name: str, low: int, high: int) -> int | None:
+        return None if self.fields.get(name) is None else self.integer(name, low, high)
+
+    def array(self, name: str) -> list[Any]:
+        value = self.fields.get(name)
+        if not isinstance(value, list):
+            raise self._bad(name, "an array")
+        return value
+
+    def texts(self, name: str) -> list[str]:
+        value = self.fields.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._bad(name, "an array of strings")
+        return value
+
+    def params(self) -> list[Any] | None:
+        value = self.fields.get("params")
+        if value is not None and not isinstance(value, list):
+            raise self._bad("params", "an array")
+        return value
+
+    def vector(self, name: str, dim: int) -> list[float]:
+        value = self.fields.get(name)
+        if (
+            not isinstance(value, list)
+            or len(value) != dim
+            or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value
+            )
+        ):
+            raise self._bad(name, f"an array of {dim:,} finite numbers")
+        return [float(x) for x in value]
+
+
+_MOST = 2**31 - 1  # counts, dimensions and model keys: well within a 32-bit integer
+
+
+async def answer_guest(live: IndexHost, raw: dict[str, Any]) -> Any:
     """The owner's answer to one request of a guest (see the module docstring)."""
-    op = req.get("op")
+    req = _Request(raw)
+    op = req.op
     if op == "ready":
-        live.mark_stale([str(s) for s in req.get("stale") or []], bool(req.get("resync")))
+        live.mark_stale(req.texts("stale"), bool(req.fields.get("resync")))
         await live.ready()
         return None
     if op == "rebuild":
@@ -329,43 +401,49 @@ async def answer_guest(live: IndexHost, req: dict[str, Any]) -> Any:
         return await live.save()
     if op == "status":
         return live.status()
-    index = await live.ready()
+    if op not in ("execute", "sql", "embed", "nearest", "load"):
+        raise ValidationError(f"unknown index request {shown(op)}", field="op")
+    if op == "load" and req.fields.get("table") != "embeddings":
+        raise ValidationError("a guest tab may only store embeddings", field="table")
+    # every field is checked before the index is opened for the request
     if op == "execute":
-        return _rows(await index.execute(str(req["sql"]), req.get("params")))
+        sql, params = req.text("sql"), req.params()
+        index = await live.ready()
+        return _rows(await index.execute(sql, params))
     if op == "sql":
-        sql = str(req["sql"])
+        sql, params = req.text("sql"), req.params()
         check_read_only(sql)
+        index = await live.ready()
         async with index._lock:
-            return _rows(await index.engine.execute_read_only(sql, req.get("params") or []))
+            return _rows(await index.engine.execute_read_only(sql, params or []))
     if op == "embed":
+        model = req.optional_text("model")
+        dim = req.optional_integer("dim", 0, _MOST)
+        session_id = req.optional_text("session_id")
+        batch_size = req.optional_integer("batch_size", 1, _MOST) or 256
+        limit = req.optional_integer("limit", 0, _MOST)
         emb = live.embedder
-        if emb.model != req.get("model") or (
-            req.get("dim") and emb.dimensions and emb.dimensions != req.get("dim")
-        ):
+        if emb.model != model or (dim and emb.dimensions and emb.dimensions != dim):
             return None
-        n = await index.embed_missing(
-            emb,
-            session_id=req.get("session_id"),
-            batch_size=int(req.get("batch_size") or 256),
-            limit=req.get("limit"),
-        )
+        index = await live.ready()
+        n = await index.embed_missing(emb, session_id=session_id, batch_size=batch_size, limit=limit)
         if n:
             live.changed_in_background()
         return {"n": n, "progress": list(index.embed_progress)}
     if op == "nearest":
+        model_key = req.integer("model_key", 0, _MOST)
+        dim = req.integer("dim", 1, _MOST)
+        vector = req.vector("vector", dim)
+        k, candidates = req.integer("k", 1, _MOST), req.integer("candidates", 1, _MOST)
+        index = await live.ready()
         async with index._lock:
-            return await index.engine.nearest(
-                int(req["model_key"]),
-                int(req["dim"]),
-                [float(x) for x in req["vector"]],
-                int(req["k"]),
-                int(req["candidates"]),
-            )
-    if op == "load":
-        if req.get("table") != "embeddings":
-            raise ValidationError("a guest tab may only store embeddings", field="table")
-        async with index._lock:
-            await index.engine.load_rows("embeddings", list(req["columns"]), req["rows"])
-        live.changed_in_background()
-        return None
-    raise ValidationError(f"unknown index request {shown(op)}", field="op")
+            return await index.engine.nearest(model_key, dim, vector, k, candidates)
+    columns = req.texts("columns")
+    rows = req.array("rows")
+    if not all(isinstance(r, list) and len(r) == len(columns) for r in rows):
+        raise req._bad("rows", f"an array of rows of {len(columns)} values")
+    index = await live.ready()
+    async with index._lock:
+        await index.engine.load_rows("embeddings", columns, rows)
+    live.changed_in_background()
+    return None
