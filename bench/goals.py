@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scale import short_error
+from scale import RESTART_CACHED, RESTART_UNCACHED, short_error
 
 __all__ = ["rows", "markdown"]
 
@@ -205,24 +205,41 @@ def _default_rows(res: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+_HUGE_NOT_RUN = [
+    ("keyword search p50 over 1,000,000", "≤ 10 ms"),
+    ("1,000,000: first search after a restart, cached index", "≤ 3 s"),
+    ("1,000,000: first search after a restart, no cached index", "≤ 20 s"),
+    ("1,000,000: renderer peak while storing, deriving, searching", "≤ 1 GB"),
+    ("1,000,000: main-thread tasks over 50 ms", "none"),
+    ("1,000,000 messages stored, searched, windowed and exported in one page", "works"),
+]
+
+
 def _huge_rows(huge: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not huge:
-        return [
-            _row("keyword search p50 over 1,000,000", "—", "≤ 25 ms", None, None, " (`--huge`)"),
-            _row(
-                "1,000,000 messages stored, searched, windowed and exported in one page",
-                "impossible",
-                "works; peak JS + Wasm heap reported",
-                None,
-                None,
-                " (`--huge`)",
-            ),
-        ]
+        return [_row(m, "—", goal, None, None, " (`--huge`)") for m, goal in _HUGE_NOT_RUN]
     n = huge["n"]
     at = f"{n:,}"
+    full = n >= 1_000_000
+    phases = {p["phase"]: p for p in huge["phases"]}
     search = next((p for p in huge["phases"] if "p50" in p), None)
     f = huge.get("failed")
     pk = huge.get("peak", {})
+    missing = f"not reached ({f['phase']})" if f else "not reached"
+
+    def restart(name: str, label: str, today: str, goal_s: float) -> dict[str, Any]:
+        p = phases.get(name)
+        return _row(
+            f"{at}: first search after a restart, {label}",
+            today,
+            f"≤ {goal_s:g} s",
+            f"{p['ms'] / 1000:.2f} s (open {p['open_ms'] / 1000:.2f} s)" if p else missing,
+            (p["ms"] <= goal_s * 1000 if full else None) if p else False,
+        )
+
+    tasks = [t for p in huge["phases"] for t in p.get("long_tasks") or []]
+    timed = all("long_tasks" in p for p in huge["phases"])
+    worst = max(huge["phases"], key=lambda p: max(p.get("long_tasks") or [0]), default=None)
     mem = (
         f"peak: Pyodide Wasm {pk.get('pyodide_wasm', 0) / GB:.2f} GB, JS heap {pk.get('js_heap_used', 0) / GB:.2f} GB, "
         f"renderer RSS {pk.get('renderer_peak', 0) / GB:.2f} GB"
@@ -237,17 +254,39 @@ def _huge_rows(huge: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [
         _row(
             f"keyword search p50 over {at}",
+            "6.4 ms",
+            "≤ 10 ms",
+            f"{search['p50']:.1f} ms" if search else missing,
+            (search["p50"] <= 10 if full else None) if search else False,
+        ),
+        restart(RESTART_CACHED, "cached index", "—", 3),
+        restart(RESTART_UNCACHED, "no cached index", "80 s (the first search after storing)", 20),
+        _row(
+            f"{at}: renderer peak while storing, deriving, searching",
+            "1.78 GB",
+            "≤ 1 GB",
+            f"{pk.get('renderer_peak', 0) / GB:.2f} GB",
+            (pk.get("renderer_peak", 0) <= GB if full else None) if not f else False,
+        ),
+        _row(
+            f"{at}: main-thread tasks over 50 ms",
             "—",
-            "≤ 25 ms",
-            f"{search['p50']:.1f} ms" if search else f"not reached ({f['phase'] if f else '?'})",
-            (search["p50"] <= 25 if n >= 1_000_000 else None) if search else False,
+            "none",
+            (
+                f"{len(tasks):,}, the longest {max(tasks):,.0f} ms (in {worst['phase']})"
+                if tasks and worst
+                else "none"
+            )
+            if timed
+            else None,
+            (not tasks if full else None) if timed and not f else False,
         ),
         _row(
             f"{at} messages stored, searched, windowed and exported in one page",
             "impossible",
             "works; peak JS + Wasm heap reported",
             works,
-            False if f else (True if n >= 1_000_000 else None),
+            False if f else (True if full else None),
         ),
     ]
 

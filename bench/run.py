@@ -126,6 +126,16 @@ class Browser:
         self.page.goto(site + "bench/index.html")
         self.page.evaluate("window.benchReady")
 
+    def reload(self) -> None:
+        """Load the page again (a restart: a new Pyodide, the profile's stores kept)."""
+        self.page.reload()
+        self.page.evaluate("window.benchReady")
+
+    def long_tasks(self) -> list[float]:
+        """The main thread's tasks over 50 ms since the last call (their milliseconds)."""
+        tasks: list[float] = self.page.evaluate("window.takeLongTasks()")
+        return tasks
+
     def js(self, fn: str, *args: Any) -> Any:
         return self.page.evaluate("([f, a]) => window.bench[f](...a)", [fn, list(args)])
 

@@ -106,6 +106,16 @@ class RendererMemory:
                     f"all Chromium processes {_mb(m['chromium_total_rss'])}"
                 )
 
+    def reset_peaks(self) -> None:
+        """Start each renderer's ``VmHWM`` afresh (``clear_refs`` 5), so that the next phase's
+        peak is its own: a page loaded again may keep its renderer process."""
+        for pid in self._descendants(os.getpid()):
+            if self._status(pid)[0]:
+                try:
+                    Path(f"/proc/{pid}/clear_refs").write_text("5")
+                except OSError:
+                    pass
+
     def start(self) -> RendererMemory:
         self.sample()
         self._thread.start()
@@ -167,7 +177,11 @@ def run_huge(
     out: dict[str, Any] = {"n": n, "phases": [], "failed": None, "measurable": MEASURABLE}
     stored = 0
 
-    def phase(name: str, fn: str, *args: Any, limit_s: float) -> dict[str, Any] | None:
+    def phase(name: str, fn: str, *args: Any, limit_s: float, reload: bool = False) -> dict[str, Any] | None:
+        if reload:
+            b.reload()
+            mon.reset_peaks()
+        b.long_tasks()  # the harness's own calls between phases are not the phase's
         t = time.perf_counter()
         mon.phase = (name, t)
         try:
@@ -193,6 +207,7 @@ def run_huge(
         mon.phase = None
         r["memory"] = mon.sample()
         r["phase"] = name
+        r["long_tasks"] = b.long_tasks()
         out["phases"].append(r)
         return r
 
@@ -217,8 +232,13 @@ def run_huge(
             ("first search (index derived from the store)", "huge_first_search", (), 300 + n / 400),
             # the figures kept in Python (read in the background after the first search) first
             (f"keyword search x{queries}", "huge_search", (queries,), 360 + queries * 5),
+            ("close (the index file saved)", "huge_shut", (), 600),
+            # a restart: the page loaded again, the store opened and searched
+            (RESTART_CACHED, "huge_restart", ("bench-huge", True), 300),
+            ("close again", "huge_shut", (), 600),
+            (RESTART_UNCACHED, "huge_restart", ("bench-huge", False), 300 + n / 400),
         ):
-            r = phase(name, fn, *args, limit_s=limit)
+            r = phase(name, fn, *args, limit_s=limit, reload=name.startswith("restart"))
             if r is None:
                 return out
             took = f"p50 {r['p50']:.1f} ms" if "p50" in r else f"{r['ms'] / 1000:.1f} s"
@@ -236,6 +256,9 @@ def run_huge(
         out["memory_end"] = mon.stop()
         out["peak"] = peak(out)
 
+
+RESTART_CACHED = "restart: first search (cached index)"
+RESTART_UNCACHED = "restart: first search (no cached index)"
 
 #: what the harness can and cannot measure of the page's memory (for the report)
 MEASURABLE = (
@@ -260,19 +283,26 @@ def peak(out: dict[str, Any]) -> dict[str, int]:
     return best
 
 
+def _tasks(p: dict[str, Any]) -> str:
+    tasks = p.get("long_tasks")
+    if tasks is None:
+        return "–"
+    return f"{len(tasks)} (longest {max(tasks):,.0f} ms)" if tasks else "0"
+
+
 def huge_markdown(h: dict[str, Any]) -> str:
     """The ``--huge`` run as markdown: one row per phase, then the failure and the peaks."""
     lines = [
         f"## {h['n']:,} messages in one page (`--huge`)\n",
-        "| phase | time | Pyodide Wasm | JS heap | DuckDB buffers | renderer RSS (peak) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| phase | time | Pyodide Wasm | JS heap | DuckDB buffers | renderer RSS (peak) | tasks > 50 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p in h["phases"]:
         took = f"p50 {p['p50']:.1f} ms" if "p50" in p else f"{p['ms'] / 1000:,.1f} s"
         hp, m = p.get("heap", {}), p.get("memory", {})
         lines.append(
             f"| {p['phase']} | {took} | {_mb(hp.get('pyodide_wasm'))} | {_mb(hp.get('js_heap_used'))} "
-            f"| {_duck(hp)} | {_mb(m.get('renderer_rss'))} ({_mb(m.get('renderer_peak'))}) |"
+            f"| {_duck(hp)} | {_mb(m.get('renderer_rss'))} ({_mb(m.get('renderer_peak'))}) | {_tasks(p)} |"
         )
     f = h.get("failed")
     lines.append("")

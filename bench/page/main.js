@@ -5,6 +5,13 @@ import * as bench from "./bench.js";
 import IDBMapSync from "@webreflection/idb-map/sync";
 
 window.bench = bench;
+// the main thread's long tasks (Chromium reports each task over 50 ms), from the page's start;
+// `takeLongTasks()` answers and forgets those seen so far
+const longTasks = [];
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) longTasks.push(e.duration);
+}).observe({ type: "longtask", buffered: true });
+window.takeLongTasks = () => longTasks.splice(0);
 window.benchReady = (async () => {
   await window.chatmem.ready;
   await settled();
