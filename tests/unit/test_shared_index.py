@@ -304,3 +304,18 @@ async def test_a_malformed_guest_request_is_a_validation_error(
     assert await b.sql("SELECT count(*) AS n FROM messages") == [{"n": 4}]
     for m in (b, a):
         await m.close()
+
+
+async def test_a_well_formed_nearest_request_with_a_real_model_key_is_answered() -> None:
+    """Model keys are 53-bit hashes: the check takes any of them (the CPython engine keeps
+    no approximate index and answers None)."""
+    from chatmem.index.embeddings import model_key
+    from chatmem.index.shared import answer_guest
+
+    (a,), _ = await tabs(1)
+    await fill(a)
+    key = model_key("a model whose hash is large")
+    assert key > 2**40
+    req = {"op": "nearest", "model_key": key, "dim": 2, "vector": [0.6, 0.8], "k": 3, "candidates": 9}
+    assert await answer_guest(a.index, req) is None
+    await a.close()

@@ -431,7 +431,7 @@ async def answer_guest(live: IndexHost, raw: dict[str, Any]) -> Any:
             live.changed_in_background()
         return {"n": n, "progress": list(index.embed_progress)}
     if op == "nearest":
-        model_key = req.integer("model_key", 0, _MOST)
+        model_key = req.integer("model_key", 0, 2**53)  # embeddings.model_key: 53 bits
         dim = req.integer("dim", 1, _MOST)
         vector = req.vector("vector", dim)
         k, candidates = req.integer("k", 1, _MOST), req.integer("candidates", 1, _MOST)
