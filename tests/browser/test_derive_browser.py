@@ -81,20 +81,32 @@ async def tables(index):
 out = {}
 # Python's own; the page's with every posting held and counting-sorted in JS; with none
 # held (DuckDB sorts); with the held ones given up part way (more than SORT_MAX)
-for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), ("page-overflow", SORT_MAX)):
-    engine = await DuckDBWasmEngine.open()
+# and into an OPFS file, its loads in transactions of about 120 messages
+from chatmem.runtime.page import duckdb_wasm
+FILE = "derive-" + NAME + ".duckdb"
+for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), ("page-overflow", SORT_MAX),
+                      ("page-file", 0)):
+    engine = await DuckDBWasmEngine.open("opfs://" + FILE if way == "page-file" else None)
     index = QueryIndex(engine)
     await index.setup()
     d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK,
-                          sort_max=sort_max or 0, batch=BATCH)
+                          sort_max=sort_max or 0, batch=BATCH, transaction=120)
     assert d is not None
     await index.rebuild(metas, each_message(store, metas) if way == "python" else d)
     out[way] = await tables(index)
     out[way]["hits"] = [[h.message.id for h in await search(index, q, limit=20)] for q in
                         ("painting", "don't", "1000.5", "strasse", "東京", "京", "привет", "parts code", "big7")]
     out[way]["ms"] = sorted(index.rebuild_ms)
+    out[way]["in_file"] = (await engine.execute(
+        "SELECT path IS NOT NULL AS f FROM duckdb_databases() WHERE database_name = current_database()"))[0]["f"]
     await index.close()
+# every load was committed: the file opened again holds them all
+engine = await DuckDBWasmEngine.open("opfs://" + FILE)
+out["page-file"]["reopened"] = await engine.execute(
+    "SELECT (SELECT count(*) FROM messages) AS messages, (SELECT count(*) FROM postings) AS postings")
+await engine.close()
 await mem.close()
+await duckdb_wasm.opfs_remove(FILE)
 out
 """
 
@@ -106,7 +118,11 @@ def test_the_page_derivation_equals_pythons(page: object) -> None:
     got = page.py(env + COMPARE, timeout=300_000)  # type: ignore[attr-defined]
     py, js = got["python"], got["page"]
     assert py["stats"][0]["n"] == 3 * len(TEXTS) + 2 + 130
-    for way in ("page", "page-unsorted", "page-overflow"):
+    assert got["page-file"]["in_file"] and not got["page"]["in_file"]
+    assert got["page-file"]["reopened"] == [
+        {"messages": len(py["messages"]), "postings": len(py["postings"])}
+    ]
+    for way in ("page", "page-unsorted", "page-overflow", "page-file"):
         assert py["dense"] == got[way]["dense"] and got[way]["dense"][0]["lo"] == 0, way
         for table in ("messages", "docs", "terms", "stats", "postings", "hits", "stored_sorted"):
             assert got[way][table] == py[table], (way, table)
@@ -128,7 +144,7 @@ async ([name]) => {
   const metas = await db.db.getAll("sessions");
   let loaded = 0;
   // an engine whose appends are slower than reading and counting (as into an OPFS file)
-  const engine = { async appendRows({ table }) {
+  const engine = { async intoFile() { return false; }, async appendRows({ table }) {
     if (table !== "messages_stage") return;
     await new Promise((resolve) => setTimeout(resolve, 40));
     loaded++;

@@ -27,22 +27,16 @@
 // (a browser test compares the two derivations table by table). Nothing here is durable.
 
 import { BridgeError, callMethod } from "./envelope.js";
+import { SLICE_MS, yieldToPage } from "./page-yield.js";
 import { sessionRange } from "./schema.js";
 import { ASCII, PUNCT, WordTable, asciiTerm, asciiWords, extractText, loadStemmer } from "./words.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
 const POSTINGS = ["tid", "doc", "tf"];
-/** longest stretch of main-thread work between two yields to the event loop */
-const SLICE_MS = 10;
 /** the most chunks whose loads may wait for DuckDB's worker: reading and counting run ahead
  *  of its appends (into an OPFS file, much slower), and a queue without a bound held 20 or
  *  more chunks' texts and columns at 1,000,000 messages (the page's peak: 3.4 GB) */
 const BACKLOG = 2;
-
-/** Let the page run (input, rendering) between two slices of work: `scheduler.yield()`
- *  where the browser has it (no 4 ms clamp as nested timeouts have). */
-const yieldToPage = () => (globalThis.scheduler?.yield
-  ? globalThis.scheduler.yield() : new Promise((resolve) => setTimeout(resolve, 0)));
 
 class Derivation {
   /**
@@ -51,9 +45,14 @@ class Derivation {
    * the table they go to, with each message's `doc` and `doc_len` (the caller makes `docs`
    * and `messages` of it in SQL: the ids, sessions and roles cross once); `chunk`: about
    * this many messages a chunk; `sortMax`: the most postings held for `finish` to load
-   * sorted (0: none); `batch`: the most held postings a load.
+   * sorted (0: none); `batch`: the most held postings a load; `transaction`: into a file,
+   * the loads go in transactions of about this many messages with their postings (the
+   * engine checkpoints at each commit past 1 MB of WAL, and a checkpoint rewrites the row
+   * group still filling, so a commit per chunk compressed each row group's texts several
+   * times over; one transaction for the whole load held it all in memory). In memory the
+   * caller runs the whole derivation in one transaction.
    */
-  constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21 }) {
+  constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21, transaction = 120_000 }) {
     this.database = database;
     this.engine = engine;  // null until `attachEngine` (a derivation begun while it opens)
     this.sessions = sessions;
@@ -77,6 +76,10 @@ class Derivation {
     this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
     this.heldRows = 0;
     this.failed = null;
+    this.intoFile = null;  // whether the tables are in a file (asked at the first load)
+    this.inTransaction = false;  // a transaction of the loads is open (into a file only)
+    this.transactionMessages = 0;
+    this.transactionMax = transaction;
     this.ms = { read: 0, words: 0, stems: 0, count: 0, load: 0, wait: 0 };
   }
 
@@ -328,18 +331,35 @@ class Derivation {
     return [outTid, outDoc, outTf];
   }
 
-  /** Queue a bulk load after the ones before it (DuckDB works in its worker meanwhile). */
+  /** Queue a bulk load after the ones before it (DuckDB works in its worker meanwhile);
+   *  into a file, in transactions of about `transaction` messages. */
   load(table, columns, cols) {
+    const messages = table === this.stage ? cols[0].length : 0;
     this.loading = this.loading.then(async () => {
       const t = performance.now();
       if (!this.engine) return;  // aborted before the engine came
+      this.intoFile ??= await this.engine.intoFile();
+      if (this.intoFile && !this.inTransaction) {
+        await this.engine.conn.query("BEGIN TRANSACTION");
+        this.inTransaction = true;
+      }
       await this.engine.appendRows({ table, columns, cols });
+      this.transactionMessages += messages;
+      if (this.transactionMessages >= this.transactionMax) await this.commit();
       this.ms.load += performance.now() - t;
       this.ms[`load: ${table}`] = (this.ms[`load: ${table}`] || 0) + performance.now() - t;
     });
     this.loading.catch((e) => {
       this.failed = this.failed || e;
     });
+  }
+
+  /** End the loads' transaction (when one is open). */
+  async commit() {
+    if (!this.inTransaction) return;
+    this.inTransaction = false;
+    this.transactionMessages = 0;
+    await this.engine.conn.query("COMMIT");
   }
 
   async finish() {
@@ -353,6 +373,7 @@ class Derivation {
       this.loadPostings(cols, cols[0].length);
     }
     await this.loading;
+    await this.commit();
     const n = this.terms.length;
     if (n && this.engine) await this.engine.appendRows({ table: "terms", columns: ["term", "tid", "df"],
       cols: [this.terms, Int32Array.from({ length: n }, (_, i) => i), new Int32Array(n)] });
@@ -380,6 +401,12 @@ class Derivation {
     try {
       await this.loading;
     } catch (_) { /* the caller reports its own error */ }
+    if (this.inTransaction) {
+      this.inTransaction = false;
+      try {
+        await this.engine.conn.query("ROLLBACK");
+      } catch (_) { /* a transaction a failed statement already ended */ }
+    }
     return null;
   }
 

@@ -3,7 +3,8 @@
 // Results cross as column-major JSON {columns, cols} in the envelope of envelope.js; bulk
 // loads go through Arrow. The index is derived: IndexedDB stays the truth.
 
-import { arrowTable } from "./arrow-columns.js";
+import { arrowTable, arrowTableInSlices } from "./arrow-columns.js";
+import { yieldToPage } from "./page-yield.js";
 import { BridgeError, callMethod, opened } from "./envelope.js";
 import { NearestVectors, mayRewriteEmbeddings } from "./nearest.js";
 
@@ -187,10 +188,18 @@ class Duck {
 
   /** Append `cols` (one array, or Int32Array, per column, in the table's column order) to
    *  `table` straight from Arrow, without a staging table (a derivation's bulk loads). */
+  /** Whether the current database is a file (not an in-memory one `USE`d instead). */
+  async intoFile() {
+    const t = await this.conn.query(
+      "SELECT path IS NOT NULL AS f FROM duckdb_databases() WHERE database_name = current_database()");
+    return t.numRows > 0 && Boolean(t.getChildAt(0).get(0));
+  }
+
   async appendRows({ table, columns, cols }) {
     if (!cols.length || !cols[0].length) return null;
     if (table === "embeddings") this.embeddingsAppended++;
-    await this.conn.insertArrowTable(arrowTable(this.arrow, columns, cols), { name: table, create: false });
+    const rows = await arrowTableInSlices(this.arrow, columns, cols, yieldToPage);
+    await this.conn.insertArrowTable(rows, { name: table, create: false });
     return null;
   }
 
@@ -241,7 +250,7 @@ class Duck {
         );
       }
       if (performance.now() - since > SLICE_MS) {
-        await new Promise((resolve) => setTimeout(resolve, 0));
+        await yieldToPage();
         since = performance.now();
       }
     }

@@ -29,6 +29,10 @@ __all__ = [
 
 #: about this many messages a chunk of a derivation in the page
 DERIVE_CHUNK = 20_000
+#: into a file, a derivation's loads go in transactions of about this many messages (see
+#: derive.js): a commit per chunk checkpointed each time, rewriting the row group still
+#: filling, and one transaction for everything held it all in memory
+DERIVE_TRANSACTION = 120_000
 
 
 class DuckDBWasmEngine:
@@ -124,9 +128,12 @@ class DuckDBWasmEngine:
         chunk: int = DERIVE_CHUNK,
         sort_max: int = SORT_PART,
         batch: int = 1 << 21,
+        transaction: int = DERIVE_TRANSACTION,
     ) -> PageDerivation | None:
         """``page_derivation`` into this engine."""
-        return page_derivation(store, session_counts, self, chunk=chunk, sort_max=sort_max, batch=batch)
+        return page_derivation(
+            store, session_counts, self, chunk=chunk, sort_max=sort_max, batch=batch, transaction=transaction
+        )
 
     async def nearest(
         self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
@@ -154,12 +161,14 @@ def page_derivation(
     chunk: int = DERIVE_CHUNK,
     sort_max: int = SORT_PART,
     batch: int = 1 << 21,
+    transaction: int = DERIVE_TRANSACTION,
 ) -> PageDerivation | None:
     """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
     sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
-    counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time; into
-    ``engine``, or (None) into the one given later to ``attach`` (it reads, splits and
-    counts meanwhile). None unless ``store`` is the page's IndexedDB one."""
+    counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time, into a
+    file in transactions of about ``transaction`` messages; into ``engine``, or (None) into
+    the one given later to ``attach`` (it reads, splits and counts meanwhile). None unless
+    ``store`` is the page's IndexedDB one."""
     if not isinstance(store, IndexedDBStore):
         return None
     make = store.bridge_db.derivation
@@ -170,6 +179,7 @@ def page_derivation(
         "stage": STAGE,
         "sortMax": int(sort_max),
         "batch": int(batch),
+        "transaction": int(transaction),
     }
     return PageDerivation(make(engine._handle if engine is not None else None, options), engine is None)
 
