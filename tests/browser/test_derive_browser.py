@@ -71,6 +71,7 @@ async def tables(index):
         "postings": await q("SELECT t.term, d.message_id, p.tf FROM postings p JOIN terms t ON t.tid = p.tid "
                             "JOIN docs d ON d.doc = p.doc ORDER BY t.term, d.message_id"),
         "terms": await q("SELECT term, df FROM terms ORDER BY term"),
+        "message_columns": list((await q("SELECT * FROM messages LIMIT 1"))[0]),
         "stats": await q("SELECT n, total FROM stats"),
         "dense": await q("SELECT count(*) AS n, min(doc) AS lo, max(doc) AS hi, count(DISTINCT doc) AS k FROM docs"),
         # the postings as stored (no ORDER BY): sorted by (tid, doc) whoever sorted them
@@ -81,7 +82,9 @@ async def tables(index):
 out = {}
 # Python's own; the page's with every posting held and counting-sorted in JS; with none
 # held (DuckDB sorts); with the held ones given up part way (more than SORT_MAX)
-# and into an OPFS file, its loads in transactions of about 120 messages
+# and into an OPFS file, its loads in transactions of about 120 messages, its stage made
+# `messages` as a large one is (past SORT_MESSAGES_MAX, unsorted: renamed, not copied)
+from chatmem.index import keywords
 from chatmem.runtime.page import duckdb_wasm
 FILE = "derive-" + NAME + ".duckdb"
 for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), ("page-overflow", SORT_MAX),
@@ -92,11 +95,14 @@ for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), (
     d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK,
                           sort_max=sort_max or 0, batch=BATCH, transaction=120)
     assert d is not None
+    keywords.SORT_MESSAGES_MAX = 0 if way == "page-file" else 250_000
     await index.rebuild(metas, each_message(store, metas) if way == "python" else d)
+    keywords.SORT_MESSAGES_MAX = 250_000
     out[way] = await tables(index)
     out[way]["hits"] = [[h.message.id for h in await search(index, q, limit=20)] for q in
                         ("painting", "don't", "1000.5", "strasse", "東京", "京", "привет", "parts code", "big7")]
     out[way]["ms"] = sorted(index.rebuild_ms)
+    out[way]["tables"] = sorted(r["name"] for r in await engine.execute("SELECT table_name AS name FROM duckdb_tables()"))
     out[way]["in_file"] = (await engine.execute(
         "SELECT path IS NOT NULL AS f FROM duckdb_databases() WHERE database_name = current_database()"))[0]["f"]
     await index.close()
@@ -119,12 +125,22 @@ def test_the_page_derivation_equals_pythons(page: object) -> None:
     py, js = got["python"], got["page"]
     assert py["stats"][0]["n"] == 3 * len(TEXTS) + 2 + 130
     assert got["page-file"]["in_file"] and not got["page"]["in_file"]
+    assert got["page-file"]["tables"] == got["page"]["tables"] == py["tables"]  # no stage left behind
     assert got["page-file"]["reopened"] == [
         {"messages": len(py["messages"]), "postings": len(py["postings"])}
     ]
     for way in ("page", "page-unsorted", "page-overflow", "page-file"):
         assert py["dense"] == got[way]["dense"] and got[way]["dense"][0]["lo"] == 0, way
-        for table in ("messages", "docs", "terms", "stats", "postings", "hits", "stored_sorted"):
+        for table in (
+            "messages",
+            "message_columns",
+            "docs",
+            "terms",
+            "stats",
+            "postings",
+            "hits",
+            "stored_sorted",
+        ):
             assert got[way][table] == py[table], (way, table)
     assert py["stored_sorted"] is True
     # the overflow case holds the first chunks (a few hundred postings each), then gives up

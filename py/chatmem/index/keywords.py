@@ -303,10 +303,11 @@ STAGE = "messages_stage"
 STAGE_EXTRA: list[tuple[str, str]] = [("doc", "INTEGER"), ("doc_len", "INTEGER")]
 
 
-def stage_statement() -> str:
-    """``CREATE OR REPLACE TABLE`` of ``STAGE`` (a working table: never saved)."""
-    cols = TABLES["messages"] + STAGE_EXTRA
-    return f"CREATE OR REPLACE TABLE {STAGE} (" + ", ".join(f"{c} {t}" for c, t in cols) + ")"
+def stage_statement(*, compress: bool) -> str:
+    """``CREATE OR REPLACE TABLE`` of ``STAGE``, declared as ``messages`` is (with its
+    columns' ``COMPRESSION`` when ``compress``: a large stage becomes ``messages``) plus
+    ``STAGE_EXTRA``."""
+    return table_statement("messages", replace=True, compress=compress, named=STAGE, extra=STAGE_EXTRA)
 
 
 async def finish_derivation(
@@ -342,9 +343,17 @@ async def finish_derivation(
         )
         lap("docs")
         n = int((await ex(f"SELECT count(*) AS n FROM {STAGE}"))[0]["n"])
-        order = " ORDER BY created_at, id" if n <= SORT_MESSAGES_MAX else ""
-        await ex(f"INSERT INTO messages SELECT {cols} FROM {STAGE}{order}")
-        await ex(f"DROP TABLE {STAGE}")
+        if n <= SORT_MESSAGES_MAX:
+            await ex(f"INSERT INTO messages SELECT {cols} FROM {STAGE} ORDER BY created_at, id")
+            await ex(f"DROP TABLE {STAGE}")
+        else:
+            # unsorted anyway: the stage becomes ``messages`` without its two extra columns, its
+            # texts not copied (a copy compressed and wrote them all again: into a file, about a
+            # sixth of a derivation, and the file grew by their size)
+            await ex("DROP TABLE messages")
+            for col, _ in STAGE_EXTRA:
+                await ex(f"ALTER TABLE {STAGE} DROP COLUMN {col}")
+            await ex(f"ALTER TABLE {STAGE} RENAME TO messages")
         lap("messages")
     else:
         n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])

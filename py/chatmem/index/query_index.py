@@ -593,7 +593,7 @@ class QueryIndex:
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
             if staged := isinstance(messages, (EngineDerivation, Started)):
-                docs, ordered = await run_derivation(self.engine, messages, ms)
+                docs, ordered = await run_derivation(self.engine, messages, ms, compress=self.compress)
             else:
                 docs, ordered = (
                     await stream_messages(self.engine, messages, self._figures, chunk=_CHUNK, ms=ms),

@@ -58,7 +58,7 @@ store and can be dropped and rebuilt at any time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..records.models import extract_text
@@ -204,17 +204,27 @@ def storage_at_least(tag: Any, version: str) -> bool:
     return parts(str(tag)) >= parts(version)
 
 
-def table_statement(name: str, *, replace: bool = False, compress: bool = True, into: str = "") -> str:
+def table_statement(
+    name: str,
+    *,
+    replace: bool = False,
+    compress: bool = True,
+    into: str = "",
+    named: str = "",
+    extra: Sequence[tuple[str, str]] = (),
+) -> str:
     """``CREATE TABLE`` of one table (``OR REPLACE`` when ``replace``; in database ``into``
-    when given), with the columns' ``COMPRESSION`` when ``compress``."""
+    when given), with the columns' ``COMPRESSION`` when ``compress``; ``named``: a table
+    declared as ``name`` is but called this, with the ``extra`` columns after its own."""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
-    where = f'"{into}".main.{name}' if into else name
+    table = named or name
+    where = f'"{into}".main.{table}' if into else table
 
     def col(c: str, t: str) -> str:
         how = COMPRESSION.get((name, c)) if compress else None
         return f"{c} {t} USING COMPRESSION {how}" if how else f"{c} {t}"
 
-    return f"{verb} {where} (" + ", ".join(col(c, t) for c, t in TABLES[name]) + ")"
+    return f"{verb} {where} (" + ", ".join(col(c, t) for c, t in [*TABLES[name], *extra]) + ")"
 
 
 def create_statements(replace: bool = False, *, compress: bool = True) -> list[str]:
