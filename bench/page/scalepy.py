@@ -215,6 +215,17 @@ async def huge_search(queries: int, timeout_s: float) -> dict[str, Any]:
     }
 
 
+_vocabulary: list[Words] = []
+
+
+def vocabulary() -> Words:
+    """The seeded vocabulary of the run, made once a page (``Browser.reload`` makes it before
+    a restart's phase: it is the harness's work, not chatmem's)."""
+    if not _vocabulary:
+        _vocabulary.append(Words())
+    return _vocabulary[0]
+
+
 async def huge_shut(timeout_s: float) -> dict[str, Any]:
     """Close the store as a user's tab closes (its index file saved), keeping both for a restart."""
     mem = _huge.pop("mem")
@@ -230,7 +241,7 @@ async def huge_restart(db: str, cached: bool, timeout_s: float) -> dict[str, Any
     if not cached:
         await _browser.opfs_remove(_browser.index_cache_path(db).removeprefix("opfs://"))
     _huge.clear()
-    _huge.update(db=db, words=Words(), sessions=[])
+    _huge.update(db=db, words=vocabulary(), sessions=[])
     q = _huge["words"].queries(1, seed=29)[0]
     t0 = now()
 

@@ -21,13 +21,11 @@ class BenchPage:
         self.page = page
         self.lines: list[str] = []
 
-    def call(self, fn: str, *args: Any, mod: str = "benchpy") -> Any:
-        code = f"import {mod}\nawait {mod}.{fn}(*{list(args)!r})"
-        return self.page.evaluate("c => window.chatmem.runPython(c)", code)
-
     def log(self, line: str) -> None:
         self.lines.append(line)
 
+    py = run.Browser.py
+    call = run.Browser.call
     reload = run.Browser.reload
     long_tasks = run.Browser.long_tasks
 

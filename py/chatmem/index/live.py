@@ -63,6 +63,7 @@ from ..embedding.local import default_embedder
 from ..errors import SessionNotFound
 from ..records.models import ChatMessage
 from ..scheduling.settle import settle
+from ..scheduling.timeslice import TimeSlicer
 from ..text.tokenize import preload as preload_stemmers
 from .cache import IndexCache
 from .derivation import Started
@@ -680,9 +681,17 @@ class LiveIndex:
         began): the number of sessions re-read or dropped, or None when so many changed
         that a rebuild is cheaper."""
         rows = await index.execute("SELECT * FROM sessions")
-        have = {r["session_id"]: session_row(row_to_session_record(r)) for r in rows}
+        slicer = TimeSlicer()  # a million messages are some 10,000 sessions to compare
+        have: dict[str, tuple[Any, ...]] = {}
+        for r in rows:
+            have[r["session_id"]] = session_row(row_to_session_record(r))
+            await slicer.tick()
         wanted = {m["sessionId"]: m for m in metas}
-        changed = [m for sid, m in wanted.items() if have.get(sid) != session_row(m)]
+        changed = []
+        for sid, m in wanted.items():
+            if have.get(sid) != session_row(m):
+                changed.append(m)
+            await slicer.tick()
         gone = sorted(set(have) - set(wanted))
         self._lap("catchup: compare")
         if len(changed) + len(gone) > max(50, int(REBUILD_SHARE * len(metas))):
