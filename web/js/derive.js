@@ -49,10 +49,10 @@ class Derivation {
    * the loads go in transactions of about this many messages with their postings (the
    * engine checkpoints at each commit past 1 MB of WAL, and a checkpoint rewrites the row
    * group still filling, so a commit per chunk compressed each row group's texts several
-   * times over; one transaction for the whole load held it all in memory). In memory the
-   * caller runs the whole derivation in one transaction.
+   * times over; one transaction for the whole load held it all in memory; 0: each load
+   * commits on its own). In memory the caller runs the whole derivation in one transaction.
    */
-  constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21, transaction = 120_000 }) {
+  constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21, transaction = 0 }) {
     this.database = database;
     this.engine = engine;  // null until `attachEngine` (a derivation begun while it opens)
     this.sessions = sessions;

@@ -186,8 +186,6 @@ class Duck {
     return null;
   }
 
-  /** Append `cols` (one array, or Int32Array, per column, in the table's column order) to
-   *  `table` straight from Arrow, without a staging table (a derivation's bulk loads). */
   /** Whether the current database is a file (not an in-memory one `USE`d instead). */
   async intoFile() {
     const t = await this.conn.query(
@@ -195,6 +193,9 @@ class Duck {
     return t.numRows > 0 && Boolean(t.getChildAt(0).get(0));
   }
 
+  /** Append `cols` (one array, or Int32Array, per column, in the table's column order) to
+   *  `table` straight from Arrow, without a staging table (a derivation's bulk loads); the
+   *  Arrow is built a slice at a time, the page given back between slices. */
   async appendRows({ table, columns, cols }) {
     if (!cols.length || !cols[0].length) return null;
     if (table === "embeddings") this.embeddingsAppended++;
