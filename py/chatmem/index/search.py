@@ -367,7 +367,8 @@ class _SemanticPlan:
     model: str
     dimensions: int
     calibration: tuple[float, float]
-    cte: str
+    #: the CTE ``sem`` of a scan ("" when the approximate index ranked: see ``cte``)
+    scan: str
     params: list[Any]
     #: the search's filters over ``embeddings e``
     filters: Filters
@@ -384,6 +385,12 @@ class _SemanticPlan:
     def approximate(self) -> bool:
         """Whether the ranking is the approximate index's (``found``)."""
         return self.found is not None
+
+    @property
+    def cte(self) -> str:
+        """The CTE ``sem``: the scan's, or the approximate index's rows as ``VALUES``, made
+        only when a statement reads it (the fast paths rank ``found`` in Python)."""
+        return self.scan if self.found is None else nearest_cte(self.found)
 
 
 async def _semantic_plan(
@@ -438,7 +445,7 @@ async def _semantic_plan(
                 emb.model,
                 int(emb.dimensions),
                 calibration_of(emb),
-                nearest_cte(found),
+                "",
                 [],
                 eflt,
                 stats,
