@@ -364,6 +364,12 @@ class _Request:
             raise self._bad(name, "an array of strings")
         return value
 
+    def rows(self, name: str, width: int) -> list[list[Any]]:
+        value = self.array(name)
+        if not all(isinstance(r, list) and len(r) == width for r in value):
+            raise self._bad(name, f"an array of rows of {width} values")
+        return value
+
     def params(self) -> list[Any] | None:
         value = self.fields.get("params")
         if value is not None and not isinstance(value, list):
@@ -439,9 +445,7 @@ async def answer_guest(live: IndexHost, raw: dict[str, Any]) -> Any:
         async with index._lock:
             return await index.engine.nearest(model_key, dim, vector, k, candidates)
     columns = req.texts("columns")
-    rows = req.array("rows")
-    if not all(isinstance(r, list) and len(r) == len(columns) for r in rows):
-        raise req._bad("rows", f"an array of rows of {len(columns)} values")
+    rows = req.rows("rows", len(columns))
     index = await live.ready()
     async with index._lock:
         await index.engine.load_rows("embeddings", columns, rows)
