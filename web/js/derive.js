@@ -75,12 +75,13 @@ class Derivation {
     this.batch = batch;
     this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
     this.heldRows = 0;
+    this.runs = 0;  // runs of sorted postings loaded (see `hold`)
     this.failed = null;
     this.intoFile = null;  // whether the tables are in a file (asked at the first load)
     this.inTransaction = false;  // a transaction of the loads is open (into a file only)
     this.transactionMessages = 0;
     this.transactionMax = transaction;
-    this.ms = { read: 0, words: 0, stems: 0, count: 0, load: 0, wait: 0 };
+    this.ms = { read: 0, words: 0, stems: 0, count: 0, sort: 0, load: 0, wait: 0 };
   }
 
   /** The records of the next chunk (whole small sessions, or a page of a big one). */
@@ -272,36 +273,47 @@ class Derivation {
     this.ms.wait += performance.now() - waited;
     this.check();
     this.load(this.stage, [...this.columns.map(([c]) => c), "doc", "doc_len"], [...messageCols, docs, Array.from(lens)]);
-    this.hold(postings);
+    await this.hold(postings);
     this.queued.push(this.loading);
     return { doc: docs, id: ids, created, len: Array.from(lens) };
   }
 
-  /** Keep a chunk's postings for `finish` to hand over sorted by (tid, doc), while they all
-   *  fit in `sortMax` rows; past that, load those held and each chunk's as it comes (the
-   *  caller sorts them in DuckDB). */
-  hold(postings) {
+  /** Keep a chunk's postings to load them sorted by (tid, doc): up to `sortMax` rows are
+   *  held, then counting-sorted and loaded as one run (`finish` loads the last). Each run is
+   *  sorted, and the runs follow each other in doc order, so a term's postings lie in one
+   *  stretch of each run: its zone maps find them, and DuckDB need not sort them again
+   *  (one sort of them all did not fit in its memory: in parts, it held its single thread
+   *  longer than the loads). With `sortMax` 0, each chunk's are loaded as they come. */
+  async hold(postings) {
     const n = postings[0].length;
-    if (this.held && this.heldRows + n <= this.sortMax) {
-      if (this.heldRows + n > this.held[0].length) {
-        // room for as many as the whole store would hold at this rate (growing by doubling
-        // copied every posting about twice: 0.1-0.2 s of the main thread at 100,000 messages)
-        const projected = Math.ceil((1.05 * (this.heldRows + n) * this.total) / Math.max(1, this.doc));
-        this.held = this.held.map((a) => {
-          const b = new Int32Array(Math.min(this.sortMax, Math.max(2 * a.length, this.heldRows + n, projected)));
-          b.set(a.subarray(0, this.heldRows));
-          return b;
-        });
-      }
-      postings.forEach((a, i) => this.held[i].set(a, this.heldRows));
-      this.heldRows += n;
+    if (!this.held) {
+      this.load("postings", POSTINGS, postings);
       return;
     }
-    if (this.held) {
-      this.loadPostings(this.held, this.heldRows);
-      this.held = null;
+    if (this.heldRows && this.heldRows + n > this.sortMax) await this.loadRun();
+    if (this.heldRows + n > this.held[0].length) {
+      // room for as many as the whole store would hold at this rate (growing by doubling
+      // copied every posting about twice: 0.1-0.2 s of the main thread at 100,000 messages)
+      const projected = Math.ceil((1.05 * (this.heldRows + n) * this.total) / Math.max(1, this.doc));
+      const size = Math.max(Math.min(this.sortMax, Math.max(2 * this.held[0].length, projected)), this.heldRows + n);
+      this.held = this.held.map((a) => {
+        const b = new Int32Array(size);
+        b.set(a.subarray(0, this.heldRows));
+        return b;
+      });
     }
-    this.load("postings", POSTINGS, postings);
+    postings.forEach((a, i) => this.held[i].set(a, this.heldRows));
+    this.heldRows += n;
+  }
+
+  /** Sort the held postings and queue their loads as one run; hold anew. */
+  async loadRun() {
+    const t = performance.now();
+    const cols = await this.sortedHeld();
+    this.heldRows = 0;
+    this.runs++;
+    this.ms.sort += performance.now() - t;
+    this.loadPostings(cols, cols[0].length);
   }
 
   /** Queue the first `n` rows of postings columns `cols`, `batch` rows a load (one Arrow
@@ -313,20 +325,39 @@ class Derivation {
     }
   }
 
-  /** The held postings sorted by (tid, doc): a counting sort on tid, stable (docs were
-   *  numbered in order), so each term's postings come out by doc. */
-  sortedHeld() {
+  /** The held postings sorted by (tid, doc), as new arrays: a counting sort on tid, stable
+   *  (docs were numbered in order), so each term's postings come out by doc; yielding to
+   *  the page between slices. */
+  async sortedHeld() {
     const [tid, doc, tf] = this.held;
     const n = this.heldRows;
-    const start = new Int32Array(this.terms.length + 1);
-    for (let i = 0; i < n; i++) start[tid[i] + 1]++;
-    for (let t = 0; t < this.terms.length; t++) start[t + 1] += start[t];
+    const terms = this.terms.length;
+    const start = new Int32Array(terms + 1);
     const outTid = new Int32Array(n), outDoc = new Int32Array(n), outTf = new Int32Array(n);
-    for (let t = 0; t < this.terms.length; t++) outTid.fill(t, start[t], start[t + 1]);
-    for (let i = 0; i < n; i++) {
-      const at = start[tid[i]]++;
-      outDoc[at] = doc[i];
-      outTf[at] = tf[i];
+    const step = 1 << 16;
+    let sliced = performance.now();
+    const pause = async () => {
+      if (performance.now() - sliced > SLICE_MS) {
+        await yieldToPage();
+        sliced = performance.now();
+      }
+    };
+    for (let at = 0; at < n; at += step) {
+      for (let i = at, end = Math.min(n, at + step); i < end; i++) start[tid[i] + 1]++;
+      await pause();
+    }
+    for (let t = 0; t < terms; t++) start[t + 1] += start[t];
+    for (let at = 0; at < terms; at += step) {
+      for (let t = at, end = Math.min(terms, at + step); t < end; t++) outTid.fill(t, start[t], start[t + 1]);
+      await pause();
+    }
+    for (let at = 0; at < n; at += step) {
+      for (let i = at, end = Math.min(n, at + step); i < end; i++) {
+        const to = start[tid[i]]++;
+        outDoc[to] = doc[i];
+        outTf[to] = tf[i];
+      }
+      await pause();
     }
     return [outTid, outDoc, outTf];
   }
@@ -365,13 +396,8 @@ class Derivation {
   async finish() {
     this.check();
     const sorted = this.held !== null;
-    if (sorted && this.heldRows) {
-      const t = performance.now();
-      const cols = this.sortedHeld();
-      this.held = null;
-      this.ms.count += performance.now() - t;
-      this.loadPostings(cols, cols[0].length);
-    }
+    if (sorted && this.heldRows) await this.loadRun();
+    this.held = null;
     await this.loading;
     await this.commit();
     const n = this.terms.length;
@@ -382,6 +408,7 @@ class Derivation {
     out.terms = n;
     out.docs = this.doc;
     out.sorted = sorted;
+    out.runs = this.runs;
     return out;
   }
 

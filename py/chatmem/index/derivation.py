@@ -62,7 +62,8 @@ class Started:
 
 async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tuple[DocTable | None, bool]:
     """Run ``d`` to its end; the docs as numbered (None past ``doctable.LENGTHS_CACHE``), and
-    whether ``postings`` went in sorted by (tid, doc) (then the caller need not sort them).
+    whether ``postings`` went in sorted by (tid, doc), in one run or in several that follow
+    each other in doc order (then the caller need not sort them: see derive.js ``hold``).
     ``ms`` gains the derivation's phases; its ``stems`` adds the time spent here on terms."""
     known: set[str] = set()
     table: DocTable | None = DocTable()
@@ -84,7 +85,7 @@ async def derive(d: EngineDerivation, ms: dict[str, float] | None = None) -> tup
         raise
     if ms is not None:
         for k, v in got.items():
-            if k not in ("terms", "docs", "sorted"):
+            if k not in ("terms", "docs", "sorted", "runs"):
                 ms[k] = ms.get(k, 0.0) + float(v)
         ms["stems"] = ms.get("stems", 0.0) + spent * 1000
     return table, bool(got.get("sorted"))

@@ -164,8 +164,9 @@ def page_derivation(
     transaction: int = DERIVE_TRANSACTION,
 ) -> PageDerivation | None:
     """A derivation of the keyword tables from ``store`` done in the page (derive.js), the
-    sessions read in the given order, up to ``sort_max`` postings handed over sorted (a
-    counting sort in JS instead of DuckDB's) and loaded ``batch`` rows at a time, into a
+    sessions read in the given order, the postings handed over in runs of up to ``sort_max``
+    each sorted by term (a counting sort in JS instead of DuckDB's: none is sorted again)
+    and loaded ``batch`` rows at a time, into a
     file in transactions of about ``transaction`` messages; into ``engine``, or (None) into
     the one given later to ``attach`` (it reads, splits and counts meanwhile). None unless
     ``store`` is the page's IndexedDB one."""
