@@ -173,11 +173,12 @@ async ([name]) => {
   const metas = await db.db.getAll("sessions");
   let loaded = 0;
   // an engine whose appends are slower than reading and counting (as into an OPFS file)
-  const engine = { async intoFile() { return false; }, async appendRows({ table }) {
-    if (table !== "messages_stage") return;
-    await new Promise((resolve) => setTimeout(resolve, 40));
-    loaded++;
-  } };
+  const engine = { async intoFile() { return false; }, async arrowBytes() { return new Uint8Array(1); },
+    async appendArrow({ table }) {
+      if (table !== "messages_stage") return;
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      loaded++;
+    }, async appendRows() {} };
   const d = bridge.derivation(db, engine, JSON.stringify({
     sessions: metas.map((m) => [m.sessionId, m.messageCount]), columns: [["content", ""]], stage: "messages_stage", chunk: 10, sortMax: 0 }));
   let fed = 0, ahead = 0;

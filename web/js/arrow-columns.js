@@ -45,7 +45,9 @@ export async function arrowTableInSlices(arrow, columns, cols, pause, rows = SLI
   for (let at = 0; at < n; at += rows) {
     if (at) await pause();
     const end = Math.min(at + rows, n);
-    batches.push(...arrowTable(arrow, columns, cols.map((c) => c.slice(at, end))).batches);
+    // a typed array's slice is a view (its values are copied once, into the IPC bytes)
+    const part = cols.map((c) => (ArrayBuffer.isView(c) ? c.subarray(at, end) : c.slice(at, end)));
+    batches.push(...arrowTable(arrow, columns, part).batches);
   }
   return new arrow.Table(batches);
 }

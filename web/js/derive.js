@@ -70,18 +70,22 @@ class Derivation {
     this.current = null;
     // the loads wait for the engine; an abort before it came lets them go as no-ops
     this.loading = engine ? Promise.resolve() : new Promise((resolve) => { this.release = resolve; });
+    this.loadBefore = this.loading;  // the load queued before the last (see `load`)
+    this.building = this.loading;    // the last load's Arrow
     this.queued = [];     // per chunk whose loads are queued: when they are done (see BACKLOG)
     this.sortMax = sortMax;
     this.batch = batch;
     this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
     this.heldRows = 0;
     this.runs = 0;  // runs of sorted postings loaded (see `hold`)
+    this.sorted = null;  // the arrays a run is sorted into (see `loadRun`)
+    this.runBuilt = Promise.resolve();  // when the last run's loads are in Arrow
     this.failed = null;
     this.intoFile = null;  // whether the tables are in a file (asked at the first load)
     this.inTransaction = false;  // a transaction of the loads is open (into a file only)
     this.transactionMessages = 0;
     this.transactionMax = transaction;
-    this.ms = { read: 0, words: 0, stems: 0, count: 0, sort: 0, load: 0, wait: 0 };
+    this.ms = { read: 0, words: 0, stems: 0, count: 0, sort: 0, arrow: 0, load: 0, wait: 0 };
   }
 
   /** The records of the next chunk (whole small sessions, or a page of a big one). */
@@ -309,11 +313,16 @@ class Derivation {
   /** Sort the held postings and queue their loads as one run; hold anew. */
   async loadRun() {
     const t = performance.now();
+    // the run before is in Arrow by now (its loads were queued chunks ago: see BACKLOG),
+    // so its arrays can take this one (a new set each run left hundreds of megabytes to
+    // the garbage collector)
+    await this.runBuilt;
     const cols = await this.sortedHeld();
     this.heldRows = 0;
     this.runs++;
     this.ms.sort += performance.now() - t;
     this.loadPostings(cols, cols[0].length);
+    this.runBuilt = this.building.catch(() => {});
   }
 
   /** Queue the first `n` rows of postings columns `cols`, `batch` rows a load (one Arrow
@@ -325,15 +334,16 @@ class Derivation {
     }
   }
 
-  /** The held postings sorted by (tid, doc), as new arrays: a counting sort on tid, stable
-   *  (docs were numbered in order), so each term's postings come out by doc; yielding to
-   *  the page between slices. */
+  /** Views of the held postings sorted by (tid, doc) into `this.sorted`: a counting sort on
+   *  tid, stable (docs were numbered in order), so each term's postings come out by doc;
+   *  yielding to the page between slices. */
   async sortedHeld() {
     const [tid, doc, tf] = this.held;
     const n = this.heldRows;
     const terms = this.terms.length;
     const start = new Int32Array(terms + 1);
-    const outTid = new Int32Array(n), outDoc = new Int32Array(n), outTf = new Int32Array(n);
+    if (!this.sorted || this.sorted[0].length < n) this.sorted = this.held.map((a) => new Int32Array(Math.max(a.length, n)));
+    const [outTid, outDoc, outTf] = this.sorted.map((a) => a.subarray(0, n));
     const step = 1 << 16;
     let sliced = performance.now();
     const pause = async () => {
@@ -363,18 +373,30 @@ class Derivation {
   }
 
   /** Queue a bulk load after the ones before it (DuckDB works in its worker meanwhile);
-   *  into a file, in transactions of about `transaction` messages. */
+   *  into a file, in transactions of about `transaction` messages. Its Arrow is built on
+   *  the page's thread while the engine appends the load before it, one load ahead (built
+   *  in turn within the load, the worker waited for each). */
   load(table, columns, cols) {
+    if (!cols.length || !cols[0].length) return;
     const messages = table === this.stage ? cols[0].length : 0;
-    this.loading = this.loading.then(async () => {
+    const ahead = this.loadBefore;
+    this.loadBefore = this.loading;
+    const built = this.building = Promise.all([this.building, ahead]).then(async () => {
+      if (!this.engine) return null;  // aborted before the engine came
       const t = performance.now();
-      if (!this.engine) return;  // aborted before the engine came
+      const bytes = await this.engine.arrowBytes({ columns, cols });
+      this.ms.arrow += performance.now() - t;
+      return bytes;
+    });
+    this.loading = Promise.all([this.loading, built]).then(async ([, bytes]) => {
+      const t = performance.now();
+      if (!this.engine || !bytes) return;
       this.intoFile ??= await this.engine.intoFile();
       if (this.intoFile && !this.inTransaction) {
         await this.engine.conn.query("BEGIN TRANSACTION");
         this.inTransaction = true;
       }
-      await this.engine.appendRows({ table, columns, cols });
+      await this.engine.appendArrow({ table, bytes });
       this.transactionMessages += messages;
       if (this.transactionMessages >= this.transactionMax) await this.commit();
       this.ms.load += performance.now() - t;
@@ -399,6 +421,7 @@ class Derivation {
     if (sorted && this.heldRows) await this.loadRun();
     this.held = null;
     await this.loading;
+    this.sorted = null;
     await this.commit();
     const n = this.terms.length;
     if (n && this.engine) await this.engine.appendRows({ table: "terms", columns: ["term", "tid", "df"],
@@ -428,6 +451,7 @@ class Derivation {
     try {
       await this.loading;
     } catch (_) { /* the caller reports its own error */ }
+    this.sorted = null;
     if (this.inTransaction) {
       this.inTransaction = false;
       try {

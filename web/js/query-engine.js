@@ -194,13 +194,24 @@ class Duck {
   }
 
   /** Append `cols` (one array, or Int32Array, per column, in the table's column order) to
-   *  `table` straight from Arrow, without a staging table (a derivation's bulk loads); the
-   *  Arrow is built a slice at a time, the page given back between slices. */
+   *  `table` straight from Arrow, without a staging table (a derivation's bulk loads): the
+   *  two steps below. */
   async appendRows({ table, columns, cols }) {
     if (!cols.length || !cols[0].length) return null;
+    return this.appendArrow({ table, bytes: await this.arrowBytes({ columns, cols }) });
+  }
+
+  /** `cols` as Arrow IPC bytes for `appendArrow`, built on the page's thread a slice at a
+   *  time, the page given back between slices (a derivation builds a load's while the
+   *  engine appends the one before). */
+  async arrowBytes({ columns, cols }) {
+    return this.arrow.tableToIPC(await arrowTableInSlices(this.arrow, columns, cols, yieldToPage), "stream");
+  }
+
+  /** Append the Arrow IPC `bytes` (`arrowBytes`; handed over to the engine's worker) to `table`. */
+  async appendArrow({ table, bytes }) {
     if (table === "embeddings") this.embeddingsAppended++;
-    const rows = await arrowTableInSlices(this.arrow, columns, cols, yieldToPage);
-    await this.conn.insertArrowTable(rows, { name: table, create: false });
+    await this.conn.insertArrowFromIPCStream(bytes, { name: table, create: false });
     return null;
   }
 
