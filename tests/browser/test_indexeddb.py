@@ -162,6 +162,23 @@ seqs = [m.seq async for m in mem.messages.stream(s.session_id, batch_size=100)]
     assert out == [True, 100, 51]
 
 
+def test_all_sessions_are_read_in_pages(page: Page) -> None:
+    """Past a page of session records, all_sessions reads them page by page (no single
+    read or parse holds the page's thread) and answers each session once."""
+    db = unique_name("pages")
+    out = page.py(f"""
+import chatmem
+mem = await chatmem.open({db!r})
+made = [(await mem.sessions.create(title=f"s{{i}}")).session_id for i in range(2001)]
+got = await mem.store.all_sessions()
+pages = await mem.store._db.call("allSessions")
+await mem.close()
+[len(got), sorted(r["sessionId"] for r in got) == sorted(made), len(pages), [r["title"] for r in got][:1]]
+""")
+    assert out[:3] == [2001, True, 3]
+    assert out[3][0].startswith("s")
+
+
 def test_upgrade_in_another_tab_closes_old_connection(new_page: Any) -> None:
     """When another tab opens a newer schema, this tab's connection closes and says to reload."""
     db = unique_name("upgrade")

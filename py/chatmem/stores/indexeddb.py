@@ -10,6 +10,8 @@ its cached view of those sessions).
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .base import Ops
@@ -82,7 +84,14 @@ class IndexedDBStore:
         return await self._db.call("getSession", sessionId=session_id)  # type: ignore[no-any-return]
 
     async def all_sessions(self) -> list[dict[str, Any]]:
-        return await self._db.call("allSessions")  # type: ignore[no-any-return]
+        # pages of JSON (database.js ``allSessions``), parsed one at a time with the page
+        # given back between them
+        out: list[dict[str, Any]] = []
+        for i, page in enumerate(await self._db.call("allSessions")):
+            if i:
+                await asyncio.sleep(0)
+            out.extend(json.loads(page))
+        return out
 
     async def update_session(
         self, session_id: str, changes: dict[str, Any], ops: Ops = None
