@@ -90,6 +90,77 @@ def test_approximate_search_answers_as_the_scan_and_keeps_in_step(page: Page) ->
     assert rw2 > rw1, "a delete is a rewrite"
 
 
+FILTERED = """
+import chatmem
+from chatmem.index import nearest
+mem = await chatmem.open({db!r})
+topics = {topics!r}
+made = []
+for c, (char, user) in enumerate((("ada", "u1"), ("bob", "u1"), ("ada", "u2"))):
+    s = await mem.sessions.create(title=f"s{{c}}", character_id=char, user_id=user)
+    made.append(s.session_id)
+    await mem.messages.append_many(s.session_id, [
+        dict(role="user" if i % 2 else "assistant", content=f"{{topics[(i + c) % len(topics)]}} (note {{c}}.{{i}})",
+             created_at=1_000_000 + 1000 * i + c)
+        for i in range(90)
+    ])
+filters = [
+    dict(session_ids=[made[1]]),
+    dict(character_ids=["ada"]),
+    dict(character_ids=["ada"], session_ids=[made[0], made[1]]),
+    dict(roles=["user"]),
+    dict(date_range=(1_020_000, 1_050_000)),
+    dict(character_ids=["bob"], roles=["assistant"], date_range=(None, 1_040_000)),
+    dict(character_ids=["nobody"]),
+]
+queries = ["a cat as a pet", "running a long race", "cooking dinner"]
+
+async def answers():
+    out = []
+    for f in filters:
+        for q in queries:
+            for mode in ("semantic", "hybrid"):
+                hits = await mem.search(q, mode=mode, limit=8, **f)
+                out.append([(h.message.id, round(h.score, 6)) for h in hits])
+    return out
+
+saved = (nearest.NEAREST_FROM, nearest.MIN_CANDIDATES)
+try:
+    nearest.NEAREST_FROM = 10 ** 9
+    exact = await answers()
+    engine = mem.index.query_index.engine
+    scans = len(engine._handle.nearestSets)
+    nearest.NEAREST_FROM, nearest.MIN_CANDIDATES = 0, 10 ** 6
+    approx = await answers()
+    kept = len(engine._handle.nearestSets)
+    # few candidates: each one still admitted by the filter
+    nearest.MIN_CANDIDATES = 10
+    few = await mem.search("a cat as a pet", mode="semantic", limit=8, character_ids=["bob"], roles=["user"])
+    few = [(h.message.session_id, h.message.role) for h in few]
+finally:
+    nearest.NEAREST_FROM, nearest.MIN_CANDIDATES = saved
+await mem.close()
+[exact, approx, scans, kept, few, made]
+"""
+
+
+def test_a_filtered_search_asks_the_approximate_index_for_the_admitted_rows(page: Page) -> None:
+    """Filters by session, character, role and time narrow the approximate index's pass:
+    with every admitted row reranked its answers are the exact scan's; with few
+    candidates every answer is still one the filter admits."""
+    exact, approx, scans, kept, few, made = page.py(
+        FILTERED.format(db=unique_name("near-flt"), topics=TOPICS)
+    )
+    assert scans == 0 and kept == 1
+    assert len(approx) == len(exact) == 7 * 3 * 2
+    for got, want in zip(approx, exact):
+        assert [g[0] for g in got] == [w[0] for w in want]
+        for g, w in zip(got, want):
+            assert g[1] == pytest.approx(w[1], abs=2e-6)
+    assert any(exact) and not exact[-1], "the filters admit some rows, an unknown character none"
+    assert few and all(sid == made[1] and role == "user" for sid, role in few)
+
+
 OWNER = """
 import chatmem, builtins
 mem = await chatmem.open({db!r})

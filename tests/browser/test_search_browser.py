@@ -38,8 +38,8 @@ class Shared:
         return await self.engine.load_rows(table, columns, rows)
     async def execute_columns(self, sql, params=None):
         return await self.engine.execute_columns(sql, params)
-    async def nearest(self, model_key, dim, vector, k, candidates):
-        return await self.engine.nearest(model_key, dim, vector, k, candidates)
+    async def nearest(self, model_key, dim, vector, k, candidates, filter=None):
+        return await self.engine.nearest(model_key, dim, vector, k, candidates, filter)
     async def close(self):
         pass
 

@@ -57,8 +57,9 @@ async def _memory() -> Any:
 
 def _exact_nearest(engine: Any, calls: list[tuple[int, int]]) -> Any:
     async def answer(
-        model_key: int, dim: int, vector: list[float], k: int, candidates: int
+        model_key: int, dim: int, vector: list[float], k: int, candidates: int, filter: Any = None
     ) -> list[list[Any]]:
+        assert filter is None, "an unfiltered search asks for every row"
         calls.append((k, candidates))
         rows = await engine.execute(
             f"SELECT e.message_id, e.created_at, {cosine_sql()} AS sim, {rank_cosine_sql()} AS rsim "

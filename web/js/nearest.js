@@ -8,6 +8,8 @@
 // `embeddings.cosine_sql`). DuckDB reads a list column whole whatever a filter keeps,
 // so the candidates' vectors are kept here too; a search costs a pass over dim / 8
 // bytes a row and `candidates` dot products instead of a cast and a dot product per row.
+// Each row's session and role are kept as small codes, so a filtered search counts the
+// distances of the rows its filter admits only.
 //
 // The rows are derived from the engine's `embeddings` table and kept in step by the
 // engine (query-engine.js): rows appended since the last search are read by rowid
@@ -98,6 +100,11 @@ export class NearestVectors {
     /** 1 where the row has an in-context vector (`own` holds its own one), else 0 */
     this.context = new Uint8Array(0);
     this.distances = new Uint16Array(0);
+    /** each row's session and role, as codes of `sessions` and `roles` (what a filter reads) */
+    this.session = new Uint32Array(0);
+    this.role = new Uint8Array(0);
+    this.sessions = new Map();
+    this.roles = new Map();
   }
 
   /** Room for `rows` rows in all (a read of many rows allocates once). */
@@ -122,18 +129,22 @@ export class NearestVectors {
     this.own = more(Int8Array, this.own, this.dim);
     this.ownScale = more(Float32Array, this.ownScale, 1);
     this.context = more(Uint8Array, this.context, 1);
+    this.session = more(Uint32Array, this.session, 1);
+    this.role = more(Uint8Array, this.role, 1);
     this.distances = new Uint16Array(cap);
     this.capacity = cap;
   }
 
   /** Add one `embeddings` row: `vec`/`cvec` int8 arrays of `dim` values (`cvec` null
-   *  where the row has no in-context vector). */
-  add(rowid, id, created, vec, scale, cvec, cscale) {
+   *  where the row has no in-context vector), of session `session` and role `role`. */
+  add(rowid, id, created, vec, scale, cvec, cscale, session = null, role = null) {
     this._grow(this.n + 1);
     const r = this.n++;
     const dim = this.dim;
     const ranked = cvec ?? vec;
     this.ids[r] = id;
+    this.session[r] = codeOf(this.sessions, session);
+    this.role[r] = codeOf(this.roles, role);
     this.created[r] = created ?? -Infinity;
     this.rank.set(ranked, r * dim);
     this.rankScale[r] = cvec ? cscale : scale;
@@ -151,21 +162,32 @@ export class NearestVectors {
 
   /** The `k` rows of the best ranking cosine with the unit vector `q` among the
    *  `candidates` nearest in Hamming distance: columns [message_id, created_at, sim,
-   *  rsim] (`sim` the own vector's cosine), best first (ties: the larger id first). */
-  nearest(vector, k, candidates) {
+   *  rsim] (`sim` the own vector's cosine), best first (ties: the larger id first).
+   *  `filter` ({sessions, roles: lists or null, start, end: milliseconds or null}, as
+   *  `hits.FilterValues` with its characters' sessions resolved) keeps out the rows it
+   *  does not admit before their distance is counted: the candidates are the admitted
+   *  rows nearest the query, all of them when they are fewer. */
+  nearest(vector, k, candidates, filter = null) {
     const { n, dim, words, codes } = this;
     const q = Float64Array.from(vector);
     const signs = new Uint32Array(words);
     for (let d = 0; d < dim; d++) if (q[d] > 0) signs[d >>> 5] |= 1 << (d & 31);
     const dist = this.distances;
     const counts = new Uint32Array(dim + 1);
+    const admits = this.admission(filter);
+    let admitted = 0;
     for (let r = 0, o = 0; r < n; r++, o += words) {
+      if (admits && !admits(r)) {
+        dist[r] = OUT;
+        continue;
+      }
       const h = distance(codes, o, signs, words);
       dist[r] = h;
       counts[h]++;
+      admitted++;
     }
     // every row closer than `edge`, then rows at `edge` in table order up to `candidates`
-    const want = Math.min(candidates, n);
+    const want = Math.min(candidates, admitted);
     let edge = 0;
     for (let seen = 0; edge <= dim && seen + counts[edge] < want; edge++) seen += counts[edge];
     let atEdge = want;
@@ -201,4 +223,42 @@ export class NearestVectors {
     }
     return out;
   }
+
+  /** Whether row r passes `filter` (see `nearest`), or null when it admits every row. */
+  admission(filter) {
+    if (!filter) return null;
+    const mask = (codes, values) => {
+      if (values === null || values === undefined) return null;
+      const ok = new Uint8Array(codes.size + 1);
+      for (const v of values) {
+        const c = codes.get(v);
+        if (c !== undefined) ok[c] = 1;
+      }
+      return ok;
+    };
+    const sessions = mask(this.sessions, filter.sessions);
+    const roles = mask(this.roles, filter.roles);
+    const start = filter.start ?? null;
+    const end = filter.end ?? null;
+    if (!sessions && !roles && start === null && end === null) return null;
+    const { session, role, created } = this;
+    // a row without a time (-Infinity here, NULL in SQL) passes no time bound
+    return (r) => (!sessions || sessions[session[r]] === 1) && (!roles || roles[role[r]] === 1)
+      && (start === null || (created[r] !== -Infinity && created[r] >= start))
+      && (end === null || (created[r] !== -Infinity && created[r] <= end));
+  }
+}
+
+/** A row kept out by a filter: past any Hamming distance, so never a candidate. */
+const OUT = 0xffff;
+
+/** The code of `value` in `codes` (numbered from 1 as first seen; 0: null). */
+function codeOf(codes, value) {
+  if (value === null || value === undefined) return 0;
+  let c = codes.get(value);
+  if (c === undefined) {
+    c = codes.size + 1;
+    codes.set(value, c);
+  }
+  return c;
 }

@@ -216,9 +216,9 @@ class Duck {
   }
 
   /** The `k` rows of model `modelKey` and `dim` dimensions nearest to the unit vector
-   *  `vector` (nearest.js), after reading the rows written since the last call:
-   *  {cols: [message_id, created_at, sim, rsim]}. */
-  async nearest({ modelKey, dim, vector, k, candidates }) {
+   *  `vector` (nearest.js) among those `filter` admits, after reading the rows written
+   *  since the last call: {cols: [message_id, created_at, sim, rsim]}. */
+  async nearest({ modelKey, dim, vector, k, candidates, filter = null }) {
     if (this.nearestEpoch !== this.embeddingsRewritten) {
       this.nearestSets.clear();
       this.nearestEpoch = this.embeddingsRewritten;
@@ -239,7 +239,7 @@ class Duck {
       }
       kept.appended = appended;
     }
-    return { cols: kept.vectors.nearest(vector, k, candidates) };
+    return { cols: kept.vectors.nearest(vector, k, candidates, filter) };
   }
 
   async _readVectors(vectors, modelKey, dim) {
@@ -247,18 +247,19 @@ class Duck {
     const count = await this.conn.query(`SELECT count(*) AS n FROM embeddings ${where}`);
     vectors.reserve(vectors.n + Number(count.getChildAt(0).get(0)));
     const reader = await this.conn.send(
-      `SELECT rowid AS r, message_id, created_at, vec, scale, cvec, cscale FROM embeddings ${where} ORDER BY rowid`,
+      `SELECT rowid AS r, message_id, created_at, vec, scale, cvec, cscale, session_id, role FROM embeddings ${where} ORDER BY rowid`,
       true,
     );
     let since = performance.now();
     for await (const batch of reader) {
-      const [r, id, created, vec, scale, cvec, cscale] = batch.schema.fields.map((_, i) => batch.getChildAt(i));
+      const [r, id, created, vec, scale, cvec, cscale, session, role] = batch.schema.fields.map((_, i) => batch.getChildAt(i));
       for (let i = 0; i < batch.numRows; i++) {
         const c = cvec.get(i);
         const when = created.get(i);
         vectors.add(
           Number(r.get(i)), id.get(i), when === null ? null : Number(when),
           vec.get(i).toArray(), scale.get(i), c === null ? null : c.toArray(), cscale.get(i),
+          session.get(i), role.get(i),
         );
       }
       if (performance.now() - since > SLICE_MS) {

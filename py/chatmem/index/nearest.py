@@ -6,7 +6,10 @@ An exact semantic search casts and multiplies every stored vector. From
 hybrid search with a limit asks it instead: every row's sign bits (one per
 dimension of its ranking vector) are compared with the query's, the ``candidates``
 rows of the smallest Hamming distance are ranked by their exact int8 cosine, and
-the best ``k`` come back with the cosines an exact scan gives them. What it can
+the best ``k`` come back with the cosines an exact scan gives them. A filtered
+search (``NearestFilter``) counts the distances of the rows its filter admits
+only, so its candidates are the admitted rows nearest the query (every admitted
+row when they are fewer: then the answer is exact). What it can
 miss is a row whose signs differ from the query's more than those of
 ``candidates`` other rows: the candidate count grows with the index
 (``candidates``), so the share of rows reranked stays the same.
@@ -14,24 +17,42 @@ miss is a row whose signs differ from the query's more than those of
 The approximate index is derived from the ``embeddings`` table, like the keyword
 index: the engine reads it on the first search, adds the rows appended since on
 each later one, reads it again after any other write, and never stores or syncs it.
-A filter, a threshold or ``limit=None`` keeps the search exact.
+A threshold or ``limit=None`` keeps the search exact.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CANDIDATE_SHARE", "MIN_CANDIDATES", "NEAREST_FROM", "candidates", "nearest_cte"]
+__all__ = ["CANDIDATE_SHARE", "MIN_CANDIDATES", "NEAREST_FROM", "NearestFilter", "candidates", "nearest_cte"]
 
-#: from this many indexed messages on, an unfiltered semantic search asks the engine's
+#: from this many indexed messages on, a semantic search asks the engine's
 #: approximate index (below it an exact scan is fast enough)
 NEAREST_FROM = 20_000
 #: rows reranked by their exact cosine: at least this many ...
 MIN_CANDIDATES = 200
 #: ... and at least one in this many of the index's rows
 CANDIDATE_SHARE = 25
+
+
+@dataclass(frozen=True, slots=True)
+class NearestFilter:
+    """The rows a filtered search may answer: of these sessions and these roles (None:
+    any), created from ``start`` to ``end`` milliseconds inclusive (None: no bound; a row
+    without a time passes no bound), as ``hits.FilterValues`` reads them, its characters
+    resolved to their sessions."""
+
+    sessions: list[str] | None = None
+    roles: list[str] | None = None
+    start: int | None = None
+    end: int | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The filter as the engine's ``nearest`` takes it (nearest.js ``admission``)."""
+        return {"sessions": self.sessions, "roles": self.roles, "start": self.start, "end": self.end}
 
 
 def candidates(rows: int, k: int) -> int:

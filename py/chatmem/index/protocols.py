@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..embedding.embedders import Embedder
 from .doctable import DocTable
 from .figures import KeywordFigures
 from .rare import RarePostings
 from .sql_engine import SQLEngine
+
+if TYPE_CHECKING:  # hits reads these protocols
+    from .hits import FilterValues
 
 __all__ = ["SearchIndex"]
 
@@ -97,7 +100,13 @@ class SearchIndex(Protocol):
     async def vector_table(self, where: str, params: list[Any], vectors: int) -> str | None: ...
 
     async def nearest(
-        self, model_key: int, dim: int, vector: Sequence[float], k: int, rows: int
+        self,
+        model_key: int,
+        dim: int,
+        vector: Sequence[float],
+        k: int,
+        rows: int,
+        filters: FilterValues | None = None,
     ) -> list[list[Any]] | None: ...
 
     async def bm25_stats(self) -> tuple[int, float]: ...

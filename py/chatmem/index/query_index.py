@@ -45,8 +45,10 @@ from .catchup import catch_up
 from .derivation import Started, run_derivation
 from .figures import KeywordFigures
 from .gate import AnswerGate
+from .hits import FilterValues
 from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
 from .missing import embed_missing
+from .nearest import NearestFilter
 from .partitions import VectorPartitions
 from .schema import (
     SCHEMA_VERSION,
@@ -217,17 +219,41 @@ class QueryIndex:
         return await self._partitions.table_for(where, params, vectors)
 
     async def nearest(
-        self, model_key: int, dim: int, vector: Sequence[float], k: int, rows: int
+        self,
+        model_key: int,
+        dim: int,
+        vector: Sequence[float],
+        k: int,
+        rows: int,
+        filters: FilterValues | None = None,
     ) -> list[list[Any]] | None:
-        """The ``k`` rows nearest to the unit ``vector`` from the engine's approximate index
-        (``nearest``; one list per column ``message_id, created_at, sim, rsim``), or None:
-        scan the vectors (an index of fewer than ``NEAREST_FROM`` of ``rows``, or an
-        engine that keeps no approximate index)."""
-        if rows < nearest.NEAREST_FROM:
+        """The ``k`` rows nearest to the unit ``vector`` among those ``filters`` admit, from
+        the engine's approximate index (``nearest``; one list per column ``message_id,
+        created_at, sim, rsim``), or None: scan the vectors (an index of fewer than
+        ``NEAREST_FROM`` of ``rows``, or an engine that keeps no approximate index: one in
+        this thread keeps none, and its filtered searches read ``partitions``)."""
+        if rows < nearest.NEAREST_FROM or (filters is not None and self.engine.in_thread):
             return None
         await self.setup()
         async with self._lock:
-            return await self.engine.nearest(model_key, dim, vector, k, nearest.candidates(rows, k))
+            flt = None if filters is None else await self._nearest_filter(filters)
+            return await self.engine.nearest(model_key, dim, vector, k, nearest.candidates(rows, k), flt)
+
+    async def _nearest_filter(self, filters: FilterValues) -> NearestFilter:
+        """``filters`` as the approximate index reads them: its characters' sessions read
+        from ``sessions`` (and kept to the session ids it names too)."""
+        sessions = None if filters.session_ids is None else list(dict.fromkeys(filters.session_ids))
+        if filters.character_ids is not None:
+            chars = list(dict.fromkeys(filters.character_ids))
+            rows = []
+            if chars:
+                rows = await self.engine.execute_small(
+                    f"SELECT session_id FROM sessions WHERE character_id IN ({marks(len(chars))})", chars
+                )
+            theirs = {str(r["session_id"]) for r in rows}
+            sessions = sorted(theirs) if sessions is None else [s for s in sessions if s in theirs]
+        roles = None if filters.roles is None else list(dict.fromkeys(filters.roles))
+        return NearestFilter(sessions, roles, filters.start, filters.end)
 
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """A read's result as one list per column (``engine.columns``), under the index lock."""

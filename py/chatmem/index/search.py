@@ -434,10 +434,16 @@ async def _semantic_plan(
         if q.limit is not None:
             depth = max(RRF_DEPTH, int(q.limit))
         top = f"ORDER BY rsim DESC, message_id DESC LIMIT {depth}" if depth else ""
-    if depth is not None and eflt.sql == "TRUE":
-        # unfiltered over a large index: the engine's approximate index where it keeps one
+    if depth is not None:
+        # over a large index: the engine's approximate index where it keeps one, the rows a
+        # filter admits only
         found = await index.nearest(
-            model_key(emb.model), int(emb.dimensions), unit_vector(raw), depth, stats[0]
+            model_key(emb.model),
+            int(emb.dimensions),
+            unit_vector(raw),
+            depth,
+            stats[0],
+            None if eflt.sql == "TRUE" else q.filters,
         )
         if found is not None:
             return _SemanticPlan(

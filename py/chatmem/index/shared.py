@@ -51,7 +51,9 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 from .. import errors
 from ..embedding.embedders import Embedder
 from ..errors import QueryError, ValidationError, shown
+from ..records.validation import INT64_MAX, INT64_MIN
 from ..scheduling.settle import settle
+from .nearest import NearestFilter
 from .query_index import QueryIndex, RecordSource
 from .sql_engine import EngineDerivation, rows_to_columns
 from .sqlguard import check_read_only
@@ -209,10 +211,22 @@ class RemoteEngine:
             await self.share.call("load", table=table, columns=columns, rows=[list(r) for r in rows])
 
     async def nearest(
-        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+        self,
+        model_key: int,
+        dim: int,
+        vector: Sequence[float],
+        k: int,
+        candidates: int,
+        filter: NearestFilter | None = None,
     ) -> list[list[Any]] | None:
         cols: list[list[Any]] | None = await self.share.call(
-            "nearest", model_key=model_key, dim=dim, vector=list(vector), k=k, candidates=candidates
+            "nearest",
+            model_key=model_key,
+            dim=dim,
+            vector=list(vector),
+            k=k,
+            candidates=candidates,
+            filter=None if filter is None else filter.wire(),
         )
         return cols
 
@@ -370,6 +384,22 @@ class _Request:
             raise self._bad(name, f"an array of rows of {width} values")
         return value
 
+    def nearest_filter(self, name: str) -> NearestFilter | None:
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        what = "an object of sessions and roles (arrays of strings) and start and end (integers)"
+        if not isinstance(value, dict):
+            raise self._bad(name, what)
+        sub = _Request(dict(value, op=self.op))
+        try:
+            start = sub.optional_integer("start", INT64_MIN, INT64_MAX)
+            end = sub.optional_integer("end", INT64_MIN, INT64_MAX)
+            sessions, roles = (None if value.get(k) is None else sub.texts(k) for k in ("sessions", "roles"))
+        except ValidationError as e:
+            raise self._bad(name, what) from e
+        return NearestFilter(sessions, roles, start, end)
+
     def params(self) -> list[Any] | None:
         value = self.fields.get("params")
         if value is not None and not isinstance(value, list):
@@ -441,9 +471,10 @@ async def answer_guest(live: IndexHost, raw: dict[str, Any]) -> Any:
         dim = req.integer("dim", 1, _MOST)
         vector = req.vector("vector", dim)
         k, candidates = req.integer("k", 1, _MOST), req.integer("candidates", 1, _MOST)
+        flt = req.nearest_filter("filter")
         index = await live.ready()
         async with index._lock:
-            return await index.engine.nearest(model_key, dim, vector, k, candidates)
+            return await index.engine.nearest(model_key, dim, vector, k, candidates, flt)
     columns = req.texts("columns")
     rows = req.rows("rows", len(columns))
     index = await live.ready()

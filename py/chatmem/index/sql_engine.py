@@ -47,6 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DatabaseClosed, QueryError, ReadOnlySQLError
 from ..scheduling.settle import settle
+from .nearest import NearestFilter
 from .schema import OLDER_INDEX, STORAGE_VERSION, storage_at_least
 
 __all__ = [
@@ -157,12 +158,18 @@ class SQLEngine(Protocol):
         ...
 
     async def nearest(
-        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+        self,
+        model_key: int,
+        dim: int,
+        vector: Sequence[float],
+        k: int,
+        candidates: int,
+        filter: NearestFilter | None = None,
     ) -> list[list[Any]] | None:
         """The ``k`` rows of model ``model_key`` and ``dim`` dimensions nearest to the unit
-        ``vector``, from the engine's approximate index (``index.nearest``), best first: one
-        list per column ``message_id, created_at, sim, rsim``. None: the engine keeps no
-        approximate index (search scans the vectors)."""
+        ``vector`` among those ``filter`` admits, from the engine's approximate index
+        (``index.nearest``), best first: one list per column ``message_id, created_at, sim,
+        rsim``. None: the engine keeps no approximate index (search scans the vectors)."""
         ...
 
     async def close(self) -> None: ...
@@ -524,7 +531,13 @@ class DuckDBEngine:
         return None
 
     async def nearest(
-        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+        self,
+        model_key: int,
+        dim: int,
+        vector: Sequence[float],
+        k: int,
+        candidates: int,
+        filter: NearestFilter | None = None,
     ) -> list[list[Any]] | None:
         """None: DuckDB scans the vectors on all cores here, and a filtered search reads a
         copy of the rows its filter admits (``partitions``)."""

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import QueryError, ReadOnlySQLError, StorageError
-from ...index.keywords import SORT_PART, STAGE
+from ...index.keywords import STAGE
+from ...index.nearest import NearestFilter
 from ...index.schema import MESSAGE_COLUMNS
 from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED, EngineDerivation
 from ...scheduling.settle import settle
@@ -17,6 +18,7 @@ from .locks import WebLock
 
 __all__ = [
     "DERIVE_CHUNK",
+    "DERIVE_RUN",
     "DuckDBWasmEngine",
     "PageDerivation",
     "index_cache_path",
@@ -29,6 +31,10 @@ __all__ = [
 
 #: about this many messages a chunk of a derivation in the page
 DERIVE_CHUNK = 20_000
+#: postings a run of a derivation in the page holds before it is sorted and loaded (see
+#: derive.js ``hold``): 24 bytes a posting held and sorted, 288 MB of arrays. A search
+#: reads a term's postings from each run, so smaller runs made keyword search slower
+DERIVE_RUN = 12_000_000
 #: into a file, a derivation's loads go in transactions of about this many messages (see
 #: derive.js): a commit per chunk checkpointed each time, rewriting the row group still
 #: filling, and one transaction for everything held it all in memory
@@ -126,7 +132,7 @@ class DuckDBWasmEngine:
         store: Any,
         session_counts: list[tuple[str, int]],
         chunk: int = DERIVE_CHUNK,
-        sort_max: int = SORT_PART,
+        sort_max: int = DERIVE_RUN,
         batch: int = 1 << 21,
         transaction: int = DERIVE_TRANSACTION,
     ) -> PageDerivation | None:
@@ -136,11 +142,23 @@ class DuckDBWasmEngine:
         )
 
     async def nearest(
-        self, model_key: int, dim: int, vector: Sequence[float], k: int, candidates: int
+        self,
+        model_key: int,
+        dim: int,
+        vector: Sequence[float],
+        k: int,
+        candidates: int,
+        filter: NearestFilter | None = None,
     ) -> list[list[Any]] | None:
         """The approximate index kept beside the engine (``web/js/nearest.js``)."""
         res = await self._call(
-            "nearest", modelKey=model_key, dim=dim, vector=list(vector), k=k, candidates=candidates
+            "nearest",
+            modelKey=model_key,
+            dim=dim,
+            vector=list(vector),
+            k=k,
+            candidates=candidates,
+            filter=None if filter is None else filter.wire(),
         )
         cols: list[list[Any]] = res["cols"]
         return cols
@@ -159,7 +177,7 @@ def page_derivation(
     session_counts: list[tuple[str, int]],
     engine: DuckDBWasmEngine | None,
     chunk: int = DERIVE_CHUNK,
-    sort_max: int = SORT_PART,
+    sort_max: int = DERIVE_RUN,
     batch: int = 1 << 21,
     transaction: int = DERIVE_TRANSACTION,
 ) -> PageDerivation | None:
