@@ -346,4 +346,9 @@ async def test_a_well_formed_nearest_request_with_a_real_model_key_is_answered()
     assert key > 2**40
     req = {"op": "nearest", "model_key": key, "dim": 2, "vector": [0.6, 0.8], "k": 3, "candidates": 9}
     assert await answer_guest(a.index, req) is None
+    # with a filter, as a guest's filtered search sends it (an engine here keeps no
+    # approximate index: None, not an error)
+    flt = {"sessions": ["s1"], "roles": ["user"], "start": -(2**63), "end": 2**63 - 1}
+    assert await answer_guest(a.index, dict(req, filter=flt)) is None
+    assert await answer_guest(a.index, dict(req, filter=dict(flt, sessions=None, start=None))) is None
     await a.close()

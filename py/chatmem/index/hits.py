@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import ValidationError, shown
 from ..records.models import ROLES, ChatMessage, extract_text
 from ..text.tokenize import ParsedQuery, norm_text, phrase_pattern
+from .nearest import NearestFilter
 from .protocols import SearchIndex
 from .schema import row_to_message_record
 from .scoring import K1, B, term_weights
@@ -134,6 +135,12 @@ class FilterValues:
         """Some filter list is empty: nothing can match."""
         return any(ids is not None and not ids for ids in (self.session_ids, self.character_ids, self.roles))
 
+    def nearest(self) -> NearestFilter:
+        """The filters as the approximate index takes them (its characters unresolved)."""
+        return NearestFilter(
+            _unique(self.session_ids), _unique(self.roles), self.start, self.end, _unique(self.character_ids)
+        )
+
     def over(self, alias: str = "m") -> Filters:
         """The filters as SQL over ``alias``."""
         conds: list[str] = []
@@ -159,6 +166,10 @@ class FilterValues:
             conds.append(f"{a}.created_at <= ?")
             params.append(self.end)
         return Filters(" AND ".join(conds) if conds else "TRUE", params, self.empty)
+
+
+def _unique(ids: list[str] | None) -> list[str] | None:
+    return None if ids is None else list(dict.fromkeys(ids))
 
 
 def build_filters(

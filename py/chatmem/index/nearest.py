@@ -40,18 +40,23 @@ CANDIDATE_SHARE = 25
 
 @dataclass(frozen=True, slots=True)
 class NearestFilter:
-    """The rows a filtered search may answer: of these sessions and these roles (None:
-    any), created from ``start`` to ``end`` milliseconds inclusive (None: no bound; a row
-    without a time passes no bound), as ``hits.FilterValues`` reads them, its characters
-    resolved to their sessions."""
+    """The rows a filtered search may answer (``hits.FilterValues.nearest``): of these
+    sessions, of these characters' sessions and of these roles (None: any), created from
+    ``start`` to ``end`` milliseconds inclusive (None: no bound; a row without a time passes
+    no bound). The engine reads sessions only: the index resolves the characters first
+    (``QueryIndex.nearest``)."""
 
     sessions: list[str] | None = None
     roles: list[str] | None = None
     start: int | None = None
     end: int | None = None
+    characters: list[str] | None = None
 
     def wire(self) -> dict[str, Any]:
-        """The filter as the engine's ``nearest`` takes it (nearest.js ``admission``)."""
+        """The filter as the engine's ``nearest`` takes it (nearest.js ``admission``), its
+        characters resolved already."""
+        if self.characters is not None:
+            raise ValueError("a filter's characters are resolved to sessions before the engine reads it")
         return {"sessions": self.sessions, "roles": self.roles, "start": self.start, "end": self.end}
 
 

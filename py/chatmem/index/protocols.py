@@ -12,16 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..embedding.embedders import Embedder
 from .doctable import DocTable
 from .figures import KeywordFigures
+from .nearest import NearestFilter
 from .rare import RarePostings
 from .sql_engine import SQLEngine
-
-if TYPE_CHECKING:  # hits reads these protocols
-    from .hits import FilterValues
 
 __all__ = ["SearchIndex"]
 
@@ -106,7 +104,7 @@ class SearchIndex(Protocol):
         vector: Sequence[float],
         k: int,
         rows: int,
-        filters: FilterValues | None = None,
+        filters: NearestFilter | None = None,
     ) -> list[list[Any]] | None: ...
 
     async def bm25_stats(self) -> tuple[int, float]: ...

@@ -45,7 +45,6 @@ from .catchup import catch_up
 from .derivation import Started, run_derivation
 from .figures import KeywordFigures
 from .gate import AnswerGate
-from .hits import FilterValues
 from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
 from .missing import embed_missing
 from .nearest import NearestFilter
@@ -225,7 +224,7 @@ class QueryIndex:
         vector: Sequence[float],
         k: int,
         rows: int,
-        filters: FilterValues | None = None,
+        filters: NearestFilter | None = None,
     ) -> list[list[Any]] | None:
         """The ``k`` rows nearest to the unit ``vector`` among those ``filters`` admit, from
         the engine's approximate index (``nearest``; one list per column ``message_id,
@@ -239,21 +238,22 @@ class QueryIndex:
             flt = None if filters is None else await self._nearest_filter(filters)
             return await self.engine.nearest(model_key, dim, vector, k, nearest.candidates(rows, k), flt)
 
-    async def _nearest_filter(self, filters: FilterValues) -> NearestFilter:
-        """``filters`` as the approximate index reads them: its characters' sessions read
-        from ``sessions`` (and kept to the session ids it names too)."""
-        sessions = None if filters.session_ids is None else list(dict.fromkeys(filters.session_ids))
-        if filters.character_ids is not None:
-            chars = list(dict.fromkeys(filters.character_ids))
-            rows = []
-            if chars:
-                rows = await self.engine.execute_small(
-                    f"SELECT session_id FROM sessions WHERE character_id IN ({marks(len(chars))})", chars
-                )
-            theirs = {str(r["session_id"]) for r in rows}
-            sessions = sorted(theirs) if sessions is None else [s for s in sessions if s in theirs]
-        roles = None if filters.roles is None else list(dict.fromkeys(filters.roles))
-        return NearestFilter(sessions, roles, filters.start, filters.end)
+    async def _nearest_filter(self, filters: NearestFilter) -> NearestFilter:
+        """``filters`` as the engine reads them: its characters' sessions read from
+        ``sessions`` (and kept to the sessions it names too)."""
+        if filters.characters is None:
+            return filters
+        rows = []
+        if filters.characters:
+            rows = await self.engine.execute_small(
+                f"SELECT session_id FROM sessions WHERE character_id IN ({marks(len(filters.characters))})",
+                list(filters.characters),
+            )
+        theirs = {str(r["session_id"]) for r in rows}
+        sessions = (
+            sorted(theirs) if filters.sessions is None else [s for s in filters.sessions if s in theirs]
+        )
+        return NearestFilter(sessions, filters.roles, filters.start, filters.end)
 
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """A read's result as one list per column (``engine.columns``), under the index lock."""

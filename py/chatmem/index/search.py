@@ -443,7 +443,7 @@ async def _semantic_plan(
             unit_vector(raw),
             depth,
             stats[0],
-            None if eflt.sql == "TRUE" else q.filters,
+            None if eflt.sql == "TRUE" else q.filters.nearest(),
         )
         if found is not None:
             return _SemanticPlan(
