@@ -76,7 +76,8 @@ def test(args: list[str]) -> int:
 def bench(args: list[str]) -> int:
     py = ensure_test_env("test,bench")
     build_if_needed()
-    env = dict(os.environ, CHATMEM_DIST=str(DIST))
+    # a long bench may serve a copy of the site, so that builds beside it do not change it
+    env = dict(os.environ, CHATMEM_DIST=os.environ.get("CHATMEM_DIST") or str(DIST))
     return with_postgres(
         env, lambda e: subprocess.call([str(py), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT, env=e)
     )

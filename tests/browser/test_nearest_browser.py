@@ -21,9 +21,35 @@ TOPICS = [
     "grandpa taught me to fish for trout in the mountain river",
 ]
 
-COMPARE = """
-import chatmem
+#: page code both comparisons run: ``answers()`` under the exact scan, then with the
+#: approximate index reranking every row it admits (``MIN_CANDIDATES`` left so after it)
+BOTH_WAYS = """
 from chatmem.index import nearest
+
+async def both_ways(mem, answers):
+    nearest.NEAREST_FROM = 10 ** 9
+    exact = await answers()
+    engine = mem.index.query_index.engine
+    scans = len(engine._handle.nearestSets)
+    nearest.NEAREST_FROM, nearest.MIN_CANDIDATES = 0, 10 ** 6
+    approx = await answers()
+    return exact, approx, scans, len(engine._handle.nearestSets)
+"""
+
+
+def assert_same_answers(approx: list, exact: list) -> None:
+    """The same ids in the same order, with the same scores (and breakdown, when given)."""
+    assert len(approx) == len(exact)
+    for got, want in zip(approx, exact):
+        assert [g[0] for g in got] == [w[0] for w in want]
+        for g, w in zip(got, want):
+            assert g[1:] == pytest.approx(w[1:], abs=2e-6)
+
+
+COMPARE = (
+    BOTH_WAYS
+    + """
+import chatmem
 mem = await chatmem.open({db!r})
 s = await mem.sessions.create(title="notes")
 topics = {topics!r}
@@ -43,13 +69,8 @@ async def answers():
 
 saved = (nearest.NEAREST_FROM, nearest.MIN_CANDIDATES)
 try:
-    nearest.NEAREST_FROM = 10 ** 9
-    exact = await answers()
+    exact, approx, scans, kept = await both_ways(mem, answers)
     engine = mem.index.query_index.engine
-    scans = len(engine._handle.nearestSets)
-    nearest.NEAREST_FROM, nearest.MIN_CANDIDATES = 0, 10 ** 6
-    approx = await answers()
-    kept = len(engine._handle.nearestSets)
     # a small candidate set still ranks by the exact cosine among its candidates
     nearest.MIN_CANDIDATES = 20
     few = await mem.search("a cat as a pet", mode="semantic", limit=5)
@@ -68,6 +89,7 @@ finally:
 await mem.close()
 [exact, approx, scans, kept, len(few), new.id, after_append, after_delete, [rw0, rw1, rw2]]
 """
+)
 
 
 def test_approximate_search_answers_as_the_scan_and_keeps_in_step(page: Page) -> None:
@@ -76,12 +98,8 @@ def test_approximate_search_answers_as_the_scan_and_keeps_in_step(page: Page) ->
     )
     assert scans == 0, "below NEAREST_FROM the vectors are scanned"
     assert kept == 1, "the engine keeps the model's vectors for the approximate index"
-    assert len(approx) == len(exact) == 10
-    for got, want in zip(approx, exact):
-        assert [g[0] for g in got] == [w[0] for w in want]
-        for g, w in zip(got, want):
-            assert g[1] == pytest.approx(w[1], abs=2e-6)
-            assert g[2] == pytest.approx(w[2], abs=2e-6)
+    assert len(exact) == 10
+    assert_same_answers(approx, exact)
     assert few == 5
     assert after_append[0] == new_id, "a message appended after the first search is found"
     assert new_id not in after_delete, "a deleted message is not found"
@@ -90,9 +108,10 @@ def test_approximate_search_answers_as_the_scan_and_keeps_in_step(page: Page) ->
     assert rw2 > rw1, "a delete is a rewrite"
 
 
-FILTERED = """
+FILTERED = (
+    BOTH_WAYS
+    + """
 import chatmem
-from chatmem.index import nearest
 mem = await chatmem.open({db!r})
 topics = {topics!r}
 made = []
@@ -126,13 +145,7 @@ async def answers():
 
 saved = (nearest.NEAREST_FROM, nearest.MIN_CANDIDATES)
 try:
-    nearest.NEAREST_FROM = 10 ** 9
-    exact = await answers()
-    engine = mem.index.query_index.engine
-    scans = len(engine._handle.nearestSets)
-    nearest.NEAREST_FROM, nearest.MIN_CANDIDATES = 0, 10 ** 6
-    approx = await answers()
-    kept = len(engine._handle.nearestSets)
+    exact, approx, scans, kept = await both_ways(mem, answers)
     # few candidates: each one still admitted by the filter
     nearest.MIN_CANDIDATES = 10
     few = await mem.search("a cat as a pet", mode="semantic", limit=8, character_ids=["bob"], roles=["user"])
@@ -142,6 +155,7 @@ finally:
 await mem.close()
 [exact, approx, scans, kept, few, made]
 """
+)
 
 
 def test_a_filtered_search_asks_the_approximate_index_for_the_admitted_rows(page: Page) -> None:
@@ -152,11 +166,8 @@ def test_a_filtered_search_asks_the_approximate_index_for_the_admitted_rows(page
         FILTERED.format(db=unique_name("near-flt"), topics=TOPICS)
     )
     assert scans == 0 and kept == 1
-    assert len(approx) == len(exact) == 7 * 3 * 2
-    for got, want in zip(approx, exact):
-        assert [g[0] for g in got] == [w[0] for w in want]
-        for g, w in zip(got, want):
-            assert g[1] == pytest.approx(w[1], abs=2e-6)
+    assert len(exact) == 7 * 3 * 2
+    assert_same_answers(approx, exact)
     assert any(exact) and not exact[-1], "the filters admit some rows, an unknown character none"
     assert few and all(sid == made[1] and role == "user" for sid, role in few)
 

@@ -255,45 +255,25 @@ async def _takeover(how: str) -> None:
         await m.close()
 
 
+def _nearest(**over: Any) -> dict[str, Any]:
+    """A well-formed nearest request but for ``over`` (a value None: the key left out)."""
+    req = {"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, 2], "k": 5, "candidates": 9, **over}
+    return {k: v for k, v in req.items() if v is not None}
+
+
+_NO_FILTER = {"sessions": None, "roles": None, "start": None, "end": None}
+
 BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
-    ({"op": "nearest", "model_key": 1, "dim": 3, "vector": [1, 2], "k": 5, "candidates": 9}, "vector"),
-    ({"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, "x"], "k": 5, "candidates": 9}, "vector"),
-    (
-        {"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, float("nan")], "k": 5, "candidates": 9},
-        "vector",
-    ),
-    ({"op": "nearest", "model_key": "1", "dim": 2, "vector": [1, 2], "k": 5, "candidates": 9}, "model_key"),
-    ({"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, 2], "k": 0, "candidates": 9}, "k"),
-    ({"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, 2], "k": 5}, "candidates"),
-    ({"op": "nearest", "model_key": 1, "dim": 2**40, "vector": [], "k": 5, "candidates": 9}, "dim"),
-    (
-        {"op": "nearest", "model_key": 1, "dim": 2, "vector": [1, 2], "k": 5, "candidates": 9, "filter": [1]},
-        "filter",
-    ),
-    (
-        {
-            "op": "nearest",
-            "model_key": 1,
-            "dim": 2,
-            "vector": [1, 2],
-            "k": 5,
-            "candidates": 9,
-            "filter": {"sessions": ["a"], "roles": None, "start": "x", "end": None},
-        },
-        "filter",
-    ),
-    (
-        {
-            "op": "nearest",
-            "model_key": 1,
-            "dim": 2,
-            "vector": [1, 2],
-            "k": 5,
-            "candidates": 9,
-            "filter": {"sessions": [1], "roles": None, "start": None, "end": None},
-        },
-        "filter",
-    ),
+    (_nearest(dim=3), "vector"),
+    (_nearest(vector=[1, "x"]), "vector"),
+    (_nearest(vector=[1, float("nan")]), "vector"),
+    (_nearest(model_key="1"), "model_key"),
+    (_nearest(k=0), "k"),
+    (_nearest(candidates=None), "candidates"),
+    (_nearest(dim=2**40, vector=[]), "dim"),
+    (_nearest(filter=[1]), "filter"),
+    (_nearest(filter={**_NO_FILTER, "sessions": ["a"], "start": "x"}), "filter"),
+    (_nearest(filter={**_NO_FILTER, "sessions": [1]}), "filter"),
     ({"op": "execute", "sql": ["SELECT 1"]}, "sql"),
     ({"op": "execute"}, "sql"),
     ({"op": "sql", "sql": "SELECT 1", "params": "x"}, "params"),
@@ -344,7 +324,7 @@ async def test_a_well_formed_nearest_request_with_a_real_model_key_is_answered()
     await fill(a)
     key = model_key("a model whose hash is large")
     assert key > 2**40
-    req = {"op": "nearest", "model_key": key, "dim": 2, "vector": [0.6, 0.8], "k": 3, "candidates": 9}
+    req = _nearest(model_key=key, vector=[0.6, 0.8], k=3)
     assert await answer_guest(a.index, req) is None
     # with a filter, as a guest's filtered search sends it (an engine here keeps no
     # approximate index: None, not an error)
