@@ -215,6 +215,23 @@ async def huge_search(queries: int, timeout_s: float) -> dict[str, Any]:
     }
 
 
+async def huge_filled(timeout_s: float) -> dict[str, Any]:
+    """Wait until ``messages`` is filled after a derivation that left the texts out (what
+    ``mem.sql`` on it, substring search and retrieval wait for): ``ms`` waited here, and the
+    fill's own milliseconds from its start (``fill_ms``; 0 when there was none)."""
+    mem = _huge["mem"]
+    t0 = now()
+    idx = await mem.index.ready()
+    await _watch(idx.messages_filled(), timeout_s)
+    fill = getattr(idx, "fill", None)
+    return {
+        "ms": now() - t0,
+        "fill_ms": fill.ms if fill is not None else 0.0,
+        "filled": fill.filled if fill is not None else 0,
+        "heap": await heap(mem),
+    }
+
+
 _vocabulary: list[Words] = []
 
 

@@ -93,21 +93,28 @@ out = {}
 # held (DuckDB sorts); with the held ones given up part way (more than SORT_MAX)
 # and into an OPFS file, its loads in transactions of about 120 messages, its stage made
 # `messages` as a large one is (past SORT_MESSAGES_MAX, unsorted: renamed, not copied)
-from chatmem.index import keywords
+# and ("-later") with the texts left out, `messages` filled afterwards a few messages a step
+from chatmem.index import fill, keywords
 from chatmem.runtime.page import duckdb_wasm
 FILE = "derive-" + NAME + ".duckdb"
 for way, sort_max in (("python", None), ("page", 10**9), ("page-unsorted", 0), ("page-overflow", SORT_MAX),
-                      ("page-file", 0)):
-    engine = await DuckDBWasmEngine.open("opfs://" + FILE if way == "page-file" else None)
+                      ("page-file", 0), ("page-later", 10**9), ("page-later-file", SORT_MAX)):
+    path = {"page-file": FILE, "page-later-file": "later-" + FILE}.get(way)
+    engine = await DuckDBWasmEngine.open("opfs://" + path if path else None)
     index = QueryIndex(engine)
     await index.setup()
+    duckdb_wasm.TEXTS_LATER_FROM, fill.FILL_STEP = (0, 37) if "later" in way else (300_000, 40_000)
     d = engine.derivation(store, [(m["sessionId"], int(m.get("messageCount") or 0)) for m in metas], chunk=CHUNK,
                           sort_max=sort_max or 0, batch=BATCH, transaction=120)
     assert d is not None
     keywords.SORT_MESSAGES_MAX = 0 if way == "page-file" else 250_000
     await index.rebuild(metas, each_message(store, metas) if way == "python" else d)
     keywords.SORT_MESSAGES_MAX = 250_000
+    filling = index.fill is not None and index.fill.filling
+    assert await index.messages_filled()
+    duckdb_wasm.TEXTS_LATER_FROM, fill.FILL_STEP = 300_000, 40_000
     out[way] = await tables(index)
+    out[way]["filled"] = [filling, index.fill.filled if index.fill else None]
     out[way]["hits"] = [[h.message.id for h in await search(index, q, limit=20)] for q in
                         ("painting", "don't", "1000.5", "strasse", "東京", "京", "привет", "parts code", "big7")]
     out[way]["ms"] = sorted(index.rebuild_ms)
@@ -122,6 +129,7 @@ out["page-file"]["reopened"] = await engine.execute(
 await engine.close()
 await mem.close()
 await duckdb_wasm.opfs_remove(FILE)
+await duckdb_wasm.opfs_remove("later-" + FILE)
 out
 """
 
@@ -138,7 +146,7 @@ def test_the_page_derivation_equals_pythons(page: object) -> None:
     assert got["page-file"]["reopened"] == [
         {"messages": len(py["messages"]), "postings": len(py["postings"])}
     ]
-    for way in ("page", "page-unsorted", "page-overflow", "page-file"):
+    for way in ("page", "page-unsorted", "page-overflow", "page-file", "page-later", "page-later-file"):
         assert py["dense"] == got[way]["dense"] and got[way]["dense"][0]["lo"] == 0, way
         for table in (
             "messages",
@@ -150,7 +158,7 @@ def test_the_page_derivation_equals_pythons(page: object) -> None:
             "hits",
         ):
             assert got[way][table] == py[table], (way, table)
-        if way != "page-overflow":
+        if way not in ("page-overflow", "page-later-file"):
             assert got[way]["stored_runs"] == [1, True], way
     assert py["stored_runs"] == [1, True]
     # past SORT_MAX held, the page loads them in runs each sorted, in doc order, none sorted again
@@ -158,6 +166,10 @@ def test_the_page_derivation_equals_pythons(page: object) -> None:
     assert 1 < runs <= len(py["postings"]) // 1200 + 1 and ordered
     # the overflow case holds the first chunks (a few hundred postings each), then gives up
     assert len(py["postings"]) > 1200
+    # with the texts left out, the derivation ended with `messages` still to fill
+    messages = len(py["messages"])
+    assert got["page-later"]["filled"] == got["page-later-file"]["filled"] == [True, messages]
+    assert got["page"]["filled"] == [False, None]
     # the page's way ran: its own phases, not the Python reading's
     assert "read" in js["ms"] and "stems" in js["ms"] and "tokenise" not in js["ms"]
     assert "tokenise" in py["ms"]

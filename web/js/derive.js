@@ -16,6 +16,9 @@
 //   attachEngine(e)  (called directly, not through `call`) the engine of a derivation begun
 //               while it was opening: reading, splitting and counting ran meanwhile, the
 //               loads (at most BACKLOG chunks) waited for it
+//   textFill(n) (called directly) after a derivation with `texts` false, which loaded `docs`
+//               instead of the stage and left `messages` empty: a `TextFill` that appends
+//               the stored messages, texts and all, about `n` a step (chatmem.index.fill)
 //   finish()    waits for the loads, loads `terms` (df left to the caller) and answers the
 //               milliseconds spent {read, words, stems, count, load, wait: for DuckDB's backlog,
 //               see BACKLOG} and whether `postings` went in
@@ -32,60 +35,27 @@ import { sessionRange } from "./schema.js";
 import { ASCII, PUNCT, WordTable, asciiTerm, asciiWords, extractText, loadStemmer } from "./words.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
+const FILL_METHODS = new Set(["step"]);
 const POSTINGS = ["tid", "doc", "tf"];
+const DOCS = ["doc", "message_id", "session_id", "role", "created_at", "doc_len"];
 /** the most chunks whose loads may wait for DuckDB's worker: reading and counting run ahead
  *  of its appends (into an OPFS file, much slower), and a queue without a bound held 20 or
  *  more chunks' texts and columns at 1,000,000 messages (the page's peak: 3.4 GB) */
 const BACKLOG = 2;
 
-class Derivation {
-  /**
-   * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
-   * `messages` table's [column, record key] pairs (the text is the column keyed ""); `stage`:
-   * the table they go to, with each message's `doc` and `doc_len` (the caller makes `docs`
-   * and `messages` of it in SQL: the ids, sessions and roles cross once); `chunk`: about
-   * this many messages a chunk; `sortMax`: the most postings held for `finish` to load
-   * sorted (0: none); `batch`: the most held postings a load; `transaction`: into a file,
-   * the loads go in transactions of about this many messages with their postings (the
-   * engine checkpoints at each commit past 1 MB of WAL, and a checkpoint rewrites the row
-   * group still filling, so a commit per chunk compressed each row group's texts several
-   * times over; one transaction for the whole load held it all in memory; 0: each load
-   * commits on its own). In memory the caller runs the whole derivation in one transaction.
-   */
-  constructor(database, engine, { sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21, transaction = 0 }) {
+/** The store's messages read chunk by chunk: the sessions in the given order, each by seq;
+ *  whole small sessions a chunk, a big one a page of `chunk` at a time. */
+class SessionReader {
+  constructor(database, sessions, chunk) {
     this.database = database;
-    this.engine = engine;  // null until `attachEngine` (a derivation begun while it opens)
     this.sessions = sessions;
-    this.total = sessions.reduce((sum, [, count]) => sum + count, 0);  // about as many messages to read
-    this.columns = columns;
-    this.stage = stage;
     this.chunk = chunk;
     this.at = 0;          // the next session to read
     this.seqAfter = null; // a big session read part way: the last seq read
-    this.doc = 0;
-    this.tids = new Map();   // term -> tid
-    this.terms = [];         // tid -> term
-    this.codes = new WordTable();  // word -> its code (see `code`)
-    this.ahead = null;
-    this.current = null;
-    // the loads wait for the engine; an abort before it came lets them go as no-ops
-    this.loading = engine ? Promise.resolve() : new Promise((resolve) => { this.release = resolve; });
-    this.loadBefore = this.loading;  // the load queued before the last (see `load`)
-    this.building = this.loading;    // the last load's Arrow
-    this.queued = [];     // per chunk whose loads are queued: when they are done (see BACKLOG)
-    this.sortMax = sortMax;
-    this.batch = batch;
-    this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
-    this.heldRows = 0;
-    this.runs = 0;  // runs of sorted postings loaded (see `hold`)
-    this.sorted = null;  // the arrays a run is sorted into (see `loadRun`)
-    this.runBuilt = Promise.resolve();  // when the last run's loads are in Arrow
-    this.failed = null;
-    this.intoFile = null;  // whether the tables are in a file (asked at the first load)
-    this.inTransaction = false;  // a transaction of the loads is open (into a file only)
-    this.transactionMessages = 0;
-    this.transactionMax = transaction;
-    this.ms = { read: 0, words: 0, stems: 0, count: 0, sort: 0, arrow: 0, load: 0, wait: 0 };
+  }
+
+  get done() {
+    return this.at >= this.sessions.length;
   }
 
   /** The records of the next chunk (whole small sessions, or a page of a big one). */
@@ -115,18 +85,82 @@ class Derivation {
     for (const page of await Promise.all(reads)) for (const rec of page) out.push(rec);
     return out;
   }
+}
+
+/** The `messages` table's columns of `records` (`columns`: [column, record key] pairs, the
+ *  text keyed ""), the texts given (`texts[i]`: the plain text of `records[i]`). */
+function messageColumns(columns, records, texts) {
+  return columns.map(([col, key]) => (
+    key === "" ? texts
+      : col === "token_count" ? records.map((r) => (typeof r[key] === "number" ? Math.trunc(r[key]) : 0))
+        : records.map((r) => r[key] ?? null)));
+}
+
+class Derivation {
+  /**
+   * `sessions`: [[sessionId, messageCount], ...] in the order to read; `columns`: the
+   * `messages` table's [column, record key] pairs (the text is the column keyed ""); `stage`:
+   * the table they go to, with each message's `doc` and `doc_len` (the caller makes `docs`
+   * and `messages` of it in SQL: the ids, sessions and roles cross once); `chunk`: about
+   * this many messages a chunk; `sortMax`: the most postings held for `finish` to load
+   * sorted (0: none); `batch`: the most held postings a load; `transaction`: into a file,
+   * the loads go in transactions of about this many messages with their postings (the
+   * engine checkpoints at each commit past 1 MB of WAL, and a checkpoint rewrites the row
+   * group still filling, so a commit per chunk compressed each row group's texts several
+   * times over; one transaction for the whole load held it all in memory; 0: each load
+   * commits on its own). In memory the caller runs the whole derivation in one transaction.
+   * `texts` false: the texts are left out, the docs loaded into `docs` (not `stage`), and
+   * `messages` is filled afterwards by `textFill()` (the first search needs no text).
+   */
+  constructor(database, engine, {
+    sessions, columns, stage, chunk, sortMax = 0, batch = 1 << 21, transaction = 0, texts = true,
+  }) {
+    this.database = database;
+    this.engine = engine;  // null until `attachEngine` (a derivation begun while it opens)
+    this.sessions = sessions;
+    this.total = sessions.reduce((sum, [, count]) => sum + count, 0);  // about as many messages to read
+    this.columns = columns;
+    this.stage = stage;
+    this.texts = texts;
+    this.chunk = chunk;
+    this.reader = new SessionReader(database, sessions, chunk);
+    this.doc = 0;
+    this.tids = new Map();   // term -> tid
+    this.terms = [];         // tid -> term
+    this.codes = new WordTable();  // word -> its code (see `code`)
+    this.ahead = null;
+    this.current = null;
+    // the loads wait for the engine; an abort before it came lets them go as no-ops
+    this.loading = engine ? Promise.resolve() : new Promise((resolve) => { this.release = resolve; });
+    this.loadBefore = this.loading;  // the load queued before the last (see `load`)
+    this.building = this.loading;    // the last load's Arrow
+    this.queued = [];     // per chunk whose loads are queued: when they are done (see BACKLOG)
+    this.sortMax = sortMax;
+    this.batch = batch;
+    this.held = sortMax > 0 ? [new Int32Array(1 << 16), new Int32Array(1 << 16), new Int32Array(1 << 16)] : null;
+    this.heldRows = 0;
+    this.runs = 0;  // runs of sorted postings loaded (see `hold`)
+    this.sorted = null;  // the arrays a run is sorted into (see `loadRun`)
+    this.runBuilt = Promise.resolve();  // when the last run's loads are in Arrow
+    this.failed = null;
+    this.intoFile = null;  // whether the tables are in a file (asked at the first load)
+    this.inTransaction = false;  // a transaction of the loads is open (into a file only)
+    this.transactionMessages = 0;
+    this.transactionMax = transaction;
+    this.ms = { read: 0, words: 0, stems: 0, count: 0, sort: 0, arrow: 0, load: 0, wait: 0 };
+  }
 
   async next() {
     this.check();
     await loadStemmer();
     let t = performance.now();
-    const records = await (this.ahead || this.read());
+    const records = await (this.ahead || this.reader.read());
     this.ahead = null;
-    if (!records.length && this.at >= this.sessions.length) {
+    if (!records.length && this.reader.done) {
       this.current = null;
       return null;
     }
-    this.ahead = this.read();
+    this.ahead = this.reader.read();
     this.ahead.catch(() => {});  // awaited by the next call; a failure is reported there
     let now = performance.now();
     this.ms.read += now - t;
@@ -264,10 +298,6 @@ class Derivation {
     this.doc += n;
     const docs = Array.from({ length: n }, (_, i) => first + i);
     const get = (key) => records.map((r) => r[key] ?? null);
-    const messageCols = this.columns.map(([col, key]) => (
-      key === "" ? texts
-        : col === "token_count" ? records.map((r) => (typeof r[key] === "number" ? Math.trunc(r[key]) : 0))
-          : get(key)));
     const ids = get("id");
     const created = get("createdAt");
     const postings = [tid.subarray(0, p), doc.subarray(0, p), tf.subarray(0, p)];
@@ -276,7 +306,12 @@ class Derivation {
     while (this.queued.length >= BACKLOG) await this.queued.shift().catch(() => {});
     this.ms.wait += performance.now() - waited;
     this.check();
-    this.load(this.stage, [...this.columns.map(([c]) => c), "doc", "doc_len"], [...messageCols, docs, Array.from(lens)]);
+    if (this.texts) {
+      this.load(this.stage, [...this.columns.map(([c]) => c), "doc", "doc_len"],
+        [...messageColumns(this.columns, records, texts), docs, Array.from(lens)]);
+    } else {
+      this.load("docs", DOCS, [docs, ids, get("sessionId"), get("role"), created, Array.from(lens)]);
+    }
     await this.hold(postings);
     this.queued.push(this.loading);
     return { doc: docs, id: ids, created, len: Array.from(lens) };
@@ -378,7 +413,7 @@ class Derivation {
    *  in turn within the load, the worker waited for each). */
   load(table, columns, cols) {
     if (!cols.length || !cols[0].length) return;
-    const messages = table === this.stage ? cols[0].length : 0;
+    const messages = table === this.stage || table === "docs" ? cols[0].length : 0;
     const ahead = this.loadBefore;
     this.loadBefore = this.loading;
     const built = this.building = Promise.all([this.building, ahead]).then(async () => {
@@ -435,6 +470,12 @@ class Derivation {
     return out;
   }
 
+  /** The fill of `messages` after a derivation without its texts (`texts` false), over the
+   *  same sessions in the same order. */
+  textFill(step) {
+    return new TextFill(this.database, this.engine, { sessions: this.sessions, columns: this.columns, chunk: step });
+  }
+
   /** The engine of a derivation made without one (while it was opening): the loads queued
    *  so far go in now, in order. */
   attachEngine(engine) {
@@ -467,6 +508,52 @@ class Derivation {
 
   call(method, argsJson) {
     return callMethod(this, METHODS, method, argsJson);
+  }
+}
+
+/** `messages` filled with the stored messages, texts and all, after a derivation that left
+ *  them out (`Derivation`'s `texts` false), a step at a time. The caller runs each step
+ *  under its index's lock and names in `skipSessions` and `skipIds` what the writes applied
+ *  between steps put into `messages` (or took out) themselves: those records are left out,
+ *  so a write is never undone or doubled by a record read before it. */
+class TextFill {
+  constructor(database, engine, { sessions, columns, chunk }) {
+    this.reader = new SessionReader(database, sessions, chunk);
+    this.engine = engine;
+    this.columns = columns;
+    this.ahead = null;  // the next chunk, read while the engine appends the step before
+  }
+
+  /** Append the next chunk (whole small sessions up to `chunk` messages, or a page of a big
+   *  one) to `messages`, but the messages of the sessions `skipSessions` and those in
+   *  `skipIds`: {messages: how many went in, done}. */
+  async step({ skipSessions = [], skipIds = [] }) {
+    const sessions = new Set(skipSessions);
+    const ids = new Set(skipIds);
+    const records = [];
+    const texts = [];
+    const page = await (this.ahead || this.reader.read());
+    this.ahead = null;
+    for (const r of page) {
+      if (sessions.has(r.sessionId) || ids.has(r.id)) continue;
+      records.push(r);
+      texts.push(extractText(r.content));
+    }
+    const done = this.reader.done;
+    if (!done) {
+      this.ahead = this.reader.read();
+      this.ahead.catch(() => {});  // awaited by the next step; a failure is reported there
+    }
+    if (records.length) {
+      await this.engine.appendRows({
+        table: "messages", columns: this.columns.map(([c]) => c), cols: messageColumns(this.columns, records, texts),
+      });
+    }
+    return { messages: records.length, done };
+  }
+
+  call(method, argsJson) {
+    return callMethod(this, FILL_METHODS, method, argsJson);
   }
 }
 

@@ -99,9 +99,9 @@ async def run_derivation(
     compress: bool = True,
 ) -> tuple[DocTable | None, bool]:
     """Derive into ``engine``'s (empty) keyword tables with ``d``, begun already or not:
-    the messages go through ``keywords.STAGE``, made here (``finish_derivation(staged=True)``
-    makes ``docs`` and ``messages`` of it; ``compress`` as for the engine's tables). Answers
-    what ``derive`` does.
+    the messages go through ``keywords.STAGE``, made here (``finish_derivation`` makes
+    ``docs`` and ``messages`` of it; ``compress`` as for the engine's tables), or, when
+    ``d.texts_later``, straight into ``docs``. Answers what ``derive`` does.
 
     Into an in-memory database in one transaction (the page's engine, whose
     ``checkpoint_threshold`` is 1 MB, checkpointed it at each load: the loads of
@@ -112,7 +112,8 @@ async def run_derivation(
         "SELECT path IS NULL AS mem FROM duckdb_databases() WHERE database_name = current_database()"
     )
     async with _one_transaction(engine, bool(rows and rows[0]["mem"])):
-        await engine.execute(stage_statement(compress=compress))
+        if not (d.d if isinstance(d, Started) else d).texts_later:
+            await engine.execute(stage_statement(compress=compress))
         return await (d if isinstance(d, Started) else Started(d)).run(engine, ms)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from enum import Enum
 from typing import Any
 
 from ..scheduling.settle import settle
@@ -35,6 +36,7 @@ from .schema import INDEX_STATEMENTS, STAGE_COLUMNS, TABLES, message_row, messag
 from .sql_engine import SQLEngine, marks
 
 __all__ = [
+    "DerivedRows",
     "SORT_MESSAGES_MAX",
     "SORT_PART",
     "STAGE",
@@ -303,6 +305,17 @@ STAGE = "messages_stage"
 STAGE_EXTRA: list[tuple[str, str]] = [("doc", "INTEGER"), ("doc_len", "INTEGER")]
 
 
+class DerivedRows(Enum):
+    """Where a derivation from scratch put its messages, for ``finish_derivation``."""
+
+    #: into ``messages`` and ``docs`` as they came (``stream_messages``)
+    LOADED = "loaded"
+    #: into ``STAGE``, of which ``docs`` and ``messages`` are made
+    STAGED = "staged"
+    #: into ``docs`` only: ``messages`` is filled afterwards (``sql_engine.TextFill``)
+    DOCS = "docs"
+
+
 def stage_statement(*, compress: bool) -> str:
     """``CREATE OR REPLACE TABLE`` of ``STAGE``, declared as ``messages`` is (with its
     columns' ``COMPRESSION`` when ``compress``: a large stage becomes ``messages``) plus
@@ -315,12 +328,12 @@ async def finish_derivation(
     *,
     compress: bool,
     postings_sorted: bool = False,
-    staged: bool = False,
+    rows: DerivedRows = DerivedRows.LOADED,
     ms: dict[str, float] | None = None,
 ) -> None:
-    """What a derivation from scratch does once every chunk is loaded: with ``staged``,
-    ``docs`` and ``messages`` filled from ``STAGE``; ``messages`` sorted by time (up to
-    ``SORT_MESSAGES_MAX`` of them), ``postings`` by
+    """What a derivation from scratch does once every chunk is loaded (``rows``: where
+    its messages went): ``docs`` and ``messages`` filled from ``STAGE``, when staged;
+    ``messages`` sorted by time (up to ``SORT_MESSAGES_MAX`` of them, when loaded), ``postings`` by
     (tid, doc) in parts of about ``SORT_PART`` rows (a term's postings stay in one part;
     not when ``postings_sorted``: they went in in that order), ``terms.df`` and ``stats``
     counted, and the ART indexes built. ``ms`` gains the milliseconds of each step
@@ -335,6 +348,7 @@ async def finish_derivation(
             ms[f"finish: {step}"] = round((now - t) * 1000, 1)
         t = now
 
+    staged = rows is DerivedRows.STAGED
     if staged:
         cols = ", ".join(c for c, _ in TABLES["messages"])
         await ex(
@@ -356,8 +370,12 @@ async def finish_derivation(
             await ex(f"ALTER TABLE {STAGE} RENAME TO messages")
         lap("messages")
     else:
-        n = int((await ex("SELECT count(*) AS n FROM messages"))[0]["n"])
-    if n <= SORT_MESSAGES_MAX and not staged:
+        n = int(
+            (await ex(f"SELECT count(*) AS n FROM {'docs' if rows is DerivedRows.DOCS else 'messages'}"))[0][
+                "n"
+            ]
+        )
+    if n <= SORT_MESSAGES_MAX and rows is DerivedRows.LOADED:
         # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
         await ex("ALTER TABLE messages RENAME TO messages_unsorted")
         await ex(table_statement("messages", compress=compress))

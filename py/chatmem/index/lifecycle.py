@@ -5,8 +5,9 @@ transitions written down.
 
     UNOPENED ──> OPENING ──> DERIVING ────> READY <──> CATCHING_UP
                    │   └───> CATCHING_UP ─┘   │  └───> DERIVING (a rebuild)
-                   └──> FAILED <──────────────┤       (a failure of either: FAILED)
-                          └──> OPENING        └──> OPENING (a takeover, a forced rebuild)
+                   └──> FAILED <──────────────┤       (a failure of either, or of the
+                          └──> OPENING        │        fill of messages: FAILED)
+                                              └──> OPENING (a takeover, a forced rebuild)
     any state ──> CLOSED ──> OPENING (a query after closing opens it again)
 
 * ``UNOPENED``: no query yet. Writes need no note: the opening reads the store as it is then.
@@ -15,7 +16,9 @@ transitions written down.
 * ``DERIVING``: the index is derived from the store; writes are queued.
 * ``CATCHING_UP``: the index catches up with the store (a cached file's opening) or with
   the queued writes; writes are queued.
-* ``READY``: it answers queries; writes are queued until the next one.
+* ``READY``: it answers queries; writes are queued until the next one. After a derivation
+  that left the texts out, ``messages`` is filled meanwhile (``fill.py``); if that fails,
+  the index goes to ``FAILED``.
 * ``FAILED``: the last opening failed (its half-made index dropped); the next query
   opens again.
 * ``CLOSED``: closed; nothing is kept (a later query opens the index again).
@@ -49,7 +52,7 @@ TRANSITIONS: dict[IndexState, frozenset[IndexState]] = {
     S.OPENING: frozenset({S.DERIVING, S.CATCHING_UP, S.READY, S.FAILED, S.CLOSED}),
     S.DERIVING: frozenset({S.READY, S.FAILED, S.CLOSED}),
     S.CATCHING_UP: frozenset({S.READY, S.DERIVING, S.FAILED, S.CLOSED}),
-    S.READY: frozenset({S.CATCHING_UP, S.DERIVING, S.OPENING, S.CLOSED}),
+    S.READY: frozenset({S.CATCHING_UP, S.DERIVING, S.OPENING, S.FAILED, S.CLOSED}),
     S.FAILED: frozenset({S.OPENING, S.CLOSED}),
     S.CLOSED: frozenset({S.OPENING, S.CLOSED}),
 }

@@ -67,6 +67,7 @@ from ..scheduling.timeslice import TimeSlicer
 from ..text.tokenize import preload as preload_stemmers
 from .cache import IndexCache
 from .derivation import Started
+from .fill import FillState
 from .lifecycle import HOLDS_INDEX, IndexState, check_transition
 from .query_index import EVENT_KINDS, QueryIndex
 from .reading import PAGE, each_message
@@ -155,6 +156,8 @@ class LiveIndex:
         #: seconds between an opening answered from the cached file and its copy into memory
         self.move_delay = 2.0
         self._moving: asyncio.Task[Any] | None = None
+        #: waits for the fill of ``messages`` after a derivation that left the texts out
+        self._filled: asyncio.Task[Any] | None = None
         #: a catch-up wrote into the cached file: it is rewritten whole once the index is in memory
         self._in_place = False
         #: full derivations from the store / openings of a cached index
@@ -220,7 +223,15 @@ class LiveIndex:
             "notice": self.notice,
             "persistent": self._cache is not None,
             "open_ms": self.open_ms,
+            "messages": self._messages_status(),
         }
+
+    def _messages_status(self) -> dict[str, Any]:
+        """Whether ``messages`` is complete, or how far its fill went (``fill.py``)."""
+        fill = self.query_index.fill if isinstance(self.query_index, QueryIndex) else None
+        if fill is None:
+            return {"state": FillState.DONE.value}
+        return {"state": fill.state.value, "filled": fill.filled}
 
     # ------------------------------------------------------------------ keeping up
     async def _refresh_session(self, index: QueryIndex, sid: str) -> None:
@@ -233,8 +244,10 @@ class LiveIndex:
         if rec is None:
             await index.apply("session-deleted", sid)
             return
-        rows = await index.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY seq", [sid])
-        indexed = [str(r["id"]) for r in rows]
+        # docs are numbered in seq order within a session (a derivation reads each session
+        # by seq, appends come after); unlike ``messages``, ``docs`` is never being filled
+        rows = await index.execute("SELECT message_id FROM docs WHERE session_id = ? ORDER BY doc", [sid])
+        indexed = [str(r["message_id"]) for r in rows]
         held = await store.message_ids(sid)
         if held[: len(indexed)] != indexed:  # moved or gone: start this session over
             await index.apply("session-cleared", sid, rec)
@@ -501,6 +514,9 @@ class LiveIndex:
         if self._saving is not None and self._save_waiting:
             self._saving.cancel()  # saved below, without its wait
             await settle(self._saving)
+        if self._filled is not None and not self._filled.done():
+            self._filled.cancel()  # the fill stops with the index: the file is not complete
+            await settle(self._filled)
         for task in (self._warming, self._saving, self._taking_over):  # all finish soon
             if task is not None and not task.done():
                 try:
@@ -790,6 +806,8 @@ class LiveIndex:
         self._save_waiting = True
         try:
             await asyncio.sleep(self.save_delay if soon else self._save_wait())
+            if isinstance(self.query_index, QueryIndex):
+                await self.query_index.messages_filled()  # saved complete, or not at all
         finally:
             if self._saving is asyncio.current_task():  # not one replaced by a sooner save
                 self._save_waiting = False
@@ -853,10 +871,36 @@ class LiveIndex:
                 await index.rebuild(metas, started)
             finally:
                 await started.cancel()  # a no-op once it ran; else its loads are dropped
-        await index.set_meta("complete", "1")
+        if index.fill is None:
+            await index.set_meta("complete", "1")
+        else:
+            self._filled = asyncio.ensure_future(self._after_fill(index))
         self._lap_rebuild(index, "derive: rebuild")
         self.hydrations += 1
         self.last_open = {"mode": "rebuilt", "persistent": persistent, "sessions": len(metas)}
+
+    async def _after_fill(self, index: QueryIndex) -> None:
+        """Once ``index``'s fill of ``messages`` ends: the index is complete (and saved), or,
+        if the fill failed, the next query opens it again (the file, not marked complete,
+        is derived again)."""
+        fill = index.fill
+        if fill is None:
+            return
+        ended = await fill.ended()
+        if self.query_index is not index or index.fill is not fill:
+            return  # closed, or derived again
+        if ended is FillState.DONE:
+            self.open_ms["fill: messages"] = round(fill.ms, 1)
+            await index.set_meta("complete", "1")
+            if self._cache is not None:
+                self._schedule_save()
+        elif ended is FillState.FAILED:
+            async with self._lock:
+                if self.query_index is index:
+                    self.notice = (
+                        f"The search index could not be completed ({fill.error}); it is being rebuilt."
+                    )
+                    await self._fail()
 
 
 def _appended(events: list[tuple[str, str, Any]]) -> int:

@@ -32,20 +32,23 @@ Nothing here is durable: the store is the source of truth.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..embedding.embedders import Embedder
-from ..errors import QueryTimeout, ValidationError, shown
+from ..errors import QueryTimeout, StorageError, ValidationError, shown
 from ..records.models import extract_text
 from ..records.validation import INT64_MAX, INT64_MIN
-from . import nearest
+from . import fill, nearest
 from .catchup import catch_up
 from .derivation import Started, run_derivation
 from .figures import KeywordFigures
+from .fill import FillState, MessagesFill
 from .gate import AnswerGate
-from .keywords import STAGE, drop_sessions, finish_derivation, load_messages, stream_messages
+from .keywords import STAGE, DerivedRows, drop_sessions, finish_derivation, load_messages, stream_messages
 from .missing import embed_missing
 from .nearest import NearestFilter
 from .partitions import VectorPartitions
@@ -73,6 +76,8 @@ MAX_SQL_TIMEOUT = 86_400
 _FETCH_SIZES = (5, 10, 20, 50, 100, 200, 500, 1000)
 RecordSource = Callable[[list[str]], Awaitable[list[dict[str, Any] | None]]]
 _DEFAULT_TITLE = "New Conversation"  # sessions.DEFAULT_TITLE: what messages.add creates
+#: a statement that names the ``messages`` table (it waits for ``messages`` to be filled)
+_NAMES_MESSAGES = re.compile(r"\bmessages\b", re.IGNORECASE)
 
 
 class QueryIndex:
@@ -108,6 +113,8 @@ class QueryIndex:
         self.resync_ms: dict[str, float] = {}
         self._records = records
         self._lock = asyncio.Lock()
+        #: ``messages`` being filled after a derivation that left the texts out (``fill.py``)
+        self.fill: MessagesFill | None = None
         self._ready = False
         self._figures = KeywordFigures()
         #: copies of the vectors a search filter admits (an engine in this process only)
@@ -169,7 +176,42 @@ class QueryIndex:
     async def close(self) -> None:
         if self._vocabulary is not None and not self._vocabulary.done():
             self._vocabulary.cancel()
+        if self.fill is not None:
+            async with self._lock:
+                await self._stop_fill()
         await self.engine.close()
+
+    async def _stop_fill(self) -> None:
+        """Stop filling ``messages`` (the caller holds the lock)."""
+        current, self.fill = self.fill, None
+        if current is not None:
+            await current.cancel()
+
+    async def messages_filled(self) -> bool:
+        """Wait until ``messages`` holds every message (after a derivation that left the
+        texts out, ``fill.py``): whether it does (False: its fill failed)."""
+        while (current := self.fill) is not None and current.filling:
+            await current.ended()
+        return self.fill is None or self.fill.state is FillState.DONE
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, sql: str = "", *, reads_messages: bool = False) -> AsyncIterator[None]:
+        """The index lock, for a statement ``sql``; one that names ``messages`` (or
+        ``reads_messages``) waits until that table is filled, and a failed fill is a
+        ``StorageError`` rather than an answer missing messages."""
+        reads_messages = reads_messages or bool(_NAMES_MESSAGES.search(sql))
+        while True:
+            if reads_messages and not await self.messages_filled():
+                error = self.fill.error if self.fill is not None else None
+                raise StorageError(f"the index's messages could not be filled: {error}") from error
+            await self._lock.acquire()
+            if not (reads_messages and self.fill is not None and self.fill.filling):
+                break
+            self._lock.release()  # a derivation began a fill meanwhile
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     @property
     def in_thread(self) -> bool:
@@ -199,14 +241,14 @@ class QueryIndex:
         await self.setup()
         if (sql.split(None, 1) or [""])[0].upper() not in ("SELECT", "WITH"):
             self._complete.clear()  # it may write: embed_missing counts again
-        async with self._lock:
+        async with self._holding(sql):
             return await self.engine.execute(sql, params)
 
     async def execute_small(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         """``execute`` for a small read (a few thousand rows at most): the engine's
         ``execute_small`` (no thread hop on CPython)."""
         await self.setup()
-        async with self._lock:
+        async with self._holding(sql):
             return await self.engine.execute_small(sql, params)
 
     async def vector_table(self, where: str, params: list[Any], vectors: int) -> str | None:
@@ -258,7 +300,7 @@ class QueryIndex:
     async def execute_columns(self, sql: str, params: list[Any] | None = None) -> list[list[Any]]:
         """A read's result as one list per column (``engine.columns``), under the index lock."""
         await self.setup()
-        async with self._lock:
+        async with self._holding(sql):
             return await columns(self.engine, sql, params)
 
     async def sql(
@@ -303,7 +345,7 @@ class QueryIndex:
                     f"param {i} is an integer out of the 64-bit range", field="params", index=i
                 )
         await self.setup()
-        async with self._lock:
+        async with self._holding(query):
             try:
                 return await asyncio.wait_for(self.engine.execute_read_only(query, list(params)), timeout)
             except TimeoutError as e:
@@ -376,7 +418,10 @@ class QueryIndex:
         self._complete.clear()
 
     async def _drop_messages(self, sids: str | list[str]) -> None:
-        await drop_sessions(self.engine, [sids] if isinstance(sids, str) else list(sids), self._figures)
+        sids = [sids] if isinstance(sids, str) else list(sids)
+        if self.fill is not None and self.fill.filling:
+            self.fill.wrote_sessions(sids)
+        await drop_sessions(self.engine, sids, self._figures)
 
     async def _load_messages(
         self, records: list[dict[str, Any]], *, counts: bool = True, ms: dict[str, float] | None = None
@@ -496,7 +541,7 @@ class QueryIndex:
         just its new messages (``catchup.py``; ``last_resync`` counts them,
         ``resync_ms`` times the steps)."""
         await self.setup()
-        async with self._lock:
+        async with self._holding(reads_messages=True):
             self._forget_stats()
             await self.engine.execute("BEGIN TRANSACTION")
             try:
@@ -570,8 +615,19 @@ class QueryIndex:
                     [len(fresh), last, sid],
                 )
         if fresh:
+            filling = self.fill if self.fill is not None and self.fill.filling else None
+            if filling is not None:
+                # the fill may have read them from the store before this write came: its
+                # rows go, and it leaves them out from now on
+                fresh_ids = [r["id"] for r in fresh]
+                await self.engine.execute(
+                    f"DELETE FROM messages WHERE id IN ({marks(len(fresh_ids))})", fresh_ids
+                )
+                filling.wrote_messages(fresh_ids)
             await self._load_messages(fresh)
-            if getattr(self.embedder, "loaded", True):
+            # during a fill a message's previous one may not be in ``messages`` yet: its
+            # vector waits for ``embed_missing``, as for a model not loaded yet
+            if getattr(self.embedder, "loaded", True) and filling is None:
                 # a lazily loaded model is not fetched for a write: embed_missing catches up
                 self._to_embed.extend((r["id"], extract_text(r.get("content"))) for r in fresh)
                 self._embed_meta.update((r["id"], (sid, r.get("role"), r.get("createdAt"))) for r in fresh)
@@ -604,6 +660,7 @@ class QueryIndex:
         every message is embedded too; otherwise ``embed_missing`` does it later.
         """
         async with self._lock:
+            await self._stop_fill()
             self._forget_stats()
             ex = self.engine.execute
             for table in ("messages_unsorted", "postings_unsorted", STAGE):
@@ -618,7 +675,11 @@ class QueryIndex:
             await self.engine.load_rows("sessions", _COLS["sessions"], [session_row(s) for s in sessions])
             ms: dict[str, float] = {}
             t0 = time.perf_counter()
-            if staged := isinstance(messages, (EngineDerivation, Started)):
+            rows = DerivedRows.LOADED
+            derivation: EngineDerivation | None = None
+            if isinstance(messages, (EngineDerivation, Started)):
+                derivation = messages.d if isinstance(messages, Started) else messages
+                rows = DerivedRows.DOCS if derivation.texts_later else DerivedRows.STAGED
                 docs, ordered = await run_derivation(self.engine, messages, ms, compress=self.compress)
             else:
                 docs, ordered = (
@@ -628,13 +689,15 @@ class QueryIndex:
             t1 = time.perf_counter()
             ms["stream"] = (t1 - t0) * 1000
             await finish_derivation(
-                self.engine, compress=self.compress, postings_sorted=ordered, staged=staged, ms=ms
+                self.engine, compress=self.compress, postings_sorted=ordered, rows=rows, ms=ms
             )
             ms["sort"] = (time.perf_counter() - t1) * 1000
             self.rebuild_ms = {k: round(v, 1) for k, v in ms.items()}
             self.unsorted_postings = 0
             self._forget_stats()
             self._figures.adopt_docs(docs)  # numbered as derived: nothing to read back
+            if derivation is not None and derivation.texts_later:
+                self.fill = MessagesFill(derivation.text_fill(fill.FILL_STEP), self._lock, self._answers.idle)
         if embed and self.embedder is not None:
             await self.embed_missing(self.embedder)
 

@@ -57,6 +57,7 @@ __all__ = [
     "WRITE_REFUSED",
     "DuckDBEngine",
     "SQLEngine",
+    "TextFill",
     "columns",
     "marks",
     "may_rewrite_embeddings",
@@ -76,9 +77,30 @@ async def columns(engine: SQLEngine, sql: str, params: list[Any] | None = None) 
     return cols if cols and cols[0] else []
 
 
+class TextFill:
+    """What a runtime offers to fill ``messages`` after a derivation that left the texts
+    out (``EngineDerivation.texts_later``): the stored messages, a step at a time."""
+
+    async def step(self, skip_sessions: list[str], skip_ids: list[str]) -> tuple[int, bool]:
+        """Append the next messages (with their texts) to ``messages``, but those of the
+        sessions ``skip_sessions`` and the messages ``skip_ids`` (written there, or taken
+        out, by writes applied since the fill began); answers how many went in and whether
+        every message has been read."""
+        raise NotImplementedError
+
+
 class EngineDerivation:
     """What a runtime offers to derive the keyword tables next to its store (the page's
     ``PageDerivation``). Each method is one step of ``derive``."""
+
+    #: the texts are left out: the docs go into ``docs`` (no ``keywords.STAGE``), ``messages``
+    #: stays empty, and ``text_fill`` fills it once the index answers searches
+    texts_later: bool = False
+
+    def text_fill(self, step: int) -> TextFill:
+        """The fill of ``messages`` after this derivation (``texts_later``), about ``step``
+        messages a step."""
+        raise NotImplementedError
 
     async def next(self) -> dict[str, Any] | None:
         """Read and split the next chunk: ``{"words": [...], "hard": [...]}`` (words without

@@ -10,7 +10,7 @@ from ...errors import QueryError, ReadOnlySQLError, StorageError
 from ...index.keywords import STAGE
 from ...index.nearest import NearestFilter
 from ...index.schema import MESSAGE_COLUMNS
-from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED, EngineDerivation
+from ...index.sql_engine import READ_ONLY_REFUSAL, WRITE_REFUSED, EngineDerivation, TextFill
 from ...scheduling.settle import settle
 from ...stores.indexeddb import IndexedDBStore
 from .bridge import bridge, call, engine_error, opened
@@ -21,6 +21,7 @@ __all__ = [
     "DERIVE_RUN",
     "DuckDBWasmEngine",
     "PageDerivation",
+    "TEXTS_LATER_FROM",
     "index_cache_path",
     "open_index_engine",
     "duckdb_import",
@@ -39,6 +40,10 @@ DERIVE_RUN = 12_000_000
 #: derive.js): a commit per chunk checkpointed each time, rewriting the row group still
 #: filling, and one transaction for everything held it all in memory
 DERIVE_TRANSACTION = 120_000
+#: a derivation of at least this many messages leaves the texts out and fills ``messages``
+#: once the index answers searches (see derive.js ``TextFill``): moving every text into the
+#: engine took about half of a derivation, and a keyword search reads none of them
+TEXTS_LATER_FROM = 300_000
 
 
 class DuckDBWasmEngine:
@@ -199,17 +204,23 @@ def page_derivation(
         "sortMax": int(sort_max),
         "batch": int(batch),
         "transaction": int(transaction),
+        "texts": sum(int(n) for _, n in session_counts) < TEXTS_LATER_FROM,
     }
-    return PageDerivation(make(engine._handle if engine is not None else None, options), engine is None)
+    handle = make(engine._handle if engine is not None else None, options)
+    return PageDerivation(handle, engine is None, texts_later=not options["texts"])
 
 
 class PageDerivation(EngineDerivation):
     """``derive.js``'s ``Derivation`` (see ``chatmem.index.derivation``)."""
 
-    def __init__(self, handle: Any, early: bool = False):
+    def __init__(self, handle: Any, early: bool = False, *, texts_later: bool = False):
         self._handle = handle
         #: made before its engine was open: ``attach`` gives it
         self.early = early
+        self.texts_later = texts_later
+
+    def text_fill(self, step: int) -> PageTextFill:
+        return PageTextFill(self._handle.textFill(int(step)))
 
     async def attach(self, engine: Any) -> None:
         if self.early:
@@ -226,6 +237,19 @@ class PageDerivation(EngineDerivation):
 
     async def abort(self) -> None:
         await call(self._handle, "abort", {}, engine_error)
+
+
+class PageTextFill(TextFill):
+    """``derive.js``'s ``TextFill``."""
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    async def step(self, skip_sessions: list[str], skip_ids: list[str]) -> tuple[int, bool]:
+        got = await call(
+            self._handle, "step", {"skipSessions": skip_sessions, "skipIds": skip_ids}, engine_error
+        )
+        return int(got["messages"]), bool(got["done"])
 
 
 #: seconds a new owner waits for the engine of a tab that just went to let go of the file
