@@ -265,7 +265,7 @@ def run_huge(
 RESTART_CACHED = "restart: first search (cached index)"
 RESTART_UNCACHED = "restart: first search (no cached index)"
 FILLED = "messages filled (mem.sql ready) after the first search"
-RESTART_FILLED = "restart: messages filled (mem.sql ready)"
+RESTART_FILLED = "messages filled (mem.sql ready) after the restart without it"
 
 #: what the harness can and cannot measure of the page's memory (for the report)
 MEASURABLE = (

@@ -47,12 +47,16 @@ def test_huge_phases_and_chatgpt_import_in_the_bench_page(context: Any, dist: Pa
         "window",
         "export",
         "first search (index derived from the store)",
+        scale.FILLED,
         "keyword search x5",
         "close (the index file saved)",
         scale.RESTART_CACHED,
         "close again",
         scale.RESTART_UNCACHED,
+        scale.RESTART_FILLED,
     ]
+    # a store this small keeps its texts in the derivation: nothing to fill afterwards
+    assert phases[scale.FILLED]["fill_ms"] == 0 and phases[scale.RESTART_FILLED]["filled"] == 0
     # the restarts found the store again; only the one without the index file derived it
     cached, uncached = phases[scale.RESTART_CACHED], phases[scale.RESTART_UNCACHED]
     assert cached["hits"] > 0 and uncached["hits"] > 0

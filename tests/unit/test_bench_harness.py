@@ -157,9 +157,11 @@ class FinishingPage(FakePage):
             self.calls.append(f"huge_restart {args[1]}")
             ms = 2_500.0 if args[1] else 45_000.0
             return {"ms": ms, "open_ms": 400.0, "hits": 10, "phases_ms": {}, "heap": heap}
-        if fn not in ("huge_first_search", "huge_search", "huge_shut"):
+        if fn not in ("huge_first_search", "huge_search", "huge_shut", "huge_filled"):
             return super().call(fn, *args, mod=mod)
         self.calls.append(fn)
+        if fn == "huge_filled":
+            return {"ms": 4_000.0, "fill_ms": 9_000.0, "filled": 1_000_000, "heap": heap}
         if fn == "huge_search":
             self.tasks = [75.0]
             return {"times": [8.0], "p50": 8.0, "heap": heap}
@@ -173,15 +175,18 @@ def test_huge_run_restarts_twice_and_reports_every_goal(monkeypatch: pytest.Monk
     monkeypatch.setattr(scale.RendererMemory, "sample", lambda self: {"renderer_peak": 900_000_000})
     out = scale.run_huge(page, 1_000_000, [].append, chunk=500_000)
     assert out["failed"] is None
-    assert page.calls[-7:] == [
+    assert page.calls[-8:] == [
         "huge_shut",
         "reload",
         "huge_restart True",
         "huge_shut",
         "reload",
         "huge_restart False",
+        "huge_filled",
         "huge_close",
     ]
+    filled = [p for p in out["phases"] if p["phase"] in (scale.FILLED, scale.RESTART_FILLED)]
+    assert [p["fill_ms"] for p in filled] == [9_000.0, 9_000.0]
     status = {r["measure"]: (r["status"], r["new"]) for r in goals.rows(None, None, out)}
     assert status["keyword search p50 over 1,000,000"] == ("met", "8.0 ms")
     assert status["1,000,000: first search after a restart, cached index"][0] == "met"
