@@ -334,3 +334,34 @@ def test_the_page_stems_as_python_does(page: object) -> None:
     assert len(ordered) > 20_000
     wrong = [(w, a, b) for w, a, b in zip(ordered, got, want, strict=True) if a != b]
     assert wrong == [], wrong[:20]
+
+
+SCAN = """
+async (texts) => {
+  const { WordTable } = await import("/js/words.js");
+  const table = new WordTable();
+  for (const w of ["apple", "dont", "1000.5", "x1"]) table.set(w, 7);
+  // each word as the empty table answers it (itself) and as the table above does (7 if known)
+  return texts.map((t) => [new WordTable().scan(t, new Set()), table.scan(t, new Set())]);
+}
+"""
+
+
+def test_the_page_cuts_ascii_text_into_pythons_words(page: object) -> None:
+    """``WordTable.scan`` (the derivation's words of an ASCII text, read straight from its
+    characters) gives Python's ``tokenize.words`` for random text heavy in what the word
+    rules treat apart: points and commas between digits, apostrophes, case, separators."""
+    import random
+
+    from chatmem.text.tokenize import words
+
+    rng = random.Random(11)
+    alphabet = "aAbZy19 0.,.'',x \t-_\n\x00~"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(20_000)]
+    texts += ["Don't stop: 1,000.5 km, e.g. a.b.c 1.2.3 1,2,3 ,5 5, .5 5. it's x1'a 12's 1'2.5 APPLE'S"]
+    got = page.page.evaluate(SCAN, texts)  # type: ignore[attr-defined]
+    known = {"apple", "dont", "1000.5", "x1"}
+    for text, (plain, coded) in zip(texts, got):
+        want = words(text)
+        assert plain == want, text
+        assert coded == [7 if w in known else w for w in want], text

@@ -32,7 +32,7 @@
 import { BridgeError, callMethod } from "./envelope.js";
 import { SLICE_MS, yieldToPage } from "./page-yield.js";
 import { sessionRange } from "./schema.js";
-import { ASCII, PUNCT, WordTable, asciiTerm, asciiWords, extractText, loadStemmer } from "./words.js";
+import { ASCII, WordTable, asciiTerm, extractText, loadStemmer } from "./words.js";
 
 const METHODS = new Set(["next", "feed", "finish", "abort"]);
 const FILL_METHODS = new Set(["step"]);
@@ -174,17 +174,8 @@ class Derivation {
     for (let i = 0; i < records.length; i++) {
       const text = extractText(records[i].content);
       texts[i] = text;
-      if (ASCII.test(text)) {
-        if (PUNCT.test(text)) {
-          const ws = asciiWords(text);
-          for (let j = 0; j < ws.length; j++) {
-            const c = codes.get(ws[j]);
-            if (c === undefined) unknown.add(ws[j]);
-            else ws[j] = c;
-          }
-          docs[i] = ws;
-        } else docs[i] = codes.scan(text, unknown);
-      } else {
+      if (ASCII.test(text)) docs[i] = codes.scan(text, unknown);
+      else {
         docs[i] = null;
         hard.push(text);
       }

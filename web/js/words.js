@@ -7,25 +7,6 @@
 /** an ASCII text (Python's `str.isascii`) */
 // eslint-disable-next-line no-control-regex -- every ASCII character, the control ones included
 export const ASCII = /^[\x00-\x7f]*$/;
-const WORD = /\d+(?:[.,]\d+)+|[a-z0-9]+(?:'[a-z0-9]+)*/g;
-/** without an apostrophe, point or comma a text's words are its runs of letters and digits */
-export const PUNCT = /['.,]/;
-const ALNUM = /[a-z0-9]+/g;
-
-/** Python's `tokenize.words` of an ASCII text. */
-export function asciiWords(text) {
-  const low = text.toLowerCase();
-  if (!PUNCT.test(low)) return low.match(ALNUM) || [];
-  const ws = low.match(WORD);
-  if (!ws) return [];
-  for (let i = 0; i < ws.length; i++) {
-    const w = ws[i];
-    if (w.includes(",")) ws[i] = w.replaceAll(",", "");
-    else if (w.includes("'")) ws[i] = w.replaceAll("'", "");
-  }
-  return ws;
-}
-
 /** `tokenize._MAX_TOKEN`: longer words (base64 blobs, hashes) are cut */
 const MAX_TOKEN = 64;
 const LETTERS = /^[a-z]+$/;
@@ -124,33 +105,64 @@ export class WordTable {
     for (let j = 0; j < keys.length; j++) if (keys[j] !== null) this.put(keys[j], hashes[j], vals[j]);
   }
 
-  /** The words of an ASCII `text` without an apostrophe, point or comma (its runs of
-   *  letters and digits, lowercased), each as its code, or as itself (added to `unknown`)
-   *  when the table has none. */
+  /** The words of an ASCII `text` (`asciiWords`), each as its code, or as itself (added to
+   *  `unknown`) when the table has none: a run of letters and digits is looked up straight
+   *  from its characters; the rarer words the regex joins across a character (a number with
+   *  points or commas, a word with an apostrophe inside) are cut out first. */
   scan(text, unknown) {
     const out = [];
     const n = text.length;
     const mask = this.size - 1;
     const { keys, hashes, vals } = this;
+    const lower = (c) => (c >= 65 && c <= 90 ? c + 32 : c);
+    const alnum = (c) => (c >= 97 && c <= 122) || (c >= 48 && c <= 57);
+    const digit = (c) => c >= 48 && c <= 57;
     let i = 0;
     while (i < n) {
-      let c = text.charCodeAt(i);
-      if (c >= 65 && c <= 90) c += 32;
-      if (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) {
+      let c = lower(text.charCodeAt(i));
+      if (!alnum(c)) {
         i++;
         continue;
       }
       const start = i;
       let h = 0;
       let upper = false;
+      let digits = true;
       while (i < n) {
         c = text.charCodeAt(i);
         if (c >= 65 && c <= 90) {
           c += 32;
           upper = true;
-        } else if (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) break;
+        } else if (!alnum(c)) break;
+        if (c > 57) digits = false;
         h = (Math.imul(h, 31) + c) | 0;
         i++;
+      }
+      if (i + 1 < n) {
+        const sep = text.charCodeAt(i);
+        if (digits && (sep === 46 || sep === 44) && digit(text.charCodeAt(i + 1))) {
+          // \d+(?:[.,]\d+)+: the number whole, its commas dropped
+          let end = i;
+          while (end + 1 < n && (text.charCodeAt(end) === 46 || text.charCodeAt(end) === 44)
+            && digit(text.charCodeAt(end + 1))) {
+            end += 2;
+            while (end < n && digit(text.charCodeAt(end))) end++;
+          }
+          out.push(this.lookUp(text.slice(start, end).replaceAll(",", ""), unknown));
+          i = end;
+          continue;
+        }
+        if (sep === 39 && alnum(lower(text.charCodeAt(i + 1)))) {
+          // [a-z0-9]+(?:'[a-z0-9]+)*: the word whole, its apostrophes dropped
+          let end = i;
+          while (end + 1 < n && text.charCodeAt(end) === 39 && alnum(lower(text.charCodeAt(end + 1)))) {
+            end += 2;
+            while (end < n && alnum(lower(text.charCodeAt(end)))) end++;
+          }
+          out.push(this.lookUp(text.slice(start, end).toLowerCase().replaceAll("'", ""), unknown));
+          i = end;
+          continue;
+        }
       }
       const len = i - start;
       let found;
@@ -180,5 +192,13 @@ export class WordTable {
       } else out.push(found);
     }
     return out;
+  }
+
+  /** The code of `word`, or the word itself (added to `unknown`) when the table has none. */
+  lookUp(word, unknown) {
+    const found = this.get(word);
+    if (found !== undefined) return found;
+    unknown.add(word);
+    return word;
   }
 }
