@@ -1,8 +1,9 @@
 """``messages`` filled in the background after a derivation that left the texts out.
 
 A large derivation in the page (``sql_engine.EngineDerivation.texts_later``) loads only
-``docs``, ``postings`` and ``terms``: a keyword or semantic search reads nothing else, and
-moving every text into the engine was about half of the derivation. ``MessagesFill`` then
+``docs``, ``postings`` and ``terms``: a keyword search reads nothing else (a semantic one
+embeds from ``messages`` and waits), and moving every text into the engine was about half
+of the derivation. ``MessagesFill`` then
 appends the stored messages, texts and all, a step at a time, each step under the index's
 lock and once no search is under way, so a search waits for one step at most.
 

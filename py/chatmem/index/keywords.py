@@ -370,11 +370,8 @@ async def finish_derivation(
             await ex(f"ALTER TABLE {STAGE} RENAME TO messages")
         lap("messages")
     else:
-        n = int(
-            (await ex(f"SELECT count(*) AS n FROM {'docs' if rows is DerivedRows.DOCS else 'messages'}"))[0][
-                "n"
-            ]
-        )
+        counted = "docs" if rows is DerivedRows.DOCS else "messages"  # messages: filled later
+        n = int((await ex(f"SELECT count(*) AS n FROM {counted}"))[0]["n"])
     if n <= SORT_MESSAGES_MAX and rows is DerivedRows.LOADED:
         # sorted into a table declared like the first (a CREATE TABLE AS would drop its compression)
         await ex("ALTER TABLE messages RENAME TO messages_unsorted")
